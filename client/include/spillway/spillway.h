@@ -1,0 +1,184 @@
+/*
+ * libspillway: the C client of a spillway cluster.
+ *
+ * Connect to the scheduler, put objects, build graphs of tasks whose arguments are values,
+ * objects or earlier tasks' outputs, submit them, wait, get results and release them.
+ * Every call returns 0 or a negative error code (spillway/error.h); spillway_strerror() names
+ * it and spillway_errmsg() gives the detail of the last failure on a connection (for a failed
+ * task: the task's own error text).
+ *
+ * References: a put returns a reference the client holds (kind CLIENT at the scheduler); a task
+ * submitted with SPILLWAY_KEEP gives a reference to its result (kind OUTPUT). Each held
+ * reference is released once with spillway_release(); releasing twice or releasing something
+ * never held returns SPW_ENOTHELD and changes nothing. Closing the connection, or the process
+ * dying, releases everything it held.
+ *
+ * @note A spillway handle is not thread safe: use it from one thread at a time. Calls block;
+ * they run the connection's private event loop until their answer arrives.
+ */
+#ifndef SPILLWAY_H
+#define SPILLWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spillway/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPILLWAY_VERSION_MAJOR 0
+#define SPILLWAY_VERSION_MINOR 1
+
+typedef struct spillway spillway;
+typedef struct spillway_graph spillway_graph;
+
+/** An object, or a task's output. */
+typedef struct spillway_ref {
+    uint64_t hi;
+    uint64_t lo;
+} spillway_ref;
+
+typedef struct spillway_opts {
+    const char *secret_file; /* cluster secret (mode 0600), or NULL */
+    int connect_timeout_ms;  /* 10000 */
+    const char *name;        /* shown by spillway-ctl ("libspillway") */
+    uint64_t inline_limit;   /* 0: use the scheduler's; arguments above it are put as objects */
+} spillway_opts;
+
+/** Fills o with the defaults. */
+void spillway_opts_init(spillway_opts *o);
+
+/** Connects to the scheduler at "HOST:PORT".
+ * @param[in] opts options, or NULL for the defaults.
+ * @param[out] out the connection; untouched on failure.
+ * @return 0; SPW_EINVAL (bad address); SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
+ *         SPW_EAUTH (secret mismatch); SPW_EVERSION; -errno reading the secret file. */
+int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
+/** Closes the connection; the scheduler drops every reference it held. NULL is a no-op. */
+void spillway_close(spillway *c);
+
+/** Text for an error code. Never NULL. */
+const char *spillway_strerror(int err);
+/** Detail of the last failed call on c (for a failed task, its error text). Never NULL.
+ * @note valid until the next call on c. */
+const char *spillway_errmsg(const spillway *c);
+
+#define SPILLWAY_STR_(x) #x
+#define SPILLWAY_STR(x) SPILLWAY_STR_(x)
+/** "file:line" of the caller, recorded with every object and task for spillway-ctl memory. */
+#define SPILLWAY_SITE (__FILE__ ":" SPILLWAY_STR(__LINE__))
+
+/* ------------------------------------------------------------------ objects */
+
+/** Stores len bytes as an immutable object and returns a reference to it. Small values (up to
+ * the inline limit) stay in the client and travel inside task messages; larger ones go to a
+ * worker's store once. The data is copied; the caller may reuse it on return.
+ * @return 0; SPW_EINVAL for len 0; SPW_ETOOBIG if no store is large enough; SPW_ENOWORKER;
+ *         SPW_EBACKPRESSURE if the store stayed full; SPW_ECLOSED. */
+int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
+                    const char *site);
+#define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
+
+/** Gets an object or a kept task's result, waiting up to timeout_ms (-1: forever) for it to
+ * exist. *data is a heap copy the caller frees with spillway_free().
+ * @return 0; SPW_ETASKFAILED / SPW_EDEPFAILED (errmsg has the task's text); SPW_ETIMEDOUT;
+ *         SPW_ENOOBJ (unknown or released); SPW_EOBJLOST. */
+int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len);
+/** Frees what spillway_get returned. */
+void spillway_free(void *p);
+
+/** A read-only view of an object, straight from a worker's shared memory when the worker is on
+ * this host (no copy), or a private copy otherwise. Release it with spillway_view_release. */
+typedef struct spillway_view {
+    const void *data;
+    size_t len;
+    int zero_copy;  /* 1 when data points into a store's shared memory */
+    void *priv;
+} spillway_view;
+int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view);
+void spillway_view_release(spillway *c, spillway_view *view);
+
+/** Drops a reference this client holds.
+ * @return 0, or SPW_ENOTHELD if it is not held (never held, or released already). */
+int spillway_release(spillway *c, spillway_ref ref);
+/** Releases n references in one message. Ones not held are skipped (nothing changes for them).
+ * @return 0, or SPW_ENOTHELD if any was not held (errmsg names the first). */
+int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n);
+
+/* ------------------------------------------------------------------- graphs */
+
+enum spillway_arg_kind {
+    SPILLWAY_ARG_BYTES = 0, /* a value carried with the task */
+    SPILLWAY_ARG_REF = 1,   /* a whole object or task output */
+    SPILLWAY_ARG_VIEW = 2,  /* a byte range of an object, without copying */
+};
+
+typedef struct spillway_arg {
+    int kind;
+    const void *data;   /* BYTES */
+    size_t len;         /* BYTES, VIEW */
+    spillway_ref ref;   /* REF, VIEW */
+    uint64_t off;       /* VIEW */
+    unsigned char small[8];
+} spillway_arg;
+
+static inline spillway_arg spillway_arg_bytes(const void *data, size_t len)
+{
+    spillway_arg a = {SPILLWAY_ARG_BYTES, data, len, {0, 0}, 0, {0}};
+    return a;
+}
+/** A u64 value, little-endian (what the built-in functions expect). */
+static inline spillway_arg spillway_arg_u64(uint64_t v)
+{
+    spillway_arg a = {SPILLWAY_ARG_BYTES, 0, 8, {0, 0}, 0, {0}};
+    for (int i = 0; i < 8; i++)
+        a.small[i] = (unsigned char)(v >> (8 * i));
+    return a;
+}
+static inline spillway_arg spillway_arg_ref(spillway_ref r)
+{
+    spillway_arg a = {SPILLWAY_ARG_REF, 0, 0, r, 0, {0}};
+    return a;
+}
+static inline spillway_arg spillway_arg_view(spillway_ref r, uint64_t off, uint64_t len)
+{
+    spillway_arg a = {SPILLWAY_ARG_VIEW, 0, (size_t)len, r, off, {0}};
+    return a;
+}
+
+/** Task flags. */
+#define SPILLWAY_KEEP 1u /* keep the result: the client holds a reference until it releases it */
+
+/** Starts a graph. @return the graph, or NULL if out of memory. */
+spillway_graph *spillway_graph_new(spillway *c);
+/** Adds a task running fn(args...). Its output can be an argument of later tasks in this graph;
+ * with SPILLWAY_KEEP it can also be waited for, fetched and used by later graphs.
+ * BYTES arguments are copied now.
+ * @param[out] out the task's output (may be NULL).
+ * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind). */
+int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
+                     unsigned flags, spillway_ref *out, const char *site);
+#define spillway_task(g, fn, args, nargs, flags, out)                                              \
+    spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
+/** Caps on a graph's work in flight: tasks assigned at once and bytes of outputs produced and
+ * not yet consumed (0: the scheduler's defaults). */
+int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes);
+/** Sends the graph. Returns once the scheduler has accepted every task (tasks then run in the
+ * background). @return 0, or the first refusal (errmsg says which task and why). */
+int spillway_submit(spillway_graph *g);
+void spillway_graph_free(spillway_graph *g);
+
+/** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
+ * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);
+ *         SPW_ETIMEDOUT; SPW_ENOTHELD for a reference this client does not hold. */
+int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms);
+
+/** The raw 32-hex-digit form of a reference, NUL terminated in out (33 bytes). */
+char *spillway_ref_hex(spillway_ref ref, char out[33]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPILLWAY_H */

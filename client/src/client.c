@@ -1,0 +1,360 @@
+/*
+ * libspillway: connection, objects, results and releases.
+ *
+ * Each spillway handle owns a private libuv loop, a proto_ctx, the scheduler connection and a
+ * cache of connections to workers' peer ports. The public calls are blocking: they queue
+ * frames and run the loop until their answer arrives (run_until). One request is outstanding
+ * at a time (the `call` slot); TASK_RESULT frames arrive at any time and update the table of
+ * references this client holds (c->handles).
+ * Invariants: a handle is in c->handles iff the client holds its reference (held); small puts
+ * live only here (never at the scheduler); everything allocated is freed by spillway_close.
+ */
+#include "client_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+
+void spillway__set_err(spillway *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+}
+
+void spillway_opts_init(spillway_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connect_timeout_ms = 10000;
+    o->name = "libspillway";
+}
+
+const char *spillway_strerror(int err)
+{
+    return spw_strerror(err);
+}
+
+const char *spillway_errmsg(const spillway *c)
+{
+    return c != NULL ? c->errmsg : "";
+}
+
+char *spillway_ref_hex(spillway_ref ref, char out[33])
+{
+    return spw_id_hex((spw_id){ref.hi, ref.lo}, out);
+}
+
+const char *spillway__addr(const spillway *c)
+{
+    return c->addr;
+}
+
+spw_id spillway__new_id(spillway *c)
+{
+    return (spw_id){c->id_hi, ++c->next_id};
+}
+
+handle *spillway__handle_find(spillway *c, spw_id id)
+{
+    handle *h;
+    HASH_FIND(hh, c->handles, &id, sizeof id, h);
+    return h;
+}
+
+handle *spillway__handle_add(spillway *c, spw_id id, int kind)
+{
+    handle *h = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *h);
+    h->id = id;
+    h->kind = (uint8_t)kind;
+    h->state = H_PENDING;
+    HASH_ADD(hh, c->handles, id, sizeof h->id, h);
+    return h;
+}
+
+void spillway__handle_free(spillway *c, handle *h)
+{
+    HASH_DEL(c->handles, h);
+    spw_free(h->inl);
+    spw_free(h->err);
+    spw_free(h);
+}
+
+/* ------------------------------------------------------------- the loop */
+
+static void timer_cb(uv_timer_t *t)
+{
+    spillway *c = t->data;
+    c->timer_fired = 1;
+}
+
+/* Runs the loop until cond(c, arg) holds, the deadline passes or the scheduler goes away. */
+int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg, int timeout_ms)
+{
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
+                                       : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    while (!cond(c, arg)) {
+        if (c->sched == NULL)
+            return SPW_ECLOSED;
+        uint64_t now = spw_now_ns();
+        if (now >= deadline)
+            return SPW_ETIMEDOUT;
+        c->timer_fired = 0;
+        if (deadline != UINT64_MAX)
+            uv_timer_start(&c->timer, timer_cb, (deadline - now) / 1000000ULL + 1, 0);
+        uv_run(&c->loop, UV_RUN_ONCE);
+        uv_timer_stop(&c->timer);
+    }
+    return 0;
+}
+
+/* Lets queued frames go out without waiting for anything. */
+void spillway__flush(spillway *c)
+{
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+}
+
+static bool call_done(spillway *c, void *arg)
+{
+    (void)arg;
+    return c->call.done;
+}
+
+uint64_t spillway__call_begin(spillway *c, uint32_t reply_type)
+{
+    c->call = (call){0};
+    c->call.req = ++c->next_req;
+    c->call.active = true;
+    c->call.type = reply_type;
+    c->call.status = 0;
+    return c->call.req;
+}
+
+/* Waits for the outstanding call. */
+int spillway__call_wait(spillway *c, int timeout_ms)
+{
+    int rc = spillway__run_until(c, call_done, NULL, timeout_ms);
+    c->call.active = false;
+    if (rc != 0) {
+        if (rc == SPW_ECLOSED)
+            spillway__set_err(c, "connection to the scheduler %s closed: %s", c->addr,
+                    spw_strerror(c->sched_status));
+        else
+            spillway__set_err(c, "no answer from the scheduler in %d ms", timeout_ms);
+        return rc;
+    }
+    return c->call.status;
+}
+
+/* --------------------------------------------------------- scheduler side */
+
+static void on_task_result(spillway *c, const proto_msg *m)
+{
+    handle *h = spillway__handle_find(c, m->f[F_TRES_ID].id);
+    if (h == NULL || h->kind != H_TASK)
+        return; /* released before it finished */
+    int status = (int)m->f[F_TRES_STATUS].i;
+    h->status = status;
+    h->state = status == 0 ? H_DONE : H_FAILED;
+    h->size = m->f[F_TRES_SIZE].u;
+    if (!m->f[F_TRES_INLINE].nil) {
+        const proto_val *v = &m->f[F_TRES_INLINE];
+        h->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len > 0 ? v->bin.len : 1);
+        memcpy(h->inl, v->bin.ptr, v->bin.len);
+        h->size = v->bin.len;
+        h->has_inl = true;
+    }
+    if (status != 0) {
+        char err[PROTO_MAX_STR + 1];
+        h->err = spw_strdup(SPW_MOD_CLIENT, proto_str(&m->f[F_TRES_ERR], err, sizeof err));
+    }
+}
+
+static void sched_msg(proto_conn *conn, const proto_msg *m)
+{
+    spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    if (m->type == PROTO_TASK_RESULT) {
+        on_task_result(c, m);
+        return;
+    }
+    call *k = &c->call;
+    if (!k->active || m->req != k->req || k->done) {
+        if (m->type == PROTO_ERROR) {
+            char msg[PROTO_MAX_STR + 1];
+            spw_log(SPW_LOG_WARN, "scheduler: %s err=%s",
+                    proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
+                    spw_err_name((int)m->f[F_ERROR_CODE].i));
+        }
+        return;
+    }
+    if (m->type == PROTO_ERROR) {
+        char msg[PROTO_MAX_STR + 1];
+        proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg);
+        const char *tid = strstr(msg, "task=");
+        spw_id id;
+        char hex[33];
+        if (k->errors_then_ack && tid != NULL && strlen(tid + 5) >= 32) {
+            /* A refused task will never report: settle its handle with the refusal. */
+            memcpy(hex, tid + 5, 32);
+            hex[32] = '\0';
+            handle *h = spw_id_parse(hex, &id) == 0 ? spillway__handle_find(c, id) : NULL;
+            if (h != NULL && h->state == H_PENDING) {
+                h->state = H_FAILED;
+                h->status = (int)m->f[F_ERROR_CODE].i;
+                h->err = spw_strdup(SPW_MOD_CLIENT, msg);
+            }
+        }
+        if (k->status == 0) {
+            k->status = (int)m->f[F_ERROR_CODE].i;
+            spillway__set_err(c, "%s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+        }
+        if (!k->errors_then_ack)
+            k->done = true;
+        return;
+    }
+    if (m->type == k->type || k->type == 0) {
+        if (k->on_reply != NULL)
+            k->on_reply(m, k->arg);
+        k->done = true;
+    }
+}
+
+static void sched_ready(proto_conn *conn, const proto_welcome *w)
+{
+    spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    c->ready = true;
+    c->wel = *w;
+    if (c->inline_limit == 0)
+        c->inline_limit = w->inline_limit;
+}
+
+static void sched_close(proto_conn *conn, int status)
+{
+    spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    c->sched = NULL;
+    c->sched_status = status != 0 ? status : SPW_ECLOSED;
+}
+
+static const proto_conn_cbs sched_cbs = {
+    .on_ready = sched_ready,
+    .on_msg = sched_msg,
+    .on_close = sched_close,
+};
+
+static bool is_ready(spillway *c, void *arg)
+{
+    (void)arg;
+    return c->ready;
+}
+
+int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out)
+{
+    spillway_opts defaults;
+    if (o == NULL) {
+        spillway_opts_init(&defaults);
+        o = &defaults;
+    }
+    char host[64];
+    int port;
+    if (addr == NULL || spw_addr_split(addr, host, &port) != 0 || port == 0)
+        return SPW_EINVAL;
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (o->secret_file != NULL) {
+        int rc = proto_secret_load(o->secret_file, &secret, &secret_len);
+        if (rc != 0)
+            return rc;
+    }
+    spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    c->inline_limit = o->inline_limit;
+    if (getrandom(&c->id_hi, sizeof c->id_hi, 0) != sizeof c->id_hi)
+        c->id_hi = spw_now_ns() ^ ((uint64_t)getpid() << 32);
+    c->id_hi |= 1; /* never the nil id */
+    uv_loop_init(&c->loop);
+    uv_timer_init(&c->loop, &c->timer);
+    c->timer.data = c;
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = role;
+    po.name = o->name != NULL ? o->name : "libspillway";
+    po.secret = secret;
+    po.secret_len = secret_len;
+    int rc = proto_ctx_new(&c->loop, &po, &c->ctx);
+    spw_free(secret);
+    if (rc == 0) {
+        proto_ctx_set_data(c->ctx, c);
+        rc = proto_connect(c->ctx, addr, &sched_cbs, NULL, &c->sched);
+    }
+    if (rc == 0) {
+        rc = spillway__run_until(c, is_ready, NULL, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000);
+        if (rc == SPW_ECLOSED)
+            rc = c->sched_status;
+    }
+    if (rc != 0) {
+        spillway_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int spillway_connect(const char *addr, const spillway_opts *o, spillway **out)
+{
+    return spillway__connect_role(addr, o, PROTO_ROLE_CLIENT, out);
+}
+
+static void ctx_closed(void *arg)
+{
+    spillway *c = arg;
+    c->ctx = NULL;
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+void spillway_close(spillway *c)
+{
+    if (c == NULL)
+        return;
+    if (c->ctx != NULL) {
+        /* Let queued frames (releases) leave before the connections close. */
+        spillway__flush(c);
+        proto_ctx_close(c->ctx, ctx_closed, c);
+    }
+    uv_close((uv_handle_t *)&c->timer, timer_closed);
+    while (uv_run(&c->loop, UV_RUN_DEFAULT) != 0)
+        ;
+    uv_loop_close(&c->loop);
+    handle *h, *tmp;
+    HASH_ITER(hh, c->handles, h, tmp) spillway__handle_free(c, h);
+    peer *p, *ptmp;
+    HASH_ITER(hh, c->peers, p, ptmp)
+    {
+        HASH_DEL(c->peers, p);
+        spw_free(p);
+    }
+    spw_free(c->xfer.buf);
+    spw_free(c);
+}
+
+int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                      void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms)
+{
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    uint64_t req = spillway__call_begin(c, 0); /* 0: any reply but ERROR completes it */
+    c->call.on_reply = on_reply;
+    c->call.arg = arg;
+    proto_enc e;
+    enc(&e, proto_conn_out(c->sched), req, arg);
+    int rc = proto_conn_send(c->sched, &e);
+    if (rc != 0)
+        return rc;
+    return spillway__call_wait(c, timeout_ms);
+}

@@ -1,0 +1,101 @@
+/* libspillway internals shared with spillway-ctl. Not installed. */
+#ifndef SPW_CLIENT_INT_H
+#define SPW_CLIENT_INT_H
+
+#include <uthash.h>
+
+#include "spillway/conn.h"
+#include "spillway/spillway.h"
+
+enum handle_kind { H_SMALL, H_PUT, H_TASK };
+enum handle_state { H_PENDING, H_DONE, H_FAILED };
+
+typedef struct handle {
+    spw_id id;
+    UT_hash_handle hh;
+    uint8_t kind;
+    uint8_t state;
+    int status;
+    uint64_t size;
+    uint8_t *inl; /* small value or small result (owned), NULL otherwise */
+    bool has_inl;
+    char *err;
+} handle;
+
+typedef struct peer {
+    char addr[64];
+    UT_hash_handle hh;
+    proto_conn *conn;
+    bool ready;
+    int status; /* close status once closed */
+    struct spillway *c;
+} peer;
+
+/* The one request in flight. */
+typedef struct call {
+    uint64_t req;
+    bool active, done;
+    int status;
+    uint32_t type;  /* reply type that completes it */
+    bool errors_then_ack; /* SUBMIT: ERROR frames precede the ack */
+    void (*on_reply)(const proto_msg *m, void *arg);
+    void *arg;
+} call;
+
+/* A transfer with a worker (put or get). */
+typedef struct xfer {
+    uint64_t req;
+    bool active, done;
+    int status;
+    spw_id id;
+    uint8_t *buf;     /* get: destination */
+    uint64_t size, received;
+    peer *p;
+} xfer;
+
+struct spillway {
+    uv_loop_t loop;
+    uv_timer_t timer;
+    proto_ctx *ctx;
+    proto_conn *sched;
+    bool ready;
+    int sched_status;
+    char addr[64];
+    proto_welcome wel;
+    uint64_t inline_limit;
+    uint64_t next_req;
+    uint64_t id_hi, next_id;
+    handle *handles;
+    peer *peers;
+    call call;
+    xfer xfer;
+    int timer_fired;
+    char errmsg[PROTO_MAX_STR + 64];
+};
+
+void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg,
+                        int timeout_ms);
+uint64_t spillway__call_begin(spillway *c, uint32_t reply_type);
+int spillway__call_wait(spillway *c, int timeout_ms);
+void spillway__flush(spillway *c);
+spw_id spillway__new_id(spillway *c);
+handle *spillway__handle_find(spillway *c, spw_id id);
+handle *spillway__handle_add(spillway *c, spw_id id, int kind);
+void spillway__handle_free(spillway *c, handle *h);
+
+
+/** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
+int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);
+
+/** Sends one request to the scheduler and waits for its reply. enc builds the frame:
+ * proto_enc_begin(e, out, TYPE, req, n) and its fields. on_reply sees the reply while it is
+ * valid. An ERROR reply becomes the return value (errmsg has its text).
+ * @return 0, the peer's error, SPW_ETIMEDOUT or SPW_ECLOSED. */
+int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                      void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms);
+
+/** The scheduler session's address as "host:port". */
+const char *spillway__addr(const spillway *c);
+
+#endif

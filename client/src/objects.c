@@ -1,0 +1,522 @@
+/*
+ * libspillway objects: put, get, release and waiting for results.
+ *
+ * Large objects never pass through the scheduler: it only says where (PUT_TARGET, LOCATION);
+ * the bytes go between this process and a worker's peer port, in chunks. A put sends its chunks
+ * straight from the caller's buffer (borrowed, no copy) and returns once the worker has sealed
+ * the object. Small values stay in the client: they are copied into the task messages that use
+ * them and never become store objects.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "client_int.h"
+
+/* ------------------------------------------------------------- peer conns */
+
+static void peer_ready(proto_conn *conn, const proto_welcome *w)
+{
+    (void)w;
+    peer *p = proto_conn_data(conn);
+    p->ready = true;
+}
+
+static void peer_msg(proto_conn *conn, const proto_msg *m)
+{
+    peer *p = proto_conn_data(conn);
+    spillway *c = p->c;
+    xfer *x = &c->xfer;
+    if (!x->active || x->done || x->p != p || m->req != x->req)
+        return;
+    switch (m->type) {
+    case PROTO_ERROR: {
+        char msg[PROTO_MAX_STR + 1];
+        x->status = (int)m->f[F_ERROR_CODE].i;
+        spillway__set_err(c, "worker %s: %s", p->addr,
+                          proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+        x->done = true;
+        return;
+    }
+    case PROTO_PUT_DONE:
+        x->done = true;
+        return;
+    case PROTO_OBJ_DATA: {
+        const proto_val *d = &m->f[F_DATA_DATA];
+        uint64_t off = m->f[F_DATA_OFF].u;
+        if (off != x->received || d->bin.len > x->size - x->received ||
+            m->f[F_DATA_TOTAL].u != x->size) {
+            x->status = SPW_EPROTO;
+            spillway__set_err(c, "worker %s sent a chunk out of order", p->addr);
+            x->done = true;
+            return;
+        }
+        memcpy(x->buf + off, d->bin.ptr, d->bin.len);
+        x->received += d->bin.len;
+        if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
+            if (x->received != x->size) {
+                x->status = SPW_EPROTO;
+                spillway__set_err(c, "worker %s ended the object early", p->addr);
+            }
+            x->done = true;
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static void peer_close(proto_conn *conn, int status)
+{
+    peer *p = proto_conn_data(conn);
+    spillway *c = p->c;
+    p->conn = NULL;
+    p->status = status != 0 ? status : SPW_ECLOSED;
+    xfer *x = &c->xfer;
+    if (x->active && !x->done && x->p == p) {
+        x->status = SPW_ECLOSED;
+        spillway__set_err(c, "connection to worker %s lost: %s", p->addr, spw_strerror(status));
+        x->done = true;
+    }
+    HASH_DEL(c->peers, p);
+    spw_free(p);
+}
+
+static const proto_conn_cbs peer_cbs = {
+    .on_ready = peer_ready,
+    .on_msg = peer_msg,
+    .on_close = peer_close,
+};
+
+static bool peer_settled(spillway *c, void *arg)
+{
+    const char *addr = arg;
+    peer *p;
+    HASH_FIND_STR(c->peers, addr, p);
+    return p == NULL || p->ready;
+}
+
+/* Returns a ready connection to a worker's peer port, connecting if needed. */
+static int peer_get(spillway *c, const char *addr, peer **out)
+{
+    peer *p;
+    HASH_FIND_STR(c->peers, addr, p);
+    if (p == NULL) {
+        p = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *p);
+        snprintf(p->addr, sizeof p->addr, "%s", addr);
+        p->c = c;
+        int rc = proto_connect(c->ctx, addr, &peer_cbs, p, &p->conn);
+        if (rc != 0) {
+            spw_free(p);
+            spillway__set_err(c, "cannot connect to worker %s: %s", addr, spw_strerror(rc));
+            return rc;
+        }
+        HASH_ADD_STR(c->peers, addr, p);
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s", addr);
+    int rc = spillway__run_until(c, peer_settled, key, 10000);
+    HASH_FIND_STR(c->peers, key, p);
+    if (rc == 0 && p == NULL)
+        rc = SPW_ECONNREFUSED;
+    if (rc != 0) {
+        spillway__set_err(c, "cannot reach worker %s: %s", addr, spw_strerror(rc));
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+static bool xfer_done(spillway *c, void *arg)
+{
+    (void)arg;
+    return c->xfer.done;
+}
+
+/* ---------------------------------------------------------------------- put */
+
+typedef struct put_target {
+    char addr[64];
+    uint64_t exists;
+} put_target;
+
+static void on_put_target(const proto_msg *m, void *arg)
+{
+    put_target *t = arg;
+    proto_str(&m->f[F_PUTT_ADDR], t->addr, sizeof t->addr);
+    t->exists = m->f[F_PUTT_EXISTS].u;
+}
+
+/* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
+ * afterwards. */
+int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
+                         const char *site)
+{
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    uint64_t req = spillway__call_begin(c, PROTO_PUT_TARGET);
+    put_target tgt = {"", 0};
+    c->call.on_reply = on_put_target;
+    c->call.arg = &tgt;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_PUT_PLACE, req, 4);
+    proto_put_id(&e, id);
+    proto_put_u(&e, len);
+    proto_put_strn(&e, site, strnlen(site, PROTO_MAX_NAME));
+    proto_put_u(&e, flags);
+    proto_conn_send(c->sched, &e);
+    int rc = spillway__call_wait(c, -1);
+    if (rc != 0)
+        return rc;
+    if (tgt.exists)
+        return 0; /* the same bytes are stored already: we now hold a reference to them */
+    peer *p;
+    rc = peer_get(c, tgt.addr, &p);
+    if (rc == 0) {
+        xfer *x = &c->xfer;
+        *x = (xfer){0};
+        x->active = true;
+        x->req = ++c->next_req;
+        x->id = id;
+        x->p = p;
+        uint64_t chunk = c->wel.chunk ? c->wel.chunk : PROTO_DEFAULT_CHUNK;
+        const uint8_t *b = data;
+        for (uint64_t off = 0; off < len && rc == 0; off += chunk) {
+            uint64_t n = len - off < chunk ? len - off : chunk;
+            proto_enc we;
+            proto_enc_begin(&we, proto_conn_out(p->conn), PROTO_OBJ_WRITE, x->req, 5);
+            proto_put_id(&we, id);
+            proto_put_u(&we, len);
+            proto_put_u(&we, off);
+            proto_put_u(&we, off + n == len ? PROTO_CHUNK_LAST : 0);
+            proto_put_bin_hdr(&we, n);
+            rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, NULL, NULL);
+        }
+        if (rc == 0)
+            rc = spillway__run_until(c, xfer_done, NULL, -1);
+        if (rc == 0)
+            rc = x->status;
+        x->active = false;
+    }
+    if (rc != 0) {
+        /* The scheduler holds a reference for us: give it back. */
+        proto_enc re;
+        if (c->sched != NULL) {
+            proto_enc_begin(&re, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
+            proto_put_arr(&re, 1);
+            proto_put_id(&re, id);
+            proto_conn_send(c->sched, &re);
+            spillway__flush(c);
+        }
+    }
+    return rc;
+}
+
+int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
+                    const char *site)
+{
+    if (c == NULL || (data == NULL && len > 0) || len == 0 || out == NULL)
+        return SPW_EINVAL;
+    spw_id id = spillway__new_id(c);
+    if (len <= c->inline_limit) {
+        handle *h = spillway__handle_add(c, id, H_SMALL);
+        h->inl = spw_malloc(SPW_MOD_CLIENT, len);
+        memcpy(h->inl, data, len);
+        h->has_inl = true;
+        h->size = len;
+        h->state = H_DONE;
+        *out = (spillway_ref){id.hi, id.lo};
+        return 0;
+    }
+    int rc = spillway__put_object(c, id, data, len, 0, site != NULL ? site : "");
+    if (rc != 0)
+        return rc;
+    handle *h = spillway__handle_add(c, id, H_PUT);
+    h->state = H_DONE;
+    h->size = len;
+    *out = (spillway_ref){id.hi, id.lo};
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- get */
+
+typedef struct location {
+    int status;
+    uint64_t size;
+    uint8_t *inl;
+    bool has_inl;
+    uint32_t nlocs;
+    char addrs[8][64];
+    char err[PROTO_MAX_STR + 1];
+} location;
+
+static void on_location(const proto_msg *m, void *arg)
+{
+    location *l = arg;
+    l->status = (int)m->f[F_LOC_STATUS].i;
+    l->size = m->f[F_LOC_SIZE].u;
+    proto_str(&m->f[F_LOC_ERR], l->err, sizeof l->err);
+    if (!m->f[F_LOC_INLINE].nil) {
+        const proto_val *v = &m->f[F_LOC_INLINE];
+        l->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len > 0 ? v->bin.len : 1);
+        memcpy(l->inl, v->bin.ptr, v->bin.len);
+        l->size = v->bin.len;
+        l->has_inl = true;
+    }
+    const proto_val *locs = &m->f[F_LOC_LOCS];
+    for (uint32_t i = 0; i < locs->arr.n && l->nlocs < 8; i++)
+        proto_str(&PROTO_REC(locs, i)[R_LOC_ADDR], l->addrs[l->nlocs++], sizeof l->addrs[0]);
+}
+
+static bool task_settled(spillway *c, void *arg)
+{
+    handle *h = spillway__handle_find(c, *(spw_id *)arg);
+    return h == NULL || h->state != H_PENDING;
+}
+
+static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
+{
+    uint8_t *d = spw_try_malloc(SPW_MOD_CLIENT, n > 0 ? n : 1);
+    if (d != NULL && n > 0)
+        memcpy(d, p, n);
+    return d;
+}
+
+int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+{
+    if (c == NULL || data == NULL || len == NULL)
+        return SPW_EINVAL;
+    char hex[33];
+    spw_id id = {ref.hi, ref.lo};
+    uint64_t deadline = timeout_ms < 0 ? 0 : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    handle *h = spillway__handle_find(c, id);
+    if (h != NULL && h->kind == H_TASK && h->state == H_PENDING) {
+        int rc = spillway__run_until(c, task_settled, &id, timeout_ms);
+        if (rc != 0) {
+            spillway__set_err(c, "obj=%s not ready: %s", spw_id_hex(id, hex), spw_strerror(rc));
+            return rc;
+        }
+        h = spillway__handle_find(c, id);
+    }
+    if (h != NULL && h->state == H_FAILED) {
+        spillway__set_err(c, "%s", h->err != NULL ? h->err : "task failed");
+        return h->status;
+    }
+    if (h != NULL && h->has_inl) {
+        uint8_t *d = copy_bytes(h->inl, h->size);
+        if (d == NULL)
+            return SPW_ENOMEM;
+        *data = d;
+        *len = h->size;
+        return 0;
+    }
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    int left = timeout_ms;
+    if (timeout_ms >= 0) {
+        uint64_t now = spw_now_ns();
+        left = now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL);
+    }
+    location loc;
+    memset(&loc, 0, sizeof loc);
+    uint64_t req = spillway__call_begin(c, PROTO_LOCATION);
+    c->call.on_reply = on_location;
+    c->call.arg = &loc;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_LOCATE, req, 2);
+    proto_put_id(&e, id);
+    proto_put_u(&e, left < 0 ? UINT32_MAX : (uint64_t)left);
+    proto_conn_send(c->sched, &e);
+    int rc = spillway__call_wait(c, left < 0 ? -1 : left + 1000);
+    if (rc == 0 && loc.status != 0) {
+        rc = loc.status;
+        spillway__set_err(c, "%s", loc.err);
+    }
+    if (rc == 0 && loc.has_inl) {
+        *data = loc.inl;
+        *len = loc.size;
+        return 0;
+    }
+    spw_free(loc.inl);
+    if (rc != 0)
+        return rc;
+    uint8_t *buf = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
+    if (buf == NULL)
+        return SPW_ENOMEM;
+    rc = SPW_EOBJLOST;
+    spillway__set_err(c, "obj=%s has no copy on a live worker", spw_id_hex(id, hex));
+    for (uint32_t i = 0; i < loc.nlocs; i++) {
+        peer *p;
+        rc = peer_get(c, loc.addrs[i], &p);
+        if (rc != 0)
+            continue;
+        xfer *x = &c->xfer;
+        *x = (xfer){0};
+        x->active = true;
+        x->req = ++c->next_req;
+        x->id = id;
+        x->p = p;
+        x->buf = buf;
+        x->size = loc.size;
+        proto_enc re;
+        proto_enc_begin(&re, proto_conn_out(p->conn), PROTO_OBJ_READ, x->req, 3);
+        proto_put_id(&re, id);
+        proto_put_u(&re, 0);
+        proto_put_u(&re, loc.size);
+        proto_conn_send(p->conn, &re);
+        rc = spillway__run_until(c, xfer_done, NULL, -1);
+        if (rc == 0)
+            rc = x->status;
+        x->active = false;
+        x->buf = NULL;
+        if (rc == 0)
+            break;
+    }
+    if (rc != 0) {
+        spw_free(buf);
+        return rc;
+    }
+    *data = buf;
+    *len = loc.size;
+    return 0;
+}
+
+void spillway_free(void *p)
+{
+    spw_free(p);
+}
+
+int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
+{
+    void *data;
+    size_t len;
+    int rc = spillway_get(c, ref, timeout_ms, &data, &len);
+    if (rc != 0)
+        return rc;
+    view->data = data;
+    view->len = len;
+    view->zero_copy = 0;
+    view->priv = data;
+    return 0;
+}
+
+void spillway_view_release(spillway *c, spillway_view *view)
+{
+    (void)c;
+    spw_free(view->priv);
+    memset(view, 0, sizeof *view);
+}
+
+/* ------------------------------------------------------------------ release */
+
+int spillway_release(spillway *c, spillway_ref ref)
+{
+    if (c == NULL)
+        return SPW_EINVAL;
+    char hex[33];
+    spw_id id = {ref.hi, ref.lo};
+    handle *h = spillway__handle_find(c, id);
+    if (h == NULL) {
+        spillway__set_err(c, "obj=%s is not held by this client (double release or unknown id)",
+                          spw_id_hex(id, hex));
+        return SPW_ENOTHELD;
+    }
+    bool remote = h->kind != H_SMALL;
+    spillway__handle_free(c, h);
+    if (remote && c->sched != NULL) {
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
+        proto_put_arr(&e, 1);
+        proto_put_id(&e, id);
+        proto_conn_send(c->sched, &e);
+        spillway__flush(c);
+    }
+    return 0;
+}
+
+int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
+{
+    if (c == NULL || (refs == NULL && n > 0))
+        return SPW_EINVAL;
+    char hex[33];
+    int rc = 0;
+    spw_id *remote = spw_malloc(SPW_MOD_CLIENT, (n > 0 ? n : 1) * sizeof *remote);
+    size_t nremote = 0;
+    for (size_t i = 0; i < n; i++) {
+        spw_id id = {refs[i].hi, refs[i].lo};
+        handle *h = spillway__handle_find(c, id);
+        if (h == NULL) {
+            if (rc == 0)
+                spillway__set_err(c, "obj=%s is not held by this client", spw_id_hex(id, hex));
+            rc = SPW_ENOTHELD;
+            continue;
+        }
+        if (h->kind != H_SMALL)
+            remote[nremote++] = id;
+        spillway__handle_free(c, h);
+    }
+    /* Frames of at most 65536 ids keep each one far below any frame limit. */
+    for (size_t i = 0; i < nremote && c->sched != NULL; i += 65536) {
+        size_t k = nremote - i < 65536 ? nremote - i : 65536;
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
+        proto_put_arr(&e, (uint32_t)k);
+        for (size_t j = 0; j < k; j++)
+            proto_put_id(&e, remote[i + j]);
+        proto_conn_send(c->sched, &e);
+    }
+    spw_free(remote);
+    spillway__flush(c);
+    return rc;
+}
+
+/* -------------------------------------------------------------------- wait */
+
+typedef struct wait_set {
+    const spillway_ref *refs;
+    size_t n;
+    size_t next; /* refs before this are settled */
+} wait_set;
+
+static bool all_settled(spillway *c, void *arg)
+{
+    wait_set *ws = arg;
+    while (ws->next < ws->n) {
+        spw_id id = {ws->refs[ws->next].hi, ws->refs[ws->next].lo};
+        handle *h = spillway__handle_find(c, id);
+        if (h != NULL && h->state == H_PENDING)
+            return false;
+        ws->next++;
+    }
+    return true;
+}
+
+int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
+{
+    if (c == NULL || (refs == NULL && n > 0))
+        return SPW_EINVAL;
+    char hex[33];
+    for (size_t i = 0; i < n; i++) {
+        if (spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo}) == NULL) {
+            spillway__set_err(c, "obj=%s is not held by this client",
+                              spw_id_hex((spw_id){refs[i].hi, refs[i].lo}, hex));
+            return SPW_ENOTHELD;
+        }
+    }
+    wait_set ws = {refs, n, 0};
+    int rc = spillway__run_until(c, all_settled, &ws, timeout_ms);
+    if (rc != 0) {
+        spillway__set_err(c, "%zu of %zu results not ready: %s", n - ws.next, n,
+                          spw_strerror(rc));
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        handle *h = spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo});
+        if (h != NULL && h->state == H_FAILED) {
+            spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),
+                              h->err != NULL ? h->err : "?");
+            return h->status;
+        }
+    }
+    return 0;
+}

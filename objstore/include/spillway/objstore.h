@@ -1,0 +1,164 @@
+/*
+ * spw_objstore: a worker node's object store.
+ *
+ * One arena of `capacity` bytes in shared memory (a memfd the worker maps, and its executors
+ * and same-host clients map too), an allocator over it, and a table of objects by id. An object
+ * is created, written, sealed, read, and deleted; sealed objects are immutable. Memory is counted
+ * once, at the allocator, into ost_stats. Above the spill threshold the least-recently-used
+ * unpinned sealed objects are compressed with zstd into an LMDB environment and their memory
+ * freed; reading one restores it. Decisions about memory go through ost_mem_state().
+ * The store is used from one thread (the worker's loop); zstd and LMDB work runs on the libuv
+ * threadpool and never touches the object table.
+ */
+#ifndef SPW_OBJSTORE_H
+#define SPW_OBJSTORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "spillway/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ost_store ost_store;
+typedef struct ost_obj ost_obj;
+
+/** Object states. */
+enum ost_state {
+    OST_CREATED, /* allocated, being written; not visible to readers */
+    OST_SEALED,  /* immutable; in memory, spilled, or both */
+};
+
+/** Where a sealed object's bytes are. */
+enum ost_where {
+    OST_IN_MEMORY = 1, /* in the arena */
+    OST_ON_DISK = 2,   /* a spilled copy in LMDB */
+};
+
+typedef struct ost_opts {
+    uint64_t capacity;        /* arena bytes */
+    uint64_t granule;         /* allocation unit (power of two); 0 = page size */
+    double spill_threshold;   /* start spilling above this fraction of capacity (0.8) */
+    double spill_target;      /* spill until use falls under this fraction (0.7) */
+    double pause_threshold;   /* report paused above this fraction (0.9) */
+    const char *spill_dir;    /* LMDB environment directory; NULL disables spilling */
+    int compression_level;    /* zstd level (1) */
+    uint64_t spill_map_size;  /* initial LMDB map size, bytes (0 = 4 × capacity) */
+    uint64_t spill_map_max;   /* largest LMDB map size, bytes (0 = no limit but the disk) */
+    uint32_t alloc_wait_ms;   /* how long an allocation waits under back-pressure (30000) */
+    const char *name;         /* used in log lines and the memfd name */
+} ost_opts;
+
+void ost_opts_default(ost_opts *o);
+
+/** Figures of a store. Counted incrementally; nothing walks the table to produce them. */
+typedef struct ost_stats {
+    uint64_t capacity;       /* arena bytes */
+    uint64_t used;           /* bytes allocated in the arena (rounded to the granule) */
+    uint64_t pinned;         /* bytes of objects pinned by readers or tasks */
+    uint64_t peak_used;      /* highest `used` seen */
+    uint64_t objs_mem;       /* objects with bytes in memory (sealed or being written) */
+    uint64_t objs_disk;      /* objects with a spilled copy */
+    uint64_t objs_total;     /* objects in the table */
+    uint64_t spilled_raw;    /* raw bytes of objects with a spilled copy */
+    uint64_t spilled_stored; /* bytes those copies take in LMDB (after compression) */
+    uint64_t spill_count;    /* objects written to LMDB, ever */
+    uint64_t spill_bytes;    /* raw bytes written to LMDB, ever */
+    uint64_t spill_ns;       /* time spent spilling (threadpool), ever */
+    uint64_t restore_count;  /* objects read back from LMDB, ever */
+    uint64_t restore_bytes;  /* raw bytes read back, ever */
+    uint64_t restore_ns;     /* time spent restoring, ever */
+    uint64_t evictions;      /* in-memory copies dropped because a spilled copy existed */
+} ost_stats;
+
+/** Memory levels, from ost_mem_state(). */
+enum ost_level {
+    OST_LEVEL_OK,
+    OST_LEVEL_SPILL, /* above the spill threshold */
+    OST_LEVEL_PAUSE, /* above the pause threshold */
+};
+
+/** Creates a store: the memfd arena, its mapping, and (if spill_dir is set) the LMDB env.
+ * @return 0; SPW_EINVAL for bad options; -errno if the memfd or mapping fails; an LMDB
+ *         failure translated to SPW_EIO / -errno. */
+int ost_store_new(uv_loop_t *loop, const ost_opts *o, ost_store **out);
+/** Frees the store, every object and its arena. Outstanding async operations must have
+ * completed (see ost_store_busy). NULL is a no-op. */
+void ost_store_free(ost_store *s);
+/** Number of threadpool jobs in flight; the store may be freed only when it is 0. */
+int ost_store_busy(const ost_store *s);
+
+/** The arena's memfd (for executors and local clients to map) and its base address here. */
+int ost_store_fd(const ost_store *s);
+uint8_t *ost_store_base(const ost_store *s);
+void ost_stats_get(const ost_store *s, ost_stats *st);
+/** The memory level and how many bytes must be freed to get back under the spill target. */
+enum ost_level ost_mem_state(const ost_store *s, uint64_t *to_free);
+/** Test hook: changes the capacity limit at run time (not the mapping): a lower value makes
+ * the store spill and refuse as if it were that small. 0 restores the real capacity. */
+void ost_store_set_limit(ost_store *s, uint64_t limit);
+
+/** Creates an object of size bytes, in state CREATED, pinned once (by its writer).
+ * @return 0; SPW_EEXIST if the id is present; SPW_EINVAL if size is 0; SPW_ETOOBIG if size
+ *         exceeds the capacity; SPW_ENOMEM if it does not fit now (the caller may squeeze and
+ *         retry, see ost_obj_create_async). */
+int ost_obj_create(ost_store *s, spw_id id, uint64_t size, ost_obj **out);
+
+/** Completion of an asynchronous store operation. status 0 or an SPW_E* code. */
+typedef void (*ost_cb)(void *arg, int status, ost_obj *o);
+
+/** Creates an object, spilling and waiting for room if needed (squeeze, then back-pressure
+ * until alloc_wait_ms). cb runs exactly once with the object (CREATED, pinned once) or an
+ * error: SPW_ETOOBIG, SPW_EEXIST, SPW_EBACKPRESSURE. It may run before this returns.
+ * @return 0. */
+int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg);
+
+/** Seals a CREATED object: it becomes readable and immutable, and its writer's pin is dropped.
+ * @return 0 or SPW_ESEALED. */
+int ost_obj_seal(ost_store *s, ost_obj *o);
+/** Drops a CREATED object (a failed write) and frees its memory. */
+void ost_obj_abort(ost_store *s, ost_obj *o);
+
+/** Looks an object up. @return the object, or NULL. */
+ost_obj *ost_obj_find(const ost_store *s, spw_id id);
+spw_id ost_obj_id(const ost_obj *o);
+uint64_t ost_obj_size(const ost_obj *o);
+enum ost_state ost_obj_state(const ost_obj *o);
+/** OST_IN_MEMORY and/or OST_ON_DISK. */
+unsigned ost_obj_where(const ost_obj *o);
+uint32_t ost_obj_pins(const ost_obj *o);
+/** Bytes the spilled copy takes in LMDB, 0 if none. */
+uint64_t ost_obj_stored_size(const ost_obj *o);
+/** The object's bytes in the arena. @note valid while the object is pinned and in memory. */
+uint8_t *ost_obj_data(const ost_obj *o);
+/** Offset of the bytes in the arena. @note as ost_obj_data. */
+uint64_t ost_obj_offset(const ost_obj *o);
+
+/** Pins a sealed in-memory object (a reader or task uses it): it will not be spilled or freed
+ * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory (restore). */
+int ost_obj_pin(ost_store *s, ost_obj *o);
+/** Drops one pin. @return 0, or SPW_ENOTHELD if it was not pinned (nothing changes). */
+int ost_obj_unpin(ost_store *s, ost_obj *o);
+/** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly
+ * before this returns, when it is already in memory). */
+int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg);
+
+/** Deletes an object: its memory and its spilled copy. If pinned, it disappears from lookups
+ * now and its memory is freed at the last unpin.
+ * @return 0, or SPW_ENOOBJ for an unknown id (nothing changes). */
+int ost_obj_delete(ost_store *s, spw_id id);
+
+/** Starts spilling now if the store is above its threshold (runs in bounded slices on the
+ * loop). Called after allocations and by the worker's timer. */
+void ost_store_maintain(ost_store *s);
+/** Test hook: spills every unpinned sealed object now (asynchronously); cb runs when done. */
+int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPW_OBJSTORE_H */

@@ -1,0 +1,472 @@
+/*
+ * The object store: arena, object table, pins, LRU and waiting allocations.
+ *
+ * Owns: the memfd arena and its mapping, the allocator, every ost_obj (in the table, or on the
+ * zombie list once deleted while pinned), and the queue of allocations waiting for room.
+ * Threads: everything here runs on the worker's loop thread.
+ * Invariants (checked by tests through ost_stats):
+ *   stats.used == allocator used == sum of block sizes of objects with memory;
+ *   stats.pinned == sum of block sizes of in-memory objects with pins > 0;
+ *   an object is on the LRU list iff it is SEALED, in memory, unpinned and not being spilled;
+ *   a deleted object is never in the table; its memory goes back at its last unpin.
+ */
+#include "spillway/objstore.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <uthash.h>
+#include <utlist.h>
+
+#include "alloc.h"
+#include "store_int.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+void ost_opts_default(ost_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->capacity = 256ULL << 20;
+    o->spill_threshold = 0.8;
+    o->spill_target = 0.7;
+    o->pause_threshold = 0.9;
+    o->compression_level = 1;
+    o->alloc_wait_ms = 30000;
+    o->name = "store";
+}
+
+static uint64_t limit_of(const ost_store *s)
+{
+    return s->limit != 0 && s->limit < s->capacity ? s->limit : s->capacity;
+}
+
+int ost_store_new(uv_loop_t *loop, const ost_opts *o, ost_store **out)
+{
+    uint64_t granule = o->granule != 0 ? o->granule : (uint64_t)sysconf(_SC_PAGESIZE);
+    if (o->capacity < granule || (granule & (granule - 1)) != 0 || o->spill_target <= 0 ||
+        o->spill_target > o->spill_threshold || o->spill_threshold > 1.0 ||
+        o->pause_threshold < o->spill_threshold)
+        return SPW_EINVAL;
+    ost_store *s = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *s);
+    s->loop = loop;
+    s->opts = *o;
+    s->opts.name = NULL;
+    s->opts.spill_dir = NULL;
+    s->name = spw_strdup(SPW_MOD_OBJSTORE, o->name != NULL ? o->name : "store");
+    s->capacity = o->capacity - o->capacity % granule;
+    s->granule = granule;
+    s->fd = -1;
+    int rc = ost_alloc_new(s->capacity, granule, &s->alloc);
+    if (rc != 0)
+        goto fail;
+    char mname[64];
+    snprintf(mname, sizeof mname, "spillway-%s", s->name);
+    s->fd = memfd_create(mname, MFD_CLOEXEC);
+    if (s->fd < 0 || ftruncate(s->fd, (off_t)s->capacity) != 0) {
+        rc = -errno;
+        spw_log(SPW_LOG_ERR, "store=%s arena of %llu bytes: %s", s->name,
+                (unsigned long long)s->capacity, strerror(errno));
+        goto fail;
+    }
+    s->base = mmap(NULL, s->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->fd, 0);
+    if (s->base == MAP_FAILED) {
+        rc = -errno;
+        s->base = NULL;
+        goto fail;
+    }
+    ARENA_POISON(s->base, s->capacity);
+    if (o->spill_dir != NULL) {
+        rc = ost__spill_open(s, o->spill_dir);
+        if (rc != 0)
+            goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    ost_store_free(s);
+    return rc;
+}
+
+static void obj_release_memory(ost_store *s, ost_obj *o)
+{
+    if (o->blk == NULL)
+        return;
+    uint64_t bsize = ost_block_size(o->blk);
+    ARENA_POISON(s->base + ost_block_off(o->blk), bsize);
+    ost_alloc_put(s->alloc, o->blk);
+    o->blk = NULL;
+    s->st.used -= bsize;
+    s->st.objs_mem--;
+}
+
+static void obj_destroy(ost_store *s, ost_obj *o)
+{
+    obj_release_memory(s, o);
+    if (o->on_disk)
+        ost__spill_forget(s, o);
+    spw_free(o);
+}
+
+void ost_store_free(ost_store *s)
+{
+    if (s == NULL)
+        return;
+    SPW_ASSERT(s->busy == 0);
+    ost_obj *o, *tmp;
+    HASH_ITER(hh, s->table, o, tmp)
+    {
+        HASH_DEL(s->table, o);
+        obj_destroy(s, o);
+    }
+    DL_FOREACH_SAFE(s->zombies, o, tmp)
+    {
+        DL_DELETE(s->zombies, o);
+        obj_destroy(s, o);
+    }
+    ost_waiter *w, *wtmp;
+    DL_FOREACH_SAFE(s->waiters, w, wtmp)
+    {
+        DL_DELETE(s->waiters, w);
+        w->cb(w->arg, SPW_ESHUTDOWN, NULL);
+        spw_free(w);
+    }
+    ost__spill_close(s);
+    if (s->base != NULL)
+        munmap(s->base, s->capacity);
+    if (s->fd >= 0)
+        close(s->fd);
+    ost_alloc_free(s->alloc);
+    spw_free(s->name);
+    spw_free(s);
+}
+
+int ost_store_busy(const ost_store *s)
+{
+    return s->busy;
+}
+
+int ost_store_fd(const ost_store *s)
+{
+    return s->fd;
+}
+
+uint8_t *ost_store_base(const ost_store *s)
+{
+    return s->base;
+}
+
+void ost_stats_get(const ost_store *s, ost_stats *st)
+{
+    *st = s->st;
+    st->capacity = limit_of(s);
+    st->objs_total = HASH_COUNT(s->table);
+}
+
+enum ost_level ost_mem_state(const ost_store *s, uint64_t *to_free)
+{
+    uint64_t cap = limit_of(s);
+    uint64_t used = s->st.used;
+    uint64_t target = (uint64_t)((double)cap * s->opts.spill_target);
+    if (to_free != NULL)
+        *to_free = used > target ? used - target : 0;
+    if ((double)used > (double)cap * s->opts.pause_threshold)
+        return OST_LEVEL_PAUSE;
+    if ((double)used > (double)cap * s->opts.spill_threshold)
+        return OST_LEVEL_SPILL;
+    return OST_LEVEL_OK;
+}
+
+void ost_store_set_limit(ost_store *s, uint64_t limit)
+{
+    s->limit = limit;
+    ost_store_maintain(s);
+}
+
+/* ------------------------------------------------------------------ LRU */
+
+void ost__lru_update(ost_store *s, ost_obj *o)
+{
+    bool want = o->state == OST_SEALED && o->blk != NULL && o->pins == 0 && !o->spilling &&
+                !o->deleted;
+    if (want && !o->on_lru) {
+        DL_APPEND2(s->lru, o, lru_prev, lru_next);
+        o->on_lru = true;
+    } else if (!want && o->on_lru) {
+        DL_DELETE2(s->lru, o, lru_prev, lru_next);
+        o->on_lru = false;
+    }
+}
+
+static void touch(ost_store *s, ost_obj *o)
+{
+    /* Most recently used goes to the tail; spilling takes from the head. */
+    if (o->on_lru) {
+        DL_DELETE2(s->lru, o, lru_prev, lru_next);
+        DL_APPEND2(s->lru, o, lru_prev, lru_next);
+    }
+}
+
+/* ------------------------------------------------------------- objects */
+
+static void pins_changed(ost_store *s, ost_obj *o, uint32_t before)
+{
+    if (o->blk != NULL) {
+        uint64_t bsize = ost_block_size(o->blk);
+        if (before == 0 && o->pins > 0)
+            s->st.pinned += bsize;
+        else if (before > 0 && o->pins == 0)
+            s->st.pinned -= bsize;
+    }
+    ost__lru_update(s, o);
+}
+
+/* Allocates memory for o; on success updates the figures. */
+int ost__obj_alloc(ost_store *s, ost_obj *o)
+{
+    if (s->limit != 0 && s->st.used + o->size > limit_of(s))
+        return SPW_ENOMEM;
+    int rc = ost_alloc_get(s->alloc, o->size, &o->blk);
+    if (rc != 0)
+        return rc;
+    uint64_t bsize = ost_block_size(o->blk);
+    ARENA_UNPOISON(s->base + ost_block_off(o->blk), o->size);
+    s->st.used += bsize;
+    if (s->st.used > s->st.peak_used)
+        s->st.peak_used = s->st.used;
+    s->st.objs_mem++;
+    if (o->pins > 0)
+        s->st.pinned += bsize;
+    return 0;
+}
+
+static int create_now(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
+{
+    if (size == 0)
+        return SPW_EINVAL;
+    if (size > limit_of(s))
+        return SPW_ETOOBIG;
+    ost_obj *o;
+    HASH_FIND(hh, s->table, &id, sizeof id, o);
+    if (o != NULL)
+        return SPW_EEXIST;
+    o = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *o);
+    o->id = id;
+    o->size = size;
+    o->state = OST_CREATED;
+    o->pins = 1;
+    o->store_base = s->base;
+    int rc = ost__obj_alloc(s, o);
+    if (rc != 0) {
+        spw_free(o);
+        return rc == SPW_ETOOBIG ? SPW_ETOOBIG : SPW_ENOMEM;
+    }
+    HASH_ADD(hh, s->table, id, sizeof o->id, o);
+    *out = o;
+    return 0;
+}
+
+int ost_obj_create(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
+{
+    int rc = create_now(s, id, size, out);
+    ost__spill_maintain(s);
+    return rc;
+}
+
+static void waiters_retry(ost_store *s);
+
+int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
+{
+    ost_obj *o = NULL;
+    int rc = s->waiters == NULL ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
+    if (rc != SPW_ENOMEM) {
+        cb(arg, rc, rc == 0 ? o : NULL);
+        return 0;
+    }
+    /* Squeeze: make room by spilling, and wait (back-pressure) until there is some. */
+    ost_waiter *w = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *w);
+    w->id = id;
+    w->size = size;
+    w->cb = cb;
+    w->arg = arg;
+    w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
+    DL_APPEND(s->waiters, w);
+    s->waiting_bytes += size;
+    ost__spill_for(s, size);
+    return 0;
+}
+
+static void waiters_retry(ost_store *s)
+{
+    if (s->retrying)
+        return; /* a waiter's callback freed memory: the loop below sees it */
+    s->retrying = true;
+    ost_waiter *w, *tmp;
+    uint64_t now = spw_now_ns();
+    DL_FOREACH_SAFE(s->waiters, w, tmp)
+    {
+        ost_obj *o = NULL;
+        int rc = create_now(s, w->id, w->size, &o);
+        if (rc == SPW_ENOMEM && now < w->deadline_ns)
+            break; /* first come, first served: a big request is not starved by small ones */
+        DL_DELETE(s->waiters, w);
+        s->waiting_bytes -= w->size;
+        if (rc == SPW_ENOMEM) {
+            spw_log(SPW_LOG_WARN,
+                    "store=%s allocation of %llu bytes gave up after %u ms: used=%llu pinned=%llu",
+                    s->name, (unsigned long long)w->size, s->opts.alloc_wait_ms,
+                    (unsigned long long)s->st.used, (unsigned long long)s->st.pinned);
+            rc = SPW_EBACKPRESSURE;
+        }
+        w->cb(w->arg, rc, rc == 0 ? o : NULL);
+        spw_free(w);
+    }
+    s->retrying = false;
+    if (s->waiters != NULL)
+        ost__spill_for(s, s->waiting_bytes);
+}
+
+int ost_obj_seal(ost_store *s, ost_obj *o)
+{
+    if (o->state != OST_CREATED)
+        return SPW_ESEALED;
+    o->state = OST_SEALED;
+    uint32_t before = o->pins;
+    o->pins--;
+    o->last_use_ns = spw_now_ns();
+    pins_changed(s, o, before);
+    if (o->pins == 0 && o->deleted)
+        ost__obj_free_deleted(s, o);
+    return 0;
+}
+
+void ost__obj_free_deleted(ost_store *s, ost_obj *o)
+{
+    DL_DELETE(s->zombies, o);
+    obj_destroy(s, o);
+    waiters_retry(s);
+}
+
+void ost_obj_abort(ost_store *s, ost_obj *o)
+{
+    SPW_ASSERT(o->state == OST_CREATED);
+    if (o->blk != NULL && o->pins > 0)
+        s->st.pinned -= ost_block_size(o->blk);
+    o->pins = 0;
+    if (o->deleted) {
+        DL_DELETE(s->zombies, o);
+    } else {
+        HASH_DEL(s->table, o);
+    }
+    obj_destroy(s, o);
+    waiters_retry(s);
+}
+
+ost_obj *ost_obj_find(const ost_store *s, spw_id id)
+{
+    ost_obj *o;
+    HASH_FIND(hh, s->table, &id, sizeof id, o);
+    return o;
+}
+
+spw_id ost_obj_id(const ost_obj *o)
+{
+    return o->id;
+}
+
+uint64_t ost_obj_size(const ost_obj *o)
+{
+    return o->size;
+}
+
+enum ost_state ost_obj_state(const ost_obj *o)
+{
+    return (enum ost_state)o->state;
+}
+
+unsigned ost_obj_where(const ost_obj *o)
+{
+    return (o->blk != NULL ? OST_IN_MEMORY : 0) | (o->on_disk ? OST_ON_DISK : 0);
+}
+
+uint32_t ost_obj_pins(const ost_obj *o)
+{
+    return o->pins;
+}
+
+uint64_t ost_obj_stored_size(const ost_obj *o)
+{
+    return o->on_disk ? o->stored_size : 0;
+}
+
+uint8_t *ost_obj_data(const ost_obj *o)
+{
+    SPW_ASSERT(o->blk != NULL);
+    return o->store_base + ost_block_off(o->blk);
+}
+
+uint64_t ost_obj_offset(const ost_obj *o)
+{
+    SPW_ASSERT(o->blk != NULL);
+    return ost_block_off(o->blk);
+}
+
+int ost_obj_pin(ost_store *s, ost_obj *o)
+{
+    if (o->state != OST_SEALED)
+        return SPW_ENOTSEALED;
+    if (o->blk == NULL)
+        return SPW_EAGAIN;
+    uint32_t before = o->pins;
+    o->pins++;
+    o->last_use_ns = spw_now_ns();
+    touch(s, o);
+    pins_changed(s, o, before);
+    return 0;
+}
+
+int ost_obj_unpin(ost_store *s, ost_obj *o)
+{
+    if (o->pins == 0 || (o->state == OST_CREATED && o->pins == 1))
+        return SPW_ENOTHELD;
+    uint32_t before = o->pins;
+    o->pins--;
+    pins_changed(s, o, before);
+    if (o->pins == 0 && o->deleted)
+        ost__obj_free_deleted(s, o);
+    return 0;
+}
+
+int ost_obj_delete(ost_store *s, spw_id id)
+{
+    ost_obj *o;
+    HASH_FIND(hh, s->table, &id, sizeof id, o);
+    if (o == NULL)
+        return SPW_ENOOBJ;
+    HASH_DEL(s->table, o);
+    o->deleted = true;
+    ost__lru_update(s, o);
+    if (o->pins > 0 || o->spilling || o->restoring) {
+        /* Readers, a writer or a threadpool job still use it: free at the last of them. */
+        DL_APPEND(s->zombies, o);
+        return 0;
+    }
+    obj_destroy(s, o);
+    waiters_retry(s);
+    return 0;
+}
+
+void ost_store_maintain(ost_store *s)
+{
+    waiters_retry(s);
+    ost__spill_maintain(s);
+}

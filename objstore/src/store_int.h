@@ -1,0 +1,79 @@
+/* Internals shared by the store's source files (store.c, spill.c). Not installed. */
+#ifndef SPW_OST_STORE_INT_H
+#define SPW_OST_STORE_INT_H
+
+#include <uthash.h>
+
+#include "spillway/objstore.h"
+#include "alloc.h"
+
+struct ost_obj {
+    spw_id id;
+    UT_hash_handle hh;
+    uint64_t size;          /* payload bytes */
+    ost_block *blk;         /* arena block, or NULL when only on disk */
+    uint8_t *store_base;    /* the arena base, so ost_obj_data needs no store */
+    uint32_t pins;          /* readers, tasks and the writer using it now */
+    uint8_t state;          /* enum ost_state */
+    bool on_lru;
+    bool on_disk;           /* a spilled copy exists in LMDB */
+    bool spilling;          /* a threadpool job is writing it to LMDB */
+    bool restoring;         /* a threadpool job is reading it back */
+    bool deleted;           /* removed from the table; freed when the last user lets go */
+    uint64_t stored_size;   /* bytes of the spilled copy */
+    uint64_t last_use_ns;
+    ost_obj *lru_prev, *lru_next;
+    ost_obj *prev, *next;   /* zombie list */
+    struct ost_getter *getters; /* callbacks waiting for a restore */
+};
+
+typedef struct ost_waiter {
+    spw_id id;
+    uint64_t size;
+    ost_cb cb;
+    void *arg;
+    uint64_t deadline_ns;
+    struct ost_waiter *prev, *next;
+} ost_waiter;
+
+typedef struct ost_getter {
+    ost_cb cb;
+    void *arg;
+    struct ost_getter *next;
+} ost_getter;
+
+struct ost_spill; /* spill.c */
+
+struct ost_store {
+    uv_loop_t *loop;
+    ost_opts opts;
+    char *name;
+    uint64_t capacity;  /* arena bytes, a multiple of granule */
+    uint64_t granule;
+    uint64_t limit;     /* test hook: effective capacity, 0 = capacity */
+    int fd;             /* memfd */
+    uint8_t *base;      /* arena mapping */
+    ost_alloc *alloc;
+    ost_obj *table;     /* uthash by id */
+    ost_obj *lru;       /* head = least recently used */
+    ost_obj *zombies;   /* deleted while in use */
+    ost_waiter *waiters;
+    uint64_t waiting_bytes;
+    bool retrying;
+    int busy;           /* threadpool jobs in flight */
+    ost_stats st;
+    struct ost_spill *spill;
+};
+
+void ost__lru_update(ost_store *s, ost_obj *o);
+int ost__obj_alloc(ost_store *s, ost_obj *o);
+void ost__obj_free_deleted(ost_store *s, ost_obj *o);
+
+/* spill.c */
+int ost__spill_open(ost_store *s, const char *dir);
+void ost__spill_close(ost_store *s);
+void ost__spill_forget(ost_store *s, ost_obj *o);
+void ost__spill_maintain(ost_store *s);
+void ost__spill_for(ost_store *s, uint64_t bytes);
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * spw_base: what every spillway module shares. Object ids, logging, the control-plane heap
+ * with per-module counters, monotonic time, always-on assertions, a growable byte buffer and
+ * small parsing helpers for sizes and addresses.
+ */
+#ifndef SPW_BASE_H
+#define SPW_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "spillway/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- ids */
+
+/** A 128-bit object or task id. Ids are printed as 32 lower-case hex digits (hi then lo),
+ * and in short form as the first 12 of them. */
+typedef struct spw_id {
+    uint64_t hi;
+    uint64_t lo;
+} spw_id;
+
+#define SPW_ID_HEX_LEN 32
+#define SPW_ID_SHORT_LEN 12
+
+static inline bool spw_id_eq(spw_id a, spw_id b)
+{
+    return a.hi == b.hi && a.lo == b.lo;
+}
+static inline bool spw_id_is_nil(spw_id a)
+{
+    return a.hi == 0 && a.lo == 0;
+}
+/** Writes the id as 32 hex digits plus NUL into out (33 bytes). Returns out. */
+char *spw_id_hex(spw_id id, char out[SPW_ID_HEX_LEN + 1]);
+/** Parses 32 hex digits. @return 0, or SPW_EINVAL if s is not exactly 32 hex digits. */
+int spw_id_parse(const char *s, spw_id *out);
+/** Big-endian 16-byte wire form. */
+void spw_id_to_bytes(spw_id id, uint8_t out[16]);
+spw_id spw_id_from_bytes(const uint8_t in[16]);
+/** A well-mixed 64-bit hash of the id, for hash tables. */
+static inline uint64_t spw_id_hash(spw_id id)
+{
+    uint64_t x = id.hi ^ (id.lo * 0x9E3779B97F4A7C15ULL);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 29;
+    return x;
+}
+
+/* -------------------------------------------------------------- logging */
+
+enum spw_log_level {
+    SPW_LOG_ERR = 3,
+    SPW_LOG_WARN = 4,
+    SPW_LOG_NOTICE = 5,
+    SPW_LOG_INFO = 6,
+    SPW_LOG_DEBUG = 7,
+};
+
+extern int spw_log_level; /* messages above this level are not even formatted */
+
+/** Sets the program name printed on each line and the level. */
+void spw_log_init(const char *progname, int level);
+/** Parses "err|warn|notice|info|debug". @return the level, or SPW_EINVAL. */
+int spw_log_level_parse(const char *s);
+void spw_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** Logs one line to stderr with a "<N>" syslog prefix, so journald files it at the right
+ * priority. The level is checked before the arguments are evaluated. */
+#define spw_log(level, ...)                                                                        \
+    do {                                                                                           \
+        if ((level) <= spw_log_level)                                                              \
+            spw_log_write((level), __VA_ARGS__);                                                   \
+    } while (0)
+
+/* ----------------------------------------------------------- assertions */
+
+void spw_panic_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+#define SPW_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            spw_panic_at(__FILE__, __LINE__, "assertion failed: %s", #cond);                       \
+    } while (0)
+#define SPW_PANIC(...) spw_panic_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ----------------------------------------------------- heap with counters */
+
+/** Modules that own control-plane heap; each has a byte counter. */
+enum spw_mod {
+    SPW_MOD_BASE,
+    SPW_MOD_PROTO,
+    SPW_MOD_SCHED,
+    SPW_MOD_WORKER,
+    SPW_MOD_OBJSTORE,
+    SPW_MOD_CLIENT,
+    SPW_MOD_UV,
+    SPW_MOD_COUNT
+};
+
+/** Allocates n bytes for module mod, aborting with a message on OOM. For small fixed sizes. */
+void *spw_malloc(enum spw_mod mod, size_t n);
+void *spw_calloc(enum spw_mod mod, size_t count, size_t n);
+/** Resizes; p may be NULL. Aborts on OOM. */
+void *spw_realloc(enum spw_mod mod, void *p, size_t n);
+/** Like spw_malloc but returns NULL on failure: for sizes that come from outside. */
+void *spw_try_malloc(enum spw_mod mod, size_t n);
+void *spw_try_realloc(enum spw_mod mod, void *p, size_t n);
+/** Frees p (NULL is a no-op), preserving errno. */
+void spw_free(void *p);
+char *spw_strdup(enum spw_mod mod, const char *s);
+char *spw_strndup(enum spw_mod mod, const char *s, size_t n);
+/** Bytes currently allocated by a module, or by all when mod == SPW_MOD_COUNT. */
+int64_t spw_heap_used(enum spw_mod mod);
+/** Makes the next n-th allocation through spw_try_malloc/realloc fail (test hook); 0 disables. */
+void spw_heap_fail_after(uint64_t n);
+
+/* ----------------------------------------------------------------- time */
+
+/** Monotonic nanoseconds. */
+uint64_t spw_now_ns(void);
+/** Wall-clock milliseconds since the epoch. */
+uint64_t spw_wall_ms(void);
+
+/* ---------------------------------------------------------------- buffer */
+
+/** A growable byte buffer. The zero value is an empty buffer; spw_buf_reset keeps capacity. */
+typedef struct spw_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} spw_buf;
+
+/** Ensures room for extra more bytes. @return 0 or SPW_ENOMEM (buffer unchanged). */
+int spw_buf_reserve(spw_buf *b, size_t extra);
+/** Appends n bytes, aborting on OOM (control-plane data only). */
+void spw_buf_append(spw_buf *b, const void *p, size_t n);
+static inline void spw_buf_reset(spw_buf *b)
+{
+    b->len = 0;
+}
+void spw_buf_release(spw_buf *b);
+/** Removes the first n bytes. */
+void spw_buf_consume(spw_buf *b, size_t n);
+
+/* --------------------------------------------------------------- parsing */
+
+/** Parses "HOST:PORT" (IPv4 dotted quad or "localhost"). host must hold 64 bytes. */
+int spw_addr_split(const char *addr, char host[64], int *port);
+/** Parses a byte size: a number with optional K/M/G/T (binary, with or without "iB").
+ * @return 0 or SPW_EINVAL. */
+int spw_size_parse(const char *s, uint64_t *out);
+/** Formats bytes as "12.0 MiB" into out (at least 16 bytes). Returns out. */
+char *spw_size_fmt(uint64_t bytes, char *out, size_t outlen);
+/** Reads a whole small file (at most max bytes) into a NUL-terminated heap string.
+ * @return 0, -errno, or SPW_ELIMIT if larger than max. */
+int spw_file_read(const char *path, size_t max, char **out, size_t *outlen);
+/** Writes data to path atomically (temporary file + rename). */
+int spw_file_write_atomic(const char *path, const void *data, size_t len);
+
+/** A stable identity of this host's boot: /etc/machine-id + boot id, so two processes can tell
+ * whether they share memory. Written into out (at most outlen bytes, NUL terminated). */
+void spw_host_id(char *out, size_t outlen);
+
+/** Resident memory of a process in KiB from /proc/PID/status; field is e.g. "VmHWM", "RssAnon".
+ * @return KiB, or a negative error. */
+int64_t spw_proc_status_kib(int pid, const char *field);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPW_BASE_H */

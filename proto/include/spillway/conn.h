@@ -1,0 +1,153 @@
+/*
+ * proto_conn: framed, authenticated, batched connections over libuv.
+ *
+ * A proto_ctx belongs to one loop and holds what all its connections share: our role and name,
+ * the cluster secret, the decoder limits, and the flusher. Frames are appended to a
+ * connection's output buffer and written once per loop iteration (from a uv_idle handle), so
+ * a burst of messages costs one syscall. Only one write is in flight per connection; frames
+ * produced meanwhile are written when it completes.
+ *
+ * Handshake: the accepting side sends CHALLENGE (version, nonce); the connecting side answers
+ * HELLO with proof = HMAC-SHA256(secret, "spillway-hello" | server nonce | client nonce | role);
+ * the server checks it and answers WELCOME with its own proof over the nonces in the other order,
+ * which the client checks. With no secret configured on either side the proofs use an empty key,
+ * so a cluster with a secret rejects peers without one, and vice versa.
+ *
+ * Callback promise (libuv's): on_close is called exactly once per connection, after which the
+ * connection is freed; no other callback follows it.
+ */
+#ifndef SPW_CONN_H
+#define SPW_CONN_H
+
+#include <uv.h>
+
+#include "spillway/proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct proto_ctx proto_ctx;
+typedef struct proto_conn proto_conn;
+typedef struct proto_listener proto_listener;
+
+/** What a server tells a peer in WELCOME, and what the peer learns from it. */
+typedef struct proto_welcome {
+    uint64_t session;      /* the server's id for this connection */
+    uint64_t inline_limit; /* values up to this size travel inside messages */
+    uint32_t chunk;        /* object chunk size, bytes */
+    uint32_t max_frame;    /* largest frame the server accepts, bytes */
+} proto_welcome;
+
+typedef struct proto_conn_cbs {
+    /** Server side: the peer proved the secret. Return 0 and fill *w to accept; return an error
+     * code (and text in err) to refuse: the peer gets an ERROR frame and is disconnected. */
+    int (*on_hello)(proto_conn *c, const proto_msg *hello, proto_welcome *w, char *err,
+                    size_t errlen);
+    /** Client side: the server proved the secret and welcomed us. */
+    void (*on_ready)(proto_conn *c, const proto_welcome *w);
+    /** A message after the handshake. The message points into the connection's buffer and is
+     * valid only during the call. The callback may close the connection. */
+    void (*on_msg)(proto_conn *c, const proto_msg *m);
+    /** The connection is gone; status 0 for a close we asked for, else why. */
+    void (*on_close)(proto_conn *c, int status);
+    /** Optional: queued output fell under the low-water mark after being above it. */
+    void (*on_drain)(proto_conn *c);
+} proto_conn_cbs;
+
+/** What a worker announces about itself in HELLO. */
+typedef struct proto_hello_worker {
+    const char *addr;    /* peer port, "host:port" */
+    uint32_t slots;      /* task slots */
+    uint64_t capacity;   /* store capacity, bytes */
+    const char *host_id; /* spw_host_id(): same value means shared memory is reachable */
+    const char *local;   /* local socket for arena mapping, or "" */
+} proto_hello_worker;
+
+typedef struct proto_ctx_opts {
+    int role;                /* our role, PROTO_ROLE_* */
+    const char *name;        /* our name, sent in HELLO */
+    const uint8_t *secret;   /* cluster secret, or NULL */
+    size_t secret_len;
+    proto_limits limits;     /* what we accept */
+    uint32_t handshake_ms;   /* a peer that does not finish the handshake in time is dropped */
+    uint64_t inline_limit;   /* sent in WELCOME */
+    uint32_t chunk;          /* sent in WELCOME */
+    const proto_hello_worker *worker; /* sent in HELLO when set; must outlive the ctx */
+} proto_ctx_opts;
+
+void proto_ctx_opts_default(proto_ctx_opts *o);
+
+/** Creates the shared state for loop. @return 0, or a libuv error. */
+int proto_ctx_new(uv_loop_t *loop, const proto_ctx_opts *o, proto_ctx **out);
+/** Closes every connection and listener (their on_close run), then the ctx's own handles;
+ * the ctx is freed once the loop has run the close callbacks. done (optional) runs then. */
+void proto_ctx_close(proto_ctx *ctx, void (*done)(void *arg), void *arg);
+uv_loop_t *proto_ctx_loop(proto_ctx *ctx);
+/** A pointer of the owner's, for callbacks that only have a connection. */
+void proto_ctx_set_data(proto_ctx *ctx, void *data);
+void *proto_ctx_data(const proto_ctx *ctx);
+proto_ctx *proto_conn_ctx(const proto_conn *c);
+const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx);
+/** Reads a secret file (must not be readable by group or others).
+ * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
+int proto_secret_load(const char *path, uint8_t **secret, size_t *len);
+
+/** Listens on "HOST:PORT" (port 0: ephemeral). bound receives the actual "host:port".
+ * Accepted peers get cbs and data. @return 0 or a negative error (address in use, ...). */
+int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
+                 proto_listener **out, char *bound, size_t boundlen);
+void proto_listener_close(proto_listener *l);
+
+/** Connects to "HOST:PORT" and runs the handshake; on_ready or on_close follows.
+ * @return 0 (a callback will follow), or an error now (no callback). */
+int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
+                  proto_conn **out);
+/** Wraps an already connected stream socket (an executor's socketpair end); no handshake,
+ * the connection is ready at once and gets no on_ready. @return 0 or a libuv error. */
+int proto_conn_open_fd(proto_ctx *ctx, int fd, const proto_conn_cbs *cbs, void *data,
+                       proto_conn **out);
+
+void *proto_conn_data(const proto_conn *c);
+void proto_conn_set_data(proto_conn *c, void *data);
+int proto_conn_peer_role(const proto_conn *c);
+/** "ip:port" of the peer, or "fd" for a wrapped socket. */
+const char *proto_conn_peer(const proto_conn *c);
+/** What the server said in WELCOME (client side), or what we sent (server side). */
+const proto_welcome *proto_conn_welcome(const proto_conn *c);
+bool proto_conn_is_closing(const proto_conn *c);
+
+/** The buffer to build the next frame in: proto_enc_begin(&e, proto_conn_out(c), ...). */
+spw_buf *proto_conn_out(proto_conn *c);
+/** Finishes a frame started in proto_conn_out and schedules the write.
+ * @return 0, or SPW_EFRAMESIZE (frame dropped) if it exceeds the peer's max_frame. */
+int proto_conn_send(proto_conn *c, proto_enc *e);
+/** Like proto_conn_send for a frame whose last field is a bin header of len bytes
+ * (proto_put_bin_hdr): the len bytes are written from data without a copy. release(arg) runs
+ * once the bytes are written or the connection is gone; also on error. */
+int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size_t len,
+                             void (*release)(void *arg), void *arg);
+/** Queues complete frames built elsewhere (len bytes of whole frames). @return 0 or
+ * SPW_ECLOSED. */
+int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len);
+/** Sends an ERROR frame. */
+void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/** Bytes queued and not yet written. */
+size_t proto_conn_queued(const proto_conn *c);
+/** False once queued output passed the high-water mark, until on_drain. Producers of bulk data
+ * stop sending while it is false. */
+bool proto_conn_writable(const proto_conn *c);
+/** Stops delivering messages (and reading) until proto_conn_resume; for back-pressure. */
+void proto_conn_pause(proto_conn *c);
+/** Resumes delivery; messages already buffered are delivered from the loop, not from inside
+ * this call. */
+void proto_conn_resume(proto_conn *c);
+/** Closes: queued output is written first when possible (bounded by a deadline), then the
+ * handle is closed and on_close(status) runs. Safe to call twice. */
+void proto_conn_close(proto_conn *c, int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPW_CONN_H */

@@ -1,0 +1,36 @@
+/*
+ * Helpers the daemons and the CLI share: readiness reporting, systemd notification and
+ * config files that feed the same option parser as the command line.
+ */
+#ifndef SPW_DAEMON_H
+#define SPW_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Reports that a daemon is ready: writes "host:port\n" to port_file (atomically, if given),
+ * prints "READY host:port" on stdout, and tells systemd (READY=1) when NOTIFY_SOCKET is set.
+ * @return 0 or the error writing port_file. */
+int spw_daemon_ready(const char *addr, const char *port_file, const char *status);
+/** Sends a raw sd_notify state string ("STOPPING=1"); a no-op outside systemd. */
+void spw_sd_notify(const char *state);
+
+/** Builds an argument vector from a config file and the command line: the file's
+ * "key = value" lines become "--key=value" (a bare "key" becomes "--key"), '#' starts a
+ * comment, and the command line comes after so it wins. Looks for --config PATH / --config=PATH
+ * in argv. The result is heap allocated; free it with spw_config_free.
+ * @return 0, or an error reading the file (with a message on stderr naming the line). */
+int spw_config_args(int argc, char **argv, int *out_argc, char ***out_argv);
+void spw_config_free(int argc, char **argv);
+
+/** Parses "N%" of physical memory or a byte size ("64M"). @return 0 or SPW_EINVAL. */
+int spw_capacity_parse(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,329 @@
+/*
+ * spw_proto: the wire protocol.
+ *
+ * A frame is a 4-byte big-endian body length followed by a msgpack body
+ * [type, request_id, [field, ...]]. Every message type has a schema (proto.c) that lists its
+ * fields' kinds and limits; the decoder checks the whole frame against it, so a handler never
+ * sees a value of the wrong type or out of its bounds. Object payloads travel as OBJ_WRITE /
+ * OBJ_DATA chunk frames, never as one huge frame.
+ *
+ * Decoding contract (picohttpparser style): proto_decode() is pure, with no I/O and no globals.
+ * It returns the bytes consumed (> 0), 0 for "need more", or a negative SPW_E* code for
+ * malformed input. The frame length is checked against the limit before anything is buffered.
+ * Decoded byte strings point into the caller's buffer and records into the caller's zone:
+ * both are valid until the buffer is changed or the zone cleared.
+ */
+#ifndef SPW_PROTO_H
+#define SPW_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "spillway/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROTO_VERSION 1
+#define PROTO_HDR_LEN 4
+#define PROTO_MAX_FIELDS 16
+#define PROTO_NONCE_LEN 16
+#define PROTO_PROOF_LEN 32
+#define PROTO_DEFAULT_MAX_FRAME (64u << 20)
+#define PROTO_DEFAULT_CHUNK (4u << 20)
+#define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
+#define PROTO_MAX_STR 4096u
+#define PROTO_MAX_NAME 255u
+
+/** Roles a peer announces in HELLO. */
+enum proto_role {
+    PROTO_ROLE_SCHEDULER = 1,
+    PROTO_ROLE_WORKER = 2,
+    PROTO_ROLE_CLIENT = 3,
+    PROTO_ROLE_CTL = 4,
+    PROTO_ROLE_EXECUTOR = 5,
+    PROTO_ROLE_PEER = 6, /* a worker or client talking to a worker's peer port */
+};
+const char *proto_role_name(int role);
+
+/* Message types. X(name, value): the schema of each is in proto.c. */
+#define PROTO_MSG_MAP(X)                                                                           \
+    X(CHALLENGE, 1)                                                                                \
+    X(HELLO, 2)                                                                                    \
+    X(WELCOME, 3)                                                                                  \
+    X(ERROR, 4)                                                                                    \
+    X(OK, 5)                                                                                       \
+    X(PUT_PLACE, 10)                                                                               \
+    X(PUT_TARGET, 11)                                                                              \
+    X(LOCATE, 12)                                                                                  \
+    X(LOCATION, 13)                                                                                \
+    X(RELEASE, 14)                                                                                 \
+    X(SUBMIT, 15)                                                                                  \
+    X(SUBMIT_ACK, 16)                                                                              \
+    X(TASK_RESULT, 17)                                                                             \
+    X(TASK_RUN, 20)                                                                                \
+    X(TASK_DONE, 21)                                                                               \
+    X(OBJ_ADDED, 22)                                                                               \
+    X(OBJ_DELETE, 23)                                                                              \
+    X(HEARTBEAT, 24)                                                                               \
+    X(OBJ_WRITE, 30)                                                                               \
+    X(OBJ_READ, 31)                                                                                \
+    X(OBJ_DATA, 32)                                                                                \
+    X(PUT_DONE, 33)                                                                                \
+    X(STATUS_REQ, 40)                                                                              \
+    X(STATUS, 41)                                                                                  \
+    X(EXEC, 50)                                                                                    \
+    X(EXEC_ALLOC, 51)                                                                              \
+    X(EXEC_ALLOC_OK, 52)                                                                           \
+    X(EXEC_DONE, 53)
+
+enum proto_type {
+#define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
+    PROTO_MSG_MAP(PROTO_TYPE_ENUM)
+#undef PROTO_TYPE_ENUM
+        PROTO_TYPE_MAX = 64
+};
+/** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
+const char *proto_type_name(uint32_t type);
+
+/* Field indexes, per message and per record kind. Kept beside the schemas in proto.c. */
+enum { F_CHAL_VERSION, F_CHAL_NONCE, F_CHAL_ROLE };
+enum {
+    F_HELLO_VERSION,
+    F_HELLO_ROLE,
+    F_HELLO_NONCE,
+    F_HELLO_PROOF,
+    F_HELLO_PID,
+    F_HELLO_HOST,
+    F_HELLO_NAME,
+    F_HELLO_WORKER /* optional record R_WINFO */
+};
+enum { R_WINFO_ADDR, R_WINFO_SLOTS, R_WINFO_CAPACITY, R_WINFO_HOSTID, R_WINFO_LOCAL };
+enum {
+    F_WELCOME_PROOF,
+    F_WELCOME_SESSION,
+    F_WELCOME_INLINE_LIMIT,
+    F_WELCOME_CHUNK,
+    F_WELCOME_MAX_FRAME
+};
+enum { F_ERROR_CODE, F_ERROR_MSG };
+enum { F_OK_VALUE };
+enum { F_PUTP_ID, F_PUTP_SIZE, F_PUTP_SITE, F_PUTP_FLAGS };
+enum { F_PUTT_ID, F_PUTT_WORKER, F_PUTT_ADDR, F_PUTT_HOSTID, F_PUTT_LOCAL, F_PUTT_EXISTS };
+enum { F_LOCATE_ID, F_LOCATE_TIMEOUT_MS };
+enum {
+    F_LOC_ID,
+    F_LOC_STATUS,
+    F_LOC_SIZE,
+    F_LOC_INLINE, /* optional bin */
+    F_LOC_ERR,
+    F_LOC_LOCS /* records R_LOC */
+};
+enum { R_LOC_WORKER, R_LOC_ADDR, R_LOC_HOSTID, R_LOC_LOCAL };
+enum { F_RELEASE_IDS /* list of ids */ };
+enum {
+    F_SUBMIT_GRAPH,
+    F_SUBMIT_FLAGS,
+    F_SUBMIT_MAX_TASKS,
+    F_SUBMIT_MAX_BYTES,
+    F_SUBMIT_TASKS /* records R_TASK */
+};
+enum { R_TASK_ID, R_TASK_FN, R_TASK_ARGS /* records R_ARG */, R_TASK_FLAGS, R_TASK_SITE };
+enum { R_ARG_KIND, R_ARG_INLINE /* optional bin */, R_ARG_OBJ /* optional id */, R_ARG_OFF, R_ARG_LEN };
+enum { F_SUBACK_GRAPH, F_SUBACK_NTASKS };
+enum { F_TRES_ID, F_TRES_STATUS, F_TRES_SIZE, F_TRES_INLINE, F_TRES_ERR };
+enum { F_RUN_ID, F_RUN_FN, F_RUN_ARGS /* records R_WARG */, F_RUN_FLAGS };
+enum {
+    R_WARG_KIND,
+    R_WARG_INLINE,
+    R_WARG_OBJ,
+    R_WARG_OFF,
+    R_WARG_LEN,
+    R_WARG_OBJSIZE,
+    R_WARG_LOCS /* records R_LOC */
+};
+enum { F_DONE_ID, F_DONE_STATUS, F_DONE_SIZE, F_DONE_INLINE, F_DONE_ERR, F_DONE_RUN_US };
+enum { F_ADDED_ID, F_ADDED_SIZE };
+enum { F_DELETE_IDS /* list of ids */ };
+enum { F_HB_STATS /* list of u64, indexes PROTO_STAT_* */ };
+enum { F_WRITE_ID, F_WRITE_TOTAL, F_WRITE_OFF, F_WRITE_FLAGS, F_WRITE_DATA };
+enum { F_READ_ID, F_READ_OFF, F_READ_LEN };
+enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
+enum { F_PUTDONE_ID };
+enum {
+    F_STATUS_NOW_MS,
+    F_STATUS_UPTIME_MS,
+    F_STATUS_LISTEN,
+    F_STATUS_WORKERS /* records R_SWORKER */,
+    F_STATUS_CLIENTS /* records R_SCLIENT */,
+    F_STATUS_TASKS /* list of u64, indexes PROTO_TSTATE_* */,
+    F_STATUS_OBJECTS,
+    F_STATUS_OBJ_BYTES
+};
+enum {
+    R_SWORKER_ID,
+    R_SWORKER_ADDR,
+    R_SWORKER_NAME,
+    R_SWORKER_SLOTS,
+    R_SWORKER_BUSY,
+    R_SWORKER_ASSIGNED,
+    R_SWORKER_STATE,
+    R_SWORKER_STATS /* list of u64 */
+};
+enum { R_SCLIENT_SESSION, R_SCLIENT_HOST, R_SCLIENT_PID, R_SCLIENT_ROLE, R_SCLIENT_TASKS, R_SCLIENT_REFS };
+enum { F_EXEC_ID, F_EXEC_FN, F_EXEC_ARGS /* records R_EARG */, F_EXEC_INLINE_LIMIT };
+enum { R_EARG_KIND, R_EARG_INLINE, R_EARG_OFF, R_EARG_LEN };
+enum { F_EALLOC_ID, F_EALLOC_SIZE };
+enum { F_EALLOCOK_OFF };
+/* EXEC_DONE has the same fields as TASK_DONE. */
+
+/** Task argument kinds (R_ARG_KIND, R_WARG_KIND, R_EARG_KIND). */
+enum proto_arg_kind {
+    PROTO_ARG_INLINE = 0, /* bytes carried in the message */
+    PROTO_ARG_OBJ = 1,    /* a whole object (or a task's output) */
+    PROTO_ARG_VIEW = 2,   /* a byte range [off, off+len) of an object */
+};
+
+/** SUBMIT flags. */
+#define PROTO_SUBMIT_END 1u /* last frame of this graph */
+/** Task flags (R_TASK_FLAGS). */
+#define PROTO_TASK_KEEP 1u /* the client wants the result: an OUTPUT reference */
+/** OBJ_WRITE / OBJ_DATA flags. */
+#define PROTO_CHUNK_LAST 1u
+/** PUT_PLACE flags. */
+#define PROTO_PUT_CONTENT_ID 1u /* the id is a content hash: dedupe against an existing copy */
+
+/** Indexes into HEARTBEAT's stats list (worker store figures). */
+enum proto_stat {
+    PROTO_STAT_CAPACITY,
+    PROTO_STAT_USED,
+    PROTO_STAT_PINNED,
+    PROTO_STAT_OBJS_MEM,
+    PROTO_STAT_OBJS_DISK,
+    PROTO_STAT_SPILLED_RAW,
+    PROTO_STAT_SPILLED_STORED,
+    PROTO_STAT_SPILL_COUNT,
+    PROTO_STAT_SPILL_BYTES,
+    PROTO_STAT_SPILL_NS,
+    PROTO_STAT_RESTORE_COUNT,
+    PROTO_STAT_RESTORE_BYTES,
+    PROTO_STAT_RESTORE_NS,
+    PROTO_STAT_PAUSED,
+    PROTO_STAT_RUNNING,
+    PROTO_STAT_TASKS_DONE,
+    PROTO_STAT_TASKS_FAILED,
+    PROTO_STAT_EXEC_RESTARTS,
+    PROTO_STAT_RSS_KIB,
+    PROTO_STAT_COUNT
+};
+
+/** Task states, indexes of STATUS's task list. */
+enum proto_tstate {
+    PROTO_TSTATE_WAITING,
+    PROTO_TSTATE_READY,
+    PROTO_TSTATE_ASSIGNED,
+    PROTO_TSTATE_RUNNING,
+    PROTO_TSTATE_DONE,
+    PROTO_TSTATE_FAILED,
+    PROTO_TSTATE_COUNT
+};
+
+/* ------------------------------------------------------------ decoded form */
+
+typedef struct proto_val proto_val;
+
+/** One decoded field. Which member is valid follows from the schema; nil is set for an
+ * optional field that was sent as nil. */
+struct proto_val {
+    uint8_t nil;
+    union {
+        uint64_t u;
+        int64_t i;
+        bool b;
+        spw_id id;
+        struct {
+            const uint8_t *ptr; /* into the frame; not NUL terminated */
+            uint32_t len;
+        } bin; /* also for strings */
+        struct {
+            proto_val *v; /* n records of nf fields each, record i at v + i * nf */
+            uint32_t n;
+            uint32_t nf;
+        } arr;
+    };
+};
+
+/** Field f of record i of a record-array value. */
+#define PROTO_REC(val, i) ((val)->arr.v + (size_t)(i) * (val)->arr.nf)
+
+typedef struct proto_msg {
+    uint32_t type;
+    uint64_t req; /* request id; a reply carries the request's id */
+    uint32_t nf;
+    proto_val f[PROTO_MAX_FIELDS];
+} proto_msg;
+
+typedef struct proto_limits {
+    uint32_t max_frame; /* largest body accepted, bytes */
+    uint32_t max_list;  /* most elements in one array */
+} proto_limits;
+
+void proto_limits_default(proto_limits *lim);
+
+/** Decodes one frame from buf.
+ * @param[in] buf bytes received so far.
+ * @param[in] lim limits to enforce.
+ * @param[in,out] zone scratch memory for records; clear it when done with the message.
+ * @param[out] out the message; untouched unless the return is > 0.
+ * @return bytes consumed (> 0); 0 if more bytes are needed; SPW_EFRAMESIZE if the length
+ *         prefix exceeds lim->max_frame; SPW_EMALFORMED if the body is not a valid message
+ *         (wrong types, bad lengths, trailing bytes, unknown type); SPW_ENOMEM if the zone
+ *         cannot grow. */
+int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpack_zone *zone,
+                 proto_msg *out);
+
+/** Copies a decoded string into out (NUL terminated, truncated to outlen-1). Returns out. */
+char *proto_str(const proto_val *v, char *out, size_t outlen);
+
+/* ------------------------------------------------------------------ encoding */
+
+/** Builds one frame at the end of a buffer. Usage: proto_enc_begin, then exactly the schema's
+ * fields with the proto_put_* helpers, then proto_enc_end. */
+typedef struct proto_enc {
+    spw_buf *buf;
+    size_t start; /* offset of the length prefix */
+    msgpack_packer pk;
+} proto_enc;
+
+void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields);
+/** Starts encoding bare msgpack values (no frame) at the end of buf, e.g. records that will be
+ * spliced into a frame later. */
+void proto_enc_raw(proto_enc *e, spw_buf *buf);
+/** Patches the length. @return the frame's total size, or SPW_EFRAMESIZE (frame removed)
+ * if the body exceeds max_frame. */
+int proto_enc_end(proto_enc *e, uint32_t max_frame);
+
+void proto_put_u(proto_enc *e, uint64_t v);
+void proto_put_i(proto_enc *e, int64_t v);
+void proto_put_bool(proto_enc *e, bool v);
+void proto_put_nil(proto_enc *e);
+void proto_put_id(proto_enc *e, spw_id id);
+void proto_put_bin(proto_enc *e, const void *p, size_t len);
+/** Writes only a bin header of len bytes; the caller sends the len bytes itself. */
+void proto_put_bin_hdr(proto_enc *e, size_t len);
+void proto_put_str(proto_enc *e, const char *s);
+void proto_put_strn(proto_enc *e, const char *s, size_t len);
+void proto_put_arr(proto_enc *e, uint32_t n);
+
+/** Appends a complete ERROR frame. */
+void proto_enc_error(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPW_PROTO_H */

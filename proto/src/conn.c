@@ -1,0 +1,1077 @@
+/*
+ * proto_conn implementation.
+ *
+ * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
+ * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
+ * is active poll does not block, so queued frames never wait for unrelated I/O) and an
+ * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
+ * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
+ * Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
+ * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
+ * yet written. Everything here runs on the loop's thread.
+ */
+#include "spillway/conn.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utlist.h>
+
+#define IN_READ_MIN (256u << 10)
+#define OUT_HIGH_WATER (32u << 20)
+#define OUT_LOW_WATER (8u << 20)
+#define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
+#define CLOSE_DRAIN_MS 5000
+#define SWEEP_MS 500
+
+typedef struct borrow {
+    size_t at; /* offset in the owned buffer where these bytes go */
+    const void *ptr;
+    size_t len;
+    void (*release)(void *arg);
+    void *arg;
+} borrow;
+
+/* Bytes waiting to be written: an owned buffer with borrowed ranges spliced in. */
+typedef struct outq {
+    spw_buf buf;
+    borrow *b;
+    size_t nb, capb;
+    size_t borrowed_bytes;
+} outq;
+
+enum conn_state {
+    ST_CONNECTING,
+    ST_AWAIT_CHALLENGE,
+    ST_AWAIT_HELLO,
+    ST_AWAIT_WELCOME,
+    ST_READY,
+    ST_CLOSING, /* draining output, then closing */
+    ST_CLOSED   /* uv_close called */
+};
+
+struct proto_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    proto_ctx *ctx;
+    proto_conn_cbs cbs;
+    void *data;
+    enum conn_state state;
+    bool server;
+    bool dirty;
+    bool writing;
+    bool above_hwm;
+    bool paused;
+    bool resume_pending;
+    int peer_role;
+    int close_status;
+    char peer[64];
+    uint8_t my_nonce[PROTO_NONCE_LEN];
+    uint8_t peer_nonce[PROTO_NONCE_LEN];
+    proto_welcome welcome;
+    uint64_t deadline_ns; /* handshake or drain deadline; 0 = none */
+    spw_buf in;
+    size_t in_need; /* bytes needed in `in` to complete the frame at its start */
+    msgpack_zone zone;
+    outq out;  /* being filled */
+    outq wout; /* being written */
+    size_t queued;
+    uv_buf_t *wbufs;
+    size_t wbufs_cap;
+    uv_write_t wreq;
+    uv_connect_t creq;
+    proto_conn *prev, *next;
+    proto_conn *dirty_next;
+    proto_conn *resume_next;
+};
+
+struct proto_listener {
+    uv_tcp_t tcp;
+    proto_ctx *ctx;
+    proto_conn_cbs cbs;
+    void *data;
+    proto_listener *prev, *next;
+};
+
+struct proto_ctx {
+    uv_loop_t *loop;
+    proto_ctx_opts opts;
+    char *name;
+    uint8_t *secret;
+    uv_idle_t flusher;
+    uv_timer_t sweeper;
+    proto_conn *conns;
+    proto_listener *listeners;
+    proto_conn *dirty;
+    proto_conn *resumed; /* paused connections to deliver buffered input for */
+    bool closing;
+    int handles; /* open handles we own, conns and listeners included */
+    void (*done)(void *arg);
+    void *done_arg;
+    void *data; /* the owner's */
+};
+
+static void conn_flush(proto_conn *c);
+static void conn_do_close(proto_conn *c);
+static void process_input(proto_conn *c);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+void proto_ctx_opts_default(proto_ctx_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->role = PROTO_ROLE_CLIENT;
+    o->name = "spillway";
+    proto_limits_default(&o->limits);
+    o->handshake_ms = 10000;
+    o->inline_limit = PROTO_DEFAULT_INLINE_LIMIT;
+    o->chunk = PROTO_DEFAULT_CHUNK;
+}
+
+/* ------------------------------------------------------------------- ctx */
+
+static void ctx_maybe_done(proto_ctx *ctx)
+{
+    if (!ctx->closing || ctx->handles > 0)
+        return;
+    void (*done)(void *) = ctx->done;
+    void *arg = ctx->done_arg;
+    spw_free(ctx->name);
+    if (ctx->secret != NULL)
+        sodium_memzero(ctx->secret, ctx->opts.secret_len);
+    spw_free(ctx->secret);
+    spw_free(ctx);
+    if (done != NULL)
+        done(arg);
+}
+
+static void ctx_handle_closed(uv_handle_t *h)
+{
+    proto_ctx *ctx = h->data;
+    ctx->handles--;
+    ctx_maybe_done(ctx);
+}
+
+static void flusher_cb(uv_idle_t *p)
+{
+    proto_ctx *ctx = p->data;
+    while (ctx->resumed != NULL) {
+        proto_conn *c = ctx->resumed;
+        ctx->resumed = c->resume_next;
+        c->resume_next = NULL;
+        c->resume_pending = false;
+        if (!c->paused && c->state == ST_READY) {
+            uv_read_start(&c->h.stream, alloc_cb, read_cb);
+            process_input(c);
+        }
+    }
+    while (ctx->dirty != NULL) {
+        proto_conn *c = ctx->dirty;
+        ctx->dirty = c->dirty_next;
+        c->dirty = false;
+        c->dirty_next = NULL;
+        conn_flush(c);
+    }
+    uv_idle_stop(&ctx->flusher);
+}
+
+static void sweeper_cb(uv_timer_t *t)
+{
+    proto_ctx *ctx = t->data;
+    uint64_t now = spw_now_ns();
+    proto_conn *c, *tmp;
+    DL_FOREACH_SAFE(ctx->conns, c, tmp)
+    {
+        if (c->deadline_ns != 0 && now > c->deadline_ns && c->state != ST_CLOSED) {
+            if (c->state == ST_CLOSING) {
+                conn_do_close(c);
+            } else {
+                spw_log(SPW_LOG_WARN, "peer=%s handshake timed out", c->peer);
+                proto_conn_close(c, SPW_ETIMEDOUT);
+            }
+        }
+    }
+}
+
+int proto_ctx_new(uv_loop_t *loop, const proto_ctx_opts *o, proto_ctx **out)
+{
+    if (sodium_init() < 0)
+        return SPW_EIO;
+    proto_ctx *ctx = spw_calloc(SPW_MOD_PROTO, 1, sizeof *ctx);
+    ctx->loop = loop;
+    ctx->opts = *o;
+    ctx->name = spw_strdup(SPW_MOD_PROTO, o->name != NULL ? o->name : "spillway");
+    ctx->opts.name = ctx->name;
+    if (o->secret != NULL && o->secret_len > 0) {
+        ctx->secret = spw_malloc(SPW_MOD_PROTO, o->secret_len);
+        memcpy(ctx->secret, o->secret, o->secret_len);
+    }
+    ctx->opts.secret = ctx->secret;
+    ctx->opts.secret_len = ctx->secret != NULL ? o->secret_len : 0;
+    uv_idle_init(loop, &ctx->flusher);
+    ctx->flusher.data = ctx;
+    uv_timer_init(loop, &ctx->sweeper);
+    ctx->sweeper.data = ctx;
+    ctx->handles = 2;
+    uv_timer_start(&ctx->sweeper, sweeper_cb, SWEEP_MS, SWEEP_MS);
+    uv_unref((uv_handle_t *)&ctx->sweeper);
+    *out = ctx;
+    return 0;
+}
+
+void proto_ctx_set_data(proto_ctx *ctx, void *data)
+{
+    ctx->data = data;
+}
+
+void *proto_ctx_data(const proto_ctx *ctx)
+{
+    return ctx->data;
+}
+
+proto_ctx *proto_conn_ctx(const proto_conn *c)
+{
+    return c->ctx;
+}
+
+uv_loop_t *proto_ctx_loop(proto_ctx *ctx)
+{
+    return ctx->loop;
+}
+
+const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx)
+{
+    return &ctx->opts;
+}
+
+void proto_ctx_close(proto_ctx *ctx, void (*done)(void *arg), void *arg)
+{
+    if (ctx->closing)
+        return;
+    ctx->closing = true;
+    ctx->done = done;
+    ctx->done_arg = arg;
+    proto_listener *l, *ltmp;
+    DL_FOREACH_SAFE(ctx->listeners, l, ltmp) proto_listener_close(l);
+    proto_conn *c, *tmp;
+    DL_FOREACH_SAFE(ctx->conns, c, tmp)
+    {
+        if (c->close_status == 0)
+            c->close_status = SPW_ESHUTDOWN;
+        conn_do_close(c);
+    }
+    uv_close((uv_handle_t *)&ctx->flusher, ctx_handle_closed);
+    uv_close((uv_handle_t *)&ctx->sweeper, ctx_handle_closed);
+}
+
+int proto_secret_load(const char *path, uint8_t **secret, size_t *len)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if ((st.st_mode & 077) != 0)
+        return SPW_EACCES;
+    char *data;
+    size_t n;
+    int rc = spw_file_read(path, 4096, &data, &n);
+    if (rc != 0)
+        return rc;
+    while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == '\r' || data[n - 1] == ' '))
+        n--;
+    if (n == 0) {
+        spw_free(data);
+        return SPW_EINVAL;
+    }
+    *secret = (uint8_t *)data;
+    *len = n;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- auth */
+
+static void make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n1,
+                       const uint8_t *n2, uint8_t role, uint8_t out[PROTO_PROOF_LEN])
+{
+    crypto_auth_hmacsha256_state st;
+    static const uint8_t no_key[1] = {0};
+    /* No secret means an empty key (libsodium wants a non-NULL pointer even for 0 bytes). */
+    crypto_auth_hmacsha256_init(&st, ctx->secret != NULL ? ctx->secret : no_key,
+                                ctx->opts.secret_len);
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)label, strlen(label));
+    crypto_auth_hmacsha256_update(&st, n1, PROTO_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, n2, PROTO_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, &role, 1);
+    crypto_auth_hmacsha256_final(&st, out);
+}
+
+/* ------------------------------------------------------------ conn basics */
+
+static proto_conn *conn_new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data)
+{
+    proto_conn *c = spw_calloc(SPW_MOD_PROTO, 1, sizeof *c);
+    c->ctx = ctx;
+    c->cbs = *cbs;
+    c->data = data;
+    c->h.handle.data = c;
+    msgpack_zone_init(&c->zone, 64 * 1024);
+    snprintf(c->peer, sizeof c->peer, "?");
+    DL_APPEND(ctx->conns, c);
+    ctx->handles++;
+    return c;
+}
+
+static void outq_release(outq *q, bool keep)
+{
+    for (size_t i = 0; i < q->nb; i++)
+        if (q->b[i].release != NULL)
+            q->b[i].release(q->b[i].arg);
+    q->nb = 0;
+    q->borrowed_bytes = 0;
+    if (!keep || q->buf.cap > BUF_KEEP_MAX) {
+        spw_buf_release(&q->buf);
+        if (!keep) {
+            spw_free(q->b);
+            q->b = NULL;
+            q->capb = 0;
+        }
+    } else {
+        spw_buf_reset(&q->buf);
+    }
+}
+
+static void conn_closed_cb(uv_handle_t *h)
+{
+    proto_conn *c = h->data;
+    proto_ctx *ctx = c->ctx;
+    if (c->cbs.on_close != NULL)
+        c->cbs.on_close(c, c->close_status);
+    outq_release(&c->out, false);
+    outq_release(&c->wout, false);
+    spw_buf_release(&c->in);
+    msgpack_zone_destroy(&c->zone);
+    spw_free(c->wbufs);
+    DL_DELETE(ctx->conns, c);
+    spw_free(c);
+    ctx->handles--;
+    ctx_maybe_done(ctx);
+}
+
+static void conn_do_close(proto_conn *c)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    c->state = ST_CLOSED;
+    c->deadline_ns = 0;
+    if (c->dirty) {
+        /* Unlink from the dirty list so the flusher never sees a closed connection. */
+        proto_conn **pp = &c->ctx->dirty;
+        while (*pp != c)
+            pp = &(*pp)->dirty_next;
+        *pp = c->dirty_next;
+        c->dirty = false;
+    }
+    if (c->resume_pending) {
+        proto_conn **pp = &c->ctx->resumed;
+        while (*pp != c)
+            pp = &(*pp)->resume_next;
+        *pp = c->resume_next;
+        c->resume_pending = false;
+    }
+    uv_close(&c->h.handle, conn_closed_cb);
+}
+
+void proto_conn_close(proto_conn *c, int status)
+{
+    if (c->state == ST_CLOSING || c->state == ST_CLOSED)
+        return;
+    if (c->close_status == 0)
+        c->close_status = status;
+    if (c->state == ST_CONNECTING) {
+        conn_do_close(c);
+        return;
+    }
+    uv_read_stop(&c->h.stream);
+    c->state = ST_CLOSING;
+    if (c->queued == 0 && !c->writing) {
+        conn_do_close(c);
+        return;
+    }
+    /* Let queued frames (an ERROR, a final reply) go out, but not forever. */
+    c->deadline_ns = spw_now_ns() + (uint64_t)CLOSE_DRAIN_MS * 1000000ULL;
+    conn_flush(c);
+}
+
+void *proto_conn_data(const proto_conn *c)
+{
+    return c->data;
+}
+
+void proto_conn_set_data(proto_conn *c, void *data)
+{
+    c->data = data;
+}
+
+int proto_conn_peer_role(const proto_conn *c)
+{
+    return c->peer_role;
+}
+
+const char *proto_conn_peer(const proto_conn *c)
+{
+    return c->peer;
+}
+
+const proto_welcome *proto_conn_welcome(const proto_conn *c)
+{
+    return &c->welcome;
+}
+
+bool proto_conn_is_closing(const proto_conn *c)
+{
+    return c->state == ST_CLOSING || c->state == ST_CLOSED;
+}
+
+size_t proto_conn_queued(const proto_conn *c)
+{
+    return c->queued;
+}
+
+bool proto_conn_writable(const proto_conn *c)
+{
+    return !c->above_hwm && c->state != ST_CLOSED && c->state != ST_CLOSING;
+}
+
+void proto_conn_pause(proto_conn *c)
+{
+    if (c->paused || c->state == ST_CLOSED || c->state == ST_CLOSING)
+        return;
+    c->paused = true;
+    uv_read_stop(&c->h.stream);
+}
+
+void proto_conn_resume(proto_conn *c)
+{
+    if (!c->paused)
+        return;
+    c->paused = false;
+    if (c->state != ST_READY || c->resume_pending)
+        return;
+    proto_ctx *ctx = c->ctx;
+    c->resume_pending = true;
+    c->resume_next = ctx->resumed;
+    ctx->resumed = c;
+    if (!ctx->closing)
+        uv_idle_start(&ctx->flusher, flusher_cb);
+}
+
+/* ----------------------------------------------------------------- output */
+
+static void mark_dirty(proto_conn *c)
+{
+    if (c->dirty || c->state == ST_CLOSED)
+        return;
+    proto_ctx *ctx = c->ctx;
+    c->dirty = true;
+    c->dirty_next = ctx->dirty;
+    ctx->dirty = c;
+    if (!ctx->closing)
+        uv_idle_start(&ctx->flusher, flusher_cb);
+}
+
+spw_buf *proto_conn_out(proto_conn *c)
+{
+    return &c->out.buf;
+}
+
+static uint32_t send_limit(const proto_conn *c)
+{
+    if (!c->server && c->welcome.max_frame != 0)
+        return c->welcome.max_frame;
+    return c->ctx->opts.limits.max_frame;
+}
+
+static void after_enqueue(proto_conn *c, size_t bytes)
+{
+    c->queued += bytes;
+    if (c->queued > OUT_HIGH_WATER)
+        c->above_hwm = true;
+    mark_dirty(c);
+}
+
+int proto_conn_send(proto_conn *c, proto_enc *e)
+{
+    int n = proto_enc_end(e, send_limit(c));
+    if (n < 0)
+        return n;
+    if (c->state == ST_CLOSED) {
+        c->out.buf.len = e->start;
+        return SPW_ECLOSED;
+    }
+    after_enqueue(c, (size_t)n);
+    return 0;
+}
+
+int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+{
+    if (c->state == ST_CLOSED)
+        return SPW_ECLOSED;
+    spw_buf_append(&c->out.buf, frames, len);
+    after_enqueue(c, len);
+    return 0;
+}
+
+int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size_t len,
+                             void (*release)(void *arg), void *arg)
+{
+    spw_buf *b = e->buf;
+    size_t body = b->len - e->start - PROTO_HDR_LEN + len;
+    if (body > send_limit(c) || c->state == ST_CLOSED) {
+        b->len = e->start;
+        if (release != NULL)
+            release(arg);
+        return c->state == ST_CLOSED ? SPW_ECLOSED : SPW_EFRAMESIZE;
+    }
+    uint8_t *h = b->data + e->start;
+    h[0] = (uint8_t)(body >> 24);
+    h[1] = (uint8_t)(body >> 16);
+    h[2] = (uint8_t)(body >> 8);
+    h[3] = (uint8_t)body;
+    outq *q = &c->out;
+    if (q->nb == q->capb) {
+        q->capb = q->capb ? q->capb * 2 : 8;
+        q->b = spw_realloc(SPW_MOD_PROTO, q->b, q->capb * sizeof *q->b);
+    }
+    q->b[q->nb++] = (borrow){b->len, data, len, release, arg};
+    q->borrowed_bytes += len;
+    after_enqueue(c, PROTO_HDR_LEN + body);
+    return 0;
+}
+
+void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
+{
+    char msg[PROTO_MAX_STR];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_ERROR, req, 2);
+    proto_put_i(&e, code);
+    proto_put_str(&e, msg);
+    proto_conn_send(c, &e);
+}
+
+static void write_finished(proto_conn *c, size_t written)
+{
+    outq_release(&c->wout, true);
+    c->queued -= written;
+    if (c->state == ST_CLOSING && c->queued == 0) {
+        conn_do_close(c);
+        return;
+    }
+    if (c->out.buf.len > 0 || c->out.nb > 0)
+        mark_dirty(c);
+    if (c->above_hwm && c->queued < OUT_LOW_WATER) {
+        c->above_hwm = false;
+        if (c->cbs.on_drain != NULL && c->state == ST_READY)
+            c->cbs.on_drain(c);
+    }
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    proto_conn *c = req->data;
+    c->writing = false;
+    size_t total = c->wout.buf.len + c->wout.borrowed_bytes;
+    if (status < 0) {
+        outq_release(&c->wout, true);
+        c->queued -= total;
+        if (c->state != ST_CLOSED) {
+            if (c->close_status == 0)
+                c->close_status = status;
+            conn_do_close(c);
+        }
+        return;
+    }
+    write_finished(c, total);
+}
+
+static void conn_flush(proto_conn *c)
+{
+    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
+        return;
+    if (c->out.buf.len == 0 && c->out.nb == 0)
+        return;
+    outq tmp = c->wout;
+    c->wout = c->out;
+    c->out = tmp;
+    outq *q = &c->wout;
+
+    size_t need = 2 * q->nb + 1;
+    if (need > c->wbufs_cap) {
+        c->wbufs_cap = need;
+        c->wbufs = spw_realloc(SPW_MOD_PROTO, c->wbufs, need * sizeof *c->wbufs);
+    }
+    size_t nbufs = 0, pos = 0;
+    for (size_t i = 0; i < q->nb; i++) {
+        if (q->b[i].at > pos)
+            c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->b[i].at - pos));
+        if (q->b[i].len > 0)
+            c->wbufs[nbufs++] = uv_buf_init((char *)q->b[i].ptr, (unsigned)q->b[i].len);
+        pos = q->b[i].at;
+    }
+    if (q->buf.len > pos)
+        c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->buf.len - pos));
+    size_t total = q->buf.len + q->borrowed_bytes;
+
+    int n = uv_try_write(&c->h.stream, c->wbufs, (unsigned)nbufs);
+    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+        outq_release(q, true);
+        c->queued -= total;
+        if (c->close_status == 0)
+            c->close_status = n;
+        conn_do_close(c);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done == total) {
+        write_finished(c, total);
+        return;
+    }
+    /* Skip what went out and hand the rest to uv_write. */
+    size_t first = 0;
+    while (done > 0 && done >= c->wbufs[first].len) {
+        done -= c->wbufs[first].len;
+        first++;
+    }
+    c->wbufs[first].base += done;
+    c->wbufs[first].len -= done;
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, &c->h.stream, c->wbufs + first, (unsigned)(nbufs - first), write_cb);
+    if (rc < 0) {
+        outq_release(q, true);
+        c->queued -= total;
+        if (c->close_status == 0)
+            c->close_status = rc;
+        conn_do_close(c);
+        return;
+    }
+    c->writing = true;
+}
+
+/* ------------------------------------------------------------------ input */
+
+static void send_challenge(proto_conn *c)
+{
+    randombytes_buf(c->my_nonce, sizeof c->my_nonce);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_CHALLENGE, 0, 3);
+    proto_put_u(&e, PROTO_VERSION);
+    proto_put_bin(&e, c->my_nonce, sizeof c->my_nonce);
+    proto_put_u(&e, (uint64_t)c->ctx->opts.role);
+    proto_conn_send(c, &e);
+}
+
+static void refuse(proto_conn *c, uint64_t req, int code, const char *why)
+{
+    spw_log(SPW_LOG_WARN, "peer=%s refused: %s err=%s", c->peer, why, spw_err_name(code));
+    proto_conn_error(c, req, code, "%s", why);
+    proto_conn_close(c, code);
+}
+
+static void on_challenge(proto_conn *c, const proto_msg *m)
+{
+    if (m->f[F_CHAL_VERSION].u != PROTO_VERSION) {
+        char why[128];
+        snprintf(why, sizeof why, "protocol version %llu, we speak %d",
+                 (unsigned long long)m->f[F_CHAL_VERSION].u, PROTO_VERSION);
+        refuse(c, m->req, SPW_EVERSION, why);
+        return;
+    }
+    memcpy(c->peer_nonce, m->f[F_CHAL_NONCE].bin.ptr, PROTO_NONCE_LEN);
+    c->peer_role = (int)m->f[F_CHAL_ROLE].u;
+    randombytes_buf(c->my_nonce, sizeof c->my_nonce);
+    proto_ctx *ctx = c->ctx;
+    uint8_t proof[PROTO_PROOF_LEN];
+    make_proof(ctx, "spillway-hello", c->peer_nonce, c->my_nonce, (uint8_t)ctx->opts.role, proof);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_HELLO, 0, 8);
+    proto_put_u(&e, PROTO_VERSION);
+    proto_put_u(&e, (uint64_t)ctx->opts.role);
+    proto_put_bin(&e, c->my_nonce, sizeof c->my_nonce);
+    proto_put_bin(&e, proof, sizeof proof);
+    proto_put_u(&e, (uint64_t)getpid());
+    proto_put_strn(&e, host, strnlen(host, PROTO_MAX_NAME));
+    proto_put_strn(&e, ctx->name, strnlen(ctx->name, PROTO_MAX_NAME));
+    const proto_hello_worker *w = ctx->opts.worker;
+    if (w != NULL) {
+        proto_put_arr(&e, 5);
+        proto_put_str(&e, w->addr);
+        proto_put_u(&e, w->slots);
+        proto_put_u(&e, w->capacity);
+        proto_put_str(&e, w->host_id);
+        proto_put_str(&e, w->local);
+    } else {
+        proto_put_nil(&e);
+    }
+    proto_conn_send(c, &e);
+    c->state = ST_AWAIT_WELCOME;
+}
+
+static void on_hello_msg(proto_conn *c, const proto_msg *m)
+{
+    if (m->f[F_HELLO_VERSION].u != PROTO_VERSION) {
+        char why[128];
+        snprintf(why, sizeof why, "protocol version %llu, we speak %d",
+                 (unsigned long long)m->f[F_HELLO_VERSION].u, PROTO_VERSION);
+        refuse(c, m->req, SPW_EVERSION, why);
+        return;
+    }
+    proto_ctx *ctx = c->ctx;
+    uint64_t role = m->f[F_HELLO_ROLE].u;
+    if (role == 0 || role > PROTO_ROLE_PEER) {
+        refuse(c, m->req, SPW_EPROTO, "unknown role");
+        return;
+    }
+    memcpy(c->peer_nonce, m->f[F_HELLO_NONCE].bin.ptr, PROTO_NONCE_LEN);
+    uint8_t want[PROTO_PROOF_LEN];
+    make_proof(ctx, "spillway-hello", c->my_nonce, c->peer_nonce, (uint8_t)role, want);
+    if (sodium_memcmp(want, m->f[F_HELLO_PROOF].bin.ptr, PROTO_PROOF_LEN) != 0) {
+        refuse(c, m->req, SPW_EAUTH, "authentication failed: wrong or missing cluster secret");
+        return;
+    }
+    c->peer_role = (int)role;
+    proto_welcome w = {0, ctx->opts.inline_limit, ctx->opts.chunk, ctx->opts.limits.max_frame};
+    char err[256] = "refused";
+    int rc = c->cbs.on_hello != NULL ? c->cbs.on_hello(c, m, &w, err, sizeof err) : 0;
+    if (rc != 0) {
+        refuse(c, m->req, rc, err);
+        return;
+    }
+    c->welcome = w;
+    uint8_t proof[PROTO_PROOF_LEN];
+    make_proof(ctx, "spillway-welcome", c->peer_nonce, c->my_nonce, (uint8_t)ctx->opts.role,
+               proof);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_WELCOME, m->req, 5);
+    proto_put_bin(&e, proof, sizeof proof);
+    proto_put_u(&e, w.session);
+    proto_put_u(&e, w.inline_limit);
+    proto_put_u(&e, w.chunk);
+    proto_put_u(&e, w.max_frame);
+    proto_conn_send(c, &e);
+    c->state = ST_READY;
+    c->deadline_ns = 0;
+}
+
+static void on_welcome(proto_conn *c, const proto_msg *m)
+{
+    uint8_t want[PROTO_PROOF_LEN];
+    make_proof(c->ctx, "spillway-welcome", c->my_nonce, c->peer_nonce, (uint8_t)c->peer_role,
+               want);
+    if (sodium_memcmp(want, m->f[F_WELCOME_PROOF].bin.ptr, PROTO_PROOF_LEN) != 0) {
+        spw_log(SPW_LOG_WARN, "peer=%s did not prove the cluster secret", c->peer);
+        proto_conn_close(c, SPW_EAUTH);
+        return;
+    }
+    c->welcome.session = m->f[F_WELCOME_SESSION].u;
+    c->welcome.inline_limit = m->f[F_WELCOME_INLINE_LIMIT].u;
+    c->welcome.chunk = (uint32_t)(m->f[F_WELCOME_CHUNK].u > UINT32_MAX ? UINT32_MAX
+                                                                        : m->f[F_WELCOME_CHUNK].u);
+    uint64_t mf = m->f[F_WELCOME_MAX_FRAME].u;
+    c->welcome.max_frame = (uint32_t)(mf > UINT32_MAX ? UINT32_MAX : mf);
+    if (c->welcome.max_frame < 4096)
+        c->welcome.max_frame = 4096;
+    c->state = ST_READY;
+    c->deadline_ns = 0;
+    if (c->cbs.on_ready != NULL)
+        c->cbs.on_ready(c, &c->welcome);
+}
+
+static void dispatch(proto_conn *c, const proto_msg *m)
+{
+    switch (c->state) {
+    case ST_READY:
+        c->cbs.on_msg(c, m);
+        return;
+    case ST_AWAIT_CHALLENGE:
+    case ST_AWAIT_WELCOME:
+        if (m->type == PROTO_ERROR) {
+            char msg[256];
+            spw_log(SPW_LOG_WARN, "peer=%s refused us: %s err=%s", c->peer,
+                    proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
+                    spw_err_name((int)m->f[F_ERROR_CODE].i));
+            proto_conn_close(c, (int)m->f[F_ERROR_CODE].i);
+        } else if (c->state == ST_AWAIT_CHALLENGE && m->type == PROTO_CHALLENGE) {
+            on_challenge(c, m);
+        } else if (c->state == ST_AWAIT_WELCOME && m->type == PROTO_WELCOME) {
+            on_welcome(c, m);
+        } else {
+            refuse(c, m->req, SPW_EPROTO, "unexpected message during handshake");
+        }
+        return;
+    case ST_AWAIT_HELLO:
+        if (m->type == PROTO_HELLO)
+            on_hello_msg(c, m);
+        else
+            refuse(c, m->req, SPW_EPROTO, "first message must be HELLO");
+        return;
+    default:
+        return;
+    }
+}
+
+static void process_input(proto_conn *c)
+{
+    size_t pos = 0;
+    const proto_limits *lim = &c->ctx->opts.limits;
+    while (c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
+        const uint8_t *p = c->in.data + pos;
+        size_t avail = c->in.len - pos;
+        proto_msg m;
+        int rc = proto_decode(p, avail, lim, &c->zone, &m);
+        if (rc == 0) {
+            c->in_need = 0;
+            if (avail >= PROTO_HDR_LEN)
+                c->in_need = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                                              (size_t)p[2] << 8 | (size_t)p[3]);
+            break;
+        }
+        if (rc < 0) {
+            msgpack_zone_clear(&c->zone);
+            if (rc == SPW_EMALFORMED && c->state == ST_READY) {
+                /* The length prefix is sound, so skip just this frame and go on. */
+                size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                                               (size_t)p[2] << 8 | (size_t)p[3]);
+                spw_log(SPW_LOG_WARN, "peer=%s sent a malformed frame of %zu bytes: skipped",
+                        c->peer, flen);
+                proto_conn_error(c, 0, rc, "malformed frame of %zu bytes skipped", flen);
+                pos += flen;
+                continue;
+            }
+            char why[128];
+            snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
+            refuse(c, 0, rc, why);
+            break;
+        }
+        pos += (size_t)rc;
+        dispatch(c, &m);
+        msgpack_zone_clear(&c->zone);
+    }
+    if (c->state == ST_CLOSED)
+        return;
+    spw_buf_consume(&c->in, pos);
+    if (c->in.len == 0 && c->in.cap > BUF_KEEP_MAX)
+        spw_buf_release(&c->in);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    proto_conn *c = h->data;
+    size_t want = IN_READ_MIN;
+    if (c->in_need > c->in.len && c->in_need - c->in.len > want)
+        want = c->in_need - c->in.len;
+    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len));
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    proto_conn *c = s->data;
+    if (nread < 0) {
+        if (c->state == ST_CLOSING || c->state == ST_CLOSED)
+            return;
+        int status = nread == UV_EOF ? SPW_ECLOSED : (int)nread;
+        if (c->close_status == 0)
+            c->close_status = status;
+        conn_do_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->in.len += (size_t)nread;
+    process_input(c);
+}
+
+static void conn_start(proto_conn *c)
+{
+    uv_read_start(&c->h.stream, alloc_cb, read_cb);
+    c->deadline_ns = spw_now_ns() + (uint64_t)c->ctx->opts.handshake_ms * 1000000ULL;
+}
+
+static void fill_peer_name(proto_conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0 &&
+        ss.ss_family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        char ip[32];
+        uv_ip4_name(sin, ip, sizeof ip);
+        snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(sin->sin_port));
+    }
+}
+
+/* ------------------------------------------------------------- listening */
+
+static void listener_closed(uv_handle_t *h)
+{
+    proto_listener *l = h->data;
+    proto_ctx *ctx = l->ctx;
+    DL_DELETE(ctx->listeners, l);
+    spw_free(l);
+    ctx->handles--;
+    ctx_maybe_done(ctx);
+}
+
+void proto_listener_close(proto_listener *l)
+{
+    if (!uv_is_closing((uv_handle_t *)&l->tcp))
+        uv_close((uv_handle_t *)&l->tcp, listener_closed);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    proto_listener *l = server->data;
+    if (status < 0) {
+        spw_log(SPW_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        return;
+    }
+    proto_conn *c = conn_new(l->ctx, &l->cbs, l->data);
+    c->server = true;
+    uv_tcp_init(l->ctx->loop, &c->h.tcp);
+    if (uv_accept(server, &c->h.stream) != 0) {
+        conn_do_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    fill_peer_name(c);
+    c->state = ST_AWAIT_HELLO;
+    send_challenge(c);
+    conn_start(c);
+}
+
+int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
+                 proto_listener **out, char *bound, size_t boundlen)
+{
+    char host[64];
+    int port;
+    int rc = spw_addr_split(addr, host, &port);
+    if (rc != 0)
+        return rc;
+    struct sockaddr_in sin;
+    rc = uv_ip4_addr(host, port, &sin);
+    if (rc != 0)
+        return SPW_EINVAL;
+    proto_listener *l = spw_calloc(SPW_MOD_PROTO, 1, sizeof *l);
+    l->ctx = ctx;
+    l->cbs = *cbs;
+    l->data = data;
+    uv_tcp_init(ctx->loop, &l->tcp);
+    l->tcp.data = l;
+    DL_APPEND(ctx->listeners, l);
+    ctx->handles++;
+    rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&sin, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&l->tcp, 511, on_connection);
+    if (rc != 0) {
+        proto_listener_close(l);
+        return rc;
+    }
+    if (bound != NULL) {
+        struct sockaddr_in got;
+        int len = sizeof got;
+        uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&got, &len);
+        char ip[32];
+        uv_ip4_name(&got, ip, sizeof ip);
+        snprintf(bound, boundlen, "%s:%d", ip, ntohs(got.sin_port));
+    }
+    if (out != NULL)
+        *out = l;
+    return 0;
+}
+
+/* ------------------------------------------------------------ connecting */
+
+static void connect_cb(uv_connect_t *req, int status)
+{
+    proto_conn *c = req->data;
+    if (c->state == ST_CLOSED)
+        return;
+    if (status < 0) {
+        if (c->close_status == 0)
+            c->close_status = status;
+        conn_do_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    c->state = ST_AWAIT_CHALLENGE;
+    conn_start(c);
+    if (c->out.buf.len > 0)
+        mark_dirty(c);
+}
+
+int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
+                  proto_conn **out)
+{
+    char host[64];
+    int port;
+    int rc = spw_addr_split(addr, host, &port);
+    if (rc != 0)
+        return rc;
+    struct sockaddr_in sin;
+    if (uv_ip4_addr(host, port, &sin) != 0 || port == 0)
+        return SPW_EINVAL;
+    if (ctx->closing)
+        return SPW_ESHUTDOWN;
+    proto_conn *c = conn_new(ctx, cbs, data);
+    snprintf(c->peer, sizeof c->peer, "%s", addr);
+    uv_tcp_init(ctx->loop, &c->h.tcp);
+    c->state = ST_CONNECTING;
+    c->creq.data = c;
+    rc = uv_tcp_connect(&c->creq, &c->h.tcp, (const struct sockaddr *)&sin, connect_cb);
+    if (rc != 0) {
+        /* No callback will follow: drop the connection without calling on_close. */
+        c->cbs.on_close = NULL;
+        conn_do_close(c);
+        return rc;
+    }
+    if (out != NULL)
+        *out = c;
+    return 0;
+}
+
+int proto_conn_open_fd(proto_ctx *ctx, int fd, const proto_conn_cbs *cbs, void *data,
+                       proto_conn **out)
+{
+    proto_conn *c = conn_new(ctx, cbs, data);
+    snprintf(c->peer, sizeof c->peer, "fd%d", fd);
+    uv_pipe_init(ctx->loop, &c->h.pipe, 0);
+    int rc = uv_pipe_open(&c->h.pipe, fd);
+    if (rc != 0) {
+        c->cbs.on_close = NULL;
+        conn_do_close(c);
+        return rc;
+    }
+    c->state = ST_READY;
+    c->peer_role = PROTO_ROLE_EXECUTOR;
+    uv_read_start(&c->h.stream, alloc_cb, read_cb);
+    if (out != NULL)
+        *out = c;
+    return 0;
+}

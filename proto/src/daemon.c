@@ -1,0 +1,158 @@
+/*
+ * Daemon helpers: readiness (port file, READY line, sd_notify) and config files. The systemd
+ * notification protocol is one datagram to the socket named in NOTIFY_SOCKET (an abstract
+ * socket when it starts with '@'); it is documented as stable for reimplementation, so we do
+ * not link libsystemd for it.
+ */
+#include "spillway/daemon.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "spillway/base.h"
+
+void spw_sd_notify(const char *state)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (path == NULL || path[0] == '\0')
+        return;
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    size_t len = strlen(path);
+    if (len >= sizeof sun.sun_path)
+        return;
+    memcpy(sun.sun_path, path, len);
+    if (sun.sun_path[0] == '@')
+        sun.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+    if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sun, sl) < 0)
+        spw_log(SPW_LOG_WARN, "sd_notify: %s", strerror(errno));
+    close(fd);
+}
+
+int spw_daemon_ready(const char *addr, const char *port_file, const char *status)
+{
+    if (port_file != NULL) {
+        char line[128];
+        int n = snprintf(line, sizeof line, "%s\n", addr);
+        int rc = spw_file_write_atomic(port_file, line, (size_t)n);
+        if (rc != 0) {
+            spw_log(SPW_LOG_ERR, "cannot write port file %s: %s", port_file, spw_strerror(rc));
+            return rc;
+        }
+    }
+    printf("READY %s\n", addr);
+    fflush(stdout);
+    char state[256];
+    snprintf(state, sizeof state, "READY=1\nSTATUS=%s\nMAINPID=%d", status, (int)getpid());
+    spw_sd_notify(state);
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+int spw_config_args(int argc, char **argv, int *out_argc, char ***out_argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    int cap = argc + 1, n = 0;
+    char **v = spw_calloc(SPW_MOD_BASE, (size_t)cap, sizeof *v);
+    v[n++] = spw_strdup(SPW_MOD_BASE, argv[0]);
+    if (path != NULL) {
+        FILE *f = fopen(path, "re");
+        if (f == NULL) {
+            fprintf(stderr, "%s: cannot read config %s: %s\n", argv[0], path, strerror(errno));
+            spw_config_free(n, v);
+            return -errno;
+        }
+        char line[1024];
+        int lineno = 0;
+        while (fgets(line, sizeof line, f) != NULL) {
+            lineno++;
+            char *hash = strchr(line, '#');
+            if (hash != NULL)
+                *hash = '\0';
+            char *s = trim(line);
+            if (*s == '\0')
+                continue;
+            char *eq = strchr(s, '=');
+            char opt[1100];
+            if (eq != NULL) {
+                *eq = '\0';
+                char *key = trim(s), *val = trim(eq + 1);
+                if (*key == '\0') {
+                    fprintf(stderr, "%s: %s:%d: missing key before '='\n", argv[0], path, lineno);
+                    fclose(f);
+                    spw_config_free(n, v);
+                    return SPW_EINVAL;
+                }
+                snprintf(opt, sizeof opt, "--%s=%s", key, val);
+            } else {
+                snprintf(opt, sizeof opt, "--%s", s);
+            }
+            if (n + argc + 1 >= cap) {
+                cap *= 2;
+                v = spw_realloc(SPW_MOD_BASE, v, (size_t)cap * sizeof *v);
+            }
+            v[n++] = spw_strdup(SPW_MOD_BASE, opt);
+        }
+        fclose(f);
+    }
+    if (n + argc >= cap) {
+        cap = n + argc + 1;
+        v = spw_realloc(SPW_MOD_BASE, v, (size_t)cap * sizeof *v);
+    }
+    for (int i = 1; i < argc; i++)
+        v[n++] = spw_strdup(SPW_MOD_BASE, argv[i]);
+    v[n] = NULL;
+    *out_argc = n;
+    *out_argv = v;
+    return 0;
+}
+
+void spw_config_free(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        spw_free(argv[i]);
+    spw_free(argv);
+}
+
+int spw_capacity_parse(const char *s, uint64_t *out)
+{
+    size_t len = strlen(s);
+    if (len > 1 && s[len - 1] == '%') {
+        char *end;
+        double pct = strtod(s, &end);
+        if (end != s + len - 1 || pct <= 0 || pct > 100)
+            return SPW_EINVAL;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || page <= 0)
+            return SPW_EINVAL;
+        *out = (uint64_t)((double)pages * (double)page * pct / 100.0);
+        return 0;
+    }
+    return spw_size_parse(s, out);
+}

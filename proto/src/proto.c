@@ -1,0 +1,521 @@
+/*
+ * Wire codec: message schemas, the pure frame decoder and the frame encoder.
+ *
+ * Decoding runs in three steps, each bounded: (1) the length prefix is checked against the
+ * limit; (2) a structural scan walks the msgpack body without allocating, rejecting types we
+ * never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH, containers that declare
+ * more elements than bytes remain, and bodies with trailing bytes — this keeps msgpack-c from
+ * reserving memory for counts a peer merely claims; (3) msgpack-c unpacks into the caller's zone
+ * and the schema check turns the object tree into typed proto_val fields.
+ * Nothing here keeps state between calls.
+ */
+#include "spillway/proto.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define PROTO_MAX_DEPTH 8
+#define PROTO_MAX_OBJECTS (4u << 20) /* msgpack objects in one frame */
+
+const char *proto_role_name(int role)
+{
+    switch (role) {
+    case PROTO_ROLE_SCHEDULER:
+        return "scheduler";
+    case PROTO_ROLE_WORKER:
+        return "worker";
+    case PROTO_ROLE_CLIENT:
+        return "client";
+    case PROTO_ROLE_CTL:
+        return "ctl";
+    case PROTO_ROLE_EXECUTOR:
+        return "executor";
+    case PROTO_ROLE_PEER:
+        return "peer";
+    default:
+        return "?";
+    }
+}
+
+const char *proto_type_name(uint32_t type)
+{
+    switch (type) {
+#define PROTO_TYPE_NAME(name, value)                                                               \
+    case (value):                                                                                  \
+        return #name;
+        PROTO_MSG_MAP(PROTO_TYPE_NAME)
+#undef PROTO_TYPE_NAME
+    default:
+        return "?";
+    }
+}
+
+void proto_limits_default(proto_limits *lim)
+{
+    lim->max_frame = PROTO_DEFAULT_MAX_FRAME;
+    lim->max_list = 1u << 20;
+}
+
+/* ------------------------------------------------------------------ schemas */
+
+enum pf_kind {
+    PF_NONE,
+    PF_U,      /* unsigned integer */
+    PF_I,      /* signed integer */
+    PF_BOOL,   /* boolean */
+    PF_BIN,    /* bin, length in [min, max] */
+    PF_STR,    /* str, length <= max */
+    PF_ID,     /* bin of exactly 16 bytes */
+    PF_REC,    /* one record (array of fields) of schema sub */
+    PF_RECS,   /* array of at most max records of schema sub */
+    PF_LIST_U, /* array of at most max unsigned integers (at least min) */
+    PF_LIST_ID /* array of at most max ids */
+};
+
+typedef struct pfield {
+    uint8_t kind;
+    uint8_t opt; /* nil accepted */
+    uint8_t sub; /* record schema for PF_REC / PF_RECS */
+    uint32_t min;
+    uint32_t max;
+} pfield;
+
+typedef struct pschema {
+    uint8_t nf;
+    pfield f[PROTO_MAX_FIELDS];
+} pschema;
+
+#define U {PF_U, 0, 0, 0, 0}
+#define I {PF_I, 0, 0, 0, 0}
+#define BOOL {PF_BOOL, 0, 0, 0, 0}
+#define ID {PF_ID, 0, 0, 16, 16}
+#define OPT_ID {PF_ID, 1, 0, 16, 16}
+#define BIN(mn, mx) {PF_BIN, 0, 0, (mn), (mx)}
+#define OPT_BIN(mx) {PF_BIN, 1, 0, 0, (mx)}
+#define DATA {PF_BIN, 0, 0, 0, UINT32_MAX}
+#define STR(mx) {PF_STR, 0, 0, 0, (mx)}
+#define NAME STR(PROTO_MAX_NAME)
+#define TEXT STR(PROTO_MAX_STR)
+#define RECS(sub) {PF_RECS, 0, (sub), 0, UINT32_MAX}
+#define OPT_REC(sub) {PF_REC, 1, (sub), 0, 0}
+#define LIST_U(mn) {PF_LIST_U, 0, 0, (mn), UINT32_MAX}
+#define LIST_ID {PF_LIST_ID, 0, 0, 0, UINT32_MAX}
+
+enum rec_schema { REC_WINFO, REC_LOC, REC_TASK, REC_ARG, REC_WARG, REC_SWORKER, REC_SCLIENT, REC_EARG, REC_COUNT };
+
+static const pschema rec_schemas[REC_COUNT] = {
+    [REC_WINFO] = {5, {NAME, U, U, NAME, NAME}},
+    [REC_LOC] = {4, {U, NAME, NAME, NAME}},
+    [REC_TASK] = {5, {ID, NAME, RECS(REC_ARG), U, NAME}},
+    [REC_ARG] = {5, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U}},
+    [REC_WARG] = {7, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U, U, RECS(REC_LOC)}},
+    [REC_SWORKER] = {8, {U, NAME, NAME, U, U, U, U, LIST_U(0)}},
+    [REC_SCLIENT] = {6, {U, NAME, U, U, U, U}},
+    [REC_EARG] = {4, {U, OPT_BIN(UINT32_MAX), U, U}},
+};
+
+static const pschema msg_schemas[PROTO_TYPE_MAX] = {
+    [PROTO_CHALLENGE] = {3, {U, BIN(PROTO_NONCE_LEN, PROTO_NONCE_LEN), U}},
+    [PROTO_HELLO] = {8,
+                     {U, U, BIN(PROTO_NONCE_LEN, PROTO_NONCE_LEN),
+                      BIN(PROTO_PROOF_LEN, PROTO_PROOF_LEN), U, NAME, NAME, OPT_REC(REC_WINFO)}},
+    [PROTO_WELCOME] = {5, {BIN(PROTO_PROOF_LEN, PROTO_PROOF_LEN), U, U, U, U}},
+    [PROTO_ERROR] = {2, {I, TEXT}},
+    [PROTO_OK] = {1, {U}},
+    [PROTO_PUT_PLACE] = {4, {ID, U, NAME, U}},
+    [PROTO_PUT_TARGET] = {6, {ID, U, NAME, NAME, NAME, U}},
+    [PROTO_LOCATE] = {2, {ID, U}},
+    [PROTO_LOCATION] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, RECS(REC_LOC)}},
+    [PROTO_RELEASE] = {1, {LIST_ID}},
+    [PROTO_SUBMIT] = {5, {U, U, U, U, RECS(REC_TASK)}},
+    [PROTO_SUBMIT_ACK] = {2, {U, U}},
+    [PROTO_TASK_RESULT] = {5, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT}},
+    [PROTO_TASK_RUN] = {4, {ID, NAME, RECS(REC_WARG), U}},
+    [PROTO_TASK_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
+    [PROTO_OBJ_ADDED] = {2, {ID, U}},
+    [PROTO_OBJ_DELETE] = {1, {LIST_ID}},
+    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_COUNT)}},
+    [PROTO_OBJ_WRITE] = {5, {ID, U, U, U, DATA}},
+    [PROTO_OBJ_READ] = {3, {ID, U, U}},
+    [PROTO_OBJ_DATA] = {5, {ID, U, U, U, DATA}},
+    [PROTO_PUT_DONE] = {1, {ID}},
+    [PROTO_STATUS_REQ] = {0, {{0}}},
+    [PROTO_STATUS] = {8, {U, U, NAME, RECS(REC_SWORKER), RECS(REC_SCLIENT),
+                          LIST_U(PROTO_TSTATE_COUNT), U, U}},
+    [PROTO_EXEC] = {4, {ID, NAME, RECS(REC_EARG), U}},
+    [PROTO_EXEC_ALLOC] = {2, {ID, U}},
+    [PROTO_EXEC_ALLOC_OK] = {1, {U}},
+    [PROTO_EXEC_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
+};
+
+/* -------------------------------------------------------- structural scan */
+
+static inline uint64_t be_read(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Walks exactly one msgpack object starting at buf. Returns the bytes it spans, or -1 if it is
+ * malformed, truncated, of a kind we never send, too deep, or claims implausible counts. */
+static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
+{
+    uint64_t pending[PROTO_MAX_DEPTH + 1]; /* elements still to read at each open level */
+    int depth = 0;
+    size_t pos = 0;
+    uint64_t objects = 0;
+    pending[0] = 1;
+    while (depth >= 0) {
+        if (pending[depth] == 0) {
+            depth--;
+            continue;
+        }
+        pending[depth]--;
+        if (pos >= len || ++objects > PROTO_MAX_OBJECTS)
+            return -1;
+        uint8_t t = buf[pos++];
+        uint64_t skip = 0;    /* payload bytes following the header */
+        uint64_t nested = 0;  /* array elements */
+        int hdr = 0;          /* length bytes following the type byte */
+        bool is_array = false;
+        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+            /* fixint, nil, bool */
+        } else if (t >= 0xa0 && t <= 0xbf) {
+            skip = t & 0x1f;
+        } else if (t >= 0x90 && t <= 0x9f) {
+            is_array = true;
+            nested = t & 0x0f;
+        } else {
+            switch (t) {
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xc4: case 0xd9: hdr = 1; break;
+            case 0xc5: case 0xda: hdr = 2; break;
+            case 0xc6: case 0xdb: hdr = 4; break;
+            case 0xdc: hdr = 2; is_array = true; break;
+            case 0xdd: hdr = 4; is_array = true; break;
+            default:
+                return -1; /* maps, floats, ext, never-used 0xc1 */
+            }
+            if (hdr > 0) {
+                if (len - pos < (size_t)hdr)
+                    return -1;
+                uint64_t n = be_read(buf + pos, hdr);
+                pos += (size_t)hdr;
+                if (is_array)
+                    nested = n;
+                else
+                    skip = n;
+            }
+        }
+        if (skip > len - pos)
+            return -1;
+        pos += skip;
+        if (is_array) {
+            /* Every element takes at least one byte: a count beyond what remains is a lie. */
+            if (nested > max_list || nested > len - pos)
+                return -1;
+            if (nested > 0) {
+                if (depth == PROTO_MAX_DEPTH)
+                    return -1;
+                pending[++depth] = nested;
+            }
+        }
+    }
+    return (int64_t)pos;
+}
+
+/* ------------------------------------------------------------- schema check */
+
+static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
+                        msgpack_zone *zone, const proto_limits *lim);
+
+static int check_scalar(uint8_t kind, const pfield *fd, const msgpack_object *o, proto_val *v)
+{
+    switch (kind) {
+    case PF_U:
+        if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return SPW_EMALFORMED;
+        v->u = o->via.u64;
+        return 0;
+    case PF_I:
+        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            if (o->via.u64 > INT64_MAX)
+                return SPW_EMALFORMED;
+            v->i = (int64_t)o->via.u64;
+        } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+            v->i = o->via.i64;
+        } else {
+            return SPW_EMALFORMED;
+        }
+        return 0;
+    case PF_BOOL:
+        if (o->type != MSGPACK_OBJECT_BOOLEAN)
+            return SPW_EMALFORMED;
+        v->b = o->via.boolean;
+        return 0;
+    case PF_BIN:
+    case PF_ID:
+        if (o->type != MSGPACK_OBJECT_BIN || o->via.bin.size < fd->min ||
+            o->via.bin.size > fd->max)
+            return SPW_EMALFORMED;
+        if (kind == PF_ID) {
+            v->id = spw_id_from_bytes((const uint8_t *)o->via.bin.ptr);
+        } else {
+            v->bin.ptr = (const uint8_t *)o->via.bin.ptr;
+            v->bin.len = o->via.bin.size;
+        }
+        return 0;
+    case PF_STR:
+        if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > fd->max ||
+            memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL)
+            return SPW_EMALFORMED;
+        v->bin.ptr = (const uint8_t *)o->via.str.ptr;
+        v->bin.len = o->via.str.size;
+        return 0;
+    default:
+        return SPW_EMALFORMED;
+    }
+}
+
+static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
+                       msgpack_zone *zone, const proto_limits *lim)
+{
+    memset(v, 0, sizeof *v);
+    if (o->type == MSGPACK_OBJECT_NIL) {
+        if (!fd->opt)
+            return SPW_EMALFORMED;
+        v->nil = 1;
+        return 0;
+    }
+    switch (fd->kind) {
+    case PF_REC:
+    case PF_RECS:
+    case PF_LIST_U:
+    case PF_LIST_ID: {
+        if (o->type != MSGPACK_OBJECT_ARRAY)
+            return SPW_EMALFORMED;
+        const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub]
+                                                                        : NULL;
+        uint32_t n = fd->kind == PF_REC ? 1 : o->via.array.size;
+        const msgpack_object *items = fd->kind == PF_REC ? o : o->via.array.ptr;
+        if (fd->kind != PF_REC && (n > fd->max || n > lim->max_list || n < fd->min))
+            return SPW_EMALFORMED;
+        uint32_t nf = sub != NULL ? sub->nf : 1;
+        proto_val *vals = NULL;
+        if ((uint64_t)n * nf > 0) {
+            vals = msgpack_zone_malloc(zone, (size_t)n * nf * sizeof(proto_val));
+            if (vals == NULL)
+                return SPW_ENOMEM;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            int rc;
+            if (sub != NULL) {
+                rc = check_fields(sub, &items[i], vals + (size_t)i * nf, zone, lim);
+            } else {
+                pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16};
+                memset(&vals[i], 0, sizeof vals[i]);
+                rc = check_scalar(efd.kind, &efd, &items[i], &vals[i]);
+            }
+            if (rc != 0)
+                return rc;
+        }
+        v->arr.v = vals;
+        v->arr.n = n;
+        v->arr.nf = nf;
+        return 0;
+    }
+    default:
+        return check_scalar(fd->kind, fd, o, v);
+    }
+}
+
+static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
+                        msgpack_zone *zone, const proto_limits *lim)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != s->nf)
+        return SPW_EMALFORMED;
+    for (uint32_t i = 0; i < s->nf; i++) {
+        int rc = check_value(&s->f[i], &o->via.array.ptr[i], &out[i], zone, lim);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpack_zone *zone,
+                 proto_msg *out)
+{
+    if (len < PROTO_HDR_LEN)
+        return 0;
+    uint64_t body = be_read(buf, PROTO_HDR_LEN);
+    if (body > lim->max_frame)
+        return SPW_EFRAMESIZE;
+    if (body == 0)
+        return SPW_EMALFORMED;
+    if (len - PROTO_HDR_LEN < body)
+        return 0;
+    const uint8_t *p = buf + PROTO_HDR_LEN;
+    int64_t span = scan_body(p, (size_t)body, lim->max_list);
+    if (span != (int64_t)body)
+        return SPW_EMALFORMED; /* malformed, or trailing bytes after the object */
+
+    msgpack_object root;
+    size_t off = 0;
+    msgpack_unpack_return ur = msgpack_unpack((const char *)p, (size_t)body, &off, zone, &root);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+        return SPW_ENOMEM;
+    if (ur != MSGPACK_UNPACK_SUCCESS || off != body)
+        return SPW_EMALFORMED;
+    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size != 3)
+        return SPW_EMALFORMED;
+    const msgpack_object *top = root.via.array.ptr;
+    if (top[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || top[0].via.u64 >= PROTO_TYPE_MAX ||
+        top[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return SPW_EMALFORMED;
+    uint32_t type = (uint32_t)top[0].via.u64;
+    const pschema *s = &msg_schemas[type];
+    if (s->nf == 0 && type != PROTO_STATUS_REQ)
+        return SPW_EMALFORMED; /* unknown message type */
+    proto_msg m;
+    m.type = type;
+    m.req = top[1].via.u64;
+    m.nf = s->nf;
+    int rc = check_fields(s, &top[2], m.f, zone, lim);
+    if (rc != 0)
+        return rc;
+    memcpy(out, &m, offsetof(proto_msg, f) + sizeof(proto_val) * s->nf);
+    return (int)(PROTO_HDR_LEN + body);
+}
+
+char *proto_str(const proto_val *v, char *out, size_t outlen)
+{
+    size_t n = v->bin.len < outlen - 1 ? v->bin.len : outlen - 1;
+    if (n > 0)
+        memcpy(out, v->bin.ptr, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* ----------------------------------------------------------------- encoding */
+
+static int enc_write(void *data, const char *p, size_t len)
+{
+    spw_buf_append((spw_buf *)data, p, len);
+    return 0;
+}
+
+void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields)
+{
+    e->buf = buf;
+    e->start = buf->len;
+    static const uint8_t zero[PROTO_HDR_LEN] = {0};
+    spw_buf_append(buf, zero, sizeof zero);
+    msgpack_packer_init(&e->pk, buf, enc_write);
+    msgpack_pack_array(&e->pk, 3);
+    msgpack_pack_uint32(&e->pk, type);
+    msgpack_pack_uint64(&e->pk, req);
+    msgpack_pack_array(&e->pk, nfields);
+}
+
+void proto_enc_raw(proto_enc *e, spw_buf *buf)
+{
+    e->buf = buf;
+    e->start = buf->len;
+    msgpack_packer_init(&e->pk, buf, enc_write);
+}
+
+int proto_enc_end(proto_enc *e, uint32_t max_frame)
+{
+    size_t body = e->buf->len - e->start - PROTO_HDR_LEN;
+    if (body > max_frame) {
+        e->buf->len = e->start;
+        return SPW_EFRAMESIZE;
+    }
+    uint8_t *h = e->buf->data + e->start;
+    h[0] = (uint8_t)(body >> 24);
+    h[1] = (uint8_t)(body >> 16);
+    h[2] = (uint8_t)(body >> 8);
+    h[3] = (uint8_t)body;
+    return (int)(body + PROTO_HDR_LEN);
+}
+
+void proto_put_u(proto_enc *e, uint64_t v)
+{
+    msgpack_pack_uint64(&e->pk, v);
+}
+
+void proto_put_i(proto_enc *e, int64_t v)
+{
+    msgpack_pack_int64(&e->pk, v);
+}
+
+void proto_put_bool(proto_enc *e, bool v)
+{
+    if (v)
+        msgpack_pack_true(&e->pk);
+    else
+        msgpack_pack_false(&e->pk);
+}
+
+void proto_put_nil(proto_enc *e)
+{
+    msgpack_pack_nil(&e->pk);
+}
+
+void proto_put_id(proto_enc *e, spw_id id)
+{
+    uint8_t b[16];
+    spw_id_to_bytes(id, b);
+    msgpack_pack_bin(&e->pk, 16);
+    msgpack_pack_bin_body(&e->pk, b, 16);
+}
+
+void proto_put_bin(proto_enc *e, const void *p, size_t len)
+{
+    msgpack_pack_bin(&e->pk, len);
+    if (len > 0)
+        msgpack_pack_bin_body(&e->pk, p, len);
+}
+
+void proto_put_bin_hdr(proto_enc *e, size_t len)
+{
+    msgpack_pack_bin(&e->pk, len);
+}
+
+void proto_put_str(proto_enc *e, const char *s)
+{
+    proto_put_strn(e, s, strlen(s));
+}
+
+void proto_put_strn(proto_enc *e, const char *s, size_t len)
+{
+    msgpack_pack_str(&e->pk, len);
+    if (len > 0)
+        msgpack_pack_str_body(&e->pk, s, len);
+}
+
+void proto_put_arr(proto_enc *e, uint32_t n)
+{
+    msgpack_pack_array(&e->pk, n);
+}
+
+void proto_enc_error(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
+{
+    char msg[PROTO_MAX_STR];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        msg[0] = '\0';
+    proto_enc e;
+    proto_enc_begin(&e, buf, PROTO_ERROR, req, 2);
+    proto_put_i(&e, code);
+    proto_put_str(&e, msg);
+    proto_enc_end(&e, UINT32_MAX);
+}

@@ -1,0 +1,222 @@
+/*
+ * spillway-scheduler: the cluster's scheduler daemon. A thin main over spw_sched: options,
+ * signals, readiness, and a clean shutdown (every handle closed, the loop closed, zero leaked
+ * bytes) on SIGTERM or SIGINT.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spillway/conn.h"
+#include "spillway/daemon.h"
+#include "spillway/sched.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: spillway-scheduler [options]\n"
+          "  --listen HOST:PORT        address to listen on (127.0.0.1:7400; port 0 = any)\n"
+          "  --port-file PATH          write the bound host:port there once listening\n"
+          "  --secret-file PATH        cluster secret (mode 0600); peers must prove it\n"
+          "  --config PATH             file of key = value lines, one per option\n"
+          "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
+          "  --max-frame BYTES         largest frame accepted (64M)\n"
+          "  --inline-limit BYTES      values up to this size travel in messages (64K)\n"
+          "  --chunk-size BYTES        object chunk size announced to peers (4M)\n"
+          "  --heartbeat-timeout MS    drop a worker silent this long (15000)\n"
+          "  --task-retries N          retries of a task whose worker died (3)\n"
+          "  --version, --help\n",
+          f);
+}
+
+typedef struct app {
+    uv_loop_t loop;
+    sched *s;
+    uv_signal_t sigterm, sigint;
+} app;
+
+static void closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void sched_done(void *arg)
+{
+    app *a = arg;
+    a->s = NULL;
+    uv_close((uv_handle_t *)&a->sigterm, closed);
+    uv_close((uv_handle_t *)&a->sigint, closed);
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+    app *a = h->data;
+    spw_log(SPW_LOG_NOTICE, "signal %d: shutting down", sig);
+    spw_sd_notify("STOPPING=1");
+    if (a->s != NULL)
+        sched_close(a->s, sched_done, a);
+}
+
+static int parse_u32(const char *name, const char *v, uint32_t *out)
+{
+    char *end;
+    unsigned long x = strtoul(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x > UINT32_MAX) {
+        fprintf(stderr, "spillway-scheduler: --%s wants a number, got '%s'\n", name, v);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
+static int parse_bytes(const char *name, const char *v, uint64_t *out)
+{
+    if (spw_size_parse(v, out) != 0) {
+        fprintf(stderr, "spillway-scheduler: --%s wants a size like 64K, got '%s'\n", name, v);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc0, char **argv0)
+{
+    int argc;
+    char **argv;
+    if (spw_config_args(argc0, argv0, &argc, &argv) != 0)
+        return 2;
+    spw_log_init("spillway-scheduler", SPW_LOG_NOTICE);
+    sched_opts so;
+    sched_opts_default(&so);
+    const char *port_file = NULL, *secret_file = NULL;
+    static const struct option longopts[] = {
+        {"listen", required_argument, 0, 'l'},
+        {"port-file", required_argument, 0, 'p'},
+        {"secret-file", required_argument, 0, 's'},
+        {"config", required_argument, 0, 'c'},
+        {"log-level", required_argument, 0, 'L'},
+        {"max-frame", required_argument, 0, 'F'},
+        {"inline-limit", required_argument, 0, 'I'},
+        {"chunk-size", required_argument, 0, 'C'},
+        {"heartbeat-timeout", required_argument, 0, 'H'},
+        {"task-retries", required_argument, 0, 'R'},
+        {"version", no_argument, 0, 'V'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int rc = 2, c;
+    uint64_t v;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            so.listen = optarg;
+            break;
+        case 'p':
+            port_file = optarg;
+            break;
+        case 's':
+            secret_file = optarg;
+            break;
+        case 'c':
+            break; /* read by spw_config_args */
+        case 'L': {
+            int lvl = spw_log_level_parse(optarg);
+            if (lvl < 0) {
+                fprintf(stderr, "spillway-scheduler: unknown log level '%s'\n", optarg);
+                goto out;
+            }
+            spw_log_level = lvl;
+            break;
+        }
+        case 'F':
+            if (parse_bytes("max-frame", optarg, &v) != 0 || v < 65536 || v > (1u << 30)) {
+                fprintf(stderr, "spillway-scheduler: --max-frame must be 64K..1G\n");
+                goto out;
+            }
+            so.max_frame = (uint32_t)v;
+            break;
+        case 'I':
+            if (parse_bytes("inline-limit", optarg, &so.inline_limit) != 0)
+                goto out;
+            break;
+        case 'C':
+            if (parse_bytes("chunk-size", optarg, &v) != 0 || v < 4096 || v > (256u << 20)) {
+                fprintf(stderr, "spillway-scheduler: --chunk-size must be 4K..256M\n");
+                goto out;
+            }
+            so.chunk = (uint32_t)v;
+            break;
+        case 'H':
+            if (parse_u32("heartbeat-timeout", optarg, &so.heartbeat_timeout_ms) != 0)
+                goto out;
+            break;
+        case 'R':
+            if (parse_u32("task-retries", optarg, &so.task_retries) != 0)
+                goto out;
+            break;
+        case 'V':
+            printf("spillway-scheduler %s\n", SPW_VERSION);
+            rc = 0;
+            goto out;
+        case 'h':
+            usage(stdout);
+            rc = 0;
+            goto out;
+        default:
+            usage(stderr);
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "spillway-scheduler: unexpected argument '%s'\n", argv[optind]);
+        goto out;
+    }
+    if (so.chunk + 4096 > so.max_frame) {
+        fprintf(stderr, "spillway-scheduler: --chunk-size must leave room in --max-frame\n");
+        goto out;
+    }
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (secret_file != NULL) {
+        int src = proto_secret_load(secret_file, &secret, &secret_len);
+        if (src != 0) {
+            fprintf(stderr, "spillway-scheduler: secret file %s: %s%s\n", secret_file,
+                    spw_strerror(src),
+                    src == SPW_EACCES ? " (it must not be readable by group or others)" : "");
+            goto out;
+        }
+        so.secret = secret;
+        so.secret_len = secret_len;
+    }
+    app a;
+    memset(&a, 0, sizeof a);
+    uv_loop_init(&a.loop);
+    char bound[64];
+    rc = sched_new(&a.loop, &so, &a.s, bound, sizeof bound);
+    spw_free(secret);
+    if (rc != 0) {
+        fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
+                spw_strerror(rc));
+        uv_run(&a.loop, UV_RUN_DEFAULT);
+        uv_loop_close(&a.loop);
+        rc = 1;
+        goto out;
+    }
+    uv_signal_init(&a.loop, &a.sigterm);
+    uv_signal_init(&a.loop, &a.sigint);
+    a.sigterm.data = a.sigint.data = &a;
+    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&a.sigint, on_signal, SIGINT);
+    spw_log(SPW_LOG_NOTICE, "listening on %s", bound);
+    char status[128];
+    snprintf(status, sizeof status, "listening on %s", bound);
+    if (spw_daemon_ready(bound, port_file, status) != 0) {
+        sched_close(a.s, sched_done, &a);
+    }
+    uv_run(&a.loop, UV_RUN_DEFAULT);
+    rc = uv_loop_close(&a.loop) == 0 ? 0 : 1;
+    if (rc != 0)
+        spw_log(SPW_LOG_ERR, "loop still had handles at exit");
+out:
+    spw_config_free(argc, argv);
+    return rc;
+}

@@ -1,0 +1,354 @@
+/*
+ * The object directory: every object the cluster knows, its state, its locations and its
+ * references counted by kind, with the sessions that hold them.
+ *
+ * Invariants: o->refs[k] equals the references of kind k: the sum of holders' count[k] for
+ * CLIENT, OUTPUT and BROADCAST, and the number of unfinished tasks' arguments naming o for
+ * TASK_ARG. An object is freed when its total reaches zero and no task computing it is running
+ * (a running producer marks it orphan and frees it on completion); freeing tells every worker
+ * holding a copy to delete it. An object never has a negative count: an unknown id or a double
+ * release is refused before anything changes.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+sched_obj *sched__obj_find(sched *s, spw_id id)
+{
+    sched_obj *o;
+    HASH_FIND(hh, s->objects, &id, sizeof id, o);
+    return o;
+}
+
+sched_obj *sched__obj_new(sched *s, spw_id id, uint64_t owner, const char *site)
+{
+    sched_obj *o = spw_calloc(SPW_MOD_SCHED, 1, sizeof *o);
+    o->id = id;
+    o->state = OBJ_PENDING;
+    o->owner = owner;
+    o->site = spw_strdup(SPW_MOD_SCHED, site != NULL ? site : "");
+    o->created_ms = spw_wall_ms();
+    HASH_ADD(hh, s->objects, id, sizeof o->id, o);
+    return o;
+}
+
+static uint64_t total_refs(const sched_obj *o)
+{
+    uint64_t n = o->graph_hold;
+    for (int k = 0; k < REF_KINDS; k++)
+        n += o->refs[k];
+    return n;
+}
+
+sched_worker *sched__worker_by_id(sched *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i]->id == id)
+            return s->workers[i];
+    return NULL;
+}
+
+static void send_delete(sched *s, uint32_t worker, spw_id id)
+{
+    sched_worker *w = sched__worker_by_id(s, worker);
+    if (w == NULL)
+        return;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
+    proto_put_arr(&e, 1);
+    proto_put_id(&e, id);
+    proto_conn_send(w->conn, &e);
+}
+
+void sched__waiter_free(sched_waiter *w)
+{
+    if (w->obj != NULL)
+        DL_DELETE(w->obj->waiters, w);
+    DL_DELETE2(w->sess->waiters, w, sprev, snext);
+    spw_free(w);
+}
+
+static void obj_free(sched *s, sched_obj *o)
+{
+    char hex[33];
+    spw_log(SPW_LOG_DEBUG, "obj=%s released", spw_id_hex(o->id, hex));
+    for (uint32_t i = 0; i < o->nlocs; i++)
+        send_delete(s, o->locs[i], o->id);
+    if (o->put_worker != 0 && o->state == OBJ_PENDING) {
+        sched_worker *w = sched__worker_by_id(s, o->put_worker);
+        if (w != NULL) {
+            w->reserved -= o->size < w->reserved ? o->size : w->reserved;
+            send_delete(s, w->id, o->id); /* drops a half-written upload */
+        }
+    }
+    sched_waiter *w, *wtmp;
+    DL_FOREACH_SAFE(o->waiters, w, wtmp)
+    {
+        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
+                         spw_id_hex(o->id, hex));
+        sched__waiter_free(w);
+    }
+    if (o->state == OBJ_READY)
+        s->obj_bytes -= o->size;
+    if (o->producer != NULL)
+        sched__task_free(s, o->producer);
+    HASH_DEL(s->objects, o);
+    spw_free(o->inline_data);
+    spw_free(o->errmsg);
+    spw_free(o->site);
+    spw_free(o->locs);
+    spw_free(o);
+}
+
+void sched__obj_maybe_free(sched *s, sched_obj *o)
+{
+    if (total_refs(o) > 0)
+        return;
+    sched_task *t = o->producer;
+    if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING)) {
+        o->orphan = 1; /* freed when the task reports back */
+        return;
+    }
+    if (t != NULL && (t->state == T_WAITING || t->state == T_READY))
+        sched__task_cancel(s, t);
+    obj_free(s, o);
+}
+
+void sched__ref(sched *s, sched_obj *o, int kind)
+{
+    (void)s;
+    o->refs[kind]++;
+}
+
+void sched__unref(sched *s, sched_obj *o, int kind)
+{
+    SPW_ASSERT(o->refs[kind] > 0);
+    o->refs[kind]--;
+    sched__obj_maybe_free(s, o);
+}
+
+int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
+{
+    sched_ref *r;
+    HASH_FIND(hh, ss->refs, &o->id, sizeof o->id, r);
+    if (r == NULL) {
+        r = spw_calloc(SPW_MOD_SCHED, 1, sizeof *r);
+        r->id = o->id;
+        r->obj = o;
+        r->sess = ss;
+        HASH_ADD(hh, ss->refs, id, sizeof r->id, r);
+        DL_APPEND2(o->holders, r, oprev, onext);
+    }
+    r->count[kind]++;
+    ss->nrefs++;
+    sched__ref(s, o, kind);
+    return 0;
+}
+
+static void ref_unlink(sched_session *ss, sched_ref *r)
+{
+    HASH_DEL(ss->refs, r);
+    DL_DELETE2(r->obj->holders, r, oprev, onext);
+    spw_free(r);
+}
+
+int sched__session_release(sched *s, sched_session *ss, spw_id id)
+{
+    sched_ref *r;
+    HASH_FIND(hh, ss->refs, &id, sizeof id, r);
+    if (r == NULL)
+        return SPW_ENOTHELD;
+    static const int order[] = {REF_OUTPUT, REF_CLIENT, REF_BROADCAST};
+    int kind = -1;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (r->count[order[i]] > 0) {
+            kind = order[i];
+            break;
+        }
+    }
+    if (kind < 0)
+        return SPW_ENOTHELD;
+    sched_obj *o = r->obj;
+    r->count[kind]--;
+    ss->nrefs--;
+    bool empty = true;
+    for (int k = 0; k < REF_KINDS; k++)
+        empty = empty && r->count[k] == 0;
+    if (empty)
+        ref_unlink(ss, r);
+    sched__unref(s, o, kind);
+    return 0;
+}
+
+void sched__session_drop_all(sched *s, sched_session *ss)
+{
+    sched_waiter *w, *wtmp;
+    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
+    sched_ref *r, *tmp;
+    HASH_ITER(hh, ss->refs, r, tmp)
+    {
+        sched_obj *o = r->obj;
+        uint32_t count[REF_KINDS];
+        memcpy(count, r->count, sizeof count);
+        ref_unlink(ss, r);
+        /* Take the references off without freeing, then free at most once. */
+        for (int k = 0; k < REF_KINDS; k++) {
+            SPW_ASSERT(o->refs[k] >= count[k]);
+            o->refs[k] -= count[k];
+        }
+        sched__obj_maybe_free(s, o);
+    }
+    ss->nrefs = 0;
+    sched_obj **held = ss->building;
+    uint32_t n = ss->nbuilding;
+    ss->building = NULL;
+    ss->nbuilding = ss->capbuilding = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        held[i]->graph_hold--;
+        sched__obj_maybe_free(s, held[i]);
+    }
+    spw_free(held);
+}
+
+void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < o->nlocs; i++)
+        n += sched__worker_by_id(s, o->locs[i]) != NULL;
+    proto_put_arr(e, n);
+    for (uint32_t i = 0; i < o->nlocs; i++) {
+        sched_worker *w = sched__worker_by_id(s, o->locs[i]);
+        if (w == NULL)
+            continue;
+        proto_put_arr(e, 4);
+        proto_put_u(e, w->id);
+        proto_put_str(e, w->addr);
+        proto_put_str(e, w->host_id);
+        proto_put_str(e, w->local);
+    }
+}
+
+void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o)
+{
+    int status = 0;
+    const char *msg = "";
+    if (o->state == OBJ_FAILED) {
+        status = o->err;
+        msg = o->errmsg != NULL ? o->errmsg : "";
+    } else if (o->state == OBJ_LOST) {
+        status = SPW_EOBJLOST;
+        msg = "every copy was on workers that died";
+    }
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_LOCATION, req, 6);
+    proto_put_id(&e, o->id);
+    proto_put_i(&e, status);
+    proto_put_u(&e, o->size);
+    if (o->state == OBJ_READY && o->inline_data != NULL)
+        proto_put_bin(&e, o->inline_data, o->inline_len);
+    else if (o->state == OBJ_READY && o->size == 0)
+        proto_put_bin(&e, "", 0);
+    else
+        proto_put_nil(&e);
+    proto_put_str(&e, msg);
+    sched__enc_locs(s, &e, o);
+    proto_conn_send(ss->conn, &e);
+}
+
+static void wake_waiters(sched *s, sched_obj *o)
+{
+    sched_waiter *w, *tmp;
+    DL_FOREACH_SAFE(o->waiters, w, tmp)
+    {
+        sched__locate_reply(s, w->sess, w->req, o);
+        sched__waiter_free(w);
+    }
+}
+
+void sched__obj_ready(sched *s, sched_obj *o)
+{
+    o->state = OBJ_READY;
+    s->obj_bytes += o->size;
+    /* Hold the object while its consumers move on: one of them may drop the last reference. */
+    o->graph_hold++;
+    sched_arg *a, *tmp;
+    DL_FOREACH_SAFE2(o->consumers, a, tmp, cnext) sched__dep_ready(s, a);
+    wake_waiters(s, o);
+    o->graph_hold--;
+    sched__obj_maybe_free(s, o);
+}
+
+void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
+{
+    o->state = OBJ_FAILED;
+    o->err = err;
+    spw_free(o->errmsg);
+    o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
+    o->graph_hold++;
+    sched_arg *a, *tmp;
+    DL_FOREACH_SAFE2(o->consumers, a, tmp, cnext) sched__dep_failed(s, a, err, msg);
+    wake_waiters(s, o);
+    o->graph_hold--;
+    sched__obj_maybe_free(s, o);
+}
+
+void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
+{
+    (void)s;
+    for (uint32_t i = 0; i < o->nlocs; i++)
+        if (o->locs[i] == worker)
+            return;
+    if (o->nlocs == o->caplocs) {
+        o->caplocs = o->caplocs ? o->caplocs * 2 : 2;
+        o->locs = spw_realloc(SPW_MOD_SCHED, o->locs, o->caplocs * sizeof *o->locs);
+    }
+    o->locs[o->nlocs++] = worker;
+}
+
+void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker)
+{
+    (void)s;
+    for (uint32_t i = 0; i < o->nlocs; i++) {
+        if (o->locs[i] == worker) {
+            o->locs[i] = o->locs[--o->nlocs];
+            return;
+        }
+    }
+}
+
+void sched__objects_purge(sched *s)
+{
+    sched_obj *o, *tmp;
+    uint64_t n = 0;
+    HASH_ITER(hh, s->objects, o, tmp)
+    {
+        /* Only objects whose references were never taken back remain; report, then free. */
+        n++;
+        if (o->producer != NULL) {
+            if (o->producer->state == T_READY || o->producer->state == T_ASSIGNED)
+                sched__task_set_state(s, o->producer, T_FAILED);
+            o->producer->args_released = 1;
+        }
+        o->consumers = NULL;
+        o->holders = NULL;
+    }
+    HASH_ITER(hh, s->objects, o, tmp)
+    {
+        if (o->producer != NULL) {
+            sched__task_free(s, o->producer);
+            o->producer = NULL;
+        }
+        HASH_DEL(s->objects, o);
+        spw_free(o->inline_data);
+        spw_free(o->errmsg);
+        spw_free(o->site);
+        spw_free(o->locs);
+        spw_free(o);
+    }
+    if (n > 0)
+        spw_log(SPW_LOG_WARN, "shutdown freed %llu objects that were still referenced",
+                (unsigned long long)n);
+}

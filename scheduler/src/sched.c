@@ -1,0 +1,500 @@
+/*
+ * The scheduler's lifecycle and its connections: registration of workers and client sessions,
+ * routing of their messages, heartbeats and request deadlines.
+ *
+ * Owns: the proto_ctx (and through it every connection), two handles of its own (the dispatch
+ * idle handle and a 250 ms timer), the worker array and the session table. Everything runs on
+ * the loop's thread. A peer's bad input gets an ERROR frame and changes nothing; messages not
+ * valid for a peer's role are refused the same way.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+#define TIMER_MS 250
+
+void sched_opts_default(sched_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->listen = "127.0.0.1:7400";
+    o->max_frame = PROTO_DEFAULT_MAX_FRAME;
+    o->inline_limit = PROTO_DEFAULT_INLINE_LIMIT;
+    o->chunk = PROTO_DEFAULT_CHUNK;
+    o->heartbeat_timeout_ms = 15000;
+    o->task_retries = 3;
+    o->queue_target_us = 2000;
+    o->max_depth = 256;
+}
+
+/* ----------------------------------------------------------------- workers */
+
+static void worker_remove(sched *s, sched_worker *w)
+{
+    for (uint32_t i = 0; i < s->nworkers; i++) {
+        if (s->workers[i] == w) {
+            s->workers[i] = s->workers[--s->nworkers];
+            break;
+        }
+    }
+    spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
+    sched__worker_lost(s, w);
+    spw_free(w);
+    sched__kick(s);
+}
+
+static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
+{
+    char hex[33];
+    switch (m->type) {
+    case PROTO_TASK_DONE:
+        sched__task_done(s, w, m);
+        return;
+    case PROTO_OBJ_ADDED: {
+        sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
+        if (o == NULL) {
+            /* Released while it was being written: the worker should drop it. */
+            proto_enc e;
+            proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
+            proto_put_arr(&e, 1);
+            proto_put_id(&e, m->f[F_ADDED_ID].id);
+            proto_conn_send(w->conn, &e);
+            return;
+        }
+        if (o->state == OBJ_PENDING && o->producer == NULL) {
+            if (m->f[F_ADDED_SIZE].u != o->size) {
+                proto_conn_error(w->conn, m->req, SPW_EINVAL, "obj=%s: sealed %llu bytes, %llu announced",
+                                 spw_id_hex(o->id, hex), (unsigned long long)m->f[F_ADDED_SIZE].u,
+                                 (unsigned long long)o->size);
+                return;
+            }
+            if (o->put_worker == w->id) {
+                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
+                o->put_worker = 0;
+            }
+            sched__obj_add_loc(s, o, w->id);
+            sched__obj_ready(s, o);
+        } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
+            if (o->state == OBJ_LOST) {
+                o->state = OBJ_READY;
+                s->obj_bytes += o->size;
+            }
+            sched__obj_add_loc(s, o, w->id);
+        }
+        return;
+    }
+    case PROTO_HEARTBEAT: {
+        const proto_val *st = &m->f[F_HB_STATS];
+        bool was_paused = w->stats[PROTO_STAT_PAUSED] != 0;
+        for (uint32_t i = 0; i < PROTO_STAT_COUNT && i < st->arr.n; i++)
+            w->stats[i] = st->arr.v[i].u;
+        w->last_hb_ns = spw_now_ns();
+        if (was_paused != (w->stats[PROTO_STAT_PAUSED] != 0)) {
+            spw_log(SPW_LOG_NOTICE, "worker=%u %s", w->id,
+                    w->stats[PROTO_STAT_PAUSED] ? "paused: memory above the pause threshold"
+                                                : "resumed");
+            sched__kick(s);
+        }
+        return;
+    }
+    case PROTO_ERROR: {
+        char msg[256];
+        spw_log(SPW_LOG_WARN, "worker=%u reported: %s err=%s", w->id,
+                proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
+                spw_err_name((int)m->f[F_ERROR_CODE].i));
+        return;
+    }
+    default:
+        proto_conn_error(w->conn, m->req, SPW_EPROTO, "%s is not a worker message",
+                         proto_type_name(m->type));
+    }
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static sched_worker *place_put(sched *s, uint64_t size)
+{
+    sched_worker *best = NULL;
+    double best_fill = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
+        uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
+        if (cap < size || w->stats[PROTO_STAT_PAUSED])
+            continue;
+        double fill = (double)(w->stats[PROTO_STAT_USED] + w->reserved) / (double)cap;
+        if (best == NULL || fill < best_fill) {
+            best = w;
+            best_fill = fill;
+        }
+    }
+    if (best == NULL) {
+        /* Every worker is paused: still place it, on the largest store, and let back-pressure
+         * at the worker hold the upload. */
+        for (uint32_t k = 0; k < s->nworkers; k++)
+            if (s->workers[k]->capacity >= size &&
+                (best == NULL || s->workers[k]->capacity > best->capacity))
+                best = s->workers[k];
+    }
+    s->rr++;
+    return best;
+}
+
+static void put_place(sched *s, sched_session *ss, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_PUTP_ID].id;
+    uint64_t size = m->f[F_PUTP_SIZE].u;
+    if (spw_id_is_nil(id) || size == 0) {
+        proto_conn_error(ss->conn, m->req, SPW_EINVAL, "put needs a non-nil id and a size > 0");
+        return;
+    }
+    sched_obj *o = sched__obj_find(s, id);
+    sched_worker *w = NULL;
+    uint64_t exists = 0;
+    if (o != NULL) {
+        if (!(m->f[F_PUTP_FLAGS].u & PROTO_PUT_CONTENT_ID) || o->size != size ||
+            o->producer != NULL || (o->state != OBJ_READY && o->state != OBJ_PENDING)) {
+            proto_conn_error(ss->conn, m->req, SPW_EDUPLICATE, "obj=%s already exists",
+                             spw_id_hex(id, hex));
+            return;
+        }
+        /* Same content already stored (or being stored): share it. */
+        exists = 1;
+        w = o->nlocs > 0 ? sched__worker_by_id(s, o->locs[0])
+                         : sched__worker_by_id(s, o->put_worker);
+    } else {
+        w = place_put(s, size);
+        if (w == NULL) {
+            proto_conn_error(ss->conn, m->req, s->nworkers ? SPW_ETOOBIG : SPW_ENOWORKER,
+                             s->nworkers ? "no worker has a store of %llu bytes"
+                                         : "no worker connected (object of %llu bytes)",
+                             (unsigned long long)size);
+            return;
+        }
+        char site[PROTO_MAX_NAME + 1];
+        o = sched__obj_new(s, id, ss->id, proto_str(&m->f[F_PUTP_SITE], site, sizeof site));
+        o->size = size;
+        o->put_worker = w->id;
+        w->reserved += size;
+    }
+    sched__session_ref(s, ss, o, REF_CLIENT);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_PUT_TARGET, m->req, 6);
+    proto_put_id(&e, id);
+    proto_put_u(&e, w != NULL ? w->id : 0);
+    proto_put_str(&e, w != NULL ? w->addr : "");
+    proto_put_str(&e, w != NULL ? w->host_id : "");
+    proto_put_str(&e, w != NULL ? w->local : "");
+    proto_put_u(&e, exists);
+    proto_conn_send(ss->conn, &e);
+}
+
+static void locate(sched *s, sched_session *ss, const proto_msg *m)
+{
+    char hex[33];
+    sched_obj *o = sched__obj_find(s, m->f[F_LOCATE_ID].id);
+    if (o == NULL) {
+        proto_conn_error(ss->conn, m->req, SPW_ENOOBJ, "obj=%s unknown",
+                         spw_id_hex(m->f[F_LOCATE_ID].id, hex));
+        return;
+    }
+    if (o->state != OBJ_PENDING) {
+        sched__locate_reply(s, ss, m->req, o);
+        return;
+    }
+    sched_waiter *w = spw_calloc(SPW_MOD_SCHED, 1, sizeof *w);
+    w->sess = ss;
+    w->req = m->req;
+    w->obj = o;
+    uint64_t ms = m->f[F_LOCATE_TIMEOUT_MS].u;
+    if (ms > 365ULL * 24 * 3600 * 1000)
+        ms = 365ULL * 24 * 3600 * 1000;
+    w->deadline_ns = spw_now_ns() + ms * 1000000ULL;
+    DL_APPEND(o->waiters, w);
+    DL_APPEND2(ss->waiters, w, sprev, snext);
+}
+
+static void release(sched *s, sched_session *ss, const proto_msg *m)
+{
+    const proto_val *ids = &m->f[F_RELEASE_IDS];
+    uint32_t bad = 0;
+    spw_id first_bad = {0, 0};
+    for (uint32_t i = 0; i < ids->arr.n; i++) {
+        int rc = sched__session_release(s, ss, ids->arr.v[i].id);
+        if (rc != 0 && bad++ == 0)
+            first_bad = ids->arr.v[i].id;
+    }
+    if (bad > 0) {
+        char hex[33];
+        proto_conn_error(ss->conn, m->req, SPW_ENOTHELD,
+                         "release of %u id(s) not held by this client (double release or unknown "
+                         "id), first obj=%s; nothing changed for them",
+                         bad, spw_id_hex(first_bad, hex));
+    }
+}
+
+static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
+{
+    bool ctl = ss->role == PROTO_ROLE_CTL;
+    switch (m->type) {
+    case PROTO_STATUS_REQ:
+        sched__status(s, ss->conn, m->req);
+        return;
+    case PROTO_PUT_PLACE:
+        if (!ctl) {
+            put_place(s, ss, m);
+            return;
+        }
+        break;
+    case PROTO_LOCATE:
+        if (!ctl) {
+            locate(s, ss, m);
+            return;
+        }
+        break;
+    case PROTO_RELEASE:
+        if (!ctl) {
+            release(s, ss, m);
+            return;
+        }
+        break;
+    case PROTO_SUBMIT:
+        if (!ctl) {
+            sched__submit(s, ss, m);
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+    proto_conn_error(ss->conn, m->req, SPW_EPROTO, "%s is not valid from a %s",
+                     proto_type_name(m->type), proto_role_name(ss->role));
+}
+
+/* ------------------------------------------------------------- connections */
+
+static sched *sched_of(proto_conn *c)
+{
+    return proto_ctx_data(proto_conn_ctx(c));
+}
+
+static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
+                    size_t errlen)
+{
+    sched *s = sched_of(c);
+    int role = (int)hello->f[F_HELLO_ROLE].u;
+    conn_tag *tag = spw_calloc(SPW_MOD_SCHED, 1, sizeof *tag);
+    uint64_t id = ++s->next_session;
+    wel->session = id;
+    if (role == PROTO_ROLE_WORKER) {
+        if (hello->f[F_HELLO_WORKER].nil) {
+            spw_free(tag);
+            snprintf(err, errlen, "a worker must describe itself in HELLO");
+            return SPW_EPROTO;
+        }
+        const proto_val *wi = PROTO_REC(&hello->f[F_HELLO_WORKER], 0);
+        if (wi[R_WINFO_SLOTS].u == 0 || wi[R_WINFO_SLOTS].u > 4096) {
+            spw_free(tag);
+            snprintf(err, errlen, "worker slots must be 1..4096");
+            return SPW_EINVAL;
+        }
+        sched_worker *w = spw_calloc(SPW_MOD_SCHED, 1, sizeof *w);
+        w->id = (uint32_t)id;
+        w->conn = c;
+        proto_str(&wi[R_WINFO_ADDR], w->addr, sizeof w->addr);
+        proto_str(&hello->f[F_HELLO_NAME], w->name, sizeof w->name);
+        proto_str(&wi[R_WINFO_HOSTID], w->host_id, sizeof w->host_id);
+        proto_str(&wi[R_WINFO_LOCAL], w->local, sizeof w->local);
+        w->slots = (uint32_t)wi[R_WINFO_SLOTS].u;
+        w->capacity = wi[R_WINFO_CAPACITY].u;
+        w->stats[PROTO_STAT_CAPACITY] = w->capacity;
+        w->last_hb_ns = spw_now_ns();
+        if (s->nworkers == s->capworkers) {
+            s->capworkers = s->capworkers ? s->capworkers * 2 : 8;
+            s->workers = spw_realloc(SPW_MOD_SCHED, s->workers, s->capworkers * sizeof *s->workers);
+        }
+        s->workers[s->nworkers++] = w;
+        tag->kind = 1;
+        tag->w = w;
+        spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s slots=%u capacity=%llu joined", w->id, w->addr,
+                w->slots, (unsigned long long)w->capacity);
+        sched__kick(s);
+    } else if (role == PROTO_ROLE_CLIENT || role == PROTO_ROLE_CTL) {
+        sched_session *ss = spw_calloc(SPW_MOD_SCHED, 1, sizeof *ss);
+        ss->id = id;
+        ss->conn = c;
+        ss->role = role;
+        ss->pid = (uint32_t)hello->f[F_HELLO_PID].u;
+        proto_str(&hello->f[F_HELLO_HOST], ss->host, sizeof ss->host);
+        proto_str(&hello->f[F_HELLO_NAME], ss->name, sizeof ss->name);
+        HASH_ADD(hh, s->sessions, id, sizeof ss->id, ss);
+        tag->kind = 2;
+        tag->s = ss;
+        spw_log(SPW_LOG_INFO, "session=%llu %s pid=%u host=%s connected", (unsigned long long)id,
+                proto_role_name(role), ss->pid, ss->host);
+    } else {
+        spw_free(tag);
+        snprintf(err, errlen, "role %s cannot talk to the scheduler", proto_role_name(role));
+        return SPW_EPROTO;
+    }
+    proto_conn_set_data(c, tag);
+    return 0;
+}
+
+static void on_msg(proto_conn *c, const proto_msg *m)
+{
+    conn_tag *tag = proto_conn_data(c);
+    sched *s = sched_of(c);
+    if (tag->kind == 1)
+        worker_msg(s, tag->w, m);
+    else
+        session_msg(s, tag->s, m);
+}
+
+static void on_close(proto_conn *c, int status)
+{
+    sched *s = sched_of(c);
+    conn_tag *tag = proto_conn_data(c);
+    if (tag == NULL)
+        return; /* closed before HELLO completed */
+    if (tag->kind == 1) {
+        if (status != 0 && status != SPW_ESHUTDOWN)
+            spw_log(SPW_LOG_WARN, "worker=%u connection lost: %s", tag->w->id,
+                    spw_strerror(status));
+        worker_remove(s, tag->w);
+    } else if (tag->kind == 2) {
+        sched_session *ss = tag->s;
+        spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
+                (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
+        sched__session_drop_all(s, ss);
+        HASH_DEL(s->sessions, ss);
+        spw_free(ss);
+    }
+    spw_free(tag);
+}
+
+/* ------------------------------------------------------------------- timer */
+
+static void timer_cb(uv_timer_t *t)
+{
+    sched *s = t->data;
+    uint64_t now = spw_now_ns();
+    uint64_t hb_ns = (uint64_t)s->opts.heartbeat_timeout_ms * 1000000ULL;
+    for (uint32_t i = 0; i < s->nworkers; i++) {
+        sched_worker *w = s->workers[i];
+        if (now - w->last_hb_ns > hb_ns && !proto_conn_is_closing(w->conn)) {
+            spw_log(SPW_LOG_WARN, "worker=%u silent for %u ms: dropping it", w->id,
+                    s->opts.heartbeat_timeout_ms);
+            proto_conn_close(w->conn, SPW_ETIMEDOUT);
+        }
+    }
+    sched_session *ss, *tmp;
+    HASH_ITER(hh, s->sessions, ss, tmp)
+    {
+        sched_waiter *w, *wtmp;
+        DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext)
+        {
+            if (now >= w->deadline_ns) {
+                char hex[33];
+                proto_conn_error(ss->conn, w->req, SPW_ETIMEDOUT, "obj=%s not ready in time",
+                                 spw_id_hex(w->obj->id, hex));
+                sched__waiter_free(w);
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------- lifecycle */
+
+static const proto_conn_cbs conn_cbs = {
+    .on_hello = on_hello,
+    .on_msg = on_msg,
+    .on_close = on_close,
+};
+
+int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, size_t boundlen)
+{
+    sched *s = spw_calloc(SPW_MOD_SCHED, 1, sizeof *s);
+    s->loop = loop;
+    s->opts = *o;
+    s->opts.listen = NULL;
+    s->start_ms = spw_wall_ms();
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = PROTO_ROLE_SCHEDULER;
+    po.name = "spillway-scheduler";
+    po.secret = o->secret;
+    po.secret_len = o->secret_len;
+    po.limits.max_frame = o->max_frame;
+    po.inline_limit = o->inline_limit;
+    po.chunk = o->chunk;
+    int rc = proto_ctx_new(loop, &po, &s->ctx);
+    if (rc != 0) {
+        spw_free(s);
+        return rc;
+    }
+    uv_idle_init(loop, &s->kick);
+    s->kick.data = s;
+    uv_timer_init(loop, &s->timer);
+    s->timer.data = s;
+    s->handles = 2;
+    proto_ctx_set_data(s->ctx, s);
+    rc = proto_listen(s->ctx, o->listen, &conn_cbs, NULL, NULL, s->listen, sizeof s->listen);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
+        sched_close(s, NULL, NULL);
+        return rc;
+    }
+    uv_timer_start(&s->timer, timer_cb, TIMER_MS, TIMER_MS);
+    snprintf(bound, boundlen, "%s", s->listen);
+    *out = s;
+    return 0;
+}
+
+static void sched_maybe_done(sched *s)
+{
+    if (s->handles > 0 || s->ctx != NULL)
+        return;
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    sched_fn *f, *ftmp;
+    HASH_ITER(hh, s->fns, f, ftmp)
+    {
+        HASH_DEL(s->fns, f);
+        spw_free(f->name);
+        spw_free(f);
+    }
+    sched__objects_purge(s);
+    spw_free(s->workers);
+    spw_free(s);
+    if (done != NULL)
+        done(arg);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    sched *s = h->data;
+    s->handles--;
+    sched_maybe_done(s);
+}
+
+static void ctx_closed(void *arg)
+{
+    sched *s = arg;
+    s->ctx = NULL;
+    sched_maybe_done(s);
+}
+
+void sched_close(sched *s, void (*done)(void *arg), void *arg)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    s->done = done;
+    s->done_arg = arg;
+    uv_close((uv_handle_t *)&s->kick, handle_closed);
+    uv_close((uv_handle_t *)&s->timer, handle_closed);
+    proto_ctx_close(s->ctx, ctx_closed, s);
+}

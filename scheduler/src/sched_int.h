@@ -1,0 +1,219 @@
+/* Scheduler internals shared by its source files. Not installed. */
+#ifndef SPW_SCHED_INT_H
+#define SPW_SCHED_INT_H
+
+#include <uthash.h>
+
+#include "spillway/conn.h"
+#include "spillway/sched.h"
+
+/* Reference kinds, as reported by spillway-ctl memory. */
+enum ref_kind { REF_CLIENT, REF_TASK_ARG, REF_PINNED, REF_BROADCAST, REF_OUTPUT, REF_KINDS };
+
+/* Object states in the directory. */
+enum obj_state {
+    OBJ_PENDING, /* its task has not finished, or its upload is not sealed */
+    OBJ_READY,   /* sealed: inline here or in one or more stores */
+    OBJ_FAILED,  /* its task failed; err and errmsg say why */
+    OBJ_LOST,    /* every copy was on workers that died */
+};
+
+typedef struct sched_obj sched_obj;
+typedef struct sched_task sched_task;
+typedef struct sched_worker sched_worker;
+typedef struct sched_session sched_session;
+
+/* Interned task function name with its measured run time. */
+typedef struct sched_fn {
+    char *name;
+    UT_hash_handle hh;
+    double ewma_us; /* exponentially weighted mean run time, microseconds */
+    uint64_t runs;
+} sched_fn;
+
+/* One task argument. For object arguments the node links the task into the object's list of
+ * consumers while the object is pending. */
+typedef struct sched_arg {
+    uint8_t kind;         /* PROTO_ARG_* */
+    uint8_t waiting;      /* on obj->consumers */
+    uint32_t inline_len;
+    const uint8_t *inline_data; /* into the task's blob */
+    sched_obj *obj;       /* object arguments: holds a TASK_ARG reference */
+    uint64_t off, len;    /* views */
+    sched_task *task;
+    struct sched_arg *cprev, *cnext;
+} sched_arg;
+
+enum task_state {
+    T_WAITING = PROTO_TSTATE_WAITING,
+    T_READY = PROTO_TSTATE_READY,
+    T_ASSIGNED = PROTO_TSTATE_ASSIGNED,
+    T_RUNNING = PROTO_TSTATE_RUNNING,
+    T_DONE = PROTO_TSTATE_DONE,
+    T_FAILED = PROTO_TSTATE_FAILED,
+};
+
+struct sched_task {
+    spw_id id;            /* equals its output object's id */
+    sched_fn *fn;
+    sched_obj *out;       /* owns this task */
+    sched_arg *args;
+    uint32_t nargs;
+    uint32_t ndeps;       /* pending object arguments */
+    uint32_t flags;       /* PROTO_TASK_* */
+    uint8_t state;        /* enum task_state */
+    uint8_t args_released;
+    uint8_t retries;
+    sched_worker *worker; /* while assigned */
+    uint64_t owner;       /* session id of the submitter */
+    char *site;           /* call site "file:line" */
+    uint64_t submitted_ms;
+    sched_task *qnext;        /* ready queue */
+    sched_task *wprev, *wnext; /* worker's assigned list */
+};
+
+/* A location of an object: a worker holding a copy. */
+typedef struct sched_waiter {
+    sched_session *sess;
+    uint64_t req;
+    uint64_t deadline_ns;
+    struct sched_waiter *prev, *next;   /* on the object */
+    struct sched_waiter *sprev, *snext; /* on the session */
+    sched_obj *obj;
+} sched_waiter;
+
+/* A session's references to one object. */
+typedef struct sched_ref {
+    spw_id id;
+    UT_hash_handle hh; /* in the session's table */
+    sched_obj *obj;
+    sched_session *sess;
+    uint32_t count[REF_KINDS];
+    struct sched_ref *oprev, *onext; /* on obj->holders */
+} sched_ref;
+
+struct sched_obj {
+    spw_id id;
+    UT_hash_handle hh;
+    uint64_t size;
+    uint8_t state;         /* enum obj_state */
+    uint8_t orphan;        /* released while its task runs: free when it finishes */
+    int err;
+    char *errmsg;
+    uint8_t *inline_data;  /* small results live here, not in a store */
+    uint32_t inline_len;
+    uint32_t refs[REF_KINDS];
+    uint32_t *locs;        /* worker ids holding a copy */
+    uint32_t nlocs, caplocs;
+    sched_task *producer;  /* the task computing it, or NULL for a put */
+    sched_ref *holders;    /* sessions holding references */
+    sched_arg *consumers;  /* pending tasks waiting for it */
+    sched_waiter *waiters; /* LOCATE requests waiting for it */
+    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
+    uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
+    uint64_t owner;        /* session that created it */
+    char *site;            /* call site that created it */
+    uint64_t created_ms;
+};
+
+struct sched_worker {
+    uint32_t id;
+    proto_conn *conn;
+    char addr[64];
+    char name[64];
+    char host_id[128];
+    char local[128];
+    uint32_t slots;
+    uint64_t capacity;
+    uint32_t assigned; /* tasks sent and not finished */
+    uint64_t stats[PROTO_STAT_COUNT];
+    uint64_t reserved; /* bytes of uploads placed here and not yet sealed */
+    uint64_t last_hb_ns;
+    sched_task *tasks; /* assigned tasks */
+};
+
+struct sched_session {
+    uint64_t id;
+    proto_conn *conn;
+    int role;
+    uint32_t pid;
+    char host[64];
+    char name[64];
+    sched_ref *refs;      /* by object id */
+    uint64_t nrefs;
+    sched_waiter *waiters;
+    uint64_t tasks_submitted;
+    uint64_t graph;         /* graph being submitted, 0 = none */
+    sched_obj **building;   /* outputs of that graph, held until its last frame */
+    uint32_t nbuilding, capbuilding;
+    UT_hash_handle hh;      /* in sched.sessions by id */
+};
+
+/* What a connection's data pointer refers to. */
+typedef struct conn_tag {
+    int kind; /* 0 unknown, 1 worker, 2 session */
+    union {
+        sched_worker *w;
+        sched_session *s;
+    };
+} conn_tag;
+
+struct sched {
+    uv_loop_t *loop;
+    sched_opts opts;
+    proto_ctx *ctx;
+    char listen[64];
+    uint64_t start_ms;
+    uv_idle_t kick;     /* runs dispatch when there is ready work */
+    uv_timer_t timer;   /* heartbeats, LOCATE deadlines */
+    bool closing;
+    int handles;
+    void (*done)(void *);
+    void *done_arg;
+    uint64_t next_session;
+    sched_worker **workers;
+    uint32_t nworkers, capworkers;
+    uint32_t rr;        /* round-robin start for placement */
+    sched_session *sessions; /* by id */
+    sched_obj *objects; /* directory by id */
+    sched_fn *fns;
+    sched_task *ready_head, *ready_tail;
+    uint64_t tstate[PROTO_TSTATE_COUNT];
+    uint64_t obj_bytes; /* sizes of READY objects */
+};
+
+/* objects.c */
+sched_obj *sched__obj_find(sched *s, spw_id id);
+sched_obj *sched__obj_new(sched *s, spw_id id, uint64_t owner, const char *site);
+void sched__ref(sched *s, sched_obj *o, int kind);
+void sched__unref(sched *s, sched_obj *o, int kind);
+int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
+int sched__session_release(sched *s, sched_session *ss, spw_id id);
+void sched__session_drop_all(sched *s, sched_session *ss);
+void sched__obj_ready(sched *s, sched_obj *o);
+void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);
+void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
+void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+void sched__obj_maybe_free(sched *s, sched_obj *o);
+/* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
+void sched__objects_purge(sched *s);
+void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o);
+void sched__waiter_free(sched_waiter *w);
+void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o);
+sched_worker *sched__worker_by_id(sched *s, uint32_t id);
+
+/* tasks.c */
+void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
+void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);
+void sched__task_free(sched *s, sched_task *t);
+void sched__task_cancel(sched *s, sched_task *t);
+void sched__dep_ready(sched *s, sched_arg *a);
+void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
+void sched__kick(sched *s);
+void sched__worker_lost(sched *s, sched_worker *w);
+void sched__task_set_state(sched *s, sched_task *t, int state);
+
+/* status.c */
+void sched__status(sched *s, proto_conn *c, uint64_t req);
+
+#endif

@@ -1,0 +1,593 @@
+/*
+ * Tasks: graph intake, dependency tracking, placement and completion.
+ *
+ * A task is owned by its output object (o->producer) and lives as long as that object, so its
+ * specification stays known for lineage. States move waiting -> ready -> assigned -> done |
+ * failed; a waiting or ready task whose output nobody references any more is cancelled.
+ * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
+ * is on the ready queue iff its state is T_READY; w->assigned equals the length of w->tasks;
+ * s->tstate[k] counts the tasks in state k. Placement is O(workers × arguments) per task, and
+ * each worker gets at most slots × depth tasks, where depth follows the function's measured run
+ * time so that about queue_target_us of work waits per slot: short tasks are pipelined deeply,
+ * long ones are not hoarded by one worker.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+void sched__task_set_state(sched *s, sched_task *t, int state)
+{
+    s->tstate[t->state]--;
+    t->state = (uint8_t)state;
+    s->tstate[state]++;
+}
+
+static sched_fn *fn_intern(sched *s, const uint8_t *name, size_t len)
+{
+    sched_fn *f;
+    HASH_FIND(hh, s->fns, name, len, f);
+    if (f == NULL) {
+        f = spw_calloc(SPW_MOD_SCHED, 1, sizeof *f);
+        f->name = spw_strndup(SPW_MOD_SCHED, (const char *)name, len);
+        HASH_ADD_KEYPTR(hh, s->fns, f->name, strlen(f->name), f);
+    }
+    return f;
+}
+
+static void ready_push(sched *s, sched_task *t)
+{
+    sched__task_set_state(s, t, T_READY);
+    t->qnext = NULL;
+    if (s->ready_tail != NULL)
+        s->ready_tail->qnext = t;
+    else
+        s->ready_head = t;
+    s->ready_tail = t;
+    sched__kick(s);
+}
+
+static void ready_remove(sched *s, sched_task *t)
+{
+    sched_task **pp = &s->ready_head, *prev = NULL;
+    while (*pp != NULL && *pp != t) {
+        prev = *pp;
+        pp = &(*pp)->qnext;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = t->qnext;
+    if (s->ready_tail == t)
+        s->ready_tail = prev;
+    t->qnext = NULL;
+}
+
+/* Drops the task's TASK_ARG references and unlinks it from pending inputs. */
+static void release_args(sched *s, sched_task *t)
+{
+    if (t->args_released)
+        return;
+    t->args_released = 1;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        sched_arg *a = &t->args[i];
+        if (a->obj == NULL)
+            continue;
+        if (a->waiting) {
+            DL_DELETE2(a->obj->consumers, a, cprev, cnext);
+            a->waiting = 0;
+            t->ndeps--;
+        }
+        sched_obj *o = a->obj;
+        a->obj = NULL;
+        sched__unref(s, o, REF_TASK_ARG);
+    }
+}
+
+static sched_session *session_by_id(sched *s, uint64_t id)
+{
+    sched_session *ss;
+    HASH_FIND(hh, s->sessions, &id, sizeof id, ss);
+    return ss;
+}
+
+static void send_result(sched *s, sched_task *t)
+{
+    if (!(t->flags & PROTO_TASK_KEEP))
+        return;
+    sched_session *ss = session_by_id(s, t->owner);
+    if (ss == NULL)
+        return;
+    sched_obj *o = t->out;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_TASK_RESULT, 0, 5);
+    proto_put_id(&e, t->id);
+    if (o->state == OBJ_READY) {
+        proto_put_i(&e, 0);
+        proto_put_u(&e, o->size);
+        if (o->inline_data != NULL || o->size == 0)
+            proto_put_bin(&e, o->inline_data, o->inline_len);
+        else
+            proto_put_nil(&e);
+        proto_put_str(&e, "");
+    } else {
+        proto_put_i(&e, o->err != 0 ? o->err : SPW_ETASKFAILED);
+        proto_put_u(&e, 0);
+        proto_put_nil(&e);
+        proto_put_str(&e, o->errmsg != NULL ? o->errmsg : "");
+    }
+    proto_conn_send(ss->conn, &e);
+}
+
+static void task_fail(sched *s, sched_task *t, int err, const char *msg)
+{
+    if (t->state == T_READY)
+        ready_remove(s, t);
+    sched__task_set_state(s, t, T_FAILED);
+    release_args(s, t);
+    sched_obj *o = t->out;
+    o->graph_hold++;
+    sched__obj_fail(s, o, err, msg);
+    send_result(s, t);
+    o->graph_hold--;
+    sched__obj_maybe_free(s, o);
+}
+
+void sched__task_cancel(sched *s, sched_task *t)
+{
+    if (t->state == T_READY)
+        ready_remove(s, t);
+    release_args(s, t);
+    sched__task_set_state(s, t, T_FAILED);
+}
+
+void sched__task_free(sched *s, sched_task *t)
+{
+    release_args(s, t);
+    SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED);
+    s->tstate[t->state]--;
+    spw_free(t);
+}
+
+void sched__dep_ready(sched *s, sched_arg *a)
+{
+    sched_task *t = a->task;
+    DL_DELETE2(a->obj->consumers, a, cprev, cnext);
+    a->waiting = 0;
+    t->ndeps--;
+    if (t->ndeps == 0 && t->state == T_WAITING)
+        ready_push(s, t);
+}
+
+void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
+{
+    sched_task *t = a->task;
+    char hex[33], buf[PROTO_MAX_STR];
+    snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
+    (void)err;
+    task_fail(s, t, SPW_EDEPFAILED, buf);
+}
+
+/* ----------------------------------------------------------------- intake */
+
+static void hold_for_graph(sched_session *ss, sched_obj *o)
+{
+    if (ss->nbuilding == ss->capbuilding) {
+        ss->capbuilding = ss->capbuilding ? ss->capbuilding * 2 : 64;
+        ss->building =
+            spw_realloc(SPW_MOD_SCHED, ss->building, ss->capbuilding * sizeof *ss->building);
+    }
+    ss->building[ss->nbuilding++] = o;
+    o->graph_hold++;
+}
+
+/* Creates one task from its record. Returns 0, or an error for a record that cannot become a
+ * task at all (the client hears of it in an ERROR frame). */
+static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *err, size_t errlen)
+{
+    char hex[33];
+    spw_id id = rec[R_TASK_ID].id;
+    if (spw_id_is_nil(id)) {
+        snprintf(err, errlen, "task id is nil");
+        return SPW_EINVAL;
+    }
+    if (sched__obj_find(s, id) != NULL) {
+        snprintf(err, errlen, "task=%s: id already in use", spw_id_hex(id, hex));
+        return SPW_EDUPLICATE;
+    }
+    const proto_val *args = &rec[R_TASK_ARGS];
+    uint32_t nargs = args->arr.n;
+    size_t blob = 0;
+    for (uint32_t i = 0; i < nargs; i++) {
+        const proto_val *a = PROTO_REC(args, i);
+        if (a[R_ARG_KIND].u > PROTO_ARG_VIEW) {
+            snprintf(err, errlen, "task=%s arg %u: unknown kind %llu", spw_id_hex(id, hex), i,
+                     (unsigned long long)a[R_ARG_KIND].u);
+            return SPW_EINVAL;
+        }
+        if (a[R_ARG_KIND].u == PROTO_ARG_INLINE) {
+            if (a[R_ARG_INLINE].nil) {
+                snprintf(err, errlen, "task=%s arg %u: inline value missing", spw_id_hex(id, hex), i);
+                return SPW_EINVAL;
+            }
+            blob += a[R_ARG_INLINE].bin.len;
+        } else if (a[R_ARG_OBJ].nil) {
+            snprintf(err, errlen, "task=%s arg %u: object id missing", spw_id_hex(id, hex), i);
+            return SPW_EINVAL;
+        }
+    }
+    size_t sitelen = rec[R_TASK_SITE].bin.len;
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob + sitelen + 1;
+    sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
+    if (t == NULL) {
+        snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
+        return SPW_ENOMEM;
+    }
+    memset(t, 0, sizeof *t + (size_t)nargs * sizeof(sched_arg));
+    t->args = (sched_arg *)(t + 1);
+    uint8_t *bp = (uint8_t *)(t->args + nargs);
+    t->site = (char *)bp + blob;
+    memcpy(t->site, rec[R_TASK_SITE].bin.ptr, sitelen);
+    t->site[sitelen] = '\0';
+    t->id = id;
+    t->nargs = nargs;
+    t->flags = (uint32_t)rec[R_TASK_FLAGS].u;
+    t->owner = ss->id;
+    t->submitted_ms = spw_wall_ms();
+    t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
+    t->state = T_WAITING;
+    s->tstate[T_WAITING]++;
+    ss->tasks_submitted++;
+
+    sched_obj *out = sched__obj_new(s, id, ss->id, t->site);
+    out->producer = t;
+    t->out = out;
+    hold_for_graph(ss, out);
+    if (t->flags & PROTO_TASK_KEEP)
+        sched__session_ref(s, ss, out, REF_OUTPUT);
+
+    const char *bad = NULL;
+    int bad_err = 0;
+    char badbuf[256];
+    for (uint32_t i = 0; i < nargs; i++) {
+        const proto_val *a = PROTO_REC(args, i);
+        sched_arg *sa = &t->args[i];
+        sa->task = t;
+        sa->kind = (uint8_t)a[R_ARG_KIND].u;
+        if (sa->kind == PROTO_ARG_INLINE) {
+            sa->inline_len = a[R_ARG_INLINE].bin.len;
+            memcpy(bp, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
+            sa->inline_data = bp;
+            bp += sa->inline_len;
+            continue;
+        }
+        sa->off = a[R_ARG_OFF].u;
+        sa->len = a[R_ARG_LEN].u;
+        sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
+        if (o == NULL) {
+            if (bad == NULL) {
+                snprintf(badbuf, sizeof badbuf, "argument %u: no such object %s", i,
+                         spw_id_hex(a[R_ARG_OBJ].id, hex));
+                bad = badbuf;
+                bad_err = SPW_ENOOBJ;
+            }
+            continue;
+        }
+        sa->obj = o;
+        sched__ref(s, o, REF_TASK_ARG);
+        if (o->state == OBJ_PENDING) {
+            DL_APPEND2(o->consumers, sa, cprev, cnext);
+            sa->waiting = 1;
+            t->ndeps++;
+        } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
+            snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
+                     o->state == OBJ_LOST ? "object lost" : (o->errmsg ? o->errmsg : "?"));
+            bad = badbuf;
+            bad_err = SPW_EDEPFAILED;
+        }
+    }
+    if (bad != NULL)
+        task_fail(s, t, bad_err, bad);
+    else if (t->ndeps == 0)
+        ready_push(s, t);
+    return 0;
+}
+
+void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
+{
+    uint64_t graph = m->f[F_SUBMIT_GRAPH].u;
+    if (graph == 0) {
+        proto_conn_error(ss->conn, m->req, SPW_EINVAL, "graph id 0 is reserved");
+        return;
+    }
+    if (ss->graph != 0 && ss->graph != graph) {
+        proto_conn_error(ss->conn, m->req, SPW_EPROTO,
+                         "graph %llu submitted while graph %llu is still being sent",
+                         (unsigned long long)graph, (unsigned long long)ss->graph);
+        return;
+    }
+    ss->graph = graph;
+    const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+    uint32_t accepted = 0;
+    for (uint32_t i = 0; i < tasks->arr.n; i++) {
+        char err[512];
+        int rc = task_intake(s, ss, PROTO_REC(tasks, i), err, sizeof err);
+        if (rc != 0) {
+            spw_log(SPW_LOG_WARN, "session=%llu refused a task: %s err=%s",
+                    (unsigned long long)ss->id, err, spw_err_name(rc));
+            proto_conn_error(ss->conn, m->req, rc, "%s", err);
+            continue;
+        }
+        accepted++;
+    }
+    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END) {
+        /* Outputs nobody asked for and nothing consumes are dropped now. */
+        sched_obj **held = ss->building;
+        uint32_t n = ss->nbuilding;
+        ss->building = NULL;
+        ss->nbuilding = ss->capbuilding = 0;
+        ss->graph = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            held[i]->graph_hold--;
+            sched__obj_maybe_free(s, held[i]);
+        }
+        spw_free(held);
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_SUBMIT_ACK, m->req, 2);
+        proto_put_u(&e, graph);
+        proto_put_u(&e, accepted);
+        proto_conn_send(ss->conn, &e);
+    }
+}
+
+/* -------------------------------------------------------------- placement */
+
+static uint32_t depth_for(const sched *s, const sched_fn *f)
+{
+    if (f->runs == 0)
+        return 2;
+    double d = (double)s->opts.queue_target_us / (f->ewma_us > 1.0 ? f->ewma_us : 1.0);
+    if (d < 1.0)
+        return 1;
+    if (d > s->opts.max_depth)
+        return s->opts.max_depth;
+    return (uint32_t)d;
+}
+
+static bool worker_paused(const sched_worker *w)
+{
+    return w->stats[PROTO_STAT_PAUSED] != 0;
+}
+
+static sched_worker *pick_worker(sched *s, const sched_task *t)
+{
+    uint32_t depth = depth_for(s, t->fn);
+    sched_worker *best = NULL;
+    uint64_t best_local = 0;
+    double best_load = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
+        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth)
+            continue;
+        uint64_t local = 0;
+        for (uint32_t i = 0; i < t->nargs; i++) {
+            const sched_obj *o = t->args[i].obj;
+            if (o == NULL || o->inline_data != NULL)
+                continue;
+            for (uint32_t j = 0; j < o->nlocs; j++)
+                if (o->locs[j] == w->id)
+                    local += o->size;
+        }
+        double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
+        if (best == NULL || local > best_local || (local == best_local && load < best_load)) {
+            best = w;
+            best_local = local;
+            best_load = load;
+        }
+    }
+    if (best != NULL)
+        s->rr++;
+    return best;
+}
+
+static void put_warg(sched *s, proto_enc *e, const sched_arg *a)
+{
+    const sched_obj *o = a->obj;
+    if (a->kind == PROTO_ARG_INLINE || (o != NULL && (o->inline_data != NULL || o->size == 0))) {
+        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? a->inline_data : o->inline_data;
+        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->inline_len;
+        if (a->kind == PROTO_ARG_VIEW) {
+            p += a->off;
+            len = a->len;
+        }
+        proto_put_arr(e, 7);
+        proto_put_u(e, PROTO_ARG_INLINE);
+        proto_put_bin(e, p, len);
+        proto_put_nil(e);
+        proto_put_u(e, 0);
+        proto_put_u(e, 0);
+        proto_put_u(e, 0);
+        proto_put_arr(e, 0);
+        return;
+    }
+    proto_put_arr(e, 7);
+    proto_put_u(e, a->kind);
+    proto_put_nil(e);
+    proto_put_id(e, o->id);
+    proto_put_u(e, a->kind == PROTO_ARG_VIEW ? a->off : 0);
+    proto_put_u(e, a->kind == PROTO_ARG_VIEW ? a->len : o->size);
+    proto_put_u(e, o->size);
+    sched__enc_locs(s, e, o);
+}
+
+/* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
+static int check_inputs(const sched_task *t, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_arg *a = &t->args[i];
+        if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
+            continue;
+        if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
+            snprintf(err, errlen, "argument %u: view [%llu, +%llu) outside an object of %llu bytes",
+                     i, (unsigned long long)a->off, (unsigned long long)a->len,
+                     (unsigned long long)a->obj->size);
+            return SPW_EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void assign(sched *s, sched_task *t, sched_worker *w)
+{
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&e, t->id);
+    proto_put_str(&e, t->fn->name);
+    proto_put_arr(&e, t->nargs);
+    for (uint32_t i = 0; i < t->nargs; i++)
+        put_warg(s, &e, &t->args[i]);
+    proto_put_u(&e, t->flags);
+    int rc = proto_conn_send(w->conn, &e);
+    if (rc != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));
+        task_fail(s, t, rc, msg);
+        return;
+    }
+    sched__task_set_state(s, t, T_ASSIGNED);
+    t->worker = w;
+    w->assigned++;
+    DL_APPEND2(w->tasks, t, wprev, wnext);
+}
+
+static void dispatch(uv_idle_t *h)
+{
+    sched *s = h->data;
+    while (s->ready_head != NULL) {
+        sched_task *t = s->ready_head;
+        char err[256];
+        int rc = check_inputs(t, err, sizeof err);
+        if (rc != 0) {
+            task_fail(s, t, rc, err);
+            continue;
+        }
+        sched_worker *w = pick_worker(s, t);
+        if (w == NULL)
+            break;
+        s->ready_head = t->qnext;
+        if (s->ready_head == NULL)
+            s->ready_tail = NULL;
+        t->qnext = NULL;
+        assign(s, t, w);
+    }
+    uv_idle_stop(&s->kick);
+}
+
+void sched__kick(sched *s)
+{
+    if (!s->closing && s->ready_head != NULL && s->nworkers > 0)
+        uv_idle_start(&s->kick, dispatch);
+}
+
+/* ------------------------------------------------------------- completion */
+
+void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_DONE_ID].id;
+    sched_obj *o = sched__obj_find(s, id);
+    sched_task *t = o != NULL ? o->producer : NULL;
+    if (t == NULL || t->worker != w || t->state != T_ASSIGNED) {
+        proto_conn_error(w->conn, m->req, SPW_ENOOBJ, "task=%s is not assigned to this worker",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    DL_DELETE2(w->tasks, t, wprev, wnext);
+    w->assigned--;
+    t->worker = NULL;
+    sched__kick(s);
+
+    double us = (double)m->f[F_DONE_RUN_US].u;
+    sched_fn *f = t->fn;
+    f->ewma_us = f->runs == 0 ? us : f->ewma_us * 0.9 + us * 0.1;
+    f->runs++;
+
+    int status = (int)m->f[F_DONE_STATUS].i;
+    if (status != 0) {
+        char msg[PROTO_MAX_STR + 1];
+        proto_str(&m->f[F_DONE_ERR], msg, sizeof msg);
+        task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
+        return;
+    }
+    o->size = m->f[F_DONE_SIZE].u;
+    if (!m->f[F_DONE_INLINE].nil) {
+        const proto_val *v = &m->f[F_DONE_INLINE];
+        if (v->bin.len != o->size) {
+            proto_conn_error(w->conn, m->req, SPW_EMALFORMED,
+                             "task=%s: inline result of %u bytes for a size of %llu",
+                             spw_id_hex(id, hex), v->bin.len, (unsigned long long)o->size);
+            task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
+            return;
+        }
+        o->inline_len = v->bin.len;
+        if (v->bin.len > 0) {
+            o->inline_data = spw_malloc(SPW_MOD_SCHED, v->bin.len);
+            memcpy(o->inline_data, v->bin.ptr, v->bin.len);
+        }
+    } else if (o->size > 0) {
+        sched__obj_add_loc(s, o, w->id);
+    }
+    sched__task_set_state(s, t, T_DONE);
+    o->graph_hold++;
+    release_args(s, t);
+    sched__obj_ready(s, o);
+    send_result(s, t);
+    o->graph_hold--;
+    sched__obj_maybe_free(s, o);
+}
+
+void sched__worker_lost(sched *s, sched_worker *w)
+{
+    char hex[33];
+    /* Its queued and running tasks go back to the ready queue, up to the retry limit. */
+    sched_task *t, *tmp;
+    DL_FOREACH_SAFE2(w->tasks, t, tmp, wnext)
+    {
+        DL_DELETE2(w->tasks, t, wprev, wnext);
+        w->assigned--;
+        t->worker = NULL;
+        if (++t->retries > s->opts.task_retries) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "worker %s died while running it, %u times", w->addr,
+                     t->retries);
+            sched__task_set_state(s, t, T_WAITING);
+            task_fail(s, t, SPW_EWORKERLOST, msg);
+            continue;
+        }
+        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(t->id, hex),
+                w->addr);
+        ready_push(s, t);
+    }
+    /* Copies on that worker are gone; objects with no copy left are lost. */
+    sched_obj *o, *otmp;
+    HASH_ITER(hh, s->objects, o, otmp)
+    {
+        if (o->put_worker == w->id && o->state == OBJ_PENDING) {
+            o->put_worker = 0;
+            o->state = OBJ_LOST;
+            o->graph_hold++;
+            sched__obj_fail(s, o, SPW_EOBJLOST, "the worker receiving its upload died");
+            o->state = OBJ_LOST;
+            o->graph_hold--;
+            continue;
+        }
+        uint32_t before = o->nlocs;
+        sched__obj_drop_loc(s, o, w->id);
+        if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
+            spw_log(SPW_LOG_WARN, "obj=%s lost with worker=%s", spw_id_hex(o->id, hex), w->addr);
+            s->obj_bytes -= o->size;
+            o->state = OBJ_LOST;
+        }
+    }
+}

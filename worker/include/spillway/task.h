@@ -1,0 +1,88 @@
+/*
+ * spillway task ABI, version 1: how a task function sees its arguments and produces its output.
+ *
+ * Task functions run in a worker's executor processes. Built-in functions use this ABI, and so
+ * do plugins: a shared library passed to the worker with --plugin PATH.so exports
+ *
+ *     const spw_plugin *spillway_plugin_v1(void);
+ *
+ * returning a static table of functions. The worker refuses a plugin whose abi_version differs
+ * from SPW_TASK_ABI_VERSION. A plugin links against nothing of spillway's: everything it needs
+ * arrives through the spw_task_api table in its context.
+ *
+ * Arguments are read-only byte ranges. Object arguments point straight into the store's shared
+ * memory (no copy); writing to them faults. A function produces at most one output with
+ * spw_task_output(): small outputs travel back inside messages, large ones are allocated in the
+ * store and written in place. Returning non-zero fails the task; the text given to
+ * spw_task_fail() reaches the client that submitted it.
+ */
+#ifndef SPW_TASK_H
+#define SPW_TASK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPW_TASK_ABI_VERSION 1u
+
+typedef struct spw_task_arg {
+    const void *data; /* read-only; NULL when len is 0 */
+    uint64_t len;     /* bytes */
+} spw_task_arg;
+
+typedef struct spw_task_ctx spw_task_ctx;
+
+/** Services the executor offers a running task. */
+typedef struct spw_task_api {
+    uint32_t abi_version;
+    /** Allocates the task's output of size bytes and returns where to write it, or NULL if the
+     * store cannot provide it (the task should then return the error it got from
+     * spw_task_output_error). Can be called once per task. */
+    void *(*output)(spw_task_ctx *ctx, uint64_t size);
+    /** Sets the error text reported with a failing return (printf style). */
+    void (*fail)(spw_task_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    /** Why the last output() call returned NULL (a negative spillway error code). */
+    int (*output_error)(spw_task_ctx *ctx);
+} spw_task_api;
+
+struct spw_task_ctx {
+    const spw_task_api *api;
+    void *priv; /* the executor's */
+};
+
+/** A task function: 0 on success, non-zero (any value; negative spillway codes are kept) on
+ * failure. */
+typedef int (*spw_task_fn)(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs);
+
+typedef struct spw_plugin_fn {
+    const char *name; /* at most 255 bytes */
+    spw_task_fn fn;
+} spw_plugin_fn;
+
+typedef struct spw_plugin {
+    uint32_t abi_version; /* SPW_TASK_ABI_VERSION */
+    const char *name;
+    const spw_plugin_fn *fns;
+    uint32_t nfns;
+} spw_plugin;
+
+/** The symbol a plugin exports. */
+#define SPW_PLUGIN_SYMBOL "spillway_plugin_v1"
+typedef const spw_plugin *(*spw_plugin_entry)(void);
+
+static inline void *spw_task_output(spw_task_ctx *ctx, uint64_t size)
+{
+    return ctx->api->output(ctx, size);
+}
+#define spw_task_fail(ctx, ...) ((ctx)->api->fail((ctx), __VA_ARGS__))
+static inline int spw_task_output_error(spw_task_ctx *ctx)
+{
+    return ctx->api->output_error(ctx);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPW_TASK_H */

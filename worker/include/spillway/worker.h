@@ -1,0 +1,59 @@
+/*
+ * spw_worker: a worker daemon's logic. It registers with the scheduler, owns the node's object
+ * store, runs tasks in a pool of executor processes that map the store's arena, and serves
+ * object transfers to peers and clients on its peer port. spillway-worker is a thin main()
+ * over this library; the same binary runs executors (`spillway-worker --executor ...`).
+ */
+#ifndef SPW_WORKER_H
+#define SPW_WORKER_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "spillway/objstore.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct wrk wrk;
+
+#define WRK_MAX_PLUGINS 16
+
+typedef struct wrk_opts {
+    const char *scheduler;     /* "HOST:PORT" of the scheduler */
+    const char *listen;        /* peer port "HOST:PORT", port 0 = ephemeral */
+    const char *name;          /* shown by spillway-ctl */
+    uint32_t slots;            /* executor processes (default: cores) */
+    const uint8_t *secret;     /* cluster secret or NULL */
+    size_t secret_len;
+    ost_opts store;            /* capacity, spill settings */
+    const char *executor_path; /* binary to run as executor (default /proc/self/exe) */
+    const char *plugins[WRK_MAX_PLUGINS];
+    uint32_t nplugins;
+    uint32_t heartbeat_ms;     /* default 1000 */
+    uint32_t max_frame;
+} wrk_opts;
+
+void wrk_opts_default(wrk_opts *o);
+
+/** Creates a worker: loads and checks plugins, creates the store, starts the executors, binds
+ * the peer port and connects to the scheduler. ready(arg, status) runs once: 0 when the
+ * scheduler has welcomed us, or an error (the caller then closes the worker).
+ * @param[out] bound the peer address bound, at least 64 bytes.
+ * @return 0 or an error now (bad options, plugin refused, store creation, bind). */
+int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
+            wrk **out, char *bound, size_t boundlen);
+/** Stops executors, closes connections and handles, frees the store; done(arg) runs once
+ * everything is closed and freed. */
+void wrk_close(wrk *w, void (*done)(void *arg), void *arg);
+
+/** Runs an executor process (the `--executor` mode of the worker binary). Never returns
+ * to the caller's loop; returns the process exit status. */
+int wrk_executor_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,390 @@
+/*
+ * The executor process: runs tasks one at a time for its worker.
+ *
+ * Started by the worker as `spillway-worker --executor CAPACITY LOGLEVEL [PLUGIN...]` with the
+ * worker's socket on fd 3 and the store's arena memfd on fd 4. It maps the arena read-only, so
+ * a task reads its inputs in place and cannot scribble over sealed objects; a task's large
+ * output is allocated by the worker (EXEC_ALLOC) and mapped writable on its own pages, just for
+ * that task. It uses no event loop: it reads a batch of EXEC frames, runs them in order, and
+ * writes their EXEC_DONE frames together once its input is drained, so a burst of short tasks
+ * costs two syscalls rather than two per task. A task that crashes takes this process with it;
+ * the worker reports the task failed and starts another executor.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <uthash.h>
+
+#include "worker_int.h"
+
+#define EXEC_SOCK_FD 3
+#define EXEC_ARENA_FD 4
+
+typedef struct fn_entry {
+    const char *name;
+    spw_task_fn fn;
+    UT_hash_handle hh;
+} fn_entry;
+
+typedef struct executor {
+    const uint8_t *arena;
+    uint64_t capacity;
+    size_t page;
+    fn_entry *fns;
+    void *plugins[WRK_MAX_PLUGINS];
+    uint32_t nplugins;
+    spw_buf in;      /* bytes from the worker, processed in order */
+    spw_buf backlog; /* frames read while waiting for an allocation reply */
+    spw_buf out;     /* frames to the worker */
+    msgpack_zone zone;
+    proto_limits lim;
+    uint64_t next_req;
+} executor;
+
+/* One running task. */
+typedef struct exec_task {
+    spw_task_ctx ctx;
+    executor *ex;
+    spw_id id;
+    uint64_t inline_limit;
+    bool output_called;
+    int output_err;
+    uint8_t *inline_out; /* small output, heap */
+    uint8_t *mapped;     /* large output, mapped from the arena */
+    size_t mapped_len;
+    uint64_t out_size;
+    char err[PROTO_MAX_STR];
+} exec_task;
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void flush_out(executor *ex)
+{
+    if (ex->out.len == 0)
+        return;
+    if (write_all(EXEC_SOCK_FD, ex->out.data, ex->out.len) != 0)
+        exit(0); /* the worker is gone */
+    spw_buf_reset(&ex->out);
+}
+
+/* Reads more bytes into b. @return false when the worker closed the socket. */
+static bool read_more(spw_buf *b)
+{
+    if (spw_buf_reserve(b, 256 * 1024) != 0)
+        SPW_PANIC("executor out of memory");
+    for (;;) {
+        ssize_t r = read(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        b->len += (size_t)r;
+        return true;
+    }
+}
+
+static void task_fail_v(spw_task_ctx *ctx, const char *fmt, ...)
+{
+    exec_task *t = (exec_task *)ctx;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+}
+
+static int task_output_error(spw_task_ctx *ctx)
+{
+    return ((exec_task *)ctx)->output_err;
+}
+
+/* Asks the worker for room in the store and waits for the answer. Other frames that arrive
+ * meanwhile are kept, in order, for later. */
+static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *off)
+{
+    uint64_t req = ++ex->next_req;
+    proto_enc e;
+    proto_enc_begin(&e, &ex->out, PROTO_EXEC_ALLOC, req, 2);
+    proto_put_id(&e, t->id);
+    proto_put_u(&e, size);
+    proto_enc_end(&e, UINT32_MAX);
+    flush_out(ex);
+    spw_buf rb = {0};
+    int result = 1;
+    while (result == 1) {
+        size_t pos = 0;
+        for (;;) {
+            proto_msg m;
+            int rc = proto_decode(rb.data + pos, rb.len - pos, &ex->lim, &ex->zone, &m);
+            if (rc == 0)
+                break;
+            if (rc < 0)
+                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(rc));
+            if (m.req == req && m.type == PROTO_EXEC_ALLOC_OK) {
+                *off = m.f[F_EALLOCOK_OFF].u;
+                result = 0;
+            } else if (m.req == req && m.type == PROTO_ERROR) {
+                result = (int)m.f[F_ERROR_CODE].i;
+                char msg[PROTO_MAX_STR];
+                snprintf(t->err, sizeof t->err, "%s", proto_str(&m.f[F_ERROR_MSG], msg, sizeof msg));
+            } else {
+                spw_buf_append(&ex->backlog, rb.data + pos, (size_t)rc);
+            }
+            msgpack_zone_clear(&ex->zone);
+            pos += (size_t)rc;
+        }
+        if (result == 1) {
+            spw_buf_consume(&rb, pos);
+            if (!read_more(&rb))
+                exit(0); /* the worker is gone; so is this task */
+        } else {
+            spw_buf_append(&ex->backlog, rb.data + pos, rb.len - pos);
+        }
+    }
+    spw_buf_release(&rb);
+    return result;
+}
+
+static void *task_output(spw_task_ctx *ctx, uint64_t size)
+{
+    exec_task *t = (exec_task *)ctx;
+    executor *ex = t->ex;
+    if (t->output_called) {
+        t->output_err = SPW_EPROTO;
+        snprintf(t->err, sizeof t->err, "a task has one output: output() called twice");
+        return NULL;
+    }
+    t->output_called = true;
+    t->out_size = size;
+    if (size <= t->inline_limit) {
+        t->inline_out = malloc(size > 0 ? size : 1);
+        if (t->inline_out == NULL)
+            t->output_err = SPW_ENOMEM;
+        return t->inline_out;
+    }
+    uint64_t off;
+    int rc = request_alloc(ex, t, size, &off);
+    if (rc != 0) {
+        t->output_err = rc;
+        return NULL;
+    }
+    if (off % ex->page != 0 || off > ex->capacity || size > ex->capacity - off) {
+        t->output_err = SPW_EPROTO;
+        snprintf(t->err, sizeof t->err, "worker returned a bad output offset");
+        return NULL;
+    }
+    size_t len = (size + ex->page - 1) / ex->page * ex->page;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, EXEC_ARENA_FD, (off_t)off);
+    if (p == MAP_FAILED) {
+        t->output_err = -errno;
+        snprintf(t->err, sizeof t->err, "cannot map the output: %s", strerror(errno));
+        return NULL;
+    }
+    t->mapped = p;
+    t->mapped_len = len;
+    return p;
+}
+
+static const spw_task_api task_api = {
+    SPW_TASK_ABI_VERSION,
+    task_output,
+    task_fail_v,
+    task_output_error,
+};
+
+static void send_done(executor *ex, const exec_task *t, int status, uint64_t run_us)
+{
+    proto_enc e;
+    proto_enc_begin(&e, &ex->out, PROTO_EXEC_DONE, 0, 6);
+    proto_put_id(&e, t->id);
+    proto_put_i(&e, status);
+    if (status != 0) {
+        proto_put_u(&e, 0);
+        proto_put_nil(&e);
+        proto_put_str(&e, t->err[0] ? t->err : spw_strerror(status));
+    } else if (t->mapped != NULL) {
+        proto_put_u(&e, t->out_size);
+        proto_put_nil(&e);
+        proto_put_str(&e, "");
+    } else {
+        proto_put_u(&e, t->inline_out != NULL ? t->out_size : 0);
+        proto_put_bin(&e, t->inline_out, t->inline_out != NULL ? t->out_size : 0);
+        proto_put_str(&e, "");
+    }
+    proto_put_u(&e, run_us);
+    proto_enc_end(&e, UINT32_MAX);
+}
+
+static void run_exec(executor *ex, const proto_msg *m)
+{
+    exec_task t;
+    memset(&t, 0, sizeof t);
+    t.ctx.api = &task_api;
+    t.ex = ex;
+    t.id = m->f[F_EXEC_ID].id;
+    t.inline_limit = m->f[F_EXEC_INLINE_LIMIT].u;
+    const proto_val *args = &m->f[F_EXEC_ARGS];
+    uint32_t nargs = args->arr.n;
+    spw_task_arg stackargs[16];
+    spw_task_arg *targs = nargs <= 16 ? stackargs : calloc(nargs, sizeof *targs);
+    int status = 0;
+    for (uint32_t i = 0; i < nargs && status == 0; i++) {
+        const proto_val *a = PROTO_REC(args, i);
+        if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
+            targs[i].data = a[R_EARG_INLINE].bin.len ? a[R_EARG_INLINE].bin.ptr : NULL;
+            targs[i].len = a[R_EARG_INLINE].bin.len;
+        } else {
+            uint64_t off = a[R_EARG_OFF].u, len = a[R_EARG_LEN].u;
+            if (off > ex->capacity || len > ex->capacity - off) {
+                status = SPW_EPROTO;
+                snprintf(t.err, sizeof t.err, "argument %u outside the arena", i);
+                break;
+            }
+            targs[i].data = len ? ex->arena + off : NULL;
+            targs[i].len = len;
+        }
+    }
+    uint64_t t0 = spw_now_ns();
+    if (status == 0) {
+        char name[PROTO_MAX_NAME + 1];
+        proto_str(&m->f[F_EXEC_FN], name, sizeof name);
+        fn_entry *f;
+        HASH_FIND_STR(ex->fns, name, f);
+        if (f == NULL) {
+            status = SPW_ENOFUNC;
+            snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
+        } else {
+            int rc = f->fn(&t.ctx, targs, nargs);
+            if (rc != 0) {
+                status = rc < 0 && rc > -2000 ? rc : SPW_ETASKFAILED;
+                if (t.err[0] == '\0')
+                    snprintf(t.err, sizeof t.err, "%s returned %d", name, rc);
+            }
+        }
+    }
+    uint64_t run_us = (spw_now_ns() - t0) / 1000;
+    if (targs != stackargs)
+        free(targs);
+    send_done(ex, &t, status, run_us);
+    if (t.mapped != NULL)
+        munmap(t.mapped, t.mapped_len);
+    free(t.inline_out);
+}
+
+static void register_fns(executor *ex, const spw_plugin *p)
+{
+    for (uint32_t i = 0; i < p->nfns; i++) {
+        fn_entry *f;
+        HASH_FIND_STR(ex->fns, p->fns[i].name, f);
+        if (f != NULL) {
+            f->fn = p->fns[i].fn; /* a plugin may override a built-in */
+            continue;
+        }
+        f = calloc(1, sizeof *f);
+        if (f == NULL)
+            SPW_PANIC("executor out of memory");
+        f->name = p->fns[i].name;
+        f->fn = p->fns[i].fn;
+        HASH_ADD_KEYPTR(hh, ex->fns, f->name, strlen(f->name), f);
+    }
+}
+
+int wrk_executor_main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: spillway-worker --executor CAPACITY LOGLEVEL [PLUGIN...]\n");
+        return 2;
+    }
+    executor ex;
+    memset(&ex, 0, sizeof ex);
+    spw_log_init("spillway-executor", atoi(argv[3]));
+    ex.capacity = strtoull(argv[2], NULL, 10);
+    ex.page = (size_t)sysconf(_SC_PAGESIZE);
+    proto_limits_default(&ex.lim);
+    msgpack_zone_init(&ex.zone, 64 * 1024);
+    void *arena = mmap(NULL, ex.capacity, PROT_READ, MAP_SHARED, EXEC_ARENA_FD, 0);
+    if (arena == MAP_FAILED) {
+        spw_log(SPW_LOG_ERR, "cannot map the arena: %s", strerror(errno));
+        return 1;
+    }
+    ex.arena = arena;
+    register_fns(&ex, wrk__builtins());
+    for (int i = 4; i < argc && ex.nplugins < WRK_MAX_PLUGINS; i++) {
+        void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
+        spw_plugin_entry entry = h ? (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL) : NULL;
+        const spw_plugin *p = entry ? entry() : NULL;
+        if (p == NULL || p->abi_version != SPW_TASK_ABI_VERSION) {
+            spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded in the executor", argv[i]);
+            return 1;
+        }
+        register_fns(&ex, p);
+        ex.plugins[ex.nplugins++] = h;
+    }
+    /* The executor runs until the worker closes its socket. */
+    size_t pos = 0;
+    bool open = true;
+    while (open) {
+        for (;;) {
+            proto_msg m;
+            int rc = proto_decode(ex.in.data + pos, ex.in.len - pos, &ex.lim, &ex.zone, &m);
+            if (rc == 0)
+                break;
+            if (rc < 0)
+                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(rc));
+            if (m.type == PROTO_EXEC)
+                run_exec(&ex, &m);
+            else
+                spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
+            msgpack_zone_clear(&ex.zone);
+            pos += (size_t)rc;
+            if (ex.backlog.len > 0) {
+                /* Frames that arrived during an allocation come after what is in `in`. */
+                spw_buf_consume(&ex.in, pos);
+                pos = 0;
+                spw_buf_append(&ex.in, ex.backlog.data, ex.backlog.len);
+                spw_buf_reset(&ex.backlog);
+            }
+        }
+        spw_buf_consume(&ex.in, pos);
+        pos = 0;
+        /* Answer the whole batch before blocking for more. */
+        struct pollfd pfd = {EXEC_SOCK_FD, POLLIN, 0};
+        if (ex.out.len > 0 && poll(&pfd, 1, 0) <= 0)
+            flush_out(&ex);
+        else if (ex.out.len > 64 * 1024)
+            flush_out(&ex);
+        open = read_more(&ex.in);
+    }
+    flush_out(&ex);
+    fn_entry *f, *ftmp;
+    HASH_ITER(hh, ex.fns, f, ftmp)
+    {
+        HASH_DEL(ex.fns, f);
+        free(f);
+    }
+    for (uint32_t i = 0; i < ex.nplugins; i++)
+        dlclose(ex.plugins[i]);
+    spw_buf_release(&ex.in);
+    spw_buf_release(&ex.out);
+    spw_buf_release(&ex.backlog);
+    msgpack_zone_destroy(&ex.zone);
+    munmap(arena, ex.capacity);
+    return 0;
+}

@@ -1,0 +1,619 @@
+/*
+ * Object transfers on the worker's peer port, in both directions.
+ *
+ * Serving: peers (clients putting or getting, workers fetching) send OBJ_WRITE chunks, which
+ * become a store object sealed at the last chunk, and OBJ_READ requests, answered by OBJ_DATA
+ * chunks sent straight from the arena (borrowed buffers, the object pinned until the kernel has
+ * them) at the pace the connection drains. An upload that must wait for room pauses its
+ * connection: TCP carries the back-pressure to the sender.
+ * Fetching: a task whose input lives elsewhere gets it from a worker that holds it, trying each
+ * location in turn, once per object however many tasks wait for it.
+ * Invariants: a wsrv lives until its connection closed and srv->refs (pending allocations and
+ * reads with chunks in flight) is 0; a fetch is in w->fetches until it seals or gives up.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "worker_int.h"
+
+/* ================================================================ serving */
+
+static void srv_maybe_free(wsrv *srv)
+{
+    if (srv->closed && srv->refs == 0)
+        spw_free(srv);
+}
+
+static void upload_remove(wsrv *srv, wupload *u, bool abort_obj)
+{
+    HASH_DEL(srv->uploads, u);
+    if (abort_obj && u->obj != NULL)
+        ost_obj_abort(srv->w->store, u->obj);
+    spw_buf_release(&u->pending);
+    spw_free(u);
+}
+
+void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)
+{
+    if (w->sched == NULL)
+        return;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_OBJ_ADDED, 0, 2);
+    proto_put_id(&e, id);
+    proto_put_u(&e, size);
+    proto_conn_send(w->sched, &e);
+}
+
+/* Writes one chunk into an upload; seals and acknowledges at the last one. */
+static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, const uint8_t *data,
+                         size_t len, uint64_t req)
+{
+    char hex[33];
+    wrk *w = srv->w;
+    if (off != u->next_off || len > u->total - off) {
+        proto_conn_error(srv->conn, req, SPW_EINVAL,
+                         "obj=%s: chunk at %llu+%zu, expected offset %llu of %llu: upload dropped",
+                         spw_id_hex(u->id, hex), (unsigned long long)off, len,
+                         (unsigned long long)u->next_off, (unsigned long long)u->total);
+        upload_remove(srv, u, true);
+        return;
+    }
+    if (len > 0)
+        memcpy(ost_obj_data(u->obj) + off, data, len);
+    u->next_off += len;
+    if (!(flags & PROTO_CHUNK_LAST))
+        return;
+    if (u->next_off != u->total) {
+        proto_conn_error(srv->conn, req, SPW_EINVAL, "obj=%s: last chunk at %llu of %llu bytes",
+                         spw_id_hex(u->id, hex), (unsigned long long)u->next_off,
+                         (unsigned long long)u->total);
+        upload_remove(srv, u, true);
+        return;
+    }
+    ost_obj *o = u->obj;
+    u->obj = NULL;
+    spw_id id = u->id;
+    uint64_t total = u->total;
+    upload_remove(srv, u, false);
+    ost_obj_seal(w->store, o);
+    wrk__sched_obj_added(w, id, total);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PUT_DONE, req, 1);
+    proto_put_id(&e, id);
+    proto_conn_send(srv->conn, &e);
+    wrk__mem_check(w);
+}
+
+typedef struct upload_req {
+    wsrv *srv;
+    spw_id id;
+} upload_req;
+
+static void upload_created(void *arg, int status, ost_obj *o)
+{
+    upload_req *r = arg;
+    wsrv *srv = r->srv;
+    spw_id id = r->id;
+    spw_free(r);
+    srv->refs--;
+    if (srv->closed) {
+        if (status == 0)
+            ost_obj_abort(srv->w->store, o);
+        srv_maybe_free(srv);
+        return;
+    }
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    SPW_ASSERT(u != NULL && u->creating);
+    u->creating = false;
+    proto_conn_resume(srv->conn);
+    if (status != 0) {
+        char hex[33];
+        proto_conn_error(srv->conn, u->req, status, "obj=%s: cannot store %llu bytes: %s",
+                         spw_id_hex(id, hex), (unsigned long long)u->total, spw_strerror(status));
+        upload_remove(srv, u, false);
+        return;
+    }
+    u->obj = o;
+    spw_buf chunk = u->pending;
+    u->pending = (spw_buf){0};
+    upload_apply(srv, u, 0, u->pending_flags, chunk.data, chunk.len, u->req);
+    spw_buf_release(&chunk);
+}
+
+static void upload_chunk(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_WRITE_ID].id;
+    uint64_t total = m->f[F_WRITE_TOTAL].u;
+    uint64_t off = m->f[F_WRITE_OFF].u;
+    const proto_val *data = &m->f[F_WRITE_DATA];
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    if (u == NULL) {
+        if (off != 0 || total == 0 || data->bin.len > total) {
+            proto_conn_error(srv->conn, m->req, SPW_EINVAL,
+                             "obj=%s: an upload starts at offset 0 with a size > 0",
+                             spw_id_hex(id, hex));
+            return;
+        }
+        u = spw_calloc(SPW_MOD_WORKER, 1, sizeof *u);
+        u->id = id;
+        u->total = total;
+        u->req = m->req;
+        u->srv = srv;
+        u->creating = true;
+        u->pending_flags = m->f[F_WRITE_FLAGS].u;
+        if (spw_buf_reserve(&u->pending, data->bin.len) != 0) {
+            spw_free(u);
+            proto_conn_error(srv->conn, m->req, SPW_ENOMEM, "out of memory");
+            return;
+        }
+        spw_buf_append(&u->pending, data->bin.ptr, data->bin.len);
+        HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
+        /* No more chunks until there is room for this object. */
+        proto_conn_pause(srv->conn);
+        upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (upload_req){srv, id};
+        srv->refs++;
+        ost_obj_create_async(srv->w->store, id, total, upload_created, r);
+        return;
+    }
+    if (u->creating || total != u->total) {
+        proto_conn_error(srv->conn, m->req, SPW_EPROTO, "obj=%s: inconsistent upload",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    upload_apply(srv, u, off, m->f[F_WRITE_FLAGS].u, data->bin.ptr, data->bin.len, m->req);
+}
+
+static void read_finish(wread *rd)
+{
+    wsrv *srv = rd->srv;
+    ost_obj_unpin(srv->w->store, rd->obj);
+    spw_free(rd);
+    srv->refs--;
+    srv_maybe_free(srv);
+}
+
+static void chunk_sent(void *arg)
+{
+    wread *rd = arg;
+    rd->outstanding--;
+    if (rd->outstanding == 0 && (rd->pos == rd->end || rd->srv->closed))
+        read_finish(rd);
+}
+
+static void reads_pump(wsrv *srv)
+{
+    wrk *w = srv->w;
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE(srv->reads, rd, tmp)
+    {
+        uint64_t total = ost_obj_size(rd->obj);
+        const uint8_t *base = ost_obj_data(rd->obj);
+        while (rd->pos < rd->end && proto_conn_writable(srv->conn)) {
+            uint64_t n = rd->end - rd->pos;
+            if (n > w->chunk)
+                n = w->chunk;
+            proto_enc e;
+            proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_OBJ_DATA, rd->req, 5);
+            proto_put_id(&e, rd->id);
+            proto_put_u(&e, total);
+            proto_put_u(&e, rd->pos);
+            proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
+            proto_put_bin_hdr(&e, n);
+            rd->outstanding++;
+            rd->pos += n;
+            proto_conn_send_borrowed(srv->conn, &e, base + rd->pos - n, n, chunk_sent, rd);
+        }
+        if (rd->pos == rd->end) {
+            DL_DELETE(srv->reads, rd);
+            if (rd->outstanding == 0)
+                read_finish(rd);
+        }
+        if (!proto_conn_writable(srv->conn))
+            return;
+    }
+}
+
+typedef struct read_req {
+    wsrv *srv;
+    spw_id id;
+    uint64_t req, off, len;
+} read_req;
+
+static void read_got(void *arg, int status, ost_obj *o)
+{
+    read_req *r = arg;
+    wsrv *srv = r->srv;
+    if (srv->closed || status != 0) {
+        if (status == 0)
+            ost_obj_unpin(srv->w->store, o);
+        else if (!srv->closed) {
+            char hex[33];
+            proto_conn_error(srv->conn, r->req, status, "obj=%s: %s", spw_id_hex(r->id, hex),
+                             spw_strerror(status));
+        }
+        srv->refs--;
+        spw_free(r);
+        srv_maybe_free(srv);
+        return;
+    }
+    wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
+    rd->obj = o;
+    rd->id = r->id;
+    rd->req = r->req;
+    rd->off = rd->pos = r->off;
+    rd->end = r->off + r->len;
+    rd->srv = srv; /* the ref taken for the request now belongs to the read */
+    spw_free(r);
+    DL_APPEND(srv->reads, rd);
+    reads_pump(srv);
+}
+
+static void read_start(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_READ_ID].id;
+    ost_obj *o = ost_obj_find(srv->w->store, id);
+    if (o == NULL || ost_obj_state(o) != OST_SEALED) {
+        proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    uint64_t off = m->f[F_READ_OFF].u, len = m->f[F_READ_LEN].u, size = ost_obj_size(o);
+    if (off > size || len > size - off || len == 0) {
+        proto_conn_error(srv->conn, m->req, SPW_EINVAL,
+                         "obj=%s: range %llu+%llu outside %llu bytes", spw_id_hex(id, hex),
+                         (unsigned long long)off, (unsigned long long)len,
+                         (unsigned long long)size);
+        return;
+    }
+    read_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (read_req){srv, id, m->req, off, len};
+    srv->refs++;
+    ost_obj_get_async(srv->w->store, o, read_got, r);
+}
+
+static int peer_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
+                      size_t errlen)
+{
+    wrk *w = proto_ctx_data(proto_conn_ctx(c));
+    int role = (int)hello->f[F_HELLO_ROLE].u;
+    if (role != PROTO_ROLE_CLIENT && role != PROTO_ROLE_WORKER && role != PROTO_ROLE_PEER) {
+        snprintf(err, errlen, "role %s has no business on a peer port", proto_role_name(role));
+        return SPW_EPROTO;
+    }
+    wsrv *srv = spw_calloc(SPW_MOD_WORKER, 1, sizeof *srv);
+    srv->w = w;
+    srv->conn = c;
+    proto_conn_set_data(c, srv);
+    wel->inline_limit = w->inline_limit;
+    wel->chunk = w->chunk;
+    return 0;
+}
+
+static void peer_msg(proto_conn *c, const proto_msg *m)
+{
+    wsrv *srv = proto_conn_data(c);
+    switch (m->type) {
+    case PROTO_OBJ_WRITE:
+        upload_chunk(srv, m);
+        return;
+    case PROTO_OBJ_READ:
+        read_start(srv, m);
+        return;
+    case PROTO_ERROR:
+        return;
+    default:
+        proto_conn_error(c, m->req, SPW_EPROTO, "%s is not valid on a peer port",
+                         proto_type_name(m->type));
+    }
+}
+
+static void peer_close(proto_conn *c, int status)
+{
+    (void)status;
+    wsrv *srv = proto_conn_data(c);
+    if (srv == NULL)
+        return;
+    srv->closed = true;
+    srv->conn = NULL;
+    wupload *u, *utmp;
+    HASH_ITER(hh, srv->uploads, u, utmp)
+    {
+        /* A half-written object from a peer that went away is dropped; one still waiting for
+         * room is dropped by its allocation callback. */
+        if (!u->creating)
+            upload_remove(srv, u, true);
+        else {
+            HASH_DEL(srv->uploads, u);
+            spw_buf_release(&u->pending);
+            spw_free(u);
+        }
+    }
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE(srv->reads, rd, tmp)
+    {
+        DL_DELETE(srv->reads, rd);
+        if (rd->outstanding == 0)
+            read_finish(rd);
+    }
+    srv_maybe_free(srv);
+}
+
+static void peer_drain(proto_conn *c)
+{
+    reads_pump(proto_conn_data(c));
+}
+
+const proto_conn_cbs wrk__peer_cbs = {
+    .on_hello = peer_hello,
+    .on_msg = peer_msg,
+    .on_close = peer_close,
+    .on_drain = peer_drain,
+};
+
+/* =============================================================== fetching */
+
+static void fetch_start(wrk *w, wfetch *f);
+
+static void fetch_free(wrk *w, wfetch *f)
+{
+    HASH_DEL(w->fetches, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
+    spw_free(f);
+}
+
+static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
+{
+    if (f->obj != NULL) {
+        ost_obj_abort(w->store, f->obj);
+        f->obj = NULL;
+    }
+    fwait *waiters = f->waiters;
+    f->waiters = NULL;
+    fetch_free(w, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(waiters, x, tmp)
+    {
+        wrk__input_ready(w, x->t, x->arg, status, msg);
+        spw_free(x);
+    }
+}
+
+static void fetch_done(wrk *w, wfetch *f)
+{
+    ost_obj *o = f->obj;
+    f->obj = NULL;
+    ost_obj_seal(w->store, o);
+    wrk__sched_obj_added(w, f->id, f->size);
+    fwait *waiters = f->waiters;
+    f->waiters = NULL;
+    fetch_free(w, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(waiters, x, tmp)
+    {
+        int rc = ost_obj_pin(w->store, o);
+        if (rc == 0) {
+            x->t->args[x->arg].obj = o;
+            x->t->args[x->arg].pinned = 1;
+        }
+        wrk__input_ready(w, x->t, x->arg, rc, NULL);
+        spw_free(x);
+    }
+    wrk__mem_check(w);
+}
+
+static void fetch_send(wrk *w, wfetch *f)
+{
+    proto_conn *c = f->peer->conn;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_OBJ_READ, f->req, 3);
+    proto_put_id(&e, f->id);
+    proto_put_u(&e, 0);
+    proto_put_u(&e, f->size);
+    proto_conn_send(c, &e);
+    (void)w;
+}
+
+static void fpeer_ready(proto_conn *c, const proto_welcome *wel)
+{
+    (void)wel;
+    wpeer *p = proto_conn_data(c);
+    wrk *w = p->w;
+    p->ready = true;
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    if (f->peer == p && f->obj != NULL)
+        fetch_send(w, f);
+}
+
+static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    if (f->peer == p && f->req == req)
+        return f;
+    return NULL;
+}
+
+static void fpeer_msg(proto_conn *c, const proto_msg *m)
+{
+    wpeer *p = proto_conn_data(c);
+    wrk *w = p->w;
+    if (m->type == PROTO_ERROR) {
+        wfetch *f = fetch_by_req(w, p, m->req);
+        char msg[256];
+        proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg);
+        if (f != NULL) {
+            spw_log(SPW_LOG_WARN, "fetch from %s failed: %s", p->addr, msg);
+            fetch_start(w, f);
+        }
+        return;
+    }
+    if (m->type != PROTO_OBJ_DATA) {
+        proto_conn_error(c, m->req, SPW_EPROTO, "unexpected %s", proto_type_name(m->type));
+        return;
+    }
+    spw_id id = m->f[F_DATA_ID].id;
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    const proto_val *data = &m->f[F_DATA_DATA];
+    uint64_t off = m->f[F_DATA_OFF].u;
+    if (f == NULL || f->peer != p || f->req != m->req || f->obj == NULL)
+        return; /* a fetch we gave up on: late chunks are dropped */
+    if (off != f->received || data->bin.len > f->size - f->received ||
+        m->f[F_DATA_TOTAL].u != f->size) {
+        spw_log(SPW_LOG_WARN, "fetch from %s: chunk at %llu, expected %llu: trying elsewhere",
+                p->addr, (unsigned long long)off, (unsigned long long)f->received);
+        fetch_start(w, f);
+        return;
+    }
+    memcpy(ost_obj_data(f->obj) + off, data->bin.ptr, data->bin.len);
+    f->received += data->bin.len;
+    if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
+        if (f->received == f->size)
+            fetch_done(w, f);
+        else
+            fetch_start(w, f);
+    }
+}
+
+static void fpeer_close(proto_conn *c, int status)
+{
+    wpeer *p = proto_conn_data(c);
+    wrk *w = p->w;
+    HASH_DEL(w->peers, p);
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->peer == p) {
+            f->peer = NULL;
+            if (!w->closing) {
+                spw_log(SPW_LOG_WARN, "fetch from %s: connection %s", p->addr,
+                        spw_strerror(status));
+                fetch_start(w, f);
+            }
+        }
+    }
+    spw_free(p);
+}
+
+static const proto_conn_cbs fpeer_cbs = {
+    .on_ready = fpeer_ready,
+    .on_msg = fpeer_msg,
+    .on_close = fpeer_close,
+};
+
+static wpeer *peer_get(wrk *w, const char *addr)
+{
+    wpeer *p;
+    HASH_FIND_STR(w->peers, addr, p);
+    if (p != NULL)
+        return p;
+    p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
+    snprintf(p->addr, sizeof p->addr, "%s", addr);
+    p->w = w;
+    if (proto_connect(w->ctx, addr, &fpeer_cbs, p, &p->conn) != 0) {
+        spw_free(p);
+        return NULL;
+    }
+    HASH_ADD_STR(w->peers, addr, p);
+    return p;
+}
+
+static void fetch_start(wrk *w, wfetch *f)
+{
+    while (f->next_loc < f->nlocs) {
+        const char *addr = f->locs[f->next_loc++];
+        wpeer *p = peer_get(w, addr);
+        if (p == NULL)
+            continue;
+        f->peer = p;
+        f->received = 0;
+        f->req = ++w->next_req;
+        if (p->ready)
+            fetch_send(w, f);
+        return;
+    }
+    char msg[128];
+    snprintf(msg, sizeof msg, "no worker holding it could send it (%u tried)", f->nlocs);
+    fetch_fail(w, f, SPW_EOBJLOST, msg);
+}
+
+typedef struct fetch_req {
+    wrk *w;
+    spw_id id;
+} fetch_req;
+
+static void fetch_created(void *arg, int status, ost_obj *o)
+{
+    fetch_req *r = arg;
+    wrk *w = r->w;
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &r->id, sizeof r->id, f);
+    spw_free(r);
+    if (f == NULL || w->closing) {
+        if (status == 0)
+            ost_obj_abort(w->store, o);
+        return;
+    }
+    f->creating = false;
+    if (status != 0) {
+        fetch_fail(w, f, status, status == SPW_EEXIST ? "object is being written here already"
+                                                      : spw_strerror(status));
+        return;
+    }
+    f->obj = o;
+    fetch_start(w, f);
+}
+
+void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
+{
+    warg *wa = &t->args[arg];
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
+    if (f == NULL) {
+        if (wa->nlocs == 0) {
+            wrk__input_ready(w, t, arg, SPW_EOBJLOST, "no worker holds a copy");
+            return;
+        }
+        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+        f->id = wa->id;
+        f->size = wa->objsize;
+        f->nlocs = wa->nlocs;
+        memcpy(f->locs, wa->locs, sizeof f->locs);
+        f->creating = true;
+        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+        fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
+        x->t = t;
+        x->arg = arg;
+        LL_PREPEND(f->waiters, x);
+        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (fetch_req){w, wa->id};
+        ost_obj_create_async(w->store, wa->id, f->size, fetch_created, r);
+        return;
+    }
+    fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
+    x->t = t;
+    x->arg = arg;
+    LL_PREPEND(f->waiters, x);
+}
+
+void wrk__peers_close(wrk *w)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->obj != NULL) {
+            ost_obj_abort(w->store, f->obj);
+            f->obj = NULL;
+        }
+        fetch_free(w, f);
+    }
+}

@@ -1,0 +1,611 @@
+/*
+ * Tasks on a worker: intake of TASK_RUN, getting inputs local and pinned, the executor pool,
+ * and reporting completions.
+ *
+ * Owns: every wtask (in w->tasks by id) and the executor processes. A task is pinned-input
+ * complete before it reaches an executor, so an executor only reads memory that cannot move.
+ * Each executor runs its FIFO in order: the head is the running task, the rest are queued
+ * behind it (deep queues only for short tasks, see wrk__dispatch). When an executor dies its
+ * head task fails with the signal as the reason and the others go back to the ready queue.
+ * Invariants: ex->inflight equals the length of ex's FIFO; a task is in exactly one of the
+ * ready queue, an executor FIFO, or waiting for inputs (t->missing > 0).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <utlist.h>
+
+#include "worker_int.h"
+
+static void respawn_cb(uv_timer_t *t);
+
+/* ------------------------------------------------------------ completion */
+
+static void task_free(wrk *w, wtask *t)
+{
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        warg *a = &t->args[i];
+        if (a->pinned) {
+            ost_obj_unpin(w->store, a->obj);
+            a->pinned = 0;
+        }
+    }
+    if (t->out != NULL) {
+        ost_obj_abort(w->store, t->out);
+        t->out = NULL;
+    }
+    HASH_DEL(w->tasks, t);
+    spw_free(t->fail_msg);
+    spw_free(t);
+}
+
+/* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
+ * sealed by the caller. */
+static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
+                        const char *err, uint64_t run_us)
+{
+    if (status == 0)
+        w->tasks_done++;
+    else
+        w->tasks_failed++;
+    if (w->sched != NULL) {
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_TASK_DONE, 0, 6);
+        proto_put_id(&e, t->id);
+        proto_put_i(&e, status);
+        proto_put_u(&e, size);
+        if (inl != NULL)
+            proto_put_bin(&e, inl, size);
+        else
+            proto_put_nil(&e);
+        proto_put_strn(&e, err != NULL ? err : "", err != NULL ? strnlen(err, PROTO_MAX_STR) : 0);
+        proto_put_u(&e, run_us);
+        proto_conn_send(w->sched, &e);
+    }
+    task_free(w, t);
+}
+
+static void ready_push(wrk *w, wtask *t, bool front)
+{
+    t->state = WT_QUEUED;
+    t->ex = NULL;
+    if (front) {
+        t->next = w->ready_head;
+        w->ready_head = t;
+        if (w->ready_tail == NULL)
+            w->ready_tail = t;
+    } else {
+        t->next = NULL;
+        if (w->ready_tail != NULL)
+            w->ready_tail->next = t;
+        else
+            w->ready_head = t;
+        w->ready_tail = t;
+    }
+}
+
+void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *msg)
+{
+    SPW_ASSERT(t->missing > 0);
+    t->missing--;
+    if (status != 0 && t->fail_status == 0) {
+        char buf[512];
+        char hex[33];
+        snprintf(buf, sizeof buf, "input %u (obj=%s) unavailable: %s", arg,
+                 spw_id_hex(t->args[arg].id, hex), msg != NULL ? msg : spw_strerror(status));
+        t->fail_status = status;
+        t->fail_msg = spw_strdup(SPW_MOD_WORKER, buf);
+    }
+    if (t->missing > 0)
+        return;
+    if (t->fail_status != 0) {
+        task_report(w, t, t->fail_status, 0, NULL, t->fail_msg, 0);
+        return;
+    }
+    ready_push(w, t, false);
+    wrk__dispatch(w);
+}
+
+/* ost_obj_get_async's completion: the argument names the task by id because the task may be
+ * gone by the time a restore finishes. */
+typedef struct input_req {
+    wrk *w;
+    spw_id task;
+    uint32_t arg;
+} input_req;
+
+static void input_done(void *arg, int status, ost_obj *o)
+{
+    input_req *r = arg;
+    wrk *w = r->w;
+    uint32_t idx = r->arg;
+    wtask *t;
+    HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
+    spw_free(r);
+    if (t == NULL || w->closing) {
+        if (status == 0)
+            ost_obj_unpin(w->store, o);
+        return;
+    }
+    if (status == 0) {
+        t->args[idx].obj = o;
+        t->args[idx].pinned = 1;
+    }
+    wrk__input_ready(w, t, idx, status, NULL);
+}
+
+/* ---------------------------------------------------------------- intake */
+
+void wrk__task_run(wrk *w, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_RUN_ID].id;
+    wtask *t;
+    HASH_FIND(hh, w->tasks, &id, sizeof id, t);
+    if (t != NULL) {
+        proto_conn_error(w->sched, m->req, SPW_EDUPLICATE, "task=%s is already here",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    const proto_val *args = &m->f[F_RUN_ARGS];
+    uint32_t nargs = args->arr.n;
+    size_t blob = 0;
+    for (uint32_t i = 0; i < nargs; i++) {
+        const proto_val *a = PROTO_REC(args, i);
+        if (!a[R_WARG_INLINE].nil)
+            blob += a[R_WARG_INLINE].bin.len;
+    }
+    t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
+    if (t == NULL) {
+        proto_conn_error(w->sched, m->req, SPW_ENOMEM, "task=%s: out of memory",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->args = (warg *)(t + 1);
+    memset(t->args, 0, nargs * sizeof(warg));
+    t->nargs = nargs;
+    t->flags = (uint32_t)m->f[F_RUN_FLAGS].u;
+    t->state = WT_INPUTS;
+    proto_str(&m->f[F_RUN_FN], t->fn, sizeof t->fn);
+    HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
+    uint8_t *bp = (uint8_t *)(t->args + nargs);
+
+    /* First copy everything, so that a failure below can report through the usual path. */
+    int bad = 0;
+    char badmsg[256] = "";
+    for (uint32_t i = 0; i < nargs; i++) {
+        const proto_val *a = PROTO_REC(args, i);
+        warg *wa = &t->args[i];
+        wa->kind = (uint8_t)a[R_WARG_KIND].u;
+        if (wa->kind == PROTO_ARG_INLINE) {
+            if (a[R_WARG_INLINE].nil) {
+                bad = SPW_EINVAL;
+                snprintf(badmsg, sizeof badmsg, "argument %u: inline value missing", i);
+                continue;
+            }
+            wa->inline_len = a[R_WARG_INLINE].bin.len;
+            memcpy(bp, a[R_WARG_INLINE].bin.ptr, wa->inline_len);
+            wa->inline_data = bp;
+            bp += wa->inline_len;
+            continue;
+        }
+        if ((wa->kind != PROTO_ARG_OBJ && wa->kind != PROTO_ARG_VIEW) || a[R_WARG_OBJ].nil) {
+            bad = SPW_EINVAL;
+            snprintf(badmsg, sizeof badmsg, "argument %u: bad kind or missing object id", i);
+            continue;
+        }
+        wa->id = a[R_WARG_OBJ].id;
+        wa->off = a[R_WARG_OFF].u;
+        wa->len = a[R_WARG_LEN].u;
+        wa->objsize = a[R_WARG_OBJSIZE].u;
+        if (wa->off > wa->objsize || wa->len > wa->objsize - wa->off) {
+            bad = SPW_EINVAL;
+            snprintf(badmsg, sizeof badmsg, "argument %u: range outside the object", i);
+            continue;
+        }
+        const proto_val *locs = &a[R_WARG_LOCS];
+        for (uint32_t j = 0; j < locs->arr.n && wa->nlocs < WRK_MAX_LOCS; j++) {
+            const proto_val *l = PROTO_REC(locs, j);
+            proto_str(&l[R_LOC_ADDR], wa->locs[wa->nlocs], sizeof wa->locs[0]);
+            if (strcmp(wa->locs[wa->nlocs], w->bound) != 0)
+                wa->nlocs++;
+        }
+        t->missing++;
+    }
+    if (bad != 0) {
+        t->missing = 0;
+        task_report(w, t, bad, 0, NULL, badmsg, 0);
+        return;
+    }
+    if (t->missing == 0) {
+        ready_push(w, t, false);
+        wrk__dispatch(w);
+        return;
+    }
+    /* Count the inputs still to come before starting any, since some complete at once. */
+    uint32_t nobj = t->missing;
+    t->missing++;
+    for (uint32_t i = 0; i < nargs && nobj > 0; i++) {
+        warg *wa = &t->args[i];
+        if (wa->kind == PROTO_ARG_INLINE)
+            continue;
+        nobj--;
+        ost_obj *o = ost_obj_find(w->store, wa->id);
+        if (o != NULL && ost_obj_state(o) == OST_SEALED) {
+            input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+            *r = (input_req){w, id, i};
+            ost_obj_get_async(w->store, o, input_done, r);
+        } else {
+            wrk__fetch(w, t, i);
+        }
+    }
+    /* Drop the extra count taken above; this may complete the task's inputs. */
+    t->missing--;
+    if (t->missing == 0) {
+        t->missing = 1;
+        wrk__input_ready(w, t, 0, 0, NULL);
+    }
+}
+
+/* -------------------------------------------------------------- executors */
+
+static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
+{
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(ex->conn), PROTO_EXEC, 0, 4);
+    proto_put_id(&e, t->id);
+    proto_put_str(&e, t->fn);
+    proto_put_arr(&e, t->nargs);
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const warg *a = &t->args[i];
+        proto_put_arr(&e, 4);
+        if (a->kind == PROTO_ARG_INLINE) {
+            proto_put_u(&e, PROTO_ARG_INLINE);
+            proto_put_bin(&e, a->inline_data, a->inline_len);
+            proto_put_u(&e, 0);
+            proto_put_u(&e, 0);
+        } else {
+            proto_put_u(&e, PROTO_ARG_VIEW);
+            proto_put_nil(&e);
+            proto_put_u(&e, ost_obj_offset(a->obj) + a->off);
+            proto_put_u(&e, a->len);
+        }
+    }
+    proto_put_u(&e, w->inline_limit);
+    proto_conn_send(ex->conn, &e);
+    t->state = WT_SENT;
+    t->ex = ex;
+    t->next = NULL;
+    t->sent_ns = spw_now_ns();
+    if (ex->tail != NULL)
+        ex->tail->next = t;
+    else
+        ex->head = t;
+    ex->tail = t;
+    if (ex->inflight++ == 0)
+        w->running++;
+}
+
+void wrk__dispatch(wrk *w)
+{
+    /* Short tasks are queued deeply so an executor never waits for a round trip; long ones go
+     * one at a time so no executor hoards work another could start. */
+    uint32_t limit = w->ewma_us > 0 && w->ewma_us < 1000.0 ? 64 : 1;
+    while (w->ready_head != NULL && !w->closing) {
+        wrk_exec *best = NULL;
+        for (uint32_t i = 0; i < w->nexec; i++) {
+            wrk_exec *ex = &w->execs[i];
+            if (ex->conn == NULL || ex->inflight >= limit)
+                continue;
+            if (best == NULL || ex->inflight < best->inflight)
+                best = ex;
+        }
+        if (best == NULL)
+            return;
+        wtask *t = w->ready_head;
+        w->ready_head = t->next;
+        if (w->ready_head == NULL)
+            w->ready_tail = NULL;
+        exec_send(w, best, t);
+    }
+}
+
+static wtask *exec_pop(wrk *w, wrk_exec *ex)
+{
+    wtask *t = ex->head;
+    ex->head = t->next;
+    if (ex->head == NULL)
+        ex->tail = NULL;
+    t->next = NULL;
+    if (--ex->inflight == 0)
+        w->running--;
+    return t;
+}
+
+typedef struct alloc_req {
+    wrk *w;
+    spw_id task;
+    uint64_t req;
+    uint64_t size;
+} alloc_req;
+
+static void exec_alloc_done(void *arg, int status, ost_obj *o)
+{
+    alloc_req *r = arg;
+    wrk *w = r->w;
+    wtask *t;
+    HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
+    uint64_t req = r->req;
+    uint64_t size = r->size;
+    spw_free(r);
+    if (t == NULL || t->state != WT_SENT || t->ex == NULL || t->ex->conn == NULL ||
+        t->ex->head != t || w->closing) {
+        if (status == 0)
+            ost_obj_abort(w->store, o);
+        return;
+    }
+    proto_conn *c = t->ex->conn;
+    if (status != 0) {
+        proto_conn_error(c, req, status, "cannot allocate %llu bytes for the output: %s",
+                         (unsigned long long)size, spw_strerror(status));
+        return;
+    }
+    t->out = o;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_EXEC_ALLOC_OK, req, 1);
+    proto_put_u(&e, ost_obj_offset(o));
+    proto_conn_send(c, &e);
+}
+
+static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
+{
+    char hex[33];
+    wtask *t = ex->head;
+    if (t == NULL || !spw_id_eq(t->id, m->f[F_DONE_ID].id)) {
+        spw_log(SPW_LOG_ERR, "executor pid=%d reported task=%s out of order: restarting it",
+                ex->pid, spw_id_hex(m->f[F_DONE_ID].id, hex));
+        proto_conn_close(ex->conn, SPW_EPROTO);
+        return;
+    }
+    exec_pop(w, ex);
+    uint64_t run_us = m->f[F_DONE_RUN_US].u;
+    w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
+    int status = (int)m->f[F_DONE_STATUS].i;
+    uint64_t size = m->f[F_DONE_SIZE].u;
+    char err[PROTO_MAX_STR + 1];
+    proto_str(&m->f[F_DONE_ERR], err, sizeof err);
+    if (status == 0 && t->out != NULL) {
+        if (!m->f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
+            status = SPW_EPROTO;
+            snprintf(err, sizeof err, "executor reported %llu bytes for an output of %llu",
+                     (unsigned long long)size, (unsigned long long)ost_obj_size(t->out));
+        } else {
+            ost_obj *o = t->out;
+            t->out = NULL;
+            ost_obj_seal(w->store, o);
+        }
+    } else if (status == 0 && m->f[F_DONE_INLINE].nil && size != 0) {
+        status = SPW_EPROTO;
+        snprintf(err, sizeof err, "executor reported an output it never allocated");
+    }
+    if (status != 0) {
+        task_report(w, t, status, 0, NULL, err, run_us);
+    } else if (!m->f[F_DONE_INLINE].nil) {
+        task_report(w, t, 0, m->f[F_DONE_INLINE].bin.len, m->f[F_DONE_INLINE].bin.ptr, NULL,
+                    run_us);
+    } else {
+        task_report(w, t, 0, size, NULL, NULL, run_us);
+    }
+    wrk__dispatch(w);
+}
+
+void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
+{
+    wrk *w = ex->w;
+    switch (m->type) {
+    case PROTO_EXEC_DONE:
+        exec_done(w, ex, m);
+        return;
+    case PROTO_EXEC_ALLOC: {
+        wtask *t = ex->head;
+        if (t == NULL || !spw_id_eq(t->id, m->f[F_EALLOC_ID].id) || t->out != NULL) {
+            proto_conn_error(ex->conn, m->req, SPW_EPROTO, "output already allocated or no task");
+            return;
+        }
+        alloc_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (alloc_req){w, t->id, m->req, m->f[F_EALLOC_SIZE].u};
+        ost_obj_create_async(w->store, t->id, r->size, exec_alloc_done, r);
+        wrk__mem_check(w);
+        return;
+    }
+    default:
+        spw_log(SPW_LOG_ERR, "executor pid=%d sent %s: restarting it", ex->pid,
+                proto_type_name(m->type));
+        proto_conn_close(ex->conn, SPW_EPROTO);
+    }
+}
+
+/* Both the socket and the process are gone: settle the executor's tasks and respawn. */
+static void exec_settle(wrk *w, wrk_exec *ex)
+{
+    if (ex->conn != NULL || ex->proc_running || ex->proc_handle)
+        return;
+    char why[256];
+    if (ex->term_signal != 0)
+        snprintf(why, sizeof why, "executor pid %d killed by signal %d (%s)", ex->pid,
+                 ex->term_signal, strsignal(ex->term_signal));
+    else
+        snprintf(why, sizeof why, "executor pid %d exited with status %lld", ex->pid,
+                 (long long)ex->exit_status);
+    bool first = true;
+    while (ex->head != NULL) {
+        wtask *t = exec_pop(w, ex);
+        if (first && !w->closing) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s while running %s", why, t->fn);
+            spw_log(SPW_LOG_WARN, "%s", msg);
+            task_report(w, t, SPW_EEXECCRASH, 0, NULL, msg, 0);
+        } else if (!w->closing) {
+            if (t->out != NULL) {
+                ost_obj_abort(w->store, t->out);
+                t->out = NULL;
+            }
+            ready_push(w, t, true);
+        } else {
+            task_free(w, t);
+        }
+        first = false;
+    }
+    if (w->closing)
+        return;
+    w->exec_restarts++;
+    ex->restarts++;
+    /* A crash loop (an executor dying right after start) backs off up to 5 s. */
+    uint64_t lived_ms = (spw_now_ns() - ex->started_ns) / 1000000ULL;
+    uint64_t delay = lived_ms < 1000 ? (ex->restarts > 10 ? 5000 : 100u * ex->restarts) : 0;
+    if (!ex->respawn_init) {
+        uv_timer_init(w->loop, &ex->respawn);
+        ex->respawn.data = ex;
+        ex->respawn_init = true;
+        w->handles++;
+    }
+    uv_timer_start(&ex->respawn, respawn_cb, delay, 0);
+}
+
+static void respawn_cb(uv_timer_t *t)
+{
+    wrk_exec *ex = t->data;
+    wrk *w = ex->w;
+    if (w->closing)
+        return;
+    int rc = wrk__exec_start(w, ex);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "cannot restart executor %u: %s; retrying in 1 s", ex->idx,
+                spw_strerror(rc));
+        uv_timer_start(&ex->respawn, respawn_cb, 1000, 0);
+        return;
+    }
+    wrk__dispatch(w);
+}
+
+static void exec_conn_msg(proto_conn *c, const proto_msg *m)
+{
+    wrk__exec_msg(proto_conn_data(c), m);
+}
+
+static void exec_conn_close(proto_conn *c, int status)
+{
+    (void)status;
+    wrk_exec *ex = proto_conn_data(c);
+    ex->conn = NULL;
+    if (ex->proc_running && !ex->w->closing)
+        uv_process_kill(&ex->proc, SIGKILL); /* a broken protocol: make sure it is gone */
+    exec_settle(ex->w, ex);
+}
+
+static const proto_conn_cbs exec_cbs = {
+    .on_msg = exec_conn_msg,
+    .on_close = exec_conn_close,
+};
+
+static void exec_proc_closed(uv_handle_t *h)
+{
+    wrk_exec *ex = h->data;
+    wrk *w = ex->w;
+    ex->proc_handle = false;
+    exec_settle(w, ex);
+    w->handles--;
+    wrk__maybe_done(w);
+}
+
+void wrk__respawn_closed(uv_handle_t *h)
+{
+    wrk_exec *ex = h->data;
+    ex->w->handles--;
+    wrk__maybe_done(ex->w);
+}
+
+static void exec_exit(uv_process_t *p, int64_t status, int term_signal)
+{
+    wrk_exec *ex = p->data;
+    ex->proc_running = false;
+    ex->exit_status = status;
+    ex->term_signal = term_signal;
+    if (ex->conn != NULL)
+        proto_conn_close(ex->conn, SPW_EEXECCRASH);
+    uv_close((uv_handle_t *)p, exec_proc_closed);
+}
+
+int wrk__exec_start(wrk *w, wrk_exec *ex)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return -errno;
+    char cap[32], lim[32];
+    snprintf(cap, sizeof cap, "%llu", (unsigned long long)w->opts.store.capacity);
+    snprintf(lim, sizeof lim, "%d", spw_log_level);
+    char *argv[8 + 2 * WRK_MAX_PLUGINS];
+    int n = 0;
+    argv[n++] = w->exe;
+    argv[n++] = "--executor";
+    argv[n++] = cap;
+    argv[n++] = lim;
+    for (uint32_t i = 0; i < w->opts.nplugins; i++)
+        argv[n++] = w->plugin_paths[i];
+    argv[n] = NULL;
+    uv_stdio_container_t stdio[5];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = sv[1];
+    stdio[4].flags = UV_INHERIT_FD;
+    stdio[4].data.fd = ost_store_fd(w->store);
+    uv_process_options_t po;
+    memset(&po, 0, sizeof po);
+    po.file = w->exe;
+    po.args = argv;
+    po.exit_cb = exec_exit;
+    po.stdio = stdio;
+    po.stdio_count = 5;
+    ex->proc.data = ex;
+    int rc = uv_spawn(w->loop, &ex->proc, &po);
+    close(sv[1]);
+    if (rc != 0) {
+        close(sv[0]);
+        /* uv_spawn initialises the handle even on failure; it must still be closed. */
+        ex->proc_handle = true;
+        w->handles++;
+        uv_close((uv_handle_t *)&ex->proc, exec_proc_closed);
+        return rc;
+    }
+    ex->proc_handle = true;
+    ex->proc_running = true;
+    ex->pid = ex->proc.pid;
+    ex->term_signal = 0;
+    ex->exit_status = 0;
+    ex->started_ns = spw_now_ns();
+    w->handles++;
+    rc = proto_conn_open_fd(w->ctx, sv[0], &exec_cbs, ex, &ex->conn);
+    if (rc != 0) {
+        close(sv[0]);
+        ex->conn = NULL;
+        uv_process_kill(&ex->proc, SIGKILL);
+        return 0; /* the exit callback settles it */
+    }
+    return 0;
+}
+
+void wrk__tasks_free_all(wrk *w)
+{
+    w->ready_head = w->ready_tail = NULL;
+    wtask *t, *tmp;
+    HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+}

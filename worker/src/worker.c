@@ -1,0 +1,338 @@
+/*
+ * The worker's lifecycle: plugins, store, executors, peer port, the scheduler connection, and
+ * the timer that sends heartbeats and keeps the store under its thresholds.
+ *
+ * Owns: the store, the executor pool, the proto_ctx (the scheduler connection, peer
+ * connections and executor sockets all live in it) and its own timer. Everything runs on the
+ * loop thread. Shutdown order: stop executors (their exit callbacks), close every connection,
+ * wait for the store's threadpool jobs, free the store, then report done.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker_int.h"
+
+void wrk_opts_default(wrk_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->scheduler = "127.0.0.1:7400";
+    o->listen = "127.0.0.1:0";
+    o->name = NULL;
+    o->slots = (uint32_t)uv_available_parallelism();
+    ost_opts_default(&o->store);
+    o->heartbeat_ms = 1000;
+    o->max_frame = PROTO_DEFAULT_MAX_FRAME;
+}
+
+/* Loads a plugin in this process to refuse a bad one before any executor depends on it. */
+static int plugin_check(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded: %s", path, dlerror());
+        return SPW_EPLUGIN;
+    }
+    int rc = 0;
+    spw_plugin_entry entry = (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL);
+    const spw_plugin *p = entry != NULL ? entry() : NULL;
+    if (p == NULL) {
+        spw_log(SPW_LOG_ERR, "plugin=%s exports no %s()", path, SPW_PLUGIN_SYMBOL);
+        rc = SPW_EPLUGIN;
+    } else if (p->abi_version != SPW_TASK_ABI_VERSION) {
+        spw_log(SPW_LOG_ERR, "plugin=%s has task ABI version %u, this worker speaks %u", path,
+                p->abi_version, SPW_TASK_ABI_VERSION);
+        rc = SPW_EPLUGIN;
+    } else {
+        for (uint32_t i = 0; i < p->nfns; i++) {
+            if (p->fns[i].name == NULL || p->fns[i].fn == NULL ||
+                strlen(p->fns[i].name) > PROTO_MAX_NAME) {
+                spw_log(SPW_LOG_ERR, "plugin=%s function %u has no name or code", path, i);
+                rc = SPW_EPLUGIN;
+                break;
+            }
+        }
+        if (rc == 0)
+            spw_log(SPW_LOG_NOTICE, "plugin=%s name=%s functions=%u", path,
+                    p->name != NULL ? p->name : "?", p->nfns);
+    }
+    dlclose(h);
+    return rc;
+}
+
+/* ------------------------------------------------------------- heartbeat */
+
+static void send_heartbeat(wrk *w)
+{
+    if (w->sched == NULL || !w->welcomed)
+        return;
+    ost_stats st;
+    ost_stats_get(w->store, &st);
+    uint64_t v[PROTO_STAT_COUNT] = {0};
+    v[PROTO_STAT_CAPACITY] = st.capacity;
+    v[PROTO_STAT_USED] = st.used;
+    v[PROTO_STAT_PINNED] = st.pinned;
+    v[PROTO_STAT_OBJS_MEM] = st.objs_mem;
+    v[PROTO_STAT_OBJS_DISK] = st.objs_disk;
+    v[PROTO_STAT_SPILLED_RAW] = st.spilled_raw;
+    v[PROTO_STAT_SPILLED_STORED] = st.spilled_stored;
+    v[PROTO_STAT_SPILL_COUNT] = st.spill_count;
+    v[PROTO_STAT_SPILL_BYTES] = st.spill_bytes;
+    v[PROTO_STAT_SPILL_NS] = st.spill_ns;
+    v[PROTO_STAT_RESTORE_COUNT] = st.restore_count;
+    v[PROTO_STAT_RESTORE_BYTES] = st.restore_bytes;
+    v[PROTO_STAT_RESTORE_NS] = st.restore_ns;
+    v[PROTO_STAT_PAUSED] = w->was_paused;
+    v[PROTO_STAT_RUNNING] = w->running;
+    v[PROTO_STAT_TASKS_DONE] = w->tasks_done;
+    v[PROTO_STAT_TASKS_FAILED] = w->tasks_failed;
+    v[PROTO_STAT_EXEC_RESTARTS] = w->exec_restarts;
+    int64_t rss = spw_proc_status_kib((int)getpid(), "VmRSS");
+    v[PROTO_STAT_RSS_KIB] = rss > 0 ? (uint64_t)rss : 0;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_HEARTBEAT, 0, 1);
+    proto_put_arr(&e, PROTO_STAT_COUNT);
+    for (int i = 0; i < PROTO_STAT_COUNT; i++)
+        proto_put_u(&e, v[i]);
+    proto_conn_send(w->sched, &e);
+}
+
+/* Checks the store's level; a change of the paused state is reported at once. */
+void wrk__mem_check(wrk *w)
+{
+    ost_store_maintain(w->store);
+    bool paused = ost_mem_state(w->store, NULL) == OST_LEVEL_PAUSE;
+    if (paused != w->was_paused) {
+        w->was_paused = paused;
+        send_heartbeat(w);
+    }
+}
+
+static void timer_cb(uv_timer_t *t)
+{
+    wrk *w = t->data;
+    wrk__mem_check(w);
+    send_heartbeat(w);
+}
+
+/* ----------------------------------------------------- scheduler connection */
+
+static void sched_ready(proto_conn *c, const proto_welcome *wel)
+{
+    wrk *w = proto_ctx_data(proto_conn_ctx(c));
+    w->welcomed = true;
+    w->inline_limit = wel->inline_limit;
+    w->chunk = wel->chunk;
+    spw_log(SPW_LOG_NOTICE, "registered with scheduler=%s as worker=%llu peer=%s slots=%u",
+            w->sched_addr, (unsigned long long)wel->session, w->bound, w->nexec);
+    send_heartbeat(w);
+    if (w->ready != NULL)
+        w->ready(w->ready_arg, 0);
+}
+
+static void sched_msg(proto_conn *c, const proto_msg *m)
+{
+    wrk *w = proto_ctx_data(proto_conn_ctx(c));
+    switch (m->type) {
+    case PROTO_TASK_RUN:
+        wrk__task_run(w, m);
+        return;
+    case PROTO_OBJ_DELETE: {
+        const proto_val *ids = &m->f[F_DELETE_IDS];
+        for (uint32_t i = 0; i < ids->arr.n; i++)
+            ost_obj_delete(w->store, ids->arr.v[i].id); /* unknown ids: already gone */
+        wrk__dispatch(w);
+        return;
+    }
+    case PROTO_ERROR: {
+        char msg[256];
+        spw_log(SPW_LOG_WARN, "scheduler says: %s err=%s",
+                proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
+                spw_err_name((int)m->f[F_ERROR_CODE].i));
+        return;
+    }
+    default:
+        proto_conn_error(c, m->req, SPW_EPROTO, "%s is not a scheduler message",
+                         proto_type_name(m->type));
+    }
+}
+
+static void sched_close(proto_conn *c, int status)
+{
+    wrk *w = proto_ctx_data(proto_conn_ctx(c));
+    w->sched = NULL;
+    if (w->closing)
+        return;
+    spw_log(SPW_LOG_ERR, "scheduler=%s connection %s: %s", w->sched_addr,
+            w->welcomed ? "lost" : "failed", spw_strerror(status));
+    if (w->ready != NULL)
+        w->ready(w->ready_arg, status != 0 ? status : SPW_ECLOSED);
+}
+
+static const proto_conn_cbs sched_cbs = {
+    .on_ready = sched_ready,
+    .on_msg = sched_msg,
+    .on_close = sched_close,
+};
+
+/* --------------------------------------------------------------- lifecycle */
+
+int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
+            wrk **out, char *bound, size_t boundlen)
+{
+    if (o->slots == 0 || o->slots > 4096 || o->nplugins > WRK_MAX_PLUGINS)
+        return SPW_EINVAL;
+    for (uint32_t i = 0; i < o->nplugins; i++) {
+        int rc = plugin_check(o->plugins[i]);
+        if (rc != 0)
+            return rc;
+    }
+    wrk *w = spw_calloc(SPW_MOD_WORKER, 1, sizeof *w);
+    w->loop = loop;
+    w->opts = *o;
+    w->ready = ready;
+    w->ready_arg = arg;
+    w->sched_addr = spw_strdup(SPW_MOD_WORKER, o->scheduler);
+    w->opts.scheduler = w->sched_addr;
+    w->inline_limit = PROTO_DEFAULT_INLINE_LIMIT;
+    w->chunk = PROTO_DEFAULT_CHUNK;
+    for (uint32_t i = 0; i < o->nplugins; i++) {
+        char real[PATH_MAX];
+        w->plugin_paths[i] = spw_strdup(SPW_MOD_WORKER,
+                                        realpath(o->plugins[i], real) ? real : o->plugins[i]);
+        w->opts.plugins[i] = w->plugin_paths[i];
+    }
+    if (o->executor_path != NULL) {
+        w->exe = spw_strdup(SPW_MOD_WORKER, o->executor_path);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+        w->exe = spw_strdup(SPW_MOD_WORKER, self);
+    }
+    spw_host_id(w->host_id, sizeof w->host_id);
+    uv_timer_init(loop, &w->timer);
+    w->timer.data = w;
+    w->handles = 1;
+
+    char storename[64];
+    snprintf(storename, sizeof storename, "worker-%d", (int)getpid());
+    ost_opts so = o->store;
+    if (so.name == NULL || strcmp(so.name, "store") == 0)
+        so.name = storename;
+    int rc = ost_store_new(loop, &so, &w->store);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "store of %llu bytes: %s", (unsigned long long)so.capacity,
+                spw_strerror(rc));
+        goto fail;
+    }
+
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = PROTO_ROLE_WORKER;
+    po.name = o->name != NULL ? o->name : "spillway-worker";
+    w->name = spw_strdup(SPW_MOD_WORKER, po.name);
+    po.secret = o->secret;
+    po.secret_len = o->secret_len;
+    po.limits.max_frame = o->max_frame;
+    po.worker = &w->hello;
+    rc = proto_ctx_new(loop, &po, &w->ctx);
+    if (rc != 0)
+        goto fail;
+    proto_ctx_set_data(w->ctx, w);
+    rc = proto_listen(w->ctx, o->listen, &wrk__peer_cbs, NULL, NULL, w->bound, sizeof w->bound);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
+        goto fail;
+    }
+    w->hello.addr = w->bound;
+    w->hello.slots = o->slots;
+    w->hello.capacity = so.capacity;
+    w->hello.host_id = w->host_id;
+    w->hello.local = "";
+
+    w->nexec = o->slots;
+    w->execs = spw_calloc(SPW_MOD_WORKER, w->nexec, sizeof *w->execs);
+    for (uint32_t i = 0; i < w->nexec; i++) {
+        w->execs[i].w = w;
+        w->execs[i].idx = i;
+        rc = wrk__exec_start(w, &w->execs[i]);
+        if (rc != 0) {
+            spw_log(SPW_LOG_ERR, "cannot start executor %u (%s): %s", i, w->exe, spw_strerror(rc));
+            goto fail;
+        }
+    }
+    rc = proto_connect(w->ctx, w->sched_addr, &sched_cbs, NULL, &w->sched);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "scheduler address %s: %s", w->sched_addr, spw_strerror(rc));
+        goto fail;
+    }
+    uv_timer_start(&w->timer, timer_cb, o->heartbeat_ms, o->heartbeat_ms);
+    snprintf(bound, boundlen, "%s", w->bound);
+    *out = w;
+    return 0;
+fail:
+    w->ready = NULL;
+    wrk_close(w, NULL, NULL);
+    return rc;
+}
+
+void wrk__maybe_done(wrk *w)
+{
+    if (w->handles > 0 || w->ctx != NULL)
+        return;
+    if (ost_store_busy(w->store) > 0)
+        return; /* the last threadpool job calls back here */
+    void (*done)(void *) = w->done;
+    void *arg = w->done_arg;
+    wrk__tasks_free_all(w);
+    ost_store_free(w->store);
+    spw_free(w->execs);
+    for (uint32_t i = 0; i < WRK_MAX_PLUGINS; i++)
+        spw_free(w->plugin_paths[i]);
+    spw_free(w->exe);
+    spw_free(w->name);
+    spw_free(w->sched_addr);
+    spw_free(w);
+    if (done != NULL)
+        done(arg);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    wrk *w = h->data;
+    w->handles--;
+    wrk__maybe_done(w);
+}
+
+static void ctx_closed(void *arg)
+{
+    wrk *w = arg;
+    w->ctx = NULL;
+    wrk__maybe_done(w);
+}
+
+void wrk_close(wrk *w, void (*done)(void *arg), void *arg)
+{
+    if (w->closing)
+        return;
+    w->closing = true;
+    w->done = done;
+    w->done_arg = arg;
+    uv_close((uv_handle_t *)&w->timer, handle_closed);
+    for (uint32_t i = 0; i < w->nexec; i++) {
+        wrk_exec *ex = &w->execs[i];
+        if (ex->respawn_init && !uv_is_closing((uv_handle_t *)&ex->respawn))
+            uv_close((uv_handle_t *)&ex->respawn, wrk__respawn_closed);
+        if (ex->proc_running)
+            uv_process_kill(&ex->proc, SIGTERM);
+    }
+    wrk__peers_close(w);
+    if (w->ctx != NULL)
+        proto_ctx_close(w->ctx, ctx_closed, w);
+    else
+        wrk__maybe_done(w);
+}

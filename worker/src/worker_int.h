@@ -1,0 +1,194 @@
+/* Worker internals shared by its source files. Not installed. */
+#ifndef SPW_WORKER_INT_H
+#define SPW_WORKER_INT_H
+
+#include <uthash.h>
+
+#include "spillway/conn.h"
+#include "spillway/task.h"
+#include "spillway/worker.h"
+
+#define WRK_MAX_LOCS 8
+
+typedef struct wrk_exec wrk_exec;
+typedef struct wtask wtask;
+typedef struct wfetch wfetch;
+
+/* One task argument, copied out of TASK_RUN. */
+typedef struct warg {
+    uint8_t kind;         /* PROTO_ARG_* (INLINE for values the scheduler inlined) */
+    uint8_t pinned;       /* obj is pinned for this task */
+    uint32_t inline_len;
+    const uint8_t *inline_data; /* into the task's blob */
+    spw_id id;
+    uint64_t off, len;    /* byte range used (whole object: 0, size) */
+    uint64_t objsize;
+    ost_obj *obj;         /* local copy, pinned while the task needs it */
+    uint32_t nlocs;
+    char locs[WRK_MAX_LOCS][64]; /* peer addresses holding a copy */
+} warg;
+
+enum wtask_state {
+    WT_INPUTS, /* waiting for inputs to be fetched or restored */
+    WT_QUEUED, /* inputs pinned, waiting for an executor */
+    WT_SENT,   /* sent to an executor */
+};
+
+struct wtask {
+    spw_id id;
+    UT_hash_handle hh;
+    char fn[PROTO_MAX_NAME + 1];
+    uint32_t flags;
+    uint8_t state;
+    uint32_t nargs;
+    warg *args;
+    uint32_t missing;     /* inputs not yet pinned locally */
+    int fail_status;      /* set when an input could not be obtained */
+    char *fail_msg;
+    ost_obj *out;         /* output object allocated for the executor */
+    wrk_exec *ex;
+    uint64_t sent_ns;
+    wtask *next;          /* ready queue, or the executor's FIFO */
+};
+
+struct wrk_exec {
+    struct wrk *w;
+    uint32_t idx;
+    uv_process_t proc;
+    bool proc_running;    /* exit callback not yet seen */
+    bool proc_handle;     /* proc handle initialised and not closed */
+    proto_conn *conn;
+    int pid;
+    wtask *head, *tail;   /* tasks sent, oldest first */
+    uint32_t inflight;
+    uint32_t restarts;
+    int term_signal;
+    int64_t exit_status;
+    uint64_t started_ns;
+    uv_timer_t respawn;   /* backoff before respawning a crashing executor */
+    bool respawn_init;
+};
+
+/* A fetch of an object from a peer worker. */
+typedef struct fwait {
+    wtask *t;
+    uint32_t arg;
+    struct fwait *next;
+} fwait;
+
+struct wfetch {
+    spw_id id;
+    UT_hash_handle hh;
+    uint64_t size;
+    uint32_t nlocs, next_loc;
+    char locs[WRK_MAX_LOCS][64];
+    ost_obj *obj;         /* local object being written */
+    uint64_t received;
+    uint64_t req;
+    struct wpeer *peer;
+    fwait *waiters;
+    bool creating;        /* waiting for store room */
+};
+
+/* A connection to another worker's peer port, for fetches. */
+typedef struct wpeer {
+    char addr[64];
+    UT_hash_handle hh;
+    proto_conn *conn;
+    bool ready;
+    struct wrk *w;
+} wpeer;
+
+/* State of a connection accepted on our peer port. */
+typedef struct wupload {
+    spw_id id;
+    UT_hash_handle hh;
+    ost_obj *obj;
+    uint64_t total;
+    uint64_t next_off;
+    uint64_t req;
+    bool creating;
+    spw_buf pending;      /* first chunk, kept while waiting for room */
+    uint64_t pending_flags;
+    struct wsrv *srv;
+} wupload;
+
+typedef struct wread {
+    ost_obj *obj;
+    spw_id id;
+    uint64_t req;
+    uint64_t off, end, pos;
+    uint32_t outstanding; /* chunks queued on the connection, not yet written */
+    struct wsrv *srv;
+    struct wread *prev, *next;
+} wread;
+
+typedef struct wsrv {
+    struct wrk *w;
+    proto_conn *conn;
+    wupload *uploads;
+    wread *reads;
+    bool closed;
+    uint32_t refs;        /* reads with chunks in flight keep this alive after close */
+} wsrv;
+
+struct wrk {
+    uv_loop_t *loop;
+    wrk_opts opts;
+    char *name;
+    char *sched_addr;
+    char *exe;
+    char *plugin_paths[WRK_MAX_PLUGINS];
+    char bound[64];
+    char host_id[128];
+    proto_hello_worker hello;
+    proto_ctx *ctx;
+    proto_conn *sched;
+    ost_store *store;
+    uint64_t inline_limit;
+    uint32_t chunk;
+    wrk_exec *execs;
+    uint32_t nexec;
+    wtask *tasks;          /* by id */
+    wtask *ready_head, *ready_tail;
+    wfetch *fetches;       /* by id */
+    wpeer *peers;          /* by address */
+    uint64_t next_req;
+    uv_timer_t timer;      /* heartbeat and store maintenance */
+    bool closing;
+    bool welcomed;
+    bool was_paused;
+    int handles;
+    void (*ready)(void *arg, int status);
+    void *ready_arg;
+    void (*done)(void *arg);
+    void *done_arg;
+    uint64_t tasks_done, tasks_failed, exec_restarts;
+    uint32_t running;
+    double ewma_us;        /* mean task run time, for executor pipelining */
+};
+
+/* worker.c */
+void wrk__maybe_done(wrk *w);
+void wrk__mem_check(wrk *w);
+
+/* tasks.c */
+void wrk__respawn_closed(uv_handle_t *h);
+void wrk__task_run(wrk *w, const proto_msg *m);
+void wrk__exec_msg(wrk_exec *ex, const proto_msg *m);
+void wrk__exec_lost(wrk_exec *ex, const char *why);
+void wrk__dispatch(wrk *w);
+int wrk__exec_start(wrk *w, wrk_exec *ex);
+void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *msg);
+void wrk__tasks_free_all(wrk *w);
+
+/* peer.c */
+extern const proto_conn_cbs wrk__peer_cbs;
+void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
+void wrk__peers_close(wrk *w);
+void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
+
+/* builtins.c */
+const spw_plugin *wrk__builtins(void);
+
+#endif
