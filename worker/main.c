@@ -45,9 +45,11 @@ static void closed(uv_handle_t *h)
     (void)h;
 }
 
-static void wrk_done(void *arg)
+static void wrk_done(void *arg, int status)
 {
     app *a = arg;
+    if (status != 0 && a->exit_status == 0)
+        a->exit_status = 1;
     a->w = NULL;
     uv_close((uv_handle_t *)&a->sigterm, closed);
     uv_close((uv_handle_t *)&a->sigint, closed);

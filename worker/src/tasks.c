@@ -533,9 +533,19 @@ void wrk__respawn_closed(uv_handle_t *h)
 static void exec_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     wrk_exec *ex = p->data;
+    wrk *w = ex->w;
     ex->proc_running = false;
     ex->exit_status = status;
     ex->term_signal = term_signal;
+    if (w->closing) {
+        if ((status != 0 || term_signal != 0) && !ex->killed) {
+            spw_log(SPW_LOG_ERR, "executor pid=%d ended abnormally at shutdown: status=%lld "
+                                 "signal=%d",
+                    ex->pid, (long long)status, term_signal);
+            w->close_status = SPW_EEXECCRASH;
+        }
+        wrk__exec_gone(w);
+    }
     if (ex->conn != NULL)
         proto_conn_close(ex->conn, SPW_EEXECCRASH);
     uv_close((uv_handle_t *)p, exec_proc_closed);

@@ -286,8 +286,9 @@ void wrk__maybe_done(wrk *w)
         return;
     if (ost_store_busy(w->store) > 0)
         return; /* the last threadpool job calls back here */
-    void (*done)(void *) = w->done;
+    void (*done)(void *, int) = w->done;
     void *arg = w->done_arg;
+    int status = w->close_status;
     wrk__tasks_free_all(w);
     ost_store_free(w->store);
     spw_free(w->execs);
@@ -298,7 +299,7 @@ void wrk__maybe_done(wrk *w)
     spw_free(w->sched_addr);
     spw_free(w);
     if (done != NULL)
-        done(arg);
+        done(arg, status);
 }
 
 static void handle_closed(uv_handle_t *h)
@@ -315,7 +316,29 @@ static void ctx_closed(void *arg)
     wrk__maybe_done(w);
 }
 
-void wrk_close(wrk *w, void (*done)(void *arg), void *arg)
+static void kill_timer_cb(uv_timer_t *t)
+{
+    wrk *w = t->data;
+    for (uint32_t i = 0; i < w->nexec; i++) {
+        wrk_exec *ex = &w->execs[i];
+        if (ex->proc_running) {
+            spw_log(SPW_LOG_WARN, "executor pid=%d still busy at shutdown: killing it", ex->pid);
+            ex->killed = true;
+            uv_process_kill(&ex->proc, SIGKILL);
+        }
+    }
+}
+
+void wrk__exec_gone(wrk *w)
+{
+    for (uint32_t i = 0; i < w->nexec; i++)
+        if (w->execs[i].proc_running)
+            return;
+    if (w->kill_timer_init && !uv_is_closing((uv_handle_t *)&w->kill_timer))
+        uv_close((uv_handle_t *)&w->kill_timer, handle_closed);
+}
+
+void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
 {
     if (w->closing)
         return;
@@ -323,12 +346,21 @@ void wrk_close(wrk *w, void (*done)(void *arg), void *arg)
     w->done = done;
     w->done_arg = arg;
     uv_close((uv_handle_t *)&w->timer, handle_closed);
+    bool running = false;
     for (uint32_t i = 0; i < w->nexec; i++) {
         wrk_exec *ex = &w->execs[i];
         if (ex->respawn_init && !uv_is_closing((uv_handle_t *)&ex->respawn))
             uv_close((uv_handle_t *)&ex->respawn, wrk__respawn_closed);
-        if (ex->proc_running)
-            uv_process_kill(&ex->proc, SIGTERM);
+        running = running || ex->proc_running;
+    }
+    /* Executors exit when their socket closes (with the ctx below), through their own clean
+     * shutdown; one stuck in a task is killed after a deadline. */
+    if (running) {
+        uv_timer_init(w->loop, &w->kill_timer);
+        w->kill_timer.data = w;
+        w->kill_timer_init = true;
+        w->handles++;
+        uv_timer_start(&w->kill_timer, kill_timer_cb, 5000, 0);
     }
     wrk__peers_close(w);
     if (w->ctx != NULL)

@@ -65,6 +65,7 @@ struct wrk_exec {
     int term_signal;
     int64_t exit_status;
     uint64_t started_ns;
+    bool killed;          /* we sent SIGKILL at shutdown */
     uv_timer_t respawn;   /* backoff before respawning a crashing executor */
     bool respawn_init;
 };
@@ -161,7 +162,10 @@ struct wrk {
     int handles;
     void (*ready)(void *arg, int status);
     void *ready_arg;
-    void (*done)(void *arg);
+    void (*done)(void *arg, int status);
+    int close_status;      /* reported to done */
+    uv_timer_t kill_timer; /* SIGKILLs executors that outlive the shutdown deadline */
+    bool kill_timer_init;
     void *done_arg;
     uint64_t tasks_done, tasks_failed, exec_restarts;
     uint32_t running;
@@ -170,6 +174,7 @@ struct wrk {
 
 /* worker.c */
 void wrk__maybe_done(wrk *w);
+void wrk__exec_gone(wrk *w);
 void wrk__mem_check(wrk *w);
 
 /* tasks.c */

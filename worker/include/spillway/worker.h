@@ -45,9 +45,11 @@ void wrk_opts_default(wrk_opts *o);
  * @return 0 or an error now (bad options, plugin refused, store creation, bind). */
 int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
             wrk **out, char *bound, size_t boundlen);
-/** Stops executors, closes connections and handles, frees the store; done(arg) runs once
- * everything is closed and freed. */
-void wrk_close(wrk *w, void (*done)(void *arg), void *arg);
+/** Stops executors (their sockets close and they exit on their own; one still running a task
+ * after 5 s is killed), closes connections and handles, frees the store. done(arg, status)
+ * runs once everything is closed and freed: status 0, or SPW_EEXECCRASH if an executor exited
+ * abnormally on its own during the shutdown (a leak under LeakSanitizer, say). */
+void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg);
 
 /** Runs an executor process (the `--executor` mode of the worker binary). Never returns
  * to the caller's loop; returns the process exit status. */

@@ -1,0 +1,107 @@
+#include "e2e_util.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+spillway *e2e_connect(h_cluster *c)
+{
+    spillway_opts o;
+    spillway_opts_init(&o);
+    if (c->secret_file[0] != '\0')
+        o.secret_file = c->secret_file;
+    spillway *cl = NULL;
+    int rc = spillway_connect(c->addr, &o, &cl);
+    if (rc != 0)
+        fail_msg("connect to %s: %s", c->addr, spillway_strerror(rc));
+    return cl;
+}
+
+json_t *e2e_ctl_json(h_cluster *c, const char *cmd)
+{
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = h_bin("spillway-ctl");
+    argv[n++] = "--scheduler";
+    argv[n++] = c->addr;
+    if (c->secret_file[0] != '\0') {
+        argv[n++] = "--secret-file";
+        argv[n++] = c->secret_file;
+    }
+    argv[n++] = "--json";
+    argv[n++] = cmd;
+    argv[n] = NULL;
+    char *out = NULL;
+    int rc = h_run(argv, &out);
+    json_t *doc = NULL;
+    if (rc == 0) {
+        json_error_t err;
+        doc = json_loads(out, 0, &err);
+        if (doc == NULL)
+            fprintf(stderr, "ctl output is not JSON (%s): %s\n", err.text, out);
+    } else {
+        fprintf(stderr, "spillway-ctl %s exited %d: %s\n", cmd, rc, out ? out : "");
+    }
+    free(out);
+    return doc;
+}
+
+uint64_t e2e_get_u64(spillway *cl, spillway_ref r)
+{
+    void *data;
+    size_t len;
+    int rc = spillway_get(cl, r, 60000, &data, &len);
+    if (rc != 0)
+        fail_msg("get: %s: %s", spillway_strerror(rc), spillway_errmsg(cl));
+    assert_int_equal(len, 8);
+    uint64_t v;
+    memcpy(&v, data, 8);
+    spillway_free(data);
+    return v;
+}
+
+typedef struct idle_arg {
+    h_cluster *c;
+} idle_arg;
+
+static bool is_idle(void *arg)
+{
+    idle_arg *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    if (st == NULL)
+        return false;
+    json_t *tasks = json_object_get(st, "tasks");
+    json_int_t pending = json_integer_value(json_object_get(tasks, "waiting")) +
+                         json_integer_value(json_object_get(tasks, "ready")) +
+                         json_integer_value(json_object_get(tasks, "assigned")) +
+                         json_integer_value(json_object_get(tasks, "running")) +
+                         json_integer_value(json_object_get(tasks, "done")) +
+                         json_integer_value(json_object_get(tasks, "failed"));
+    json_int_t objs = json_integer_value(json_object_get(json_object_get(st, "objects"), "count"));
+    uint64_t used = e2e_used_bytes(st);
+    json_decref(st);
+    return pending == 0 && objs == 0 && used == 0;
+}
+
+bool e2e_cluster_idle(h_cluster *c, int deadline_ms)
+{
+    idle_arg a = {c};
+    return h_eventually(is_idle, &a, deadline_ms);
+}
+
+uint64_t e2e_used_bytes(json_t *status)
+{
+    uint64_t used = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(status, "workers"), i, w)
+    {
+        used += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "used"));
+    }
+    return used;
+}

@@ -1,0 +1,366 @@
+/* End-to-end harness; see harness.h. */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *h_bin(const char *name)
+{
+    static char path[8][512];
+    static int next;
+    char *p = path[next++ % 8];
+    const char *dir = getenv("SPW_BIN_DIR");
+    snprintf(p, 512, "%s/%s", dir != NULL ? dir : SPW_BIN_DIR, name);
+    return p;
+}
+
+static void die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "harness: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+/* Forks and execs argv with stdout to a pipe (returned in *rfd, if asked) and stderr to log. */
+static pid_t spawn(const char *const *argv, const char *log, int *rfd)
+{
+    int p[2] = {-1, -1};
+    if (rfd != NULL && pipe2(p, O_CLOEXEC) != 0)
+        die("pipe: %s", strerror(errno));
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (lfd >= 0) {
+            dup2(lfd, 2);
+            if (rfd == NULL)
+                dup2(lfd, 1);
+        }
+        if (rfd != NULL)
+            dup2(p[1], 1);
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    if (rfd != NULL) {
+        close(p[1]);
+        *rfd = p[0];
+    }
+    return pid;
+}
+
+/* Reads "READY host:port" from fd within deadline_ms. */
+static bool read_ready(int fd, char *addr, size_t addrlen, int deadline_ms)
+{
+    char buf[256];
+    size_t len = 0;
+    uint64_t end = now_ms() + (uint64_t)deadline_ms;
+    while (len < sizeof buf - 1) {
+        uint64_t t = now_ms();
+        if (t >= end)
+            return false;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int r = poll(&pfd, 1, (int)(end - t));
+        if (r <= 0)
+            continue;
+        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            return false;
+        len += (size_t)n;
+        buf[len] = '\0';
+        char *nl = strchr(buf, '\n');
+        if (nl != NULL) {
+            *nl = '\0';
+            if (strncmp(buf, "READY ", 6) != 0)
+                return false;
+            size_t alen = strnlen(buf + 6, addrlen - 1);
+            memcpy(addr, buf + 6, alen);
+            addr[alen] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+static int ready_deadline_ms(void)
+{
+    return getenv("SPW_SLOW") != NULL ? 60000 : 30000;
+}
+
+static void start_proc(h_cluster *c, h_proc *pr, const char *const *argv, const char *logname)
+{
+    snprintf(pr->log, sizeof pr->log, "%s/%s.log", c->dir, logname);
+    int fd;
+    pr->pid = spawn(argv, pr->log, &fd);
+    pr->exited = false;
+    bool ok = read_ready(fd, pr->addr, sizeof pr->addr, ready_deadline_ms());
+    close(fd);
+    if (!ok) {
+        h_dump_logs(c);
+        die("%s did not report READY", argv[0]);
+    }
+}
+
+#define MAX_ARGS 64
+
+static int build_args(const char **v, int n, const char *const *extra)
+{
+    for (int i = 0; extra != NULL && extra[i] != NULL && n < MAX_ARGS - 1; i++)
+        v[n++] = extra[i];
+    v[n] = NULL;
+    return n;
+}
+
+void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
+{
+    memset(c, 0, sizeof *c);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
+    if (mkdtemp(c->dir) == NULL)
+        die("mkdtemp: %s", strerror(errno));
+    const char *v[MAX_ARGS];
+    int n = 0;
+    v[n++] = h_bin("spillway-scheduler");
+    v[n++] = "--listen";
+    v[n++] = "127.0.0.1:0";
+    if (secret) {
+        snprintf(c->secret_file, sizeof c->secret_file, "%s/secret", c->dir);
+        int fd = open(c->secret_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || write(fd, "e2e-cluster-secret\n", 19) != 19)
+            die("secret file: %s", strerror(errno));
+        close(fd);
+        v[n++] = "--secret-file";
+        v[n++] = c->secret_file;
+    }
+    build_args(v, n, sched_args);
+    start_proc(c, &c->sched, v, "scheduler");
+    snprintf(c->addr, sizeof c->addr, "%s", c->sched.addr);
+}
+
+int h_worker_start(h_cluster *c, const char *const *args)
+{
+    if (c->nworkers == H_MAX_WORKERS)
+        die("too many workers%s", "");
+    int i = c->nworkers++;
+    const char *v[MAX_ARGS];
+    int n = 0;
+    v[n++] = h_bin("spillway-worker");
+    v[n++] = "--scheduler";
+    v[n++] = c->addr;
+    v[n++] = "--listen";
+    v[n++] = "127.0.0.1:0";
+    if (c->secret_file[0] != '\0') {
+        v[n++] = "--secret-file";
+        v[n++] = c->secret_file;
+    }
+    build_args(v, n, args);
+    char name[32];
+    snprintf(name, sizeof name, "worker%d", i);
+    start_proc(c, &c->workers[i], v, name);
+    return i;
+}
+
+void h_cluster_simple(h_cluster *c, int n)
+{
+    h_cluster_start(c, false, NULL);
+    static const char *const args[] = {"--slots", "1", "--store-capacity", "256M", NULL};
+    for (int i = 0; i < n; i++)
+        h_worker_start(c, args);
+}
+
+static bool wait_exit(h_proc *p, int deadline_ms)
+{
+    if (p->pid <= 0 || p->exited)
+        return true;
+    uint64_t end = now_ms() + (uint64_t)deadline_ms;
+    /* A pidfd becomes readable when the process exits: an event to wait on. */
+    int pfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    for (;;) {
+        int st;
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid) {
+            p->exited = true;
+            p->status = st;
+            if (pfd >= 0)
+                close(pfd);
+            return true;
+        }
+        uint64_t t = now_ms();
+        if (t >= end) {
+            if (pfd >= 0)
+                close(pfd);
+            return false;
+        }
+        if (pfd >= 0) {
+            struct pollfd pf = {pfd, POLLIN, 0};
+            poll(&pf, 1, (int)(end - t));
+        } else {
+            struct timespec ts = {0, 5 * 1000000}; /* kernels without pidfd_open */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+int h_worker_kill(h_cluster *c, int i, int sig)
+{
+    h_proc *p = &c->workers[i];
+    kill(p->pid, sig);
+    if (!wait_exit(p, 20000)) {
+        kill(p->pid, SIGKILL);
+        wait_exit(p, 5000);
+    }
+    return p->status;
+}
+
+static bool stop_proc(h_proc *p, const char *what)
+{
+    if (p->pid <= 0)
+        return true;
+    if (!p->exited)
+        kill(p->pid, SIGTERM);
+    int deadline = getenv("SPW_SLOW") != NULL ? 30000 : 15000;
+    if (!wait_exit(p, deadline)) {
+        fprintf(stderr, "harness: %s pid %d ignored SIGTERM; killing it\n", what, (int)p->pid);
+        kill(p->pid, SIGKILL);
+        wait_exit(p, 5000);
+        return false;
+    }
+    if (!WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0) {
+        fprintf(stderr, "harness: %s pid %d exited with %s %d\n", what, (int)p->pid,
+                WIFEXITED(p->status) ? "status" : "signal",
+                WIFEXITED(p->status) ? WEXITSTATUS(p->status) : WTERMSIG(p->status));
+        return false;
+    }
+    return true;
+}
+
+void h_dump_logs(h_cluster *c)
+{
+    h_proc *all[H_MAX_WORKERS + 1];
+    int n = 0;
+    all[n++] = &c->sched;
+    for (int i = 0; i < c->nworkers; i++)
+        all[n++] = &c->workers[i];
+    for (int i = 0; i < n; i++) {
+        if (all[i]->log[0] == '\0')
+            continue;
+        fprintf(stderr, "----- %s\n", all[i]->log);
+        FILE *f = fopen(all[i]->log, "r");
+        if (f == NULL)
+            continue;
+        char line[1024];
+        while (fgets(line, sizeof line, f) != NULL)
+            fputs(line, stderr);
+        fclose(f);
+    }
+}
+
+bool h_cluster_stop(h_cluster *c)
+{
+    bool ok = true;
+    /* Workers first, so the scheduler sees them leave, then the scheduler. Workers that a test
+     * killed on purpose have exited already and are not judged. */
+    for (int i = 0; i < c->nworkers; i++) {
+        if (c->workers[i].exited)
+            continue;
+        ok = stop_proc(&c->workers[i], "worker") && ok;
+    }
+    ok = stop_proc(&c->sched, "scheduler") && ok;
+    if (!ok)
+        h_dump_logs(c);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "harness: could not remove %s\n", c->dir);
+    return ok;
+}
+
+pid_t h_spawn(h_cluster *c, const char *const *argv, const char *logname)
+{
+    char log[512];
+    snprintf(log, sizeof log, "%s/%s.log", c->dir, logname);
+    return spawn(argv, log, NULL);
+}
+
+int h_run(const char *const *argv, char **out)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    uint64_t end = now_ms() + 60000;
+    for (;;) {
+        uint64_t t = now_ms();
+        if (t >= end) {
+            kill(pid, SIGKILL);
+            break;
+        }
+        struct pollfd pfd = {p[0], POLLIN, 0};
+        if (poll(&pfd, 1, (int)(end - t)) <= 0)
+            continue;
+        if (len + 1024 > cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t n = read(p[0], buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (out != NULL)
+        *out = buf;
+    else
+        free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+bool h_eventually(bool (*cond)(void *arg), void *arg, int deadline_ms)
+{
+    uint64_t end = now_ms() + (uint64_t)deadline_ms;
+    for (;;) {
+        if (cond(arg))
+            return true;
+        if (now_ms() >= end)
+            return cond(arg);
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}

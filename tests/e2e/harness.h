@@ -1,0 +1,64 @@
+/*
+ * End-to-end harness, after Redis's start_server: starts real spillway daemons on 127.0.0.1
+ * with ephemeral ports, each cluster in its own temporary directory, waits for their READY
+ * lines (never a fixed sleep), and stops them by pid: SIGTERM, a deadline, then SIGKILL. Daemons
+ * die with the test process (PR_SET_PDEATHSIG) if it crashes. A daemon that exits non-zero on
+ * SIGTERM (a leak under LeakSanitizer, a failed shutdown) fails the test, and the daemons' logs
+ * are printed for failing tests only.
+ */
+#ifndef SPW_HARNESS_H
+#define SPW_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define H_MAX_WORKERS 8
+
+typedef struct h_proc {
+    pid_t pid;
+    char addr[64];
+    char log[512];
+    bool exited;
+    int status;
+} h_proc;
+
+typedef struct h_cluster {
+    char dir[256];
+    char addr[64]; /* the scheduler's */
+    h_proc sched;
+    h_proc workers[H_MAX_WORKERS];
+    int nworkers;
+    char secret_file[512]; /* "" when the cluster has no secret */
+} h_cluster;
+
+/** Path of a built binary ("spillway-worker"). */
+const char *h_bin(const char *name);
+
+/** Starts a scheduler (extra args, NULL-terminated list, may be NULL) in a fresh temp dir.
+ * With secret true, a secret file is made and passed. Aborts the test on failure. */
+void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args);
+/** Starts a worker with extra args (NULL-terminated). Returns its index. */
+int h_worker_start(h_cluster *c, const char *const *args);
+/** Starts a scheduler and n workers with "--slots 1 --store-capacity 256M". */
+void h_cluster_simple(h_cluster *c, int n);
+/** Sends sig to worker i and waits for it to exit (up to 20 s). Returns its wait status. */
+int h_worker_kill(h_cluster *c, int i, int sig);
+/** Stops everything; returns true if every daemon exited with status 0. */
+bool h_cluster_stop(h_cluster *c);
+
+/** Runs a command (argv, NULL-terminated), capturing stdout and stderr into out (heap,
+ * NUL-terminated; may be NULL). Returns the exit status, or -1. Times out after 60 s. */
+int h_run(const char *const *argv, char **out);
+
+/** Starts a process without waiting for a READY line; returns its pid. */
+pid_t h_spawn(h_cluster *c, const char *const *argv, const char *logname);
+
+/** Polls cond(arg) every 10 ms until true or the deadline (ms); returns cond's last value.
+ * For state that has no event to wait on from outside (the scheduler's tables). */
+bool h_eventually(bool (*cond)(void *arg), void *arg, int deadline_ms);
+
+/** Prints the logs of every daemon of the cluster to stderr. */
+void h_dump_logs(h_cluster *c);
+
+#endif

@@ -1,0 +1,515 @@
+/* End-to-end tests of a running cluster through libspillway and spillway-ctl: real daemons on
+ * 127.0.0.1 with ephemeral ports, one cluster per test. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+#define N_INDEPENDENT 10000
+
+static void ten_thousand_independent_tasks(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref *refs = calloc(N_INDEPENDENT, sizeof *refs);
+    for (uint64_t i = 0; i < N_INDEPENDENT; i++) {
+        spillway_arg a = spillway_arg_u64(i * 3);
+        assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &refs[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, refs, N_INDEPENDENT, 120000), 0);
+    for (uint64_t i = 0; i < N_INDEPENDENT; i++)
+        assert_int_equal(e2e_get_u64(cl, refs[i]), i * 3 + 1);
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_non_null(st);
+    /* Both workers took part. */
+    size_t i;
+    json_t *w;
+    int busy_workers = 0;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        busy_workers += json_integer_value(
+                            json_object_get(json_object_get(w, "memory"), "tasks_done")) > 0;
+    }
+    json_decref(st);
+    assert_int_equal(spillway_release_many(cl, refs, N_INDEPENDENT), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(refs);
+    assert_true(h_cluster_stop(&c));
+    (void)busy_workers;
+}
+
+/* A random DAG of additions checked against the same computation done locally. */
+static void dependency_graph_matches_local_computation(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    enum { N = 600 };
+    uint64_t local[N];
+    spillway_ref refs[N];
+    uint32_t seed = 12345;
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < N; i++) {
+        spillway_arg args[4];
+        int n = 0;
+        uint64_t v = (uint64_t)i;
+        args[n++] = spillway_arg_u64((uint64_t)i);
+        int deps = i == 0 ? 0 : 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 3;
+        for (int d = 0; d < deps; d++) {
+            int j = (int)(((seed = seed * 1103515245u + 12345u) >> 16) % (uint32_t)i);
+            args[n++] = spillway_arg_ref(refs[j]);
+            v += local[j];
+        }
+        local[i] = v;
+        /* Keep one in five; the others are intermediates the scheduler frees itself. */
+        unsigned flags = i % 5 == 0 || i == N - 1 ? SPILLWAY_KEEP : 0;
+        assert_int_equal(spillway_task(g, "add", args, (size_t)n, flags, &refs[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < N; i++) {
+        if (i % 5 == 0 || i == N - 1) {
+            assert_int_equal(e2e_get_u64(cl, refs[i]), local[i]);
+            assert_int_equal(spillway_release(cl, refs[i]), 0);
+        }
+    }
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void plugin_task_runs_and_bad_plugin_is_refused(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    /* Small (inline) and large (in the store, 1 MiB) inputs through the plugin. */
+    size_t big = 1 << 20;
+    uint8_t *data = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        data[i] = (uint8_t)(i * 7 + 1);
+    spillway_ref in, rev, x;
+    assert_int_equal(spillway_put(cl, data, big, &in), 0);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg a = spillway_arg_ref(in);
+    assert_int_equal(spillway_task(g, "reverse", &a, 1, SPILLWAY_KEEP, &rev), 0);
+    spillway_arg xa[2] = {spillway_arg_bytes("hello", 5), spillway_arg_bytes("\x20", 1)};
+    assert_int_equal(spillway_task(g, "xor_key", xa, 2, SPILLWAY_KEEP, &x), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, rev, 60000, &out, &len), 0);
+    assert_int_equal(len, big);
+    for (size_t i = 0; i < big; i++)
+        if (((uint8_t *)out)[i] != data[big - 1 - i])
+            fail_msg("byte %zu differs", i);
+    spillway_free(out);
+    assert_int_equal(spillway_get(cl, x, 60000, &out, &len), 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(out, "HELLO", 5);
+    spillway_free(out);
+    spillway_ref all[] = {in, rev, x};
+    assert_int_equal(spillway_release_many(cl, all, 3), 0);
+    spillway_close(cl);
+    free(data);
+
+    /* A plugin of another ABI version: the worker refuses to start, saying why. */
+    const char *bad = getenv("SPW_TEST_BAD_PLUGIN") ? getenv("SPW_TEST_BAD_PLUGIN")
+                                                     : SPW_TEST_BAD_PLUGIN;
+    const char *argv[] = {h_bin("spillway-worker"), "--scheduler", c.addr, "--slots", "1",
+                          "--store-capacity", "16M", "--plugin", bad, NULL};
+    char *text = NULL;
+    int rc = h_run(argv, &text);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(text, "ABI version"));
+    free(text);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref bad, dep, unknown;
+    spillway_arg msg = spillway_arg_bytes("disk on fire", 12);
+    assert_int_equal(spillway_task(g, "fail", &msg, 1, SPILLWAY_KEEP, &bad), 0);
+    spillway_arg r = spillway_arg_ref(bad);
+    assert_int_equal(spillway_task(g, "len", &r, 1, SPILLWAY_KEEP, &dep), 0);
+    assert_int_equal(spillway_task(g, "no_such_function", NULL, 0, SPILLWAY_KEEP, &unknown), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, bad, 60000, &out, &len), SPW_ETASKFAILED);
+    assert_string_equal(spillway_errmsg(cl), "disk on fire");
+    assert_int_equal(spillway_get(cl, dep, 60000, &out, &len), SPW_EDEPFAILED);
+    assert_non_null(strstr(spillway_errmsg(cl), "disk on fire"));
+    assert_int_equal(spillway_get(cl, unknown, 60000, &out, &len), SPW_ENOFUNC);
+    assert_non_null(strstr(spillway_errmsg(cl), "no_such_function"));
+    assert_int_equal(spillway_wait(cl, &bad, 1, 1000), SPW_ETASKFAILED);
+    /* The cluster goes on. */
+    g = spillway_graph_new(cl);
+    spillway_ref ok;
+    spillway_arg one = spillway_arg_u64(1);
+    assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &ok), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, ok), 2);
+    spillway_ref all[] = {bad, dep, unknown, ok};
+    assert_int_equal(spillway_release_many(cl, all, 4), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* A client process killed mid-job: its work is dropped and others carry on. */
+static void client_killed_mid_job_leaves_cluster_working(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    fflush(NULL);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        spillway *cl = NULL;
+        if (spillway_connect(c.addr, NULL, &cl) != 0)
+            _exit(1);
+        spillway_graph *g = spillway_graph_new(cl);
+        uint8_t big[100000];
+        memset(big, 7, sizeof big);
+        spillway_ref r;
+        spillway_put(cl, big, sizeof big, &r);
+        for (int i = 0; i < 2000; i++) {
+            spillway_arg a = spillway_arg_u64(2);
+            spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, NULL);
+        }
+        spillway_submit(g);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        pause(); /* until killed */
+        _exit(0);
+    }
+    close(ready[1]);
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    /* Another client's work runs to completion meanwhile. */
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref refs[100];
+    for (int i = 0; i < 100; i++) {
+        spillway_arg a = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &refs[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(e2e_get_u64(cl, refs[i]), (uint64_t)i + 1);
+    assert_int_equal(spillway_release_many(cl, refs, 100), 0);
+    /* The dead client's tasks were dropped, its object released: the cluster drains. */
+    assert_true(e2e_cluster_idle(&c, 30000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void put_get_round_trips_every_size(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    static const size_t sizes[] = {1, 65536, 65537, 1 << 20, (10 << 20) + 3};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        uint8_t *data = malloc(n);
+        for (size_t i = 0; i < n; i++)
+            data[i] = (uint8_t)(i ^ (i >> 8) ^ k);
+        spillway_ref r;
+        assert_int_equal(spillway_put(cl, data, n, &r), 0);
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, r, 60000, &out, &len), 0);
+        assert_int_equal(len, n);
+        assert_memory_equal(out, data, n);
+        spillway_free(out);
+        assert_int_equal(spillway_release(cl, r), 0);
+        free(data);
+    }
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void release_twice_or_unknown_is_enotheld(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    spillway *cl = e2e_connect(&c);
+    uint8_t data[200000];
+    memset(data, 1, sizeof data);
+    spillway_ref r, small;
+    assert_int_equal(spillway_put(cl, data, sizeof data, &r), 0);
+    assert_int_equal(spillway_put(cl, data, 10, &small), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_int_equal(spillway_release(cl, r), SPW_ENOTHELD);
+    assert_int_equal(spillway_release(cl, small), 0);
+    assert_int_equal(spillway_release(cl, small), SPW_ENOTHELD);
+    spillway_ref bogus = {12345, 678};
+    assert_int_equal(spillway_release(cl, bogus), SPW_ENOTHELD);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 1000, &out, &len), SPW_ENOOBJ);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* Large outputs made on one worker and consumed on another arrive byte for byte. */
+static void large_outputs_move_between_workers(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    enum { N = 16 };
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref parts[N], cat[N / 2];
+    for (int i = 0; i < N; i++) {
+        uint8_t pat[3] = {(uint8_t)i, (uint8_t)(i * 3), 0xA5};
+        spillway_arg a[2] = {spillway_arg_u64(3u << 20), spillway_arg_bytes(pat, 3)};
+        assert_int_equal(spillway_task(g, "fill", a, 2, 0, &parts[i]), 0);
+    }
+    for (int i = 0; i < N / 2; i++) {
+        spillway_arg a[2] = {spillway_arg_ref(parts[2 * i]), spillway_arg_ref(parts[N - 1 - 2 * i])};
+        assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &cat[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < N / 2; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, cat[i], 60000, &out, &len), 0);
+        assert_int_equal(len, 6u << 20);
+        const uint8_t *b = out;
+        int p1 = 2 * i, p2 = N - 1 - 2 * i;
+        for (size_t k = 0; k < (3u << 20); k++) {
+            uint8_t e1 = k % 3 == 0 ? (uint8_t)p1 : k % 3 == 1 ? (uint8_t)(p1 * 3) : 0xA5;
+            uint8_t e2 = k % 3 == 0 ? (uint8_t)p2 : k % 3 == 1 ? (uint8_t)(p2 * 3) : 0xA5;
+            if (b[k] != e1 || b[(3u << 20) + k] != e2)
+                fail_msg("concat %d differs at byte %zu", i, k);
+        }
+        spillway_free(out);
+    }
+    assert_int_equal(spillway_release_many(cl, cat, N / 2), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void executor_crash_fails_one_task_and_worker_survives(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref crash, after[20];
+    assert_int_equal(spillway_task(g, "crash", NULL, 0, SPILLWAY_KEEP, &crash), 0);
+    for (int i = 0; i < 20; i++) {
+        spillway_arg a = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &after[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, crash, 60000, &out, &len), SPW_EEXECCRASH);
+    assert_non_null(strstr(spillway_errmsg(cl), "executor"));
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(e2e_get_u64(cl, after[i]), (uint64_t)i + 1);
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_non_null(st);
+    json_t *w0 = json_array_get(json_object_get(st, "workers"), 0);
+    assert_non_null(w0);
+    json_decref(st);
+    assert_int_equal(spillway_release(cl, crash), 0);
+    assert_int_equal(spillway_release_many(cl, after, 20), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void ctl_status_reports_workers_tasks_and_clients(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const w1[] = {"--slots", "2", "--store-capacity", "32M", "--name", "alpha", NULL};
+    const char *const w2[] = {"--slots", "3", "--store-capacity", "48M", "--name", "beta", NULL};
+    h_worker_start(&c, w1);
+    h_worker_start(&c, w2);
+    spillway *cl = e2e_connect(&c);
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_non_null(st);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(st, "scheduler"), "address")),
+                        c.addr);
+    json_t *ws = json_object_get(st, "workers");
+    assert_int_equal(json_array_size(ws), 2);
+    int seen = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(ws, i, w)
+    {
+        const char *name = json_string_value(json_object_get(w, "name"));
+        json_int_t slots = json_integer_value(json_object_get(w, "slots"));
+        json_int_t cap =
+            json_integer_value(json_object_get(json_object_get(w, "memory"), "capacity"));
+        if (strcmp(name, "alpha") == 0 && slots == 2 && cap == 32 << 20)
+            seen |= 1;
+        if (strcmp(name, "beta") == 0 && slots == 3 && cap == 48 << 20)
+            seen |= 2;
+        assert_string_equal(json_string_value(json_object_get(w, "state")), "running");
+    }
+    assert_int_equal(seen, 3);
+    /* Our client and the ctl session itself. */
+    json_t *clients = json_object_get(st, "clients");
+    int roles = 0;
+    json_array_foreach(clients, i, w)
+    {
+        const char *role = json_string_value(json_object_get(w, "role"));
+        roles |= strcmp(role, "client") == 0 ? 1 : strcmp(role, "ctl") == 0 ? 2 : 4;
+    }
+    assert_int_equal(roles, 3);
+    assert_non_null(json_object_get(json_object_get(st, "tasks"), "waiting"));
+    json_decref(st);
+
+    /* The human table has its columns. */
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "status", NULL};
+    char *text = NULL;
+    assert_int_equal(h_run(argv, &text), 0);
+    assert_non_null(strstr(text, "USED/CAPACITY"));
+    assert_non_null(strstr(text, "alpha"));
+    assert_non_null(strstr(text, "tasks: waiting 0"));
+    free(text);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void ctl_errors_are_one_line_and_nonzero(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, true, NULL);
+    char *text = NULL;
+    /* Nothing listens on port 1 of 127.0.0.1. */
+    const char *down[] = {h_bin("spillway-ctl"), "--scheduler", "127.0.0.1:1", "status", NULL};
+    assert_int_equal(h_run(down, &text), 1);
+    assert_non_null(strstr(text, "cannot connect"));
+    assert_int_equal(strchr(text, '\n') - text + 1, (long)strlen(text));
+    free(text);
+    /* No secret against a cluster that has one. */
+    const char *nosecret[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "status", NULL};
+    assert_int_equal(h_run(nosecret, &text), 1);
+    assert_non_null(strstr(text, "authentication failed"));
+    free(text);
+    /* A wrong secret. */
+    char wrong[600];
+    snprintf(wrong, sizeof wrong, "%s/wrong", c.dir);
+    FILE *f = fopen(wrong, "w");
+    fputs("not-the-secret\n", f);
+    fclose(f);
+    chmod(wrong, 0600);
+    const char *bad[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file", wrong,
+                         "status", NULL};
+    assert_int_equal(h_run(bad, &text), 1);
+    assert_non_null(strstr(text, "authentication failed"));
+    free(text);
+    /* The right one. */
+    const char *good[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file",
+                          c.secret_file, "status", NULL};
+    assert_int_equal(h_run(good, &text), 0);
+    free(text);
+    const char *opt[] = {h_bin("spillway-ctl"), "--frobnicate", "status", NULL};
+    assert_int_equal(h_run(opt, &text), 2);
+    assert_non_null(strstr(text, "--frobnicate"));
+    assert_int_equal(strchr(text, '\n') - text + 1, (long)strlen(text));
+    free(text);
+    const char *cmd[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "launch", NULL};
+    assert_int_equal(h_run(cmd, &text), 2);
+    free(text);
+    assert_true(h_cluster_stop(&c));
+}
+
+static void secret_is_required_of_clients_and_workers(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, true, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "32M", NULL};
+    h_worker_start(&c, args); /* with the cluster's secret */
+    spillway *cl = NULL;
+    assert_int_equal(spillway_connect(c.addr, NULL, &cl), SPW_EAUTH);
+    cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(9);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r), 10);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    /* A worker without the secret cannot join. */
+    const char *argv[] = {h_bin("spillway-worker"), "--scheduler", c.addr, "--slots", "1",
+                          "--store-capacity", "16M", NULL};
+    char *text = NULL;
+    assert_int_not_equal(h_run(argv, &text), 0);
+    assert_non_null(strstr(text, "authentication failed"));
+    free(text);
+    assert_true(h_cluster_stop(&c));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(ten_thousand_independent_tasks),
+    cmocka_unit_test(dependency_graph_matches_local_computation),
+    cmocka_unit_test(plugin_task_runs_and_bad_plugin_is_refused),
+    cmocka_unit_test(failed_task_reports_its_text_and_cluster_keeps_working),
+    cmocka_unit_test(client_killed_mid_job_leaves_cluster_working),
+    cmocka_unit_test(put_get_round_trips_every_size),
+    cmocka_unit_test(release_twice_or_unknown_is_enotheld),
+    cmocka_unit_test(large_outputs_move_between_workers),
+    cmocka_unit_test(executor_crash_fails_one_task_and_worker_survives),
+    cmocka_unit_test(ctl_status_reports_workers_tasks_and_clients),
+    cmocka_unit_test(ctl_errors_are_one_line_and_nonzero),
+    cmocka_unit_test(secret_is_required_of_clients_and_workers),
+};
+
+SPW_TEST_MAIN(tests)
