@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -497,6 +499,71 @@ static void secret_is_required_of_clients_and_workers(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* The configs shipped in deploy/ parse, with every default written out, and the command line
+ * overrides them. */
+static void shipped_configs_parse_and_command_line_wins(void **state)
+{
+    (void)state;
+    h_cluster c;
+    memset(&c, 0, sizeof c);
+    const char *const sargs[] = {"--config", SPW_SOURCE_DIR "/deploy/scheduler.conf", NULL};
+    /* h_cluster_start puts --listen and --secret-file first; the config file's values come
+     * before the whole command line, so ours win. */
+    h_cluster_start(&c, true, sargs);
+    const char *const wargs[] = {"--config", SPW_SOURCE_DIR "/deploy/worker.conf", "--slots", "1",
+                                 "--store-capacity", "32M", "--name", "from-config", NULL};
+    h_worker_start(&c, wargs);
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_non_null(st);
+    json_t *w = json_array_get(json_object_get(st, "workers"), 0);
+    assert_string_equal(json_string_value(json_object_get(w, "name")), "from-config");
+    json_decref(st);
+    /* A config file with a bad line is refused with its line number. */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad.conf", c.dir);
+    FILE *f = fopen(bad, "w");
+    fputs("# fine\nlisten = 127.0.0.1:0\n= no key\n", f);
+    fclose(f);
+    const char *argv[] = {h_bin("spillway-scheduler"), "--config", bad, NULL};
+    char *text = NULL;
+    assert_int_equal(h_run(argv, &text), 2);
+    assert_non_null(strstr(text, "bad.conf:3"));
+    free(text);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* Type=notify: with NOTIFY_SOCKET set, a daemon sends READY=1 once it serves. */
+static void daemons_notify_systemd_when_ready(void **state)
+{
+    (void)state;
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/spw-notify-%d", (int)getpid());
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    setenv("NOTIFY_SOCKET", path, 1);
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    unsetenv("NOTIFY_SOCKET");
+    int ready = 0;
+    for (int i = 0; i < 2; i++) {
+        struct timeval tv = {10, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char msg[512];
+        ssize_t n = recv(fd, msg, sizeof msg - 1, 0);
+        assert_true(n > 0);
+        msg[n] = '\0';
+        ready += strstr(msg, "READY=1") != NULL;
+    }
+    assert_int_equal(ready, 2); /* the scheduler and the worker */
+    close(fd);
+    unlink(path);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -510,6 +577,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ctl_status_reports_workers_tasks_and_clients),
     cmocka_unit_test(ctl_errors_are_one_line_and_nonzero),
     cmocka_unit_test(secret_is_required_of_clients_and_workers),
+    cmocka_unit_test(shipped_configs_parse_and_command_line_wins),
+    cmocka_unit_test(daemons_notify_systemd_when_ready),
 };
 
 SPW_TEST_MAIN(tests)
