@@ -1,0 +1,294 @@
+/* Unit tests for the object store: lifecycle, pins, deletion while in use, waiting
+ * allocations, and the exactness of its figures. */
+#include "spillway/objstore.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "test_main.h"
+
+static uv_loop_t loop;
+
+static ost_store *mk(uint64_t capacity)
+{
+    uv_loop_init(&loop);
+    ost_opts o;
+    ost_opts_default(&o);
+    o.capacity = capacity;
+    o.name = "unit";
+    ost_store *s = NULL;
+    assert_int_equal(ost_store_new(&loop, &o, &s), 0);
+    return s;
+}
+
+static void done(ost_store *s)
+{
+    ost_store_free(s);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(spw_heap_used(SPW_MOD_OBJSTORE), 0);
+}
+
+static spw_id id(uint64_t n)
+{
+    return (spw_id){0xABCDULL, n};
+}
+
+static ost_stats stats(ost_store *s)
+{
+    ost_stats st;
+    ost_stats_get(s, &st);
+    return st;
+}
+
+static void ost_lifecycle_returns_used_to_zero(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 10000, &o), 0);
+    assert_int_equal(ost_obj_state(o), OST_CREATED);
+    assert_int_equal(stats(s).used, 12288); /* rounded to pages */
+    assert_int_equal(stats(s).pinned, 12288); /* the writer's pin */
+    memset(ost_obj_data(o), 0x5a, 10000);
+    assert_null(ost_obj_find(s, id(2)));
+    assert_ptr_equal(ost_obj_find(s, id(1)), o);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_obj_state(o), OST_SEALED);
+    assert_int_equal(stats(s).pinned, 0);
+    assert_int_equal(ost_obj_pin(s, o), 0);
+    assert_int_equal(ost_obj_data(o)[9999], 0x5a);
+    assert_int_equal(stats(s).pinned, 12288);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(stats(s).objs_mem, 1);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(st.objs_mem, 0);
+    assert_int_equal(st.objs_total, 0);
+    assert_int_equal(st.peak_used, 12288);
+    done(s);
+}
+
+static void ost_bad_requests_change_nothing(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o, *o2 = NULL;
+    assert_int_equal(ost_obj_create(s, id(1), 0, &o2), SPW_EINVAL);
+    assert_int_equal(ost_obj_create(s, id(1), (1 << 20) + 1, &o2), SPW_ETOOBIG);
+    assert_null(o2);
+    assert_int_equal(ost_obj_create(s, id(1), 4096, &o), 0);
+    assert_int_equal(ost_obj_create(s, id(1), 4096, &o2), SPW_EEXIST);
+    assert_int_equal(ost_obj_pin(s, o), SPW_ENOTSEALED);
+    assert_int_equal(ost_obj_unpin(s, o), SPW_ENOTHELD); /* the writer's pin is not a reader's */
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_obj_seal(s, o), SPW_ESEALED);
+    assert_int_equal(ost_obj_unpin(s, o), SPW_ENOTHELD);
+    assert_int_equal(ost_obj_delete(s, id(99)), SPW_ENOOBJ);
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 4096);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(st.objs_total, 1);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), SPW_ENOOBJ);
+    done(s);
+}
+
+static void ost_delete_while_pinned_frees_at_last_unpin(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 8192, &o), 0);
+    ost_obj_seal(s, o);
+    assert_int_equal(ost_obj_pin(s, o), 0);
+    assert_int_equal(ost_obj_pin(s, o), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_null(ost_obj_find(s, id(1)));      /* gone for lookups */
+    assert_int_equal(stats(s).used, 8192);    /* but its readers keep the memory */
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(stats(s).used, 8192);
+    assert_int_equal(ost_obj_unpin(s, o), 0); /* the last one frees it */
+    assert_int_equal(stats(s).used, 0);
+    assert_int_equal(stats(s).pinned, 0);
+    /* The id can be used again. */
+    assert_int_equal(ost_obj_create(s, id(1), 4096, &o), 0);
+    ost_obj_abort(s, o);
+    assert_int_equal(stats(s).used, 0);
+    done(s);
+}
+
+static void ost_delete_while_being_written_frees_at_abort(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 8192, &o), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(stats(s).used, 8192);
+    ost_obj_abort(s, o);
+    assert_int_equal(stats(s).used, 0);
+    assert_int_equal(stats(s).pinned, 0);
+    done(s);
+}
+
+typedef struct cb_log {
+    int calls;
+    int status;
+    ost_obj *o;
+} cb_log;
+
+static void log_cb(void *arg, int status, ost_obj *o)
+{
+    cb_log *l = arg;
+    l->calls++;
+    l->status = status;
+    l->o = o;
+}
+
+static void ost_full_store_makes_allocations_wait_then_succeed(void **state)
+{
+    (void)state;
+    ost_store *s = mk(64 * 1024);
+    ost_obj *a;
+    assert_int_equal(ost_obj_create(s, id(1), 48 * 1024, &a), 0);
+    ost_obj_seal(s, a);
+    cb_log l = {0};
+    assert_int_equal(ost_obj_create_async(s, id(2), 32 * 1024, log_cb, &l), 0);
+    assert_int_equal(l.calls, 0); /* waiting for room */
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(l.calls, 1);
+    assert_int_equal(l.status, 0);
+    assert_non_null(l.o);
+    assert_int_equal(ost_obj_size(l.o), 32 * 1024);
+    ost_obj_abort(s, l.o);
+    /* Immediate when there is room: the callback runs before the call returns. */
+    cb_log l2 = {0};
+    assert_int_equal(ost_obj_create_async(s, id(3), 4096, log_cb, &l2), 0);
+    assert_int_equal(l2.calls, 1);
+    ost_obj_abort(s, l2.o);
+    done(s);
+}
+
+static void ost_waiting_allocation_fails_with_ebackpressure_at_deadline(void **state)
+{
+    (void)state;
+    uv_loop_init(&loop);
+    ost_opts o;
+    ost_opts_default(&o);
+    o.capacity = 64 * 1024;
+    o.alloc_wait_ms = 0; /* the deadline is now */
+    ost_store *s;
+    assert_int_equal(ost_store_new(&loop, &o, &s), 0);
+    ost_obj *a;
+    assert_int_equal(ost_obj_create(s, id(1), 64 * 1024, &a), 0);
+    cb_log l = {0};
+    assert_int_equal(ost_obj_create_async(s, id(2), 4096, log_cb, &l), 0);
+    ost_store_maintain(s);
+    assert_int_equal(l.calls, 1);
+    assert_int_equal(l.status, SPW_EBACKPRESSURE);
+    assert_null(l.o);
+    assert_null(ost_obj_find(s, id(2)));
+    ost_obj_abort(s, a);
+    done(s);
+}
+
+static void ost_free_fails_waiters_with_eshutdown(void **state)
+{
+    (void)state;
+    ost_store *s = mk(64 * 1024);
+    ost_obj *a;
+    assert_int_equal(ost_obj_create(s, id(1), 64 * 1024, &a), 0);
+    cb_log l = {0};
+    ost_obj_create_async(s, id(2), 4096, log_cb, &l);
+    assert_int_equal(l.calls, 0);
+    done(s);
+    assert_int_equal(l.calls, 1);
+    assert_int_equal(l.status, SPW_ESHUTDOWN);
+}
+
+static void ost_too_big_async_fails_at_once(void **state)
+{
+    (void)state;
+    ost_store *s = mk(64 * 1024);
+    cb_log l = {0};
+    ost_obj_create_async(s, id(1), 64 * 1024 + 1, log_cb, &l);
+    assert_int_equal(l.calls, 1);
+    assert_int_equal(l.status, SPW_ETOOBIG);
+    done(s);
+}
+
+static void ost_arena_fd_maps_the_same_bytes(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 100000, &o), 0);
+    for (int i = 0; i < 100000; i++)
+        ost_obj_data(o)[i] = (uint8_t)(i * 13);
+    ost_obj_seal(s, o);
+    /* Another mapping of the memfd, as an executor or a local client makes. */
+    uint8_t *view = mmap(NULL, 1 << 20, PROT_READ, MAP_SHARED, ost_store_fd(s), 0);
+    assert_true(view != MAP_FAILED);
+    assert_memory_equal(view + ost_obj_offset(o), ost_obj_data(o), 100000);
+    assert_int_equal(ost_obj_offset(o) % 4096, 0);
+    munmap(view, 1 << 20);
+    ost_obj_delete(s, id(1));
+    done(s);
+}
+
+static void ost_limit_hook_shrinks_capacity(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_store_set_limit(s, 64 * 1024);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 128 * 1024, &o), SPW_ETOOBIG);
+    assert_int_equal(ost_obj_create(s, id(1), 64 * 1024, &o), 0);
+    assert_int_equal(stats(s).capacity, 64 * 1024);
+    assert_int_equal(ost_mem_state(s, NULL), OST_LEVEL_PAUSE);
+    ost_obj_abort(s, o);
+    assert_int_equal(ost_mem_state(s, NULL), OST_LEVEL_OK);
+    ost_store_set_limit(s, 0);
+    assert_int_equal(stats(s).capacity, 1 << 20);
+    done(s);
+}
+
+static void ost_mem_state_levels_follow_thresholds(void **state)
+{
+    (void)state;
+    ost_store *s = mk(100 * 4096);
+    ost_obj *o[100];
+    uint64_t to_free;
+    int n = 0;
+    for (; n < 80; n++)
+        assert_int_equal(ost_obj_create(s, id((uint64_t)n + 1), 4096, &o[n]), 0);
+    assert_int_equal(ost_mem_state(s, &to_free), OST_LEVEL_OK); /* exactly 80 %: not above */
+    assert_int_equal(ost_obj_create(s, id(100), 4096, &o[n++]), 0);
+    assert_int_equal(ost_mem_state(s, &to_free), OST_LEVEL_SPILL);
+    assert_int_equal(to_free, 11 * 4096); /* down to the 70 % target */
+    for (; n < 91; n++)
+        assert_int_equal(ost_obj_create(s, id((uint64_t)n + 200), 4096, &o[n]), 0);
+    assert_int_equal(ost_mem_state(s, &to_free), OST_LEVEL_PAUSE);
+    for (int i = 0; i < n; i++)
+        ost_obj_abort(s, o[i]);
+    assert_int_equal(stats(s).used, 0);
+    done(s);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(ost_lifecycle_returns_used_to_zero),
+    cmocka_unit_test(ost_bad_requests_change_nothing),
+    cmocka_unit_test(ost_delete_while_pinned_frees_at_last_unpin),
+    cmocka_unit_test(ost_delete_while_being_written_frees_at_abort),
+    cmocka_unit_test(ost_full_store_makes_allocations_wait_then_succeed),
+    cmocka_unit_test(ost_waiting_allocation_fails_with_ebackpressure_at_deadline),
+    cmocka_unit_test(ost_free_fails_waiters_with_eshutdown),
+    cmocka_unit_test(ost_too_big_async_fails_at_once),
+    cmocka_unit_test(ost_arena_fd_maps_the_same_bytes),
+    cmocka_unit_test(ost_limit_hook_shrinks_capacity),
+    cmocka_unit_test(ost_mem_state_levels_follow_thresholds),
+};
+
+SPW_TEST_MAIN(tests)
