@@ -271,6 +271,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->inline_limit = o->inline_limit;
+    spw_host_id(c->host_id, sizeof c->host_id);
     if (getrandom(&c->id_hi, sizeof c->id_hi, 0) != sizeof c->id_hi)
         c->id_hi = spw_now_ns() ^ ((uint64_t)getpid() << 32);
     c->id_hi |= 1; /* never the nil id */
@@ -339,6 +340,7 @@ void spillway_close(spillway *c)
         HASH_DEL(c->peers, p);
         spw_free(p);
     }
+    spillway__locals_free(c);
     spw_free(c->xfer.buf);
     spw_free(c);
 }

@@ -31,6 +31,18 @@ typedef struct peer {
     struct spillway *c;
 } peer;
 
+/* A same-host worker's arena, mapped read-only, and the Unix connection that pins, creates
+ * and seals objects in it. */
+typedef struct local {
+    char name[64];
+    UT_hash_handle hh;
+    proto_conn *conn;
+    int memfd;
+    uint8_t *base;
+    uint64_t capacity;
+    struct spillway *c;
+} local;
+
 /* The one request in flight. */
 typedef struct call {
     uint64_t req;
@@ -50,7 +62,9 @@ typedef struct xfer {
     spw_id id;
     uint8_t *buf;     /* get: destination */
     uint64_t size, received;
+    uint64_t off;     /* local: arena offset from PINNED / CREATED */
     peer *p;
+    local *l;
 } xfer;
 
 struct spillway {
@@ -67,6 +81,8 @@ struct spillway {
     uint64_t id_hi, next_id;
     handle *handles;
     peer *peers;
+    local *locals;
+    char host_id[128];
     call call;
     xfer xfer;
     int timer_fired;
@@ -83,6 +99,7 @@ spw_id spillway__new_id(spillway *c);
 handle *spillway__handle_find(spillway *c, spw_id id);
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
 void spillway__handle_free(spillway *c, handle *h);
+void spillway__locals_free(spillway *c);
 
 
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */

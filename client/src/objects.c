@@ -9,6 +9,8 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client_int.h"
 
@@ -133,10 +135,165 @@ static bool xfer_done(spillway *c, void *arg)
     return c->xfer.done;
 }
 
+/* ----------------------------------------------------------- local arenas */
+
+static void local_msg(proto_conn *conn, const proto_msg *m)
+{
+    local *l = proto_conn_data(conn);
+    spillway *c = l->c;
+    xfer *x = &c->xfer;
+    if (!x->active || x->done || x->l != l || m->req != x->req)
+        return;
+    switch (m->type) {
+    case PROTO_ERROR: {
+        char msg[PROTO_MAX_STR + 1];
+        x->status = (int)m->f[F_ERROR_CODE].i;
+        spillway__set_err(c, "local worker: %s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+        break;
+    }
+    case PROTO_PINNED:
+        x->off = m->f[F_PINNED_OFF].u;
+        x->size = m->f[F_PINNED_SIZE].u;
+        break;
+    case PROTO_CREATED:
+        x->off = m->f[F_CREATED_OFF].u;
+        break;
+    case PROTO_PUT_DONE:
+        break;
+    default:
+        return;
+    }
+    x->done = true;
+}
+
+static void local_close(proto_conn *conn, int status)
+{
+    local *l = proto_conn_data(conn);
+    spillway *c = l->c;
+    l->conn = NULL;
+    xfer *x = &c->xfer;
+    if (x->active && !x->done && x->l == l) {
+        x->status = SPW_ECLOSED;
+        spillway__set_err(c, "local worker connection lost: %s", spw_strerror(status));
+        x->done = true;
+    }
+}
+
+static const proto_conn_cbs local_cbs = {
+    .on_msg = local_msg,
+    .on_close = local_close,
+};
+
+void spillway__locals_free(spillway *c)
+{
+    local *l, *tmp;
+    HASH_ITER(hh, c->locals, l, tmp)
+    {
+        HASH_DEL(c->locals, l);
+        if (l->base != NULL)
+            munmap(l->base, l->capacity);
+        if (l->memfd >= 0)
+            close(l->memfd);
+        spw_free(l);
+    }
+}
+
+/* The arena of a worker on this host, mapped (once per worker), or NULL when the worker is
+ * elsewhere or cannot be reached that way (then TCP it is). */
+static local *local_get(spillway *c, const char *host_id, const char *name)
+{
+    if (name[0] == '\0' || strcmp(host_id, c->host_id) != 0 || getenv("SPILLWAY_NO_LOCAL"))
+        return NULL;
+    local *l;
+    HASH_FIND_STR(c->locals, name, l);
+    if (l != NULL)
+        return l->conn != NULL ? l : NULL;
+    l = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->c = c;
+    l->memfd = -1;
+    HASH_ADD_STR(c->locals, name, l); /* remembered even on failure: no retry per call */
+    int sock;
+    int rc = proto_local_attach(c->ctx, name, 5000, &sock, &l->memfd, &l->capacity);
+    if (rc != 0) {
+        spw_log(SPW_LOG_INFO, "local arena %s unavailable (%s): using TCP", name,
+                spw_strerror(rc));
+        return NULL;
+    }
+    void *base = mmap(NULL, l->capacity, PROT_READ, MAP_SHARED, l->memfd, 0);
+    if (base == MAP_FAILED) {
+        close(sock);
+        return NULL;
+    }
+    l->base = base;
+    if (proto_conn_open_fd(c->ctx, sock, &local_cbs, l, &l->conn) != 0) {
+        close(sock);
+        l->conn = NULL;
+        return NULL;
+    }
+    return l;
+}
+
+/* Sends a request on a local connection and waits for its reply into c->xfer. */
+static int local_call(spillway *c, local *l, uint32_t type, spw_id id, uint64_t size,
+                      bool with_size)
+{
+    xfer *x = &c->xfer;
+    *x = (xfer){0};
+    x->active = true;
+    x->req = ++c->next_req;
+    x->l = l;
+    x->id = id;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(l->conn), type, x->req, with_size ? 2 : 1);
+    proto_put_id(&e, id);
+    if (with_size)
+        proto_put_u(&e, size);
+    int rc = proto_conn_send(l->conn, &e);
+    if (rc == 0)
+        rc = spillway__run_until(c, xfer_done, NULL, -1);
+    if (rc == 0)
+        rc = x->status;
+    x->active = false;
+    return rc;
+}
+
+static void local_unpin(spillway *c, local *l, spw_id id)
+{
+    if (l->conn == NULL)
+        return;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(l->conn), PROTO_OBJ_UNPIN, 0, 1);
+    proto_put_id(&e, id);
+    proto_conn_send(l->conn, &e);
+    spillway__flush(c);
+}
+
+/* Writes len bytes into a new object in a local arena: one copy, at memory speed. */
+static int local_put(spillway *c, local *l, spw_id id, const void *data, size_t len)
+{
+    int rc = local_call(c, l, PROTO_OBJ_CREATE, id, len, true);
+    if (rc != 0)
+        return rc;
+    uint64_t off = c->xfer.off;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t maplen = (len + (size_t)page - 1) / (size_t)page * (size_t)page;
+    if (off % (uint64_t)page != 0 || off > l->capacity || maplen > l->capacity - off)
+        return SPW_EPROTO;
+    void *dst = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, (off_t)off);
+    if (dst == MAP_FAILED)
+        return -errno;
+    memcpy(dst, data, len);
+    munmap(dst, maplen);
+    return local_call(c, l, PROTO_OBJ_SEAL, id, 0, false);
+}
+
 /* ---------------------------------------------------------------------- put */
 
 typedef struct put_target {
     char addr[64];
+    char host_id[128];
+    char local[64];
     uint64_t exists;
 } put_target;
 
@@ -144,6 +301,8 @@ static void on_put_target(const proto_msg *m, void *arg)
 {
     put_target *t = arg;
     proto_str(&m->f[F_PUTT_ADDR], t->addr, sizeof t->addr);
+    proto_str(&m->f[F_PUTT_HOSTID], t->host_id, sizeof t->host_id);
+    proto_str(&m->f[F_PUTT_LOCAL], t->local, sizeof t->local);
     t->exists = m->f[F_PUTT_EXISTS].u;
 }
 
@@ -155,7 +314,8 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
     if (c->sched == NULL)
         return SPW_ECLOSED;
     uint64_t req = spillway__call_begin(c, PROTO_PUT_TARGET);
-    put_target tgt = {"", 0};
+    put_target tgt;
+    memset(&tgt, 0, sizeof tgt);
     c->call.on_reply = on_put_target;
     c->call.arg = &tgt;
     proto_enc e;
@@ -170,9 +330,13 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
         return rc;
     if (tgt.exists)
         return 0; /* the same bytes are stored already: we now hold a reference to them */
-    peer *p;
-    rc = peer_get(c, tgt.addr, &p);
-    if (rc == 0) {
+    local *l = local_get(c, tgt.host_id, tgt.local);
+    peer *p = NULL;
+    if (l != NULL)
+        rc = local_put(c, l, id, data, len);
+    else
+        rc = peer_get(c, tgt.addr, &p);
+    if (rc == 0 && l == NULL) {
         xfer *x = &c->xfer;
         *x = (xfer){0};
         x->active = true;
@@ -247,6 +411,8 @@ typedef struct location {
     bool has_inl;
     uint32_t nlocs;
     char addrs[8][64];
+    char hostids[8][128];
+    char locals[8][64];
     char err[PROTO_MAX_STR + 1];
 } location;
 
@@ -264,8 +430,13 @@ static void on_location(const proto_msg *m, void *arg)
         l->has_inl = true;
     }
     const proto_val *locs = &m->f[F_LOC_LOCS];
-    for (uint32_t i = 0; i < locs->arr.n && l->nlocs < 8; i++)
-        proto_str(&PROTO_REC(locs, i)[R_LOC_ADDR], l->addrs[l->nlocs++], sizeof l->addrs[0]);
+    for (uint32_t i = 0; i < locs->arr.n && l->nlocs < 8; i++) {
+        const proto_val *r = PROTO_REC(locs, i);
+        proto_str(&r[R_LOC_ADDR], l->addrs[l->nlocs], sizeof l->addrs[0]);
+        proto_str(&r[R_LOC_HOSTID], l->hostids[l->nlocs], sizeof l->hostids[0]);
+        proto_str(&r[R_LOC_LOCAL], l->locals[l->nlocs], sizeof l->locals[0]);
+        l->nlocs++;
+    }
 }
 
 static bool task_settled(spillway *c, void *arg)
@@ -282,12 +453,12 @@ static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
     return d;
 }
 
-int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+/* Finds where an object is, waiting up to timeout_ms for it to exist. On success loc holds
+ * either the value itself (has_inl, heap copy owned by loc) or the workers holding copies. */
+static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 {
-    if (c == NULL || data == NULL || len == NULL)
-        return SPW_EINVAL;
     char hex[33];
-    spw_id id = {ref.hi, ref.lo};
+    memset(loc, 0, sizeof *loc);
     uint64_t deadline = timeout_ms < 0 ? 0 : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     handle *h = spillway__handle_find(c, id);
     if (h != NULL && h->kind == H_TASK && h->state == H_PENDING) {
@@ -303,11 +474,11 @@ int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, siz
         return h->status;
     }
     if (h != NULL && h->has_inl) {
-        uint8_t *d = copy_bytes(h->inl, h->size);
-        if (d == NULL)
+        loc->inl = copy_bytes(h->inl, h->size);
+        if (loc->inl == NULL)
             return SPW_ENOMEM;
-        *data = d;
-        *len = h->size;
+        loc->has_inl = true;
+        loc->size = h->size;
         return 0;
     }
     if (c->sched == NULL)
@@ -317,37 +488,52 @@ int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, siz
         uint64_t now = spw_now_ns();
         left = now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL);
     }
-    location loc;
-    memset(&loc, 0, sizeof loc);
     uint64_t req = spillway__call_begin(c, PROTO_LOCATION);
     c->call.on_reply = on_location;
-    c->call.arg = &loc;
+    c->call.arg = loc;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_LOCATE, req, 2);
     proto_put_id(&e, id);
     proto_put_u(&e, left < 0 ? UINT32_MAX : (uint64_t)left);
     proto_conn_send(c->sched, &e);
     int rc = spillway__call_wait(c, left < 0 ? -1 : left + 1000);
-    if (rc == 0 && loc.status != 0) {
-        rc = loc.status;
-        spillway__set_err(c, "%s", loc.err);
+    if (rc == 0 && loc->status != 0) {
+        rc = loc->status;
+        spillway__set_err(c, "%s", loc->err);
     }
-    if (rc == 0 && loc.has_inl) {
-        *data = loc.inl;
-        *len = loc.size;
-        return 0;
+    if (rc != 0) {
+        spw_free(loc->inl);
+        loc->inl = NULL;
+        loc->has_inl = false;
     }
-    spw_free(loc.inl);
-    if (rc != 0)
-        return rc;
-    uint8_t *buf = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
-    if (buf == NULL)
-        return SPW_ENOMEM;
-    rc = SPW_EOBJLOST;
+    return rc;
+}
+
+/* Pins the object in a same-host worker's arena; returns the local arena or NULL. */
+static local *pin_local(spillway *c, spw_id id, const location *loc, uint64_t *off)
+{
+    for (uint32_t i = 0; i < loc->nlocs; i++) {
+        local *l = local_get(c, loc->hostids[i], loc->locals[i]);
+        if (l == NULL)
+            continue;
+        if (local_call(c, l, PROTO_OBJ_PIN, id, 0, false) == 0 && c->xfer.size == loc->size &&
+            c->xfer.off <= l->capacity && loc->size <= l->capacity - c->xfer.off) {
+            *off = c->xfer.off;
+            return l;
+        }
+    }
+    return NULL;
+}
+
+/* Streams the object from a worker's peer port into buf. */
+static int fetch_tcp(spillway *c, spw_id id, const location *loc, uint8_t *buf)
+{
+    char hex[33];
+    int rc = SPW_EOBJLOST;
     spillway__set_err(c, "obj=%s has no copy on a live worker", spw_id_hex(id, hex));
-    for (uint32_t i = 0; i < loc.nlocs; i++) {
+    for (uint32_t i = 0; i < loc->nlocs; i++) {
         peer *p;
-        rc = peer_get(c, loc.addrs[i], &p);
+        rc = peer_get(c, loc->addrs[i], &p);
         if (rc != 0)
             continue;
         xfer *x = &c->xfer;
@@ -357,12 +543,12 @@ int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, siz
         x->id = id;
         x->p = p;
         x->buf = buf;
-        x->size = loc.size;
+        x->size = loc->size;
         proto_enc re;
         proto_enc_begin(&re, proto_conn_out(p->conn), PROTO_OBJ_READ, x->req, 3);
         proto_put_id(&re, id);
         proto_put_u(&re, 0);
-        proto_put_u(&re, loc.size);
+        proto_put_u(&re, loc->size);
         proto_conn_send(p->conn, &re);
         rc = spillway__run_until(c, xfer_done, NULL, -1);
         if (rc == 0)
@@ -371,6 +557,34 @@ int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, siz
         x->buf = NULL;
         if (rc == 0)
             break;
+    }
+    return rc;
+}
+
+int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+{
+    if (c == NULL || data == NULL || len == NULL)
+        return SPW_EINVAL;
+    spw_id id = {ref.hi, ref.lo};
+    location loc;
+    int rc = resolve(c, id, timeout_ms, &loc);
+    if (rc != 0)
+        return rc;
+    if (loc.has_inl) {
+        *data = loc.inl;
+        *len = loc.size;
+        return 0;
+    }
+    uint8_t *buf = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
+    if (buf == NULL)
+        return SPW_ENOMEM;
+    uint64_t off;
+    local *l = pin_local(c, id, &loc, &off);
+    if (l != NULL) {
+        memcpy(buf, l->base + off, loc.size);
+        local_unpin(c, l, id);
+    } else {
+        rc = fetch_tcp(c, id, &loc, buf);
     }
     if (rc != 0) {
         spw_free(buf);
@@ -386,24 +600,57 @@ void spillway_free(void *p)
     spw_free(p);
 }
 
+typedef struct view_priv {
+    local *l;
+    spw_id id;
+    void *copy;
+} view_priv;
+
 int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
 {
-    void *data;
-    size_t len;
-    int rc = spillway_get(c, ref, timeout_ms, &data, &len);
+    if (c == NULL || view == NULL)
+        return SPW_EINVAL;
+    spw_id id = {ref.hi, ref.lo};
+    location loc;
+    int rc = resolve(c, id, timeout_ms, &loc);
     if (rc != 0)
         return rc;
-    view->data = data;
-    view->len = len;
-    view->zero_copy = 0;
-    view->priv = data;
+    view_priv *vp = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *vp);
+    vp->id = id;
+    uint64_t off;
+    if (loc.has_inl) {
+        vp->copy = loc.inl;
+        view->data = loc.inl;
+        view->zero_copy = 0;
+    } else if ((vp->l = pin_local(c, id, &loc, &off)) != NULL) {
+        /* Straight from the worker's shared memory: pinned until released. */
+        view->data = vp->l->base + off;
+        view->zero_copy = 1;
+    } else {
+        vp->copy = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
+        rc = vp->copy == NULL ? SPW_ENOMEM : fetch_tcp(c, id, &loc, vp->copy);
+        if (rc != 0) {
+            spw_free(vp->copy);
+            spw_free(vp);
+            return rc;
+        }
+        view->data = vp->copy;
+        view->zero_copy = 0;
+    }
+    view->len = loc.size;
+    view->priv = vp;
     return 0;
 }
 
 void spillway_view_release(spillway *c, spillway_view *view)
 {
-    (void)c;
-    spw_free(view->priv);
+    view_priv *vp = view->priv;
+    if (vp != NULL) {
+        if (vp->l != NULL)
+            local_unpin(c, vp->l, vp->id);
+        spw_free(vp->copy);
+        spw_free(vp);
+    }
     memset(view, 0, sizeof *view);
 }
 

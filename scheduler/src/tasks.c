@@ -265,6 +265,15 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         sa->off = a[R_ARG_OFF].u;
         sa->len = a[R_ARG_LEN].u;
         sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
+        if (o == out) {
+            /* A task cannot wait for its own output: it would never run, nor be freed. */
+            if (bad == NULL) {
+                snprintf(badbuf, sizeof badbuf, "argument %u names the task itself", i);
+                bad = badbuf;
+                bad_err = SPW_EINVAL;
+            }
+            continue;
+        }
         if (o == NULL) {
             if (bad == NULL) {
                 snprintf(badbuf, sizeof badbuf, "argument %u: no such object %s", i,

@@ -564,6 +564,148 @@ static void daemons_notify_systemd_when_ready(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* Is p inside a mapping of a worker's arena (memfd "spillway-worker-...") in this process? */
+static bool in_arena_mapping(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            found = strstr(line, "memfd:spillway-worker-") != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
+static uint64_t pinned_bytes(h_cluster *c)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t pinned = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        pinned += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "pinned"));
+    }
+    json_decref(st);
+    return pinned;
+}
+
+static bool nothing_pinned(void *arg)
+{
+    return pinned_bytes(arg) == 0;
+}
+
+static bool something_pinned(void *arg)
+{
+    return pinned_bytes(arg) > 0;
+}
+
+/* A client on the worker's host reads an object straight from the store's shared memory. */
+static void zero_copy_view_points_into_the_arena(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    size_t n = 8u << 20;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 31 + 7);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, n, &r), 0);
+    spillway_view v;
+    assert_int_equal(spillway_get_view(cl, r, 10000, &v), 0);
+    assert_int_equal(v.zero_copy, 1);
+    assert_int_equal(v.len, n);
+    assert_true(in_arena_mapping(v.data));
+    assert_memory_equal(v.data, data, n);
+    /* The view pins the object in its store until released. */
+    assert_true(h_eventually(something_pinned, &c, 10000));
+    spillway_view_release(cl, &v);
+    assert_true(h_eventually(nothing_pinned, &c, 10000));
+    /* A copy, also through shared memory, is a private buffer. */
+    void *copy;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 10000, &copy, &len), 0);
+    assert_false(in_arena_mapping(copy));
+    assert_memory_equal(copy, data, n);
+    spillway_free(copy);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(data);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* Without the local path (as for a client on another host) the same calls go over TCP. */
+static void views_fall_back_to_tcp_copies(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    setenv("SPILLWAY_NO_LOCAL", "1", 1);
+    spillway *cl = e2e_connect(&c);
+    size_t n = (3u << 20) + 17;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i ^ 0x5a);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, n, &r), 0);
+    spillway_view v;
+    assert_int_equal(spillway_get_view(cl, r, 10000, &v), 0);
+    assert_int_equal(v.zero_copy, 0);
+    assert_false(in_arena_mapping(v.data));
+    assert_memory_equal(v.data, data, n);
+    spillway_view_release(cl, &v);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    unsetenv("SPILLWAY_NO_LOCAL");
+    free(data);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_cluster_stop(&c));
+}
+
+/* A client that dies holding a zero-copy view does not keep the object pinned. */
+static void dead_reader_releases_its_pins(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    fflush(NULL);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        spillway *cl = NULL;
+        if (spillway_connect(c.addr, NULL, &cl) != 0)
+            _exit(1);
+        static uint8_t big[1 << 20];
+        spillway_ref r;
+        spillway_view v;
+        if (spillway_put(cl, big, sizeof big, &r) != 0 || spillway_get_view(cl, r, 10000, &v) != 0 ||
+            !v.zero_copy)
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]);
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    assert_true(h_eventually(something_pinned, &c, 10000));
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(e2e_cluster_idle(&c, 20000)); /* unpinned, released, used back to 0 */
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -579,6 +721,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(secret_is_required_of_clients_and_workers),
     cmocka_unit_test(shipped_configs_parse_and_command_line_wins),
     cmocka_unit_test(daemons_notify_systemd_when_ready),
+    cmocka_unit_test(zero_copy_view_points_into_the_arena),
+    cmocka_unit_test(views_fall_back_to_tcp_copies),
+    cmocka_unit_test(dead_reader_releases_its_pins),
 };
 
 SPW_TEST_MAIN(tests)

@@ -242,8 +242,28 @@ static bool encode_sample(uint32_t type, spw_buf *b)
         proto_put_u(&e, 1 << 20);
         break;
     case PROTO_EXEC_ALLOC_OK:
+    case PROTO_ARENA_MAP:
+    case PROTO_ARENA:
         proto_enc_begin(&e, b, type, 12, 1);
         proto_put_u(&e, 8192);
+        break;
+    case PROTO_OBJ_PIN:
+    case PROTO_OBJ_UNPIN:
+    case PROTO_OBJ_SEAL:
+        proto_enc_begin(&e, b, type, 13, 1);
+        proto_put_id(&e, ID1);
+        break;
+    case PROTO_PINNED:
+        proto_enc_begin(&e, b, type, 13, 3);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 4096);
+        proto_put_u(&e, 100);
+        break;
+    case PROTO_OBJ_CREATE:
+    case PROTO_CREATED:
+        proto_enc_begin(&e, b, type, 13, 2);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 1 << 20);
         break;
     default:
         return false;
@@ -280,7 +300,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 28);
+    assert_int_equal(samples, 36);
 }
 
 static void fields_survive_round_trip(void **state)
@@ -408,7 +428,8 @@ static void malformed_table(void **state)
     const bad_case cases[] = {
         {"not an array", BODY(0x01), SPW_EMALFORMED},
         {"array of 2", BODY(0x92, 0x05, 0x00), SPW_EMALFORMED},
-        {"unknown type 63", BODY(0x93, 0x3f, 0x00, 0x90), SPW_EMALFORMED},
+        {"unknown type 59", BODY(0x93, 0x3b, 0x00, 0x90), SPW_EMALFORMED},
+        {"unknown type 79", BODY(0x93, 0x4f, 0x00, 0x90), SPW_EMALFORMED},
         {"type 0", BODY(0x93, 0x00, 0x00, 0x90), SPW_EMALFORMED},
         {"type beyond table", BODY(0x93, 0xcc, 0xff, 0x00, 0x90), SPW_EMALFORMED},
         {"negative type", BODY(0x93, 0xff, 0x00, 0x90), SPW_EMALFORMED},

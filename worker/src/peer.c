@@ -278,6 +278,171 @@ static void read_start(wsrv *srv, const proto_msg *m)
     ost_obj_get_async(srv->w->store, o, read_got, r);
 }
 
+/* ----------------------------------------------------- local zero-copy access */
+
+static void arena_map(wsrv *srv, const proto_msg *m)
+{
+    wrk *w = srv->w;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_ARENA, m->req, 1);
+    ost_stats st;
+    ost_stats_get(w->store, &st);
+    proto_put_u(&e, w->opts.store.capacity);
+    int rc = proto_conn_send_fd(srv->conn, &e, ost_store_fd(w->store));
+    if (rc != 0)
+        proto_conn_error(srv->conn, m->req, rc, "cannot pass the arena: %s", spw_strerror(rc));
+}
+
+typedef struct pin_req {
+    wsrv *srv;
+    spw_id id;
+    uint64_t req;
+} pin_req;
+
+static void pin_got(void *arg, int status, ost_obj *o)
+{
+    pin_req *r = arg;
+    wsrv *srv = r->srv;
+    srv->refs--;
+    if (srv->closed || status != 0) {
+        if (status == 0)
+            ost_obj_unpin(srv->w->store, o);
+        else if (!srv->closed) {
+            char hex[33];
+            proto_conn_error(srv->conn, r->req, status, "obj=%s: %s", spw_id_hex(r->id, hex),
+                             spw_strerror(status));
+        }
+        spw_free(r);
+        srv_maybe_free(srv);
+        return;
+    }
+    wpin *p;
+    HASH_FIND(hh, srv->pins, &r->id, sizeof r->id, p);
+    if (p == NULL) {
+        p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
+        p->id = r->id;
+        p->obj = o;
+        HASH_ADD(hh, srv->pins, id, sizeof p->id, p);
+    }
+    p->count++;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PINNED, r->req, 3);
+    proto_put_id(&e, r->id);
+    proto_put_u(&e, ost_obj_offset(o));
+    proto_put_u(&e, ost_obj_size(o));
+    proto_conn_send(srv->conn, &e);
+    spw_free(r);
+}
+
+static void obj_pin(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_PIN_ID].id;
+    ost_obj *o = ost_obj_find(srv->w->store, id);
+    if (o == NULL || ost_obj_state(o) != OST_SEALED) {
+        proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    pin_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (pin_req){srv, id, m->req};
+    srv->refs++;
+    ost_obj_get_async(srv->w->store, o, pin_got, r);
+}
+
+static void obj_unpin(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_UNPIN_ID].id;
+    wpin *p;
+    HASH_FIND(hh, srv->pins, &id, sizeof id, p);
+    if (p == NULL) {
+        proto_conn_error(srv->conn, m->req, SPW_ENOTHELD, "obj=%s is not pinned by you",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    ost_obj_unpin(srv->w->store, p->obj);
+    if (--p->count == 0) {
+        HASH_DEL(srv->pins, p);
+        spw_free(p);
+    }
+    wrk__mem_check(srv->w);
+}
+
+static void local_created(void *arg, int status, ost_obj *o)
+{
+    upload_req *r = arg;
+    wsrv *srv = r->srv;
+    spw_id id = r->id;
+    spw_free(r);
+    srv->refs--;
+    if (srv->closed) {
+        if (status == 0)
+            ost_obj_abort(srv->w->store, o);
+        srv_maybe_free(srv);
+        return;
+    }
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    SPW_ASSERT(u != NULL && u->creating);
+    u->creating = false;
+    char hex[33];
+    if (status != 0) {
+        proto_conn_error(srv->conn, u->req, status, "obj=%s: cannot store %llu bytes: %s",
+                         spw_id_hex(id, hex), (unsigned long long)u->total, spw_strerror(status));
+        upload_remove(srv, u, false);
+        return;
+    }
+    u->obj = o;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_CREATED, u->req, 2);
+    proto_put_id(&e, id);
+    proto_put_u(&e, ost_obj_offset(o));
+    proto_conn_send(srv->conn, &e);
+}
+
+static void obj_create(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_CREATE_ID].id;
+    uint64_t size = m->f[F_CREATE_SIZE].u;
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    if (u != NULL || size == 0) {
+        proto_conn_error(srv->conn, m->req, size == 0 ? SPW_EINVAL : SPW_EEXIST,
+                         "obj=%s: %s", spw_id_hex(id, hex),
+                         size == 0 ? "size must be > 0" : "already being written");
+        return;
+    }
+    u = spw_calloc(SPW_MOD_WORKER, 1, sizeof *u);
+    u->id = id;
+    u->total = size;
+    u->req = m->req;
+    u->srv = srv;
+    u->creating = true;
+    u->local = true;
+    HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
+    upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (upload_req){srv, id};
+    srv->refs++;
+    ost_obj_create_async(srv->w->store, id, size, local_created, r);
+}
+
+static void obj_seal(wsrv *srv, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_SEAL_ID].id;
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    if (u == NULL || !u->local || u->creating) {
+        proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s: nothing of yours to seal",
+                         spw_id_hex(id, hex));
+        return;
+    }
+    u->next_off = u->total;
+    upload_apply(srv, u, u->total, PROTO_CHUNK_LAST, NULL, 0, m->req);
+}
+
 static int peer_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
                       size_t errlen)
 {
@@ -305,6 +470,21 @@ static void peer_msg(proto_conn *c, const proto_msg *m)
         return;
     case PROTO_OBJ_READ:
         read_start(srv, m);
+        return;
+    case PROTO_ARENA_MAP:
+        arena_map(srv, m);
+        return;
+    case PROTO_OBJ_PIN:
+        obj_pin(srv, m);
+        return;
+    case PROTO_OBJ_UNPIN:
+        obj_unpin(srv, m);
+        return;
+    case PROTO_OBJ_CREATE:
+        obj_create(srv, m);
+        return;
+    case PROTO_OBJ_SEAL:
+        obj_seal(srv, m);
         return;
     case PROTO_ERROR:
         return;
@@ -341,6 +521,15 @@ static void peer_close(proto_conn *c, int status)
         DL_DELETE(srv->reads, rd);
         if (rd->outstanding == 0)
             read_finish(rd);
+    }
+    /* A local client that went away (or died) no longer reads what it pinned. */
+    wpin *p, *ptmp;
+    HASH_ITER(hh, srv->pins, p, ptmp)
+    {
+        while (p->count-- > 0)
+            ost_obj_unpin(srv->w->store, p->obj);
+        HASH_DEL(srv->pins, p);
+        spw_free(p);
     }
     srv_maybe_free(srv);
 }

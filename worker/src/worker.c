@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "worker_int.h"
@@ -248,11 +249,22 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
         goto fail;
     }
+    /* Same-host clients map the arena through this socket; abstract, so nothing to clean up. */
+    uint32_t rnd;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+        rnd = (uint32_t)spw_now_ns();
+    snprintf(w->local_name, sizeof w->local_name, "@spillway-worker-%d-%08x", (int)getpid(), rnd);
+    rc = proto_listen_unix(w->ctx, w->local_name, &wrk__peer_cbs, NULL, NULL);
+    if (rc != 0) {
+        spw_log(SPW_LOG_WARN, "no local socket (%s): same-host clients will use TCP",
+                spw_strerror(rc));
+        w->local_name[0] = '\0';
+    }
     w->hello.addr = w->bound;
     w->hello.slots = o->slots;
     w->hello.capacity = so.capacity;
     w->hello.host_id = w->host_id;
-    w->hello.local = "";
+    w->hello.local = w->local_name;
 
     w->nexec = o->slots;
     w->execs = spw_calloc(SPW_MOD_WORKER, w->nexec, sizeof *w->execs);

@@ -109,6 +109,7 @@ typedef struct wupload {
     uint64_t next_off;
     uint64_t req;
     bool creating;
+    bool local;           /* written in place by a local client (OBJ_CREATE / OBJ_SEAL) */
     spw_buf pending;      /* first chunk, kept while waiting for room */
     uint64_t pending_flags;
     struct wsrv *srv;
@@ -124,10 +125,19 @@ typedef struct wread {
     struct wread *prev, *next;
 } wread;
 
+/* Objects a local client has pinned for zero-copy views. */
+typedef struct wpin {
+    spw_id id;
+    UT_hash_handle hh;
+    ost_obj *obj;
+    uint32_t count;
+} wpin;
+
 typedef struct wsrv {
     struct wrk *w;
     proto_conn *conn;
     wupload *uploads;
+    wpin *pins;
     wread *reads;
     bool closed;
     uint32_t refs;        /* reads with chunks in flight keep this alive after close */
@@ -142,6 +152,7 @@ struct wrk {
     char *plugin_paths[WRK_MAX_PLUGINS];
     char bound[64];
     char host_id[128];
+    char local_name[64];   /* abstract Unix socket for same-host clients */
     proto_hello_worker hello;
     proto_ctx *ctx;
     proto_conn *sched;

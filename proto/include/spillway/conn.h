@@ -99,6 +99,21 @@ int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, vo
                  proto_listener **out, char *bound, size_t boundlen);
 void proto_listener_close(proto_listener *l);
 
+/** Listens on a Unix stream socket: "@name" is Linux's abstract namespace (no file, gone with
+ * the process), anything else a filesystem path. Peers run the same handshake as over TCP.
+ * @return 0 or a negative error. */
+int proto_listen_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
+                      proto_listener **out);
+
+/** Client side of local arena access, done without the loop because a file descriptor comes
+ * back: connects to a worker's Unix socket (name as for proto_listen_unix), runs the handshake
+ * with ctx's role and secret, sends ARENA_MAP and receives the arena's memfd.
+ * @param[out] sock the connected socket, ready for proto_conn_open_fd (nothing unread on it).
+ * @param[out] memfd the arena; @param[out] capacity its size in bytes.
+ * @return 0; SPW_EAUTH, SPW_EVERSION, SPW_ETIMEDOUT, SPW_EPROTO, or -errno. */
+int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *sock, int *memfd,
+                       uint64_t *capacity);
+
 /** Connects to "HOST:PORT" and runs the handshake; on_ready or on_close follows.
  * @return 0 (a callback will follow), or an error now (no callback). */
 int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
@@ -130,6 +145,10 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
 /** Queues complete frames built elsewhere (len bytes of whole frames). @return 0 or
  * SPW_ECLOSED. */
 int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len);
+/** Sends a frame with a file descriptor attached (SCM_RIGHTS) on a Unix-socket connection.
+ * Needs an idle connection (nothing queued or in flight), which a request/reply exchange has.
+ * @return 0, SPW_EAGAIN if output is pending, SPW_ENOTSUP on a TCP connection, or -errno. */
+int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd);
 /** Sends an ERROR frame. */
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

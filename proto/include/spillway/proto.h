@@ -74,6 +74,14 @@ const char *proto_role_name(int role);
     X(OBJ_READ, 31)                                                                                \
     X(OBJ_DATA, 32)                                                                                \
     X(PUT_DONE, 33)                                                                                \
+    X(ARENA_MAP, 60)                                                                               \
+    X(ARENA, 61)                                                                                   \
+    X(OBJ_PIN, 62)                                                                                 \
+    X(PINNED, 63)                                                                                  \
+    X(OBJ_UNPIN, 64)                                                                               \
+    X(OBJ_CREATE, 65)                                                                              \
+    X(CREATED, 66)                                                                                 \
+    X(OBJ_SEAL, 67)                                                                                \
     X(STATUS_REQ, 40)                                                                              \
     X(STATUS, 41)                                                                                  \
     X(EXEC, 50)                                                                                    \
@@ -85,7 +93,7 @@ enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
     PROTO_MSG_MAP(PROTO_TYPE_ENUM)
 #undef PROTO_TYPE_ENUM
-        PROTO_TYPE_MAX = 64
+        PROTO_TYPE_MAX = 80
 };
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);
@@ -154,6 +162,15 @@ enum { F_WRITE_ID, F_WRITE_TOTAL, F_WRITE_OFF, F_WRITE_FLAGS, F_WRITE_DATA };
 enum { F_READ_ID, F_READ_OFF, F_READ_LEN };
 enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
 enum { F_PUTDONE_ID };
+/* Local (same-host) access to a worker's arena, over its Unix socket. */
+enum { F_AMAP_FLAGS };
+enum { F_ARENA_CAPACITY };       /* the memfd rides along as SCM_RIGHTS */
+enum { F_PIN_ID };
+enum { F_PINNED_ID, F_PINNED_OFF, F_PINNED_SIZE };
+enum { F_UNPIN_ID };
+enum { F_CREATE_ID, F_CREATE_SIZE };
+enum { F_CREATED_ID, F_CREATED_OFF };
+enum { F_SEAL_ID };
 enum {
     F_STATUS_NOW_MS,
     F_STATUS_UPTIME_MS,
