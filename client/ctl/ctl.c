@@ -36,6 +36,7 @@ static const char *stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_TASKS_FAILED] = "tasks_failed",
     [PROTO_STAT_EXEC_RESTARTS] = "executor_restarts",
     [PROTO_STAT_RSS_KIB] = "rss_kib",
+    [PROTO_STAT_PEAK_USED] = "peak_used",
 };
 
 static const char *tstate_names[PROTO_TSTATE_COUNT] = {

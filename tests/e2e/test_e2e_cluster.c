@@ -706,6 +706,141 @@ static void dead_reader_releases_its_pins(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+static uint64_t sum_worker_figure(h_cluster *c, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t v = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), field));
+    }
+    json_decref(st);
+    return v;
+}
+
+static bool peak_reported(void *arg)
+{
+    return sum_worker_figure(arg, "peak_used") >= (1u << 20);
+}
+
+/* A chain of 1,000 dependent tasks passing 1 MiB each: intermediates are freed as soon as their
+ * consumer finishes, so the stores never hold more than a handful at once. */
+static void long_chain_holds_a_handful_of_objects(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref prev;
+    spillway_arg fa[2] = {spillway_arg_u64(1u << 20), spillway_arg_bytes("chain", 5)};
+    assert_int_equal(spillway_task(g, "fill", fa, 2, 0, &prev), 0);
+    for (int i = 1; i < 1000; i++) {
+        spillway_arg a = spillway_arg_ref(prev);
+        assert_int_equal(spillway_task(g, "echo", &a, 1, i == 999 ? SPILLWAY_KEEP : 0, &prev), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, prev, 120000, &out, &len), 0);
+    assert_int_equal(len, 1u << 20);
+    assert_memory_equal(out, "chainchain", 10);
+    spillway_free(out);
+    /* 1,000 MiB went through the stores; at most a few MiB were ever there at once. The
+     * figures come with the workers' heartbeats. */
+    assert_true(h_eventually(peak_reported, &c, 10000));
+    uint64_t peak = sum_worker_figure(&c, "peak_used");
+    if (peak > (6u << 20))
+        fail_msg("stores peaked at %llu bytes", (unsigned long long)peak);
+    assert_int_equal(spillway_release(cl, prev), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static pid_t executor_pid(h_cluster *c, int worker)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)c->workers[worker].pid,
+             (int)c->workers[worker].pid);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
+static bool slot_busy(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    json_int_t busy = json_integer_value(
+        json_object_get(json_array_get(json_object_get(st, "workers"), 0), "busy"));
+    json_decref(st);
+    return busy > 0;
+}
+
+static bool executor_restarted(void *arg)
+{
+    return sum_worker_figure(arg, "executor_restarts") >= 1;
+}
+
+/* An executor killed from outside mid-task: that task fails with the reason, the worker and
+ * its store carry on, a new executor takes over. */
+static void executor_killed_mid_task_leaves_store_intact(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 1);
+    spillway *cl = e2e_connect(&c);
+    size_t n = 2u << 20;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 5);
+    spillway_ref obj, slow;
+    assert_int_equal(spillway_put(cl, data, n, &obj), 0);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg sl = spillway_arg_u64(60000);
+    assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    pid_t ex = 0;
+    for (int i = 0; i < 1000 && ex == 0; i++)
+        ex = executor_pid(&c, 0);
+    assert_true(ex > 0);
+    /* Wait until the sleep is running (the worker reports one busy slot). */
+    assert_true(h_eventually(slot_busy, &c, 20000));
+    assert_int_equal(kill(ex, SIGKILL), 0);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, slow, 60000, &out, &len), SPW_EEXECCRASH);
+    assert_non_null(strstr(spillway_errmsg(cl), "signal 9"));
+    /* The store still has the object, byte for byte, and tasks still run. */
+    assert_int_equal(spillway_get(cl, obj, 10000, &out, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(out, data, n);
+    spillway_free(out);
+    g = spillway_graph_new(cl);
+    spillway_ref sum;
+    spillway_arg ar = spillway_arg_ref(obj);
+    assert_int_equal(spillway_task(g, "len", &ar, 1, SPILLWAY_KEEP, &sum), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, sum), n);
+    assert_true(h_eventually(executor_restarted, &c, 10000));
+    spillway_ref all[] = {obj, slow, sum};
+    assert_int_equal(spillway_release_many(cl, all, 3), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(data);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -724,6 +859,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(zero_copy_view_points_into_the_arena),
     cmocka_unit_test(views_fall_back_to_tcp_copies),
     cmocka_unit_test(dead_reader_releases_its_pins),
+    cmocka_unit_test(long_chain_holds_a_handful_of_objects),
+    cmocka_unit_test(executor_killed_mid_task_leaves_store_intact),
 };
 
 SPW_TEST_MAIN(tests)

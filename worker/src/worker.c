@@ -93,6 +93,7 @@ static void send_heartbeat(wrk *w)
     v[PROTO_STAT_EXEC_RESTARTS] = w->exec_restarts;
     int64_t rss = spw_proc_status_kib((int)getpid(), "VmRSS");
     v[PROTO_STAT_RSS_KIB] = rss > 0 ? (uint64_t)rss : 0;
+    v[PROTO_STAT_PEAK_USED] = st.peak_used;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_HEARTBEAT, 0, 1);
     proto_put_arr(&e, PROTO_STAT_COUNT);
