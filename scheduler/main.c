@@ -4,6 +4,7 @@
  * bytes) on SIGTERM or SIGINT.
  */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,8 @@ int main(int argc0, char **argv0)
     if (spw_config_args(argc0, argv0, &argc, &argv) != 0)
         return 2;
     spw_log_init("spillway-scheduler", SPW_LOG_NOTICE);
+    /* A peer that hangs up mid-write is an error on that connection, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
     sched_opts so;
     sched_opts_default(&so);
     const char *port_file = NULL, *secret_file = NULL;

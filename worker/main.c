@@ -5,6 +5,7 @@
  * (exit status 3 then, so systemd's Restart= brings the worker back).
  */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,8 @@ int main(int argc0, char **argv0)
     if (spw_config_args(argc0, argv0, &argc, &argv) != 0)
         return 2;
     spw_log_init("spillway-worker", SPW_LOG_NOTICE);
+    /* A peer that hangs up mid-write is an error on that connection, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
     wrk_opts wo;
     wrk_opts_default(&wo);
     if (spw_capacity_parse("30%", &wo.store.capacity) != 0)

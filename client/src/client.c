@@ -11,6 +11,7 @@
  */
 #include "client_int.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,11 @@ static bool is_ready(spillway *c, void *arg)
 
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out)
 {
+    /* A worker or scheduler that goes away mid-write must give an error, not SIGPIPE. We only
+     * change the disposition if the program never chose one. */
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     spillway_opts defaults;
     if (o == NULL) {
         spillway_opts_init(&defaults);

@@ -19,6 +19,7 @@ struct spillway_graph {
     spw_id *kept;      /* kept tasks, tracked once sent */
     size_t nkept, capkept;
     uint64_t ntasks;
+    char place[PROTO_MAX_NAME + 1]; /* worker name for the tasks added next, or "" */
 };
 
 spillway_graph *spillway_graph_new(spillway *c)
@@ -42,6 +43,14 @@ void spillway_graph_free(spillway_graph *g)
     spw_buf_release(&g->recs);
     spw_free(g->kept);
     spw_free(g);
+}
+
+int spillway_graph_place(spillway_graph *g, const char *worker)
+{
+    if (g == NULL || (worker != NULL && strlen(worker) > PROTO_MAX_NAME))
+        return SPW_EINVAL;
+    snprintf(g->place, sizeof g->place, "%s", worker != NULL ? worker : "");
+    return 0;
 }
 
 int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes)
@@ -116,7 +125,7 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
     spw_id id = spillway__new_id(c);
     proto_enc e;
     proto_enc_raw(&e, &g->recs);
-    proto_put_arr(&e, 5);
+    proto_put_arr(&e, g->place[0] != '\0' ? 6 : 5);
     proto_put_id(&e, id);
     proto_put_str(&e, fn);
     proto_put_arr(&e, (uint32_t)nargs);
@@ -146,6 +155,8 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
     proto_put_u(&e, flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0);
     const char *s = site != NULL ? site : "";
     proto_put_strn(&e, s, strnlen(s, PROTO_MAX_NAME));
+    if (g->place[0] != '\0')
+        proto_put_str(&e, g->place);
     g->nrecs++;
     g->ntasks++;
     if (flags & SPILLWAY_KEEP) {

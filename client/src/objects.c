@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -319,11 +320,12 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
     c->call.on_reply = on_put_target;
     c->call.arg = &tgt;
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_PUT_PLACE, req, 4);
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_PUT_PLACE, req, 5);
     proto_put_id(&e, id);
     proto_put_u(&e, len);
     proto_put_strn(&e, site, strnlen(site, PROTO_MAX_NAME));
     proto_put_u(&e, flags);
+    proto_put_str(&e, getenv("SPILLWAY_NO_LOCAL") ? "" : c->host_id); /* prefer our host */
     proto_conn_send(c->sched, &e);
     int rc = spillway__call_wait(c, -1);
     if (rc != 0)

@@ -83,6 +83,7 @@ typedef struct pfield {
 typedef struct pschema {
     uint8_t nf;
     pfield f[PROTO_MAX_FIELDS];
+    uint8_t nreq; /* fields a sender must send; later ones were added since (0 = all) */
 } pschema;
 
 #define U {PF_U, 0, 0, 0, 0}
@@ -106,7 +107,7 @@ enum rec_schema { REC_WINFO, REC_LOC, REC_TASK, REC_ARG, REC_WARG, REC_SWORKER, 
 static const pschema rec_schemas[REC_COUNT] = {
     [REC_WINFO] = {5, {NAME, U, U, NAME, NAME}},
     [REC_LOC] = {4, {U, NAME, NAME, NAME}},
-    [REC_TASK] = {5, {ID, NAME, RECS(REC_ARG), U, NAME}},
+    [REC_TASK] = {6, {ID, NAME, RECS(REC_ARG), U, NAME, NAME}, 5},
     [REC_ARG] = {5, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U}},
     [REC_WARG] = {7, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U, U, RECS(REC_LOC)}},
     [REC_SWORKER] = {8, {U, NAME, NAME, U, U, U, U, LIST_U(0)}},
@@ -122,7 +123,7 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_WELCOME] = {5, {BIN(PROTO_PROOF_LEN, PROTO_PROOF_LEN), U, U, U, U}},
     [PROTO_ERROR] = {2, {I, TEXT}},
     [PROTO_OK] = {1, {U}},
-    [PROTO_PUT_PLACE] = {4, {ID, U, NAME, U}},
+    [PROTO_PUT_PLACE] = {5, {ID, U, NAME, U, NAME}, 4},
     [PROTO_PUT_TARGET] = {6, {ID, U, NAME, NAME, NAME, U}},
     [PROTO_LOCATE] = {2, {ID, U}},
     [PROTO_LOCATION] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, RECS(REC_LOC)}},
@@ -345,9 +346,18 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
 static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
                         msgpack_zone *zone, const proto_limits *lim)
 {
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != s->nf)
+    uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < nreq ||
+        o->via.array.size > s->nf)
         return SPW_EMALFORMED;
+    uint32_t n = o->via.array.size;
     for (uint32_t i = 0; i < s->nf; i++) {
+        if (i >= n) {
+            /* A field newer than the sender: absent, as if sent as nil. */
+            memset(&out[i], 0, sizeof out[i]);
+            out[i].nil = 1;
+            continue;
+        }
         int rc = check_value(&s->f[i], &o->via.array.ptr[i], &out[i], zone, lim);
         if (rc != 0)
             return rc;

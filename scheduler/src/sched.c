@@ -114,17 +114,23 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
 
 /* ---------------------------------------------------------------- sessions */
 
-static sched_worker *place_put(sched *s, uint64_t size)
+/* Chooses where a put goes: a worker on the client's host if one has room (the client then
+ * writes straight into its shared memory), else the emptiest store. */
+static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
 {
     sched_worker *best = NULL;
     double best_fill = 0;
+    bool best_local = false;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
         uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
         if (cap < size || w->stats[PROTO_STAT_PAUSED])
             continue;
-        double fill = (double)(w->stats[PROTO_STAT_USED] + w->reserved) / (double)cap;
-        if (best == NULL || fill < best_fill) {
+        double fill = (double)(w->stats[PROTO_STAT_USED] + w->reserved + size) / (double)cap;
+        bool local = host_id[0] != '\0' && strcmp(host_id, w->host_id) == 0 && fill <= 0.8;
+        if (best == NULL || (local && !best_local) ||
+            (local == best_local && fill < best_fill)) {
+            best_local = local;
             best = w;
             best_fill = fill;
         }
@@ -165,7 +171,10 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         w = o->nlocs > 0 ? sched__worker_by_id(s, o->locs[0])
                          : sched__worker_by_id(s, o->put_worker);
     } else {
-        w = place_put(s, size);
+        char host_id[128] = "";
+        if (!m->f[F_PUTP_HOSTID].nil)
+            proto_str(&m->f[F_PUTP_HOSTID], host_id, sizeof host_id);
+        w = place_put(s, size, host_id);
         if (w == NULL) {
             proto_conn_error(ss->conn, m->req, s->nworkers ? SPW_ETOOBIG : SPW_ENOWORKER,
                              s->nworkers ? "no worker has a store of %llu bytes"

@@ -67,6 +67,7 @@ struct sched_task {
     sched_worker *worker; /* while assigned */
     uint64_t owner;       /* session id of the submitter */
     char *site;           /* call site "file:line" */
+    char *place;          /* run only on the worker of this name, or NULL */
     uint64_t submitted_ms;
     sched_task *qnext;        /* ready queue */
     sched_task *wprev, *wnext; /* worker's assigned list */

@@ -218,7 +218,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
     }
     size_t sitelen = rec[R_TASK_SITE].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob + sitelen + 1;
+    size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob + sitelen + 1 +
+                  (placelen > 0 ? placelen + 1 : 0);
     sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
     if (t == NULL) {
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
@@ -230,6 +232,11 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     t->site = (char *)bp + blob;
     memcpy(t->site, rec[R_TASK_SITE].bin.ptr, sitelen);
     t->site[sitelen] = '\0';
+    if (placelen > 0) {
+        t->place = t->site + sitelen + 1;
+        memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
+        t->place[placelen] = '\0';
+    }
     t->id = id;
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u;
@@ -379,6 +386,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
         if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth)
             continue;
+        if (t->place != NULL && strcmp(t->place, w->name) != 0)
+            continue;
         uint64_t local = 0;
         for (uint32_t i = 0; i < t->nargs; i++) {
             const sched_obj *o = t->args[i].obj;
@@ -473,22 +482,37 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
-    while (s->ready_head != NULL) {
-        sched_task *t = s->ready_head;
+    /* FIFO, except that a task bound to a busy worker is stepped over (a bounded number of
+     * times per pass) so it does not hold up everything behind it. */
+    sched_task *prev = NULL, *t = s->ready_head;
+    int skipped = 0;
+    while (t != NULL) {
         char err[256];
         int rc = check_inputs(t, err, sizeof err);
         if (rc != 0) {
+            sched_task *next = t->qnext;
             task_fail(s, t, rc, err);
+            t = next;
             continue;
         }
         sched_worker *w = pick_worker(s, t);
-        if (w == NULL)
-            break;
-        s->ready_head = t->qnext;
-        if (s->ready_head == NULL)
-            s->ready_tail = NULL;
+        if (w == NULL) {
+            if (t->place == NULL || ++skipped > 1024)
+                break;
+            prev = t;
+            t = t->qnext;
+            continue;
+        }
+        sched_task *next = t->qnext;
+        if (prev != NULL)
+            prev->qnext = next;
+        else
+            s->ready_head = next;
+        if (s->ready_tail == t)
+            s->ready_tail = prev;
         t->qnext = NULL;
         assign(s, t, w);
+        t = next;
     }
     uv_idle_stop(&s->kick);
 }

@@ -637,6 +637,44 @@ static void heap_counters_return_to_zero(void **state)
 }
 
 
+/* Fields added after a message's first version may be absent; extra unknown ones may not. */
+static void optional_trailing_fields_may_be_absent(void **state)
+{
+    (void)state;
+    proto_limits lim;
+    proto_limits_default(&lim);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    proto_msg m;
+    for (int nf = 3; nf <= 6; nf++) {
+        spw_buf b = {0};
+        proto_enc e;
+        proto_enc_begin(&e, &b, PROTO_PUT_PLACE, 1, (uint32_t)nf);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 100);
+        proto_put_str(&e, "site");
+        if (nf > 3)
+            proto_put_u(&e, 0);
+        if (nf > 4)
+            proto_put_str(&e, "host-a");
+        if (nf > 5)
+            proto_put_u(&e, 1);
+        proto_enc_end(&e, UINT32_MAX);
+        int rc = proto_decode(b.data, b.len, &lim, &z, &m);
+        if (nf == 3 || nf == 6) {
+            assert_int_equal(rc, SPW_EMALFORMED);
+        } else {
+            assert_int_equal(rc, (int)b.len);
+            assert_int_equal(m.f[F_PUTP_HOSTID].nil, nf == 4);
+            if (nf == 5)
+                assert_int_equal(m.f[F_PUTP_HOSTID].bin.len, 6);
+        }
+        msgpack_zone_clear(&z);
+        spw_buf_release(&b);
+    }
+    msgpack_zone_destroy(&z);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
@@ -650,6 +688,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ids_parse_and_print),
     cmocka_unit_test(sizes_and_addresses_parse),
     cmocka_unit_test(heap_counters_return_to_zero),
+    cmocka_unit_test(optional_trailing_fields_may_be_absent),
 };
 
 SPW_TEST_MAIN(tests)

@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,7 @@ int wrk_executor_main(int argc, char **argv)
     executor ex;
     memset(&ex, 0, sizeof ex);
     spw_log_init("spillway-executor", atoi(argv[3]));
+    signal(SIGPIPE, SIG_IGN); /* a worker gone mid-write: exit by EPIPE, not by signal */
     ex.capacity = strtoull(argv[2], NULL, 10);
     ex.page = (size_t)sysconf(_SC_PAGESIZE);
     proto_limits_default(&ex.lim);

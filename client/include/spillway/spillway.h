@@ -15,6 +15,8 @@
  *
  * @note A spillway handle is not thread safe: use it from one thread at a time. Calls block;
  * they run the connection's private event loop until their answer arrives.
+ * @note spillway_connect sets SIGPIPE to SIG_IGN if the program left it at SIG_DFL, so a peer
+ * that disconnects mid-write is an error code, not the end of the process.
  */
 #ifndef SPILLWAY_H
 #define SPILLWAY_H
@@ -162,6 +164,9 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
                      unsigned flags, spillway_ref *out, const char *site);
 #define spillway_task(g, fn, args, nargs, flags, out)                                              \
     spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
+/** Binds the tasks added next to the worker named worker (its --name); NULL or "" lifts the
+ * binding. Such tasks wait for that worker. For benchmarks, data placement and tests. */
+int spillway_graph_place(spillway_graph *g, const char *worker);
 /** Caps on a graph's work in flight: tasks assigned at once and bytes of outputs produced and
  * not yet consumed (0: the scheduler's defaults). */
 int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes);

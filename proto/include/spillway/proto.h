@@ -7,6 +7,9 @@
  * sees a value of the wrong type or out of its bounds. Object payloads travel as OBJ_WRITE /
  * OBJ_DATA chunk frames, never as one huge frame.
  *
+ * Fields added to a message after its first version may be absent (the decoder marks them nil),
+ * so an older sender stays understood; unknown extra fields are refused.
+ *
  * Decoding contract (picohttpparser style): proto_decode() is pure, with no I/O and no globals.
  * It returns the bytes consumed (> 0), 0 for "need more", or a negative SPW_E* code for
  * malformed input. The frame length is checked against the limit before anything is buffered.
@@ -120,7 +123,7 @@ enum {
 };
 enum { F_ERROR_CODE, F_ERROR_MSG };
 enum { F_OK_VALUE };
-enum { F_PUTP_ID, F_PUTP_SIZE, F_PUTP_SITE, F_PUTP_FLAGS };
+enum { F_PUTP_ID, F_PUTP_SIZE, F_PUTP_SITE, F_PUTP_FLAGS, F_PUTP_HOSTID /* may be absent */ };
 enum { F_PUTT_ID, F_PUTT_WORKER, F_PUTT_ADDR, F_PUTT_HOSTID, F_PUTT_LOCAL, F_PUTT_EXISTS };
 enum { F_LOCATE_ID, F_LOCATE_TIMEOUT_MS };
 enum {
@@ -140,7 +143,14 @@ enum {
     F_SUBMIT_MAX_BYTES,
     F_SUBMIT_TASKS /* records R_TASK */
 };
-enum { R_TASK_ID, R_TASK_FN, R_TASK_ARGS /* records R_ARG */, R_TASK_FLAGS, R_TASK_SITE };
+enum {
+    R_TASK_ID,
+    R_TASK_FN,
+    R_TASK_ARGS /* records R_ARG */,
+    R_TASK_FLAGS,
+    R_TASK_SITE,
+    R_TASK_WORKER /* run only on the worker of this name; may be absent */
+};
 enum { R_ARG_KIND, R_ARG_INLINE /* optional bin */, R_ARG_OBJ /* optional id */, R_ARG_OFF, R_ARG_LEN };
 enum { F_SUBACK_GRAPH, F_SUBACK_NTASKS };
 enum { F_TRES_ID, F_TRES_STATUS, F_TRES_SIZE, F_TRES_INLINE, F_TRES_ERR };
