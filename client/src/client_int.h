@@ -31,7 +31,7 @@ typedef struct peer {
     struct spillway *c;
 } peer;
 
-/* A same-host worker's arena, mapped read-only, and the Unix connection that pins, creates
+/* A same-host worker's arena, mapped once, and the Unix connection that pins, creates
  * and seals objects in it. */
 typedef struct local {
     char name[64];

@@ -18,6 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
 #include <jansson.h>
 
 #include "harness.h"
@@ -124,8 +129,10 @@ static double hwm_total(bench *b, json_t *extra)
     return total;
 }
 
-static void emit(const char *name, uint64_t n, double seconds, double tasks_per_s,
-                 double peak_mib, json_t *extra)
+/* One JSON line: case, n, seconds, tasks_per_s, peak_rss_mib, then top-level fields the
+ * case's issue names (top, may be NULL), then extra. Consumes extra and top. */
+static void emit_with(const char *name, uint64_t n, double seconds, double tasks_per_s,
+                      double peak_mib, json_t *extra, json_t *top)
 {
     json_t *o = json_object();
     json_object_set_new(o, "case", json_string(name));
@@ -133,12 +140,22 @@ static void emit(const char *name, uint64_t n, double seconds, double tasks_per_
     json_object_set_new(o, "seconds", json_real(seconds));
     json_object_set_new(o, "tasks_per_s", tasks_per_s > 0 ? json_real(tasks_per_s) : json_null());
     json_object_set_new(o, "peak_rss_mib", json_real((double)(long)(peak_mib * 10) / 10));
+    if (top != NULL) {
+        json_object_update(o, top);
+        json_decref(top);
+    }
     json_object_set_new(o, "extra", extra != NULL ? extra : json_object());
     char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(6));
     puts(s);
     fflush(stdout);
     free(s);
     json_decref(o);
+}
+
+static void emit(const char *name, uint64_t n, double seconds, double tasks_per_s,
+                 double peak_mib, json_t *extra)
+{
+    emit_with(name, n, seconds, tasks_per_s, peak_mib, extra, NULL);
 }
 
 /* ------------------------------------------------------------------- cases */
@@ -281,6 +298,255 @@ static void case_linear_chain(bench *b)
     emit("linear_chain", n, t, (double)n / t, peak, extra);
 }
 
+/* --------------------------------------------------------- data movement */
+
+static volatile uint64_t sink; /* keeps the compiler from dropping reads */
+
+/* Reads every byte once (what a consumer of the data does at least). */
+static void read_through(const void *p, size_t n)
+{
+    const uint64_t *w = p;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n / 8; i++)
+        acc ^= w[i];
+    sink += acc;
+}
+
+static double memcpy_gbps(size_t size, int reps)
+{
+    uint8_t *a = malloc(size), *b = malloc(size);
+    memset(a, 1, size);
+    memset(b, 2, size); /* both buffers faulted in: the physical limit, not page faults */
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) {
+            memcpy(b, a, size);
+            sink += b[i % size];
+        }
+        double gbps = (double)size * reps / (now_s() - t0) / 1e9;
+        if (gbps > best)
+            best = gbps;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+static void case_put_get(bench *b)
+{
+    /* A client whose inline limit is one byte: every size goes through a store. */
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.inline_limit = 1;
+    o.name = "spillway-bench-put-get";
+    spillway *cl;
+    int rc = spillway_connect(b->cluster.addr[0] ? b->cluster.addr : getenv("SPW_BENCH_ADDR"),
+                              &o, &cl);
+    if (rc != 0)
+        die(b, "connect", rc);
+    static const size_t sizes[] = {1024, 1 << 20, 64 << 20};
+    for (size_t k = 0; k < 3; k++) {
+        size_t size = sizes[k];
+        int reps = size <= 1024 ? (b->quick ? 200 : 2000) : size <= (1 << 20) ? (b->quick ? 50 : 300)
+                                                                               : (b->quick ? 3 : 10);
+        uint8_t *data = malloc(size);
+        for (size_t i = 0; i < size; i++)
+            data[i] = (uint8_t)(i * 131 + k);
+        hwm_reset(b);
+        double put_s = 0, get_s = 0, copy_s = 0, cold_put_s = 0;
+        int zero_copy = 1;
+        bool ok = true;
+        /* The first puts touch fresh shared pages on each worker (the kernel zeroes them once);
+         * they are timed apart as put_cold_gbps, the rest are the steady state. */
+        int warm = 2;
+        for (int r = -warm; r < reps; r++) {
+            spillway_ref ref;
+            double t0 = now_s();
+            rc = spillway_put(cl, data, size, &ref);
+            double t1 = now_s();
+            if (rc != 0)
+                die(b, "put", rc);
+            spillway_view v;
+            rc = spillway_get_view(cl, ref, -1, &v);
+            if (rc != 0)
+                die(b, "get", rc);
+            read_through(v.data, v.len);
+            zero_copy &= v.zero_copy;
+            ok = ok && v.len == size && memcmp((const uint8_t *)v.data + size - 8, data + size - 8, 8) == 0;
+            spillway_view_release(cl, &v);
+            double t2 = now_s();
+            void *copy;
+            size_t len;
+            if (r >= 0 && (r < 3 || size < (1 << 20))) {
+                rc = spillway_get(cl, ref, -1, &copy, &len);
+                if (rc != 0)
+                    die(b, "get copy", rc);
+                ok = ok && len == size && memcmp(copy, data, size) == 0;
+                spillway_free(copy);
+            }
+            double t3 = now_s();
+            spillway_release(cl, ref);
+            if (r < 0) {
+                cold_put_s += t1 - t0;
+                continue;
+            }
+            put_s += t1 - t0;
+            get_s += t2 - t1;
+            copy_s += t3 - t2;
+        }
+        int copies = size < (1 << 20) ? reps : 3;
+        json_t *extra = json_object();
+        double peak = hwm_total(b, extra);
+        json_object_set_new(extra, "size", json_integer((json_int_t)size));
+        json_object_set_new(extra, "reps", json_integer(reps));
+        json_object_set_new(extra, "put_gbps", json_real((double)size * reps / put_s / 1e9));
+        json_object_set_new(extra, "get_gbps", json_real((double)size * reps / get_s / 1e9));
+        json_object_set_new(extra, "get_copy_gbps", json_real((double)size * copies / copy_s / 1e9));
+        json_object_set_new(extra, "put_cold_gbps", json_real((double)size * warm / cold_put_s / 1e9));
+        json_object_set_new(extra, "memcpy_gbps", json_real(memcpy_gbps(size, reps)));
+        json_object_set_new(extra, "put_us", json_real(put_s / reps * 1e6));
+        json_object_set_new(extra, "get_us", json_real(get_s / reps * 1e6));
+        json_object_set_new(extra, "zero_copy", json_boolean(zero_copy));
+        json_object_set_new(extra, "verified", json_boolean(ok));
+        /* The issue's fields at the top level too, for easy comparison. */
+        json_t *top = json_object();
+        json_object_set(top, "size", json_object_get(extra, "size"));
+        json_object_set(top, "put_gbps", json_object_get(extra, "put_gbps"));
+        json_object_set(top, "get_gbps", json_object_get(extra, "get_gbps"));
+        json_object_set(top, "memcpy_gbps", json_object_get(extra, "memcpy_gbps"));
+        emit_with("put_get", (uint64_t)reps, put_s + get_s, 0, peak, extra, top);
+        free(data);
+    }
+    spillway_close(cl);
+}
+
+typedef struct tcp_arg {
+    int fd;
+    size_t size;
+} tcp_arg;
+
+static void *tcp_sender(void *p)
+{
+    tcp_arg *a = p;
+    uint8_t *buf = malloc(4 << 20);
+    memset(buf, 7, 4 << 20);
+    size_t left = a->size;
+    while (left > 0) {
+        size_t n = left < (4u << 20) ? left : (4u << 20);
+        ssize_t w = write(a->fd, buf, n);
+        if (w <= 0)
+            break;
+        left -= (size_t)w;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* A raw loopback TCP copy of size bytes: the limit a worker-to-worker transfer approaches. */
+static double tcp_gbps(size_t size)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sin;
+    if (bind(ls, (struct sockaddr *)&sin, sizeof sin) != 0 || listen(ls, 1) != 0 ||
+        getsockname(ls, (struct sockaddr *)&sin, &sl) != 0)
+        return 0;
+    int cs = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(cs, (struct sockaddr *)&sin, sizeof sin) != 0)
+        return 0;
+    int as = accept(ls, NULL, NULL);
+    uint8_t *dst = malloc(size);
+    memset(dst, 0, size);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        tcp_arg a = {cs, size};
+        pthread_t th;
+        double t0 = now_s();
+        pthread_create(&th, NULL, tcp_sender, &a);
+        size_t got = 0;
+        while (got < size) {
+            ssize_t n = read(as, dst + got, size - got);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        pthread_join(th, NULL);
+        double gbps = (double)size / (now_s() - t0) / 1e9;
+        if (gbps > best)
+            best = gbps;
+    }
+    free(dst);
+    close(as);
+    close(cs);
+    close(ls);
+    return best;
+}
+
+static void case_transfer(bench *b)
+{
+    if (!b->own_cluster) {
+        fprintf(stderr, "spillway-bench: transfer needs its own cluster (named workers)\n");
+        return;
+    }
+    size_t size = 64u << 20;
+    int reps = b->quick ? 2 : 5;
+    double best = 0, total = 0;
+    bool ok = true;
+    hwm_reset(b);
+    for (int r = 0; r < reps; r++) {
+        /* Made on worker 0, needed on worker 1: the bytes go worker to worker. */
+        spillway_graph *g = spillway_graph_new(b->cl);
+        spillway_ref made, used;
+        spillway_arg fa[2] = {spillway_arg_u64(size), spillway_arg_bytes("xfer", 4)};
+        spillway_graph_place(g, "bench-w0");
+        spillway_task(g, "fill", fa, 2, SPILLWAY_KEEP, &made);
+        int rc = spillway_submit(g);
+        spillway_graph_free(g);
+        if (rc == 0)
+            rc = spillway_wait(b->cl, &made, 1, -1);
+        if (rc != 0)
+            die(b, "fill", rc);
+        double t0 = now_s();
+        g = spillway_graph_new(b->cl);
+        spillway_graph_place(g, "bench-w1");
+        spillway_arg la = spillway_arg_ref(made);
+        spillway_task(g, "len", &la, 1, SPILLWAY_KEEP, &used);
+        rc = spillway_submit(g);
+        spillway_graph_free(g);
+        void *data;
+        size_t len;
+        if (rc == 0)
+            rc = spillway_get(b->cl, used, -1, &data, &len);
+        if (rc != 0)
+            die(b, "transfer", rc);
+        double t = now_s() - t0;
+        uint64_t n;
+        memcpy(&n, data, 8);
+        spillway_free(data);
+        ok = ok && n == size;
+        spillway_ref both[] = {made, used};
+        spillway_release_many(b->cl, both, 2);
+        double gbps = (double)size / t / 1e9;
+        total += t;
+        if (gbps > best)
+            best = gbps;
+    }
+    json_t *extra = json_object();
+    double peak = hwm_total(b, extra);
+    json_object_set_new(extra, "bytes", json_integer((json_int_t)size));
+    json_object_set_new(extra, "gbps", json_real(best));
+    json_object_set_new(extra, "mean_gbps", json_real((double)size * reps / total / 1e9));
+    json_object_set_new(extra, "tcp_gbps", json_real(tcp_gbps(size)));
+    json_object_set_new(extra, "reps", json_integer(reps));
+    json_object_set_new(extra, "verified", json_boolean(ok));
+    json_t *top = json_object();
+    json_object_set(top, "bytes", json_object_get(extra, "bytes"));
+    json_object_set(top, "gbps", json_object_get(extra, "gbps"));
+    json_object_set(top, "tcp_gbps", json_object_get(extra, "tcp_gbps"));
+    emit_with("transfer", (uint64_t)reps, total, 0, peak, extra, top);
+}
+
 typedef struct bcase {
     const char *name;
     void (*run)(bench *b);
@@ -290,6 +556,8 @@ static const bcase cases[] = {
     {"tiny_tasks", case_tiny_tasks},
     {"tree_reduce", case_tree_reduce},
     {"linear_chain", case_linear_chain},
+    {"put_get", case_put_get},
+    {"transfer", case_transfer},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -370,11 +638,15 @@ int main(int argc, char **argv)
         }
         b.own_cluster = true;
         h_cluster_start(&b.cluster, false, NULL);
-        static const char *const wargs[] = {"--slots", "1", "--store-capacity", "2G", NULL};
-        h_worker_start(&b.cluster, wargs);
-        h_worker_start(&b.cluster, wargs);
+        static const char *const w0[] = {"--slots", "1", "--store-capacity", "2G", "--name",
+                                         "bench-w0", NULL};
+        static const char *const w1[] = {"--slots", "1", "--store-capacity", "2G", "--name",
+                                         "bench-w1", NULL};
+        h_worker_start(&b.cluster, w0);
+        h_worker_start(&b.cluster, w1);
         addr = b.cluster.addr;
     }
+    setenv("SPW_BENCH_ADDR", addr, 1);
     spillway_opts o;
     spillway_opts_init(&o);
     o.secret_file = secret;
