@@ -86,6 +86,17 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     wrk__mem_check(w);
 }
 
+/* Tells the uploader why its object cannot be stored. An id already in the store is the wire's
+ * SPW_EDUPLICATE, as at the scheduler; the store's SPW_EEXIST stays inside the worker. */
+static void upload_refuse(wsrv *srv, wupload *u, int status)
+{
+    char hex[33];
+    int code = status == SPW_EEXIST ? SPW_EDUPLICATE : status;
+    proto_conn_error(srv->conn, u->req, code, "obj=%s: cannot store %llu bytes: %s",
+                     spw_id_hex(u->id, hex), (unsigned long long)u->total, spw_strerror(code));
+    upload_remove(srv, u, false);
+}
+
 typedef struct upload_req {
     wsrv *srv;
     spw_id id;
@@ -110,10 +121,7 @@ static void upload_created(void *arg, int status, ost_obj *o)
     u->creating = false;
     proto_conn_resume(srv->conn);
     if (status != 0) {
-        char hex[33];
-        proto_conn_error(srv->conn, u->req, status, "obj=%s: cannot store %llu bytes: %s",
-                         spw_id_hex(id, hex), (unsigned long long)u->total, spw_strerror(status));
-        upload_remove(srv, u, false);
+        upload_refuse(srv, u, status);
         return;
     }
     u->obj = o;
@@ -386,11 +394,8 @@ static void local_created(void *arg, int status, ost_obj *o)
     HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
     SPW_ASSERT(u != NULL && u->creating);
     u->creating = false;
-    char hex[33];
     if (status != 0) {
-        proto_conn_error(srv->conn, u->req, status, "obj=%s: cannot store %llu bytes: %s",
-                         spw_id_hex(id, hex), (unsigned long long)u->total, spw_strerror(status));
-        upload_remove(srv, u, false);
+        upload_refuse(srv, u, status);
         return;
     }
     u->obj = o;

@@ -1,0 +1,2205 @@
+/* End-to-end tests of hostile and broken peers on the wire: real daemons on 127.0.0.1, talked to
+ * through raw TCP sockets that send exactly the bytes a test chooses. Each case proves one
+ * refusal (the exact error code in the ERROR frame that comes back, and whether the connection
+ * is closed or stays usable) and then that the daemon is unharmed: a normal libspillway client
+ * still runs a task, spillway-ctl still answers, and every daemon exits 0 (no crash, no leak
+ * under LeakSanitizer). Reads block with a timeout, waiting for the expected frame; nothing
+ * sleeps to synchronise. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+#include "spillway/proto.h"
+
+#define WIRE_TIMEOUT_S 30
+#define SECRET "e2e-cluster-secret" /* what harness.c writes into a cluster's secret file */
+#define MAX_STASH 64
+
+/* ======================================================== one cluster per case */
+
+/* The running cluster lives in static storage so that the teardown can still reach it (print
+ * its logs and stop it) when an assertion jumps out of a case. */
+static h_cluster g_cluster;
+static bool g_running;
+
+static h_cluster *cluster_simple(int n)
+{
+    h_cluster_simple(&g_cluster, n);
+    g_running = true;
+    return &g_cluster;
+}
+
+static h_cluster *cluster_bare(bool secret)
+{
+    h_cluster_start(&g_cluster, secret, NULL);
+    g_running = true;
+    return &g_cluster;
+}
+
+static bool cluster_stop(h_cluster *c)
+{
+    g_running = false;
+    return h_cluster_stop(c);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_running) {
+        fprintf(stderr, "case failed: daemon logs follow\n");
+        h_dump_logs(&g_cluster);
+        g_running = false;
+        h_cluster_stop(&g_cluster);
+    }
+    return 0;
+}
+
+/* ============================================================ raw connections */
+
+typedef struct stashed_result {
+    spw_id id;
+    int64_t status;
+    uint64_t size;
+    bool has_inline;
+    uint8_t inl[8];
+} stashed_result;
+
+typedef struct wire {
+    int fd;
+    spw_buf in;      /* bytes received and not yet consumed */
+    size_t consumed; /* size of the frame last returned, dropped at the next read */
+    msgpack_zone zone;
+    proto_limits lim;
+    proto_msg m; /* the frame last returned; points into `in` */
+    spw_buf out;
+    proto_enc enc;
+    uint8_t server_nonce[PROTO_NONCE_LEN];
+    uint8_t client_nonce[PROTO_NONCE_LEN];
+    uint64_t server_role;
+    uint64_t hello_role;
+    const char *key;
+    stashed_result stash[MAX_STASH]; /* TASK_RESULTs that came while waiting for another frame */
+    int nstash;
+} wire;
+
+static const char *err_name(int64_t code)
+{
+    return spw_err_name((int)code);
+}
+
+static wire *wire_open(const char *addr)
+{
+    if (sodium_init() < 0)
+        fail_msg("sodium_init failed");
+    char host[64];
+    int port;
+    if (spw_addr_split(addr, host, &port) != 0)
+        fail_msg("bad address %s", addr);
+    wire *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(w->fd >= 0);
+    struct timeval tv = {WIRE_TIMEOUT_S, 0};
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(w->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof sin);
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, strcmp(host, "localhost") == 0 ? "127.0.0.1" : host, &sin.sin_addr) != 1)
+        fail_msg("bad host %s", host);
+    if (connect(w->fd, (struct sockaddr *)&sin, sizeof sin) != 0)
+        fail_msg("connect to %s: %s", addr, strerror(errno));
+    msgpack_zone_init(&w->zone, 4096);
+    proto_limits_default(&w->lim);
+    return w;
+}
+
+static void wire_close(wire *w)
+{
+    if (w == NULL)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    spw_buf_release(&w->in);
+    spw_buf_release(&w->out);
+    msgpack_zone_destroy(&w->zone);
+    free(w);
+}
+
+/* Sends n bytes; false if the daemon has closed the connection already. */
+static bool wire_send(wire *w, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n > 0) {
+        ssize_t k = send(w->fd, b, n, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EPIPE || errno == ECONNRESET)
+                return false;
+            fail_msg("send: %s", strerror(errno));
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Reads the next frame into w->m. Returns 1, 0 when the daemon closed the connection, or
+ * -ETIMEDOUT. A frame the daemon sends that our decoder refuses fails the test. */
+static int wire_read(wire *w)
+{
+    if (w->consumed > 0) {
+        spw_buf_consume(&w->in, w->consumed);
+        w->consumed = 0;
+        msgpack_zone_clear(&w->zone);
+    }
+    for (;;) {
+        int rc = proto_decode(w->in.data, w->in.len, &w->lim, &w->zone, &w->m);
+        if (rc > 0) {
+            w->consumed = (size_t)rc;
+            return 1;
+        }
+        if (rc < 0)
+            fail_msg("the daemon sent a frame we cannot decode: %s", err_name(rc));
+        if (spw_buf_reserve(&w->in, 64 * 1024) != 0)
+            fail_msg("out of memory");
+        ssize_t n = recv(w->fd, w->in.data + w->in.len, w->in.cap - w->in.len, 0);
+        if (n == 0)
+            return 0;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ECONNRESET)
+                return 0;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return -ETIMEDOUT;
+            fail_msg("recv: %s", strerror(errno));
+        }
+        w->in.len += (size_t)n;
+    }
+}
+
+static void stash_result(wire *w, const proto_msg *m)
+{
+    if (w->nstash == MAX_STASH)
+        fail_msg("too many unclaimed TASK_RESULT frames");
+    stashed_result *r = &w->stash[w->nstash++];
+    memset(r, 0, sizeof *r);
+    r->id = m->f[F_TRES_ID].id;
+    r->status = m->f[F_TRES_STATUS].i;
+    r->size = m->f[F_TRES_SIZE].u;
+    if (!m->f[F_TRES_INLINE].nil && m->f[F_TRES_INLINE].bin.len == 8) {
+        r->has_inline = true;
+        memcpy(r->inl, m->f[F_TRES_INLINE].bin.ptr, 8);
+    }
+}
+
+/* Waits for the frame of this type and request id. TASK_RESULTs met meanwhile are kept for
+ * wire_task_result; any other frame, an ERROR above all, fails the test. */
+static const proto_msg *wire_await(wire *w, uint32_t type, uint64_t req)
+{
+    for (;;) {
+        int rc = wire_read(w);
+        if (rc <= 0)
+            fail_msg("waiting for %s req=%llu: %s", proto_type_name(type), (unsigned long long)req,
+                     rc == 0 ? "the daemon closed the connection" : "timed out");
+        const proto_msg *m = &w->m;
+        if (m->type == type && m->req == req)
+            return m;
+        if (m->type == PROTO_ERROR) {
+            char msg[PROTO_MAX_STR + 1];
+            fail_msg("waiting for %s req=%llu: got ERROR req=%llu %s: %s", proto_type_name(type),
+                     (unsigned long long)req, (unsigned long long)m->req,
+                     err_name(m->f[F_ERROR_CODE].i),
+                     proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+        }
+        if (m->type == PROTO_TASK_RESULT) {
+            stash_result(w, m);
+            continue;
+        }
+        fail_msg("waiting for %s req=%llu: got an unexpected %s req=%llu", proto_type_name(type),
+                 (unsigned long long)req, proto_type_name(m->type), (unsigned long long)m->req);
+    }
+}
+
+/* Waits for the ERROR frame answering req and checks its code. */
+static void wire_expect_error(wire *w, uint64_t req, int code)
+{
+    const proto_msg *m = wire_await(w, PROTO_ERROR, req);
+    int64_t got = m->f[F_ERROR_CODE].i;
+    if (got != code) {
+        char msg[PROTO_MAX_STR + 1];
+        fail_msg("req=%llu: expected ERROR %s, got %s (%lld): %s", (unsigned long long)req,
+                 err_name(code), err_name(got), (long long)got,
+                 proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+    }
+}
+
+/* The daemon closes the connection, with no frame before the close. */
+static void wire_expect_eof(wire *w)
+{
+    int rc = wire_read(w);
+    if (rc > 0)
+        fail_msg("expected the connection to be closed, got %s req=%llu",
+                 proto_type_name(w->m.type), (unsigned long long)w->m.req);
+    if (rc < 0)
+        fail_msg("expected the connection to be closed; it is still open after %d s",
+                 WIRE_TIMEOUT_S);
+}
+
+/* ----------------------------------------------------------------- encoding */
+
+static proto_enc *wire_begin(wire *w, uint32_t type, uint64_t req, uint32_t nfields)
+{
+    spw_buf_reset(&w->out);
+    proto_enc_begin(&w->enc, &w->out, type, req, nfields);
+    return &w->enc;
+}
+
+/* Finishes the frame begun with wire_begin and sends it. */
+static bool wire_end(wire *w)
+{
+    int n = proto_enc_end(&w->enc, UINT32_MAX);
+    assert_true(n > 0);
+    return wire_send(w, w->out.data, w->out.len);
+}
+
+/* The frame begun with wire_begin, finished but not sent (for sending in pieces). */
+static const spw_buf *wire_end_unsent(wire *w)
+{
+    int n = proto_enc_end(&w->enc, UINT32_MAX);
+    assert_true(n > 0);
+    return &w->out;
+}
+
+/* A frame with a length prefix of our choosing and a raw body. */
+static bool wire_send_raw_frame(wire *w, const void *body, uint32_t len)
+{
+    uint8_t h[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    if (!wire_send(w, h, 4))
+        return false;
+    return len == 0 || wire_send(w, body, len);
+}
+
+/* ---------------------------------------------------------------- handshake */
+
+static void hmac_proof(const char *key, const char *label, const uint8_t *n1, const uint8_t *n2,
+                       uint8_t role, uint8_t out[PROTO_PROOF_LEN])
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, (const unsigned char *)key, strlen(key));
+    crypto_auth_hmacsha256_update(&st, (const unsigned char *)label, strlen(label));
+    crypto_auth_hmacsha256_update(&st, n1, PROTO_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, n2, PROTO_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, &role, 1);
+    crypto_auth_hmacsha256_final(&st, out);
+}
+
+static void wire_challenge(wire *w)
+{
+    const proto_msg *m = wire_await(w, PROTO_CHALLENGE, 0);
+    assert_int_equal(m->f[F_CHAL_VERSION].u, PROTO_VERSION);
+    memcpy(w->server_nonce, m->f[F_CHAL_NONCE].bin.ptr, PROTO_NONCE_LEN);
+    w->server_role = m->f[F_CHAL_ROLE].u;
+}
+
+typedef struct hello_args {
+    uint64_t version;
+    uint64_t role;
+    const char *key;         /* "" for a cluster without a secret */
+    bool corrupt_proof;      /* flip one bit of a correct proof */
+    const char *worker_addr; /* non-NULL: a worker record with these fields */
+    uint64_t worker_slots;
+} hello_args;
+
+/* Encodes HELLO (request id 1) into w->out without sending it. */
+static const spw_buf *wire_hello_frame(wire *w, const hello_args *a)
+{
+    randombytes_buf(w->client_nonce, sizeof w->client_nonce);
+    uint8_t proof[PROTO_PROOF_LEN];
+    hmac_proof(a->key, "spillway-hello", w->server_nonce, w->client_nonce, (uint8_t)a->role, proof);
+    if (a->corrupt_proof)
+        proof[7] ^= 0x10;
+    w->hello_role = a->role;
+    w->key = a->key;
+    proto_enc *e = wire_begin(w, PROTO_HELLO, 1, 8);
+    proto_put_u(e, a->version);
+    proto_put_u(e, a->role);
+    proto_put_bin(e, w->client_nonce, sizeof w->client_nonce);
+    proto_put_bin(e, proof, sizeof proof);
+    proto_put_u(e, (uint64_t)getpid());
+    proto_put_str(e, "e2e-wire-host");
+    proto_put_str(e, "test_e2e_wire");
+    if (a->worker_addr != NULL) {
+        proto_put_arr(e, 5);
+        proto_put_str(e, a->worker_addr);
+        proto_put_u(e, a->worker_slots);
+        proto_put_u(e, 1u << 20);
+        proto_put_str(e, "e2e-fake-host-id");
+        proto_put_str(e, "");
+    } else {
+        proto_put_nil(e);
+    }
+    return wire_end_unsent(w);
+}
+
+static void wire_hello(wire *w, const hello_args *a)
+{
+    const spw_buf *b = wire_hello_frame(w, a);
+    wire_send(w, b->data, b->len);
+}
+
+/* Waits for WELCOME and checks the daemon's proof of the secret. */
+static void wire_welcomed(wire *w)
+{
+    const proto_msg *m = wire_await(w, PROTO_WELCOME, 1);
+    uint8_t want[PROTO_PROOF_LEN];
+    hmac_proof(w->key, "spillway-welcome", w->client_nonce, w->server_nonce,
+               (uint8_t)w->server_role, want);
+    assert_memory_equal(m->f[F_WELCOME_PROOF].bin.ptr, want, PROTO_PROOF_LEN);
+    assert_true(m->f[F_WELCOME_MAX_FRAME].u >= 4096);
+}
+
+/* Connects and completes the handshake as role, proving key. */
+static wire *wire_connect_as(const char *addr, uint64_t role, const char *key)
+{
+    wire *w = wire_open(addr);
+    wire_challenge(w);
+    hello_args a = {PROTO_VERSION, role, key, false, NULL, 0};
+    wire_hello(w, &a);
+    wire_welcomed(w);
+    return w;
+}
+
+static wire *wire_client(h_cluster *c)
+{
+    return wire_connect_as(c->addr, PROTO_ROLE_CLIENT, c->secret_file[0] ? SECRET : "");
+}
+
+static wire *wire_peer(h_cluster *c, int worker)
+{
+    return wire_connect_as(c->workers[worker].addr, PROTO_ROLE_CLIENT,
+                           c->secret_file[0] ? SECRET : "");
+}
+
+/* ------------------------------------------------------------- messages */
+
+static void send_status_req(wire *w, uint64_t req)
+{
+    wire_begin(w, PROTO_STATUS_REQ, req, 0);
+    wire_end(w);
+}
+
+/* The connection is usable: a STATUS_REQ gets its STATUS. */
+static void wire_expect_status(wire *w, uint64_t req)
+{
+    send_status_req(w, req);
+    const proto_msg *m = wire_await(w, PROTO_STATUS, req);
+    assert_true(m->f[F_STATUS_LISTEN].bin.len > 0);
+}
+
+static void send_release(wire *w, uint64_t req, const spw_id *ids, uint32_t n)
+{
+    proto_enc *e = wire_begin(w, PROTO_RELEASE, req, 1);
+    proto_put_arr(e, n);
+    for (uint32_t i = 0; i < n; i++)
+        proto_put_id(e, ids[i]);
+    wire_end(w);
+}
+
+static void send_locate(wire *w, uint64_t req, spw_id id, uint64_t timeout_ms)
+{
+    proto_enc *e = wire_begin(w, PROTO_LOCATE, req, 2);
+    proto_put_id(e, id);
+    proto_put_u(e, timeout_ms);
+    wire_end(w);
+}
+
+static void send_put_place(wire *w, uint64_t req, spw_id id, uint64_t size)
+{
+    proto_enc *e = wire_begin(w, PROTO_PUT_PLACE, req, 4);
+    proto_put_id(e, id);
+    proto_put_u(e, size);
+    proto_put_str(e, "test_e2e_wire.c");
+    proto_put_u(e, 0);
+    wire_end(w);
+}
+
+typedef struct raw_arg {
+    int kind;     /* PROTO_ARG_* */
+    uint64_t u64; /* the inline value, 8 bytes little-endian */
+    spw_id obj;
+    uint64_t off, len;
+} raw_arg;
+
+typedef struct raw_task {
+    spw_id id;
+    const char *fn;
+    uint32_t nargs;
+    raw_arg args[2];
+    uint64_t flags;
+} raw_task;
+
+static void put_task(proto_enc *e, const raw_task *t)
+{
+    proto_put_arr(e, 5);
+    proto_put_id(e, t->id);
+    proto_put_str(e, t->fn);
+    proto_put_arr(e, t->nargs);
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const raw_arg *a = &t->args[i];
+        proto_put_arr(e, 5);
+        proto_put_u(e, (uint64_t)a->kind);
+        if (a->kind == PROTO_ARG_INLINE) {
+            uint8_t b[8];
+            for (int k = 0; k < 8; k++)
+                b[k] = (uint8_t)(a->u64 >> (8 * k));
+            proto_put_bin(e, b, 8);
+            proto_put_nil(e);
+        } else {
+            proto_put_nil(e);
+            proto_put_id(e, a->obj);
+        }
+        proto_put_u(e, a->off);
+        proto_put_u(e, a->len);
+    }
+    proto_put_u(e, t->flags);
+    proto_put_str(e, "test_e2e_wire.c");
+}
+
+static void send_submit(wire *w, uint64_t req, uint64_t graph, uint64_t flags, const raw_task *ts,
+                        uint32_t n)
+{
+    proto_enc *e = wire_begin(w, PROTO_SUBMIT, req, 5);
+    proto_put_u(e, graph);
+    proto_put_u(e, flags);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    proto_put_arr(e, n);
+    for (uint32_t i = 0; i < n; i++)
+        put_task(e, &ts[i]);
+    wire_end(w);
+}
+
+static raw_task task_inc(spw_id id, uint64_t x)
+{
+    raw_task t = {id, "inc", 1, {{PROTO_ARG_INLINE, x, {0, 0}, 0, 0}}, PROTO_TASK_KEEP};
+    return t;
+}
+
+/* Waits for the SUBMIT_ACK of req and returns how many tasks were accepted. */
+static uint64_t wire_submit_ack(wire *w, uint64_t req, uint64_t graph)
+{
+    const proto_msg *m = wire_await(w, PROTO_SUBMIT_ACK, req);
+    assert_int_equal(m->f[F_SUBACK_GRAPH].u, graph);
+    return m->f[F_SUBACK_NTASKS].u;
+}
+
+/* Waits for the TASK_RESULT of task id (it may have come already). */
+static stashed_result wire_task_result(wire *w, spw_id id)
+{
+    for (;;) {
+        for (int i = 0; i < w->nstash; i++) {
+            if (spw_id_eq(w->stash[i].id, id)) {
+                stashed_result r = w->stash[i];
+                w->stash[i] = w->stash[--w->nstash];
+                return r;
+            }
+        }
+        int rc = wire_read(w);
+        if (rc <= 0)
+            fail_msg("waiting for a TASK_RESULT: %s", rc == 0 ? "connection closed" : "timed out");
+        if (w->m.type != PROTO_TASK_RESULT)
+            fail_msg("waiting for a TASK_RESULT: got %s req=%llu (code %s)",
+                     proto_type_name(w->m.type), (unsigned long long)w->m.req,
+                     w->m.type == PROTO_ERROR ? err_name(w->m.f[F_ERROR_CODE].i) : "-");
+        stash_result(w, &w->m);
+    }
+}
+
+static uint64_t le64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = (v << 8) | b[k];
+    return v;
+}
+
+static void send_obj_write(wire *w, uint64_t req, spw_id id, uint64_t total, uint64_t off,
+                           uint64_t flags, const void *data, size_t len)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_WRITE, req, 5);
+    proto_put_id(e, id);
+    proto_put_u(e, total);
+    proto_put_u(e, off);
+    proto_put_u(e, flags);
+    proto_put_bin(e, data, len);
+    wire_end(w);
+}
+
+static void send_obj_read(wire *w, uint64_t req, spw_id id, uint64_t off, uint64_t len)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_READ, req, 3);
+    proto_put_id(e, id);
+    proto_put_u(e, off);
+    proto_put_u(e, len);
+    wire_end(w);
+}
+
+/* =========================================================== cluster checks */
+
+/* The cluster serves a normal client: ctl answers and a task runs with the right result. */
+static void assert_cluster_serves(h_cluster *c)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    assert_non_null(st);
+    json_decref(st);
+    spillway *cl = e2e_connect(c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(41);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r), 42);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+}
+
+typedef struct used_arg {
+    h_cluster *c;
+    uint64_t at_least; /* condition: used >= at_least, or used == 0 when at_least is 0 */
+    uint64_t last;
+} used_arg;
+
+static bool used_cond(void *arg)
+{
+    used_arg *u = arg;
+    json_t *st = e2e_ctl_json(u->c, "status");
+    if (st == NULL)
+        return false;
+    u->last = e2e_used_bytes(st);
+    json_decref(st);
+    return u->at_least == 0 ? u->last == 0 : u->last >= u->at_least;
+}
+
+/* Waits until the workers' store figures (reported once a second) show used >= bytes, or 0. */
+static void assert_store_used_reaches(h_cluster *c, uint64_t bytes)
+{
+    used_arg u = {c, bytes, 0};
+    if (!h_eventually(used_cond, &u, 20000))
+        fail_msg("store used is %llu bytes, expected %s%llu", (unsigned long long)u.last,
+                 bytes == 0 ? "" : ">= ", (unsigned long long)bytes);
+}
+
+typedef struct count_arg {
+    h_cluster *c;
+    const char *key; /* "clients" or "workers" */
+    size_t want;
+    size_t last;
+} count_arg;
+
+static bool count_cond(void *arg)
+{
+    count_arg *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    if (st == NULL)
+        return false;
+    a->last = json_array_size(json_object_get(st, a->key));
+    json_decref(st);
+    return a->last == a->want;
+}
+
+/* Waits until ctl status lists exactly want entries under key (ctl counts itself a client). */
+static void assert_status_count(h_cluster *c, const char *key, size_t want)
+{
+    count_arg a = {c, key, want, 0};
+    if (!h_eventually(count_cond, &a, 20000))
+        fail_msg("status lists %zu %s, expected %zu", a.last, key, want);
+}
+
+static bool objects_cond(void *arg)
+{
+    count_arg *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    if (st == NULL)
+        return false;
+    a->last = (size_t)json_integer_value(json_object_get(json_object_get(st, "objects"), "count"));
+    json_decref(st);
+    return a->last == a->want;
+}
+
+/* Waits until the scheduler's object directory holds want objects. */
+static void assert_status_objects(h_cluster *c, size_t want)
+{
+    count_arg a = {c, "objects", want, 0};
+    if (!h_eventually(objects_cond, &a, 20000))
+        fail_msg("the scheduler lists %zu objects, expected %zu", a.last, want);
+}
+
+typedef struct gone_arg {
+    h_cluster *c;
+    int worker;
+    spw_id id;
+} gone_arg;
+
+static bool obj_gone_cond(void *arg)
+{
+    gone_arg *g = arg;
+    wire *w = wire_peer(g->c, g->worker);
+    send_obj_read(w, 4242, g->id, 0, 1);
+    int rc = wire_read(w);
+    assert_int_equal(rc, 1);
+    bool gone = w->m.type == PROTO_ERROR && w->m.f[F_ERROR_CODE].i == SPW_ENOOBJ;
+    if (!gone)
+        assert_int_equal(w->m.type, PROTO_OBJ_DATA);
+    wire_close(w);
+    return gone;
+}
+
+/* Waits until the worker's peer port no longer serves the object: its store dropped it. */
+static void assert_worker_dropped(h_cluster *c, int worker, spw_id id)
+{
+    gone_arg g = {c, worker, id};
+    if (!h_eventually(obj_gone_cond, &g, 20000))
+        fail_msg("worker %d still serves the object", worker);
+}
+
+static spw_id test_id(uint64_t n)
+{
+    spw_id id = {0xE2E0000057495245ULL, n}; /* "WIRE" */
+    return id;
+}
+
+/* ====================================================== before the handshake */
+
+static void garbage_and_http_request_are_refused_and_closed(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+
+    /* An HTTP request: "GET " read as a length prefix is over a gigabyte. */
+    wire *w = wire_open(c->addr);
+    wire_challenge(w);
+    const char *http = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: curl\r\n\r\n";
+    wire_send(w, http, strlen(http));
+    wire_expect_error(w, 0, SPW_EFRAMESIZE);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    /* Text bytes under a sane length prefix: not msgpack we accept. */
+    w = wire_open(c->addr);
+    wire_challenge(w);
+    wire_send_raw_frame(w, "hello, scheduler", 16);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    /* An empty frame. */
+    w = wire_open(c->addr);
+    wire_challenge(w);
+    wire_send_raw_frame(w, NULL, 0);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    /* The same HTTP request to a worker's peer port. */
+    w = wire_open(c->workers[0].addr);
+    wire_challenge(w);
+    wire_send(w, http, strlen(http));
+    wire_expect_error(w, 0, SPW_EFRAMESIZE);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void oversized_length_is_refused_before_the_body(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    static const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    const uint32_t over = PROTO_DEFAULT_MAX_FRAME + 1;
+    const uint8_t just_over[4] = {(uint8_t)(over >> 24), (uint8_t)(over >> 16),
+                                  (uint8_t)(over >> 8), (uint8_t)over};
+    const char *addrs[2] = {c->addr, c->workers[0].addr};
+    for (int k = 0; k < 2; k++) {
+        /* Before the handshake: only the 4-byte prefix is sent, and it is refused. */
+        wire *w = wire_open(addrs[k]);
+        wire_challenge(w);
+        wire_send(w, huge, 4);
+        wire_expect_error(w, 0, SPW_EFRAMESIZE);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* After it, the same: a length the daemon will not buffer ends the connection. */
+        w = wire_connect_as(addrs[k], PROTO_ROLE_CLIENT, "");
+        wire_send(w, huge, 4);
+        wire_expect_error(w, 0, SPW_EFRAMESIZE);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* One byte over the limit. */
+        w = wire_connect_as(addrs[k], PROTO_ROLE_CLIENT, "");
+        wire_send(w, just_over, 4);
+        wire_expect_error(w, 0, SPW_EFRAMESIZE);
+        wire_expect_eof(w);
+        wire_close(w);
+    }
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Peers that send part of a frame and hang up, over and over, leave nothing behind. */
+static void truncated_frames_then_close_leave_nothing_behind(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t body[100];
+    memset(body, 0x93, sizeof body);
+    for (int i = 0; i < 240; i++) {
+        const char *addr = i % 2 == 0 ? c->addr : c->workers[0].addr;
+        wire *w;
+        switch ((i / 2) % 5) {
+        case 0: /* connect and hang up at once */
+            w = wire_open(addr);
+            break;
+        case 1: /* two bytes of a length prefix */
+            w = wire_open(addr);
+            wire_challenge(w);
+            wire_send(w, "\x00\x00", 2);
+            break;
+        case 2: { /* a prefix promising 1000 bytes, then 10 */
+            w = wire_open(addr);
+            wire_challenge(w);
+            static const uint8_t h[4] = {0, 0, 0x03, 0xe8};
+            wire_send(w, h, 4);
+            wire_send(w, body, 10);
+            break;
+        }
+        case 3: { /* half of a valid HELLO */
+            w = wire_open(addr);
+            wire_challenge(w);
+            hello_args a = {PROTO_VERSION, PROTO_ROLE_CLIENT, "", false, NULL, 0};
+            const spw_buf *b = wire_hello_frame(w, &a);
+            wire_send(w, b->data, b->len / 2);
+            break;
+        }
+        default: { /* a session that cuts a frame short */
+            w = wire_connect_as(addr, PROTO_ROLE_CLIENT, "");
+            static const uint8_t h[4] = {0, 0, 0x13, 0x88};
+            wire_send(w, h, 4);
+            wire_send(w, body, sizeof body);
+            break;
+        }
+        }
+        wire_close(w);
+    }
+    /* Every half-open session was dropped: only ctl itself is listed. */
+    assert_status_count(c, "clients", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Peers that never finish the handshake do not hold up anyone else; the daemons still shut
+ * down cleanly with such connections open. */
+static void stalled_handshakes_do_not_block_others(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    enum { N = 24 };
+    wire *stalled[N];
+    for (int i = 0; i < N; i++) {
+        stalled[i] = wire_open(i % 3 == 2 ? c->workers[0].addr : c->addr);
+        wire_challenge(stalled[i]);
+        if (i % 4 == 1) {
+            /* The first bytes of a HELLO, the rest never comes. */
+            hello_args a = {PROTO_VERSION, PROTO_ROLE_CLIENT, "", false, NULL, 0};
+            const spw_buf *b = wire_hello_frame(stalled[i], &a);
+            wire_send(stalled[i], b->data, 7);
+        }
+    }
+    /* A HELLO that arrives one byte at a time still completes the handshake. */
+    wire *slow = wire_open(c->addr);
+    wire_challenge(slow);
+    hello_args a = {PROTO_VERSION, PROTO_ROLE_CLIENT, "", false, NULL, 0};
+    const spw_buf *b = wire_hello_frame(slow, &a);
+    for (size_t i = 0; i < b->len; i++)
+        wire_send(slow, b->data + i, 1);
+    wire_welcomed(slow);
+    wire_expect_status(slow, 2);
+
+    assert_cluster_serves(c);
+    wire *fresh = wire_client(c);
+    wire_expect_status(fresh, 3);
+    wire_close(fresh);
+    wire_close(slow);
+    assert_true(e2e_cluster_idle(c, 20000));
+    /* The stalled peers are still connected (or dropped by the handshake deadline): either
+     * way the daemons exit cleanly. */
+    assert_true(cluster_stop(c));
+    for (int i = 0; i < N; i++)
+        wire_close(stalled[i]);
+}
+
+static void hello_with_wrong_version_is_eversion(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    static const uint64_t versions[] = {0, PROTO_VERSION + 1, UINT64_MAX};
+    for (int k = 0; k < 2; k++) {
+        const char *addr = k == 0 ? c->addr : c->workers[0].addr;
+        for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+            wire *w = wire_open(addr);
+            wire_challenge(w);
+            hello_args a = {versions[i], PROTO_ROLE_CLIENT, "", false, NULL, 0};
+            wire_hello(w, &a);
+            wire_expect_error(w, 1, SPW_EVERSION);
+            wire_expect_eof(w);
+            wire_close(w);
+        }
+    }
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void hello_with_wrong_proof_is_eauth(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(true);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(c, wargs);
+    for (int k = 0; k < 2; k++) {
+        const char *addr = k == 0 ? c->addr : c->workers[0].addr;
+        /* No secret, a wrong secret, and the right secret with a damaged proof. */
+        static const hello_args bad[] = {
+            {PROTO_VERSION, PROTO_ROLE_CLIENT, "", false, NULL, 0},
+            {PROTO_VERSION, PROTO_ROLE_CLIENT, "not-the-secret", false, NULL, 0},
+            {PROTO_VERSION, PROTO_ROLE_CLIENT, SECRET, true, NULL, 0},
+            {PROTO_VERSION, PROTO_ROLE_WORKER, "", false, "127.0.0.1:1", 1},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            wire *w = wire_open(addr);
+            wire_challenge(w);
+            wire_hello(w, &bad[i]);
+            wire_expect_error(w, 1, SPW_EAUTH);
+            wire_expect_eof(w);
+            wire_close(w);
+        }
+        /* The same handshake with the right proof is welcomed. */
+        wire *w = wire_connect_as(addr, PROTO_ROLE_CLIENT, SECRET);
+        if (k == 0)
+            wire_expect_status(w, 2);
+        wire_close(w);
+    }
+    /* No worker slipped in through a refused HELLO. */
+    assert_status_count(c, "workers", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void first_message_not_hello_is_eproto(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    for (int k = 0; k < 2; k++) {
+        const char *addr = k == 0 ? c->addr : c->workers[0].addr;
+        /* A request before HELLO. */
+        wire *w = wire_open(addr);
+        wire_challenge(w);
+        send_status_req(w, 5);
+        wire_expect_error(w, 5, SPW_EPROTO);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* The CHALLENGE sent back, as if we were the server. */
+        w = wire_open(addr);
+        wire_challenge(w);
+        proto_enc *e = wire_begin(w, PROTO_CHALLENGE, 6, 3);
+        proto_put_u(e, PROTO_VERSION);
+        proto_put_bin(e, w->server_nonce, PROTO_NONCE_LEN);
+        proto_put_u(e, PROTO_ROLE_SCHEDULER);
+        wire_end(w);
+        wire_expect_error(w, 6, SPW_EPROTO);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* A HELLO with a correct proof but a role nobody has. */
+        w = wire_open(addr);
+        wire_challenge(w);
+        hello_args a = {PROTO_VERSION, 9, "", false, NULL, 0};
+        wire_hello(w, &a);
+        wire_expect_error(w, 1, SPW_EPROTO);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* A role that has no business here: a scheduler talking to a scheduler, a ctl to a
+         * worker's peer port. */
+        w = wire_open(addr);
+        wire_challenge(w);
+        hello_args r = {
+            PROTO_VERSION, k == 0 ? PROTO_ROLE_SCHEDULER : PROTO_ROLE_CTL, "", false, NULL, 0};
+        wire_hello(w, &r);
+        wire_expect_error(w, 1, SPW_EPROTO);
+        wire_expect_eof(w);
+        wire_close(w);
+        /* A HELLO whose fields have the wrong types: malformed, and before the handshake
+         * that ends the connection. */
+        w = wire_open(addr);
+        wire_challenge(w);
+        e = wire_begin(w, PROTO_HELLO, 1, 8);
+        proto_put_str(e, "1");
+        for (int i = 0; i < 7; i++)
+            proto_put_nil(e);
+        wire_end(w);
+        wire_expect_error(w, 0, SPW_EMALFORMED);
+        wire_expect_eof(w);
+        wire_close(w);
+    }
+    /* A worker that does not describe itself. */
+    wire *w = wire_open(c->addr);
+    wire_challenge(w);
+    hello_args a = {PROTO_VERSION, PROTO_ROLE_WORKER, "", false, NULL, 0};
+    wire_hello(w, &a);
+    wire_expect_error(w, 1, SPW_EPROTO);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    assert_status_count(c, "workers", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* ======================================================= after the handshake */
+
+static void unknown_message_type_is_skipped_and_connection_stays_usable(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    for (int k = 0; k < 2; k++) {
+        wire *w = k == 0 ? wire_client(c) : wire_peer(c, 0);
+        static const uint32_t types[] = {63, 0, 6, 99, 200};
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            wire_begin(w, types[i], 10 + i, 0);
+            wire_end(w);
+            /* A frame the decoder refuses is answered without a request id. */
+            wire_expect_error(w, 0, SPW_EMALFORMED);
+        }
+        if (k == 0) {
+            wire_expect_status(w, 20);
+        } else {
+            /* The peer port goes on serving: an unknown id is still told apart. */
+            send_obj_read(w, 20, test_id(1), 0, 1);
+            wire_expect_error(w, 20, SPW_ENOOBJ);
+        }
+        wire_close(w);
+    }
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void wrong_field_types_are_emalformed_and_connection_stays_usable(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    /* RELEASE with a string where the list of ids goes. */
+    proto_enc *e = wire_begin(w, PROTO_RELEASE, 30, 1);
+    proto_put_str(e, "all of them");
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* RELEASE of an id of 15 bytes. */
+    uint8_t idb[16] = {1};
+    e = wire_begin(w, PROTO_RELEASE, 31, 1);
+    proto_put_arr(e, 1);
+    proto_put_bin(e, idb, 15);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* PUT_PLACE with a negative size. */
+    e = wire_begin(w, PROTO_PUT_PLACE, 32, 4);
+    proto_put_bin(e, idb, 16);
+    proto_put_i(e, -5);
+    proto_put_str(e, "site");
+    proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* SUBMIT with a field missing. */
+    e = wire_begin(w, PROTO_SUBMIT, 33, 4);
+    proto_put_u(e, 1);
+    proto_put_u(e, PROTO_SUBMIT_END);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* SUBMIT whose task record has a function name with a NUL byte. */
+    e = wire_begin(w, PROTO_SUBMIT, 34, 5);
+    proto_put_u(e, 1);
+    proto_put_u(e, PROTO_SUBMIT_END);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    proto_put_arr(e, 1);
+    proto_put_arr(e, 5);
+    proto_put_id(e, test_id(34));
+    proto_put_strn(e, "in\0c", 4);
+    proto_put_arr(e, 0);
+    proto_put_u(e, PROTO_TASK_KEEP);
+    proto_put_str(e, "");
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* STATUS_REQ with a field it does not have. */
+    e = wire_begin(w, PROTO_STATUS_REQ, 35, 1);
+    proto_put_u(e, 1);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* A valid LOCATE with one byte too many after it. */
+    e = wire_begin(w, PROTO_LOCATE, 36, 2);
+    proto_put_id(e, test_id(36));
+    proto_put_u(e, 0);
+    proto_put_u(e, 0); /* trailing */
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* Not an array at the top; a map; a float; nesting deeper than anything we send. */
+    static const uint8_t bare_int[] = {0x2a};
+    static const uint8_t a_map[] = {0x93, 0x28, 0x01, 0x81, 0x01, 0x02};
+    static const uint8_t a_float[] = {0x93, 0x28, 0x01, 0xca, 0x3f, 0x80, 0x00, 0x00};
+    static const uint8_t deep[] = {0x93, 0x0e, 0x01, 0x91, 0x91, 0x91, 0x91, 0x91,
+                                   0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x90};
+    /* An array that claims more elements than there are bytes. */
+    static const uint8_t liar[] = {0x93, 0x0e, 0x01, 0x91, 0xdd, 0x7f, 0xff, 0xff, 0xff, 0xc4};
+    const struct {
+        const uint8_t *p;
+        uint32_t n;
+    } raw[] = {{bare_int, sizeof bare_int},
+               {a_map, sizeof a_map},
+               {a_float, sizeof a_float},
+               {deep, sizeof deep},
+               {liar, sizeof liar}};
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        wire_send_raw_frame(w, raw[i].p, raw[i].n);
+        wire_expect_error(w, 0, SPW_EMALFORMED);
+    }
+    /* The session goes on: it answers and it still tells an unknown id apart. */
+    wire_expect_status(w, 40);
+    send_locate(w, 41, test_id(41), 0);
+    wire_expect_error(w, 41, SPW_ENOOBJ);
+    wire_close(w);
+
+    /* The worker's peer port: OBJ_WRITE whose data is a string, OBJ_READ with a bool. */
+    w = wire_peer(c, 0);
+    e = wire_begin(w, PROTO_OBJ_WRITE, 50, 5);
+    proto_put_id(e, test_id(50));
+    proto_put_u(e, 4);
+    proto_put_u(e, 0);
+    proto_put_u(e, PROTO_CHUNK_LAST);
+    proto_put_str(e, "data");
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    e = wire_begin(w, PROTO_OBJ_READ, 51, 3);
+    proto_put_id(e, test_id(50));
+    proto_put_bool(e, true);
+    proto_put_u(e, 1);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    send_obj_read(w, 52, test_id(50), 0, 1);
+    wire_expect_error(w, 52, SPW_ENOOBJ);
+    wire_close(w);
+
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Messages that are well formed but belong to another role are refused one by one. */
+static void message_of_another_role_is_eproto(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    /* TASK_DONE, a worker's message. */
+    proto_enc *e = wire_begin(w, PROTO_TASK_DONE, 60, 6);
+    proto_put_id(e, test_id(60));
+    proto_put_i(e, 0);
+    proto_put_u(e, 8);
+    proto_put_bin(e, "12345678", 8);
+    proto_put_str(e, "");
+    proto_put_u(e, 10);
+    wire_end(w);
+    wire_expect_error(w, 60, SPW_EPROTO);
+    /* HEARTBEAT. */
+    e = wire_begin(w, PROTO_HEARTBEAT, 61, 1);
+    proto_put_arr(e, PROTO_STAT_COUNT);
+    for (int i = 0; i < PROTO_STAT_COUNT; i++)
+        proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 61, SPW_EPROTO);
+    /* OBJ_ADDED, as if we had stored an object. */
+    e = wire_begin(w, PROTO_OBJ_ADDED, 62, 2);
+    proto_put_id(e, test_id(62));
+    proto_put_u(e, 100);
+    wire_end(w);
+    wire_expect_error(w, 62, SPW_EPROTO);
+    /* OBJ_WRITE, which belongs on a worker's peer port. */
+    send_obj_write(w, 63, test_id(63), 4, 0, PROTO_CHUNK_LAST, "abcd", 4);
+    wire_expect_error(w, 63, SPW_EPROTO);
+    /* A reply type sent as a request. */
+    e = wire_begin(w, PROTO_OK, 64, 1);
+    proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 64, SPW_EPROTO);
+    wire_expect_status(w, 65);
+    wire_close(w);
+
+    /* spillway-ctl's role may look, not change: SUBMIT, PUT_PLACE and RELEASE are refused. */
+    w = wire_connect_as(c->addr, PROTO_ROLE_CTL, "");
+    raw_task t = task_inc(test_id(70), 1);
+    send_submit(w, 70, 1, PROTO_SUBMIT_END, &t, 1);
+    wire_expect_error(w, 70, SPW_EPROTO);
+    send_put_place(w, 71, test_id(71), 100);
+    wire_expect_error(w, 71, SPW_EPROTO);
+    spw_id rid = test_id(72);
+    send_release(w, 72, &rid, 1);
+    wire_expect_error(w, 72, SPW_EPROTO);
+    wire_expect_status(w, 73);
+    wire_close(w);
+
+    /* The peer port serves objects only. */
+    w = wire_peer(c, 0);
+    send_status_req(w, 80);
+    wire_expect_error(w, 80, SPW_EPROTO);
+    send_submit(w, 81, 1, PROTO_SUBMIT_END, &t, 1);
+    wire_expect_error(w, 81, SPW_EPROTO);
+    send_obj_read(w, 82, test_id(82), 0, 1);
+    wire_expect_error(w, 82, SPW_ENOOBJ);
+    wire_close(w);
+
+    /* Nothing was created by the refused messages. */
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A release of something not held, or held once and released twice, is refused and changes no
+ * one else's references. */
+static void release_not_held_is_enotheld_and_changes_nothing(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    spillway *cl = e2e_connect(c);
+    size_t n = 200000;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 13 + 5);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, n, &r), 0);
+
+    wire *w = wire_client(c);
+    /* An id nobody has. */
+    spw_id unknown = test_id(90);
+    send_release(w, 90, &unknown, 1);
+    wire_expect_error(w, 90, SPW_ENOTHELD);
+    /* Another client's object: held by it, not by us. */
+    spw_id theirs = {r.hi, r.lo};
+    send_release(w, 91, &theirs, 1);
+    wire_expect_error(w, 91, SPW_ENOTHELD);
+    /* Our own reservation, released twice in one message: the first goes, the second is
+     * refused. */
+    spw_id mine = test_id(92);
+    send_put_place(w, 92, mine, 1000);
+    wire_await(w, PROTO_PUT_TARGET, 92);
+    spw_id twice[2] = {mine, mine};
+    send_release(w, 93, twice, 2);
+    wire_expect_error(w, 93, SPW_ENOTHELD);
+    /* And once more in its own message. */
+    send_release(w, 94, &mine, 1);
+    wire_expect_error(w, 94, SPW_ENOTHELD);
+    /* It was released exactly once: it is gone. */
+    send_locate(w, 95, mine, 0);
+    wire_expect_error(w, 95, SPW_ENOOBJ);
+    wire_expect_status(w, 96);
+    wire_close(w);
+
+    /* The other client's object is intact. */
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 60000, &out, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(out, data, n);
+    spillway_free(out);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    free(data);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void locate_unknown_id_is_enoobj(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    send_locate(w, 100, test_id(100), 0);
+    wire_expect_error(w, 100, SPW_ENOOBJ);
+    /* With a wait: an unknown id is not waited for. */
+    send_locate(w, 101, test_id(101), 60000);
+    wire_expect_error(w, 101, SPW_ENOOBJ);
+    spw_id nil = {0, 0};
+    send_locate(w, 102, nil, 0);
+    wire_expect_error(w, 102, SPW_ENOOBJ);
+    wire_expect_status(w, 103);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void submit_with_graph_id_zero_is_einval(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    raw_task t = task_inc(test_id(110), 6);
+    send_submit(w, 110, 0, PROTO_SUBMIT_END, &t, 1);
+    wire_expect_error(w, 110, SPW_EINVAL);
+    /* Nothing was taken from the refused graph: the same task id is still free. */
+    send_locate(w, 111, t.id, 0);
+    wire_expect_error(w, 111, SPW_ENOOBJ);
+    /* A task record with a nil id, in a valid graph, is refused alone. */
+    raw_task nil_task = task_inc((spw_id){0, 0}, 1);
+    raw_task two[2] = {nil_task, t};
+    send_submit(w, 112, 7, PROTO_SUBMIT_END, two, 2);
+    wire_expect_error(w, 112, SPW_EINVAL);
+    assert_int_equal(wire_submit_ack(w, 112, 7), 1);
+    stashed_result res = wire_task_result(w, t.id);
+    assert_int_equal(res.status, 0);
+    assert_true(res.has_inline);
+    assert_int_equal(le64(res.inl), 7);
+    send_release(w, 113, &t.id, 1);
+    wire_expect_status(w, 114); /* no ERROR for the release came first */
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void submit_with_unknown_argument_fails_task_with_enoobj(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    raw_task t = {
+        test_id(120), "inc", 1, {{PROTO_ARG_OBJ, 0, test_id(121), 0, 0}}, PROTO_TASK_KEEP};
+    raw_task v = {
+        test_id(122), "len", 1, {{PROTO_ARG_VIEW, 0, test_id(123), 4, 8}}, PROTO_TASK_KEEP};
+    raw_task both[2] = {t, v};
+    send_submit(w, 120, 1, PROTO_SUBMIT_END, both, 2);
+    assert_int_equal(wire_submit_ack(w, 120, 1), 2);
+    stashed_result r = wire_task_result(w, t.id);
+    if (r.status != SPW_ENOOBJ)
+        fail_msg("task result %s, expected SPW_ENOOBJ", err_name(r.status));
+    r = wire_task_result(w, v.id);
+    if (r.status != SPW_ENOOBJ)
+        fail_msg("task result %s, expected SPW_ENOOBJ", err_name(r.status));
+    /* LOCATE tells the same story, and the kept results can be released once. */
+    send_locate(w, 124, t.id, 0);
+    const proto_msg *m = wire_await(w, PROTO_LOCATION, 124);
+    assert_int_equal(m->f[F_LOC_STATUS].i, SPW_ENOOBJ);
+    spw_id ids[2] = {t.id, v.id};
+    send_release(w, 125, ids, 2);
+    wire_expect_status(w, 126);
+    send_release(w, 127, ids, 2);
+    wire_expect_error(w, 127, SPW_ENOTHELD);
+    wire_close(w);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void duplicate_task_id_is_eduplicate(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    raw_task t = task_inc(test_id(130), 99);
+    send_submit(w, 130, 1, PROTO_SUBMIT_END, &t, 1);
+    assert_int_equal(wire_submit_ack(w, 130, 1), 1);
+    stashed_result r = wire_task_result(w, t.id);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(le64(r.inl), 100);
+    /* The same id again, in another graph, with another argument. */
+    raw_task again = task_inc(test_id(130), 5);
+    send_submit(w, 131, 2, PROTO_SUBMIT_END, &again, 1);
+    wire_expect_error(w, 131, SPW_EDUPLICATE);
+    assert_int_equal(wire_submit_ack(w, 131, 2), 0);
+    /* And twice inside one graph. */
+    raw_task pair[2] = {task_inc(test_id(132), 1), task_inc(test_id(132), 2)};
+    send_submit(w, 132, 3, PROTO_SUBMIT_END, pair, 2);
+    wire_expect_error(w, 132, SPW_EDUPLICATE);
+    assert_int_equal(wire_submit_ack(w, 132, 3), 1);
+    r = wire_task_result(w, test_id(132));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(le64(r.inl), 2);
+    /* A put may not take a task's id either. */
+    send_put_place(w, 133, t.id, 100000);
+    wire_expect_error(w, 133, SPW_EDUPLICATE);
+    /* The first result is unchanged. */
+    send_locate(w, 134, t.id, 0);
+    const proto_msg *m = wire_await(w, PROTO_LOCATION, 134);
+    assert_int_equal(m->f[F_LOC_STATUS].i, 0);
+    assert_false(m->f[F_LOC_INLINE].nil);
+    assert_int_equal(m->f[F_LOC_INLINE].bin.len, 8);
+    assert_int_equal(le64(m->f[F_LOC_INLINE].bin.ptr), 100);
+    spw_id ids[2] = {t.id, test_id(132)};
+    send_release(w, 135, ids, 2);
+    wire_expect_status(w, 136);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A task whose argument is its own output can never run. It must not sit in the scheduler
+ * forever holding a reference to itself: it fails at once with SPW_EINVAL, and once the client
+ * has gone nothing of it remains. */
+static void task_naming_itself_as_argument_does_not_linger(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    raw_task t = {
+        test_id(140), "inc", 1, {{PROTO_ARG_OBJ, 0, test_id(140), 0, 0}}, PROTO_TASK_KEEP};
+    send_submit(w, 140, 1, PROTO_SUBMIT_END, &t, 1);
+    assert_int_equal(wire_submit_ack(w, 140, 1), 1);
+    stashed_result r = wire_task_result(w, t.id);
+    if (r.status != SPW_EINVAL)
+        fail_msg("task result %s, expected SPW_EINVAL", err_name(r.status));
+    /* The same as a view, and with an output nobody keeps (no result is sent for it). */
+    raw_task v = {
+        test_id(141), "len", 1, {{PROTO_ARG_VIEW, 0, test_id(141), 0, 1}}, PROTO_TASK_KEEP};
+    raw_task u = {test_id(142), "inc", 1, {{PROTO_ARG_OBJ, 0, test_id(142), 0, 0}}, 0};
+    raw_task vu[2] = {v, u};
+    send_submit(w, 141, 2, PROTO_SUBMIT_END, vu, 2);
+    assert_int_equal(wire_submit_ack(w, 141, 2), 2);
+    r = wire_task_result(w, v.id);
+    if (r.status != SPW_EINVAL)
+        fail_msg("task result %s, expected SPW_EINVAL", err_name(r.status));
+    wire_expect_status(w, 143);
+    /* The unkept one is gone already; the kept ones until released. */
+    send_locate(w, 144, u.id, 0);
+    wire_expect_error(w, 144, SPW_ENOOBJ);
+    wire_close(w);
+    /* After the client left the scheduler holds nothing. */
+    bool idle = e2e_cluster_idle(c, 20000);
+    if (!idle) {
+        json_t *st = e2e_ctl_json(c, "status");
+        char *txt = st != NULL ? json_dumps(json_object_get(st, "tasks"), JSON_COMPACT) : NULL;
+        fprintf(stderr, "after the client left: tasks %s, objects %lld\n", txt ? txt : "?",
+                st != NULL ? (long long)json_integer_value(
+                                 json_object_get(json_object_get(st, "objects"), "count"))
+                           : -1LL);
+        free(txt);
+        json_decref(st);
+    }
+    assert_true(idle);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A worker that is not one: its bad messages are refused like anyone's. */
+static void fake_worker_messages_are_refused(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    /* Zero slots. */
+    wire *w = wire_open(c->addr);
+    wire_challenge(w);
+    hello_args zero = {PROTO_VERSION, PROTO_ROLE_WORKER, "", false, "127.0.0.1:1", 0};
+    wire_hello(w, &zero);
+    wire_expect_error(w, 1, SPW_EINVAL);
+    wire_expect_eof(w);
+    wire_close(w);
+
+    w = wire_open(c->addr);
+    wire_challenge(w);
+    hello_args a = {PROTO_VERSION, PROTO_ROLE_WORKER, "", false, "127.0.0.1:1", 1};
+    wire_hello(w, &a);
+    wire_welcomed(w);
+    /* A result for a task it was never given. */
+    proto_enc *e = wire_begin(w, PROTO_TASK_DONE, 150, 6);
+    proto_put_id(e, test_id(150));
+    proto_put_i(e, 0);
+    proto_put_u(e, 8);
+    proto_put_bin(e, "12345678", 8);
+    proto_put_str(e, "");
+    proto_put_u(e, 10);
+    wire_end(w);
+    wire_expect_error(w, 150, SPW_ENOOBJ);
+    /* A heartbeat with too few figures. */
+    e = wire_begin(w, PROTO_HEARTBEAT, 151, 1);
+    proto_put_arr(e, 3);
+    for (int i = 0; i < 3; i++)
+        proto_put_u(e, 1);
+    wire_end(w);
+    wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* A client's message. */
+    raw_task t = task_inc(test_id(152), 1);
+    send_submit(w, 152, 1, PROTO_SUBMIT_END, &t, 1);
+    wire_expect_error(w, 152, SPW_EPROTO);
+    /* A stored object nobody placed: the scheduler tells it to delete it. */
+    e = wire_begin(w, PROTO_OBJ_ADDED, 153, 2);
+    proto_put_id(e, test_id(153));
+    proto_put_u(e, 1000);
+    wire_end(w);
+    const proto_msg *m = wire_await(w, PROTO_OBJ_DELETE, 0);
+    assert_int_equal(m->f[F_DELETE_IDS].arr.n, 1);
+    assert_true(spw_id_eq(m->f[F_DELETE_IDS].arr.v[0].id, test_id(153)));
+    wire_close(w);
+    /* It leaves; the real worker remains and the cluster works. */
+    assert_status_count(c, "workers", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* ================================================= a worker's peer port */
+
+static void obj_write_not_starting_at_zero_is_einval(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    uint8_t chunk[1000];
+    memset(chunk, 0xab, sizeof chunk);
+    send_obj_write(w, 160, test_id(160), 3000, 1000, 0, chunk, sizeof chunk);
+    wire_expect_error(w, 160, SPW_EINVAL);
+    /* Empty objects and a first chunk larger than the whole are refused the same way. */
+    send_obj_write(w, 161, test_id(161), 0, 0, PROTO_CHUNK_LAST, NULL, 0);
+    wire_expect_error(w, 161, SPW_EINVAL);
+    send_obj_write(w, 162, test_id(162), 10, 0, PROTO_CHUNK_LAST, chunk, sizeof chunk);
+    wire_expect_error(w, 162, SPW_EINVAL);
+    send_obj_read(w, 163, test_id(160), 0, 1);
+    wire_expect_error(w, 163, SPW_ENOOBJ);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void obj_write_larger_than_store_is_etoobig(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
+    h_worker_start(c, wargs);
+    wire *w = wire_peer(c, 0);
+    uint8_t chunk[4096];
+    memset(chunk, 1, sizeof chunk);
+    send_obj_write(w, 170, test_id(170), (16u << 20) + 1, 0, 0, chunk, sizeof chunk);
+    wire_expect_error(w, 170, SPW_ETOOBIG);
+    send_obj_write(w, 171, test_id(171), UINT64_MAX, 0, 0, chunk, sizeof chunk);
+    wire_expect_error(w, 171, SPW_ETOOBIG);
+    send_obj_write(w, 172, test_id(172), 1ULL << 40, 0, 0, chunk, sizeof chunk);
+    wire_expect_error(w, 172, SPW_ETOOBIG);
+    /* The refused uploads left nothing: a later chunk of one is not taken as a continuation. */
+    send_obj_write(w, 173, test_id(170), (16u << 20) + 1, 4096, 0, chunk, sizeof chunk);
+    wire_expect_error(w, 173, SPW_EINVAL);
+    send_obj_read(w, 174, test_id(170), 0, 1);
+    wire_expect_error(w, 174, SPW_ENOOBJ);
+    wire_close(w);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void obj_write_chunks_out_of_order_are_einval(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)i;
+    spw_id id = test_id(180);
+    /* 0, then 2000 instead of 1000. */
+    send_obj_write(w, 180, id, 3000, 0, 0, chunk, 1000);
+    send_obj_write(w, 181, id, 3000, 2000, PROTO_CHUNK_LAST, chunk + 2000, 1000);
+    wire_expect_error(w, 181, SPW_EINVAL);
+    /* The upload was dropped: what would have been next is not a continuation. */
+    send_obj_write(w, 182, id, 3000, 1000, 0, chunk + 1000, 1000);
+    wire_expect_error(w, 182, SPW_EINVAL);
+    /* The same chunk twice. */
+    send_obj_write(w, 183, id, 3000, 0, 0, chunk, 1000);
+    send_obj_write(w, 184, id, 3000, 0, 0, chunk, 1000);
+    wire_expect_error(w, 184, SPW_EINVAL);
+    /* A "last" chunk that leaves a hole at the end. */
+    send_obj_write(w, 185, id, 3000, 0, PROTO_CHUNK_LAST, chunk, 1000);
+    wire_expect_error(w, 185, SPW_EINVAL);
+    /* A chunk running past the announced size. */
+    send_obj_write(w, 186, id, 3000, 0, 0, chunk, 2000);
+    send_obj_write(w, 187, id, 3000, 2000, PROTO_CHUNK_LAST, chunk, 2000);
+    wire_expect_error(w, 187, SPW_EINVAL);
+    /* A second chunk that changes the total. */
+    send_obj_write(w, 188, id, 3000, 0, 0, chunk, 1000);
+    send_obj_write(w, 189, id, 4000, 1000, 0, chunk + 1000, 1000);
+    wire_expect_error(w, 189, SPW_EPROTO);
+    /* That upload is still going (an inconsistent chunk is refused, the upload is not
+     * dropped): finishing it in order succeeds, and the id is sealed. */
+    send_obj_write(w, 190, id, 3000, 1000, PROTO_CHUNK_LAST, chunk + 1000, 2000);
+    const proto_msg *m = wire_await(w, PROTO_PUT_DONE, 190);
+    assert_true(spw_id_eq(m->f[F_PUTDONE_ID].id, id));
+    wire_close(w);
+    /* The scheduler never placed that object: the worker is told to drop it. */
+    assert_worker_dropped(c, 0, id);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Puts an object through libspillway and finds the worker whose peer port serves it. */
+static int worker_holding(h_cluster *c, spw_id id, uint64_t size)
+{
+    for (int i = 0; i < c->nworkers; i++) {
+        wire *w = wire_peer(c, i);
+        send_obj_read(w, 1000, id, 0, size);
+        int rc = wire_read(w);
+        assert_int_equal(rc, 1);
+        bool has = w->m.type == PROTO_OBJ_DATA;
+        if (!has) {
+            assert_int_equal(w->m.type, PROTO_ERROR);
+            assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_ENOOBJ);
+        }
+        wire_close(w);
+        if (has)
+            return i;
+    }
+    fail_msg("no worker holds the object");
+    return -1;
+}
+
+static void obj_read_unknown_id_is_enoobj(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    send_obj_read(w, 200, test_id(200), 0, 1);
+    wire_expect_error(w, 200, SPW_ENOOBJ);
+    spw_id nil = {0, 0};
+    send_obj_read(w, 201, nil, 0, 1);
+    wire_expect_error(w, 201, SPW_ENOOBJ);
+    /* An object still being written is not readable either. */
+    uint8_t chunk[100] = {0};
+    send_obj_write(w, 202, test_id(202), 1000, 0, 0, chunk, sizeof chunk);
+    assert_store_used_reaches(c, 1000); /* it exists, being written */
+    wire *r = wire_peer(c, 0);
+    send_obj_read(r, 203, test_id(202), 0, 10);
+    wire_expect_error(r, 203, SPW_ENOOBJ);
+    wire_close(r);
+    wire_close(w);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void obj_read_range_outside_object_is_einval(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(2);
+    spillway *cl = e2e_connect(c);
+    const size_t n = 300000;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 31 + 7);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(cl, data, n, &ref), 0);
+    spw_id id = {ref.hi, ref.lo};
+    int holder = worker_holding(c, id, n);
+
+    wire *w = wire_peer(c, holder);
+    const struct {
+        uint64_t off, len;
+    } bad[] = {{n, 1},          {0, n + 1},      {n - 10, 11}, {n + 1, 0},
+               {UINT64_MAX, 2}, {1, UINT64_MAX}, {0, 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        send_obj_read(w, 210 + i, id, bad[i].off, bad[i].len);
+        wire_expect_error(w, 210 + i, SPW_EINVAL);
+    }
+    /* A good range on the same connection reads the right bytes. */
+    send_obj_read(w, 220, id, n - 1000, 1000);
+    uint8_t got[1000];
+    uint64_t have = 0;
+    for (;;) {
+        const proto_msg *m = wire_await(w, PROTO_OBJ_DATA, 220);
+        assert_int_equal(m->f[F_DATA_TOTAL].u, n);
+        assert_int_equal(m->f[F_DATA_OFF].u, n - 1000 + have);
+        uint32_t len = m->f[F_DATA_DATA].bin.len;
+        assert_true(have + len <= sizeof got);
+        memcpy(got + have, m->f[F_DATA_DATA].bin.ptr, len);
+        have += len;
+        if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST)
+            break;
+    }
+    assert_int_equal(have, 1000);
+    assert_memory_equal(got, data + n - 1000, 1000);
+    wire_close(w);
+
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, ref, 60000, &out, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(out, data, n);
+    spillway_free(out);
+    assert_int_equal(spillway_release(cl, ref), 0);
+    spillway_close(cl);
+    free(data);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A peer that goes away in the middle of an upload leaves the store as it was. */
+static void upload_abandoned_midway_frees_store_memory(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const uint64_t total = 8u << 20;
+    uint8_t *chunk = calloc(1, 1u << 20);
+    wire *w = wire_peer(c, 0);
+    send_obj_write(w, 230, test_id(230), total, 0, 0, chunk, 1u << 20);
+    /* The object exists (its whole size is counted) while its upload is under way. */
+    assert_store_used_reaches(c, total);
+    wire_close(w);
+    assert_store_used_reaches(c, 0);
+
+    /* Again through the scheduler: a client places a put, starts the upload and both its
+     * connections go, the scheduler's first. */
+    wire *s = wire_client(c);
+    spw_id id = test_id(231);
+    send_put_place(s, 231, id, total);
+    const proto_msg *m = wire_await(s, PROTO_PUT_TARGET, 231);
+    char addr[64];
+    proto_str(&m->f[F_PUTT_ADDR], addr, sizeof addr);
+    assert_string_equal(addr, c->workers[0].addr);
+    w = wire_peer(c, 0);
+    send_obj_write(w, 232, id, total, 0, 0, chunk, 1u << 20);
+    assert_store_used_reaches(c, total);
+    wire_close(s);
+    assert_status_objects(c, 0); /* the scheduler forgot the object */
+    /* The upload goes on after the object was released; whatever the worker answers, the
+     * memory comes back. */
+    bool open = true;
+    for (uint64_t off = 1u << 20; off < total && open; off += 1u << 20) {
+        proto_enc *e = wire_begin(w, PROTO_OBJ_WRITE, 233, 5);
+        proto_put_id(e, id);
+        proto_put_u(e, total);
+        proto_put_u(e, off);
+        proto_put_u(e, off + (1u << 20) == total ? PROTO_CHUNK_LAST : 0);
+        proto_put_bin(e, chunk, 1u << 20);
+        open = wire_end(w);
+    }
+    if (open) {
+        int rc = wire_read(w);
+        assert_int_equal(rc, 1);
+        assert_true(w->m.type == PROTO_PUT_DONE || w->m.type == PROTO_ERROR);
+    }
+    wire_close(w);
+    free(chunk);
+    assert_worker_dropped(c, 0, id);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* An object uploaded straight to a worker under an id the scheduler never placed is not kept:
+ * the worker reports it and is told to delete it. */
+static void upload_of_unplaced_object_is_dropped(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    const size_t n = 2u << 20;
+    uint8_t *data = malloc(n);
+    memset(data, 0x5a, n);
+    send_obj_write(w, 240, test_id(240), n, 0, PROTO_CHUNK_LAST, data, n);
+    wire_await(w, PROTO_PUT_DONE, 240);
+    wire_close(w);
+    free(data);
+    assert_worker_dropped(c, 0, test_id(240));
+    assert_store_used_reaches(c, 0);
+    /* The scheduler never listed it. */
+    wire *s = wire_client(c);
+    send_locate(s, 241, test_id(240), 0);
+    wire_expect_error(s, 241, SPW_ENOOBJ);
+    wire_close(s);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A client that asks for much more than its socket buffers hold and hangs up without reading
+ * the answers: the scheduler's writes to it then fail, which must end that connection only.
+ * The requests are LOCATEs of a 60 KB inline task result: a few bytes each, answered with the
+ * whole value. Variants: closing after the first answer (a reset); a fatal frame (an oversized
+ * length) after the requests, which makes the scheduler stop reading and drain its answers,
+ * with a close after the first answer or at once (a FIN: the answers then go to a peer that has
+ * gone); our FIN first and the reset later. */
+static void client_hanging_up_with_replies_unread_is_dropped_alone(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    spillway *cl = e2e_connect(c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref big;
+    uint8_t pat = 0x77;
+    spillway_arg fa[2] = {spillway_arg_u64(60000), spillway_arg_bytes(&pat, 1)};
+    assert_int_equal(spillway_task(g, "fill", fa, 2, SPILLWAY_KEEP, &big), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, big, 60000, &out, &len), 0);
+    assert_int_equal(len, 60000);
+    spillway_free(out);
+    spw_id id = {big.hi, big.lo};
+
+    spw_buf reqs = {0};
+    for (int k = 0; k < 12; k++) {
+        int variant = k % 4;
+        wire *w = wire_client(c);
+        spw_buf_reset(&reqs);
+        for (uint64_t i = 0; i < 1000; i++) {
+            proto_enc e;
+            proto_enc_begin(&e, &reqs, PROTO_LOCATE, 1000 + i, 2);
+            proto_put_id(&e, id);
+            proto_put_u(&e, 0);
+            proto_enc_end(&e, UINT32_MAX);
+        }
+        if (variant == 1 || variant == 2) {
+            static const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+            spw_buf_append(&reqs, huge, sizeof huge);
+        }
+        wire_send(w, reqs.data, reqs.len);
+        if (variant == 3)
+            shutdown(w->fd, SHUT_WR); /* our FIN first, the reset at the close below */
+        if (variant != 2)
+            wire_await(w, PROTO_LOCATION, 1000); /* answers are flowing */
+        wire_close(w);
+    }
+    spw_buf_release(&reqs);
+    assert_int_equal(spillway_release(cl, big), 0);
+    spillway_close(cl);
+    assert_status_count(c, "clients", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A reader that hangs up while chunks of an object are still queued for it leaves the object
+ * unpinned: released, it is freed. */
+static void reader_hanging_up_mid_transfer_leaves_object_unpinned(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    spillway *cl = e2e_connect(c);
+    const size_t n = 20u << 20;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i >> 12);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(cl, data, n, &ref), 0);
+    spw_id id = {ref.hi, ref.lo};
+    assert_store_used_reaches(c, n);
+    for (int k = 0; k < 5; k++) {
+        wire *w = wire_peer(c, 0);
+        send_obj_read(w, 250, id, 0, n);
+        if (k > 0) {
+            /* Take the first chunk, then go. */
+            const proto_msg *m = wire_await(w, PROTO_OBJ_DATA, 250);
+            assert_int_equal(m->f[F_DATA_OFF].u, 0);
+        }
+        wire_close(w);
+    }
+    /* The object still reads whole. */
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, ref, 60000, &out, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(out, data, n);
+    spillway_free(out);
+    assert_int_equal(spillway_release(cl, ref), 0);
+    spillway_close(cl);
+    free(data);
+    assert_worker_dropped(c, 0, id);
+    assert_store_used_reaches(c, 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Two peers upload under the same id at once: the second is refused and the first's upload
+ * goes on undisturbed. */
+static void concurrent_upload_of_same_id_is_refused(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 3);
+    spw_id id = test_id(260);
+    wire *a = wire_peer(c, 0);
+    send_obj_write(a, 260, id, 3000, 0, 0, chunk, 1000);
+    /* A reply on the same connection: the first chunk has been taken in. */
+    send_obj_read(a, 261, test_id(261), 0, 1);
+    wire_expect_error(a, 261, SPW_ENOOBJ);
+    wire *b = wire_peer(c, 0);
+    send_obj_write(b, 262, id, 3000, 0, PROTO_CHUNK_LAST, chunk, 3000);
+    wire_expect_error(b, 262, SPW_EDUPLICATE);
+    send_obj_write(b, 263, id, 3000, 1000, 0, chunk + 1000, 1000);
+    wire_expect_error(b, 263, SPW_EINVAL);
+    wire_close(b);
+    /* The first upload completes with its own bytes. */
+    send_obj_write(a, 264, id, 3000, 1000, PROTO_CHUNK_LAST, chunk + 1000, 2000);
+    const proto_msg *m = wire_await(a, PROTO_PUT_DONE, 264);
+    assert_true(spw_id_eq(m->f[F_PUTDONE_ID].id, id));
+    wire_close(a);
+    assert_worker_dropped(c, 0, id); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A session that goes away with a reservation, a waiting LOCATE, an unfinished graph and a
+ * running task leaves nothing behind. */
+static void session_closed_with_requests_in_flight_leaves_nothing(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    for (int k = 0; k < 3; k++) {
+        wire *w = wire_client(c);
+        spw_id put = test_id(270 + 10 * (uint64_t)k);
+        send_put_place(w, 270, put, 1u << 20);
+        wire_await(w, PROTO_PUT_TARGET, 270);
+        send_locate(w, 271, put, 60000); /* waits: the upload never comes */
+        /* A graph whose END never comes: a task waiting on the reservation, a task that runs,
+         * a task that sleeps. */
+        raw_task ts[3] = {
+            {test_id(272 + 10 * (uint64_t)k),
+             "inc",
+             1,
+             {{PROTO_ARG_OBJ, 0, put, 0, 0}},
+             PROTO_TASK_KEEP},
+            task_inc(test_id(273 + 10 * (uint64_t)k), 1),
+            {test_id(274 + 10 * (uint64_t)k),
+             "sleep_ms",
+             1,
+             {{PROTO_ARG_INLINE, 200, {0, 0}, 0, 0}},
+             PROTO_TASK_KEEP},
+        };
+        send_submit(w, 272, 9, 0, ts, 3);
+        wire_expect_status(w, 273);
+        if (k == 1) /* leave once the running task has reported */
+            assert_int_equal(wire_task_result(w, ts[1].id).status, 0);
+        wire_close(w);
+    }
+    assert_true(e2e_cluster_idle(c, 30000));
+    assert_status_count(c, "clients", 1);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* =================================================================== fuzz */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x;
+}
+
+/* Valid frames of the messages peers send, for mutation. */
+static void fuzz_templates(spw_buf *out, size_t *offs, size_t *lens, int *n)
+{
+    proto_enc e;
+    *n = 0;
+#define TEMPLATE_BEGIN(type, nf)                                                                   \
+    offs[*n] = out->len;                                                                           \
+    proto_enc_begin(&e, out, (type), 7, (nf))
+#define TEMPLATE_END()                                                                             \
+    proto_enc_end(&e, UINT32_MAX);                                                                 \
+    lens[*n] = out->len - offs[*n];                                                                \
+    (*n)++
+    TEMPLATE_BEGIN(PROTO_STATUS_REQ, 0);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_LOCATE, 2);
+    proto_put_id(&e, test_id(300));
+    proto_put_u(&e, 0);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_RELEASE, 1);
+    proto_put_arr(&e, 2);
+    proto_put_id(&e, test_id(301));
+    proto_put_id(&e, test_id(302));
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_PUT_PLACE, 4);
+    proto_put_id(&e, test_id(303));
+    proto_put_u(&e, 123456);
+    proto_put_str(&e, "fuzz.c:1");
+    proto_put_u(&e, 0);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_SUBMIT, 5);
+    proto_put_u(&e, 1);
+    proto_put_u(&e, PROTO_SUBMIT_END);
+    proto_put_u(&e, 0);
+    proto_put_u(&e, 0);
+    proto_put_arr(&e, 1);
+    raw_task t = {test_id(304),
+                  "add",
+                  2,
+                  {{PROTO_ARG_INLINE, 1, {0, 0}, 0, 0}, {PROTO_ARG_OBJ, 0, test_id(305), 0, 0}},
+                  PROTO_TASK_KEEP};
+    put_task(&e, &t);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_OBJ_WRITE, 5);
+    proto_put_id(&e, test_id(306));
+    proto_put_u(&e, 64);
+    proto_put_u(&e, 0);
+    proto_put_u(&e, PROTO_CHUNK_LAST);
+    proto_put_bin(&e, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_OBJ_READ, 3);
+    proto_put_id(&e, test_id(307));
+    proto_put_u(&e, 0);
+    proto_put_u(&e, 10);
+    TEMPLATE_END();
+    TEMPLATE_BEGIN(PROTO_TASK_DONE, 6);
+    proto_put_id(&e, test_id(308));
+    proto_put_i(&e, -1000);
+    proto_put_u(&e, 0);
+    proto_put_nil(&e);
+    proto_put_str(&e, "boom");
+    proto_put_u(&e, 1);
+    TEMPLATE_END();
+#undef TEMPLATE_BEGIN
+#undef TEMPLATE_END
+}
+
+/* Makes one fuzz frame body (no length prefix) into body; returns its length. */
+static uint32_t fuzz_body(uint64_t *rng, uint8_t *body, const spw_buf *tpl, const size_t *offs,
+                          const size_t *lens, int ntpl)
+{
+    uint32_t len;
+    switch (rng_next(rng) % 3) {
+    case 0: /* random bytes */
+        len = 1 + (uint32_t)(rng_next(rng) % 512);
+        for (uint32_t i = 0; i < len; i++)
+            body[i] = (uint8_t)rng_next(rng);
+        return len;
+    case 1: /* a plausible envelope around random bytes */
+        len = 4 + (uint32_t)(rng_next(rng) % 508);
+        body[0] = 0x93;
+        body[1] = (uint8_t)(rng_next(rng) % 64);
+        body[2] = (uint8_t)(rng_next(rng) % 128);
+        for (uint32_t i = 3; i < len; i++)
+            body[i] = (uint8_t)rng_next(rng);
+        return len;
+    default: { /* a valid frame, damaged */
+        int k = (int)(rng_next(rng) % (uint64_t)ntpl);
+        const uint8_t *src = tpl->data + offs[k] + PROTO_HDR_LEN;
+        len = (uint32_t)(lens[k] - PROTO_HDR_LEN);
+        memcpy(body, src, len);
+        int flips = 1 + (int)(rng_next(rng) % 4);
+        for (int f = 0; f < flips; f++)
+            body[rng_next(rng) % len] ^= (uint8_t)(1u << (rng_next(rng) % 8));
+        uint64_t cut = rng_next(rng) % 4;
+        if (cut == 0 && len > 1)
+            len = 1 + (uint32_t)(rng_next(rng) % (len - 1)); /* truncated */
+        else if (cut == 1 && len < 512)
+            body[len++] = (uint8_t)rng_next(rng); /* a trailing byte */
+        return len;
+    }
+    }
+}
+
+/* Sends count fuzz frames that our own decoder calls malformed on one session, then a
+ * STATUS_REQ or OBJ_READ: every frame got its EMALFORMED and the session still answers. */
+static void fuzz_session(wire *w, uint64_t seed, int count, bool peer_port)
+{
+    spw_buf tpl = {0};
+    size_t offs[16], lens[16];
+    int ntpl;
+    fuzz_templates(&tpl, offs, lens, &ntpl);
+    uint64_t rng = seed;
+    uint8_t frame[PROTO_HDR_LEN + 520];
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 4096);
+    proto_limits lim;
+    proto_limits_default(&lim);
+    int sent = 0;
+    while (sent < count) {
+        uint32_t len = fuzz_body(&rng, frame + PROTO_HDR_LEN, &tpl, offs, lens, ntpl);
+        frame[0] = (uint8_t)(len >> 24);
+        frame[1] = (uint8_t)(len >> 16);
+        frame[2] = (uint8_t)(len >> 8);
+        frame[3] = (uint8_t)len;
+        proto_msg m;
+        int rc = proto_decode(frame, PROTO_HDR_LEN + len, &lim, &zone, &m);
+        msgpack_zone_clear(&zone);
+        if (rc != SPW_EMALFORMED)
+            continue; /* a valid message: its effect is not what this loop checks */
+        assert_true(wire_send(w, frame, PROTO_HDR_LEN + len));
+        sent++;
+    }
+    msgpack_zone_destroy(&zone);
+    spw_buf_release(&tpl);
+    uint64_t probe = 999999;
+    if (peer_port)
+        send_obj_read(w, probe, test_id(999), 0, 1);
+    else
+        send_status_req(w, probe);
+    int errors = 0;
+    for (;;) {
+        int rc = wire_read(w);
+        if (rc <= 0)
+            fail_msg("after %d of %d error replies: %s", errors, count,
+                     rc == 0 ? "connection closed" : "timed out");
+        if (w->m.type == PROTO_ERROR && w->m.req == 0) {
+            if (w->m.f[F_ERROR_CODE].i != SPW_EMALFORMED)
+                fail_msg("fuzz frame answered with %s", err_name(w->m.f[F_ERROR_CODE].i));
+            errors++;
+            continue;
+        }
+        if (w->m.req == probe) {
+            if (peer_port) {
+                assert_int_equal(w->m.type, PROTO_ERROR);
+                assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_ENOOBJ);
+            } else {
+                assert_int_equal(w->m.type, PROTO_STATUS);
+            }
+            break;
+        }
+        fail_msg("unexpected %s req=%llu during fuzzing", proto_type_name(w->m.type),
+                 (unsigned long long)w->m.req);
+    }
+    assert_int_equal(errors, count);
+}
+
+static void fuzzed_frames_get_errors_and_cluster_keeps_working(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    fuzz_session(w, 0x5eed5eed12345678ULL, 2000, false);
+    wire_expect_status(w, 1);
+    wire_close(w);
+    w = wire_peer(c, 0);
+    fuzz_session(w, 0x0123456789abcdefULL, 2000, true);
+    wire_close(w);
+
+    /* Before the handshake, a malformed frame ends the connection after its ERROR. */
+    uint64_t rng = 0xfeedfacecafebeefULL;
+    spw_buf tpl = {0};
+    size_t offs[16], lens[16];
+    int ntpl;
+    fuzz_templates(&tpl, offs, lens, &ntpl);
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 4096);
+    proto_limits lim;
+    proto_limits_default(&lim);
+    for (int i = 0; i < 100;) {
+        uint8_t frame[PROTO_HDR_LEN + 520];
+        uint32_t len = fuzz_body(&rng, frame + PROTO_HDR_LEN, &tpl, offs, lens, ntpl);
+        frame[0] = (uint8_t)(len >> 24);
+        frame[1] = (uint8_t)(len >> 16);
+        frame[2] = (uint8_t)(len >> 8);
+        frame[3] = (uint8_t)len;
+        proto_msg m;
+        int rc = proto_decode(frame, PROTO_HDR_LEN + len, &lim, &zone, &m);
+        msgpack_zone_clear(&zone);
+        if (rc != SPW_EMALFORMED)
+            continue;
+        w = wire_open(i % 2 == 0 ? c->addr : c->workers[0].addr);
+        wire_challenge(w);
+        wire_send(w, frame, PROTO_HDR_LEN + len);
+        wire_expect_error(w, 0, SPW_EMALFORMED);
+        wire_expect_eof(w);
+        wire_close(w);
+        i++;
+    }
+    msgpack_zone_destroy(&zone);
+    spw_buf_release(&tpl);
+
+    /* A new session is served, and the cluster runs tasks. */
+    w = wire_client(c);
+    wire_expect_status(w, 2);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_teardown(garbage_and_http_request_are_refused_and_closed, teardown),
+    cmocka_unit_test_teardown(oversized_length_is_refused_before_the_body, teardown),
+    cmocka_unit_test_teardown(truncated_frames_then_close_leave_nothing_behind, teardown),
+    cmocka_unit_test_teardown(stalled_handshakes_do_not_block_others, teardown),
+    cmocka_unit_test_teardown(hello_with_wrong_version_is_eversion, teardown),
+    cmocka_unit_test_teardown(hello_with_wrong_proof_is_eauth, teardown),
+    cmocka_unit_test_teardown(first_message_not_hello_is_eproto, teardown),
+    cmocka_unit_test_teardown(unknown_message_type_is_skipped_and_connection_stays_usable,
+                              teardown),
+    cmocka_unit_test_teardown(wrong_field_types_are_emalformed_and_connection_stays_usable,
+                              teardown),
+    cmocka_unit_test_teardown(message_of_another_role_is_eproto, teardown),
+    cmocka_unit_test_teardown(release_not_held_is_enotheld_and_changes_nothing, teardown),
+    cmocka_unit_test_teardown(locate_unknown_id_is_enoobj, teardown),
+    cmocka_unit_test_teardown(submit_with_graph_id_zero_is_einval, teardown),
+    cmocka_unit_test_teardown(submit_with_unknown_argument_fails_task_with_enoobj, teardown),
+    cmocka_unit_test_teardown(duplicate_task_id_is_eduplicate, teardown),
+    cmocka_unit_test_teardown(task_naming_itself_as_argument_does_not_linger, teardown),
+    cmocka_unit_test_teardown(fake_worker_messages_are_refused, teardown),
+    cmocka_unit_test_teardown(obj_write_not_starting_at_zero_is_einval, teardown),
+    cmocka_unit_test_teardown(obj_write_larger_than_store_is_etoobig, teardown),
+    cmocka_unit_test_teardown(obj_write_chunks_out_of_order_are_einval, teardown),
+    cmocka_unit_test_teardown(obj_read_unknown_id_is_enoobj, teardown),
+    cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
+    cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
+    cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
+    cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
+    cmocka_unit_test_teardown(reader_hanging_up_mid_transfer_leaves_object_unpinned, teardown),
+    cmocka_unit_test_teardown(concurrent_upload_of_same_id_is_refused, teardown),
+    cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
+    cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
+};
+
+SPW_TEST_MAIN(tests)
