@@ -23,6 +23,13 @@ static void usage(FILE *f)
           "  --slots N                 executor processes, tasks run at once (cores)\n"
           "  --store-capacity SIZE|N%  object store size (30% of memory)\n"
           "  --alloc-wait MS           how long an allocation waits for room (30000)\n"
+          "  --spill-dir PATH|none     where objects spill ($STATE_DIRECTORY/spill or /var/tmp)\n"
+          "  --spill-threshold F       spill above this fraction of capacity (0.8)\n"
+          "  --spill-target F          spill until use falls under this fraction (0.7)\n"
+          "  --pause-threshold F       take no new tasks above this fraction (0.9)\n"
+          "  --spill-compression-level N  zstd level for spilled objects (1)\n"
+          "  --spill-map-size SIZE     initial LMDB map size (4 x capacity)\n"
+          "  --spill-map-max SIZE      largest LMDB map size (0 = the disk is the limit)\n"
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
           "  --secret-file PATH        cluster secret (mode 0600)\n"
@@ -103,7 +110,7 @@ int main(int argc0, char **argv0)
         wo.store.capacity = 1ULL << 30;
     app a;
     memset(&a, 0, sizeof a);
-    const char *secret_file = NULL;
+    const char *secret_file = NULL, *spill_dir = NULL;
     static const struct option longopts[] = {
         {"scheduler", required_argument, 0, 'S'},
         {"listen", required_argument, 0, 'l'},
@@ -111,6 +118,13 @@ int main(int argc0, char **argv0)
         {"slots", required_argument, 0, 'n'},
         {"store-capacity", required_argument, 0, 'c'},
         {"alloc-wait", required_argument, 0, 'W'},
+        {"spill-dir", required_argument, 0, 'D'},
+        {"spill-threshold", required_argument, 0, 'T'},
+        {"spill-target", required_argument, 0, 'G'},
+        {"pause-threshold", required_argument, 0, 'Z'},
+        {"spill-compression-level", required_argument, 0, 'z'},
+        {"spill-map-size", required_argument, 0, 'm'},
+        {"spill-map-max", required_argument, 0, 'M'},
         {"plugin", required_argument, 0, 'P'},
         {"name", required_argument, 0, 'N'},
         {"secret-file", required_argument, 0, 's'},
@@ -160,6 +174,50 @@ int main(int argc0, char **argv0)
             wo.store.alloc_wait_ms = (uint32_t)n;
             break;
         }
+        case 'D':
+            spill_dir = optarg;
+            break;
+        case 'T':
+        case 'G':
+        case 'Z': {
+            double f = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || f <= 0 || f > 1) {
+                fprintf(stderr, "spillway-worker: --%s wants a fraction in (0, 1], got '%s'\n",
+                        c == 'T' ? "spill-threshold" : c == 'G' ? "spill-target" : "pause-threshold",
+                        optarg);
+                goto out;
+            }
+            if (c == 'T')
+                wo.store.spill_threshold = f;
+            else if (c == 'G')
+                wo.store.spill_target = f;
+            else
+                wo.store.pause_threshold = f;
+            break;
+        }
+        case 'z': {
+            long lvl = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || lvl < -7 || lvl > 22) {
+                fprintf(stderr, "spillway-worker: --spill-compression-level wants -7..22\n");
+                goto out;
+            }
+            wo.store.compression_level = (int)lvl;
+            break;
+        }
+        case 'm':
+        case 'M': {
+            uint64_t v;
+            if (spw_size_parse(optarg, &v) != 0) {
+                fprintf(stderr, "spillway-worker: --%s wants a size, got '%s'\n",
+                        c == 'm' ? "spill-map-size" : "spill-map-max", optarg);
+                goto out;
+            }
+            if (c == 'm')
+                wo.store.spill_map_size = v;
+            else
+                wo.store.spill_map_max = v;
+            break;
+        }
         case 'P':
             if (wo.nplugins == WRK_MAX_PLUGINS) {
                 fprintf(stderr, "spillway-worker: at most %d plugins\n", WRK_MAX_PLUGINS);
@@ -201,6 +259,24 @@ int main(int argc0, char **argv0)
         fprintf(stderr, "spillway-worker: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
+    if (!(wo.store.spill_target <= wo.store.spill_threshold &&
+          wo.store.spill_threshold <= wo.store.pause_threshold)) {
+        fprintf(stderr, "spillway-worker: want spill-target <= spill-threshold <= "
+                        "pause-threshold\n");
+        goto out;
+    }
+    /* Spilling is on unless asked otherwise: under systemd in the unit's state directory,
+     * else in /var/tmp (on disk, unlike a tmpfs /tmp). Files are unlinked once open. */
+    char spill_default[4096];
+    if (spill_dir == NULL) {
+        const char *state = getenv("STATE_DIRECTORY");
+        if (state != NULL && strchr(state, ':') == NULL)
+            snprintf(spill_default, sizeof spill_default, "%s/spill", state);
+        else
+            snprintf(spill_default, sizeof spill_default, "/var/tmp");
+        spill_dir = spill_default;
+    }
+    wo.store.spill_dir = strcmp(spill_dir, "none") == 0 ? NULL : spill_dir;
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     if (secret_file != NULL) {

@@ -37,6 +37,8 @@ static const char *stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_EXEC_RESTARTS] = "executor_restarts",
     [PROTO_STAT_RSS_KIB] = "rss_kib",
     [PROTO_STAT_PEAK_USED] = "peak_used",
+    [PROTO_STAT_SPILL_ENTRIES] = "spill_entries",
+    [PROTO_STAT_EVICTIONS] = "evictions",
 };
 
 static const char *tstate_names[PROTO_TSTATE_COUNT] = {

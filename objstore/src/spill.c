@@ -1,49 +1,706 @@
 /*
- * Spilling to LMDB with zstd. This stage has no spill storage yet: a store opened with a spill
- * directory refuses with SPW_ENOTSUP, and memory pressure only makes allocations wait.
+ * Spilling to LMDB with zstd, and restoring.
+ *
+ * Owns: the LMDB environment (opened in a private directory whose files are unlinked at once,
+ * so a crashed worker can never leave spill files behind), one zstd compression and one
+ * decompression context, a scratch buffer, and a lane of jobs run one at a time on the libuv
+ * threadpool: restores first, then spills and deletions. One job at a time means one LMDB
+ * writer, and the map can be resized between jobs, when no transaction is open.
+ * Threads: a job's work function touches only its job and the lane's LMDB/zstd state; objects,
+ * figures and lists are touched on the loop thread, in the after-work callback.
+ * Invariants: an object is `spilling` iff a spill job for it is queued or running, and
+ * `restoring` iff a restore is waiting for memory or queued or running; spilled_raw and
+ * spilled_stored are the sums over objects with on_disk; spill_entries is the number of records
+ * in LMDB (0 once every spilled object is released).
  */
 #include "store_int.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lmdb.h>
+#include <utlist.h>
+#include <zstd.h>
+
+#include "spill_record.h"
+
+#define CHUNK (4u << 20)          /* raw bytes per record */
+#define TXN_BYTES (16u << 20)     /* stored bytes per write transaction (bounds dirty pages) */
+#define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
+
+enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE };
+
+typedef struct spill_job {
+    uv_work_t req;
+    ost_store *s;
+    int kind;
+    ost_obj *o;          /* SPILL, RESTORE */
+    spw_id id;
+    uint64_t size;       /* raw bytes of the object */
+    const uint8_t *src;  /* SPILL: the object's bytes in the arena */
+    uint8_t *dst;        /* RESTORE: its new block */
+    int status;
+    int mdb_rc;          /* LMDB's own code, for the one log line */
+    uint64_t stored;     /* SPILL: bytes written */
+    uint64_t ns;
+    struct spill_job *next;
+} spill_job;
+
+struct ost_spill {
+    MDB_env *env;
+    MDB_dbi dbi;
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    uint8_t *scratch;
+    size_t scratch_cap;
+    uint64_t map_size;
+    uint64_t map_max;       /* 0: no limit but the disk */
+    int level;
+    spill_job *restores, *work; /* queues; restores go first */
+    spill_job *running;
+    uint64_t spilling_bytes;    /* in queued or running spill jobs */
+    bool full;                  /* the map cannot grow or the disk is full */
+    bool quiescing;
+    void (*idle_cb)(void *arg);
+    void *idle_arg;
+};
+
+bool ost__spill_full(const ost_store *s)
+{
+    return s->spill != NULL && s->spill->full;
+}
+
+static void make_key(uint8_t key[KEY_LEN], spw_id id, uint32_t chunk)
+{
+    spw_id_to_bytes(id, key);
+    key[16] = (uint8_t)(chunk >> 24);
+    key[17] = (uint8_t)(chunk >> 16);
+    key[18] = (uint8_t)(chunk >> 8);
+    key[19] = (uint8_t)chunk;
+}
+
+static uint32_t nchunks(uint64_t size)
+{
+    return (uint32_t)((size + CHUNK - 1) / CHUNK);
+}
+
+/* LMDB codes are negative too: translate them here, never let one escape. */
+static int mdb_err(int rc)
+{
+    switch (rc) {
+    case 0:
+        return 0;
+    case MDB_MAP_FULL:
+        return SPW_ESPILLFULL;
+    case ENOSPC:
+        return SPW_ENOSPC;
+    case MDB_NOTFOUND:
+        return SPW_ECORRUPT;
+    default:
+        return rc > 0 ? -rc : SPW_EIO;
+    }
+}
+
+/* --------------------------------------------------------------- open/close */
+
+/* Removes private directories of dead workers left in dir by a crash between creating and
+ * unlinking their files (a window of microseconds). */
+static void sweep_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid;
+        if (sscanf(e->d_name, "spillway-%d-", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[4096];
+        static const char *const files[] = {"data.mdb", "lock.mdb"};
+        for (size_t i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, files[i]);
+            unlink(path);
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (rmdir(path) == 0)
+            spw_log(SPW_LOG_NOTICE, "removed spill files left by dead worker pid=%d in %s", pid,
+                    dir);
+    }
+    closedir(d);
+}
+
 int ost__spill_open(ost_store *s, const char *dir)
 {
-    (void)s;
-    (void)dir;
-    return SPW_ENOTSUP;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        spw_log(SPW_LOG_ERR, "spill dir %s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    sweep_stale(dir);
+    char priv[4096];
+    if (snprintf(priv, sizeof priv, "%s/spillway-%d-XXXXXX", dir, (int)getpid()) >=
+        (int)sizeof priv)
+        return SPW_ENAMETOOLONG;
+    if (mkdtemp(priv) == NULL) {
+        int rc = -errno;
+        spw_log(SPW_LOG_ERR, "spill dir %s: %s", dir, strerror(errno));
+        return rc;
+    }
+    struct ost_spill *sp = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *sp);
+    sp->level = s->opts.compression_level;
+    sp->map_size = s->opts.spill_map_size != 0 ? s->opts.spill_map_size : 4 * s->capacity;
+    sp->map_max = s->opts.spill_map_max;
+    if (sp->map_max != 0 && sp->map_size > sp->map_max)
+        sp->map_size = sp->map_max;
+    sp->scratch_cap = OST_REC_HDR + ZSTD_compressBound(CHUNK);
+    sp->scratch = spw_malloc(SPW_MOD_OBJSTORE, sp->scratch_cap);
+    sp->cctx = ZSTD_createCCtx();
+    sp->dctx = ZSTD_createDCtx();
+    s->spill = sp;
+    int rc = mdb_env_create(&sp->env);
+    if (rc == 0)
+        rc = mdb_env_set_mapsize(sp->env, sp->map_size);
+    if (rc == 0)
+        rc = mdb_env_open(sp->env, priv, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD,
+                          0600);
+    MDB_txn *txn = NULL;
+    if (rc == 0)
+        rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    if (rc == 0)
+        rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi);
+    if (rc == 0)
+        rc = mdb_txn_commit(txn);
+    else if (txn != NULL)
+        mdb_txn_abort(txn);
+    /* LMDB keeps its descriptors: the names can go now, so nothing outlives this process. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", priv);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/lock.mdb", priv);
+    unlink(path);
+    rmdir(priv);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "spill dir %s: LMDB: %s", dir, mdb_strerror(rc));
+        return mdb_err(rc);
+    }
+    spw_log(SPW_LOG_INFO, "store=%s spills to %s (map %llu bytes, zstd level %d)", s->name, dir,
+            (unsigned long long)sp->map_size, sp->level);
+    return 0;
 }
 
 void ost__spill_close(ost_store *s)
 {
-    (void)s;
+    struct ost_spill *sp = s->spill;
+    if (sp == NULL)
+        return;
+    SPW_ASSERT(sp->running == NULL);
+    spill_job *j, *tmp;
+    LL_FOREACH_SAFE(sp->restores, j, tmp) spw_free(j);
+    LL_FOREACH_SAFE(sp->work, j, tmp) spw_free(j);
+    if (sp->env != NULL)
+        mdb_env_close(sp->env);
+    ZSTD_freeCCtx(sp->cctx);
+    ZSTD_freeDCtx(sp->dctx);
+    spw_free(sp->scratch);
+    spw_free(sp);
+    s->spill = NULL;
 }
+
+/* ---------------------------------------------------------------- the lane */
+
+static void lane_next(ost_store *s);
+
+static void spill_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    uint32_t n = nchunks(j->size);
+    MDB_txn *txn = NULL;
+    uint64_t in_txn = 0;
+    uint32_t written = 0;
+    int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t off = (uint64_t)i * CHUNK;
+        size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
+        int64_t reclen =
+            ost_rec_encode(sp->cctx, sp->level, j->src + off, len, sp->scratch, sp->scratch_cap);
+        if (reclen < 0) {
+            j->status = (int)reclen;
+            break;
+        }
+        uint8_t key[KEY_LEN];
+        make_key(key, j->id, i);
+        MDB_val k = {KEY_LEN, key}, v = {(size_t)reclen, sp->scratch};
+        rc = mdb_put(txn, sp->dbi, &k, &v, 0);
+        if (rc != 0)
+            break;
+        j->stored += (uint64_t)reclen;
+        in_txn += (uint64_t)reclen;
+        if (in_txn >= TXN_BYTES && i + 1 < n) {
+            /* Bounded transactions: LMDB keeps dirty pages in memory until commit. */
+            rc = mdb_txn_commit(txn);
+            txn = NULL;
+            if (rc == 0) {
+                written = i + 1;
+                in_txn = 0;
+                rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+            }
+        }
+    }
+    if (rc == 0 && j->status == 0) {
+        rc = mdb_txn_commit(txn);
+        txn = NULL;
+        if (rc == 0)
+            written = n;
+    }
+    if (txn != NULL)
+        mdb_txn_abort(txn);
+    if (rc != 0 || j->status != 0) {
+        j->mdb_rc = rc;
+        if (j->status == 0)
+            j->status = mdb_err(rc);
+        /* Take back the chunks already committed: no half object stays on disk. */
+        if (written > 0 && mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
+            for (uint32_t i = 0; i < written; i++) {
+                uint8_t key[KEY_LEN];
+                make_key(key, j->id, i);
+                MDB_val k = {KEY_LEN, key};
+                mdb_del(txn, sp->dbi, &k, NULL);
+            }
+            if (mdb_txn_commit(txn) != 0)
+                j->status = SPW_EIO;
+        }
+    }
+}
+
+static void restore_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        j->mdb_rc = rc;
+        j->status = mdb_err(rc);
+        return;
+    }
+    uint32_t n = nchunks(j->size);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)i * CHUNK;
+        size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
+        uint8_t key[KEY_LEN];
+        make_key(key, j->id, i);
+        MDB_val k = {KEY_LEN, key}, v;
+        rc = mdb_get(txn, sp->dbi, &k, &v);
+        if (rc != 0) {
+            j->mdb_rc = rc;
+            j->status = SPW_ECORRUPT; /* a chunk of a spilled object is missing */
+            break;
+        }
+        /* Decoded straight out of LMDB's map, before the transaction ends. */
+        j->status = ost_rec_decode(sp->dctx, v.mv_data, v.mv_size, j->dst + off, len);
+        if (j->status != 0)
+            break;
+    }
+    mdb_txn_abort(txn);
+}
+
+static void delete_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    for (uint32_t i = 0; rc == 0 && i < nchunks(j->size); i++) {
+        uint8_t key[KEY_LEN];
+        make_key(key, j->id, i);
+        MDB_val k = {KEY_LEN, key};
+        int d = mdb_del(txn, sp->dbi, &k, NULL);
+        if (d != 0 && d != MDB_NOTFOUND)
+            rc = d;
+    }
+    if (rc == 0)
+        rc = mdb_txn_commit(txn);
+    else
+        mdb_txn_abort(txn);
+    j->mdb_rc = rc;
+    j->status = mdb_err(rc);
+}
+
+static void job_work(uv_work_t *req)
+{
+    spill_job *j = req->data;
+    uint64_t t0 = spw_now_ns();
+    switch (j->kind) {
+    case JOB_SPILL:
+        spill_work(j);
+        break;
+    case JOB_RESTORE:
+        restore_work(j);
+        break;
+    default:
+        delete_work(j);
+    }
+    j->ns = spw_now_ns() - t0;
+}
+
+/* Calls every getter of o with status; on success each gets the object pinned. */
+static void getters_call(ost_store *s, ost_obj *o, int status)
+{
+    ost_getter *g = o->getters;
+    o->getters = NULL;
+    while (g != NULL) {
+        ost_getter *next = g->next;
+        int rc = status;
+        if (rc == 0) {
+            uint32_t before = o->pins;
+            o->pins++;
+            ost__pins_changed(s, o, before);
+        }
+        g->cb(g->arg, rc, rc == 0 ? o : NULL);
+        spw_free(g);
+        g = next;
+    }
+}
+
+void ost__restore_fail(ost_store *s, ost_obj *o, int status)
+{
+    ost__obj_release_memory(s, o);
+    o->restoring = false;
+    getters_call(s, o, status);
+    if (o->deleted && o->pins == 0)
+        ost__obj_free_deleted(s, o);
+}
+
+static void spill_done(ost_store *s, spill_job *j)
+{
+    struct ost_spill *sp = s->spill;
+    ost_obj *o = j->o;
+    sp->spilling_bytes -= j->size;
+    o->spilling = false;
+    char hex[33];
+    if (j->status != 0) {
+        if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
+            !sp->quiescing && !o->deleted) {
+            /* Grow the map (no transaction is open between jobs) and try again. */
+            uint64_t grown = sp->map_size * 2;
+            if (sp->map_max != 0 && grown > sp->map_max)
+                grown = sp->map_max;
+            int rc = mdb_env_set_mapsize(sp->env, grown);
+            if (rc == 0) {
+                spw_log(SPW_LOG_INFO, "store=%s spill map grown to %llu bytes", s->name,
+                        (unsigned long long)grown);
+                sp->map_size = grown;
+                o->spilling = true;
+                sp->spilling_bytes += j->size;
+                j->status = 0;
+                j->stored = 0;
+                j->next = sp->work;
+                sp->work = j;
+                return;
+            }
+            spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
+                    mdb_strerror(rc));
+        }
+        if (!sp->full)
+            spw_log(SPW_LOG_ERR,
+                    "store=%s spill of obj=%s failed: %s%s%s; objects stay in memory until "
+                    "space is freed",
+                    s->name, spw_id_hex(o->id, hex), spw_strerror(j->status),
+                    j->mdb_rc ? ": " : "", j->mdb_rc ? mdb_strerror(j->mdb_rc) : "");
+        sp->full = true;
+        ost__lru_update(s, o);
+        if (o->deleted && o->pins == 0)
+            ost__obj_free_deleted(s, o);
+        spw_free(j);
+        return;
+    }
+    o->on_disk = true;
+    o->stored_size = j->stored;
+    s->st.objs_disk++;
+    s->st.spilled_raw += o->size;
+    s->st.spilled_stored += j->stored;
+    s->st.spill_count++;
+    s->st.spill_bytes += o->size;
+    s->st.spill_ns += j->ns;
+    s->st.spill_entries += nchunks(o->size);
+    if (o->deleted) {
+        if (o->pins == 0)
+            ost__obj_free_deleted(s, o);
+    } else if (o->pins == 0 && o->blk != NULL) {
+        /* Written: its memory can go. A reader that pinned it meanwhile keeps it. */
+        ost__obj_release_memory(s, o);
+    } else {
+        ost__lru_update(s, o);
+    }
+    spw_free(j);
+}
+
+static void restore_done(ost_store *s, spill_job *j)
+{
+    ost_obj *o = j->o;
+    if (j->status != 0) {
+        char hex[33];
+        spw_log(SPW_LOG_ERR, "store=%s restore of obj=%s failed: %s%s%s", s->name,
+                spw_id_hex(o->id, hex), spw_strerror(j->status), j->mdb_rc ? ": " : "",
+                j->mdb_rc ? mdb_strerror(j->mdb_rc) : "");
+        ost__restore_fail(s, o, j->status);
+    } else {
+        s->st.restore_count++;
+        s->st.restore_bytes += o->size;
+        s->st.restore_ns += j->ns;
+        o->restoring = false;
+        o->last_use_ns = spw_now_ns();
+        getters_call(s, o, o->deleted ? SPW_ENOOBJ : 0);
+        if (o->deleted && o->pins == 0)
+            ost__obj_free_deleted(s, o);
+        else
+            ost__lru_update(s, o);
+    }
+    spw_free(j);
+}
+
+static void job_after(uv_work_t *req, int status)
+{
+    (void)status;
+    spill_job *j = req->data;
+    ost_store *s = j->s;
+    struct ost_spill *sp = s->spill;
+    sp->running = NULL;
+    s->busy--;
+    switch (j->kind) {
+    case JOB_SPILL:
+        spill_done(s, j);
+        break;
+    case JOB_RESTORE:
+        restore_done(s, j);
+        break;
+    default:
+        if (j->status != 0)
+            spw_log(SPW_LOG_WARN, "store=%s deleting a spilled copy failed: %s", s->name,
+                    j->mdb_rc ? mdb_strerror(j->mdb_rc) : spw_strerror(j->status));
+        else
+            sp->full = false; /* space came back */
+        spw_free(j);
+    }
+    lane_next(s);
+    if (s->busy == 0 && sp->running == NULL && sp->quiescing && sp->idle_cb != NULL)
+        sp->idle_cb(sp->idle_arg);
+    else if (!sp->quiescing) {
+        ost__waiters_retry(s);
+        ost__spill_maintain(s);
+    }
+}
+
+static void lane_next(ost_store *s)
+{
+    struct ost_spill *sp = s->spill;
+    if (sp->running != NULL || sp->quiescing)
+        return;
+    spill_job *j = sp->restores != NULL ? sp->restores : sp->work;
+    if (j == NULL)
+        return;
+    if (j == sp->restores)
+        sp->restores = j->next;
+    else
+        sp->work = j->next;
+    j->next = NULL;
+    sp->running = j;
+    s->busy++;
+    j->req.data = j;
+    uv_queue_work(s->loop, &j->req, job_work, job_after);
+}
+
+static void enqueue(ost_store *s, spill_job *j)
+{
+    struct ost_spill *sp = s->spill;
+    spill_job **q = j->kind == JOB_RESTORE ? &sp->restores : &sp->work;
+    LL_APPEND(*q, j);
+    lane_next(s);
+}
+
+/* ------------------------------------------------------------ the policy */
 
 void ost__spill_forget(ost_store *s, ost_obj *o)
 {
-    (void)s;
+    if (!o->on_disk)
+        return;
     o->on_disk = false;
+    s->st.objs_disk--;
+    s->st.spilled_raw -= o->size;
+    s->st.spilled_stored -= o->stored_size;
+    s->st.spill_entries -= nchunks(o->size);
+    if (s->spill == NULL || s->spill->quiescing || s->closing)
+        return; /* the environment goes with the process */
+    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+    j->s = s;
+    j->kind = JOB_DELETE;
+    j->id = o->id;
+    j->size = o->size;
+    enqueue(s, j);
+}
+
+/* Frees memory of objects whose spilled copy is valid, and queues spills of others, oldest
+ * use first, until `need` bytes are on their way out. */
+static void spill_some(ost_store *s, uint64_t need)
+{
+    struct ost_spill *sp = s->spill;
+    ost_obj *o = s->lru, *next;
+    bool evicted = false;
+    while (o != NULL && need > 0) {
+        next = o->lru_next;
+        uint64_t bsize = o->size + (s->granule - o->size % s->granule) % s->granule;
+        if (o->on_disk) {
+            /* Already on disk and unchanged (objects are immutable): free, no write. */
+            ost__obj_release_memory(s, o);
+            ost__lru_update(s, o);
+            s->st.evictions++;
+            evicted = true;
+        } else if (!sp->full) {
+            o->spilling = true;
+            ost__lru_update(s, o);
+            sp->spilling_bytes += o->size;
+            spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+            j->s = s;
+            j->kind = JOB_SPILL;
+            j->o = o;
+            j->id = o->id;
+            j->size = o->size;
+            j->src = ost_obj_data(o);
+            enqueue(s, j);
+        } else {
+            o = next;
+            continue;
+        }
+        need = need > bsize ? need - bsize : 0;
+        o = next;
+    }
+    if (evicted)
+        ost__waiters_retry(s);
 }
 
 void ost__spill_maintain(ost_store *s)
 {
-    (void)s;
+    struct ost_spill *sp = s->spill;
+    if (sp == NULL || sp->quiescing || s->closing)
+        return;
+    uint64_t to_free;
+    ost_mem_state(s, &to_free);
+    uint64_t need = to_free + s->waiting_bytes;
+    need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
+    if (need > 0)
+        spill_some(s, need);
 }
 
 void ost__spill_for(ost_store *s, uint64_t bytes)
 {
-    (void)s;
-    (void)bytes;
+    (void)bytes; /* waiting_bytes already counts it */
+    ost__spill_maintain(s);
+}
+
+void ost__restore_start(ost_store *s, ost_obj *o)
+{
+    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+    j->s = s;
+    j->kind = JOB_RESTORE;
+    j->o = o;
+    j->id = o->id;
+    j->size = o->size;
+    j->dst = s->base + ost_obj_offset(o);
+    enqueue(s, j);
 }
 
 int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg)
 {
-    int rc = ost_obj_pin(s, o);
-    cb(arg, rc, rc == 0 ? o : NULL);
+    if (o->state != OST_SEALED) {
+        cb(arg, SPW_ENOTSEALED, NULL);
+        return 0;
+    }
+    if (o->blk != NULL && !o->restoring) {
+        int rc = ost_obj_pin(s, o);
+        cb(arg, rc, rc == 0 ? o : NULL);
+        return 0;
+    }
+    if (!o->on_disk || s->spill == NULL || s->spill->quiescing) {
+        cb(arg, s->spill != NULL && s->spill->quiescing ? SPW_ESHUTDOWN : SPW_EOBJLOST, NULL);
+        return 0;
+    }
+    ost_getter *g = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *g);
+    g->cb = cb;
+    g->arg = arg;
+    g->next = o->getters;
+    o->getters = g;
+    if (o->restoring)
+        return 0; /* joins the restore under way */
+    o->restoring = true;
+    int rc = s->waiters == NULL ? ost__obj_alloc(s, o) : SPW_ENOMEM;
+    if (rc == 0) {
+        ost__restore_start(s, o);
+        return 0;
+    }
+    /* No room: wait like an allocation, making room by spilling others. */
+    ost_waiter *w = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *w);
+    w->id = o->id;
+    w->size = o->size;
+    w->restore = o;
+    w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
+    DL_APPEND(s->waiters, w);
+    s->waiting_bytes += o->size;
+    ost__spill_for(s, o->size);
     return 0;
 }
 
+/* ------------------------------------------------------------ test hooks */
+
+typedef struct spill_all {
+    void (*cb)(void *arg);
+    void *arg;
+} spill_all;
+
 int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg)
 {
-    (void)s;
+    if (s->spill == NULL)
+        return SPW_ENOTSUP;
+    spill_some(s, UINT64_MAX);
     (void)cb;
     (void)arg;
-    return SPW_ENOTSUP;
+    return 0;
+}
+
+void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
+{
+    struct ost_spill *sp = s->spill;
+    if (sp == NULL) {
+        if (idle != NULL)
+            idle(arg);
+        return;
+    }
+    sp->quiescing = true;
+    sp->idle_cb = idle;
+    sp->idle_arg = arg;
+    /* Queued work is dropped: spills leave objects in memory, restores fail. */
+    spill_job *j, *tmp;
+    LL_FOREACH_SAFE(sp->work, j, tmp)
+    {
+        if (j->kind == JOB_SPILL) {
+            j->o->spilling = false;
+            sp->spilling_bytes -= j->size;
+            ost__lru_update(s, j->o);
+        }
+        spw_free(j);
+    }
+    sp->work = NULL;
+    LL_FOREACH_SAFE(sp->restores, j, tmp)
+    {
+        ost_obj *o = j->o;
+        spw_free(j);
+        ost__restore_fail(s, o, SPW_ESHUTDOWN);
+    }
+    sp->restores = NULL;
+    if (sp->running == NULL && idle != NULL)
+        idle(arg);
 }

@@ -97,11 +97,13 @@ fail:
     return rc;
 }
 
-static void obj_release_memory(ost_store *s, ost_obj *o)
+void ost__obj_release_memory(ost_store *s, ost_obj *o)
 {
     if (o->blk == NULL)
         return;
     uint64_t bsize = ost_block_size(o->blk);
+    if (o->pins > 0)
+        s->st.pinned -= bsize;
     ARENA_POISON(s->base + ost_block_off(o->blk), bsize);
     ost_alloc_put(s->alloc, o->blk);
     o->blk = NULL;
@@ -111,7 +113,7 @@ static void obj_release_memory(ost_store *s, ost_obj *o)
 
 static void obj_destroy(ost_store *s, ost_obj *o)
 {
-    obj_release_memory(s, o);
+    ost__obj_release_memory(s, o);
     if (o->on_disk)
         ost__spill_forget(s, o);
     spw_free(o);
@@ -122,6 +124,18 @@ void ost_store_free(ost_store *s)
     if (s == NULL)
         return;
     SPW_ASSERT(s->busy == 0);
+    s->closing = true;
+    /* Waiters first: a restore waiter points at an object freed below. */
+    ost_waiter *w, *wtmp;
+    DL_FOREACH_SAFE(s->waiters, w, wtmp)
+    {
+        DL_DELETE(s->waiters, w);
+        if (w->restore != NULL)
+            ost__restore_fail(s, w->restore, SPW_ESHUTDOWN);
+        else
+            w->cb(w->arg, SPW_ESHUTDOWN, NULL);
+        spw_free(w);
+    }
     ost_obj *o, *tmp;
     HASH_ITER(hh, s->table, o, tmp)
     {
@@ -132,13 +146,6 @@ void ost_store_free(ost_store *s)
     {
         DL_DELETE(s->zombies, o);
         obj_destroy(s, o);
-    }
-    ost_waiter *w, *wtmp;
-    DL_FOREACH_SAFE(s->waiters, w, wtmp)
-    {
-        DL_DELETE(s->waiters, w);
-        w->cb(w->arg, SPW_ESHUTDOWN, NULL);
-        spw_free(w);
     }
     ost__spill_close(s);
     if (s->base != NULL)
@@ -197,7 +204,7 @@ void ost_store_set_limit(ost_store *s, uint64_t limit)
 void ost__lru_update(ost_store *s, ost_obj *o)
 {
     bool want = o->state == OST_SEALED && o->blk != NULL && o->pins == 0 && !o->spilling &&
-                !o->deleted;
+                !o->restoring && !o->deleted;
     if (want && !o->on_lru) {
         DL_APPEND2(s->lru, o, lru_prev, lru_next);
         o->on_lru = true;
@@ -218,7 +225,7 @@ static void touch(ost_store *s, ost_obj *o)
 
 /* ------------------------------------------------------------- objects */
 
-static void pins_changed(ost_store *s, ost_obj *o, uint32_t before)
+void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before)
 {
     if (o->blk != NULL) {
         uint64_t bsize = ost_block_size(o->blk);
@@ -282,7 +289,6 @@ int ost_obj_create(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
     return rc;
 }
 
-static void waiters_retry(ost_store *s);
 
 int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
 {
@@ -305,7 +311,7 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
     return 0;
 }
 
-static void waiters_retry(ost_store *s)
+void ost__waiters_retry(ost_store *s)
 {
     if (s->retrying)
         return; /* a waiter's callback freed memory: the loop below sees it */
@@ -315,19 +321,35 @@ static void waiters_retry(ost_store *s)
     DL_FOREACH_SAFE(s->waiters, w, tmp)
     {
         ost_obj *o = NULL;
-        int rc = create_now(s, w->id, w->size, &o);
+        int rc;
+        if (w->restore != NULL) {
+            o = w->restore;
+            rc = o->deleted ? SPW_ENOOBJ : ost__obj_alloc(s, o);
+        } else {
+            rc = create_now(s, w->id, w->size, &o);
+        }
         if (rc == SPW_ENOMEM && now < w->deadline_ns)
             break; /* first come, first served: a big request is not starved by small ones */
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
         if (rc == SPW_ENOMEM) {
+            bool full = ost__spill_full(s);
             spw_log(SPW_LOG_WARN,
-                    "store=%s allocation of %llu bytes gave up after %u ms: used=%llu pinned=%llu",
+                    "store=%s allocation of %llu bytes gave up after %u ms: used=%llu "
+                    "pinned=%llu%s",
                     s->name, (unsigned long long)w->size, s->opts.alloc_wait_ms,
-                    (unsigned long long)s->st.used, (unsigned long long)s->st.pinned);
-            rc = SPW_EBACKPRESSURE;
+                    (unsigned long long)s->st.used, (unsigned long long)s->st.pinned,
+                    full ? " and the spill storage is full" : "");
+            rc = full ? SPW_ESPILLFULL : SPW_EBACKPRESSURE;
         }
-        w->cb(w->arg, rc, rc == 0 ? o : NULL);
+        if (w->restore != NULL) {
+            if (rc == 0)
+                ost__restore_start(s, w->restore);
+            else
+                ost__restore_fail(s, w->restore, rc);
+        } else {
+            w->cb(w->arg, rc, rc == 0 ? o : NULL);
+        }
         spw_free(w);
     }
     s->retrying = false;
@@ -343,17 +365,22 @@ int ost_obj_seal(ost_store *s, ost_obj *o)
     uint32_t before = o->pins;
     o->pins--;
     o->last_use_ns = spw_now_ns();
-    pins_changed(s, o, before);
+    ost__pins_changed(s, o, before);
     if (o->pins == 0 && o->deleted)
         ost__obj_free_deleted(s, o);
+    else
+        ost__spill_maintain(s);
     return 0;
 }
 
 void ost__obj_free_deleted(ost_store *s, ost_obj *o)
 {
+    /* Only when nobody uses it any more: no pin, no spill or restore job reading or writing. */
+    if (!o->deleted || o->pins > 0 || o->spilling || o->restoring)
+        return;
     DL_DELETE(s->zombies, o);
     obj_destroy(s, o);
-    waiters_retry(s);
+    ost__waiters_retry(s);
 }
 
 void ost_obj_abort(ost_store *s, ost_obj *o)
@@ -368,7 +395,7 @@ void ost_obj_abort(ost_store *s, ost_obj *o)
         HASH_DEL(s->table, o);
     }
     obj_destroy(s, o);
-    waiters_retry(s);
+    ost__waiters_retry(s);
 }
 
 ost_obj *ost_obj_find(const ost_store *s, spw_id id)
@@ -430,7 +457,7 @@ int ost_obj_pin(ost_store *s, ost_obj *o)
     o->pins++;
     o->last_use_ns = spw_now_ns();
     touch(s, o);
-    pins_changed(s, o, before);
+    ost__pins_changed(s, o, before);
     return 0;
 }
 
@@ -440,9 +467,11 @@ int ost_obj_unpin(ost_store *s, ost_obj *o)
         return SPW_ENOTHELD;
     uint32_t before = o->pins;
     o->pins--;
-    pins_changed(s, o, before);
+    ost__pins_changed(s, o, before);
     if (o->pins == 0 && o->deleted)
         ost__obj_free_deleted(s, o);
+    else if (o->pins == 0)
+        ost__spill_maintain(s);
     return 0;
 }
 
@@ -461,12 +490,12 @@ int ost_obj_delete(ost_store *s, spw_id id)
         return 0;
     }
     obj_destroy(s, o);
-    waiters_retry(s);
+    ost__waiters_retry(s);
     return 0;
 }
 
 void ost_store_maintain(ost_store *s)
 {
-    waiters_retry(s);
+    ost__waiters_retry(s);
     ost__spill_maintain(s);
 }

@@ -27,11 +27,14 @@ struct ost_obj {
     struct ost_getter *getters; /* callbacks waiting for a restore */
 };
 
+/* An allocation waiting for room: a new object (create_async), or memory to restore a spilled
+ * object into (restore != NULL). First come, first served. */
 typedef struct ost_waiter {
     spw_id id;
     uint64_t size;
     ost_cb cb;
     void *arg;
+    ost_obj *restore;
     uint64_t deadline_ns;
     struct ost_waiter *prev, *next;
 } ost_waiter;
@@ -60,6 +63,7 @@ struct ost_store {
     ost_waiter *waiters;
     uint64_t waiting_bytes;
     bool retrying;
+    bool closing;       /* being freed: no more spill jobs */
     int busy;           /* threadpool jobs in flight */
     ost_stats st;
     struct ost_spill *spill;
@@ -67,13 +71,23 @@ struct ost_store {
 
 void ost__lru_update(ost_store *s, ost_obj *o);
 int ost__obj_alloc(ost_store *s, ost_obj *o);
+void ost__obj_release_memory(ost_store *s, ost_obj *o);
 void ost__obj_free_deleted(ost_store *s, ost_obj *o);
+void ost__waiters_retry(ost_store *s);
+void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before);
 
 /* spill.c */
 int ost__spill_open(ost_store *s, const char *dir);
 void ost__spill_close(ost_store *s);
+/* The object is going away: its spilled copy is deleted (in the background). */
 void ost__spill_forget(ost_store *s, ost_obj *o);
+/* Spills or evicts LRU objects while use is above the threshold or allocations wait. */
 void ost__spill_maintain(ost_store *s);
 void ost__spill_for(ost_store *s, uint64_t bytes);
+/* Queues the read of a restoring object whose memory is allocated. */
+void ost__restore_start(ost_store *s, ost_obj *o);
+/* Fails the getters of a restoring object that could not get memory. */
+void ost__restore_fail(ost_store *s, ost_obj *o, int status);
+bool ost__spill_full(const ost_store *s);
 
 #endif

@@ -94,6 +94,8 @@ static void send_heartbeat(wrk *w)
     int64_t rss = spw_proc_status_kib((int)getpid(), "VmRSS");
     v[PROTO_STAT_RSS_KIB] = rss > 0 ? (uint64_t)rss : 0;
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
+    v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
+    v[PROTO_STAT_EVICTIONS] = st.evictions;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_HEARTBEAT, 0, 1);
     proto_put_arr(&e, PROTO_STAT_COUNT);
@@ -297,8 +299,8 @@ void wrk__maybe_done(wrk *w)
 {
     if (w->handles > 0 || w->ctx != NULL)
         return;
-    if (ost_store_busy(w->store) > 0)
-        return; /* the last threadpool job calls back here */
+    if (w->store != NULL && ost_store_busy(w->store) > 0)
+        return; /* the store's idle callback calls back here */
     void (*done)(void *, int) = w->done;
     void *arg = w->done_arg;
     int status = w->close_status;
@@ -320,6 +322,11 @@ static void handle_closed(uv_handle_t *h)
     wrk *w = h->data;
     w->handles--;
     wrk__maybe_done(w);
+}
+
+static void store_idle(void *arg)
+{
+    wrk__maybe_done(arg);
 }
 
 static void ctx_closed(void *arg)
@@ -376,6 +383,8 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
         uv_timer_start(&w->kill_timer, kill_timer_cb, 5000, 0);
     }
     wrk__peers_close(w);
+    if (w->store != NULL)
+        ost_store_quiesce(w->store, store_idle, w);
     if (w->ctx != NULL)
         proto_ctx_close(w->ctx, ctx_closed, w);
     else

@@ -73,6 +73,7 @@ typedef struct ost_stats {
     uint64_t restore_bytes;  /* raw bytes read back, ever */
     uint64_t restore_ns;     /* time spent restoring, ever */
     uint64_t evictions;      /* in-memory copies dropped because a spilled copy existed */
+    uint64_t spill_entries;  /* records in the LMDB environment */
 } ost_stats;
 
 /** Memory levels, from ost_mem_state(). */
@@ -155,8 +156,12 @@ int ost_obj_delete(ost_store *s, spw_id id);
 /** Starts spilling now if the store is above its threshold (runs in bounded slices on the
  * loop). Called after allocations and by the worker's timer. */
 void ost_store_maintain(ost_store *s);
-/** Test hook: spills every unpinned sealed object now (asynchronously); cb runs when done. */
+/** Test hook: starts spilling every unpinned sealed object now (in the background).
+ * @return 0, or SPW_ENOTSUP without a spill directory. */
 int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg);
+/** Stops starting spill work (queued spills are dropped, queued restores fail with
+ * SPW_ESHUTDOWN); idle(arg) runs once no job is running (at once if none is). For shutdown. */
+void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,49 @@
+/*
+ * Spill records: how one chunk of an object is laid out in LMDB (private to objstore).
+ *
+ * A record is a 32-byte header and the stored bytes. The header holds a magic, a version, the
+ * codec (raw or zstd), the raw length, the stored length and an XXH3-64 checksum of the raw
+ * bytes. Spill files are untrusted input, like the network: ost_rec_decode checks every field
+ * and the checksum before a single byte reaches the arena. Both functions are pure (no I/O, no
+ * globals) so they can be fuzzed.
+ */
+#ifndef SPW_OST_SPILL_RECORD_H
+#define SPW_OST_SPILL_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zstd.h>
+
+#define OST_REC_MAGIC 0x53505752u /* "SPWR" */
+#define OST_REC_VERSION 1
+#define OST_REC_HDR 32
+#define OST_REC_RAW 0
+#define OST_REC_ZSTD 1
+#define OST_REC_MAX_RAW (64u << 20) /* largest chunk a record may claim */
+
+typedef struct ost_rec_hdr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t codec;    /* OST_REC_RAW or OST_REC_ZSTD */
+    uint16_t reserved;
+    uint32_t raw_len;    /* bytes after decoding */
+    uint32_t stored_len; /* bytes after the header */
+    uint64_t checksum;   /* XXH3-64 of the raw bytes */
+    uint64_t reserved2;
+} ost_rec_hdr;
+
+/** Encodes raw into out (capacity outcap, at least OST_REC_HDR + ZSTD_compressBound(len)):
+ * zstd at level, or raw when that does not save at least 1/16 of the bytes.
+ * @param[in] cctx a reusable compression context.
+ * @return the record's size, or SPW_EINVAL (too large / no room). */
+int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
+                       size_t outcap);
+
+/** Checks a record and decodes it into dst, which must hold exactly expect_len bytes.
+ * @return 0; SPW_ECORRUPT for a bad magic, version, codec, length, checksum, or a zstd
+ *         failure (the caller logs it once). */
+int ost_rec_decode(ZSTD_DCtx *dctx, const uint8_t *rec, size_t reclen, uint8_t *dst,
+                   size_t expect_len);
+
+#endif

@@ -1,0 +1,357 @@
+/* Unit tests for spilling: LMDB + zstd under a real store, driven by a real loop. */
+#include "spillway/objstore.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "spill_record.h"
+#include "test_main.h"
+
+static uv_loop_t loop;
+static char dir[256];
+
+static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uint32_t wait_ms)
+{
+    uv_loop_init(&loop);
+    snprintf(dir, sizeof dir, "/tmp/spw-spill-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    ost_opts o;
+    ost_opts_default(&o);
+    o.capacity = capacity;
+    o.spill_dir = dir;
+    o.spill_map_size = map_size;
+    o.spill_map_max = map_max;
+    o.alloc_wait_ms = wait_ms;
+    o.name = "spilltest";
+    ost_store *s = NULL;
+    assert_int_equal(ost_store_new(&loop, &o, &s), 0);
+    return s;
+}
+
+static int entries_in(const char *path)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void done(ost_store *s)
+{
+    ost_store_quiesce(s, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_store_free(s);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(spw_heap_used(SPW_MOD_OBJSTORE), 0);
+    assert_int_equal(entries_in(dir), 0); /* nothing left behind */
+    rmdir(dir);
+}
+
+static ost_stats stats(ost_store *s)
+{
+    ost_stats st;
+    ost_stats_get(s, &st);
+    return st;
+}
+
+static spw_id id(uint64_t n)
+{
+    return (spw_id){0x5111ULL, n};
+}
+
+/* Deterministic contents: compressible (a random walk of doubles) or not (random bytes). */
+static void fill_obj(uint8_t *p, size_t n, uint64_t seed, bool compressible)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+    double v = 100;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if (compressible) {
+            v += (double)((int)(x % 21) - 10) * 0.01;
+            memcpy(p + i, &v, 8);
+        } else {
+            memcpy(p + i, &x, 8);
+        }
+    }
+}
+
+static ost_obj *put(ost_store *s, uint64_t n, size_t size, bool compressible)
+{
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(n), size, &o), 0);
+    fill_obj(ost_obj_data(o), size, n, compressible);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    return o;
+}
+
+typedef struct got {
+    int calls, status;
+    ost_obj *o;
+} got;
+
+static void got_cb(void *arg, int status, ost_obj *o)
+{
+    got *g = arg;
+    g->calls++;
+    g->status = status;
+    g->o = o;
+}
+
+/* Gets an object back (restoring it if spilled) and checks every byte. */
+static void check(ost_store *s, uint64_t n, size_t size, bool compressible)
+{
+    ost_obj *o = ost_obj_find(s, id(n));
+    assert_non_null(o);
+    got g = {0};
+    ost_obj_get_async(s, o, got_cb, &g);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    uint8_t *want = malloc(size);
+    fill_obj(want, size, n, compressible);
+    assert_memory_equal(ost_obj_data(o), want, size);
+    free(want);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+}
+
+static void spill_past_threshold_then_restore_every_byte(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    /* 10x the capacity, compressible and not, alternately. */
+    for (uint64_t i = 0; i < 40; i++) {
+        ost_obj *o;
+        got g = {0};
+        ost_obj_create_async(s, id(i), 4u << 20, got_cb, &g);
+        while (g.calls == 0)
+            uv_run(&loop, UV_RUN_ONCE);
+        assert_int_equal(g.status, 0);
+        o = g.o;
+        fill_obj(ost_obj_data(o), 4u << 20, i, i % 2 == 0);
+        ost_obj_seal(s, o);
+        assert_true(stats(s).used <= 16u << 20);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_true(st.objs_disk > 0);
+    assert_true(st.spilled_raw >= st.objs_disk * (4u << 20) - (4u << 20));
+    assert_true(st.spilled_stored < st.spilled_raw); /* half of it compresses */
+    assert_true(st.used <= (uint64_t)(0.8 * (16u << 20)) + (4u << 20));
+    for (uint64_t i = 0; i < 40; i++)
+        check(s, i, 4u << 20, i % 2 == 0);
+    assert_true(stats(s).restore_count > 0);
+    for (uint64_t i = 0; i < 40; i++)
+        assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spilled_raw, 0);
+    assert_int_equal(st.spilled_stored, 0);
+    assert_int_equal(st.spill_entries, 0);
+    done(s);
+}
+
+static void second_eviction_costs_no_write(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_count, 1);
+    assert_int_equal(stats(s).used, 0);
+    check(s, 1, 4u << 20, true); /* restored: in memory and still on disk */
+    assert_int_equal(stats(s).objs_disk, 1);
+    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.spill_count, 1); /* no second write */
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.used, 0);
+    check(s, 1, 4u << 20, true);
+    ost_obj_delete(s, id(1));
+    done(s);
+}
+
+/* Pinned objects keep their memory (a spill may copy them, never free them), so a store full of
+ * pinned objects makes allocations wait, then fail with SPW_EBACKPRESSURE. */
+static void pinned_objects_keep_memory_and_allocations_fail_clearly(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 0);
+    ost_obj *a = put(s, 1, 4u << 20, true);
+    ost_obj *b = put(s, 2, 4u << 20, true);
+    assert_int_equal(ost_obj_pin(s, a), 0);
+    assert_int_equal(ost_obj_pin(s, b), 0);
+    got g = {0};
+    ost_obj_create_async(s, id(3), 1u << 20, got_cb, &g);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_store_maintain(s); /* the deadline (0 ms) has passed */
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, SPW_EBACKPRESSURE);
+    assert_int_equal(stats(s).used, 8u << 20);
+    assert_int_equal(stats(s).pinned, 8u << 20);
+    assert_int_equal(ost_obj_unpin(s, a), 0);
+    assert_int_equal(ost_obj_unpin(s, b), 0);
+    check(s, 1, 4u << 20, true);
+    ost_obj_delete(s, id(1));
+    ost_obj_delete(s, id(2));
+    done(s);
+}
+
+static void larger_than_capacity_is_etoobig(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    got g = {0};
+    ost_obj_create_async(s, id(1), (8u << 20) + 1, got_cb, &g);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, SPW_ETOOBIG);
+    done(s);
+}
+
+/* A tiny map that cannot grow: spills fail, nothing is lost, the error says why. */
+static void full_spill_map_fails_cleanly_and_keeps_objects(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 1u << 20, 1u << 20, 0);
+    /* Random data does not compress: 4 MiB cannot fit a 1 MiB map. */
+    put(s, 1, 4u << 20, false);
+    put(s, 2, 3u << 20, false);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spill_entries, 0);
+    got g = {0};
+    ost_obj_create_async(s, id(3), 4u << 20, got_cb, &g);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_store_maintain(s);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, SPW_ESPILLFULL);
+    check(s, 1, 4u << 20, false);
+    check(s, 2, 3u << 20, false);
+    ost_obj_delete(s, id(1));
+    ost_obj_delete(s, id(2));
+    done(s);
+}
+
+static void map_grows_when_allowed(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 1u << 20, 0, 30000);
+    for (uint64_t i = 0; i < 6; i++) {
+        got g = {0};
+        ost_obj_create_async(s, id(i), 3u << 20, got_cb, &g);
+        while (g.calls == 0)
+            uv_run(&loop, UV_RUN_ONCE);
+        assert_int_equal(g.status, 0);
+        fill_obj(ost_obj_data(g.o), 3u << 20, i, false);
+        ost_obj_seal(s, g.o);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_true(stats(s).objs_disk >= 3);
+    for (uint64_t i = 0; i < 6; i++)
+        check(s, i, 3u << 20, false);
+    for (uint64_t i = 0; i < 6; i++)
+        ost_obj_delete(s, id(i));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_entries, 0);
+    done(s);
+}
+
+static void delete_during_spill_is_safe(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* while the job writes it */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spill_entries, 0);
+    done(s);
+}
+
+static void stale_spill_of_a_dead_worker_is_cleared(void **state)
+{
+    (void)state;
+    char base[64];
+    snprintf(base, sizeof base, "/tmp/spw-stale-XXXXXX");
+    assert_non_null(mkdtemp(base));
+    /* What a worker killed between creating and unlinking its files would leave. */
+    char stale[256], f[300];
+    snprintf(stale, sizeof stale, "%s/spillway-999999-abcdef", base);
+    assert_int_equal(mkdir(stale, 0700), 0);
+    snprintf(f, sizeof f, "%s/data.mdb", stale);
+    FILE *fp = fopen(f, "w");
+    fputs("old spill", fp);
+    fclose(fp);
+    uv_loop_init(&loop);
+    ost_opts o;
+    ost_opts_default(&o);
+    o.capacity = 1u << 20;
+    o.spill_dir = base;
+    ost_store *s;
+    assert_int_equal(ost_store_new(&loop, &o, &s), 0);
+    assert_int_equal(entries_in(base), 0); /* cleared, and ours is already unlinked */
+    snprintf(dir, sizeof dir, "%s", base);
+    done(s);
+}
+
+static void record_codec_round_trips_and_rejects_damage(void **state)
+{
+    (void)state;
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    size_t n = 1u << 20;
+    uint8_t *raw = malloc(n), *out = malloc(OST_REC_HDR + ZSTD_compressBound(n)), *back = malloc(n);
+    for (int comp = 0; comp < 2; comp++) {
+        fill_obj(raw, n, 7, comp);
+        int64_t len = ost_rec_encode(cc, 1, raw, n, out, OST_REC_HDR + ZSTD_compressBound(n));
+        assert_true(len > OST_REC_HDR);
+        assert_int_equal(out[5], comp ? OST_REC_ZSTD : OST_REC_RAW);
+        assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+        assert_memory_equal(back, raw, n);
+        /* Wrong expected length, truncation, a flipped bit anywhere: all refused. */
+        assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n - 1), SPW_ECORRUPT);
+        assert_int_equal(ost_rec_decode(dc, out, (size_t)len - 1, back, n), SPW_ECORRUPT);
+        assert_int_equal(ost_rec_decode(dc, out, 10, back, n), SPW_ECORRUPT);
+        for (size_t pos = 0; pos < (size_t)len; pos += (size_t)len / 97 + 1) {
+            out[pos] ^= 0x10;
+            assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), SPW_ECORRUPT);
+            out[pos] ^= 0x10;
+        }
+    }
+    free(raw);
+    free(out);
+    free(back);
+    ZSTD_freeCCtx(cc);
+    ZSTD_freeDCtx(dc);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(spill_past_threshold_then_restore_every_byte),
+    cmocka_unit_test(second_eviction_costs_no_write),
+    cmocka_unit_test(pinned_objects_keep_memory_and_allocations_fail_clearly),
+    cmocka_unit_test(larger_than_capacity_is_etoobig),
+    cmocka_unit_test(full_spill_map_fails_cleanly_and_keeps_objects),
+    cmocka_unit_test(map_grows_when_allowed),
+    cmocka_unit_test(delete_during_spill_is_safe),
+    cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
+    cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
+};
+
+SPW_TEST_MAIN(tests)
