@@ -493,6 +493,8 @@ static void job_after(uv_work_t *req, int status)
     else if (!sp->quiescing) {
         ost__waiters_retry(s);
         ost__spill_maintain(s);
+        if (s->opts.freed_cb != NULL)
+            s->opts.freed_cb(s->opts.freed_arg);
     }
 }
 

@@ -115,6 +115,14 @@ void wrk__mem_check(wrk *w)
     }
 }
 
+/* A spill finished: a paused worker may resume now rather than at the next tick. */
+static void store_freed(void *arg)
+{
+    wrk *w = arg;
+    if (!w->closing)
+        wrk__mem_check(w);
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
@@ -227,6 +235,8 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     ost_opts so = o->store;
     if (so.name == NULL || strcmp(so.name, "store") == 0)
         so.name = storename;
+    so.freed_cb = store_freed;
+    so.freed_arg = w;
     int rc = ost_store_new(loop, &so, &w->store);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "store of %llu bytes: %s", (unsigned long long)so.capacity,

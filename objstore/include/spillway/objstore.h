@@ -51,6 +51,10 @@ typedef struct ost_opts {
     uint64_t spill_map_max;   /* largest LMDB map size, bytes (0 = no limit but the disk) */
     uint32_t alloc_wait_ms;   /* how long an allocation waits under back-pressure (30000) */
     const char *name;         /* used in log lines and the memfd name */
+    /* Called on the loop thread when memory was freed in the background (a spill finished),
+     * so the owner can re-read ost_mem_state at once rather than at its next timer tick. */
+    void (*freed_cb)(void *arg);
+    void *freed_arg;
 } ost_opts;
 
 void ost_opts_default(ost_opts *o);
