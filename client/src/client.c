@@ -56,7 +56,14 @@ const char *spillway__addr(const spillway *c)
 
 spw_id spillway__new_id(spillway *c)
 {
-    return (spw_id){c->id_hi, ++c->next_id};
+    /* hi: a bijective mix of (seed + counter), so ids differ in their first digits (the short
+     * form spillway-ctl prints) and never repeat within this client; lo: this client's random
+     * tag, so two clients' ids do not meet. */
+    uint64_t z = c->id_hi + ++c->next_id * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (spw_id){z, c->id_lo};
 }
 
 handle *spillway__handle_find(spillway *c, spw_id id)
@@ -220,6 +227,8 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
         if (k->on_reply != NULL)
             k->on_reply(m, k->arg);
         k->done = true;
+    } else if (k->on_reply != NULL) {
+        k->on_reply(m, k->arg); /* one part of a reply in several frames */
     }
 }
 
@@ -278,9 +287,13 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->inline_limit = o->inline_limit;
     spw_host_id(c->host_id, sizeof c->host_id);
-    if (getrandom(&c->id_hi, sizeof c->id_hi, 0) != sizeof c->id_hi)
-        c->id_hi = spw_now_ns() ^ ((uint64_t)getpid() << 32);
-    c->id_hi |= 1; /* never the nil id */
+    uint64_t seed[2];
+    if (getrandom(seed, sizeof seed, 0) != sizeof seed) {
+        seed[0] = spw_now_ns() ^ ((uint64_t)getpid() << 32);
+        seed[1] = spw_id_hash((spw_id){seed[0], (uint64_t)getpid()});
+    }
+    c->id_hi = seed[0];
+    c->id_lo = seed[1] | 1; /* never the nil id */
     uv_loop_init(&c->loop);
     uv_timer_init(&c->loop, &c->timer);
     c->timer.data = c;
@@ -354,9 +367,18 @@ void spillway_close(spillway *c)
 int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
                       void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms)
 {
+    return spillway__request_until(c, enc, on_reply, arg, 0, timeout_ms);
+}
+
+int spillway__request_until(spillway *c,
+                            void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                            void (*on_reply)(const proto_msg *m, void *arg), void *arg,
+                            uint32_t last_type, int timeout_ms)
+{
     if (c->sched == NULL)
         return SPW_ECLOSED;
-    uint64_t req = spillway__call_begin(c, 0); /* 0: any reply but ERROR completes it */
+    /* last_type 0: any reply but ERROR completes it. */
+    uint64_t req = spillway__call_begin(c, last_type);
     c->call.on_reply = on_reply;
     c->call.arg = arg;
     proto_enc e;

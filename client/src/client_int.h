@@ -78,7 +78,7 @@ struct spillway {
     proto_welcome wel;
     uint64_t inline_limit;
     uint64_t next_req;
-    uint64_t id_hi, next_id;
+    uint64_t id_hi, id_lo, next_id;
     handle *handles;
     peer *peers;
     local *locals;
@@ -111,6 +111,13 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
  * @return 0, the peer's error, SPW_ETIMEDOUT or SPW_ECLOSED. */
 int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
                       void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms);
+
+/** Like spillway__request for replies in several frames: on_reply sees each, and the frame of
+ * type last_type ends the request. */
+int spillway__request_until(spillway *c,
+                            void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                            void (*on_reply)(const proto_msg *m, void *arg), void *arg,
+                            uint32_t last_type, int timeout_ms);
 
 /** The scheduler session's address as "host:port". */
 const char *spillway__addr(const spillway *c);

@@ -475,6 +475,12 @@ int ost_obj_unpin(ost_store *s, ost_obj *o)
     return 0;
 }
 
+void ost_store_foreach(const ost_store *s, void (*fn)(void *arg, const ost_obj *o), void *arg)
+{
+    for (const ost_obj *o = s->table; o != NULL; o = o->hh.next)
+        fn(arg, o);
+}
+
 int ost_obj_delete(ost_store *s, spw_id id)
 {
     ost_obj *o;

@@ -240,6 +240,13 @@ void proto_ctx_set_data(proto_ctx *ctx, void *data)
     ctx->data = data;
 }
 
+void proto_ctx_set_name(proto_ctx *ctx, const char *name)
+{
+    spw_free(ctx->name);
+    ctx->name = spw_strdup(SPW_MOD_PROTO, name);
+    ctx->opts.name = ctx->name;
+}
+
 void *proto_ctx_data(const proto_ctx *ctx)
 {
     return ctx->data;

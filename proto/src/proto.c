@@ -37,6 +37,13 @@ const char *proto_role_name(int role)
     }
 }
 
+const char *proto_refkind_name(int kind)
+{
+    static const char *const names[PROTO_REF_KINDS] = {"CLIENT", "TASK_ARG", "PINNED",
+                                                       "BROADCAST", "OUTPUT"};
+    return kind >= 0 && kind < PROTO_REF_KINDS ? names[kind] : "?";
+}
+
 const char *proto_type_name(uint32_t type)
 {
     switch (type) {
@@ -102,7 +109,22 @@ typedef struct pschema {
 #define LIST_U(mn) {PF_LIST_U, 0, 0, (mn), UINT32_MAX}
 #define LIST_ID {PF_LIST_ID, 0, 0, 0, UINT32_MAX}
 
-enum rec_schema { REC_WINFO, REC_LOC, REC_TASK, REC_ARG, REC_WARG, REC_SWORKER, REC_SCLIENT, REC_EARG, REC_COUNT };
+enum rec_schema {
+    REC_WINFO,
+    REC_LOC,
+    REC_TASK,
+    REC_ARG,
+    REC_WARG,
+    REC_SWORKER,
+    REC_SCLIENT,
+    REC_EARG,
+    REC_MOBJ,
+    REC_HOLDER,
+    REC_MLOC,
+    REC_MNODE,
+    REC_OLOBJ,
+    REC_COUNT
+};
 
 static const pschema rec_schemas[REC_COUNT] = {
     [REC_WINFO] = {5, {NAME, U, U, NAME, NAME}},
@@ -113,6 +135,13 @@ static const pschema rec_schemas[REC_COUNT] = {
     [REC_SWORKER] = {8, {U, NAME, NAME, U, U, U, U, LIST_U(0)}},
     [REC_SCLIENT] = {6, {U, NAME, U, U, U, U}},
     [REC_EARG] = {4, {U, OPT_BIN(UINT32_MAX), U, U}},
+    [REC_MOBJ] = {12,
+                  {ID, U, U, NAME, NAME, U, U, NAME, LIST_U(PROTO_REF_KINDS), RECS(REC_HOLDER),
+                   RECS(REC_MLOC), U}},
+    [REC_HOLDER] = {3, {U, U, NAME}},
+    [REC_MLOC] = {4, {U, U, U, U}},
+    [REC_MNODE] = {5, {U, NAME, NAME, LIST_U(0), U}},
+    [REC_OLOBJ] = {5, {ID, U, U, U, U}},
 };
 
 static const pschema msg_schemas[PROTO_TYPE_MAX] = {
@@ -151,6 +180,11 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_STATUS_REQ] = {0, {{0}}},
     [PROTO_STATUS] = {8, {U, U, NAME, RECS(REC_SWORKER), RECS(REC_SCLIENT),
                           LIST_U(PROTO_TSTATE_COUNT), U, U}},
+    [PROTO_MEMORY_REQ] = {1, {U}},
+    [PROTO_MEMORY_OBJS] = {1, {RECS(REC_MOBJ)}},
+    [PROTO_MEMORY_END] = {2, {RECS(REC_MNODE), U}},
+    [PROTO_OBJ_LIST_REQ] = {1, {U}},
+    [PROTO_OBJ_LIST] = {2, {RECS(REC_OLOBJ), LIST_U(0)}},
     [PROTO_EXEC] = {4, {ID, NAME, RECS(REC_EARG), U}},
     [PROTO_EXEC_ALLOC] = {2, {ID, U}},
     [PROTO_EXEC_ALLOC_OK] = {1, {U}},

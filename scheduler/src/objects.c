@@ -29,6 +29,10 @@ sched_obj *sched__obj_new(sched *s, spw_id id, uint64_t owner, const char *site)
     o->id = id;
     o->state = OBJ_PENDING;
     o->owner = owner;
+    sched_session *ss;
+    HASH_FIND(hh, s->sessions, &owner, sizeof owner, ss);
+    o->owner_host = sched__host_intern(s, ss != NULL ? ss->host : "?");
+    o->owner_pid = ss != NULL ? ss->pid : 0;
     o->site = spw_strdup(SPW_MOD_SCHED, site != NULL ? site : "");
     o->created_ms = spw_wall_ms();
     HASH_ADD(hh, s->objects, id, sizeof o->id, o);
@@ -288,8 +292,16 @@ void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
     spw_free(o->errmsg);
     o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
     o->graph_hold++;
-    sched_arg *a, *tmp;
-    DL_FOREACH_SAFE2(o->consumers, a, tmp, cnext) sched__dep_failed(s, a, err, msg);
+    /* Failing a consumer unlinks all of its arguments, possibly the next one on this list: take
+     * the list's first waiting argument each time. */
+    for (;;) {
+        sched_arg *a = o->consumers;
+        while (a != NULL && !a->waiting)
+            a = a->cnext;
+        if (a == NULL)
+            break;
+        sched__dep_failed(s, a, err, msg);
+    }
     wake_waiters(s, o);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);

@@ -40,6 +40,7 @@ static void worker_remove(sched *s, sched_worker *w)
         }
     }
     spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
+    sched__memory_worker_gone(s, w);
     sched__worker_lost(s, w);
     spw_free(w);
     sched__kick(s);
@@ -85,6 +86,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
         }
         return;
     }
+    case PROTO_OBJ_LIST:
+        sched__memory_obj_list(s, w, m);
+        return;
     case PROTO_HEARTBEAT: {
         const proto_val *st = &m->f[F_HB_STATS];
         bool was_paused = w->stats[PROTO_STAT_PAUSED] != 0;
@@ -251,6 +255,9 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
     case PROTO_STATUS_REQ:
         sched__status(s, ss->conn, m->req);
         return;
+    case PROTO_MEMORY_REQ:
+        sched__memory_req(s, ss, m);
+        return;
     case PROTO_PUT_PLACE:
         if (!ctl) {
             put_place(s, ss, m);
@@ -377,6 +384,7 @@ static void on_close(proto_conn *c, int status)
         sched_session *ss = tag->s;
         spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
                 (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
+        sched__memory_session_gone(s, ss);
         sched__session_drop_all(s, ss);
         HASH_DEL(s->sessions, ss);
         spw_free(ss);
@@ -389,6 +397,7 @@ static void on_close(proto_conn *c, int status)
 static void timer_cb(uv_timer_t *t)
 {
     sched *s = t->data;
+    sched__memory_tick(s);
     uint64_t now = spw_now_ns();
     uint64_t hb_ns = (uint64_t)s->opts.heartbeat_timeout_ms * 1000000ULL;
     for (uint32_t i = 0; i < s->nworkers; i++) {
@@ -476,6 +485,7 @@ static void sched_maybe_done(sched *s)
         spw_free(f);
     }
     sched__objects_purge(s);
+    sched__hosts_free(s);
     spw_free(s->workers);
     spw_free(s);
     if (done != NULL)
@@ -505,5 +515,6 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     s->done_arg = arg;
     uv_close((uv_handle_t *)&s->kick, handle_closed);
     uv_close((uv_handle_t *)&s->timer, handle_closed);
+    sched__memory_free_all(s);
     proto_ctx_close(s->ctx, ctx_closed, s);
 }

@@ -32,10 +32,11 @@ typedef struct sched_fn {
 } sched_fn;
 
 /* One task argument. For object arguments the node links the task into the object's list of
- * consumers while the object is pending. */
+ * consumers until the task finishes, which is how spillway-ctl memory names TASK_ARG holders. */
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
-    uint8_t waiting;      /* on obj->consumers */
+    uint8_t waiting;      /* the object is pending: counted in task->ndeps */
+    uint8_t linked;       /* on obj->consumers */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
     sched_obj *obj;       /* object arguments: holds a TASK_ARG reference */
@@ -108,11 +109,13 @@ struct sched_obj {
     uint32_t nlocs, caplocs;
     sched_task *producer;  /* the task computing it, or NULL for a put */
     sched_ref *holders;    /* sessions holding references */
-    sched_arg *consumers;  /* pending tasks waiting for it */
+    sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint64_t owner;        /* session that created it */
+    const char *owner_host; /* interned; the session may be gone */
+    uint32_t owner_pid;
     char *site;            /* call site that created it */
     uint64_t created_ms;
 };
@@ -178,6 +181,8 @@ struct sched {
     sched_session *sessions; /* by id */
     sched_obj *objects; /* directory by id */
     sched_fn *fns;
+    struct sched_host *hosts; /* interned host names */
+    struct memq *memqs;       /* spillway-ctl memory queries under way */
     sched_task *ready_head, *ready_tail;
     uint64_t tstate[PROTO_TSTATE_COUNT];
     uint64_t obj_bytes; /* sizes of READY objects */
@@ -216,5 +221,15 @@ void sched__task_set_state(sched *s, sched_task *t, int state);
 
 /* status.c */
 void sched__status(sched *s, proto_conn *c, uint64_t req);
+const char *sched__host_intern(sched *s, const char *host);
+void sched__hosts_free(sched *s);
+
+/* memory.c */
+void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);
+void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m);
+void sched__memory_worker_gone(sched *s, sched_worker *w);
+void sched__memory_session_gone(sched *s, sched_session *ss);
+void sched__memory_tick(sched *s);
+void sched__memory_free_all(sched *s);
 
 #endif

@@ -74,8 +74,11 @@ static void release_args(sched *s, sched_task *t)
         sched_arg *a = &t->args[i];
         if (a->obj == NULL)
             continue;
-        if (a->waiting) {
+        if (a->linked) {
             DL_DELETE2(a->obj->consumers, a, cprev, cnext);
+            a->linked = 0;
+        }
+        if (a->waiting) {
             a->waiting = 0;
             t->ndeps--;
         }
@@ -153,7 +156,8 @@ void sched__task_free(sched *s, sched_task *t)
 void sched__dep_ready(sched *s, sched_arg *a)
 {
     sched_task *t = a->task;
-    DL_DELETE2(a->obj->consumers, a, cprev, cnext);
+    if (!a->waiting)
+        return;
     a->waiting = 0;
     t->ndeps--;
     if (t->ndeps == 0 && t->state == T_WAITING)
@@ -292,8 +296,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
+        DL_APPEND2(o->consumers, sa, cprev, cnext);
+        sa->linked = 1;
         if (o->state == OBJ_PENDING) {
-            DL_APPEND2(o->consumers, sa, cprev, cnext);
             sa->waiting = 1;
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {

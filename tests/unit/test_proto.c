@@ -241,6 +241,60 @@ static bool encode_sample(uint32_t type, spw_buf *b)
         proto_put_id(&e, ID1);
         proto_put_u(&e, 1 << 20);
         break;
+    case PROTO_MEMORY_OBJS:
+        proto_enc_begin(&e, b, type, 14, 1);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 12);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 100);
+        proto_put_u(&e, PROTO_OSTATE_READY);
+        proto_put_str(&e, "main.c:3");
+        proto_put_str(&e, "host");
+        proto_put_u(&e, 77);
+        proto_put_u(&e, 1000);
+        proto_put_str(&e, "fill");
+        proto_put_arr(&e, PROTO_REF_KINDS);
+        for (int i = 0; i < PROTO_REF_KINDS; i++)
+            proto_put_u(&e, (uint64_t)i);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 3);
+        proto_put_u(&e, PROTO_REF_CLIENT);
+        proto_put_u(&e, 1);
+        proto_put_str(&e, "client host pid 77");
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 4);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 3);
+        proto_put_u(&e, 50);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 0);
+        break;
+    case PROTO_MEMORY_END:
+        proto_enc_begin(&e, b, type, 14, 2);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 5);
+        proto_put_u(&e, 1);
+        proto_put_str(&e, "127.0.0.1:1");
+        proto_put_str(&e, "w");
+        proto_put_arr(&e, 2);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 2);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 1);
+        break;
+    case PROTO_OBJ_LIST:
+        proto_enc_begin(&e, b, type, 14, 2);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 5);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 100);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 2);
+        proto_put_arr(&e, 0);
+        break;
+    case PROTO_MEMORY_REQ:
+    case PROTO_OBJ_LIST_REQ:
     case PROTO_EXEC_ALLOC_OK:
     case PROTO_ARENA_MAP:
     case PROTO_ARENA:
@@ -300,7 +354,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 36);
+    assert_int_equal(samples, 41);
 }
 
 static void fields_survive_round_trip(void **state)

@@ -66,13 +66,12 @@ static int plugin_check(const char *path)
 
 /* ------------------------------------------------------------- heartbeat */
 
-static void send_heartbeat(wrk *w)
+/* The worker's figures, indexed by PROTO_STAT_*: heartbeats and object listings carry them. */
+static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
 {
-    if (w->sched == NULL || !w->welcomed)
-        return;
     ost_stats st;
     ost_stats_get(w->store, &st);
-    uint64_t v[PROTO_STAT_COUNT] = {0};
+    memset(v, 0, sizeof(uint64_t) * PROTO_STAT_COUNT);
     v[PROTO_STAT_CAPACITY] = st.capacity;
     v[PROTO_STAT_USED] = st.used;
     v[PROTO_STAT_PINNED] = st.pinned;
@@ -96,12 +95,62 @@ static void send_heartbeat(wrk *w)
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
     v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
     v[PROTO_STAT_EVICTIONS] = st.evictions;
+}
+
+static void put_stats(proto_enc *e, wrk *w)
+{
+    uint64_t v[PROTO_STAT_COUNT];
+    worker_stats(w, v);
+    proto_put_arr(e, PROTO_STAT_COUNT);
+    for (int i = 0; i < PROTO_STAT_COUNT; i++)
+        proto_put_u(e, v[i]);
+}
+
+static void send_heartbeat(wrk *w)
+{
+    if (w->sched == NULL || !w->welcomed)
+        return;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_HEARTBEAT, 0, 1);
-    proto_put_arr(&e, PROTO_STAT_COUNT);
-    for (int i = 0; i < PROTO_STAT_COUNT; i++)
-        proto_put_u(&e, v[i]);
+    put_stats(&e, w);
     proto_conn_send(w->sched, &e);
+}
+
+typedef struct olist {
+    proto_enc *e;
+    uint32_t n;
+} olist;
+
+static void olist_count(void *arg, const ost_obj *o)
+{
+    (void)o;
+    ((olist *)arg)->n++;
+}
+
+static void olist_put(void *arg, const ost_obj *o)
+{
+    proto_enc *e = ((olist *)arg)->e;
+    proto_put_arr(e, 5);
+    proto_put_id(e, ost_obj_id(o));
+    proto_put_u(e, ost_obj_size(o));
+    proto_put_u(e, ost_obj_where(o));
+    proto_put_u(e, ost_obj_stored_size(o));
+    proto_put_u(e, ost_obj_pins(o));
+}
+
+/* Every object in the store with where it is and who pins it, for spillway-ctl memory. */
+static void send_obj_list(wrk *w, uint64_t req)
+{
+    olist l = {NULL, 0};
+    ost_store_foreach(w->store, olist_count, &l);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_OBJ_LIST, req, 2);
+    proto_put_arr(&e, l.n);
+    l.e = &e;
+    ost_store_foreach(w->store, olist_put, &l);
+    put_stats(&e, w);
+    if (proto_conn_send(w->sched, &e) != 0)
+        proto_conn_error(w->sched, req, SPW_ELIMIT, "object list larger than a frame");
 }
 
 /* Checks the store's level; a change of the paused state is reported at once. */
@@ -159,6 +208,9 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
         wrk__dispatch(w);
         return;
     }
+    case PROTO_OBJ_LIST_REQ:
+        send_obj_list(w, m->req);
+        return;
     case PROTO_ERROR: {
         char msg[256];
         spw_log(SPW_LOG_WARN, "scheduler says: %s err=%s",
@@ -272,6 +324,16 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         spw_log(SPW_LOG_WARN, "no local socket (%s): same-host clients will use TCP",
                 spw_strerror(rc));
         w->local_name[0] = '\0';
+    }
+    if (o->name == NULL) {
+        /* A name that tells workers apart: host and peer port. */
+        char host[64] = "", name[128];
+        gethostname(host, sizeof host - 1);
+        const char *colon = strrchr(w->bound, ':');
+        snprintf(name, sizeof name, "%s:%s", host, colon != NULL ? colon + 1 : "?");
+        proto_ctx_set_name(w->ctx, name);
+        spw_free(w->name);
+        w->name = spw_strdup(SPW_MOD_WORKER, name);
     }
     w->hello.addr = w->bound;
     w->hello.slots = o->slots;

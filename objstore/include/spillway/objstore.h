@@ -152,6 +152,10 @@ int ost_obj_unpin(ost_store *s, ost_obj *o);
  * before this returns, when it is already in memory). */
 int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg);
 
+/** Calls fn for every object in the table (not those deleted while in use). fn must not
+ * create or delete objects. For listings (spillway-ctl memory), not for figures. */
+void ost_store_foreach(const ost_store *s, void (*fn)(void *arg, const ost_obj *o), void *arg);
+
 /** Deletes an object: its memory and its spilled copy. If pinned, it disappears from lookups
  * now and its memory is freed at the last unpin.
  * @return 0, or SPW_ENOOBJ for an unknown id (nothing changes). */

@@ -86,6 +86,8 @@ void proto_ctx_close(proto_ctx *ctx, void (*done)(void *arg), void *arg);
 uv_loop_t *proto_ctx_loop(proto_ctx *ctx);
 /** A pointer of the owner's, for callbacks that only have a connection. */
 void proto_ctx_set_data(proto_ctx *ctx, void *data);
+/** Changes the name sent in HELLO by connections made from now on. */
+void proto_ctx_set_name(proto_ctx *ctx, const char *name);
 void *proto_ctx_data(const proto_ctx *ctx);
 proto_ctx *proto_conn_ctx(const proto_conn *c);
 const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx);

@@ -87,6 +87,11 @@ const char *proto_role_name(int role);
     X(OBJ_SEAL, 67)                                                                                \
     X(STATUS_REQ, 40)                                                                              \
     X(STATUS, 41)                                                                                  \
+    X(MEMORY_REQ, 42)                                                                              \
+    X(MEMORY_OBJS, 43)                                                                             \
+    X(MEMORY_END, 44)                                                                              \
+    X(OBJ_LIST_REQ, 45)                                                                            \
+    X(OBJ_LIST, 46)                                                                                \
     X(EXEC, 50)                                                                                    \
     X(EXEC_ALLOC, 51)                                                                              \
     X(EXEC_ALLOC_OK, 52)                                                                           \
@@ -202,6 +207,50 @@ enum {
     R_SWORKER_STATS /* list of u64 */
 };
 enum { R_SCLIENT_SESSION, R_SCLIENT_HOST, R_SCLIENT_PID, R_SCLIENT_ROLE, R_SCLIENT_TASKS, R_SCLIENT_REFS };
+/* spillway-ctl memory. The reply is any number of MEMORY_OBJS frames, then MEMORY_END. */
+enum { F_MEMREQ_FLAGS };
+enum { F_MEMOBJS_OBJS /* records R_MOBJ */ };
+enum {
+    R_MOBJ_ID,
+    R_MOBJ_SIZE,
+    R_MOBJ_STATE,    /* PROTO_OSTATE_* */
+    R_MOBJ_SITE,
+    R_MOBJ_OWNER_HOST,
+    R_MOBJ_OWNER_PID,
+    R_MOBJ_AGE_MS,
+    R_MOBJ_TASK_FN,  /* "" for a put */
+    R_MOBJ_REFS,     /* list of u64 by kind: CLIENT, TASK_ARG, PINNED, BROADCAST, OUTPUT */
+    R_MOBJ_HOLDERS,  /* records R_HOLDER */
+    R_MOBJ_LOCS,     /* records R_MLOC */
+    R_MOBJ_INLINE    /* 1 if the value lives in the scheduler (small task result) */
+};
+enum { R_HOLDER_KIND, R_HOLDER_COUNT, R_HOLDER_WHO };
+enum { R_MLOC_WORKER, R_MLOC_WHERE /* OST_IN_MEMORY | OST_ON_DISK */, R_MLOC_STORED, R_MLOC_PINS };
+enum { F_MEMEND_NODES /* records R_MNODE */, F_MEMEND_COMPLETE /* 0 if a worker did not answer */ };
+enum { R_MNODE_ID, R_MNODE_ADDR, R_MNODE_NAME, R_MNODE_STATS /* list of u64, PROTO_STAT_* */, R_MNODE_FRESH };
+enum { F_OLISTREQ_FLAGS };
+enum { F_OLIST_OBJS /* records R_OLOBJ */, F_OLIST_STATS /* list of u64 */ };
+enum { R_OLOBJ_ID, R_OLOBJ_SIZE, R_OLOBJ_WHERE, R_OLOBJ_STORED, R_OLOBJ_PINS };
+
+/** Object states in MEMORY_OBJS. */
+enum proto_ostate {
+    PROTO_OSTATE_PENDING,
+    PROTO_OSTATE_READY,
+    PROTO_OSTATE_FAILED,
+    PROTO_OSTATE_LOST,
+    PROTO_OSTATE_ORPHAN, /* in a store, unknown to the scheduler */
+};
+/** Reference kinds, indexes of R_MOBJ_REFS. */
+enum proto_refkind {
+    PROTO_REF_CLIENT,
+    PROTO_REF_TASK_ARG,
+    PROTO_REF_PINNED,
+    PROTO_REF_BROADCAST,
+    PROTO_REF_OUTPUT,
+    PROTO_REF_KINDS
+};
+const char *proto_refkind_name(int kind);
+
 enum { F_EXEC_ID, F_EXEC_FN, F_EXEC_ARGS /* records R_EARG */, F_EXEC_INLINE_LIMIT };
 enum { R_EARG_KIND, R_EARG_INLINE, R_EARG_OFF, R_EARG_LEN };
 enum { F_EALLOC_ID, F_EALLOC_SIZE };

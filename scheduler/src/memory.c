@@ -1,0 +1,422 @@
+/*
+ * spillway-ctl memory: every object, who holds it and why, where it lives.
+ *
+ * A query snapshots the directory's ids, asks every worker for its object list (placement,
+ * stored size and pins, which only the stores know), then streams MEMORY_OBJS frames of at most
+ * BATCH objects per loop iteration from an idle handle, pausing while the ctl connection is
+ * not writable, and ends with MEMORY_END (per-node figures). So a directory of many thousands of
+ * objects never stalls the loop. Objects freed meanwhile are skipped; objects a store holds that
+ * the directory does not know are listed as orphans: memory nobody can release.
+ * Owns: the memq records (s->memqs) and their idle handle.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+#define BATCH 1000
+#define MAX_HOLDERS 16
+#define WORKER_ANSWER_MS 3000
+
+typedef struct mloc {
+    uint32_t worker;
+    uint8_t where;
+    uint64_t stored;
+    uint32_t pins;
+} mloc;
+
+/* What the stores said about one object. */
+typedef struct mobj {
+    spw_id id;
+    UT_hash_handle hh;
+    uint64_t size;
+    uint32_t n;
+    mloc l[8];
+} mobj;
+
+typedef struct mnode {
+    uint32_t id;
+    uint64_t stats[PROTO_STAT_COUNT];
+    bool fresh; /* answered this query; otherwise its last heartbeat's figures */
+} mnode;
+
+typedef struct memq {
+    uint64_t id;        /* request id sent to workers */
+    sched_session *ss;  /* the ctl session */
+    uint64_t req;       /* its request id */
+    spw_id *ids;        /* directory snapshot */
+    size_t nids, pos;
+    mobj *objs;         /* by id, from the workers */
+    mobj *orphan_pos;   /* streaming cursor over objs for orphans */
+    mnode *nodes;
+    uint32_t nnodes;
+    uint32_t waiting;   /* workers yet to answer */
+    uint64_t deadline_ns;
+    bool streaming, orphans_done;
+    uv_idle_t idle;
+    sched *s;
+    struct memq *next;
+} memq;
+
+static void memq_closed(uv_handle_t *h)
+{
+    memq *q = h->data;
+    mobj *o, *tmp;
+    HASH_ITER(hh, q->objs, o, tmp)
+    {
+        HASH_DEL(q->objs, o);
+        spw_free(o);
+    }
+    spw_free(q->ids);
+    spw_free(q->nodes);
+    spw_free(q);
+}
+
+static void memq_free(sched *s, memq *q)
+{
+    LL_DELETE(s->memqs, q);
+    uv_close((uv_handle_t *)&q->idle, memq_closed);
+}
+
+static uint64_t state_of(const sched_obj *o)
+{
+    switch (o->state) {
+    case OBJ_PENDING:
+        return PROTO_OSTATE_PENDING;
+    case OBJ_READY:
+        return PROTO_OSTATE_READY;
+    case OBJ_FAILED:
+        return PROTO_OSTATE_FAILED;
+    default:
+        return PROTO_OSTATE_LOST;
+    }
+}
+
+static const char *task_state_name(int st)
+{
+    static const char *const names[] = {"waiting", "ready", "assigned", "running", "done",
+                                        "failed"};
+    return st >= 0 && st < 6 ? names[st] : "?";
+}
+
+static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)
+{
+    proto_put_arr(e, 3);
+    proto_put_u(e, (uint64_t)kind);
+    proto_put_u(e, count);
+    proto_put_strn(e, who, strnlen(who, PROTO_MAX_NAME));
+}
+
+static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m)
+{
+    char who[256], hex[33];
+    uint64_t pins = 0;
+    for (uint32_t i = 0; m != NULL && i < m->n; i++)
+        pins += m->l[i].pins;
+    proto_put_arr(e, 12);
+    proto_put_id(e, o->id);
+    proto_put_u(e, o->size);
+    proto_put_u(e, state_of(o));
+    proto_put_str(e, o->site != NULL ? o->site : "");
+    proto_put_str(e, o->owner_host != NULL ? o->owner_host : "");
+    proto_put_u(e, o->owner_pid);
+    uint64_t now = spw_wall_ms();
+    proto_put_u(e, now > o->created_ms ? now - o->created_ms : 0);
+    proto_put_str(e, o->producer != NULL ? o->producer->fn->name : "");
+    proto_put_arr(e, PROTO_REF_KINDS);
+    for (int k = 0; k < PROTO_REF_KINDS; k++)
+        proto_put_u(e, k == REF_PINNED ? pins : o->refs[k]);
+    /* Holders: sessions (CLIENT, OUTPUT, BROADCAST), consumer tasks (TASK_ARG), stores (PINNED). */
+    uint32_t nh = 0;
+    for (const sched_ref *r = o->holders; r != NULL; r = r->onext)
+        for (int k = 0; k < REF_KINDS; k++)
+            nh += r->count[k] > 0;
+    uint32_t ntask = 0;
+    for (const sched_arg *a = o->consumers; a != NULL; a = a->cnext)
+        ntask++;
+    uint32_t npin = 0;
+    for (uint32_t i = 0; m != NULL && i < m->n; i++)
+        npin += m->l[i].pins > 0;
+    uint32_t shown_tasks = ntask > MAX_HOLDERS ? MAX_HOLDERS : ntask;
+    proto_put_arr(e, nh + shown_tasks + (ntask > shown_tasks) + npin);
+    for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {
+        for (int k = 0; k < REF_KINDS; k++) {
+            if (r->count[k] == 0)
+                continue;
+            snprintf(who, sizeof who, "client %s pid %u session %llu", r->sess->host,
+                     r->sess->pid, (unsigned long long)r->sess->id);
+            put_holder(e, k, r->count[k], who);
+        }
+    }
+    uint32_t i = 0;
+    for (const sched_arg *a = o->consumers; a != NULL && i < shown_tasks; a = a->cnext, i++) {
+        const sched_task *t = a->task;
+        spw_id_hex(t->id, hex);
+        snprintf(who, sizeof who, "task %.12s %s %s", hex, t->fn->name,
+                 task_state_name(t->state));
+        put_holder(e, REF_TASK_ARG, 1, who);
+    }
+    if (ntask > shown_tasks) {
+        snprintf(who, sizeof who, "%u more tasks", ntask - shown_tasks);
+        put_holder(e, REF_TASK_ARG, ntask - shown_tasks, who);
+    }
+    for (uint32_t j = 0; m != NULL && j < m->n; j++) {
+        if (m->l[j].pins == 0)
+            continue;
+        sched_worker *w = sched__worker_by_id(s, m->l[j].worker);
+        snprintf(who, sizeof who, "worker %s (readers, tasks or a writer)",
+                 w != NULL ? w->name : "?");
+        put_holder(e, REF_PINNED, m->l[j].pins, who);
+    }
+    /* Locations: what the stores said, else the directory's (their worker did not answer). */
+    if (m != NULL) {
+        proto_put_arr(e, m->n);
+        for (uint32_t j = 0; j < m->n; j++) {
+            proto_put_arr(e, 4);
+            proto_put_u(e, m->l[j].worker);
+            proto_put_u(e, m->l[j].where);
+            proto_put_u(e, m->l[j].stored);
+            proto_put_u(e, m->l[j].pins);
+        }
+    } else {
+        proto_put_arr(e, o->nlocs);
+        for (uint32_t j = 0; j < o->nlocs; j++) {
+            proto_put_arr(e, 4);
+            proto_put_u(e, o->locs[j]);
+            proto_put_u(e, 0); /* unknown */
+            proto_put_u(e, 0);
+            proto_put_u(e, 0);
+        }
+    }
+    proto_put_u(e, o->inline_data != NULL ? 1 : 0);
+}
+
+static void put_orphan(proto_enc *e, const mobj *m)
+{
+    proto_put_arr(e, 12);
+    proto_put_id(e, m->id);
+    proto_put_u(e, m->size);
+    proto_put_u(e, PROTO_OSTATE_ORPHAN);
+    proto_put_str(e, "");
+    proto_put_str(e, "");
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    proto_put_str(e, "");
+    proto_put_arr(e, PROTO_REF_KINDS);
+    uint64_t pins = 0;
+    for (uint32_t j = 0; j < m->n; j++)
+        pins += m->l[j].pins;
+    for (int k = 0; k < PROTO_REF_KINDS; k++)
+        proto_put_u(e, k == REF_PINNED ? pins : 0);
+    proto_put_arr(e, 0);
+    proto_put_arr(e, m->n);
+    for (uint32_t j = 0; j < m->n; j++) {
+        proto_put_arr(e, 4);
+        proto_put_u(e, m->l[j].worker);
+        proto_put_u(e, m->l[j].where);
+        proto_put_u(e, m->l[j].stored);
+        proto_put_u(e, m->l[j].pins);
+    }
+    proto_put_u(e, 0);
+}
+
+static void send_end(sched *s, memq *q)
+{
+    proto_conn *c = q->ss->conn;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_END, q->req, 2);
+    proto_put_arr(&e, q->nnodes);
+    bool complete = true;
+    for (uint32_t i = 0; i < q->nnodes; i++) {
+        mnode *n = &q->nodes[i];
+        sched_worker *w = sched__worker_by_id(s, n->id);
+        complete = complete && n->fresh;
+        proto_put_arr(&e, 5);
+        proto_put_u(&e, n->id);
+        proto_put_str(&e, w != NULL ? w->addr : "?");
+        proto_put_str(&e, w != NULL ? w->name : "(gone)");
+        const uint64_t *st = n->fresh ? n->stats : (w != NULL ? w->stats : n->stats);
+        proto_put_arr(&e, PROTO_STAT_COUNT);
+        for (int k = 0; k < PROTO_STAT_COUNT; k++)
+            proto_put_u(&e, st[k]);
+        proto_put_u(&e, n->fresh ? 1 : 0);
+    }
+    proto_put_u(&e, complete ? 1 : 0);
+    proto_conn_send(c, &e);
+}
+
+/* Streams one batch; re-armed by the idle handle until done. */
+static void stream_cb(uv_idle_t *h)
+{
+    memq *q = h->data;
+    sched *s = q->s;
+    proto_conn *c = q->ss->conn;
+    if (!proto_conn_writable(c))
+        return; /* the ctl reads slowly: wait for the queue to drain */
+    proto_enc e;
+    if (q->pos < q->nids) {
+        size_t end = q->pos + BATCH < q->nids ? q->pos + BATCH : q->nids;
+        uint32_t n = 0;
+        for (size_t i = q->pos; i < end; i++)
+            n += sched__obj_find(s, q->ids[i]) != NULL;
+        proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_OBJS, q->req, 1);
+        proto_put_arr(&e, n);
+        for (size_t i = q->pos; i < end; i++) {
+            const sched_obj *o = sched__obj_find(s, q->ids[i]);
+            if (o == NULL)
+                continue;
+            mobj *m;
+            HASH_FIND(hh, q->objs, &o->id, sizeof o->id, m);
+            put_object(s, &e, o, m);
+        }
+        proto_conn_send(c, &e);
+        q->pos = end;
+        return;
+    }
+    if (!q->orphans_done) {
+        /* Objects in stores that the directory does not know. */
+        mobj *m = q->orphan_pos != NULL ? q->orphan_pos : q->objs;
+        uint32_t n = 0;
+        mobj *scan = m;
+        for (; scan != NULL && n < BATCH; scan = scan->hh.next)
+            n += sched__obj_find(s, scan->id) == NULL;
+        if (n == 0) {
+            q->orphans_done = true;
+            return;
+        }
+        proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_OBJS, q->req, 1);
+        proto_put_arr(&e, n);
+        uint32_t k = 0;
+        for (; m != NULL && k < n; m = m->hh.next) {
+            if (sched__obj_find(s, m->id) != NULL)
+                continue;
+            put_orphan(&e, m);
+            k++;
+        }
+        proto_conn_send(c, &e);
+        q->orphan_pos = m;
+        if (m == NULL)
+            q->orphans_done = true;
+        return;
+    }
+    send_end(s, q);
+    memq_free(s, q);
+}
+
+static void start_streaming(sched *s, memq *q)
+{
+    if (q->streaming)
+        return;
+    q->streaming = true;
+    (void)s;
+    uv_idle_start(&q->idle, stream_cb);
+}
+
+void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m)
+{
+    memq *q = spw_calloc(SPW_MOD_SCHED, 1, sizeof *q);
+    static uint64_t next_id;
+    q->id = ++next_id;
+    q->ss = ss;
+    q->req = m->req;
+    q->s = s;
+    q->nids = HASH_COUNT(s->objects);
+    q->ids = spw_malloc(SPW_MOD_SCHED, (q->nids > 0 ? q->nids : 1) * sizeof *q->ids);
+    size_t i = 0;
+    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+        q->ids[i++] = o->id;
+    q->nnodes = s->nworkers;
+    q->nodes = spw_calloc(SPW_MOD_SCHED, q->nnodes > 0 ? q->nnodes : 1, sizeof *q->nodes);
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[k];
+        q->nodes[k].id = w->id;
+        memcpy(q->nodes[k].stats, w->stats, sizeof w->stats);
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_LIST_REQ, q->id, 1);
+        proto_put_u(&e, 0);
+        if (proto_conn_send(w->conn, &e) == 0)
+            q->waiting++;
+    }
+    q->deadline_ns = spw_now_ns() + (uint64_t)WORKER_ANSWER_MS * 1000000ULL;
+    uv_idle_init(s->loop, &q->idle);
+    q->idle.data = q;
+    LL_PREPEND(s->memqs, q);
+    if (q->waiting == 0)
+        start_streaming(s, q);
+}
+
+void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m)
+{
+    memq *q;
+    LL_SEARCH_SCALAR(s->memqs, q, id, m->req);
+    if (q == NULL || q->streaming)
+        return; /* a late answer */
+    mnode *node = NULL;
+    for (uint32_t i = 0; i < q->nnodes; i++)
+        if (q->nodes[i].id == w->id)
+            node = &q->nodes[i];
+    if (node == NULL || node->fresh)
+        return;
+    node->fresh = true;
+    const proto_val *st = &m->f[F_OLIST_STATS];
+    for (uint32_t k = 0; k < st->arr.n && k < PROTO_STAT_COUNT; k++)
+        node->stats[k] = st->arr.v[k].u;
+    const proto_val *objs = &m->f[F_OLIST_OBJS];
+    for (uint32_t i = 0; i < objs->arr.n; i++) {
+        const proto_val *r = PROTO_REC(objs, i);
+        spw_id id = r[R_OLOBJ_ID].id;
+        mobj *mo;
+        HASH_FIND(hh, q->objs, &id, sizeof id, mo);
+        if (mo == NULL) {
+            mo = spw_calloc(SPW_MOD_SCHED, 1, sizeof *mo);
+            mo->id = id;
+            mo->size = r[R_OLOBJ_SIZE].u;
+            HASH_ADD(hh, q->objs, id, sizeof mo->id, mo);
+        }
+        if (mo->n < 8)
+            mo->l[mo->n++] = (mloc){w->id, (uint8_t)r[R_OLOBJ_WHERE].u, r[R_OLOBJ_STORED].u,
+                                    (uint32_t)r[R_OLOBJ_PINS].u};
+    }
+    if (--q->waiting == 0)
+        start_streaming(s, q);
+}
+
+void sched__memory_worker_gone(sched *s, sched_worker *w)
+{
+    memq *q, *tmp;
+    LL_FOREACH_SAFE(s->memqs, q, tmp)
+    {
+        for (uint32_t i = 0; i < q->nnodes; i++) {
+            if (q->nodes[i].id == w->id && !q->nodes[i].fresh && !q->streaming) {
+                q->nodes[i].fresh = false;
+                if (--q->waiting == 0)
+                    start_streaming(s, q);
+            }
+        }
+    }
+}
+
+void sched__memory_session_gone(sched *s, sched_session *ss)
+{
+    memq *q, *tmp;
+    LL_FOREACH_SAFE(s->memqs, q, tmp)
+    if (q->ss == ss)
+        memq_free(s, q);
+}
+
+void sched__memory_tick(sched *s)
+{
+    uint64_t now = spw_now_ns();
+    memq *q, *tmp;
+    LL_FOREACH_SAFE(s->memqs, q, tmp)
+    if (!q->streaming && now >= q->deadline_ns)
+        start_streaming(s, q); /* answer with what we have; MEMORY_END says it is partial */
+}
+
+void sched__memory_free_all(sched *s)
+{
+    memq *q, *tmp;
+    LL_FOREACH_SAFE(s->memqs, q, tmp) memq_free(s, q);
+}
