@@ -26,6 +26,9 @@ static void usage(FILE *f)
           "  --chunk-size BYTES        object chunk size announced to peers (4M)\n"
           "  --heartbeat-timeout MS    drop a worker silent this long (15000)\n"
           "  --task-retries N          retries of a task whose worker died (3)\n"
+          "  --graph-max-tasks N       default cap on a graph's tasks in flight (0 = none)\n"
+          "  --graph-max-bytes BYTES   default cap on a graph's outputs in flight and not yet\n"
+          "                            consumed (0 = a quarter of the workers' stores)\n"
           "  --version, --help\n",
           f);
 }
@@ -102,6 +105,8 @@ int main(int argc0, char **argv0)
         {"chunk-size", required_argument, 0, 'C'},
         {"heartbeat-timeout", required_argument, 0, 'H'},
         {"task-retries", required_argument, 0, 'R'},
+        {"graph-max-tasks", required_argument, 0, 'g'},
+        {"graph-max-bytes", required_argument, 0, 'b'},
         {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -154,6 +159,14 @@ int main(int argc0, char **argv0)
             break;
         case 'R':
             if (parse_u32("task-retries", optarg, &so.task_retries) != 0)
+                goto out;
+            break;
+        case 'g':
+            if (parse_bytes("graph-max-tasks", optarg, &so.graph_max_tasks) != 0)
+                goto out;
+            break;
+        case 'b':
+            if (parse_bytes("graph-max-bytes", optarg, &so.graph_max_bytes) != 0)
                 goto out;
             break;
         case 'V':

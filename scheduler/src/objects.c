@@ -97,6 +97,7 @@ static void obj_free(sched *s, sched_obj *o)
     }
     if (o->state == OBJ_READY)
         s->obj_bytes -= o->size;
+    sched__live_uncount(s, o);
     if (o->producer != NULL)
         sched__task_free(s, o->producer);
     HASH_DEL(s->objects, o);
@@ -131,6 +132,8 @@ void sched__unref(sched *s, sched_obj *o, int kind)
 {
     SPW_ASSERT(o->refs[kind] > 0);
     o->refs[kind]--;
+    if (kind == REF_TASK_ARG && o->refs[kind] == 0)
+        sched__live_uncount(s, o); /* its last consumer is done with it */
     sched__obj_maybe_free(s, o);
 }
 
@@ -215,6 +218,9 @@ void sched__session_drop_all(sched *s, sched_session *ss)
         sched__obj_maybe_free(s, held[i]);
     }
     spw_free(held);
+    if (ss->cur_graph != NULL && --ss->cur_graph->ntasks == 0)
+        spw_free(ss->cur_graph);
+    ss->cur_graph = NULL;
 }
 
 void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o)

@@ -45,6 +45,22 @@ typedef struct sched_arg {
     struct sched_arg *cprev, *cnext;
 } sched_arg;
 
+/* A submitted graph: its caps and what it has in flight. Freed with its last task. */
+typedef struct sched_graph {
+    uint64_t session;    /* submitter */
+    uint64_t gid;        /* the client's graph id */
+    uint64_t max_tasks;  /* tasks assigned at once (0: no cap) */
+    uint64_t max_bytes;  /* bytes of outputs in flight and not yet consumed (0: no cap) */
+    uint64_t inflight;   /* tasks assigned and not finished */
+    uint64_t live_bytes; /* outputs in stores whose consumers have not all finished */
+    uint64_t peak_live;
+    double avg_src_out;  /* mean output size of its source tasks (depth 0), bytes */
+    uint64_t src_runs;
+    uint64_t ntasks;     /* task records alive */
+} sched_graph;
+
+#define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
+
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
     T_READY = PROTO_TSTATE_READY,
@@ -65,12 +81,14 @@ struct sched_task {
     uint8_t state;        /* enum task_state */
     uint8_t args_released;
     uint8_t retries;
+    uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
+    sched_graph *graph;
     sched_worker *worker; /* while assigned */
     uint64_t owner;       /* session id of the submitter */
     char *site;           /* call site "file:line" */
     char *place;          /* run only on the worker of this name, or NULL */
     uint64_t submitted_ms;
-    sched_task *qnext;        /* ready queue */
+    sched_task *qprev, *qnext; /* ready bucket */
     sched_task *wprev, *wnext; /* worker's assigned list */
 };
 
@@ -112,6 +130,7 @@ struct sched_obj {
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
+    sched_graph *live_graph; /* counted in that graph's live_bytes */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint64_t owner;        /* session that created it */
     const char *owner_host; /* interned; the session may be gone */
@@ -148,6 +167,7 @@ struct sched_session {
     sched_waiter *waiters;
     uint64_t tasks_submitted;
     uint64_t graph;         /* graph being submitted, 0 = none */
+    sched_graph *cur_graph; /* its record */
     sched_obj **building;   /* outputs of that graph, held until its last frame */
     uint32_t nbuilding, capbuilding;
     UT_hash_handle hh;      /* in sched.sessions by id */
@@ -183,7 +203,8 @@ struct sched {
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
-    sched_task *ready_head, *ready_tail;
+    sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
+    uint64_t nready;
     uint64_t tstate[PROTO_TSTATE_COUNT];
     uint64_t obj_bytes; /* sizes of READY objects */
 };
@@ -209,6 +230,7 @@ void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o);
 sched_worker *sched__worker_by_id(sched *s, uint32_t id);
 
 /* tasks.c */
+void sched__live_uncount(sched *s, sched_obj *o);
 void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);
 void sched__task_free(sched *s, sched_task *t);

@@ -40,28 +40,33 @@ static sched_fn *fn_intern(sched *s, const uint8_t *name, size_t len)
 static void ready_push(sched *s, sched_task *t)
 {
     sched__task_set_state(s, t, T_READY);
-    t->qnext = NULL;
-    if (s->ready_tail != NULL)
-        s->ready_tail->qnext = t;
-    else
-        s->ready_head = t;
-    s->ready_tail = t;
+    DL_APPEND2(s->ready[t->depth], t, qprev, qnext);
+    s->nready++;
     sched__kick(s);
 }
 
 static void ready_remove(sched *s, sched_task *t)
 {
-    sched_task **pp = &s->ready_head, *prev = NULL;
-    while (*pp != NULL && *pp != t) {
-        prev = *pp;
-        pp = &(*pp)->qnext;
-    }
-    if (*pp == NULL)
+    DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
+    t->qprev = t->qnext = NULL;
+    s->nready--;
+}
+
+static void graph_release(sched_graph *g)
+{
+    if (g != NULL && --g->ntasks == 0)
+        spw_free(g);
+}
+
+/* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
+void sched__live_uncount(sched *s, sched_obj *o)
+{
+    sched_graph *g = o->live_graph;
+    if (g == NULL)
         return;
-    *pp = t->qnext;
-    if (s->ready_tail == t)
-        s->ready_tail = prev;
-    t->qnext = NULL;
+    g->live_bytes -= o->size < g->live_bytes ? o->size : g->live_bytes;
+    o->live_graph = NULL;
+    sched__kick(s);
 }
 
 /* Drops the task's TASK_ARG references and unlinks it from pending inputs. */
@@ -150,6 +155,7 @@ void sched__task_free(sched *s, sched_task *t)
     release_args(s, t);
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED);
     s->tstate[t->state]--;
+    graph_release(t->graph);
     spw_free(t);
 }
 
@@ -247,6 +253,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     t->owner = ss->id;
     t->submitted_ms = spw_wall_ms();
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
+    t->graph = ss->cur_graph;
+    t->graph->ntasks++;
     t->state = T_WAITING;
     s->tstate[T_WAITING]++;
     ss->tasks_submitted++;
@@ -296,6 +304,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
+        if (o->producer != NULL && o->producer->depth + 1 > t->depth)
+            t->depth = (uint8_t)(o->producer->depth + 1 < SCHED_DEPTHS ? o->producer->depth + 1
+                                                                      : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
         if (o->state == OBJ_PENDING) {
@@ -328,6 +339,25 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
                          (unsigned long long)graph, (unsigned long long)ss->graph);
         return;
     }
+    if (ss->graph == 0) {
+        sched_graph *g = spw_calloc(SPW_MOD_SCHED, 1, sizeof *g);
+        g->session = ss->id;
+        g->gid = graph;
+        g->max_tasks = m->f[F_SUBMIT_MAX_TASKS].u ? m->f[F_SUBMIT_MAX_TASKS].u
+                                                   : s->opts.graph_max_tasks;
+        g->max_bytes = m->f[F_SUBMIT_MAX_BYTES].u;
+        if (g->max_bytes == 0 && s->opts.graph_max_bytes != 0)
+            g->max_bytes = s->opts.graph_max_bytes;
+        if (g->max_bytes == 0) {
+            /* By default a graph may keep a quarter of the cluster's stores busy. */
+            uint64_t cap = 0;
+            for (uint32_t i = 0; i < s->nworkers; i++)
+                cap += s->workers[i]->capacity;
+            g->max_bytes = cap / 4;
+        }
+        g->ntasks = 1; /* held while the graph is being submitted */
+        ss->cur_graph = g;
+    }
     ss->graph = graph;
     const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
     uint32_t accepted = 0;
@@ -354,6 +384,8 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
             sched__obj_maybe_free(s, held[i]);
         }
         spw_free(held);
+        graph_release(ss->cur_graph);
+        ss->cur_graph = NULL;
         proto_enc e;
         proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_SUBMIT_ACK, m->req, 2);
         proto_put_u(&e, graph);
@@ -480,51 +512,75 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     }
     sched__task_set_state(s, t, T_ASSIGNED);
     t->worker = w;
+    t->graph->inflight++;
     w->assigned++;
     DL_APPEND2(w->tasks, t, wprev, wnext);
+}
+
+/* Whether the task's graph lets it start now. The byte cap holds back sources (tasks that
+ * only read puts and values): they are what makes a job's live data grow, while deeper tasks
+ * consume it. A graph with nothing in flight may always start one task. */
+static bool graph_admits(const sched_graph *g, const sched_task *t)
+{
+    if (g->inflight == 0 && g->live_bytes == 0)
+        return true;
+    if (g->max_tasks != 0 && g->inflight >= g->max_tasks)
+        return false;
+    if (g->max_bytes != 0 && t->depth == 0 &&
+        (double)g->live_bytes + (double)(g->inflight + 1) * g->avg_src_out > (double)g->max_bytes)
+        return false;
+    return true;
 }
 
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
-    /* FIFO, except that a task bound to a busy worker is stepped over (a bounded number of
-     * times per pass) so it does not hold up everything behind it. */
-    sched_task *prev = NULL, *t = s->ready_head;
+    /* Deepest first: a task that consumes outputs goes before one that makes more, so a job's
+     * live data stays near its width instead of its size. Within a depth, FIFO. Tasks held by
+     * their graph's caps or bound to a busy worker are stepped over, a bounded number of times
+     * per pass. */
     int skipped = 0;
-    while (t != NULL) {
-        char err[256];
-        int rc = check_inputs(t, err, sizeof err);
-        if (rc != 0) {
+    bool full = false;
+    for (int d = SCHED_DEPTHS - 1; d >= 0 && !full; d--) {
+        sched_task *t = s->ready[d];
+        while (t != NULL) {
             sched_task *next = t->qnext;
-            task_fail(s, t, rc, err);
+            char err[256];
+            int rc = check_inputs(t, err, sizeof err);
+            if (rc != 0) {
+                task_fail(s, t, rc, err);
+                t = s->ready[d]; /* failing may cascade: rescan this depth */
+                continue;
+            }
+            if (!graph_admits(t->graph, t)) {
+                if (++skipped > 4096)
+                    goto out;
+                t = next;
+                continue;
+            }
+            sched_worker *w = pick_worker(s, t);
+            if (w == NULL) {
+                if (t->place == NULL) {
+                    full = true; /* no capacity anywhere: later tasks would not fit either */
+                    break;
+                }
+                if (++skipped > 4096)
+                    goto out;
+                t = next;
+                continue;
+            }
+            ready_remove(s, t);
+            assign(s, t, w);
             t = next;
-            continue;
         }
-        sched_worker *w = pick_worker(s, t);
-        if (w == NULL) {
-            if (t->place == NULL || ++skipped > 1024)
-                break;
-            prev = t;
-            t = t->qnext;
-            continue;
-        }
-        sched_task *next = t->qnext;
-        if (prev != NULL)
-            prev->qnext = next;
-        else
-            s->ready_head = next;
-        if (s->ready_tail == t)
-            s->ready_tail = prev;
-        t->qnext = NULL;
-        assign(s, t, w);
-        t = next;
     }
+out:
     uv_idle_stop(&s->kick);
 }
 
 void sched__kick(sched *s)
 {
-    if (!s->closing && s->ready_head != NULL && s->nworkers > 0)
+    if (!s->closing && s->nready > 0 && s->nworkers > 0)
         uv_idle_start(&s->kick, dispatch);
 }
 
@@ -544,6 +600,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     DL_DELETE2(w->tasks, t, wprev, wnext);
     w->assigned--;
     t->worker = NULL;
+    t->graph->inflight--;
     sched__kick(s);
 
     double us = (double)m->f[F_DONE_RUN_US].u;
@@ -575,6 +632,18 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         }
     } else if (o->size > 0) {
         sched__obj_add_loc(s, o, w->id);
+        sched_graph *g = t->graph;
+        if (t->depth == 0) {
+            g->avg_src_out = g->src_runs++ == 0 ? (double)o->size
+                                                 : 0.8 * g->avg_src_out + 0.2 * (double)o->size;
+        }
+        if (o->refs[REF_TASK_ARG] > 0) {
+            /* Produced, not yet consumed: counts against the graph's byte cap. */
+            o->live_graph = g;
+            g->live_bytes += o->size;
+            if (g->live_bytes > g->peak_live)
+                g->peak_live = g->live_bytes;
+        }
     }
     sched__task_set_state(s, t, T_DONE);
     o->graph_hold++;
@@ -595,6 +664,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         DL_DELETE2(w->tasks, t, wprev, wnext);
         w->assigned--;
         t->worker = NULL;
+        t->graph->inflight--;
         if (++t->retries > s->opts.task_retries) {
             char msg[256];
             snprintf(msg, sizeof msg, "worker %s died while running it, %u times", w->addr,
