@@ -286,6 +286,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->inline_limit = o->inline_limit;
+    c->auto_put = !o->no_auto_put;
     spw_host_id(c->host_id, sizeof c->host_id);
     uint64_t seed[2];
     if (getrandom(seed, sizeof seed, 0) != sizeof seed) {

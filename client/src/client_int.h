@@ -20,6 +20,7 @@ typedef struct handle {
     uint8_t *inl; /* small value or small result (owned), NULL otherwise */
     bool has_inl;
     char *err;
+    uint32_t graph_uses; /* an automatic put of a large argument: graphs still using it */
 } handle;
 
 typedef struct peer {
@@ -77,6 +78,7 @@ struct spillway {
     char addr[64];
     proto_welcome wel;
     uint64_t inline_limit;
+    bool auto_put;
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
     handle *handles;
@@ -100,6 +102,9 @@ handle *spillway__handle_find(spillway *c, spw_id id);
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
 void spillway__handle_free(spillway *c, handle *h);
 void spillway__locals_free(spillway *c);
+int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
+                         const char *site);
+int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
 
 
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "client_int.h"
 
 struct spillway_graph {
@@ -20,7 +22,53 @@ struct spillway_graph {
     size_t nkept, capkept;
     uint64_t ntasks;
     char place[PROTO_MAX_NAME + 1]; /* worker name for the tasks added next, or "" */
+    spw_id *autos;     /* automatic puts this graph holds until it is submitted */
+    size_t nautos, capautos;
+    uint64_t embedded; /* bytes of large arguments embedded (no_auto_put) */
 };
+
+/* Drops the graph's hold on its automatic puts; the last graph using one releases it. */
+static void autos_release(spillway_graph *g)
+{
+    spillway *c = g->c;
+    for (size_t i = 0; i < g->nautos; i++) {
+        handle *h = spillway__handle_find(c, g->autos[i]);
+        if (h != NULL && h->graph_uses > 0 && --h->graph_uses == 0)
+            spillway_release(c, (spillway_ref){h->id.hi, h->id.lo});
+    }
+    g->nautos = 0;
+}
+
+/* Puts a large argument once, named by its content: the same bytes are one object. */
+static int auto_put(spillway_graph *g, const void *data, size_t len, const char *site,
+                    spw_id *out)
+{
+    spillway *c = g->c;
+    XXH128_hash_t hh = XXH3_128bits(data, len);
+    spw_id id = {hh.high64, hh.low64 | 1};
+    handle *h = spillway__handle_find(c, id);
+    if (h == NULL) {
+        int rc = spillway__put_object(c, id, data, len, PROTO_PUT_CONTENT_ID, site);
+        if (rc != 0)
+            return rc;
+        h = spillway__handle_add(c, id, H_PUT);
+        h->state = H_DONE;
+        h->size = len;
+    }
+    for (size_t i = 0; i < g->nautos; i++)
+        if (spw_id_eq(g->autos[i], id)) {
+            *out = id;
+            return 0;
+        }
+    if (g->nautos == g->capautos) {
+        g->capautos = g->capautos ? g->capautos * 2 : 8;
+        g->autos = spw_realloc(SPW_MOD_CLIENT, g->autos, g->capautos * sizeof *g->autos);
+    }
+    g->autos[g->nautos++] = id;
+    h->graph_uses++;
+    *out = id;
+    return 0;
+}
 
 spillway_graph *spillway_graph_new(spillway *c)
 {
@@ -39,6 +87,8 @@ void spillway_graph_free(spillway_graph *g)
 {
     if (g == NULL)
         return;
+    autos_release(g);
+    spw_free(g->autos);
     spw_buf_release(&g->frames);
     spw_buf_release(&g->recs);
     spw_free(g->kept);
@@ -122,6 +172,35 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
             return SPW_EINVAL;
         }
     }
+    /* Large values go to a store once and are referred to, never embedded per task. */
+    spillway_arg argv_local[16];
+    spillway_arg *av = nargs <= 16 ? argv_local : spw_malloc(SPW_MOD_CLIENT, nargs * sizeof *av);
+    for (size_t i = 0; i < nargs; i++) {
+        av[i] = args[i];
+        if (args[i].kind != SPILLWAY_ARG_BYTES || args[i].len <= c->inline_limit)
+            continue;
+        if (!c->auto_put) {
+            g->embedded += args[i].len;
+            char sz[16];
+            spw_log(SPW_LOG_WARN,
+                    "task %llu (%s, %s) embeds a %s argument: it is copied into the task's "
+                    "message and every worker running it; put it once with spillway_put, or "
+                    "leave automatic puts on",
+                    (unsigned long long)g->ntasks, fn, site != NULL ? site : "?",
+                    spw_size_fmt(args[i].len, sz, sizeof sz));
+            continue;
+        }
+        spw_id aid;
+        int rc = auto_put(g, args[i].data != NULL ? args[i].data : args[i].small, args[i].len,
+                          site != NULL ? site : "", &aid);
+        if (rc != 0) {
+            if (av != argv_local)
+                spw_free(av);
+            return rc;
+        }
+        av[i] = spillway_arg_ref((spillway_ref){aid.hi, aid.lo});
+    }
+    args = av;
     spw_id id = spillway__new_id(c);
     proto_enc e;
     proto_enc_raw(&e, &g->recs);
@@ -170,6 +249,8 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
         cut_frame(g, false);
     if (out != NULL)
         *out = (spillway_ref){id.hi, id.lo};
+    if (av != argv_local)
+        spw_free(av);
     return 0;
 }
 
@@ -191,5 +272,82 @@ int spillway_submit(spillway_graph *g)
     g->nkept = 0; /* tracked by the connection now */
     if (rc == 0)
         rc = spillway__call_wait(c, -1);
+    if (g->embedded > 0) {
+        char sz[16];
+        spw_log(SPW_LOG_WARN, "graph of %llu tasks carried %s of embedded arguments",
+                (unsigned long long)g->ntasks, spw_size_fmt(g->embedded, sz, sizeof sz));
+    }
+    /* The tasks hold their own references now. */
+    autos_release(g);
     return rc;
+}
+
+int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
+                           const spillway_arg *shared, size_t nshared,
+                           const spillway_map_opts *o, spillway_ref **results, size_t *nresults,
+                           const char *site)
+{
+    if (c == NULL || fn == NULL || o == NULL || results == NULL || nresults == NULL ||
+        (o->block_size == 0 && o->nblocks == 0) || (shared == NULL && nshared > 0) ||
+        nshared > 1000)
+        return SPW_EINVAL;
+    uint64_t size;
+    int rc = spillway__resolve_size(c, (spw_id){input.hi, input.lo}, &size);
+    if (rc != 0)
+        return rc;
+    uint64_t bs = o->block_size;
+    if (bs == 0)
+        bs = (size + o->nblocks - 1) / o->nblocks;
+    if (bs == 0)
+        bs = 1;
+    uint64_t nb = size == 0 ? 1 : (size + bs - 1) / bs;
+    spillway_graph *g = spillway_graph_new(c);
+    if (g == NULL)
+        return SPW_ENOMEM;
+    spillway_graph_limits(g, o->max_tasks, o->max_bytes);
+    spillway_ref *parts = spw_try_malloc(SPW_MOD_CLIENT, nb * sizeof *parts);
+    spillway_arg *av = spw_try_malloc(SPW_MOD_CLIENT, (nshared + 1) * sizeof *av);
+    if (parts == NULL || av == NULL) {
+        spw_free(parts);
+        spw_free(av);
+        spillway_graph_free(g);
+        return SPW_ENOMEM;
+    }
+    for (size_t i = 0; i < nshared; i++)
+        av[i + 1] = shared[i];
+    unsigned keep = o->reduce == NULL ? SPILLWAY_KEEP : 0;
+    for (uint64_t b = 0; b < nb && rc == 0; b++) {
+        uint64_t off = b * bs, len = size - off < bs ? size - off : bs;
+        av[0] = spillway_arg_view(input, off, len);
+        rc = spillway_task_at(g, fn, av, nshared + 1, keep, &parts[b], site);
+    }
+    /* A pairwise reduction tree: partial results are released as soon as they are combined. */
+    uint64_t width = nb;
+    while (rc == 0 && o->reduce != NULL && width > 1) {
+        uint64_t next = 0;
+        for (uint64_t i = 0; i + 1 < width && rc == 0; i += 2) {
+            spillway_arg pair[2] = {spillway_arg_ref(parts[i]), spillway_arg_ref(parts[i + 1])};
+            rc = spillway_task_at(g, o->reduce, pair, 2, width == 2 ? SPILLWAY_KEEP : 0,
+                                  &parts[next++], site);
+        }
+        if (width % 2 == 1)
+            parts[next++] = parts[width - 1];
+        width = next;
+    }
+    if (rc == 0 && o->reduce != NULL && nb == 1) {
+        /* A single block: its result is the answer, but it was not kept; reduce it alone. */
+        spillway_arg one = spillway_arg_ref(parts[0]);
+        rc = spillway_task_at(g, "echo", &one, 1, SPILLWAY_KEEP, &parts[0], site);
+    }
+    spw_free(av);
+    if (rc == 0)
+        rc = spillway_submit(g);
+    spillway_graph_free(g);
+    if (rc != 0) {
+        spw_free(parts);
+        return rc;
+    }
+    *nresults = o->reduce != NULL ? 1 : nb;
+    *results = parts;
+    return 0;
 }

@@ -401,6 +401,88 @@ int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out
     return 0;
 }
 
+/* -------------------------------------------------------------- broadcast */
+
+typedef struct bcast_res {
+    uint64_t copies, failed;
+} bcast_res;
+
+static void on_bcast_done(const proto_msg *m, void *arg)
+{
+    bcast_res *r = arg;
+    r->copies = m->f[F_BCDONE_COPIES].u;
+    r->failed = m->f[F_BCDONE_FAILED].u;
+}
+
+/* Asks for copies on the workers; the scheduler adds a BROADCAST reference for us. */
+static int broadcast_id(spillway *c, spw_id id, unsigned nworkers)
+{
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    bcast_res res = {0, 0};
+    uint64_t req = spillway__call_begin(c, PROTO_BROADCAST_DONE);
+    c->call.on_reply = on_bcast_done;
+    c->call.arg = &res;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_BROADCAST, req, 2);
+    proto_put_id(&e, id);
+    proto_put_u(&e, nworkers);
+    proto_conn_send(c->sched, &e);
+    int rc = spillway__call_wait(c, -1);
+    if (rc == 0 && res.copies == 0) {
+        spillway__set_err(c, "no worker could take a copy");
+        rc = SPW_EOBJLOST;
+    } else if (rc == 0 && res.failed > 0) {
+        spw_log(SPW_LOG_WARN, "broadcast: %llu of %llu workers could not take a copy",
+                (unsigned long long)res.failed, (unsigned long long)(res.failed + res.copies));
+    }
+    return rc;
+}
+
+static void release_id(spillway *c, spw_id id)
+{
+    if (c->sched == NULL)
+        return;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
+    proto_put_arr(&e, 1);
+    proto_put_id(&e, id);
+    proto_conn_send(c->sched, &e);
+    spillway__flush(c);
+}
+
+int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
+{
+    if (c == NULL)
+        return SPW_EINVAL;
+    spw_id id = {ref.hi, ref.lo};
+    handle *h = spillway__handle_find(c, id);
+    if (h == NULL)
+        return SPW_ENOTHELD;
+    if (h->kind == H_SMALL)
+        return 0; /* small values travel with every task anyway */
+    int rc = broadcast_id(c, id, nworkers);
+    if (rc == 0)
+        release_id(c, id); /* the BROADCAST reference replaces the one we had: still one */
+    return rc;
+}
+
+int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
+                        spillway_ref *out, const char *site)
+{
+    spillway_ref r;
+    int rc = spillway_put_at(c, data, len, &r, site);
+    if (rc != 0)
+        return rc;
+    rc = spillway_broadcast(c, r, nworkers);
+    if (rc != 0) {
+        spillway_release(c, r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
 /* ---------------------------------------------------------------------- get */
 
 typedef struct location {
@@ -557,6 +639,16 @@ static int fetch_tcp(spillway *c, spw_id id, const location *loc, uint8_t *buf)
         if (rc == 0)
             break;
     }
+    return rc;
+}
+
+int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
+{
+    location loc;
+    int rc = resolve(c, id, -1, &loc);
+    if (rc == 0)
+        *size = loc.size;
+    spw_free(loc.inl);
     return rc;
 }
 

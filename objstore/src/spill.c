@@ -66,6 +66,7 @@ struct ost_spill {
     spill_job *running;
     uint64_t spilling_bytes;    /* in queued or running spill jobs */
     bool full;                  /* the map cannot grow or the disk is full */
+    bool active;                /* a spill episode: above the threshold, not yet at target */
     bool quiescing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
@@ -591,7 +592,14 @@ void ost__spill_maintain(ost_store *s)
     if (sp == NULL || sp->quiescing || s->closing)
         return;
     uint64_t to_free;
-    ost_mem_state(s, &to_free);
+    enum ost_level level = ost_mem_state(s, &to_free);
+    /* Hysteresis: an episode starts above the threshold and runs down to the target. */
+    if (level != OST_LEVEL_OK)
+        sp->active = true;
+    else if (to_free == 0)
+        sp->active = false;
+    if (!sp->active)
+        to_free = 0;
     uint64_t need = to_free + s->waiting_bytes;
     need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
     if (need > 0)

@@ -81,6 +81,7 @@ static void obj_free(sched *s, sched_obj *o)
     spw_log(SPW_LOG_DEBUG, "obj=%s released", spw_id_hex(o->id, hex));
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
+    sched__broadcast_obj_freed(s, o->id);
     if (o->put_worker != 0 && o->state == OBJ_PENDING) {
         sched_worker *w = sched__worker_by_id(s, o->put_worker);
         if (w != NULL) {

@@ -41,6 +41,7 @@ static void worker_remove(sched *s, sched_worker *w)
     }
     spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
     sched__memory_worker_gone(s, w);
+    sched__broadcast_worker_gone(s, w);
     sched__worker_lost(s, w);
     spw_free(w);
     sched__kick(s);
@@ -77,12 +78,14 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
             }
             sched__obj_add_loc(s, o, w->id);
             sched__obj_ready(s, o);
+            sched__broadcast_obj_ready(s, o);
         } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
             if (o->state == OBJ_LOST) {
                 o->state = OBJ_READY;
                 s->obj_bytes += o->size;
             }
             sched__obj_add_loc(s, o, w->id);
+            sched__broadcast_added(s, w, o->id);
         }
         return;
     }
@@ -105,6 +108,11 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
     }
     case PROTO_ERROR: {
         char msg[256];
+        if (sched__broadcast_error(s, w, m->req)) {
+            spw_log(SPW_LOG_WARN, "worker=%u could not take its broadcast copy: %s", w->id,
+                    proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+            return;
+        }
         spw_log(SPW_LOG_WARN, "worker=%u reported: %s err=%s", w->id,
                 proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
                 spw_err_name((int)m->f[F_ERROR_CODE].i));
@@ -258,6 +266,12 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
     case PROTO_MEMORY_REQ:
         sched__memory_req(s, ss, m);
         return;
+    case PROTO_BROADCAST:
+        if (!ctl) {
+            sched__broadcast(s, ss, m);
+            return;
+        }
+        break;
     case PROTO_PUT_PLACE:
         if (!ctl) {
             put_place(s, ss, m);
@@ -385,6 +399,7 @@ static void on_close(proto_conn *c, int status)
         spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
                 (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
         sched__memory_session_gone(s, ss);
+        sched__broadcast_session_gone(s, ss);
         sched__session_drop_all(s, ss);
         HASH_DEL(s->sessions, ss);
         spw_free(ss);
@@ -516,5 +531,6 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->kick, handle_closed);
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     sched__memory_free_all(s);
+    sched__broadcast_free_all(s);
     proto_ctx_close(s->ctx, ctx_closed, s);
 }

@@ -203,6 +203,7 @@ struct sched {
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
+    struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
     uint64_t nready;
     uint64_t tstate[PROTO_TSTATE_COUNT];
@@ -245,6 +246,16 @@ void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__status(sched *s, proto_conn *c, uint64_t req);
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
+
+/* broadcast.c */
+void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m);
+void sched__broadcast_added(sched *s, sched_worker *w, spw_id id);
+bool sched__broadcast_error(sched *s, sched_worker *w, uint64_t req);
+void sched__broadcast_worker_gone(sched *s, sched_worker *w);
+void sched__broadcast_session_gone(sched *s, sched_session *ss);
+void sched__broadcast_free_all(sched *s);
+void sched__broadcast_obj_freed(sched *s, spw_id id);
+void sched__broadcast_obj_ready(sched *s, const sched_obj *o);
 
 /* memory.c */
 void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);

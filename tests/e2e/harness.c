@@ -111,8 +111,20 @@ static int ready_deadline_ms(void)
     return getenv("SPW_SLOW") != NULL ? 60000 : 30000;
 }
 
-static void start_proc(h_cluster *c, h_proc *pr, const char *const *argv, const char *logname)
+static void start_proc(h_cluster *c, h_proc *pr, const char *const *argv0, const char *logname)
 {
+    /* SPW_LOG_LEVEL=debug makes every daemon of the tests log more (their logs are printed for
+     * failing tests). */
+    const char *argv[80];
+    int n = 0;
+    for (; argv0[n] != NULL && n < 76; n++)
+        argv[n] = argv0[n];
+    const char *lvl = getenv("SPW_LOG_LEVEL");
+    if (lvl != NULL) {
+        argv[n++] = "--log-level";
+        argv[n++] = lvl;
+    }
+    argv[n] = NULL;
     snprintf(pr->log, sizeof pr->log, "%s/%s.log", c->dir, logname);
     int fd;
     pr->pid = spawn(argv, pr->log, &fd);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,6 +198,7 @@ static void client_killed_mid_job_leaves_cluster_working(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
         close(ready[0]);
         spillway *cl = NULL;
         if (spillway_connect(c.addr, NULL, &cl) != 0)
@@ -679,6 +681,7 @@ static void dead_reader_releases_its_pins(void **state)
     assert_int_equal(pipe(ready), 0);
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
         close(ready[0]);
         spillway *cl = NULL;
         if (spillway_connect(c.addr, NULL, &cl) != 0)

@@ -269,6 +269,24 @@ static bool encode_sample(uint32_t type, spw_buf *b)
         proto_put_u(&e, 0);
         proto_put_u(&e, 0);
         break;
+    case PROTO_BROADCAST:
+        proto_enc_begin(&e, b, type, 15, 2);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 0);
+        break;
+    case PROTO_BROADCAST_DONE:
+        proto_enc_begin(&e, b, type, 15, 3);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 4);
+        proto_put_u(&e, 0);
+        break;
+    case PROTO_REPLICATE:
+        proto_enc_begin(&e, b, type, 15, 3);
+        proto_put_id(&e, ID1);
+        proto_put_u(&e, 1 << 20);
+        proto_put_arr(&e, 1);
+        put_loc(&e);
+        break;
     case PROTO_MEMORY_END:
         proto_enc_begin(&e, b, type, 14, 2);
         proto_put_arr(&e, 1);
@@ -354,7 +372,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 41);
+    assert_int_equal(samples, 44);
 }
 
 static void fields_survive_round_trip(void **state)

@@ -180,7 +180,10 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
 static void read_finish(wread *rd)
 {
     wsrv *srv = rd->srv;
-    ost_obj_unpin(srv->w->store, rd->obj);
+    if (rd->follow != NULL)
+        DL_DELETE2(rd->follow->followers, rd, fprev, fnext);
+    if (rd->pinned)
+        ost_obj_unpin(srv->w->store, rd->obj);
     spw_free(rd);
     srv->refs--;
     srv_maybe_free(srv);
@@ -200,10 +203,14 @@ static void reads_pump(wsrv *srv)
     wread *rd, *tmp;
     DL_FOREACH_SAFE(srv->reads, rd, tmp)
     {
-        uint64_t total = ost_obj_size(rd->obj);
+        uint64_t total = rd->end; /* whole-object reads of followers; ranges of others */
+        if (rd->follow == NULL)
+            total = ost_obj_size(rd->obj);
         const uint8_t *base = ost_obj_data(rd->obj);
-        while (rd->pos < rd->end && proto_conn_writable(srv->conn)) {
-            uint64_t n = rd->end - rd->pos;
+        /* A follower sends only what has arrived, as copies: the object may yet be aborted. */
+        uint64_t limit = rd->follow != NULL ? rd->follow->received : rd->end;
+        while (rd->pos < limit && proto_conn_writable(srv->conn)) {
+            uint64_t n = limit - rd->pos;
             if (n > w->chunk)
                 n = w->chunk;
             proto_enc e;
@@ -212,6 +219,12 @@ static void reads_pump(wsrv *srv)
             proto_put_u(&e, total);
             proto_put_u(&e, rd->pos);
             proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
+            if (rd->follow != NULL) {
+                proto_put_bin(&e, base + rd->pos, n);
+                proto_conn_send(srv->conn, &e);
+                rd->pos += n;
+                continue;
+            }
             proto_put_bin_hdr(&e, n);
             rd->outstanding++;
             rd->pos += n;
@@ -224,6 +237,42 @@ static void reads_pump(wsrv *srv)
         }
         if (!proto_conn_writable(srv->conn))
             return;
+    }
+}
+
+/* Readers following a fetch: more of the object arrived, or all of it (then they pin it). */
+static void followers_advance(wrk *w, wfetch *f, bool sealed)
+{
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE2(f->followers, rd, tmp, fnext)
+    {
+        wsrv *srv = rd->srv;
+        if (sealed) {
+            DL_DELETE2(f->followers, rd, fprev, fnext);
+            rd->follow = NULL;
+            rd->pinned = ost_obj_pin(w->store, rd->obj) == 0;
+        }
+        if (!srv->closed)
+            reads_pump(srv);
+    }
+}
+
+/* The fetch failed: its followers get the error and stop. */
+static void followers_fail(wfetch *f, int status, const char *msg)
+{
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE2(f->followers, rd, tmp, fnext)
+    {
+        DL_DELETE2(f->followers, rd, fprev, fnext);
+        rd->follow = NULL;
+        wsrv *srv = rd->srv;
+        if (!srv->closed) {
+            proto_conn_error(srv->conn, rd->req, status, "upstream copy failed: %s", msg);
+            DL_DELETE(srv->reads, rd);
+        }
+        rd->pos = rd->end;
+        if (rd->outstanding == 0)
+            read_finish(rd);
     }
 }
 
@@ -256,6 +305,7 @@ static void read_got(void *arg, int status, ost_obj *o)
     rd->req = r->req;
     rd->off = rd->pos = r->off;
     rd->end = r->off + r->len;
+    rd->pinned = true;
     rd->srv = srv; /* the ref taken for the request now belongs to the read */
     spw_free(r);
     DL_APPEND(srv->reads, rd);
@@ -267,6 +317,24 @@ static void read_start(wsrv *srv, const proto_msg *m)
     char hex[33];
     spw_id id = m->f[F_READ_ID].id;
     ost_obj *o = ost_obj_find(srv->w->store, id);
+    wfetch *f;
+    HASH_FIND(hh, srv->w->fetches, &id, sizeof id, f);
+    if (o != NULL && ost_obj_state(o) == OST_CREATED && f != NULL && f->obj == o &&
+        m->f[F_READ_OFF].u == 0 && m->f[F_READ_LEN].u == f->size) {
+        /* Still arriving here: forward it as it comes (a broadcast chain). */
+        wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
+        rd->obj = o;
+        rd->id = id;
+        rd->req = m->req;
+        rd->end = f->size;
+        rd->follow = f;
+        rd->srv = srv;
+        srv->refs++;
+        DL_APPEND(srv->reads, rd);
+        DL_APPEND2(f->followers, rd, fprev, fnext);
+        reads_pump(srv);
+        return;
+    }
     if (o == NULL || ost_obj_state(o) != OST_SEALED) {
         proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker",
                          spw_id_hex(id, hex));
@@ -507,6 +575,7 @@ static void peer_close(proto_conn *c, int status)
         return;
     srv->closed = true;
     srv->conn = NULL;
+    srv->refs++; /* finishing a read below may drop the last reference: not before the end */
     wupload *u, *utmp;
     HASH_ITER(hh, srv->uploads, u, utmp)
     {
@@ -536,6 +605,7 @@ static void peer_close(proto_conn *c, int status)
         HASH_DEL(srv->pins, p);
         spw_free(p);
     }
+    srv->refs--;
     srv_maybe_free(srv);
 }
 
@@ -563,8 +633,24 @@ static void fetch_free(wrk *w, wfetch *f)
     spw_free(f);
 }
 
+static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
+{
+    for (int i = 0; i < 4; i++) {
+        if (f->repl_req[i] == 0 || w->sched == NULL)
+            continue;
+        if (status != 0) {
+            char hex[33];
+            proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s",
+                             spw_id_hex(f->id, hex), msg);
+        }
+        f->repl_req[i] = 0;
+    }
+}
+
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
 {
+    followers_fail(f, status, msg);
+    repl_answer(w, f, status, msg);
     if (f->obj != NULL) {
         ost_obj_abort(w->store, f->obj);
         f->obj = NULL;
@@ -585,7 +671,9 @@ static void fetch_done(wrk *w, wfetch *f)
     ost_obj *o = f->obj;
     f->obj = NULL;
     ost_obj_seal(w->store, o);
-    wrk__sched_obj_added(w, f->id, f->size);
+    followers_advance(w, f, true);
+    wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
+    repl_answer(w, f, 0, NULL);
     fwait *waiters = f->waiters;
     f->waiters = NULL;
     fetch_free(w, f);
@@ -670,6 +758,8 @@ static void fpeer_msg(proto_conn *c, const proto_msg *m)
     }
     memcpy(ost_obj_data(f->obj) + off, data->bin.ptr, data->bin.len);
     f->received += data->bin.len;
+    if (f->followers != NULL && f->received < f->size)
+        followers_advance(w, f, false);
     if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
         if (f->received == f->size)
             fetch_done(w, f);
@@ -810,4 +900,57 @@ void wrk__peers_close(wrk *w)
         }
         fetch_free(w, f);
     }
+}
+
+/* REPLICATE: take a copy for a broadcast. No task waits for it; the scheduler hears OBJ_ADDED,
+ * or an ERROR carrying its request id. */
+void wrk__replicate(wrk *w, const proto_msg *m)
+{
+    spw_id id = m->f[F_REPL_ID].id;
+    ost_obj *o = ost_obj_find(w->store, id);
+    if (o != NULL && ost_obj_state(o) == OST_SEALED) {
+        wrk__sched_obj_added(w, id, ost_obj_size(o));
+        return;
+    }
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f == NULL) {
+        const proto_val *locs = &m->f[F_REPL_LOCS];
+        if (locs->arr.n == 0 || m->f[F_REPL_SIZE].u == 0) {
+            proto_conn_error(w->sched, m->req, SPW_EINVAL, "replicate needs a size and a source");
+            return;
+        }
+        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+        f->id = id;
+        f->size = m->f[F_REPL_SIZE].u;
+        for (uint32_t j = 0; j < locs->arr.n && f->nlocs < WRK_MAX_LOCS; j++) {
+            proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], f->locs[f->nlocs], sizeof f->locs[0]);
+            if (strcmp(f->locs[f->nlocs], w->bound) != 0)
+                f->nlocs++;
+        }
+        f->creating = true;
+        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (fetch_req){w, id};
+        for (int i = 0; i < 4; i++)
+            if (f->repl_req[i] == 0) {
+                f->repl_req[i] = m->req;
+                break;
+            }
+        ost_obj_create_async(w->store, id, f->size, fetch_created, r);
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (f->repl_req[i] == 0) {
+            f->repl_req[i] = m->req;
+            break;
+        }
+}
+
+void wrk__fetch_cancel(wrk *w, spw_id id)
+{
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f != NULL && !f->creating)
+        fetch_fail(w, f, SPW_ENOOBJ, "released while being copied here");
 }

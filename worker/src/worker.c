@@ -201,10 +201,15 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     case PROTO_TASK_RUN:
         wrk__task_run(w, m);
         return;
+    case PROTO_REPLICATE:
+        wrk__replicate(w, m);
+        return;
     case PROTO_OBJ_DELETE: {
         const proto_val *ids = &m->f[F_DELETE_IDS];
-        for (uint32_t i = 0; i < ids->arr.n; i++)
+        for (uint32_t i = 0; i < ids->arr.n; i++) {
+            wrk__fetch_cancel(w, ids->arr.v[i].id);
             ost_obj_delete(w->store, ids->arr.v[i].id); /* unknown ids: already gone */
+        }
         wrk__dispatch(w);
         return;
     }

@@ -89,6 +89,8 @@ struct wfetch {
     struct wpeer *peer;
     fwait *waiters;
     bool creating;        /* waiting for store room */
+    uint64_t repl_req[4]; /* broadcast requests to answer (REPLICATE), 0 = none */
+    struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 };
 
 /* A connection to another worker's peer port, for fetches. */
@@ -121,8 +123,11 @@ typedef struct wread {
     uint64_t req;
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
+    bool pinned;          /* holds a pin on obj (not while following a fetch) */
+    struct wfetch *follow; /* the fetch still filling obj; sent up to what has arrived */
     struct wsrv *srv;
     struct wread *prev, *next;
+    struct wread *fprev, *fnext; /* on follow->followers */
 } wread;
 
 /* Objects a local client has pinned for zero-copy views. */
@@ -201,6 +206,9 @@ void wrk__tasks_free_all(wrk *w);
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
+void wrk__replicate(wrk *w, const proto_msg *m);
+/* The scheduler released an object: a fetch of it under way stops. */
+void wrk__fetch_cancel(wrk *w, spw_id id);
 void wrk__peers_close(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 

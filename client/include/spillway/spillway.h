@@ -47,6 +47,7 @@ typedef struct spillway_opts {
     int connect_timeout_ms;  /* 10000 */
     const char *name;        /* shown by spillway-ctl ("libspillway") */
     uint64_t inline_limit;   /* 0: use the scheduler's; arguments above it are put as objects */
+    int no_auto_put;         /* 1: embed large BYTES arguments in every task (with a warning) */
 } spillway_opts;
 
 /** Fills o with the defaults. */
@@ -82,6 +83,19 @@ const char *spillway_errmsg(const spillway *c);
 int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
                     const char *site);
 #define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
+
+/** Puts len bytes once and places a copy on every worker (nworkers 0) or on nworkers of them,
+ * before any task uses it: broadcast scatter. The copies travel worker to worker along a
+ * pipelined chain, so reaching k workers costs about one transfer. Each node stores it once,
+ * however many tasks use it; a worker that joins later fetches it when a task there needs it.
+ * The client holds one reference (kind BROADCAST); release it once.
+ * @return as spillway_put; SPW_EOBJLOST if no worker could take a copy. */
+int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
+                        spillway_ref *out, const char *site);
+#define spillway_scatter(c, data, len, nworkers, out)                                              \
+    spillway_scatter_at((c), (data), (len), (nworkers), (out), SPILLWAY_SITE)
+/** Places copies of an object this client holds on every worker (0) or on nworkers. */
+int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers);
 
 /** Gets an object or a kept task's result, waiting up to timeout_ms (-1: forever) for it to
  * exist. *data is a heap copy the caller frees with spillway_free().
@@ -157,7 +171,11 @@ static inline spillway_arg spillway_arg_view(spillway_ref r, uint64_t off, uint6
 spillway_graph *spillway_graph_new(spillway *c);
 /** Adds a task running fn(args...). Its output can be an argument of later tasks in this graph;
  * with SPILLWAY_KEEP it can also be waited for, fetched and used by later graphs.
- * BYTES arguments are copied now.
+ * BYTES arguments are copied now. One larger than the inline limit is not embedded: it is put
+ * into a store once, named by a hash of its bytes, and the task refers to it, so the same bytes
+ * passed to many tasks (or twice) are stored once. The graph keeps that object alive until it
+ * is submitted; its tasks keep it after. (With no_auto_put such arguments are embedded, and a
+ * warning names the task and the size.)
  * @param[out] out the task's output (may be NULL).
  * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind). */
 int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
@@ -174,6 +192,30 @@ int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_by
  * background). @return 0, or the first refusal (errmsg says which task and why). */
 int spillway_submit(spillway_graph *g);
 void spillway_graph_free(spillway_graph *g);
+
+/** map_blocks: one task per block of an object, over views (no copies). */
+typedef struct spillway_map_opts {
+    uint64_t block_size; /* bytes per block; 0: use nblocks */
+    uint64_t nblocks;    /* number of blocks; 0: use block_size */
+    const char *reduce;  /* NULL: one result per block; else combine them pairwise with this
+                            function (it must be associative and take two arguments) */
+    uint64_t max_tasks;  /* caps for the job, 0 for the scheduler's defaults */
+    uint64_t max_bytes;
+} spillway_map_opts;
+
+/** Runs fn(view of block i, shared...) for every block of input and submits the job.
+ * shared arguments are referenced by every task, never copied per task (large BYTES become one
+ * object, see spillway_task). Without reduce, *results is an array of *nresults kept references
+ * (free the array with spillway_free, release each reference); with reduce, one.
+ * @return 0; SPW_EINVAL (no block size or count, bad arguments); the input's error if it is a
+ *         failed task; a submission error. */
+int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
+                           const spillway_arg *shared, size_t nshared,
+                           const spillway_map_opts *opts, spillway_ref **results,
+                           size_t *nresults, const char *site);
+#define spillway_map_blocks(c, fn, input, shared, nshared, opts, results, nresults)                \
+    spillway_map_blocks_at((c), (fn), (input), (shared), (nshared), (opts), (results),            \
+                           (nresults), SPILLWAY_SITE)
 
 /** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
  * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);

@@ -92,6 +92,9 @@ const char *proto_role_name(int role);
     X(MEMORY_END, 44)                                                                              \
     X(OBJ_LIST_REQ, 45)                                                                            \
     X(OBJ_LIST, 46)                                                                                \
+    X(BROADCAST, 47)                                                                               \
+    X(BROADCAST_DONE, 48)                                                                          \
+    X(REPLICATE, 49)                                                                               \
     X(EXEC, 50)                                                                                    \
     X(EXEC_ALLOC, 51)                                                                              \
     X(EXEC_ALLOC_OK, 52)                                                                           \
@@ -207,6 +210,13 @@ enum {
     R_SWORKER_STATS /* list of u64 */
 };
 enum { R_SCLIENT_SESSION, R_SCLIENT_HOST, R_SCLIENT_PID, R_SCLIENT_ROLE, R_SCLIENT_TASKS, R_SCLIENT_REFS };
+/* Broadcast: client -> scheduler BROADCAST, scheduler -> workers REPLICATE (fetch it from the
+ * first of locs, which may still be receiving it: a pipelined chain), workers answer OBJ_ADDED
+ * or ERROR, scheduler -> client BROADCAST_DONE. */
+enum { F_BCAST_ID, F_BCAST_WORKERS /* 0 = all */ };
+enum { F_BCDONE_ID, F_BCDONE_COPIES, F_BCDONE_FAILED };
+enum { F_REPL_ID, F_REPL_SIZE, F_REPL_LOCS /* records R_LOC */ };
+
 /* spillway-ctl memory. The reply is any number of MEMORY_OBJS frames, then MEMORY_END. */
 enum { F_MEMREQ_FLAGS };
 enum { F_MEMOBJS_OBJS /* records R_MOBJ */ };

@@ -1,0 +1,223 @@
+/*
+ * Broadcast scatter: an object placed on every worker (or on n of them) once, before the tasks
+ * that use it run.
+ *
+ * The transfer is a pipelined chain: the first target fetches from a worker that has the
+ * object, the second from the first while the first is still receiving, and so on, each
+ * forwarding chunks as they arrive; so reaching k workers costs about one transfer, not k. Each
+ * target is also given the earlier links and the original holders to fall back on. The client
+ * holds a BROADCAST reference from the request on; it hears BROADCAST_DONE once every target has
+ * a copy or has failed. Owns: the bcast records (s->bcasts).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+#define MAX_LOCS 8
+
+typedef struct bcast {
+    uint64_t id;        /* request id sent to the targets */
+    spw_id obj;
+    sched_session *ss;
+    uint64_t req;
+    uint32_t *targets;  /* worker ids still to answer */
+    uint32_t ntargets;
+    uint32_t copies;    /* workers with a copy so far */
+    uint32_t failed;
+    uint64_t want;      /* workers asked for (0 = all) */
+    bool waiting;       /* the put is not sealed yet: replication starts when it is */
+    struct bcast *next;
+} bcast;
+
+static void done(sched *s, bcast *b)
+{
+    if (b->ss != NULL) {
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(b->ss->conn), PROTO_BROADCAST_DONE, b->req, 3);
+        proto_put_id(&e, b->obj);
+        proto_put_u(&e, b->copies);
+        proto_put_u(&e, b->failed);
+        proto_conn_send(b->ss->conn, &e);
+    }
+    LL_DELETE(s->bcasts, b);
+    spw_free(b->targets);
+    spw_free(b);
+}
+
+/* A target answered (ok) or went away: it no longer holds the broadcast up. */
+static void settle(sched *s, bcast *b, uint32_t worker, bool ok)
+{
+    if (b->waiting)
+        return; /* no target yet */
+    for (uint32_t i = 0; i < b->ntargets; i++) {
+        if (b->targets[i] == worker) {
+            b->targets[i] = b->targets[--b->ntargets];
+            if (ok)
+                b->copies++;
+            else
+                b->failed++;
+            break;
+        }
+    }
+    if (b->ntargets == 0)
+        done(s, b);
+}
+
+static void put_loc(proto_enc *e, const sched_worker *w)
+{
+    proto_put_arr(e, 4);
+    proto_put_u(e, w->id);
+    proto_put_str(e, w->addr);
+    proto_put_str(e, w->host_id);
+    proto_put_str(e, w->local);
+}
+
+/* Sends REPLICATE along the chain; the object is READY and in at least one store. */
+static void start(sched *s, bcast *b, const sched_obj *o)
+{
+    b->waiting = false;
+    b->copies = o->nlocs;
+    b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
+    /* The chain: holders first, then each new target after the one before it. */
+    sched_worker *chain[64];
+    uint32_t nchain = 0;
+    for (uint32_t i = 0; i < o->nlocs && nchain < 64; i++) {
+        sched_worker *w = sched__worker_by_id(s, o->locs[i]);
+        if (w != NULL)
+            chain[nchain++] = w;
+    }
+    uint32_t holders = nchain;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[k];
+        bool has = false;
+        for (uint32_t i = 0; i < o->nlocs; i++)
+            has = has || o->locs[i] == w->id;
+        if (has || (b->want != 0 && b->copies + b->ntargets >= b->want))
+            continue;
+        /* Fetch from the previous link (maybe still receiving), then earlier ones, then the
+         * holders. */
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_REPLICATE, b->id, 3);
+        proto_put_id(&e, o->id);
+        proto_put_u(&e, o->size);
+        uint32_t nl = nchain < MAX_LOCS ? nchain : MAX_LOCS;
+        proto_put_arr(&e, nl);
+        uint32_t put = 0;
+        for (int32_t i = (int32_t)nchain - 1; i >= (int32_t)holders && put < nl; i--, put++)
+            put_loc(&e, chain[i]);
+        for (uint32_t i = 0; i < holders && put < nl; i++, put++)
+            put_loc(&e, chain[i]);
+        if (proto_conn_send(w->conn, &e) != 0)
+            continue;
+        b->targets[b->ntargets++] = w->id;
+        if (nchain < 64)
+            chain[nchain++] = w;
+    }
+    if (b->ntargets == 0)
+        done(s, b);
+}
+
+void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
+{
+    char hex[33];
+    spw_id id = m->f[F_BCAST_ID].id;
+    sched_obj *o = sched__obj_find(s, id);
+    bool pending_put = o != NULL && o->state == OBJ_PENDING && o->producer == NULL;
+    if (o == NULL || (!pending_put && (o->state != OBJ_READY || o->nlocs == 0))) {
+        proto_conn_error(ss->conn, m->req, o == NULL ? SPW_ENOOBJ : SPW_ENOTSEALED,
+                         "obj=%s cannot be broadcast: %s", spw_id_hex(id, hex),
+                         o == NULL ? "unknown" : "not stored in a worker");
+        return;
+    }
+    sched__session_ref(s, ss, o, REF_BROADCAST);
+    bcast *b = spw_calloc(SPW_MOD_SCHED, 1, sizeof *b);
+    static uint64_t next_id;
+    b->id = ++next_id;
+    b->obj = id;
+    b->ss = ss;
+    b->req = m->req;
+    b->want = m->f[F_BCAST_WORKERS].u;
+    LL_PREPEND(s->bcasts, b);
+    if (pending_put)
+        b->waiting = true; /* its upload finished; the worker's word is on its way */
+    else
+        start(s, b, o);
+}
+
+/* A put became ready: broadcasts that waited for it start. */
+void sched__broadcast_obj_ready(sched *s, const sched_obj *o)
+{
+    bcast *b, *tmp;
+    LL_FOREACH_SAFE(s->bcasts, b, tmp)
+    if (b->waiting && spw_id_eq(b->obj, o->id))
+        start(s, b, o);
+}
+
+void sched__broadcast_added(sched *s, sched_worker *w, spw_id id)
+{
+    bcast *b, *tmp;
+    LL_FOREACH_SAFE(s->bcasts, b, tmp)
+    if (!b->waiting && spw_id_eq(b->obj, id))
+        settle(s, b, w->id, true);
+}
+
+bool sched__broadcast_error(sched *s, sched_worker *w, uint64_t req)
+{
+    bcast *b;
+    LL_SEARCH_SCALAR(s->bcasts, b, id, req);
+    if (b == NULL)
+        return false;
+    settle(s, b, w->id, false);
+    return true;
+}
+
+void sched__broadcast_worker_gone(sched *s, sched_worker *w)
+{
+    bcast *b, *tmp;
+    LL_FOREACH_SAFE(s->bcasts, b, tmp) settle(s, b, w->id, false);
+}
+
+void sched__broadcast_session_gone(sched *s, sched_session *ss)
+{
+    bcast *b;
+    LL_FOREACH(s->bcasts, b)
+    if (b->ss == ss)
+        b->ss = NULL; /* the replication goes on or is cancelled by the release; nobody to tell */
+}
+
+void sched__broadcast_free_all(sched *s)
+{
+    bcast *b, *tmp;
+    LL_FOREACH_SAFE(s->bcasts, b, tmp)
+    {
+        b->ss = NULL;
+        done(s, b);
+    }
+}
+
+/* The object was released: targets still copying it are told to stop (a fetch under way stops
+ * on OBJ_DELETE), so nothing half-copied stays behind. */
+void sched__broadcast_obj_freed(sched *s, spw_id id)
+{
+    bcast *b, *tmp;
+    LL_FOREACH_SAFE(s->bcasts, b, tmp)
+    {
+        if (!spw_id_eq(b->obj, id))
+            continue;
+        for (uint32_t i = 0; i < b->ntargets; i++) {
+            sched_worker *w = sched__worker_by_id(s, b->targets[i]);
+            if (w == NULL)
+                continue;
+            proto_enc e;
+            proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
+            proto_put_arr(&e, 1);
+            proto_put_id(&e, id);
+            proto_conn_send(w->conn, &e);
+        }
+        b->ntargets = 0;
+        done(s, b);
+    }
+}

@@ -1,0 +1,375 @@
+/* End-to-end tests of broadcast scatter, automatic puts, map_blocks and bounded in-flight
+ * memory: the Dask and Rayon failures, made impossible. Real daemons on 127.0.0.1. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+static json_t *memory_doc(h_cluster *c)
+{
+    return e2e_ctl_json(c, "memory");
+}
+
+/* Objects and bytes each node's store holds, from the store's own figures. */
+static void node_figures(h_cluster *c, int node, uint64_t *objects, uint64_t *used)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *w = json_array_get(json_object_get(st, "workers"), (size_t)node);
+    json_t *m = json_object_get(w, "memory");
+    *objects = (uint64_t)json_integer_value(json_object_get(m, "objects_in_memory"));
+    *used = (uint64_t)json_integer_value(json_object_get(m, "used"));
+    json_decref(st);
+}
+
+static void start_named(h_cluster *c, int n, const char *cap)
+{
+    h_cluster_start(c, false, NULL);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "w%d", i);
+        const char *const args[] = {"--slots", "1", "--store-capacity", cap, "--name", name, NULL};
+        h_worker_start(c, args);
+    }
+}
+
+static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_graph_place(g, worker);
+    spillway_ref out;
+    spillway_arg a = spillway_arg_ref(r);
+    assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    uint64_t v = e2e_get_u64(cl, out);
+    assert_int_equal(spillway_release(cl, out), 0);
+    return v;
+}
+
+static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
+{
+    (void)state;
+    h_cluster c;
+    start_named(&c, 4, "64M");
+    spillway *cl = e2e_connect(&c);
+    size_t n = (16u << 20) + 12345;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    spillway_ref r;
+    assert_int_equal(spillway_scatter(cl, data, n, 0, &r), 0);
+    /* Every node holds it once, in memory, before any task ran. */
+    json_t *mem = memory_doc(&c);
+    json_t *objs = json_object_get(mem, "objects");
+    assert_int_equal(json_array_size(objs), 1);
+    json_t *o = json_array_get(objs, 0);
+    assert_int_equal(json_array_size(json_object_get(o, "locations")), 4);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "refs"), "BROADCAST")), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "refs"), "CLIENT")), 0);
+    json_decref(mem);
+    /* And the bytes are the same everywhere. */
+    uint64_t want = XXH3_64bits(data, n);
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        assert_int_equal(checksum_on(cl, r, name), want);
+    }
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(data);
+    assert_true(h_cluster_stop(&c));
+}
+
+static bool broadcast_ref_seen(void *arg)
+{
+    json_t *mem = memory_doc(arg);
+    json_t *o = json_array_get(json_object_get(mem, "objects"), 0);
+    bool seen = o != NULL &&
+                json_integer_value(json_object_get(json_object_get(o, "refs"), "BROADCAST")) == 1;
+    json_decref(mem);
+    return seen;
+}
+
+static bool no_objects_listed(void *arg)
+{
+    json_t *mem = memory_doc(arg);
+    bool empty = mem != NULL && json_array_size(json_object_get(mem, "objects")) == 0;
+    json_decref(mem);
+    return empty;
+}
+
+/* The client that scattered dies while the copies travel: nothing half-written stays. */
+static void broadcast_whose_source_dies_leaves_nothing(void **state)
+{
+    (void)state;
+    h_cluster c;
+    start_named(&c, 4, "128M");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        spillway *cl = NULL;
+        if (spillway_connect(c.addr, NULL, &cl) != 0)
+            _exit(1);
+        size_t n = 96u << 20;
+        uint8_t *data = malloc(n);
+        memset(data, 0x42, n);
+        spillway_ref r;
+        spillway_scatter(cl, data, n, 0, &r);
+        pause();
+        _exit(0);
+    }
+    /* Kill it as soon as the scheduler knows of the broadcast, whatever its progress. */
+    assert_true(h_eventually(broadcast_ref_seen, &c, 30000));
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(e2e_cluster_idle(&c, 30000)); /* no object, no byte used on any node */
+    /* The stores' own listing (fresh, not a heartbeat's): no orphan, no half-copied object. */
+    assert_true(h_eventually(no_objects_listed, &c, 30000));
+    json_t *mem = memory_doc(&c);
+    if (json_array_size(json_object_get(mem, "objects")) != 0) {
+        char *d = json_dumps(mem, JSON_INDENT(1));
+        fprintf(stderr, "%s\n", d);
+        free(d);
+        h_dump_logs(&c);
+    }
+    assert_int_equal(json_array_size(json_object_get(mem, "objects")), 0); /* no orphan */
+    json_decref(mem);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* The Dask case: one 8 MiB object used by 500 map_blocks tasks. Scattered, passed as a plain
+ * large argument, or as the same bytes twice: each node's store holds exactly one copy. */
+static void large_shared_argument_is_stored_once_per_node(void **state)
+{
+    (void)state;
+    h_cluster c;
+    start_named(&c, 2, "256M");
+    spillway *cl = e2e_connect(&c);
+    size_t n = 8u << 20;
+    uint8_t *big = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (uint8_t)(i % 251);
+    /* The input: 500 blocks of 64 u64 counters. */
+    uint64_t blocks = 500;
+    uint64_t *input = malloc(blocks * 64 * 8);
+    for (uint64_t i = 0; i < blocks * 64; i++)
+        input[i] = i;
+    spillway_ref in;
+    assert_int_equal(spillway_put(cl, input, blocks * 64 * 8, &in), 0);
+    for (int mode = 0; mode < 3; mode++) {
+        spillway_ref shared_ref = {0, 0};
+        spillway_arg shared[2];
+        size_t nshared;
+        if (mode == 0) {
+            assert_int_equal(spillway_scatter(cl, big, n, 0, &shared_ref), 0);
+            shared[0] = spillway_arg_ref(shared_ref);
+            nshared = 1;
+        } else if (mode == 1) {
+            shared[0] = spillway_arg_bytes(big, n); /* put automatically, once */
+            nshared = 1;
+        } else {
+            shared[0] = spillway_arg_bytes(big, n);
+            shared[1] = spillway_arg_bytes(big, n); /* the same bytes again */
+            nshared = 2;
+        }
+        spillway_map_opts mo = {.block_size = 64 * 8, .reduce = "add"};
+        spillway_ref *res;
+        size_t nres;
+        assert_int_equal(spillway_map_blocks(cl, "len", in, shared, nshared, &mo, &res, &nres), 0);
+        assert_int_equal(nres, 1);
+        /* Each task's len is its block plus the shared argument(s). */
+        assert_int_equal(e2e_get_u64(cl, res[0]), blocks * (64 * 8 + nshared * n));
+        /* Now the stores: per node at most the input and the shared object, once. */
+        json_t *mem = memory_doc(&c);
+        size_t i;
+        json_t *o;
+        int big_objects = 0;
+        json_array_foreach(json_object_get(mem, "objects"), i, o)
+        {
+            if (json_integer_value(json_object_get(o, "size")) != (json_int_t)n)
+                continue;
+            big_objects++;
+            size_t nl = json_array_size(json_object_get(o, "locations"));
+            assert_true(nl >= 1 && nl <= 2); /* one copy per node, never more */
+            size_t l;
+            json_t *loc;
+            int nodes[2] = {0, 0};
+            json_array_foreach(json_object_get(o, "locations"), l, loc)
+            {
+                nodes[json_integer_value(json_object_get(loc, "node_id")) % 2]++;
+            }
+            assert_true(nodes[0] <= 1 && nodes[1] <= 1);
+        }
+        json_decref(mem);
+        assert_int_equal(big_objects, mode == 0 || mode == 1 ? (mode == 0 ? 1 : 0) : 0);
+        for (int node = 0; node < 2; node++) {
+            uint64_t objects, used;
+            node_figures(&c, node, &objects, &used);
+            assert_true(used <= n + blocks * 64 * 8 + (1u << 20));
+        }
+        assert_int_equal(spillway_release(cl, res[0]), 0);
+        spillway_free(res);
+        if (mode == 0)
+            assert_int_equal(spillway_release(cl, shared_ref), 0);
+    }
+    assert_int_equal(spillway_release(cl, in), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(big);
+    free(input);
+    assert_true(h_cluster_stop(&c));
+}
+
+static uint64_t peak_used_sum(h_cluster *c)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t v = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "peak_used"));
+    }
+    json_decref(st);
+    return v;
+}
+
+static bool peak_at_least(void *arg)
+{
+    return peak_used_sum(arg) >= (8u << 20);
+}
+
+/* The Rayon case: 10,000 tasks each producing 8 MiB, consumed by a sum, on 2 slots with the
+ * default caps: live bytes stay bounded by the caps, not by the job, and the sum is right. */
+static void ten_thousand_8mib_outputs_stay_bounded(void **state)
+{
+    (void)state;
+    h_cluster c;
+    start_named(&c, 2, "128M"); /* default byte cap: a quarter of 256 MiB */
+    spillway *cl = e2e_connect(&c);
+    enum { N = 10000 };
+    const uint64_t block = 8u << 20, cap = (256u << 20) / 4;
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref *level = malloc(N * sizeof *level);
+    double expect = 0;
+    for (int i = 0; i < N; i++) {
+        double v = 1.0 + (double)(i % 7);
+        expect += v * (double)(block / 8);
+        spillway_arg fa[2] = {spillway_arg_u64(block), spillway_arg_bytes(&v, 8)};
+        spillway_ref leaf;
+        assert_int_equal(spillway_task(g, "fill", fa, 2, 0, &leaf), 0);
+        spillway_arg s = spillway_arg_ref(leaf);
+        assert_int_equal(spillway_task(g, "sum_f64", &s, 1, 0, &level[i]), 0);
+    }
+    size_t width = N;
+    while (width > 1) {
+        size_t next = 0;
+        for (size_t i = 0; i + 1 < width; i += 2) {
+            spillway_arg pair[2] = {spillway_arg_ref(level[i]), spillway_arg_ref(level[i + 1])};
+            assert_int_equal(spillway_task(g, "sum_f64", pair, 2, width == 2 ? SPILLWAY_KEEP : 0,
+                                           &level[next++]),
+                             0);
+        }
+        if (width % 2 == 1)
+            level[next++] = level[width - 1];
+        width = next;
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, level[0], 600000, &out, &len), 0);
+    double got;
+    memcpy(&got, out, 8);
+    spillway_free(out);
+    assert_true(fabs(got - expect) < 1e-6 * expect);
+    /* The bound from the caps: the byte cap, plus one block per slot of estimate lag, plus a
+     * block being read by its consumer on each worker. 80 GB went through. */
+    assert_true(h_eventually(peak_at_least, &c, 10000));
+    uint64_t peak = peak_used_sum(&c), bound = cap + 2 * 2 * block;
+    fprintf(stderr, "peak live bytes in the stores: %.1f MiB (bound %.1f MiB)\n",
+            (double)peak / (1 << 20), (double)bound / (1 << 20));
+    if (peak > bound)
+        fail_msg("stores peaked at %llu bytes, bound %llu", (unsigned long long)peak,
+                 (unsigned long long)bound);
+    assert_int_equal(spillway_release(cl, level[0]), 0);
+    free(level);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* map_blocks over views of an object, with and without a reduction. */
+static void map_blocks_matches_local_computation(void **state)
+{
+    (void)state;
+    h_cluster c;
+    start_named(&c, 2, "128M");
+    spillway *cl = e2e_connect(&c);
+    size_t count = 3u << 20; /* 24 MiB of f64 */
+    double *v = malloc(count * 8), total = 0;
+    for (size_t i = 0; i < count; i++) {
+        v[i] = (double)(i % 1000) * 0.5;
+        total += v[i];
+    }
+    spillway_ref in;
+    assert_int_equal(spillway_put(cl, v, count * 8, &in), 0);
+    spillway_map_opts mo = {.nblocks = 37, .reduce = NULL};
+    mo.block_size = ((count * 8 / 37) + 7) / 8 * 8; /* whole doubles per block */
+    spillway_ref *res;
+    size_t nres;
+    assert_int_equal(spillway_map_blocks(cl, "sum_f64", in, NULL, 0, &mo, &res, &nres), 0);
+    assert_true(nres >= 37 && nres <= 38);
+    double sum = 0;
+    for (size_t i = 0; i < nres; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, res[i], 60000, &out, &len), 0);
+        double d;
+        memcpy(&d, out, 8);
+        sum += d;
+        spillway_free(out);
+    }
+    assert_true(fabs(sum - total) < 1e-9 * total);
+    assert_int_equal(spillway_release_many(cl, res, nres), 0);
+    spillway_free(res);
+    mo.reduce = "sum_f64";
+    assert_int_equal(spillway_map_blocks(cl, "sum_f64", in, NULL, 0, &mo, &res, &nres), 0);
+    assert_int_equal(nres, 1);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, res[0], 60000, &out, &len), 0);
+    double d;
+    memcpy(&d, out, 8);
+    spillway_free(out);
+    assert_true(fabs(d - total) < 1e-9 * total);
+    assert_int_equal(spillway_release(cl, res[0]), 0);
+    spillway_free(res);
+    assert_int_equal(spillway_release(cl, in), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(v);
+    assert_true(h_cluster_stop(&c));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(broadcast_to_four_workers_delivers_identical_bytes),
+    cmocka_unit_test(broadcast_whose_source_dies_leaves_nothing),
+    cmocka_unit_test(large_shared_argument_is_stored_once_per_node),
+    cmocka_unit_test(ten_thousand_8mib_outputs_stay_bounded),
+    cmocka_unit_test(map_blocks_matches_local_computation),
+};
+
+SPW_TEST_MAIN(tests)
