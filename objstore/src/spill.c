@@ -31,7 +31,7 @@
 #include "spill_record.h"
 
 #define CHUNK (4u << 20)          /* raw bytes per record */
-#define TXN_BYTES (16u << 20)     /* stored bytes per write transaction (bounds dirty pages) */
+#define TXN_BYTES (8u << 20)      /* stored bytes per write transaction (bounds dirty pages) */
 #define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
 
 enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE };
@@ -230,15 +230,27 @@ static void spill_work(spill_job *j)
         uint64_t off = (uint64_t)i * CHUNK;
         size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
         int64_t reclen =
-            ost_rec_encode(sp->cctx, sp->level, j->src + off, len, sp->scratch, sp->scratch_cap);
+            ost_rec_try_zstd(sp->cctx, sp->level, j->src + off, len, sp->scratch, sp->scratch_cap);
         if (reclen < 0) {
             j->status = (int)reclen;
             break;
         }
         uint8_t key[KEY_LEN];
         make_key(key, j->id, i);
-        MDB_val k = {KEY_LEN, key}, v = {(size_t)reclen, sp->scratch};
-        rc = mdb_put(txn, sp->dbi, &k, &v, 0);
+        MDB_val k = {KEY_LEN, key};
+        if (reclen > 0) {
+            MDB_val v = {(size_t)reclen, sp->scratch};
+            rc = mdb_put(txn, sp->dbi, &k, &v, 0);
+        } else {
+            /* Incompressible: reserve the record in LMDB and copy the bytes there once. */
+            reclen = (int64_t)(OST_REC_HDR + len);
+            MDB_val v = {(size_t)reclen, NULL};
+            rc = mdb_put(txn, sp->dbi, &k, &v, MDB_RESERVE);
+            if (rc == 0) {
+                ost_rec_raw_header(v.mv_data, j->src + off, len);
+                memcpy((uint8_t *)v.mv_data + OST_REC_HDR, j->src + off, len);
+            }
+        }
         if (rc != 0)
             break;
         j->stored += (uint64_t)reclen;

@@ -60,6 +60,39 @@ int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t le
     return (int64_t)(OST_REC_HDR + stored);
 }
 
+int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
+                         size_t outcap)
+{
+    if (len > OST_REC_MAX_RAW || outcap < OST_REC_HDR)
+        return SPW_EINVAL;
+    if (cctx == NULL || len < 256)
+        return 0;
+    size_t z = ZSTD_compressCCtx(cctx, out + OST_REC_HDR, outcap - OST_REC_HDR, raw, len, level);
+    if (ZSTD_isError(z) || z >= len - len / 16)
+        return 0;
+    put32(out, OST_REC_MAGIC);
+    out[4] = OST_REC_VERSION;
+    out[5] = OST_REC_ZSTD;
+    out[6] = out[7] = 0;
+    put32(out + 8, (uint32_t)len);
+    put32(out + 12, (uint32_t)z);
+    put64(out + 16, XXH3_64bits(raw, len));
+    put64(out + 24, 0);
+    return (int64_t)(OST_REC_HDR + z);
+}
+
+void ost_rec_raw_header(uint8_t hdr[OST_REC_HDR], const uint8_t *raw, size_t len)
+{
+    put32(hdr, OST_REC_MAGIC);
+    hdr[4] = OST_REC_VERSION;
+    hdr[5] = OST_REC_RAW;
+    hdr[6] = hdr[7] = 0;
+    put32(hdr + 8, (uint32_t)len);
+    put32(hdr + 12, (uint32_t)len);
+    put64(hdr + 16, XXH3_64bits(raw, len));
+    put64(hdr + 24, 0);
+}
+
 int ost_rec_decode(ZSTD_DCtx *dctx, const uint8_t *rec, size_t reclen, uint8_t *dst,
                    size_t expect_len)
 {

@@ -40,6 +40,15 @@ typedef struct ost_rec_hdr {
 int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
                        size_t outcap);
 
+/** Compresses raw into out like ost_rec_encode, but when the data does not compress, writes
+ * nothing and returns 0: the caller then stores it raw with ost_rec_raw_header + a copy,
+ * straight into its destination (one copy fewer than going through out).
+ * @return the zstd record's size, 0 for "store raw", or SPW_EINVAL. */
+int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
+                         size_t outcap);
+/** Writes the header of a raw record of len bytes whose raw bytes are raw. */
+void ost_rec_raw_header(uint8_t hdr[OST_REC_HDR], const uint8_t *raw, size_t len);
+
 /** Checks a record and decodes it into dst, which must hold exactly expect_len bytes.
  * @return 0; SPW_ECORRUPT for a bad magic, version, codec, length, checksum, or a zstd
  *         failure (the caller logs it once). */

@@ -90,8 +90,10 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_TASKS_DONE] = w->tasks_done;
     v[PROTO_STAT_TASKS_FAILED] = w->tasks_failed;
     v[PROTO_STAT_EXEC_RESTARTS] = w->exec_restarts;
-    int64_t rss = spw_proc_status_kib((int)getpid(), "VmRSS");
-    v[PROTO_STAT_RSS_KIB] = rss > 0 ? (uint64_t)rss : 0;
+    /* Private and shared memory, not the LMDB file's pages (page cache the kernel may drop). */
+    int64_t anon = spw_proc_status_kib((int)getpid(), "RssAnon");
+    int64_t shm = spw_proc_status_kib((int)getpid(), "RssShmem");
+    v[PROTO_STAT_RSS_KIB] = (anon > 0 ? (uint64_t)anon : 0) + (shm > 0 ? (uint64_t)shm : 0);
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
     v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
     v[PROTO_STAT_EVICTIONS] = st.evictions;
