@@ -79,6 +79,7 @@ struct spillway {
     proto_welcome wel;
     uint64_t inline_limit;
     bool auto_put;
+    bool no_local;
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
     handle *handles;

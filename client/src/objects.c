@@ -203,7 +203,7 @@ void spillway__locals_free(spillway *c)
  * elsewhere or cannot be reached that way (then TCP it is). */
 static local *local_get(spillway *c, const char *host_id, const char *name)
 {
-    if (name[0] == '\0' || strcmp(host_id, c->host_id) != 0 || getenv("SPILLWAY_NO_LOCAL"))
+    if (name[0] == '\0' || strcmp(host_id, c->host_id) != 0 || c->no_local)
         return NULL;
     local *l;
     HASH_FIND_STR(c->locals, name, l);
@@ -306,8 +306,25 @@ static void on_put_target(const proto_msg *m, void *arg)
 
 /* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
  * afterwards. */
+static void on_bcast_done(const proto_msg *m, void *arg);
+
+typedef struct bcast_res {
+    uint64_t copies, failed;
+} bcast_res;
+
+/* Puts, and with bcast != NULL asks for copies on nworkers (0: all) right after placement, so
+ * the copies follow the upload as it happens instead of starting after it. */
+static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
+                      const char *site, bcast_res *bcast, unsigned nworkers);
+
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site)
+{
+    return put_object(c, id, data, len, flags, site, NULL, 0);
+}
+
+static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
+                      const char *site, bcast_res *bcast, unsigned nworkers)
 {
     if (c->sched == NULL)
         return SPW_ECLOSED;
@@ -322,13 +339,24 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
     proto_put_u(&e, len);
     proto_put_strn(&e, site, strnlen(site, PROTO_MAX_NAME));
     proto_put_u(&e, flags);
-    proto_put_str(&e, getenv("SPILLWAY_NO_LOCAL") ? "" : c->host_id); /* prefer our host */
+    proto_put_str(&e, c->no_local ? "" : c->host_id); /* prefer our host */
     proto_conn_send(c->sched, &e);
     int rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
+    if (bcast != NULL) {
+        spillway__call_begin(c, PROTO_BROADCAST_DONE);
+        uint64_t breq = c->call.req;
+        c->call.on_reply = on_bcast_done;
+        c->call.arg = bcast;
+        proto_enc be;
+        proto_enc_begin(&be, proto_conn_out(c->sched), PROTO_BROADCAST, breq, 2);
+        proto_put_id(&be, id);
+        proto_put_u(&be, nworkers);
+        proto_conn_send(c->sched, &be);
+    }
     if (tgt.exists)
-        return 0; /* the same bytes are stored already: we now hold a reference to them */
+        return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
     local *l = local_get(c, tgt.host_id, tgt.local);
     peer *p = NULL;
     if (l != NULL)
@@ -360,6 +388,19 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
         if (rc == 0)
             rc = x->status;
         x->active = false;
+    }
+    if (bcast != NULL) {
+        int brc = spillway__call_wait(c, -1);
+        if (rc == 0)
+            rc = brc;
+        if (brc == 0 && rc != 0) {
+            /* The broadcast took a reference of ours too: give it back as well. */
+            proto_enc re;
+            proto_enc_begin(&re, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
+            proto_put_arr(&re, 1);
+            proto_put_id(&re, id);
+            proto_conn_send(c->sched, &re);
+        }
     }
     if (rc != 0) {
         /* The scheduler holds a reference for us: give it back. */
@@ -403,40 +444,11 @@ int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out
 
 /* -------------------------------------------------------------- broadcast */
 
-typedef struct bcast_res {
-    uint64_t copies, failed;
-} bcast_res;
-
 static void on_bcast_done(const proto_msg *m, void *arg)
 {
     bcast_res *r = arg;
     r->copies = m->f[F_BCDONE_COPIES].u;
     r->failed = m->f[F_BCDONE_FAILED].u;
-}
-
-/* Asks for copies on the workers; the scheduler adds a BROADCAST reference for us. */
-static int broadcast_id(spillway *c, spw_id id, unsigned nworkers)
-{
-    if (c->sched == NULL)
-        return SPW_ECLOSED;
-    bcast_res res = {0, 0};
-    uint64_t req = spillway__call_begin(c, PROTO_BROADCAST_DONE);
-    c->call.on_reply = on_bcast_done;
-    c->call.arg = &res;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_BROADCAST, req, 2);
-    proto_put_id(&e, id);
-    proto_put_u(&e, nworkers);
-    proto_conn_send(c->sched, &e);
-    int rc = spillway__call_wait(c, -1);
-    if (rc == 0 && res.copies == 0) {
-        spillway__set_err(c, "no worker could take a copy");
-        rc = SPW_EOBJLOST;
-    } else if (rc == 0 && res.failed > 0) {
-        spw_log(SPW_LOG_WARN, "broadcast: %llu of %llu workers could not take a copy",
-                (unsigned long long)res.failed, (unsigned long long)(res.failed + res.copies));
-    }
-    return rc;
 }
 
 static void release_id(spillway *c, spw_id id)
@@ -451,6 +463,22 @@ static void release_id(spillway *c, spw_id id)
     spillway__flush(c);
 }
 
+/* After a broadcast: it holds a BROADCAST reference of ours; drop the other one we had, so the
+ * handle stands for exactly one. */
+static int broadcast_settle(spillway *c, spw_id id, const bcast_res *res)
+{
+    release_id(c, id);
+    if (res->copies == 0) {
+        spillway__set_err(c, "no worker could take a copy");
+        return SPW_EOBJLOST;
+    }
+    if (res->failed > 0)
+        spw_log(SPW_LOG_WARN, "broadcast: %llu of %llu workers could not take a copy",
+                (unsigned long long)res->failed,
+                (unsigned long long)(res->failed + res->copies));
+    return 0;
+}
+
 int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
 {
     if (c == NULL)
@@ -461,25 +489,44 @@ int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
         return SPW_ENOTHELD;
     if (h->kind == H_SMALL)
         return 0; /* small values travel with every task anyway */
-    int rc = broadcast_id(c, id, nworkers);
-    if (rc == 0)
-        release_id(c, id); /* the BROADCAST reference replaces the one we had: still one */
-    return rc;
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    bcast_res res = {0, 0};
+    uint64_t req = spillway__call_begin(c, PROTO_BROADCAST_DONE);
+    c->call.on_reply = on_bcast_done;
+    c->call.arg = &res;
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_BROADCAST, req, 2);
+    proto_put_id(&e, id);
+    proto_put_u(&e, nworkers);
+    proto_conn_send(c->sched, &e);
+    int rc = spillway__call_wait(c, -1);
+    if (rc != 0)
+        return rc;
+    return broadcast_settle(c, id, &res);
 }
 
 int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
                         spillway_ref *out, const char *site)
 {
-    spillway_ref r;
-    int rc = spillway_put_at(c, data, len, &r, site);
+    if (c == NULL || data == NULL || len == 0 || out == NULL)
+        return SPW_EINVAL;
+    if (len <= c->inline_limit)
+        return spillway_put_at(c, data, len, out, site); /* travels with every task anyway */
+    spw_id id = spillway__new_id(c);
+    bcast_res res = {0, 0};
+    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", &res, nworkers);
     if (rc != 0)
         return rc;
-    rc = spillway_broadcast(c, r, nworkers);
+    handle *h = spillway__handle_add(c, id, H_PUT);
+    h->state = H_DONE;
+    h->size = len;
+    rc = broadcast_settle(c, id, &res);
     if (rc != 0) {
-        spillway_release(c, r);
+        spillway_release(c, (spillway_ref){id.hi, id.lo});
         return rc;
     }
-    *out = r;
+    *out = (spillway_ref){id.hi, id.lo};
     return 0;
 }
 

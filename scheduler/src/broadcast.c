@@ -79,7 +79,7 @@ static void put_loc(proto_enc *e, const sched_worker *w)
 static void start(sched *s, bcast *b, const sched_obj *o)
 {
     b->waiting = false;
-    b->copies = o->nlocs;
+    b->copies = o->nlocs > 0 ? o->nlocs : 1; /* a put under way counts as its worker's copy */
     b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
     /* The chain: holders first, then each new target after the one before it. */
     sched_worker *chain[64];
@@ -89,10 +89,16 @@ static void start(sched *s, bcast *b, const sched_obj *o)
         if (w != NULL)
             chain[nchain++] = w;
     }
+    if (nchain == 0 && o->put_worker != 0) {
+        /* Still being uploaded: the chain starts at the worker receiving it, and follows. */
+        sched_worker *w = sched__worker_by_id(s, o->put_worker);
+        if (w != NULL)
+            chain[nchain++] = w;
+    }
     uint32_t holders = nchain;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[k];
-        bool has = false;
+        bool has = w->id == o->put_worker;
         for (uint32_t i = 0; i < o->nlocs; i++)
             has = has || o->locs[i] == w->id;
         if (has || (b->want != 0 && b->copies + b->ntargets >= b->want))
@@ -141,10 +147,10 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
     b->req = m->req;
     b->want = m->f[F_BCAST_WORKERS].u;
     LL_PREPEND(s->bcasts, b);
-    if (pending_put)
-        b->waiting = true; /* its upload finished; the worker's word is on its way */
+    if (pending_put && o->put_worker == 0)
+        b->waiting = true; /* no worker for it yet (should not happen): wait for it */
     else
-        start(s, b, o);
+        start(s, b, o); /* a put under way is followed as it is uploaded */
 }
 
 /* A put became ready: broadcasts that waited for it start. */

@@ -79,7 +79,13 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
             sched__obj_add_loc(s, o, w->id);
             sched__obj_ready(s, o);
             sched__broadcast_obj_ready(s, o);
+            sched__broadcast_added(s, w, o->id); /* a copy that followed the upload */
         } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
+            if (o->put_worker == w->id) {
+                /* The uploading worker, after a copy that followed its upload. */
+                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
+                o->put_worker = 0;
+            }
             if (o->state == OBJ_LOST) {
                 o->state = OBJ_READY;
                 s->obj_bytes += o->size;

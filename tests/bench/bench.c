@@ -1502,6 +1502,227 @@ static void case_spill(bench *b)
     free(r->expect);
 }
 
+/* ------------------------------------------------------- broadcast, embed */
+
+/* Peak resident memory (VmHWM, reset first) summed over this process and a cluster's daemons
+ * and executors. */
+static int cluster_pids(h_cluster *c, pid_t *pids, int max)
+{
+    int n = 0;
+    pids[n++] = getpid();
+    pids[n++] = c->sched.pid;
+    for (int i = 0; i < c->nworkers && n < max; i++) {
+        pids[n++] = c->workers[i].pid;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)c->workers[i].pid,
+                 (int)c->workers[i].pid);
+        FILE *f = fopen(path, "r");
+        int child;
+        while (f != NULL && n < max && fscanf(f, "%d", &child) == 1)
+            pids[n++] = child;
+        if (f != NULL)
+            fclose(f);
+    }
+    return n;
+}
+
+static void cluster_hwm_reset(h_cluster *c)
+{
+    pid_t pids[64];
+    int n = cluster_pids(c, pids, 64);
+    for (int i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)pids[i]);
+        FILE *f = fopen(path, "w");
+        if (f != NULL) {
+            fputs("5", f);
+            fclose(f);
+        }
+    }
+}
+
+static double cluster_hwm_mib(h_cluster *c)
+{
+    pid_t pids[64];
+    int n = cluster_pids(c, pids, 64);
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += (double)kib(pids[i], "VmHWM") / 1024.0;
+    return total;
+}
+
+static void start_cluster(h_cluster *c, int nworkers, const char *cap)
+{
+    h_cluster_start(c, false, NULL);
+    for (int i = 0; i < nworkers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "bw%d", i);
+        const char *args[] = {"--slots", "1", "--store-capacity", cap, "--name", name, NULL};
+        h_worker_start(c, args);
+    }
+}
+
+static spillway *connect_to(const char *addr, bool no_local)
+{
+    if (no_local)
+        setenv("SPILLWAY_NO_LOCAL", "1", 1);
+    spillway *cl;
+    int rc = spillway_connect(addr, NULL, &cl);
+    unsetenv("SPILLWAY_NO_LOCAL");
+    if (rc != 0) {
+        fprintf(stderr, "spillway-bench: connect %s: %s\n", addr, spillway_strerror(rc));
+        exit(1);
+    }
+    return cl;
+}
+
+/* 64 MiB scattered to 1, 2 and 4 workers. Timed twice: from a client on another host (TCP to
+ * the first worker; the row) and from a client on the workers' host (shared memory). */
+static void case_broadcast(bench *b)
+{
+    size_t size = 64u << 20;
+    int reps = b->quick ? 2 : 4;
+    uint8_t *data = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 11);
+    static const int counts[] = {1, 2, 4};
+    double base = 0;
+    for (size_t k = 0; k < 3; k++) {
+        h_cluster c;
+        start_cluster(&c, counts[k], "256M");
+        double best[2] = {1e9, 1e9};
+        for (int mode = 0; mode < 2; mode++) {
+            spillway *cl = connect_to(c.addr, mode == 0);
+            for (int r = 0; r < reps; r++) {
+                spillway_ref ref;
+                double t0 = now_s();
+                int rc = spillway_scatter(cl, data, size, 0, &ref);
+                double t = now_s() - t0;
+                if (rc != 0)
+                    die(b, "scatter", rc);
+                spillway_release(cl, ref);
+                if (t < best[mode])
+                    best[mode] = t;
+            }
+            spillway_close(cl);
+        }
+        if (k == 0)
+            base = best[0];
+        json_t *extra = json_object();
+        json_object_set_new(extra, "client", json_string("tcp (another host)"));
+        json_object_set_new(extra, "local_client_seconds", json_real(best[1]));
+        json_object_set_new(extra, "vs_one_worker", json_real(best[0] / base));
+        json_object_set_new(extra, "reps", json_integer(reps));
+        json_t *top = json_object();
+        json_object_set_new(top, "workers", json_integer(counts[k]));
+        json_object_set_new(top, "bytes", json_integer((json_int_t)size));
+        emit_with("broadcast", (uint64_t)counts[k], best[0], 0, cluster_hwm_mib(&c), extra, top);
+        h_cluster_stop(&c);
+    }
+    free(data);
+}
+
+/* Copies of the payload the stores held at their peak: each store starts empty (a fresh
+ * cluster), and the tasks' results are 8-byte values that never reach a store, so a store's
+ * peak use divided by the payload's size is the copies it held. */
+static int store_copies(h_cluster *c, uint64_t size)
+{
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--json", "status", NULL};
+    int copies = 0;
+    for (int tries = 0; tries < 100; tries++) {
+        char *text = NULL;
+        copies = 0;
+        uint64_t seen = 0;
+        if (h_run(argv, &text) == 0) {
+            json_t *doc = json_loads(text, 0, NULL);
+            size_t i;
+            json_t *w;
+            json_array_foreach(json_object_get(doc, "workers"), i, w)
+            {
+                uint64_t peak = (uint64_t)json_integer_value(
+                    json_object_get(json_object_get(w, "memory"), "peak_used"));
+                seen += peak;
+                copies += (int)((peak + size / 2) / size);
+            }
+            json_decref(doc);
+        }
+        free(text);
+        if (seen > 0)
+            break; /* the figures come with heartbeats */
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return copies;
+}
+
+/* The Dask case: 500 tasks each take one 8 MiB object. "embed" passes its bytes as an argument
+ * of every task (what code naturally does; the library puts them once); "scatter" broadcasts it
+ * first and passes the reference. */
+static void case_embed_vs_scatter(bench *b)
+{
+    size_t size = 8u << 20, n = b->quick ? 100 : 500;
+    uint8_t *payload = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        payload[i] = (uint8_t)(i * 7919u >> 5);
+    for (int mode = 0; mode < 2; mode++) {
+        h_cluster c;
+        start_cluster(&c, 2, "512M");
+        spillway *cl = connect_to(c.addr, false);
+        cluster_hwm_reset(&c);
+        double t0 = now_s();
+        spillway_ref shared = {0, 0};
+        if (mode == 1 && spillway_scatter(cl, payload, size, 0, &shared) != 0)
+            die(b, "scatter", -1);
+        spillway_graph *g = spillway_graph_new(cl);
+        spillway_ref *refs = calloc(n, sizeof *refs);
+        for (size_t i = 0; i < n; i++) {
+            spillway_arg a[2] = {mode == 0 ? spillway_arg_bytes(payload, size)
+                                           : spillway_arg_ref(shared),
+                                 spillway_arg_u64(i)};
+            if (spillway_task(g, "len", a, 2, SPILLWAY_KEEP, &refs[i]) != 0)
+                die(b, "task", -1);
+        }
+        int rc = spillway_submit(g);
+        spillway_graph_free(g);
+        if (rc == 0)
+            rc = spillway_wait(cl, refs, n, -1);
+        if (rc != 0)
+            die(b, "run", rc);
+        bool ok = true;
+        for (size_t i = 0; i < n; i++) {
+            void *d;
+            size_t len;
+            uint64_t v = 0;
+            if (spillway_get(cl, refs[i], -1, &d, &len) == 0) {
+                memcpy(&v, d, 8);
+                spillway_free(d);
+            }
+            ok = ok && v == size + 8;
+        }
+        double t = now_s() - t0;
+        int copies = store_copies(&c, size);
+        double peak = cluster_hwm_mib(&c);
+        spillway_release_many(cl, refs, n);
+        if (mode == 1)
+            spillway_release(cl, shared);
+        free(refs);
+        spillway_close(cl);
+        json_t *extra = json_object();
+        json_object_set_new(extra, "verified", json_boolean(ok));
+        json_object_set_new(extra, "payload_bytes", json_integer((json_int_t)size));
+        json_object_set_new(extra, "how", json_string(mode == 0 ? "bytes passed to every task "
+                                                                  "(put once automatically)"
+                                                                : "scatter(broadcast) once, "
+                                                                  "reference to every task"));
+        json_t *top = json_object();
+        json_object_set_new(top, "store_copies", json_integer(copies));
+        emit_with(mode == 0 ? "embed_vs_scatter.embed" : "embed_vs_scatter.scatter", n, t,
+                  (double)n / t, peak, extra, top);
+        h_cluster_stop(&c);
+    }
+    free(payload);
+}
+
 typedef struct bcase {
     const char *name;
     void (*run)(bench *b);
@@ -1514,6 +1735,8 @@ static const bcase cases[] = {
     {"put_get", case_put_get},
     {"transfer", case_transfer},
     {"spill", case_spill},
+    {"broadcast", case_broadcast},
+    {"embed_vs_scatter", case_embed_vs_scatter},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 

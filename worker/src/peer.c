@@ -26,9 +26,16 @@ static void srv_maybe_free(wsrv *srv)
         spw_free(srv);
 }
 
+static void followers_fail(wread **list, int status, const char *msg);
+static void followers_advance(wrk *w, wread **list, bool sealed);
+static void unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail);
+
 static void upload_remove(wsrv *srv, wupload *u, bool abort_obj)
 {
+    if (u->followers != NULL)
+        followers_fail(&u->followers, SPW_ECLOSED, "the upload stopped");
     HASH_DEL(srv->uploads, u);
+    HASH_DELETE(hh_all, srv->w->uploads, u);
     if (abort_obj && u->obj != NULL)
         ost_obj_abort(srv->w->store, u->obj);
     spw_buf_release(&u->pending);
@@ -63,8 +70,11 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     if (len > 0)
         memcpy(ost_obj_data(u->obj) + off, data, len);
     u->next_off += len;
-    if (!(flags & PROTO_CHUNK_LAST))
+    if (!(flags & PROTO_CHUNK_LAST)) {
+        if (u->followers != NULL)
+            followers_advance(w, &u->followers, false);
         return;
+    }
     if (u->next_off != u->total) {
         proto_conn_error(srv->conn, req, SPW_EINVAL, "obj=%s: last chunk at %llu of %llu bytes",
                          spw_id_hex(u->id, hex), (unsigned long long)u->next_off,
@@ -76,8 +86,9 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     u->obj = NULL;
     spw_id id = u->id;
     uint64_t total = u->total;
-    upload_remove(srv, u, false);
     ost_obj_seal(w->store, o);
+    followers_advance(w, &u->followers, true);
+    upload_remove(srv, u, false);
     wrk__sched_obj_added(w, id, total);
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PUT_DONE, req, 1);
@@ -125,6 +136,7 @@ static void upload_created(void *arg, int status, ost_obj *o)
         return;
     }
     u->obj = o;
+    unpark(srv->w, id, o, &u->followers, &u->next_off);
     spw_buf chunk = u->pending;
     u->pending = (spw_buf){0};
     upload_apply(srv, u, 0, u->pending_flags, chunk.data, chunk.len, u->req);
@@ -161,6 +173,7 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
         }
         spw_buf_append(&u->pending, data->bin.ptr, data->bin.len);
         HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
+        HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
         /* No more chunks until there is room for this object. */
         proto_conn_pause(srv->conn);
         upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
@@ -180,8 +193,8 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
 static void read_finish(wread *rd)
 {
     wsrv *srv = rd->srv;
-    if (rd->follow != NULL)
-        DL_DELETE2(rd->follow->followers, rd, fprev, fnext);
+    if (rd->flist != NULL)
+        DL_DELETE2(*rd->flist, rd, fprev, fnext);
     if (rd->pinned)
         ost_obj_unpin(srv->w->store, rd->obj);
     spw_free(rd);
@@ -204,11 +217,11 @@ static void reads_pump(wsrv *srv)
     DL_FOREACH_SAFE(srv->reads, rd, tmp)
     {
         uint64_t total = rd->end; /* whole-object reads of followers; ranges of others */
-        if (rd->follow == NULL)
+        if (rd->avail == NULL)
             total = ost_obj_size(rd->obj);
         const uint8_t *base = ost_obj_data(rd->obj);
         /* A follower sends only what has arrived, as copies: the object may yet be aborted. */
-        uint64_t limit = rd->follow != NULL ? rd->follow->received : rd->end;
+        uint64_t limit = rd->avail != NULL ? *rd->avail : rd->end;
         while (rd->pos < limit && proto_conn_writable(srv->conn)) {
             uint64_t n = limit - rd->pos;
             if (n > w->chunk)
@@ -219,7 +232,7 @@ static void reads_pump(wsrv *srv)
             proto_put_u(&e, total);
             proto_put_u(&e, rd->pos);
             proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
-            if (rd->follow != NULL) {
+            if (rd->avail != NULL) {
                 proto_put_bin(&e, base + rd->pos, n);
                 proto_conn_send(srv->conn, &e);
                 rd->pos += n;
@@ -240,16 +253,18 @@ static void reads_pump(wsrv *srv)
     }
 }
 
-/* Readers following a fetch: more of the object arrived, or all of it (then they pin it). */
-static void followers_advance(wrk *w, wfetch *f, bool sealed)
+/* Readers following an object while it arrives (by fetch or upload): more of it came, or all
+ * of it (sealed: then each pins it and goes on with borrowed chunks). */
+static void followers_advance(wrk *w, wread **list, bool sealed)
 {
     wread *rd, *tmp;
-    DL_FOREACH_SAFE2(f->followers, rd, tmp, fnext)
+    DL_FOREACH_SAFE2(*list, rd, tmp, fnext)
     {
         wsrv *srv = rd->srv;
         if (sealed) {
-            DL_DELETE2(f->followers, rd, fprev, fnext);
-            rd->follow = NULL;
+            DL_DELETE2(*list, rd, fprev, fnext);
+            rd->flist = NULL;
+            rd->avail = NULL;
             rd->pinned = ost_obj_pin(w->store, rd->obj) == 0;
         }
         if (!srv->closed)
@@ -257,14 +272,15 @@ static void followers_advance(wrk *w, wfetch *f, bool sealed)
     }
 }
 
-/* The fetch failed: its followers get the error and stop. */
-static void followers_fail(wfetch *f, int status, const char *msg)
+/* The object will not arrive after all: its followers get the error and stop. */
+static void followers_fail(wread **list, int status, const char *msg)
 {
     wread *rd, *tmp;
-    DL_FOREACH_SAFE2(f->followers, rd, tmp, fnext)
+    DL_FOREACH_SAFE2(*list, rd, tmp, fnext)
     {
-        DL_DELETE2(f->followers, rd, fprev, fnext);
-        rd->follow = NULL;
+        DL_DELETE2(*list, rd, fprev, fnext);
+        rd->flist = NULL;
+        rd->avail = NULL;
         wsrv *srv = rd->srv;
         if (!srv->closed) {
             proto_conn_error(srv->conn, rd->req, status, "upstream copy failed: %s", msg);
@@ -273,6 +289,59 @@ static void followers_fail(wfetch *f, int status, const char *msg)
         rd->pos = rd->end;
         if (rd->outstanding == 0)
             read_finish(rd);
+    }
+}
+
+/* Makes rd follow an object arriving here (avail counts what has), and sends what it can. */
+static void follow(wread *rd, ost_obj *o, wread **list, const uint64_t *avail)
+{
+    char hex[33];
+    spw_log(SPW_LOG_DEBUG, "obj=%s followed by a peer from byte %llu", spw_id_hex(rd->id, hex),
+            (unsigned long long)*avail);
+    rd->obj = o;
+    rd->avail = avail;
+    rd->flist = list;
+    rd->park_deadline_ns = 0;
+    DL_APPEND2(*list, rd, fprev, fnext);
+    DL_APPEND(rd->srv->reads, rd);
+    reads_pump(rd->srv);
+}
+
+/* An object started arriving (a fetch or an upload got its memory): parked FOLLOW reads for
+ * it start following. */
+static void unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail)
+{
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE2(w->parked, rd, tmp, fnext)
+    {
+        if (!spw_id_eq(rd->id, id))
+            continue;
+        DL_DELETE2(w->parked, rd, fprev, fnext);
+        if (rd->srv->closed) {
+            rd->pos = rd->end;
+            read_finish(rd);
+            continue;
+        }
+        follow(rd, o, list, avail);
+    }
+}
+
+void wrk__parked_expire(wrk *w)
+{
+    uint64_t now = spw_now_ns();
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE2(w->parked, rd, tmp, fnext)
+    {
+        if (now < rd->park_deadline_ns && !rd->srv->closed && !w->closing)
+            continue;
+        DL_DELETE2(w->parked, rd, fprev, fnext);
+        if (!rd->srv->closed) {
+            char hex[33];
+            proto_conn_error(rd->srv->conn, rd->req, SPW_ENOOBJ,
+                             "obj=%s did not arrive here in time", spw_id_hex(rd->id, hex));
+        }
+        rd->pos = rd->end;
+        read_finish(rd);
     }
 }
 
@@ -317,22 +386,36 @@ static void read_start(wsrv *srv, const proto_msg *m)
     char hex[33];
     spw_id id = m->f[F_READ_ID].id;
     ost_obj *o = ost_obj_find(srv->w->store, id);
+    wrk *w = srv->w;
     wfetch *f;
-    HASH_FIND(hh, srv->w->fetches, &id, sizeof id, f);
-    if (o != NULL && ost_obj_state(o) == OST_CREATED && f != NULL && f->obj == o &&
-        m->f[F_READ_OFF].u == 0 && m->f[F_READ_LEN].u == f->size) {
-        /* Still arriving here: forward it as it comes (a broadcast chain). */
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    wupload *u;
+    HASH_FIND(hh_all, w->uploads, &id, sizeof id, u);
+    uint64_t total = f != NULL ? f->size : u != NULL ? u->total : 0;
+    bool whole = m->f[F_READ_OFF].u == 0 && total != 0 && m->f[F_READ_LEN].u == total;
+    bool may_wait = !m->f[F_READ_FLAGS].nil && (m->f[F_READ_FLAGS].u & PROTO_READ_FOLLOW);
+    if ((o == NULL || ost_obj_state(o) == OST_CREATED) && (whole || (may_wait && o == NULL))) {
+        /* Still arriving here (or about to): forward it as it comes (a broadcast chain). */
         wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
-        rd->obj = o;
         rd->id = id;
         rd->req = m->req;
-        rd->end = f->size;
-        rd->follow = f;
+        rd->end = m->f[F_READ_LEN].u;
         rd->srv = srv;
         srv->refs++;
-        DL_APPEND(srv->reads, rd);
-        DL_APPEND2(f->followers, rd, fprev, fnext);
-        reads_pump(srv);
+        if (f != NULL && f->obj != NULL && f->obj == o) {
+            follow(rd, o, &f->followers, &f->received);
+        } else if (u != NULL && u->obj != NULL && u->obj == o) {
+            follow(rd, o, &u->followers, &u->next_off);
+        } else if (may_wait) {
+            spw_log(SPW_LOG_DEBUG, "obj=%s not here yet: read parked", spw_id_hex(id, hex));
+            rd->park_deadline_ns = spw_now_ns() + 3000000000ULL;
+            DL_APPEND2(w->parked, rd, fprev, fnext);
+        } else {
+            srv->refs--;
+            spw_free(rd);
+            proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker yet",
+                             spw_id_hex(id, hex));
+        }
         return;
     }
     if (o == NULL || ost_obj_state(o) != OST_SEALED) {
@@ -467,6 +550,7 @@ static void local_created(void *arg, int status, ost_obj *o)
         return;
     }
     u->obj = o;
+    unpark(srv->w, id, o, &u->followers, &u->next_off);
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_CREATED, u->req, 2);
     proto_put_id(&e, id);
@@ -495,6 +579,7 @@ static void obj_create(wsrv *srv, const proto_msg *m)
     u->creating = true;
     u->local = true;
     HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
+    HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
     upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (upload_req){srv, id};
     srv->refs++;
@@ -585,6 +670,7 @@ static void peer_close(proto_conn *c, int status)
             upload_remove(srv, u, true);
         else {
             HASH_DEL(srv->uploads, u);
+            HASH_DELETE(hh_all, srv->w->uploads, u);
             spw_buf_release(&u->pending);
             spw_free(u);
         }
@@ -649,7 +735,7 @@ static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
 
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
 {
-    followers_fail(f, status, msg);
+    followers_fail(&f->followers, status, msg);
     repl_answer(w, f, status, msg);
     if (f->obj != NULL) {
         ost_obj_abort(w->store, f->obj);
@@ -671,7 +757,7 @@ static void fetch_done(wrk *w, wfetch *f)
     ost_obj *o = f->obj;
     f->obj = NULL;
     ost_obj_seal(w->store, o);
-    followers_advance(w, f, true);
+    followers_advance(w, &f->followers, true);
     wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
     repl_answer(w, f, 0, NULL);
     fwait *waiters = f->waiters;
@@ -695,10 +781,14 @@ static void fetch_send(wrk *w, wfetch *f)
 {
     proto_conn *c = f->peer->conn;
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_OBJ_READ, f->req, 3);
+    /* A broadcast copy may come from a worker still receiving it, or about to. */
+    bool chain = f->repl_req[0] != 0;
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_OBJ_READ, f->req, chain ? 4 : 3);
     proto_put_id(&e, f->id);
     proto_put_u(&e, 0);
     proto_put_u(&e, f->size);
+    if (chain)
+        proto_put_u(&e, PROTO_READ_FOLLOW);
     proto_conn_send(c, &e);
     (void)w;
 }
@@ -759,7 +849,7 @@ static void fpeer_msg(proto_conn *c, const proto_msg *m)
     memcpy(ost_obj_data(f->obj) + off, data->bin.ptr, data->bin.len);
     f->received += data->bin.len;
     if (f->followers != NULL && f->received < f->size)
-        followers_advance(w, f, false);
+        followers_advance(w, &f->followers, false);
     if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
         if (f->received == f->size)
             fetch_done(w, f);
@@ -815,6 +905,8 @@ static void fetch_start(wrk *w, wfetch *f)
 {
     while (f->next_loc < f->nlocs) {
         const char *addr = f->locs[f->next_loc++];
+        char hex[33];
+        spw_log(SPW_LOG_DEBUG, "obj=%s fetching from %s", spw_id_hex(f->id, hex), addr);
         wpeer *p = peer_get(w, addr);
         if (p == NULL)
             continue;
@@ -854,6 +946,7 @@ static void fetch_created(void *arg, int status, ost_obj *o)
         return;
     }
     f->obj = o;
+    unpark(w, f->id, o, &f->followers, &f->received);
     fetch_start(w, f);
 }
 

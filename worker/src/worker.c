@@ -177,6 +177,7 @@ static void store_freed(void *arg)
 static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
+    wrk__parked_expire(w);
     wrk__mem_check(w);
     send_heartbeat(w);
 }
@@ -461,6 +462,7 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
         w->handles++;
         uv_timer_start(&w->kill_timer, kill_timer_cb, 5000, 0);
     }
+    wrk__parked_expire(w); /* closing: every parked read is answered */
     wrk__peers_close(w);
     if (w->store != NULL)
         ost_store_quiesce(w->store, store_idle, w);

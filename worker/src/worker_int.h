@@ -106,6 +106,7 @@ typedef struct wpeer {
 typedef struct wupload {
     spw_id id;
     UT_hash_handle hh;
+    UT_hash_handle hh_all; /* in w->uploads, every connection's uploads by id */
     ost_obj *obj;
     uint64_t total;
     uint64_t next_off;
@@ -115,6 +116,7 @@ typedef struct wupload {
     spw_buf pending;      /* first chunk, kept while waiting for room */
     uint64_t pending_flags;
     struct wsrv *srv;
+    struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 } wupload;
 
 typedef struct wread {
@@ -123,11 +125,14 @@ typedef struct wread {
     uint64_t req;
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
-    bool pinned;          /* holds a pin on obj (not while following a fetch) */
-    struct wfetch *follow; /* the fetch still filling obj; sent up to what has arrived */
+    bool pinned;          /* holds a pin on obj (not while following) */
+    const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an
+                              upload's counter); NULL once it is sealed */
+    struct wread **flist; /* the followers list it is on */
+    uint64_t park_deadline_ns; /* parked: waiting for the object to start arriving */
     struct wsrv *srv;
     struct wread *prev, *next;
-    struct wread *fprev, *fnext; /* on follow->followers */
+    struct wread *fprev, *fnext; /* on *flist, or on w->parked */
 } wread;
 
 /* Objects a local client has pinned for zero-copy views. */
@@ -169,6 +174,8 @@ struct wrk {
     wtask *tasks;          /* by id */
     wtask *ready_head, *ready_tail;
     wfetch *fetches;       /* by id */
+    wupload *uploads;      /* uploads under way on any connection, by id (hh_all) */
+    struct wread *parked;  /* FOLLOW reads of objects not here yet */
     wpeer *peers;          /* by address */
     uint64_t next_req;
     uv_timer_t timer;      /* heartbeat and store maintenance */
@@ -209,6 +216,8 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
 void wrk__replicate(wrk *w, const proto_msg *m);
 /* The scheduler released an object: a fetch of it under way stops. */
 void wrk__fetch_cancel(wrk *w, spw_id id);
+/* Parked reads past their deadline are answered SPW_ENOOBJ. */
+void wrk__parked_expire(wrk *w);
 void wrk__peers_close(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 

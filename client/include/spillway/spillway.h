@@ -48,6 +48,8 @@ typedef struct spillway_opts {
     const char *name;        /* shown by spillway-ctl ("libspillway") */
     uint64_t inline_limit;   /* 0: use the scheduler's; arguments above it are put as objects */
     int no_auto_put;         /* 1: embed large BYTES arguments in every task (with a warning) */
+    int no_local;            /* 1: never use same-host shared memory, always TCP (also with
+                                SPILLWAY_NO_LOCAL set in the environment at connect) */
 } spillway_opts;
 
 /** Fills o with the defaults. */

@@ -177,7 +177,10 @@ enum { F_ADDED_ID, F_ADDED_SIZE };
 enum { F_DELETE_IDS /* list of ids */ };
 enum { F_HB_STATS /* list of u64, indexes PROTO_STAT_* */ };
 enum { F_WRITE_ID, F_WRITE_TOTAL, F_WRITE_OFF, F_WRITE_FLAGS, F_WRITE_DATA };
-enum { F_READ_ID, F_READ_OFF, F_READ_LEN };
+enum { F_READ_ID, F_READ_OFF, F_READ_LEN, F_READ_FLAGS /* may be absent */ };
+/** OBJ_READ flags. */
+#define PROTO_READ_FOLLOW 1u /* if the object is not here yet but about to be (a broadcast
+                                chain), wait for it a little and forward it as it arrives */
 enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
 enum { F_PUTDONE_ID };
 /* Local (same-host) access to a worker's arena, over its Unix socket. */
