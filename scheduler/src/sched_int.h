@@ -39,7 +39,8 @@ typedef struct sched_arg {
     uint8_t linked;       /* on obj->consumers */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
-    sched_obj *obj;       /* object arguments: holds a TASK_ARG reference */
+    sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
+    spw_id id;            /* the object's id, kept for lineage after the task finished */
     uint64_t off, len;    /* views */
     sched_task *task;
     struct sched_arg *cprev, *cnext;

@@ -283,6 +283,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
         sa->off = a[R_ARG_OFF].u;
         sa->len = a[R_ARG_LEN].u;
+        sa->id = a[R_ARG_OBJ].id;
         sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
         if (o == out) {
             /* A task cannot wait for its own output: it would never run, nor be freed. */
@@ -654,6 +655,59 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     sched__obj_maybe_free(s, o);
 }
 
+/* Makes a lost object pending again by re-running the task that produced it, if that task is
+ * known and its inputs still exist (or can themselves be recomputed). Its consumers that were
+ * ready wait for it again. Returns whether it will be recomputed. */
+static bool lineage_recompute(sched *s, sched_obj *o, int depth)
+{
+    sched_task *t = o->producer;
+    if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
+        return false;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_arg *a = &t->args[i];
+        if (a->kind == PROTO_ARG_INLINE)
+            continue;
+        sched_obj *in = sched__obj_find(s, a->id);
+        if (in == NULL || in->state == OBJ_FAILED)
+            return false;
+        if (in->state == OBJ_LOST && !lineage_recompute(s, in, depth + 1))
+            return false;
+    }
+    t->retries++;
+    t->args_released = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        sched_arg *a = &t->args[i];
+        if (a->kind == PROTO_ARG_INLINE)
+            continue;
+        sched_obj *in = sched__obj_find(s, a->id);
+        a->obj = in;
+        sched__ref(s, in, REF_TASK_ARG);
+        DL_APPEND2(in->consumers, a, cprev, cnext);
+        a->linked = 1;
+        if (in->state == OBJ_PENDING) {
+            a->waiting = 1;
+            t->ndeps++;
+        }
+    }
+    o->state = OBJ_PENDING;
+    /* Consumers that counted on it wait again. */
+    for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
+        sched_task *ct = c->task;
+        if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
+            continue;
+        if (ct->state == T_READY) {
+            ready_remove(s, ct);
+            sched__task_set_state(s, ct, T_WAITING);
+        }
+        c->waiting = 1;
+        ct->ndeps++;
+    }
+    sched__task_set_state(s, t, T_WAITING);
+    if (t->ndeps == 0)
+        ready_push(s, t);
+    return true;
+}
+
 void sched__worker_lost(sched *s, sched_worker *w)
 {
     char hex[33];
@@ -677,25 +731,37 @@ void sched__worker_lost(sched *s, sched_worker *w)
                 w->addr);
         ready_push(s, t);
     }
-    /* Copies on that worker are gone; objects with no copy left are lost. */
-    sched_obj *o, *otmp;
-    HASH_ITER(hh, s->objects, o, otmp)
-    {
+    /* Copies on that worker are gone; objects with no copy left are lost, unless their
+     * producing task can run again (lineage). Ids first: handling one may free others. */
+    size_t n = HASH_COUNT(s->objects), k = 0;
+    spw_id *ids = spw_malloc(SPW_MOD_SCHED, (n > 0 ? n : 1) * sizeof *ids);
+    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+        ids[k++] = o->id;
+    for (size_t i = 0; i < k; i++) {
+        sched_obj *o = sched__obj_find(s, ids[i]);
+        if (o == NULL)
+            continue;
         if (o->put_worker == w->id && o->state == OBJ_PENDING) {
             o->put_worker = 0;
-            o->state = OBJ_LOST;
             o->graph_hold++;
             sched__obj_fail(s, o, SPW_EOBJLOST, "the worker receiving its upload died");
             o->state = OBJ_LOST;
             o->graph_hold--;
+            sched__obj_maybe_free(s, o);
             continue;
         }
         uint32_t before = o->nlocs;
         sched__obj_drop_loc(s, o, w->id);
         if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
-            spw_log(SPW_LOG_WARN, "obj=%s lost with worker=%s", spw_id_hex(o->id, hex), w->addr);
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
+            if (lineage_recompute(s, o, 0))
+                spw_log(SPW_LOG_NOTICE, "obj=%s lost with worker=%s: recomputing it",
+                        spw_id_hex(o->id, hex), w->addr);
+            else
+                spw_log(SPW_LOG_WARN, "obj=%s lost with worker=%s", spw_id_hex(o->id, hex),
+                        w->addr);
         }
     }
+    spw_free(ids);
 }

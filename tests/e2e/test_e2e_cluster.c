@@ -808,7 +808,7 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     spillway_ref obj, slow;
     assert_int_equal(spillway_put(cl, data, n, &obj), 0);
     spillway_graph *g = spillway_graph_new(cl);
-    spillway_arg sl = spillway_arg_u64(60000);
+    spillway_arg sl = spillway_arg_u64(3000);
     assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
@@ -844,6 +844,50 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A worker dies: its running task is retried elsewhere, and the object only it held is
+ * recomputed from the task that produced it (lineage), byte for byte. */
+static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref made, slow;
+    spillway_arg ra[2] = {spillway_arg_u64(4u << 20), spillway_arg_u64(77)};
+    assert_int_equal(spillway_task(g, "random", ra, 2, SPILLWAY_KEEP, &made), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *first;
+    size_t len;
+    assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
+    g = spillway_graph_new(cl);
+    spillway_arg sl = spillway_arg_u64(3000);
+    assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(slot_busy, &c, 20000)); /* sleeping on worker 0 */
+    h_worker_start(&c, args);
+    h_worker_kill(&c, 0, SIGKILL);
+    /* The sleeping task finishes on worker 1, and the object comes back from its task, run
+     * again there, byte for byte. */
+    void *out;
+    assert_int_equal(spillway_get(cl, slow, 60000, &out, &len), 0);
+    spillway_free(out);
+    void *again;
+    assert_int_equal(spillway_get(cl, made, 60000, &again, &len), 0);
+    assert_int_equal(len, 4u << 20);
+    assert_memory_equal(again, first, len);
+    spillway_free(first);
+    spillway_free(again);
+    spillway_ref all[] = {made, slow};
+    assert_int_equal(spillway_release_many(cl, all, 2), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -864,6 +908,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(dead_reader_releases_its_pins),
     cmocka_unit_test(long_chain_holds_a_handful_of_objects),
     cmocka_unit_test(executor_killed_mid_task_leaves_store_intact),
+    cmocka_unit_test(dead_worker_tasks_retry_and_lost_objects_are_recomputed),
 };
 
 SPW_TEST_MAIN(tests)
