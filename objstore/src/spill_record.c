@@ -31,33 +31,17 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
-int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
-                       size_t outcap)
+static void write_header(uint8_t *out, uint8_t codec, uint32_t raw_len, uint32_t stored,
+                         uint64_t checksum)
 {
-    if (len > OST_REC_MAX_RAW || outcap < OST_REC_HDR + len)
-        return SPW_EINVAL;
-    uint8_t codec = OST_REC_RAW;
-    size_t stored = len;
-    size_t room = outcap - OST_REC_HDR;
-    if (cctx != NULL && len >= 256) {
-        size_t z = ZSTD_compressCCtx(cctx, out + OST_REC_HDR, room, raw, len, level);
-        /* Incompressible data is stored raw: reading it back then costs a memcpy. */
-        if (!ZSTD_isError(z) && z < len - len / 16) {
-            codec = OST_REC_ZSTD;
-            stored = z;
-        }
-    }
-    if (codec == OST_REC_RAW && len > 0)
-        memcpy(out + OST_REC_HDR, raw, len);
     put32(out, OST_REC_MAGIC);
     out[4] = OST_REC_VERSION;
     out[5] = codec;
     out[6] = out[7] = 0;
-    put32(out + 8, (uint32_t)len);
-    put32(out + 12, (uint32_t)stored);
-    put64(out + 16, XXH3_64bits(raw, len));
+    put32(out + 8, raw_len);
+    put32(out + 12, stored);
+    put64(out + 16, checksum);
     put64(out + 24, 0);
-    return (int64_t)(OST_REC_HDR + stored);
 }
 
 int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
@@ -68,29 +52,30 @@ int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t 
     if (cctx == NULL || len < 256)
         return 0;
     size_t z = ZSTD_compressCCtx(cctx, out + OST_REC_HDR, outcap - OST_REC_HDR, raw, len, level);
+    /* Incompressible data is stored raw: reading it back then costs a memcpy. */
     if (ZSTD_isError(z) || z >= len - len / 16)
         return 0;
-    put32(out, OST_REC_MAGIC);
-    out[4] = OST_REC_VERSION;
-    out[5] = OST_REC_ZSTD;
-    out[6] = out[7] = 0;
-    put32(out + 8, (uint32_t)len);
-    put32(out + 12, (uint32_t)z);
-    put64(out + 16, XXH3_64bits(raw, len));
-    put64(out + 24, 0);
+    write_header(out, OST_REC_ZSTD, (uint32_t)len, (uint32_t)z, XXH3_64bits(raw, len));
     return (int64_t)(OST_REC_HDR + z);
 }
 
 void ost_rec_raw_header(uint8_t hdr[OST_REC_HDR], const uint8_t *raw, size_t len)
 {
-    put32(hdr, OST_REC_MAGIC);
-    hdr[4] = OST_REC_VERSION;
-    hdr[5] = OST_REC_RAW;
-    hdr[6] = hdr[7] = 0;
-    put32(hdr + 8, (uint32_t)len);
-    put32(hdr + 12, (uint32_t)len);
-    put64(hdr + 16, XXH3_64bits(raw, len));
-    put64(hdr + 24, 0);
+    write_header(hdr, OST_REC_RAW, (uint32_t)len, (uint32_t)len, XXH3_64bits(raw, len));
+}
+
+int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
+                       size_t outcap)
+{
+    if (len > OST_REC_MAX_RAW || outcap < OST_REC_HDR + len)
+        return SPW_EINVAL;
+    int64_t z = ost_rec_try_zstd(cctx, level, raw, len, out, outcap);
+    if (z != 0)
+        return z;
+    ost_rec_raw_header(out, raw, len);
+    if (len > 0)
+        memcpy(out + OST_REC_HDR, raw, len);
+    return (int64_t)(OST_REC_HDR + len);
 }
 
 int ost_rec_decode(ZSTD_DCtx *dctx, const uint8_t *rec, size_t reclen, uint8_t *dst,

@@ -36,6 +36,7 @@
 #include <zstd.h>
 
 #include "harness.h"
+#include "spillway/datagen.h"
 #include "spillway/spillway.h"
 
 typedef struct bench {
@@ -579,33 +580,15 @@ static void case_transfer(bench *b)
 #define SPILL_LEVEL 1  /* the workers' default --spill-compression-level */
 
 /* The generators of worker/src/builtins.c, copied exactly: the bytes must be identical. */
-static uint64_t spill_splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
+/* The generators of the random and walk_f64 tasks (spillway/datagen.h). */
 static void gen_random(uint8_t *out, uint64_t n, uint64_t seed)
 {
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v = spill_splitmix(&seed);
-        memcpy(out + i, &v, 8);
-    }
-    uint64_t v = spill_splitmix(&seed);
-    memcpy(out + i, &v, n - i);
+    spw_gen_random(out, n, seed);
 }
 
 static void gen_walk_f64(double *out, uint64_t count, uint64_t seed)
 {
-    double x = 100.0;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t r = spill_splitmix(&seed);
-        x += (double)((int64_t)(r % 21) - 10) * 0.01;
-        out[i] = x;
-    }
+    spw_gen_walk_f64((uint8_t *)(void *)out, count, seed);
 }
 
 typedef struct spill_kind {

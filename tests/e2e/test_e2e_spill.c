@@ -15,35 +15,17 @@
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "spillway/datagen.h"
 
-/* The built-in generators (worker/src/builtins.c), to know what every byte must be. */
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
+/* What the built-in generators make, to know what every byte must be. */
 static void gen_random(uint8_t *out, uint64_t n, uint64_t seed)
 {
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v = splitmix(&seed);
-        memcpy(out + i, &v, 8);
-    }
-    uint64_t v = splitmix(&seed);
-    memcpy(out + i, &v, n - i);
+    spw_gen_random(out, n, seed);
 }
 
 static void gen_walk(uint8_t *out, uint64_t count, uint64_t seed)
 {
-    double x = 100.0;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t r = splitmix(&seed);
-        x += (double)((int64_t)(r % 21) - 10) * 0.01;
-        memcpy(out + 8 * i, &x, 8);
-    }
+    spw_gen_walk_f64(out, count, seed);
 }
 
 static uint64_t worker_figure(h_cluster *c, int w, const char *field)

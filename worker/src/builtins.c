@@ -24,6 +24,7 @@
 
 #include <xxhash.h>
 
+#include "spillway/datagen.h"
 #include "worker_int.h"
 
 static int get_u64(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs, uint32_t i,
@@ -113,14 +114,6 @@ static int fn_fill(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static int fn_random(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t n, seed;
@@ -132,13 +125,7 @@ static int fn_random(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
     uint8_t *out = spw_task_output(ctx, n);
     if (out == NULL)
         return spw_task_output_error(ctx);
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v = splitmix(&seed);
-        memcpy(out + i, &v, 8);
-    }
-    uint64_t v = splitmix(&seed);
-    memcpy(out + i, &v, n - i);
+    spw_gen_random(out, n, seed);
     return 0;
 }
 
@@ -154,16 +141,10 @@ static int fn_walk_f64(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nar
         spw_task_fail(ctx, "count too large");
         return SPW_EINVAL;
     }
-    double *out = spw_task_output(ctx, count * 8);
+    uint8_t *out = spw_task_output(ctx, count * 8);
     if (out == NULL)
         return spw_task_output_error(ctx);
-    /* Prices moving in cents: smooth numbers whose high bytes repeat, as real data does. */
-    double x = 100.0;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t r = splitmix(&seed);
-        x += (double)((int64_t)(r % 21) - 10) * 0.01;
-        out[i] = x;
-    }
+    spw_gen_walk_f64(out, count, seed);
     return 0;
 }
 

@@ -113,9 +113,10 @@ typedef struct upload_req {
     spw_id id;
 } upload_req;
 
-static void upload_created(void *arg, int status, ost_obj *o)
+/* An upload's memory is allocated (or cannot be): one callback for TCP uploads and local
+ * creates. Returns the upload once it has its object, NULL when it is gone or refused. */
+static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
 {
-    upload_req *r = arg;
     wsrv *srv = r->srv;
     spw_id id = r->id;
     spw_free(r);
@@ -124,19 +125,29 @@ static void upload_created(void *arg, int status, ost_obj *o)
         if (status == 0)
             ost_obj_abort(srv->w->store, o);
         srv_maybe_free(srv);
-        return;
+        return NULL;
     }
     wupload *u;
     HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
     SPW_ASSERT(u != NULL && u->creating);
     u->creating = false;
-    proto_conn_resume(srv->conn);
     if (status != 0) {
         upload_refuse(srv, u, status);
-        return;
+        return NULL;
     }
     u->obj = o;
     unpark(srv->w, id, o, &u->followers, &u->next_off);
+    return u;
+}
+
+static void upload_created(void *arg, int status, ost_obj *o)
+{
+    wsrv *srv = ((upload_req *)arg)->srv;
+    if (!srv->closed)
+        proto_conn_resume(srv->conn); /* the chunks held back by the pause may come now */
+    wupload *u = upload_got_memory(arg, status, o);
+    if (u == NULL)
+        return;
     spw_buf chunk = u->pending;
     u->pending = (spw_buf){0};
     upload_apply(srv, u, 0, u->pending_flags, chunk.data, chunk.len, u->req);
@@ -530,30 +541,13 @@ static void obj_unpin(wsrv *srv, const proto_msg *m)
 
 static void local_created(void *arg, int status, ost_obj *o)
 {
-    upload_req *r = arg;
-    wsrv *srv = r->srv;
-    spw_id id = r->id;
-    spw_free(r);
-    srv->refs--;
-    if (srv->closed) {
-        if (status == 0)
-            ost_obj_abort(srv->w->store, o);
-        srv_maybe_free(srv);
+    wsrv *srv = ((upload_req *)arg)->srv;
+    wupload *u = upload_got_memory(arg, status, o);
+    if (u == NULL)
         return;
-    }
-    wupload *u;
-    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
-    SPW_ASSERT(u != NULL && u->creating);
-    u->creating = false;
-    if (status != 0) {
-        upload_refuse(srv, u, status);
-        return;
-    }
-    u->obj = o;
-    unpark(srv->w, id, o, &u->followers, &u->next_off);
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_CREATED, u->req, 2);
-    proto_put_id(&e, id);
+    proto_put_id(&e, u->id);
     proto_put_u(&e, ost_obj_offset(o));
     proto_conn_send(srv->conn, &e);
 }
