@@ -126,6 +126,13 @@ enum rec_schema {
     REC_COUNT
 };
 
+/* A schema leaves nreq out unless some trailing fields are optional (0: all required); clang's
+ * -Wmissing-field-initializers would flag every such row. */
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wmissing-field-initializers"
+#endif
+
 static const pschema rec_schemas[REC_COUNT] = {
     [REC_WINFO] = {5, {NAME, U, U, NAME, NAME}},
     [REC_LOC] = {4, {U, NAME, NAME, NAME}},
@@ -193,6 +200,10 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_EXEC_ALLOC_OK] = {1, {U}},
     [PROTO_EXEC_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
 };
+
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
 
 /* -------------------------------------------------------- structural scan */
 
@@ -352,6 +363,15 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
         if (fd->kind != PF_REC && (n > fd->max || n > lim->max_list || n < fd->min))
             return SPW_EMALFORMED;
         uint32_t nf = sub != NULL ? sub->nf : 1;
+        /* Every item must be a record of the right arity before room for n * nf values is
+         * taken: n zero bytes must not buy an allocation nf * 24 times their size. */
+        if (sub != NULL) {
+            uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
+            for (uint32_t i = 0; i < n; i++)
+                if (items[i].type != MSGPACK_OBJECT_ARRAY || items[i].via.array.size < nreq ||
+                    items[i].via.array.size > nf)
+                    return SPW_EMALFORMED;
+        }
         proto_val *vals = NULL;
         if ((uint64_t)n * nf > 0) {
             vals = msgpack_zone_malloc(zone, (size_t)n * nf * sizeof(proto_val));

@@ -55,7 +55,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void die(bench *b, const char *what, int rc)
+static _Noreturn void die(bench *b, const char *what, int rc)
 {
     fprintf(stderr, "spillway-bench: %s: %s: %s\n", what, spillway_strerror(rc),
             b->cl ? spillway_errmsg(b->cl) : "");
@@ -525,8 +525,8 @@ static void case_transfer(bench *b)
         spillway_task(g, "len", &la, 1, SPILLWAY_KEEP, &used);
         rc = spillway_submit(g);
         spillway_graph_free(g);
-        void *data;
-        size_t len;
+        void *data = NULL;
+        size_t len = 0;
         if (rc == 0)
             rc = spillway_get(b->cl, used, -1, &data, &len);
         if (rc != 0)
@@ -1216,7 +1216,7 @@ static void spill_teardown(spill_run *r)
         fprintf(stderr, "spillway-bench: could not remove %s\n", r->dir);
 }
 
-static void spill_die(spill_run *r, const char *what, int rc)
+static _Noreturn void spill_die(spill_run *r, const char *what, int rc)
 {
     fprintf(stderr, "spillway-bench: spill: %s: %s: %s\n", what, spillway_strerror(rc),
             r->cl != NULL ? spillway_errmsg(r->cl) : "");
