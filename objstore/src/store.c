@@ -385,7 +385,21 @@ void ost__obj_free_deleted(ost_store *s, ost_obj *o)
 
 void ost_obj_abort(ost_store *s, ost_obj *o)
 {
-    SPW_ASSERT(o->state == OST_CREATED);
+    SPW_ASSERT(o->state == OST_CREATED && !o->aborted);
+    if (o->pins > 1) {
+        /* Followers still send from its memory: it leaves lookups now, the writer's pin goes,
+         * and the memory is freed at the followers' last unpin. */
+        o->aborted = true;
+        uint32_t before = o->pins;
+        o->pins--;
+        ost__pins_changed(s, o, before);
+        if (!o->deleted) {
+            HASH_DEL(s->table, o);
+            o->deleted = true;
+            DL_APPEND(s->zombies, o);
+        }
+        return;
+    }
     if (o->blk != NULL && o->pins > 0)
         s->st.pinned -= ost_block_size(o->blk);
     o->pins = 0;
@@ -461,9 +475,19 @@ int ost_obj_pin(ost_store *s, ost_obj *o)
     return 0;
 }
 
+int ost_obj_pin_writing(ost_store *s, ost_obj *o)
+{
+    if (o->state != OST_CREATED)
+        return ost_obj_pin(s, o);
+    if (o->aborted || o->blk == NULL)
+        return SPW_ENOTSEALED;
+    o->pins++; /* the writer's pin already counts its bytes as pinned */
+    return 0;
+}
+
 int ost_obj_unpin(ost_store *s, ost_obj *o)
 {
-    if (o->pins == 0 || (o->state == OST_CREATED && o->pins == 1))
+    if (o->pins == 0 || (o->state == OST_CREATED && !o->aborted && o->pins == 1))
         return SPW_ENOTHELD;
     uint32_t before = o->pins;
     o->pins--;

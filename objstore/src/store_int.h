@@ -20,6 +20,7 @@ struct ost_obj {
     bool spilling;          /* a threadpool job is writing it to LMDB */
     bool restoring;         /* a threadpool job is reading it back */
     bool deleted;           /* removed from the table; freed when the last user lets go */
+    bool aborted;           /* its write failed while followers still send from its memory */
     uint64_t stored_size;   /* bytes of the spilled copy */
     uint64_t last_use_ns;
     ost_obj *lru_prev, *lru_next;

@@ -133,6 +133,50 @@ static void ost_delete_while_being_written_frees_at_abort(void **state)
     done(s);
 }
 
+/* A follower (a broadcast's next hop) pins an object still being written and sends from its
+ * memory: an abort then hides the object at once but keeps the memory until the follower lets
+ * go; a seal hands the follower a pin on the sealed object. */
+static void ost_follower_pin_outlives_abort_and_seal(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 8192, &o), 0);
+    assert_int_equal(ost_obj_pin(s, o), SPW_ENOTSEALED); /* readers of whole objects wait */
+    assert_int_equal(ost_obj_pin_writing(s, o), 0);
+    assert_int_equal(ost_obj_pins(o), 2);
+    assert_int_equal(stats(s).pinned, 8192);
+    ost_obj_abort(s, o);
+    assert_null(ost_obj_find(s, id(1)));
+    assert_int_equal(stats(s).used, 8192); /* the follower's chunks are still in flight */
+    assert_int_equal(stats(s).pinned, 8192);
+    assert_int_equal(ost_obj_pin_writing(s, o), SPW_ENOTSEALED); /* no new follower */
+    ost_obj *o2;
+    assert_int_equal(ost_obj_create(s, id(1), 4096, &o2), 0); /* the id is free again */
+    ost_obj_abort(s, o2);
+    assert_int_equal(ost_obj_unpin(s, o), 0); /* the last pin frees it */
+    assert_int_equal(stats(s).used, 0);
+    assert_int_equal(stats(s).pinned, 0);
+    assert_int_equal(stats(s).objs_mem, 0);
+
+    assert_int_equal(ost_obj_create(s, id(2), 8192, &o), 0);
+    assert_int_equal(ost_obj_pin_writing(s, o), 0);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_unpin(s, o), SPW_ENOTHELD); /* the writer's pin is not a reader's */
+    assert_int_equal(ost_obj_pin_writing(s, o), 0);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_obj_pins(o), 1);
+    assert_int_equal(stats(s).pinned, 8192);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(stats(s).pinned, 0);
+    assert_int_equal(stats(s).used, 8192);
+    assert_int_equal(ost_obj_pin_writing(s, o), 0); /* sealed: an ordinary pin */
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    assert_int_equal(stats(s).used, 0);
+    done(s);
+}
+
 typedef struct cb_log {
     int calls;
     int status;
@@ -282,6 +326,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ost_bad_requests_change_nothing),
     cmocka_unit_test(ost_delete_while_pinned_frees_at_last_unpin),
     cmocka_unit_test(ost_delete_while_being_written_frees_at_abort),
+    cmocka_unit_test(ost_follower_pin_outlives_abort_and_seal),
     cmocka_unit_test(ost_full_store_makes_allocations_wait_then_succeed),
     cmocka_unit_test(ost_waiting_allocation_fails_with_ebackpressure_at_deadline),
     cmocka_unit_test(ost_free_fails_waiters_with_eshutdown),

@@ -231,7 +231,8 @@ static void reads_pump(wsrv *srv)
         if (rd->avail == NULL)
             total = ost_obj_size(rd->obj);
         const uint8_t *base = ost_obj_data(rd->obj);
-        /* A follower sends only what has arrived, as copies: the object may yet be aborted. */
+        /* A follower sends only what has arrived. Its pin keeps the memory even if the
+         * object is aborted; without one (it could not be taken) it sends copies. */
         uint64_t limit = rd->avail != NULL ? *rd->avail : rd->end;
         while (rd->pos < limit && proto_conn_writable(srv->conn)) {
             uint64_t n = limit - rd->pos;
@@ -243,7 +244,7 @@ static void reads_pump(wsrv *srv)
             proto_put_u(&e, total);
             proto_put_u(&e, rd->pos);
             proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
-            if (rd->avail != NULL) {
+            if (!rd->pinned) {
                 proto_put_bin(&e, base + rd->pos, n);
                 proto_conn_send(srv->conn, &e);
                 rd->pos += n;
@@ -276,7 +277,8 @@ static void followers_advance(wrk *w, wread **list, bool sealed)
             DL_DELETE2(*list, rd, fprev, fnext);
             rd->flist = NULL;
             rd->avail = NULL;
-            rd->pinned = ost_obj_pin(w->store, rd->obj) == 0;
+            if (!rd->pinned)
+                rd->pinned = ost_obj_pin(w->store, rd->obj) == 0;
         }
         if (!srv->closed)
             reads_pump(srv);
@@ -311,6 +313,7 @@ static void follow(wread *rd, ost_obj *o, wread **list, const uint64_t *avail)
             (unsigned long long)*avail);
     rd->obj = o;
     rd->avail = avail;
+    rd->pinned = ost_obj_pin_writing(rd->srv->w->store, o) == 0;
     rd->flist = list;
     rd->park_deadline_ns = 0;
     DL_APPEND2(*list, rd, fprev, fnext);

@@ -125,7 +125,7 @@ typedef struct wread {
     uint64_t req;
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
-    bool pinned;          /* holds a pin on obj (not while following) */
+    bool pinned;          /* holds a pin on obj (sends borrow its memory) */
     const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an
                               upload's counter); NULL once it is sealed */
     struct wread **flist; /* the followers list it is on */

@@ -125,7 +125,8 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
 /** Seals a CREATED object: it becomes readable and immutable, and its writer's pin is dropped.
  * @return 0 or SPW_ESEALED. */
 int ost_obj_seal(ost_store *s, ost_obj *o);
-/** Drops a CREATED object (a failed write) and frees its memory. */
+/** Drops a CREATED object (a failed write) and frees its memory, or, while followers pinned
+ * it (ost_obj_pin_writing), removes it from lookups and frees it at their last unpin. */
 void ost_obj_abort(ost_store *s, ost_obj *o);
 
 /** Looks an object up. @return the object, or NULL. */
@@ -146,6 +147,12 @@ uint64_t ost_obj_offset(const ost_obj *o);
 /** Pins a sealed in-memory object (a reader or task uses it): it will not be spilled or freed
  * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory (restore). */
 int ost_obj_pin(ost_store *s, ost_obj *o);
+/** Pins an object that may still be written (CREATED), for a reader that follows the write
+ * and reads only bytes already written; a sealed object is pinned as by ost_obj_pin. If the
+ * write is then aborted, the object leaves lookups at once and its memory stays until the
+ * last such pin is dropped. @return 0, SPW_ENOTSEALED for an aborted object, or as
+ * ost_obj_pin. */
+int ost_obj_pin_writing(ost_store *s, ost_obj *o);
 /** Drops one pin. @return 0, or SPW_ENOTHELD if it was not pinned (nothing changes). */
 int ost_obj_unpin(ost_store *s, ost_obj *o);
 /** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly
