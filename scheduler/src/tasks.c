@@ -587,6 +587,38 @@ void sched__kick(sched *s)
 
 /* ------------------------------------------------------------- completion */
 
+static bool lineage_recompute(sched *s, sched_obj *o, int depth);
+
+/* A task's worker could not get one of its inputs from any holder: the holder died (often
+ * before we heard of it). If every input can still be had (held elsewhere, being made, or
+ * re-made now from its task), the task runs again once they are ready, up to the retry limit.
+ * Returns whether it will. */
+static bool task_retry_lost_input(sched *s, sched_task *t)
+{
+    if (t->retries >= s->opts.task_retries)
+        return false;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        sched_obj *in = t->args[i].obj;
+        if (t->args[i].kind == PROTO_ARG_INLINE || in == NULL)
+            continue;
+        if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in, 0)))
+            return false;
+    }
+    t->retries++;
+    sched__task_set_state(s, t, T_WAITING);
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        sched_arg *a = &t->args[i];
+        if (a->kind != PROTO_ARG_INLINE && a->obj != NULL && a->obj->state == OBJ_PENDING &&
+            !a->waiting) {
+            a->waiting = 1;
+            t->ndeps++;
+        }
+    }
+    if (t->ndeps == 0)
+        ready_push(s, t);
+    return true;
+}
+
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
 {
     char hex[33];
@@ -613,6 +645,10 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     if (status != 0) {
         char msg[PROTO_MAX_STR + 1];
         proto_str(&m->f[F_DONE_ERR], msg, sizeof msg);
+        if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
+            spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
+            return;
+        }
         task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
         return;
     }
@@ -675,6 +711,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     }
     t->retries++;
     t->args_released = 0;
+    t->place = NULL; /* its output is what matters now, not where it was made */
     for (uint32_t i = 0; i < t->nargs; i++) {
         sched_arg *a = &t->args[i];
         if (a->kind == PROTO_ARG_INLINE)

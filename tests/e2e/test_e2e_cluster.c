@@ -888,6 +888,63 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     assert_true(h_cluster_stop(&c));
 }
 
+static bool task_assigned(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    json_t *tasks = json_object_get(st, "tasks");
+    json_int_t n = json_integer_value(json_object_get(tasks, "assigned")) +
+                   json_integer_value(json_object_get(tasks, "running"));
+    json_decref(st);
+    return n > 0;
+}
+
+/* A task already handed to a worker whose input lived only on a worker that then died: the
+ * fetch fails, the input is re-made from its task, and the task runs again instead of failing
+ * with SPW_EOBJLOST. The holder is stopped (SIGSTOP) while the task is handed out, so the fetch
+ * cannot finish before the holder dies. The input's task was bound to the dead worker: it is
+ * re-made on another. */
+static void assigned_task_survives_loss_of_its_input(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const a_args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "wa", NULL};
+    h_worker_start(&c, a_args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref made, sum;
+    spillway_arg ra[2] = {spillway_arg_u64(4u << 20), spillway_arg_u64(91)};
+    assert_int_equal(spillway_graph_place(g, "wa"), 0); /* re-made elsewhere all the same */
+    assert_int_equal(spillway_task(g, "random", ra, 2, SPILLWAY_KEEP, &made), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *first;
+    size_t len;
+    assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on wa */
+    const char *const b_args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "wb", NULL};
+    h_worker_start(&c, b_args);
+    assert_int_equal(kill(c.workers[0].pid, SIGSTOP), 0);
+    g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, "wb"), 0);
+    spillway_arg la = spillway_arg_ref(made);
+    assert_int_equal(spillway_task(g, "len", &la, 1, SPILLWAY_KEEP, &sum), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(task_assigned, &c, 20000)); /* wb is fetching from stopped wa */
+    h_worker_kill(&c, 0, SIGKILL);
+    assert_int_equal(e2e_get_u64(cl, sum), 4u << 20);
+    void *again;
+    assert_int_equal(spillway_get(cl, made, 60000, &again, &len), 0);
+    assert_int_equal(len, 4u << 20);
+    assert_memory_equal(again, first, len);
+    spillway_free(first);
+    spillway_free(again);
+    spillway_ref all[] = {made, sum};
+    assert_int_equal(spillway_release_many(cl, all, 2), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -909,6 +966,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(long_chain_holds_a_handful_of_objects),
     cmocka_unit_test(executor_killed_mid_task_leaves_store_intact),
     cmocka_unit_test(dead_worker_tasks_retry_and_lost_objects_are_recomputed),
+    cmocka_unit_test(assigned_task_survives_loss_of_its_input),
 };
 
 SPW_TEST_MAIN(tests)
