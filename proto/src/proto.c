@@ -329,7 +329,7 @@ static int check_scalar(uint8_t kind, const pfield *fd, const msgpack_object *o,
         return 0;
     case PF_STR:
         if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > fd->max ||
-            memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL)
+            (o->via.str.size > 0 && memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL))
             return SPW_EMALFORMED;
         v->bin.ptr = (const uint8_t *)o->via.str.ptr;
         v->bin.len = o->via.str.size;
