@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static uint64_t all_workers_figure(h_cluster *c, const char *field)
 
 typedef struct probe {
     h_cluster *c;
-    volatile int stop;
+    atomic_int stop; /* set by the test, read by the sampler thread */
     uint64_t peak[H_MAX_WORKERS]; /* bytes: private memory of the worker and its executors plus
                                      the pages its arena really holds */
     pthread_t th;
@@ -117,7 +118,7 @@ static uint64_t worker_memory(int pid)
 static void *probe_run(void *arg)
 {
     probe *p = arg;
-    while (!p->stop) {
+    while (!atomic_load(&p->stop)) {
         for (int i = 0; i < p->c->nworkers; i++) {
             uint64_t m = worker_memory(p->c->workers[i].pid);
             if (m > p->peak[i])
@@ -196,7 +197,7 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
         }
     }
     free(want);
-    p.stop = 1;
+    atomic_store(&p.stop, 1);
     pthread_join(p.th, NULL);
     assert_true(all_workers_figure(&c, "spill_total_bytes") > 0);
     assert_true(all_workers_figure(&c, "restore_total_bytes") > 0);
