@@ -30,6 +30,8 @@
 #define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
+#define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
+#define SINK_HEAD_MAX 128    /* the rest of such a frame is smaller than this */
 
 typedef struct borrow {
     size_t at; /* offset in the owned buffer where these bytes go */
@@ -84,6 +86,14 @@ struct proto_conn {
     uint64_t deadline_ns; /* handshake or drain deadline; 0 = none */
     spw_buf in;
     size_t in_need; /* bytes needed in `in` to complete the frame at its start */
+    /* A payload being received straight into the owner's memory (cbs.on_sink): the frame's
+     * head, where the payload goes and how much of it has come. */
+    uint8_t *sink;
+    uint64_t sink_len, sink_got;
+    uint32_t sink_field;
+    size_t sink_head_len;
+    bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
+    uint8_t sink_head[SINK_HEAD_MAX];
     msgpack_zone zone;
     outq out;  /* being filled */
     outq wout; /* being written */
@@ -385,6 +395,7 @@ static void conn_do_close(proto_conn *c)
         return;
     c->state = ST_CLOSED;
     c->deadline_ns = 0;
+    c->sink = NULL;
     if (c->dirty) {
         /* Unlink from the dirty list so the flusher never sees a closed connection. */
         proto_conn **pp = &c->ctx->dirty;
@@ -414,6 +425,7 @@ void proto_conn_close(proto_conn *c, int status)
         return;
     }
     uv_read_stop(&c->h.stream);
+    c->sink = NULL; /* nothing more is read into the owner's memory */
     c->state = ST_CLOSING;
     if (c->queued == 0 && !c->writing) {
         conn_do_close(c);
@@ -846,10 +858,65 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     }
 }
 
+/* The frame at pos in `in` is incomplete and large: if it ends with a payload the owner has
+ * room for, the rest of the payload is read straight there (alloc_cb), and the bytes of the
+ * frame received so far leave `in`. */
+static void try_sink(proto_conn *c, size_t pos)
+{
+    if (c->cbs.on_sink == NULL || c->state != ST_READY || c->sink_declined ||
+        c->in_need < SINK_MIN)
+        return;
+    const uint8_t *p = c->in.data + pos;
+    size_t avail = c->in.len - pos;
+    size_t data_off;
+    uint64_t data_len;
+    int rc = proto_split_payload(p, avail, sizeof c->sink_head, c->sink_head, &c->sink_head_len,
+                                 &data_off, &data_len, &c->sink_field);
+    if (rc == 0)
+        return;
+    if (rc < 0 || data_len < SINK_MIN) {
+        c->sink_declined = true;
+        return;
+    }
+    proto_msg head;
+    void *dest = NULL;
+    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &head) ==
+        (int)c->sink_head_len)
+        dest = c->cbs.on_sink(c, &head, data_len);
+    msgpack_zone_clear(&c->zone);
+    if (dest == NULL) {
+        c->sink_declined = true; /* a malformed head is reported when the frame is complete */
+        return;
+    }
+    size_t have = avail - data_off; /* less than data_len: the frame is incomplete */
+    memcpy(dest, p + data_off, have);
+    c->sink = dest;
+    c->sink_len = data_len;
+    c->sink_got = have;
+    c->in.len = pos;
+    c->in_need = 0;
+}
+
+/* The payload is all in the owner's memory: the message goes out with it in place. */
+static void sink_finish(proto_conn *c)
+{
+    proto_msg m;
+    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &m);
+    SPW_ASSERT(rc == (int)c->sink_head_len); /* it decoded when the sink began */
+    m.f[c->sink_field].bin.ptr = c->sink;
+    m.f[c->sink_field].bin.len = (uint32_t)c->sink_len;
+    c->sink = NULL;
+    c->sink_declined = false;
+    dispatch(c, &m);
+    msgpack_zone_clear(&c->zone);
+}
+
 static void process_input(proto_conn *c)
 {
     size_t pos = 0;
     const proto_limits *lim = &c->ctx->opts.limits;
+    if (c->sink != NULL)
+        return; /* the bytes that come next are the payload's */
     while (c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
         const uint8_t *p = c->in.data + pos;
         size_t avail = c->in.len - pos;
@@ -860,6 +927,7 @@ static void process_input(proto_conn *c)
             if (avail >= PROTO_HDR_LEN)
                 c->in_need = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
                                               (size_t)p[2] << 8 | (size_t)p[3]);
+            try_sink(c, pos);
             break;
         }
         if (rc < 0) {
@@ -880,6 +948,7 @@ static void process_input(proto_conn *c)
             break;
         }
         pos += (size_t)rc;
+        c->sink_declined = false;
         dispatch(c, &m);
         msgpack_zone_clear(&c->zone);
     }
@@ -894,6 +963,12 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     proto_conn *c = h->data;
+    if (c->sink != NULL) {
+        uint64_t left = c->sink_len - c->sink_got;
+        *buf = uv_buf_init((char *)c->sink + c->sink_got,
+                           left > UINT32_MAX ? UINT32_MAX : (unsigned)left);
+        return;
+    }
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
@@ -919,6 +994,12 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    if (c->sink != NULL) {
+        c->sink_got += (uint64_t)nread;
+        if (c->sink_got == c->sink_len)
+            sink_finish(c);
+        return;
+    }
     c->in.len += (size_t)nread;
     process_input(c);
 }

@@ -467,6 +467,125 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     return (int)(PROTO_HDR_LEN + body);
 }
 
+/* ------------------------------------------------- splitting off a payload */
+
+/* Reads a big-endian unsigned of n bytes at *pos if all of it is in [0, end). */
+static bool rd_be(const uint8_t *b, size_t end, size_t *pos, int n, uint64_t *v)
+{
+    if (end - *pos < (size_t)n)
+        return false;
+    *v = be_read(b + *pos, n);
+    *pos += (size_t)n;
+    return true;
+}
+
+/* Skips one scalar, byte string or string at *pos. @return 1, 0 if it runs past avail, -1 for
+ * anything else (an array or map, an extension, a reserved byte). */
+static int skip_scalar(const uint8_t *b, size_t avail, size_t *pos)
+{
+    if (*pos >= avail)
+        return 0;
+    uint8_t t = b[(*pos)++];
+    uint64_t len = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+        return 1;
+    if (t >= 0xa0 && t <= 0xbf) {
+        len = t & 0x1f;
+    } else {
+        static const struct {
+            uint8_t tag;
+            int fixed; /* bytes of value */
+            int lenbytes; /* bytes of a length prefix */
+        } kinds[] = {{0xcc, 1, 0}, {0xcd, 2, 0}, {0xce, 4, 0}, {0xcf, 8, 0}, {0xd0, 1, 0},
+                     {0xd1, 2, 0}, {0xd2, 4, 0}, {0xd3, 8, 0}, {0xc4, 0, 1}, {0xc5, 0, 2},
+                     {0xc6, 0, 4}, {0xd9, 0, 1}, {0xda, 0, 2}, {0xdb, 0, 4}};
+        size_t k = 0;
+        while (k < sizeof kinds / sizeof kinds[0] && kinds[k].tag != t)
+            k++;
+        if (k == sizeof kinds / sizeof kinds[0])
+            return -1;
+        if (kinds[k].lenbytes == 0)
+            len = (uint64_t)kinds[k].fixed;
+        else if (!rd_be(b, avail, pos, kinds[k].lenbytes, &len))
+            return 0;
+    }
+    if (avail - *pos < len)
+        return 0;
+    *pos += (size_t)len;
+    return 1;
+}
+
+int proto_split_payload(const uint8_t *buf, size_t avail, size_t head_max, uint8_t *head,
+                        size_t *head_len, size_t *data_off, uint64_t *data_len, uint32_t *field)
+{
+    if (avail < PROTO_HDR_LEN)
+        return 0;
+    uint64_t body = be_read(buf, PROTO_HDR_LEN);
+    uint64_t frame_end = PROTO_HDR_LEN + body;
+    size_t end = avail < frame_end ? avail : (size_t)frame_end;
+    if (end > PROTO_HDR_LEN + head_max)
+        end = PROTO_HDR_LEN + head_max; /* the head must be short: look no further */
+    /* Past head_max bytes there is nothing more to wait for: the head is too long. */
+    const int need = avail >= PROTO_HDR_LEN + head_max ? -1 : 0;
+    size_t pos = PROTO_HDR_LEN;
+    uint64_t v, nf;
+    if (pos >= end)
+        return need;
+    if (buf[pos++] != 0x93)
+        return -1;
+    for (int i = 0; i < 2; i++) { /* type and request id: unsigned */
+        if (pos >= end)
+            return need;
+        uint8_t t = buf[pos];
+        if (t > 0x7f && (t < 0xcc || t > 0xcf))
+            return -1;
+        int rc = skip_scalar(buf, end, &pos);
+        if (rc <= 0)
+            return rc == 0 ? need : rc;
+    }
+    if (pos >= end)
+        return need;
+    uint8_t t = buf[pos++];
+    if (t >= 0x91 && t <= 0x9f)
+        nf = t & 0x0f;
+    else if (t == 0xdc && rd_be(buf, end, &pos, 2, &nf) && nf > 0)
+        ;
+    else
+        return t == 0xdc && end - pos < 2 ? need : -1;
+    for (uint64_t i = 0; i + 1 < nf; i++) {
+        int rc = skip_scalar(buf, end, &pos);
+        if (rc <= 0)
+            return rc == 0 ? need : rc;
+    }
+    size_t bin_at = pos;
+    if (pos >= end)
+        return need;
+    t = buf[pos++];
+    int lenbytes = t == 0xc4 ? 1 : t == 0xc5 ? 2 : t == 0xc6 ? 4 : 0;
+    if (lenbytes == 0)
+        return -1;
+    if (!rd_be(buf, end, &pos, lenbytes, &v))
+        return need;
+    if (pos + v != frame_end)
+        return -1; /* the byte string is not what ends the frame */
+    /* The head: the same frame with an empty byte string in place of the payload. */
+    size_t hbody = bin_at - PROTO_HDR_LEN + 2;
+    if (PROTO_HDR_LEN + hbody > head_max)
+        return -1;
+    head[0] = (uint8_t)(hbody >> 24);
+    head[1] = (uint8_t)(hbody >> 16);
+    head[2] = (uint8_t)(hbody >> 8);
+    head[3] = (uint8_t)hbody;
+    memcpy(head + PROTO_HDR_LEN, buf + PROTO_HDR_LEN, bin_at - PROTO_HDR_LEN);
+    head[bin_at] = 0xc4;
+    head[bin_at + 1] = 0;
+    *head_len = PROTO_HDR_LEN + hbody;
+    *data_off = pos;
+    *data_len = v;
+    *field = (uint32_t)(nf - 1);
+    return 1;
+}
+
 char *proto_str(const proto_val *v, char *out, size_t outlen)
 {
     size_t n = v->bin.len < outlen - 1 ? v->bin.len : outlen - 1;

@@ -1683,6 +1683,67 @@ static void obj_read_range_outside_object_is_einval(void **state)
 }
 
 /* A peer that goes away in the middle of an upload leaves the store as it was. */
+/* Sends the first half of the frame of the OBJ_WRITE chunk of clen bytes at off, or with
+ * rest, its second half. */
+static bool send_obj_write_cut(wire *w, uint64_t req, spw_id id, uint64_t total, uint64_t off,
+                               const uint8_t *chunk, size_t clen, bool rest)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_WRITE, req, 5);
+    proto_put_id(e, id);
+    proto_put_u(e, total);
+    proto_put_u(e, off);
+    proto_put_u(e, off + clen == total ? PROTO_CHUNK_LAST : 0);
+    proto_put_bin(e, chunk, clen);
+    const spw_buf *f = wire_end_unsent(w);
+    size_t cut = f->len / 2;
+    if (!rest)
+        return wire_send(w, f->data, cut);
+    return wire_send(w, f->data + cut, f->len - cut);
+}
+
+/* A chunk whose payload the worker receives straight into the object's memory, cut off
+ * halfway: by a hang-up, or by the object being released meanwhile with the rest arriving
+ * after. The memory comes back either way, and the worker keeps serving. */
+static void chunk_cut_off_mid_payload_frees_store_memory(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const uint64_t total = 8u << 20;
+    const size_t clen = 1u << 20;
+    uint8_t *chunk = calloc(1, clen);
+    wire *w = wire_peer(c, 0);
+    send_obj_write(w, 240, test_id(240), total, 0, 0, chunk, clen);
+    assert_store_used_reaches(c, total);
+    assert_true(send_obj_write_cut(w, 241, test_id(240), total, clen, chunk, clen, false));
+    wire_close(w);
+    assert_store_used_reaches(c, 0);
+
+    wire *s = wire_client(c);
+    spw_id id = test_id(242);
+    send_put_place(s, 242, id, total);
+    wire_await(s, PROTO_PUT_TARGET, 242);
+    w = wire_peer(c, 0);
+    send_obj_write(w, 243, id, total, 0, 0, chunk, clen);
+    assert_store_used_reaches(c, total);
+    assert_true(send_obj_write_cut(w, 244, id, total, clen, chunk, clen, false));
+    wire_close(s);
+    assert_status_objects(c, 0); /* released while its second chunk is half here */
+    bool open = send_obj_write_cut(w, 244, id, total, clen, chunk, clen, true);
+    for (uint64_t off = 2 * clen; off < total && open; off += clen) {
+        open = send_obj_write_cut(w, 245, id, total, off, chunk, clen, false) &&
+               send_obj_write_cut(w, 245, id, total, off, chunk, clen, true);
+    }
+    if (open) {
+        int rc = wire_read(w);
+        assert_int_equal(rc, 1);
+        assert_true(w->m.type == PROTO_PUT_DONE || w->m.type == PROTO_ERROR);
+    }
+    wire_close(w);
+    free(chunk);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+}
+
 static void upload_abandoned_midway_frees_store_memory(void **state)
 {
     (void)state;
@@ -2194,6 +2255,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_read_unknown_id_is_enoobj, teardown),
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
+    cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
     cmocka_unit_test_teardown(reader_hanging_up_mid_transfer_leaves_object_unpinned, teardown),

@@ -340,11 +340,42 @@ static void run_stream(const uint8_t *data, size_t size, const proto_limits *lim
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The split connections use to receive a chunk's payload in place (proto_split_payload), on
+ * every prefix length a reader could hold: a split stays inside the frame, and the head it
+ * builds either decodes to a message whose split field is an empty byte string, or is refused
+ * as the whole frame would be. */
+static void run_split(const uint8_t *data, size_t size, const proto_limits *lim)
+{
+    uint8_t head[128];
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    for (size_t avail = 0; avail <= size && avail <= 256; avail++) {
+        size_t head_len = 0, data_off = 0;
+        uint64_t data_len = 0;
+        uint32_t field = 0;
+        int rc = proto_split_payload(data, avail, sizeof head, head, &head_len, &data_off,
+                                     &data_len, &field);
+        if (rc != 1)
+            continue;
+        uint64_t frame = PROTO_HDR_LEN + ((uint64_t)data[0] << 24 | (uint64_t)data[1] << 16 |
+                                          (uint64_t)data[2] << 8 | data[3]);
+        if (data_off > avail || data_off + data_len != frame || head_len > sizeof head)
+            abort();
+        proto_msg m;
+        if (proto_decode(head, head_len, lim, &z, &m) == (int)head_len &&
+            (field >= m.nf || m.f[field].bin.len != 0))
+            abort();
+        msgpack_zone_clear(&z);
+    }
+    msgpack_zone_destroy(&z);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     proto_limits lim;
     proto_limits_default(&lim);
     run_stream(data, size, &lim);
+    run_split(data, size, &lim);
 
     proto_limits tiny_frame = lim;
     tiny_frame.max_frame = 24;

@@ -425,6 +425,81 @@ static void optional_trailing_fields_may_be_absent(void **state)
     msgpack_zone_destroy(&z);
 }
 
+/* proto_split_payload on every frame: those ending in a byte string (chunks of object data)
+ * split into a head that decodes to the same message with the field empty, and the payload at
+ * the end; every shorter prefix needs more bytes; other frames do not split. */
+static void payload_splits_off_every_data_frame(void **state)
+{
+    (void)state;
+    proto_limits lim;
+    proto_limits_default(&lim);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    uint8_t head[128];
+    size_t head_len, data_off;
+    uint64_t data_len;
+    uint32_t field;
+    int split = 0;
+    for (uint32_t t = 0; t < PROTO_TYPE_MAX; t++) {
+        spw_buf b = {0};
+        if (!proto_sample_encode(t, &b)) {
+            spw_buf_release(&b);
+            continue;
+        }
+        int rc = proto_split_payload(b.data, b.len, sizeof head, head, &head_len, &data_off,
+                                     &data_len, &field);
+        bool data_frame = t == PROTO_OBJ_WRITE || t == PROTO_OBJ_DATA;
+        if (!data_frame) {
+            /* Frames ending in a byte string of another kind may split too; these do not. */
+            if (t == PROTO_OBJ_READ || t == PROTO_SUBMIT || t == PROTO_STATUS || t == PROTO_OK)
+                assert_int_equal(rc, -1);
+            spw_buf_release(&b);
+            continue;
+        }
+        if (rc != 1)
+            fail_msg("%s: split returned %d", proto_type_name(t), rc);
+        split++;
+        assert_int_equal(data_off + data_len, b.len);
+        proto_msg whole, h;
+        assert_int_equal(proto_decode(b.data, b.len, &lim, &z, &whole), (int)b.len);
+        assert_int_equal(proto_decode(head, head_len, &lim, &z, &h), (int)head_len);
+        assert_int_equal(h.type, whole.type);
+        assert_int_equal(h.req, whole.req);
+        assert_int_equal(field, whole.nf - 1);
+        assert_int_equal(h.f[field].bin.len, 0);
+        assert_int_equal(whole.f[field].bin.len, data_len);
+        assert_ptr_equal(whole.f[field].bin.ptr, b.data + data_off);
+        for (uint32_t i = 0; i < field; i++)
+            assert_memory_equal(&h.f[i].u, &whole.f[i].u, sizeof h.f[i].u);
+        for (size_t n = 0; n < data_off; n++)
+            if (proto_split_payload(b.data, n, sizeof head, head, &head_len, &data_off,
+                                    &data_len, &field) != 0)
+                fail_msg("%s: a prefix of %zu bytes split", proto_type_name(t), n);
+        /* A head longer than allowed does not split, however many bytes have come. */
+        assert_int_equal(proto_split_payload(b.data, b.len, 16, head, &head_len, &data_off,
+                                             &data_len, &field),
+                         -1);
+        msgpack_zone_clear(&z);
+        spw_buf_release(&b);
+    }
+    assert_int_equal(split, 2);
+    /* Malformed shapes: a byte string that is not last, one that overruns the frame. */
+    for (size_t i = 0; i < proto_bad_body_count; i++) {
+        spw_buf b = {0};
+        proto_sample_frame(&b, proto_bad_bodies[i].body, proto_bad_bodies[i].len);
+        int rc = proto_split_payload(b.data, b.len, sizeof head, head, &head_len, &data_off,
+                                     &data_len, &field);
+        if (rc == 1 && data_off + data_len != b.len)
+            fail_msg("%s: split past the frame", proto_bad_bodies[i].name);
+        spw_buf_release(&b);
+    }
+    static const uint8_t short_bin[] = {0, 0, 0, 7, 0x93, 0x21, 0x00, 0x91, 0xc4, 0x05, 0x01};
+    assert_int_equal(proto_split_payload(short_bin, sizeof short_bin, sizeof head, head,
+                                         &head_len, &data_off, &data_len, &field),
+                     -1); /* the byte string claims more than the frame holds */
+    msgpack_zone_destroy(&z);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
@@ -432,6 +507,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(byte_at_a_time_stream),
     cmocka_unit_test(malformed_table),
     cmocka_unit_test(record_list_costs_no_more_than_its_bytes),
+    cmocka_unit_test(payload_splits_off_every_data_frame),
     cmocka_unit_test(oversized_frame_rejected_before_body),
     cmocka_unit_test(list_limit_enforced),
     cmocka_unit_test(truncated_frames_of_every_type_with_short_length),

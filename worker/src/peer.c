@@ -26,6 +26,25 @@ static void srv_maybe_free(wsrv *srv)
         spw_free(srv);
 }
 
+/* Receiving a chunk straight into its object (proto_conn_cbs.on_sink): the object is pinned
+ * until the chunk's message has been handled, so an abort meanwhile cannot free the memory the
+ * connection is reading into. */
+static void *sink_into(wrk *w, ost_obj **slot, ost_obj *o, uint64_t off)
+{
+    if (*slot != NULL || ost_obj_pin_writing(w->store, o) != 0)
+        return NULL;
+    *slot = o;
+    return ost_obj_data(o) + off;
+}
+
+static void sink_release(wrk *w, ost_obj **slot)
+{
+    if (*slot != NULL) {
+        ost_obj_unpin(w->store, *slot);
+        *slot = NULL;
+    }
+}
+
 static void followers_fail(wread **list, int status, const char *msg);
 static void followers_advance(wrk *w, wread **list, bool sealed);
 static void unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail);
@@ -67,8 +86,9 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
         upload_remove(srv, u, true);
         return;
     }
-    if (len > 0)
-        memcpy(ost_obj_data(u->obj) + off, data, len);
+    uint8_t *dst = ost_obj_data(u->obj) + off;
+    if (len > 0 && data != dst) /* else it was received in place */
+        memcpy(dst, data, len);
     u->next_off += len;
     if (!(flags & PROTO_CHUNK_LAST)) {
         if (u->followers != NULL)
@@ -616,9 +636,23 @@ static int peer_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel,
     return 0;
 }
 
-static void peer_msg(proto_conn *c, const proto_msg *m)
+static void *peer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
 {
     wsrv *srv = proto_conn_data(c);
+    if (srv == NULL || head->type != PROTO_OBJ_WRITE)
+        return NULL;
+    spw_id id = head->f[F_WRITE_ID].id;
+    uint64_t off = head->f[F_WRITE_OFF].u;
+    wupload *u;
+    HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
+    if (u == NULL || u->creating || u->obj == NULL || head->f[F_WRITE_TOTAL].u != u->total ||
+        off != u->next_off || len > u->total - off)
+        return NULL; /* upload_chunk answers it */
+    return sink_into(srv->w, &srv->sink_obj, u->obj, off);
+}
+
+static void peer_msg_handle(wsrv *srv, proto_conn *c, const proto_msg *m)
+{
     switch (m->type) {
     case PROTO_OBJ_WRITE:
         upload_chunk(srv, m);
@@ -649,6 +683,13 @@ static void peer_msg(proto_conn *c, const proto_msg *m)
     }
 }
 
+static void peer_msg(proto_conn *c, const proto_msg *m)
+{
+    wsrv *srv = proto_conn_data(c);
+    peer_msg_handle(srv, c, m);
+    sink_release(srv->w, &srv->sink_obj);
+}
+
 static void peer_close(proto_conn *c, int status)
 {
     (void)status;
@@ -657,6 +698,7 @@ static void peer_close(proto_conn *c, int status)
         return;
     srv->closed = true;
     srv->conn = NULL;
+    sink_release(srv->w, &srv->sink_obj);
     srv->refs++; /* finishing a read below may drop the last reference: not before the end */
     wupload *u, *utmp;
     HASH_ITER(hh, srv->uploads, u, utmp)
@@ -701,6 +743,7 @@ const proto_conn_cbs wrk__peer_cbs = {
     .on_hello = peer_hello,
     .on_msg = peer_msg,
     .on_close = peer_close,
+    .on_sink = peer_sink,
     .on_drain = peer_drain,
 };
 
@@ -811,9 +854,23 @@ static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
     return NULL;
 }
 
-static void fpeer_msg(proto_conn *c, const proto_msg *m)
+static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
 {
     wpeer *p = proto_conn_data(c);
+    if (head->type != PROTO_OBJ_DATA)
+        return NULL;
+    spw_id id = head->f[F_DATA_ID].id;
+    uint64_t off = head->f[F_DATA_OFF].u;
+    wfetch *f;
+    HASH_FIND(hh, p->w->fetches, &id, sizeof id, f);
+    if (f == NULL || f->peer != p || f->req != head->req || f->obj == NULL ||
+        off != f->received || head->f[F_DATA_TOTAL].u != f->size || len > f->size - off)
+        return NULL; /* fpeer_msg deals with it */
+    return sink_into(p->w, &p->sink_obj, f->obj, off);
+}
+
+static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
+{
     wrk *w = p->w;
     if (m->type == PROTO_ERROR) {
         wfetch *f = fetch_by_req(w, p, m->req);
@@ -843,7 +900,9 @@ static void fpeer_msg(proto_conn *c, const proto_msg *m)
         fetch_start(w, f);
         return;
     }
-    memcpy(ost_obj_data(f->obj) + off, data->bin.ptr, data->bin.len);
+    uint8_t *dst = ost_obj_data(f->obj) + off;
+    if (data->bin.ptr != dst) /* else it was received in place */
+        memcpy(dst, data->bin.ptr, data->bin.len);
     f->received += data->bin.len;
     if (f->followers != NULL && f->received < f->size)
         followers_advance(w, &f->followers, false);
@@ -855,10 +914,18 @@ static void fpeer_msg(proto_conn *c, const proto_msg *m)
     }
 }
 
+static void fpeer_msg(proto_conn *c, const proto_msg *m)
+{
+    wpeer *p = proto_conn_data(c);
+    fpeer_msg_handle(p, c, m);
+    sink_release(p->w, &p->sink_obj);
+}
+
 static void fpeer_close(proto_conn *c, int status)
 {
     wpeer *p = proto_conn_data(c);
     wrk *w = p->w;
+    sink_release(w, &p->sink_obj);
     HASH_DEL(w->peers, p);
     wfetch *f, *tmp;
     HASH_ITER(hh, w->fetches, f, tmp)
@@ -879,6 +946,7 @@ static const proto_conn_cbs fpeer_cbs = {
     .on_ready = fpeer_ready,
     .on_msg = fpeer_msg,
     .on_close = fpeer_close,
+    .on_sink = fpeer_sink,
 };
 
 static wpeer *peer_get(wrk *w, const char *addr)

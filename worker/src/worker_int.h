@@ -100,6 +100,7 @@ typedef struct wpeer {
     proto_conn *conn;
     bool ready;
     struct wrk *w;
+    ost_obj *sink_obj; /* pinned while a chunk is received straight into it */
 } wpeer;
 
 /* State of a connection accepted on our peer port. */
@@ -151,6 +152,7 @@ typedef struct wsrv {
     wread *reads;
     bool closed;
     uint32_t refs;        /* reads with chunks in flight keep this alive after close */
+    ost_obj *sink_obj;    /* pinned while a chunk is received straight into it */
 } wsrv;
 
 struct wrk {

@@ -51,6 +51,12 @@ typedef struct proto_conn_cbs {
     void (*on_msg)(proto_conn *c, const proto_msg *m);
     /** The connection is gone; status 0 for a close we asked for, else why. */
     void (*on_close)(proto_conn *c, int status);
+    /** Optional: a large frame is arriving whose last field is a byte string (object data).
+     * head is the message with that field empty, len the byte string's length. Return memory
+     * of len bytes to receive it straight into (on_msg then gets the message with the field
+     * pointing there), or NULL to receive it as usual. The memory must stay valid until that
+     * on_msg or on_close. Must not close the connection. */
+    void *(*on_sink)(proto_conn *c, const proto_msg *head, uint64_t len);
     /** Optional: queued output fell under the low-water mark after being above it. */
     void (*on_drain)(proto_conn *c);
 } proto_conn_cbs;

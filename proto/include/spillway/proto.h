@@ -366,6 +366,18 @@ typedef struct proto_limits {
 
 void proto_limits_default(proto_limits *lim);
 
+/** Splits a frame whose last field is a byte string (a chunk of object data) into a head and
+ * the payload, so the payload can be received straight into its destination. Looks only at the
+ * first head_max bytes. Pure, like proto_decode; validates nothing beyond the structure: decode
+ * the head with proto_decode.
+ * @param[in] buf, avail the frame's bytes received so far (at least its first bytes).
+ * @param[out] head the frame with an empty byte string in place of the payload (head_max bytes).
+ * @param[out] head_len its length; data_off where the payload starts in the frame; data_len its
+ *             length (it runs to the end of the frame); field the payload's field index.
+ * @return 1; 0 if more bytes are needed to tell; -1 if the frame does not have that shape. */
+int proto_split_payload(const uint8_t *buf, size_t avail, size_t head_max, uint8_t *head,
+                        size_t *head_len, size_t *data_off, uint64_t *data_len, uint32_t *field);
+
 /** Decodes one frame from buf.
  * @param[in] buf bytes received so far.
  * @param[in] lim limits to enforce.
