@@ -844,6 +844,24 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* The end of a lineage test: `made` (4 MiB, lost with its worker) reads back as `first` did
+ * before; then both references go and the cluster stops cleanly. Frees first. */
+static void remade_then_stop(h_cluster *c, spillway *cl, spillway_ref made, void *first,
+                             spillway_ref other)
+{
+    void *again;
+    size_t len;
+    assert_int_equal(spillway_get(cl, made, 60000, &again, &len), 0);
+    assert_int_equal(len, 4u << 20);
+    assert_memory_equal(again, first, len);
+    spillway_free(first);
+    spillway_free(again);
+    spillway_ref all[] = {made, other};
+    assert_int_equal(spillway_release_many(cl, all, 2), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(c));
+}
+
 /* A worker dies: its running task is retried elsewhere, and the object only it held is
  * recomputed from the task that produced it (lineage), byte for byte. */
 static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state)
@@ -876,16 +894,7 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     void *out;
     assert_int_equal(spillway_get(cl, slow, 60000, &out, &len), 0);
     spillway_free(out);
-    void *again;
-    assert_int_equal(spillway_get(cl, made, 60000, &again, &len), 0);
-    assert_int_equal(len, 4u << 20);
-    assert_memory_equal(again, first, len);
-    spillway_free(first);
-    spillway_free(again);
-    spillway_ref all[] = {made, slow};
-    assert_int_equal(spillway_release_many(cl, all, 2), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    remade_then_stop(&c, cl, made, first, slow);
 }
 
 static bool task_assigned(void *arg)
@@ -933,16 +942,7 @@ static void assigned_task_survives_loss_of_its_input(void **state)
     assert_true(h_eventually(task_assigned, &c, 20000)); /* wb is fetching from stopped wa */
     h_worker_kill(&c, 0, SIGKILL);
     assert_int_equal(e2e_get_u64(cl, sum), 4u << 20);
-    void *again;
-    assert_int_equal(spillway_get(cl, made, 60000, &again, &len), 0);
-    assert_int_equal(len, 4u << 20);
-    assert_memory_equal(again, first, len);
-    spillway_free(first);
-    spillway_free(again);
-    spillway_ref all[] = {made, sum};
-    assert_int_equal(spillway_release_many(cl, all, 2), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    remade_then_stop(&c, cl, made, first, sum);
 }
 
 static const struct CMUnitTest tests[] = {

@@ -1683,6 +1683,18 @@ static void obj_read_range_outside_object_is_einval(void **state)
 }
 
 /* A peer that goes away in the middle of an upload leaves the store as it was. */
+/* The end of an upload of a released object: if the connection is still open, the worker's
+ * answer to the last chunk is PUT_DONE or an ERROR (both are fine); then it is closed. */
+static void upload_answered_then_close(wire *w, bool open)
+{
+    if (open) {
+        int rc = wire_read(w);
+        assert_int_equal(rc, 1);
+        assert_true(w->m.type == PROTO_PUT_DONE || w->m.type == PROTO_ERROR);
+    }
+    wire_close(w);
+}
+
 /* Sends the first half of the frame of the OBJ_WRITE chunk of clen bytes at off, or with
  * rest, its second half. */
 static bool send_obj_write_cut(wire *w, uint64_t req, spw_id id, uint64_t total, uint64_t off,
@@ -1733,12 +1745,7 @@ static void chunk_cut_off_mid_payload_frees_store_memory(void **state)
         open = send_obj_write_cut(w, 245, id, total, off, chunk, clen, false) &&
                send_obj_write_cut(w, 245, id, total, off, chunk, clen, true);
     }
-    if (open) {
-        int rc = wire_read(w);
-        assert_int_equal(rc, 1);
-        assert_true(w->m.type == PROTO_PUT_DONE || w->m.type == PROTO_ERROR);
-    }
-    wire_close(w);
+    upload_answered_then_close(w, open);
     free(chunk);
     assert_store_used_reaches(c, 0);
     assert_cluster_serves(c);
@@ -1783,12 +1790,7 @@ static void upload_abandoned_midway_frees_store_memory(void **state)
         proto_put_bin(e, chunk, 1u << 20);
         open = wire_end(w);
     }
-    if (open) {
-        int rc = wire_read(w);
-        assert_int_equal(rc, 1);
-        assert_true(w->m.type == PROTO_PUT_DONE || w->m.type == PROTO_ERROR);
-    }
-    wire_close(w);
+    upload_answered_then_close(w, open);
     free(chunk);
     assert_worker_dropped(c, 0, id);
     assert_store_used_reaches(c, 0);
