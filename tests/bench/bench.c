@@ -1607,34 +1607,31 @@ static void case_broadcast(bench *b)
 
 /* Copies of the payload the stores held at their peak: each store starts empty (a fresh
  * cluster), and the tasks' results are 8-byte values that never reach a store, so a store's
- * peak use divided by the payload's size is the copies it held. */
+ * peak use divided by the payload's size is the copies it held. The figures come from
+ * `spillway-ctl memory`, for which the scheduler asks every worker now ("fresh"), not from
+ * `status`, whose figures are as old as the last heartbeat. */
 static int store_copies(h_cluster *c, uint64_t size)
 {
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--json", "status", NULL};
-    int copies = 0;
-    for (int tries = 0; tries < 100; tries++) {
-        char *text = NULL;
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--json", "memory",
+                          "--stats-only", NULL};
+    char *text = NULL;
+    int copies = -1;
+    if (h_run(argv, &text) == 0) {
+        json_t *doc = json_loads(text, 0, NULL);
+        size_t i;
+        json_t *n;
         copies = 0;
-        uint64_t seen = 0;
-        if (h_run(argv, &text) == 0) {
-            json_t *doc = json_loads(text, 0, NULL);
-            size_t i;
-            json_t *w;
-            json_array_foreach(json_object_get(doc, "workers"), i, w)
-            {
-                uint64_t peak = (uint64_t)json_integer_value(
-                    json_object_get(json_object_get(w, "memory"), "peak_used"));
-                seen += peak;
+        json_array_foreach(json_object_get(doc, "nodes"), i, n)
+        {
+            if (!json_is_true(json_object_get(n, "fresh")))
+                copies = -1; /* a worker did not answer: no figure rather than a wrong one */
+            uint64_t peak = (uint64_t)json_integer_value(json_object_get(n, "peak_used"));
+            if (copies >= 0)
                 copies += (int)((peak + size / 2) / size);
-            }
-            json_decref(doc);
         }
-        free(text);
-        if (seen > 0)
-            break; /* the figures come with heartbeats */
-        struct timespec ts = {0, 50 * 1000000};
-        nanosleep(&ts, NULL);
+        json_decref(doc);
     }
+    free(text);
     return copies;
 }
 
