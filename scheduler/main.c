@@ -26,6 +26,8 @@ static void usage(FILE *f)
           "  --chunk-size BYTES        object chunk size announced to peers (4M)\n"
           "  --heartbeat-timeout MS    drop a worker silent this long (15000)\n"
           "  --task-retries N          retries of a task whose worker died (3)\n"
+          "  --place-wait MS           a task bound to a worker name no connected worker has\n"
+          "                            fails after this long (60000; 0 = waits forever)\n"
           "  --graph-max-tasks N       default cap on a graph's tasks in flight (0 = none)\n"
           "  --graph-max-bytes BYTES   default cap on a graph's outputs in flight and not yet\n"
           "                            consumed (0 = a quarter of the workers' stores)\n"
@@ -105,6 +107,7 @@ int main(int argc0, char **argv0)
         {"chunk-size", required_argument, 0, 'C'},
         {"heartbeat-timeout", required_argument, 0, 'H'},
         {"task-retries", required_argument, 0, 'R'},
+        {"place-wait", required_argument, 0, 'P'},
         {"graph-max-tasks", required_argument, 0, 'g'},
         {"graph-max-bytes", required_argument, 0, 'b'},
         {"version", no_argument, 0, 'V'},
@@ -159,6 +162,10 @@ int main(int argc0, char **argv0)
             break;
         case 'R':
             if (parse_u32("task-retries", optarg, &so.task_retries) != 0)
+                goto out;
+            break;
+        case 'P':
+            if (parse_u32("place-wait", optarg, &so.place_wait_ms) != 0)
                 goto out;
             break;
         case 'g':

@@ -25,6 +25,7 @@ void sched_opts_default(sched_opts *o)
     o->chunk = PROTO_DEFAULT_CHUNK;
     o->heartbeat_timeout_ms = 15000;
     o->task_retries = 3;
+    o->place_wait_ms = 60000;
     o->queue_target_us = 2000;
     o->max_depth = 256;
 }
@@ -419,6 +420,7 @@ static void timer_cb(uv_timer_t *t)
 {
     sched *s = t->data;
     sched__memory_tick(s);
+    sched__kick(s); /* tasks waiting for a named worker are timed out by dispatch */
     uint64_t now = spw_now_ns();
     uint64_t hb_ns = (uint64_t)s->opts.heartbeat_timeout_ms * 1000000ULL;
     for (uint32_t i = 0; i < s->nworkers; i++) {

@@ -88,6 +88,7 @@ struct sched_task {
     uint64_t owner;       /* session id of the submitter */
     char *site;           /* call site "file:line" */
     char *place;          /* run only on the worker of this name, or NULL */
+    uint64_t place_missing_ns; /* since when no connected worker has that name (0: one has) */
     uint64_t submitted_ms;
     sched_task *qprev, *qnext; /* ready bucket */
     sched_task *wprev, *wnext; /* worker's assigned list */

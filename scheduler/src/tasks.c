@@ -533,6 +533,29 @@ static bool graph_admits(const sched_graph *g, const sched_task *t)
     return true;
 }
 
+/* A ready task bound to a worker name no connected worker has: it waits --place-wait for such
+ * a worker (a restart under systemd keeps the name), then fails. Returns whether it failed. */
+static bool place_expired(sched *s, sched_task *t)
+{
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        if (strcmp(s->workers[i]->name, t->place) == 0) {
+            t->place_missing_ns = 0;
+            return false;
+        }
+    uint64_t now = spw_now_ns();
+    if (t->place_missing_ns == 0)
+        t->place_missing_ns = now;
+    if (s->opts.place_wait_ms == 0 ||
+        now - t->place_missing_ns < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+        return false;
+    char msg[256];
+    snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
+                              "connected for %u ms",
+             t->place, s->opts.place_wait_ms);
+    task_fail(s, t, SPW_ENOWORKER, msg);
+    return true;
+}
+
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
@@ -564,6 +587,10 @@ static void dispatch(uv_idle_t *h)
                 if (t->place == NULL) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
+                }
+                if (place_expired(s, t)) {
+                    t = s->ready[d]; /* failing may cascade: rescan this depth */
+                    continue;
                 }
                 if (++skipped > 4096)
                     goto out;

@@ -945,6 +945,47 @@ static void assigned_task_survives_loss_of_its_input(void **state)
     remade_then_stop(&c, cl, made, first, sum);
 }
 
+static spillway_ref placed_inc(spillway *cl, const char *worker, uint64_t v)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, worker), 0);
+    spillway_arg a = spillway_arg_u64(v);
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    return r;
+}
+
+/* A task bound to a worker name: it runs when a worker of that name joins later, and fails
+ * with a clear error if none does within --place-wait; the cluster goes on serving. */
+static void task_bound_to_absent_worker_waits_then_fails(void **state)
+{
+    (void)state;
+    h_cluster c;
+    const char *const sargs[] = {"--place-wait", "5000", NULL}; /* ample for wb to start */
+    h_cluster_start(&c, false, sargs);
+    const char *const a_args[] = {"--slots", "1", "--name", "wa", NULL};
+    h_worker_start(&c, a_args);
+    spillway *cl = e2e_connect(&c);
+    spillway_ref later = placed_inc(cl, "wb", 1);
+    const char *const b_args[] = {"--slots", "1", "--name", "wb", NULL};
+    h_worker_start(&c, b_args);
+    assert_int_equal(e2e_get_u64(cl, later), 2); /* wb came in time */
+    spillway_ref never = placed_inc(cl, "nobody", 1);
+    void *data;
+    size_t len;
+    int rc = spillway_get(cl, never, 60000, &data, &len);
+    assert_int_equal(rc, SPW_ENOWORKER);
+    assert_non_null(strstr(spillway_errmsg(cl), "'nobody'"));
+    spillway_ref after = placed_inc(cl, "wa", 41);
+    assert_int_equal(e2e_get_u64(cl, after), 42);
+    spillway_ref all[] = {later, never, after};
+    assert_int_equal(spillway_release_many(cl, all, 3), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ten_thousand_independent_tasks),
     cmocka_unit_test(dependency_graph_matches_local_computation),
@@ -967,6 +1008,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(executor_killed_mid_task_leaves_store_intact),
     cmocka_unit_test(dead_worker_tasks_retry_and_lost_objects_are_recomputed),
     cmocka_unit_test(assigned_task_survives_loss_of_its_input),
+    cmocka_unit_test(task_bound_to_absent_worker_waits_then_fails),
 };
 
 SPW_TEST_MAIN(tests)

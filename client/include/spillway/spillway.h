@@ -185,8 +185,9 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
 #define spillway_task(g, fn, args, nargs, flags, out)                                              \
     spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
 /** Binds the tasks added next to the worker named worker (its --name); NULL or "" lifts the
- * binding. Such tasks wait for that worker (except a task run again to re-make an object lost
- * with its worker, which runs anywhere). For benchmarks, data placement and tests. */
+ * binding. Such tasks wait for that worker, and fail with SPW_ENOWORKER if none of that name
+ * is connected within the scheduler's --place-wait (a task run again to re-make an object lost
+ * with its worker runs anywhere). For benchmarks, data placement and tests. */
 int spillway_graph_place(spillway_graph *g, const char *worker);
 /** Caps on a graph's work in flight: tasks assigned at once and bytes of outputs produced and
  * not yet consumed (0: the scheduler's defaults). */
