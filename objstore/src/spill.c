@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -274,6 +275,10 @@ static void spill_work(spill_job *j)
     }
     if (txn != NULL)
         mdb_txn_abort(txn);
+    /* LMDB mallocs the transaction's dirty pages (4 MiB chunks here) and frees them at commit;
+     * glibc keeps such freed blocks in this thread's arena, where they would stay resident
+     * memory beyond the store's capacity. Hand them back now, off the event loop. */
+    malloc_trim(0);
     if (rc != 0 || j->status != 0) {
         j->mdb_rc = rc;
         if (j->status == 0)
