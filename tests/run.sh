@@ -7,7 +7,7 @@
 # SPW_SKIP_TSAN=1 to skip a sanitizer build.
 set -eu
 cd "$(dirname "$0")/.."
-sh deploy/deps.sh
+SPW_EXTRA_PACKAGES=valgrind sh deploy/deps.sh
 JOBS=${JOBS:-$(nproc)}
 # run_suite DIR "CTEST ARGS" CMAKE ARGS...
 run_suite() {
