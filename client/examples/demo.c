@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "spillway/spillway.h"
 
@@ -33,6 +34,36 @@ static int check(spillway *c, int rc, const char *what)
         fprintf(stderr, "demo: %s failed: %s: %s\n", what, spillway_strerror(rc),
                 spillway_errmsg(c));
     return rc;
+}
+
+/* Draws the graph's progress bar (done, failed in red) until every task is done or failed,
+ * from spillway_graph_status; redrawn in place on a terminal, the last state only otherwise. */
+static void show_progress(spillway *c, uint64_t gid, const char *label)
+{
+    bool tty = isatty(STDOUT_FILENO) != 0;
+    spillway_graph_progress p;
+    for (;;) {
+        if (spillway_graph_status(c, gid, &p) != 0)
+            return;
+        if (tty || p.finished) {
+            enum { W = 40 };
+            uint64_t t = p.total ? p.total : 1;
+            int nd = (int)(p.done * W / t), nf = (int)(p.failed * W / t);
+            printf("%s%-10s [", tty ? "\r" : "", label);
+            for (int i = 0; i < W; i++)
+                fputs(i < nd ? "#" : i < nd + nf ? (tty ? "\033[31mx\033[0m" : "x") : ".", stdout);
+            printf("] %llu/%llu done, %llu running, %llu failed", (unsigned long long)p.done,
+                   (unsigned long long)p.total, (unsigned long long)p.running,
+                   (unsigned long long)p.failed);
+            fflush(stdout);
+        }
+        if (p.finished) {
+            putchar('\n');
+            return;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int main(int argc, char **argv)
@@ -77,7 +108,9 @@ int main(int argc, char **argv)
     spillway_task(g, "sum_f64", partials, nblocks, SPILLWAY_KEEP, &total);
     if (check(c, spillway_submit(g), "submit") != 0)
         return 1;
+    uint64_t gid = spillway_graph_id(g);
     spillway_graph_free(g);
+    show_progress(c, gid, "map-blocks");
     void *out;
     size_t len;
     if (check(c, spillway_get(c, total, 60000, &out, &len), "get") != 0)
@@ -107,7 +140,9 @@ int main(int argc, char **argv)
     spillway_task(g, "fail", &msg, 1, SPILLWAY_KEEP, &bad);
     if (check(c, spillway_submit(g), "submit") != 0)
         return 1;
+    gid = spillway_graph_id(g);
     spillway_graph_free(g);
+    show_progress(c, gid, "chain");
     uint64_t n = 0, answer = 0;
     if (spillway_get(c, sumref, 60000, &out, &len) == 0) {
         memcpy(&n, out, 8);

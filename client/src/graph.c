@@ -118,17 +118,20 @@ static uint32_t frame_budget(const spillway *c)
     return mf / 2 < (8u << 20) ? mf / 2 : (8u << 20);
 }
 
-/* Wraps the pending records into a SUBMIT frame. */
-static void cut_frame(spillway_graph *g, bool end)
+/* Wraps the pending records into a SUBMIT frame; the last one names the submit's call site. */
+static void cut_frame(spillway_graph *g, bool end, const char *site)
 {
     proto_enc e;
-    proto_enc_begin(&e, &g->frames, PROTO_SUBMIT, g->id, 5);
+    proto_enc_begin(&e, &g->frames, PROTO_SUBMIT, g->id, end ? 6 : 5);
     proto_put_u(&e, g->id);
     proto_put_u(&e, end ? PROTO_SUBMIT_END : 0);
     proto_put_u(&e, g->max_tasks);
     proto_put_u(&e, g->max_bytes);
     proto_put_arr(&e, g->nrecs);
     spw_buf_append(&g->frames, g->recs.data, g->recs.len);
+    if (end)
+        proto_put_strn(&e, site != NULL ? site : "",
+                       site != NULL ? strnlen(site, PROTO_MAX_NAME) : 0);
     proto_enc_end(&e, UINT32_MAX);
     spw_buf_reset(&g->recs);
     g->nrecs = 0;
@@ -246,7 +249,7 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
         g->kept[g->nkept++] = id;
     }
     if (g->recs.len > frame_budget(c))
-        cut_frame(g, false);
+        cut_frame(g, false, NULL);
     if (out != NULL)
         *out = (spillway_ref){id.hi, id.lo};
     if (av != argv_local)
@@ -254,14 +257,25 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
     return 0;
 }
 
-int spillway_submit(spillway_graph *g)
+/* The function behind the macro, for callers (and other languages) that call it by address. */
+int(spillway_submit)(spillway_graph *g)
+{
+    return spillway_submit_at(g, NULL);
+}
+
+uint64_t spillway_graph_id(const spillway_graph *g)
+{
+    return g != NULL ? g->id : 0;
+}
+
+int spillway_submit_at(spillway_graph *g, const char *site)
 {
     if (g == NULL)
         return SPW_EINVAL;
     spillway *c = g->c;
     if (c->sched == NULL)
         return SPW_ECLOSED;
-    cut_frame(g, true);
+    cut_frame(g, true, site);
     for (size_t i = 0; i < g->nkept; i++)
         spillway__handle_add(c, g->kept[i], H_TASK);
     spillway__call_begin(c, PROTO_SUBMIT_ACK);
@@ -341,7 +355,7 @@ int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
     }
     spw_free(av);
     if (rc == 0)
-        rc = spillway_submit(g);
+        rc = spillway_submit_at(g, site);
     spillway_graph_free(g);
     if (rc != 0) {
         spw_free(parts);
@@ -349,5 +363,62 @@ int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
     }
     *nresults = o->reduce != NULL ? 1 : nb;
     *results = parts;
+    return 0;
+}
+
+/* ------------------------------------------------------------ progress */
+
+typedef struct gstat_q {
+    uint64_t session, graph;
+    spillway_graph_progress *out;
+    bool found;
+} gstat_q;
+
+static void gstat_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
+{
+    gstat_q *q = arg;
+    proto_enc_begin(e, out, PROTO_GRAPHS_REQ, req, 2);
+    proto_put_u(e, q->session);
+    proto_put_u(e, q->graph);
+}
+
+static void gstat_reply(const proto_msg *m, void *arg)
+{
+    gstat_q *q = arg;
+    if (m->type != PROTO_GRAPHS || m->f[F_GRAPHS_GRAPHS].arr.n == 0)
+        return;
+    const proto_val *r = PROTO_REC(&m->f[F_GRAPHS_GRAPHS], 0);
+    const proto_val *n = &r[R_GRAPH_COUNTS];
+    spillway_graph_progress *p = q->out;
+    memset(p, 0, sizeof *p);
+    p->waiting = n->arr.v[PROTO_TSTATE_WAITING].u;
+    p->ready = n->arr.v[PROTO_TSTATE_READY].u;
+    p->assigned = n->arr.v[PROTO_TSTATE_ASSIGNED].u;
+    p->running = n->arr.v[PROTO_TSTATE_RUNNING].u;
+    p->done = n->arr.v[PROTO_TSTATE_DONE].u;
+    p->failed = n->arr.v[PROTO_TSTATE_FAILED].u;
+    p->total = p->waiting + p->ready + p->assigned + p->running + p->done + p->failed;
+    p->bytes_in_flight = r[R_GRAPH_LIVE].u;
+    p->max_bytes = r[R_GRAPH_MAX_BYTES].u;
+    p->age_ms = r[R_GRAPH_AGE_MS].u;
+    p->finished = r[R_GRAPH_ENDED_MS].u != 0;
+    q->found = true;
+}
+
+int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out)
+{
+    if (c == NULL || out == NULL || graph_id == 0)
+        return SPW_EINVAL;
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    gstat_q q = {c->wel.session, graph_id, out, false};
+    int rc = spillway__request(c, gstat_enc, gstat_reply, &q, 10000);
+    if (rc != 0)
+        return rc;
+    if (!q.found) {
+        spillway__set_err(c, "graph %llu: the scheduler knows no such graph of this client",
+                          (unsigned long long)graph_id);
+        return SPW_ENOOBJ;
+    }
     return 0;
 }

@@ -135,6 +135,7 @@ struct proto_ctx {
     void (*done)(void *arg);
     void *done_arg;
     void *data; /* the owner's */
+    uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
 };
 
 static void conn_flush(proto_conn *c);
@@ -270,6 +271,11 @@ proto_ctx *proto_conn_ctx(const proto_conn *c)
 uv_loop_t *proto_ctx_loop(proto_ctx *ctx)
 {
     return ctx->loop;
+}
+
+void proto_ctx_io(const proto_ctx *ctx, uint64_t out[PROTO_IO_COUNT])
+{
+    memcpy(out, ctx->io, sizeof ctx->io);
 }
 
 const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx)
@@ -527,6 +533,7 @@ static uint32_t send_limit(const proto_conn *c)
 
 static void after_enqueue(proto_conn *c, size_t bytes)
 {
+    c->ctx->io[PROTO_IO_BYTES_OUT] += bytes;
     c->queued += bytes;
     if (c->queued > OUT_HIGH_WATER)
         c->above_hwm = true;
@@ -542,6 +549,7 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
         c->out.buf.len = e->start;
         return SPW_ECLOSED;
     }
+    c->ctx->io[PROTO_IO_FRAMES_OUT]++;
     after_enqueue(c, (size_t)n);
     return 0;
 }
@@ -550,6 +558,16 @@ int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
 {
     if (c->state == ST_CLOSED)
         return SPW_ECLOSED;
+    /* Count the whole frames in the batch by their length prefixes. */
+    const uint8_t *fp = frames;
+    for (size_t at = 0; len - at >= PROTO_HDR_LEN;) {
+        uint64_t body = ((uint64_t)fp[at] << 24) | ((uint64_t)fp[at + 1] << 16) |
+                        ((uint64_t)fp[at + 2] << 8) | fp[at + 3];
+        c->ctx->io[PROTO_IO_FRAMES_OUT]++;
+        if (body > len - at - PROTO_HDR_LEN)
+            break;
+        at += PROTO_HDR_LEN + (size_t)body;
+    }
     spw_buf_append(&c->out.buf, frames, len);
     after_enqueue(c, len);
     return 0;
@@ -577,6 +595,7 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
         q->b = spw_realloc(SPW_MOD_PROTO, q->b, q->capb * sizeof *q->b);
     }
     q->b[q->nb++] = (borrow){b->len, data, len, release, arg};
+    c->ctx->io[PROTO_IO_FRAMES_OUT]++;
     q->borrowed_bytes += len;
     after_enqueue(c, PROTO_HDR_LEN + body);
     return 0;
@@ -827,6 +846,7 @@ static void on_welcome(proto_conn *c, const proto_msg *m)
 
 static void dispatch(proto_conn *c, const proto_msg *m)
 {
+    c->ctx->io[PROTO_IO_FRAMES_IN]++;
     switch (c->state) {
     case ST_READY:
         c->cbs.on_msg(c, m);
@@ -994,6 +1014,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    c->ctx->io[PROTO_IO_BYTES_IN] += (uint64_t)nread;
     if (c->sink != NULL) {
         c->sink_got += (uint64_t)nread;
         if (c->sink_got == c->sink_len)

@@ -123,6 +123,7 @@ enum rec_schema {
     REC_MLOC,
     REC_MNODE,
     REC_OLOBJ,
+    REC_GRAPH,
     REC_COUNT
 };
 
@@ -149,6 +150,7 @@ static const pschema rec_schemas[REC_COUNT] = {
     [REC_MLOC] = {4, {U, U, U, U}},
     [REC_MNODE] = {5, {U, NAME, NAME, LIST_U(0), U}},
     [REC_OLOBJ] = {5, {ID, U, U, U, U}},
+    [REC_GRAPH] = {10, {U, U, NAME, U, NAME, U, LIST_U(PROTO_TSTATE_COUNT), U, U, U}},
 };
 
 static const pschema msg_schemas[PROTO_TYPE_MAX] = {
@@ -164,14 +166,14 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_LOCATE] = {2, {ID, U}},
     [PROTO_LOCATION] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, RECS(REC_LOC)}},
     [PROTO_RELEASE] = {1, {LIST_ID}},
-    [PROTO_SUBMIT] = {5, {U, U, U, U, RECS(REC_TASK)}},
+    [PROTO_SUBMIT] = {6, {U, U, U, U, RECS(REC_TASK), NAME}, 5},
     [PROTO_SUBMIT_ACK] = {2, {U, U}},
     [PROTO_TASK_RESULT] = {5, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT}},
     [PROTO_TASK_RUN] = {4, {ID, NAME, RECS(REC_WARG), U}},
     [PROTO_TASK_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
     [PROTO_OBJ_ADDED] = {2, {ID, U}},
     [PROTO_OBJ_DELETE] = {1, {LIST_ID}},
-    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_COUNT)}},
+    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_SPILL_AT)}}, /* the figures added since may be absent */
     [PROTO_OBJ_WRITE] = {5, {ID, U, U, U, DATA}},
     [PROTO_OBJ_READ] = {4, {ID, U, U, U}, 3},
     [PROTO_OBJ_DATA] = {5, {ID, U, U, U, DATA}},
@@ -185,8 +187,9 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_CREATED] = {2, {ID, U}},
     [PROTO_OBJ_SEAL] = {1, {ID}},
     [PROTO_STATUS_REQ] = {0, {{0}}},
-    [PROTO_STATUS] = {8, {U, U, NAME, RECS(REC_SWORKER), RECS(REC_SCLIENT),
-                          LIST_U(PROTO_TSTATE_COUNT), U, U}},
+    [PROTO_STATUS] = {12, {U, U, NAME, RECS(REC_SWORKER), RECS(REC_SCLIENT),
+                           LIST_U(PROTO_TSTATE_COUNT), U, U, LIST_U(0), LIST_U(0), LIST_U(0),
+                           LIST_U(0)}, 8},
     [PROTO_BROADCAST] = {2, {ID, U}},
     [PROTO_BROADCAST_DONE] = {3, {ID, U, U}},
     [PROTO_REPLICATE] = {3, {ID, U, RECS(REC_LOC)}},
@@ -199,6 +202,9 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_EXEC_ALLOC] = {2, {ID, U}},
     [PROTO_EXEC_ALLOC_OK] = {1, {U}},
     [PROTO_EXEC_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
+    [PROTO_TASK_STARTED] = {1, {LIST_ID}},
+    [PROTO_GRAPHS_REQ] = {2, {U, U}},
+    [PROTO_GRAPHS] = {1, {RECS(REC_GRAPH)}},
 };
 
 #if defined(__clang__)

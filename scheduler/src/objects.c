@@ -125,14 +125,15 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
 
 void sched__ref(sched *s, sched_obj *o, int kind)
 {
-    (void)s;
     o->refs[kind]++;
+    s->refs[kind]++;
 }
 
 void sched__unref(sched *s, sched_obj *o, int kind)
 {
     SPW_ASSERT(o->refs[kind] > 0);
     o->refs[kind]--;
+    s->refs[kind]--;
     if (kind == REF_TASK_ARG && o->refs[kind] == 0)
         sched__live_uncount(s, o); /* its last consumer is done with it */
     sched__obj_maybe_free(s, o);
@@ -206,6 +207,7 @@ void sched__session_drop_all(sched *s, sched_session *ss)
         for (int k = 0; k < REF_KINDS; k++) {
             SPW_ASSERT(o->refs[k] >= count[k]);
             o->refs[k] -= count[k];
+            s->refs[k] -= count[k];
         }
         sched__obj_maybe_free(s, o);
     }
@@ -219,8 +221,8 @@ void sched__session_drop_all(sched *s, sched_session *ss)
         sched__obj_maybe_free(s, held[i]);
     }
     spw_free(held);
-    if (ss->cur_graph != NULL && --ss->cur_graph->ntasks == 0)
-        spw_free(ss->cur_graph);
+    if (ss->cur_graph != NULL)
+        sched__graph_release(s, ss->cur_graph);
     ss->cur_graph = NULL;
 }
 
@@ -347,7 +349,8 @@ void sched__objects_purge(sched *s)
         /* Only objects whose references were never taken back remain; report, then free. */
         n++;
         if (o->producer != NULL) {
-            if (o->producer->state == T_READY || o->producer->state == T_ASSIGNED)
+            if (o->producer->state == T_READY || o->producer->state == T_ASSIGNED ||
+                o->producer->state == T_RUNNING)
                 sched__task_set_state(s, o->producer, T_FAILED);
             o->producer->args_released = 1;
         }

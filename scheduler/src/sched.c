@@ -55,6 +55,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_TASK_DONE:
         sched__task_done(s, w, m);
         return;
+    case PROTO_TASK_STARTED:
+        sched__task_started(s, w, m);
+        return;
     case PROTO_OBJ_ADDED: {
         sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
         if (o == NULL) {
@@ -272,6 +275,9 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
         return;
     case PROTO_MEMORY_REQ:
         sched__memory_req(s, ss, m);
+        return;
+    case PROTO_GRAPHS_REQ:
+        sched__graphs_req(s, ss, m);
         return;
     case PROTO_BROADCAST:
         if (!ctl) {
@@ -508,6 +514,7 @@ static void sched_maybe_done(sched *s)
         spw_free(f);
     }
     sched__objects_purge(s);
+    sched__graphs_free_all(s);
     sched__hosts_free(s);
     spw_free(s->workers);
     spw_free(s);

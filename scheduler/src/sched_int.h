@@ -57,8 +57,19 @@ typedef struct sched_graph {
     uint64_t peak_live;
     double avg_src_out;  /* mean output size of its source tasks (depth 0), bytes */
     uint64_t src_runs;
-    uint64_t ntasks;     /* task records alive */
+    uint64_t ntasks;     /* task records alive (+1 while it is being submitted) */
+    /* Progress, for GRAPHS (spillway-ctl jobs, spillway_graph_status, the dashboard). */
+    uint64_t counts[PROTO_TSTATE_COUNT]; /* its tasks by state; a freed task keeps its last */
+    uint64_t created_ms, ended_ms; /* ended: every task done or failed (0: not yet) */
+    bool submitted;      /* its last SUBMIT frame arrived */
+    uint32_t pid;        /* submitter's, kept after it disconnects */
+    char host[64];
+    char *site;          /* call site of the submit, or NULL */
+    struct sched_graph *gprev, *gnext; /* s->graphs, oldest first */
 } sched_graph;
+
+/* Graphs whose every task record is gone stay listed (finished) until this many such exist. */
+#define SCHED_GRAPHS_KEPT 32
 
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
 
@@ -210,6 +221,11 @@ struct sched {
     uint64_t nready;
     uint64_t tstate[PROTO_TSTATE_COUNT];
     uint64_t obj_bytes; /* sizes of READY objects */
+    uint64_t refs[REF_KINDS]; /* references of each kind over all objects */
+    sched_graph *graphs;      /* live graphs and the last SCHED_GRAPHS_KEPT finished ones */
+    uint32_t graphs_gone;     /* graphs on that list with no task record left */
+    uint64_t latency[PROTO_LATENCY_NBOUNDS + 1]; /* tasks done per submit->done bucket */
+    uint64_t latency_sum_us;
 };
 
 /* objects.c */
@@ -243,6 +259,19 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
 void sched__kick(sched *s);
 void sched__worker_lost(sched *s, sched_worker *w);
 void sched__task_set_state(sched *s, sched_task *t, int state);
+void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
+
+/* graphs.c */
+sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid);
+/* Drops one hold on g (a task record freed, or its submission over). The record stays listed
+ * while SCHED_GRAPHS_KEPT newer finished graphs do not push it out. */
+void sched__graph_release(sched *s, sched_graph *g);
+/* Its last SUBMIT frame arrived (site: the submit's call site, or NULL). */
+void sched__graph_submitted(sched *s, sched_graph *g, const char *site, size_t sitelen);
+/* A task of g moved from state `from` (-1: new) to `to`. */
+void sched__graph_count(sched_graph *g, int from, int to);
+void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m);
+void sched__graphs_free_all(sched *s);
 
 /* status.c */
 void sched__status(sched *s, proto_conn *c, uint64_t req);

@@ -10,7 +10,7 @@
 void sched__status(sched *s, proto_conn *c, uint64_t req)
 {
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_STATUS, req, 8);
+    proto_enc_begin(&e, proto_conn_out(c), PROTO_STATUS, req, 12);
     uint64_t now = spw_wall_ms();
     proto_put_u(&e, now);
     proto_put_u(&e, now - s->start_ms);
@@ -45,6 +45,26 @@ void sched__status(sched *s, proto_conn *c, uint64_t req)
         proto_put_u(&e, s->tstate[k]);
     proto_put_u(&e, HASH_COUNT(s->objects));
     proto_put_u(&e, s->obj_bytes);
+    proto_put_arr(&e, REF_KINDS);
+    for (int k = 0; k < REF_KINDS; k++)
+        proto_put_u(&e, s->refs[k]);
+    uint64_t conns[PROTO_ROLE_PEER + 1] = {0};
+    conns[PROTO_ROLE_WORKER] = s->nworkers;
+    for (sched_session *ss = s->sessions; ss != NULL; ss = ss->hh.next)
+        if (ss->role >= 0 && ss->role <= PROTO_ROLE_PEER)
+            conns[ss->role]++;
+    proto_put_arr(&e, PROTO_ROLE_PEER + 1);
+    for (int k = 0; k <= PROTO_ROLE_PEER; k++)
+        proto_put_u(&e, conns[k]);
+    uint64_t io[PROTO_IO_COUNT];
+    proto_ctx_io(s->ctx, io);
+    proto_put_arr(&e, PROTO_IO_COUNT);
+    for (int k = 0; k < PROTO_IO_COUNT; k++)
+        proto_put_u(&e, io[k]);
+    proto_put_arr(&e, PROTO_LATENCY_NBOUNDS + 2);
+    for (int k = 0; k <= PROTO_LATENCY_NBOUNDS; k++)
+        proto_put_u(&e, s->latency[k]);
+    proto_put_u(&e, s->latency_sum_us);
     proto_conn_send(c, &e);
 }
 

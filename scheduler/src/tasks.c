@@ -21,6 +21,8 @@
 void sched__task_set_state(sched *s, sched_task *t, int state)
 {
     s->tstate[t->state]--;
+    if (t->graph != NULL)
+        sched__graph_count(t->graph, t->state, state);
     t->state = (uint8_t)state;
     s->tstate[state]++;
 }
@@ -50,12 +52,6 @@ static void ready_remove(sched *s, sched_task *t)
     DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
     t->qprev = t->qnext = NULL;
     s->nready--;
-}
-
-static void graph_release(sched_graph *g)
-{
-    if (g != NULL && --g->ntasks == 0)
-        spw_free(g);
 }
 
 /* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
@@ -153,9 +149,9 @@ void sched__task_cancel(sched *s, sched_task *t)
 void sched__task_free(sched *s, sched_task *t)
 {
     release_args(s, t);
-    SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED);
+    SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING);
     s->tstate[t->state]--;
-    graph_release(t->graph);
+    sched__graph_release(s, t->graph);
     spw_free(t);
 }
 
@@ -257,6 +253,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     t->graph->ntasks++;
     t->state = T_WAITING;
     s->tstate[T_WAITING]++;
+    sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
     sched_obj *out = sched__obj_new(s, id, ss->id, t->site);
@@ -341,9 +338,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
         return;
     }
     if (ss->graph == 0) {
-        sched_graph *g = spw_calloc(SPW_MOD_SCHED, 1, sizeof *g);
-        g->session = ss->id;
-        g->gid = graph;
+        sched_graph *g = sched__graph_new(s, ss, graph);
         g->max_tasks = m->f[F_SUBMIT_MAX_TASKS].u ? m->f[F_SUBMIT_MAX_TASKS].u
                                                    : s->opts.graph_max_tasks;
         g->max_bytes = m->f[F_SUBMIT_MAX_BYTES].u;
@@ -356,7 +351,6 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
                 cap += s->workers[i]->capacity;
             g->max_bytes = cap / 4;
         }
-        g->ntasks = 1; /* held while the graph is being submitted */
         ss->cur_graph = g;
     }
     ss->graph = graph;
@@ -385,7 +379,10 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
             sched__obj_maybe_free(s, held[i]);
         }
         spw_free(held);
-        graph_release(ss->cur_graph);
+        const proto_val *site = &m->f[F_SUBMIT_SITE];
+        sched__graph_submitted(s, ss->cur_graph, site->nil ? NULL : (const char *)site->bin.ptr,
+                               site->nil ? 0 : site->bin.len);
+        sched__graph_release(s, ss->cur_graph);
         ss->cur_graph = NULL;
         proto_enc e;
         proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_SUBMIT_ACK, m->req, 2);
@@ -652,7 +649,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     spw_id id = m->f[F_DONE_ID].id;
     sched_obj *o = sched__obj_find(s, id);
     sched_task *t = o != NULL ? o->producer : NULL;
-    if (t == NULL || t->worker != w || t->state != T_ASSIGNED) {
+    if (t == NULL || t->worker != w || (t->state != T_ASSIGNED && t->state != T_RUNNING)) {
         proto_conn_error(w->conn, m->req, SPW_ENOOBJ, "task=%s is not assigned to this worker",
                          spw_id_hex(id, hex));
         return;
@@ -709,6 +706,15 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
                 g->peak_live = g->live_bytes;
         }
     }
+    /* Submit -> done latency, for /metrics. */
+    uint64_t now_ms = spw_wall_ms();
+    uint64_t lat_ms = now_ms > t->submitted_ms ? now_ms - t->submitted_ms : 0;
+    static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
+    int b = 0;
+    while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
+        b++;
+    s->latency[b]++;
+    s->latency_sum_us += lat_ms * 1000;
     sched__task_set_state(s, t, T_DONE);
     o->graph_hold++;
     release_args(s, t);
@@ -716,6 +722,19 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
+}
+
+void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
+{
+    /* A notice for a task no longer assigned there (finished, or retried elsewhere after a
+     * reconnect) is stale, not an error. */
+    const proto_val *ids = &m->f[F_STARTED_IDS];
+    for (uint32_t i = 0; i < ids->arr.n; i++) {
+        sched_obj *o = sched__obj_find(s, ids->arr.v[i].id);
+        sched_task *t = o != NULL ? o->producer : NULL;
+        if (t != NULL && t->worker == w && t->state == T_ASSIGNED)
+            sched__task_set_state(s, t, T_RUNNING);
+    }
 }
 
 /* Makes a lost object pending again by re-running the task that produced it, if that task is

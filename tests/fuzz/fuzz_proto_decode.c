@@ -83,6 +83,7 @@ enum {
     S_MLOC,
     S_MNODE,
     S_OLOBJ,
+    S_GRAPH,
     S_COUNT
 };
 
@@ -103,6 +104,7 @@ static const sspec rec_specs[S_COUNT] = {
     [S_MLOC] = {4, {U, U, U, U}, 0},
     [S_MNODE] = {5, {U, NAME, NAME, LIST_U(0), U}, 0},
     [S_OLOBJ] = {5, {ID, U, U, U, U}, 0},
+    [S_GRAPH] = {10, {U, U, NAME, U, NAME, U, LIST_U(PROTO_TSTATE_COUNT), U, U, U}, 0},
 };
 
 static const sspec msg_specs[PROTO_TYPE_MAX] = {
@@ -119,14 +121,14 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_LOCATE] = {2, {ID, U}, 0},
     [PROTO_LOCATION] = {6, {ID, I, U, OPT_BIN, TEXT, RECS(S_LOC)}, 0},
     [PROTO_RELEASE] = {1, {LIST_ID}, 0},
-    [PROTO_SUBMIT] = {5, {U, U, U, U, RECS(S_TASK)}, 0},
+    [PROTO_SUBMIT] = {6, {U, U, U, U, RECS(S_TASK), NAME}, 5},
     [PROTO_SUBMIT_ACK] = {2, {U, U}, 0},
     [PROTO_TASK_RESULT] = {5, {ID, I, U, OPT_BIN, TEXT}, 0},
     [PROTO_TASK_RUN] = {4, {ID, NAME, RECS(S_WARG), U}, 0},
     [PROTO_TASK_DONE] = {6, {ID, I, U, OPT_BIN, TEXT, U}, 0},
     [PROTO_OBJ_ADDED] = {2, {ID, U}, 0},
     [PROTO_OBJ_DELETE] = {1, {LIST_ID}, 0},
-    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_COUNT)}, 0},
+    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_SPILL_AT)}, 0},
     [PROTO_OBJ_WRITE] = {5, {ID, U, U, U, DATA}, 0},
     [PROTO_OBJ_READ] = {4, {ID, U, U, U}, 3},
     [PROTO_OBJ_DATA] = {5, {ID, U, U, U, DATA}, 0},
@@ -141,7 +143,10 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_OBJ_SEAL] = {1, {ID}, 0},
     [PROTO_STATUS_REQ] = {0, {{0}}, 0},
     [PROTO_STATUS] =
-        {8, {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U}, 0},
+        {12,
+         {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U,
+          LIST_U(0), LIST_U(0), LIST_U(0), LIST_U(0)},
+         8},
     [PROTO_BROADCAST] = {2, {ID, U}, 0},
     [PROTO_BROADCAST_DONE] = {3, {ID, U, U}, 0},
     [PROTO_REPLICATE] = {3, {ID, U, RECS(S_LOC)}, 0},
@@ -154,6 +159,9 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_EXEC_ALLOC] = {2, {ID, U}, 0},
     [PROTO_EXEC_ALLOC_OK] = {1, {U}, 0},
     [PROTO_EXEC_DONE] = {6, {ID, I, U, OPT_BIN, TEXT, U}, 0},
+    [PROTO_TASK_STARTED] = {1, {LIST_ID}, 0},
+    [PROTO_GRAPHS_REQ] = {2, {U, U}, 0},
+    [PROTO_GRAPHS] = {1, {RECS(S_GRAPH)}, 0},
 };
 
 /* ------------------------------------------------------------------ walking */

@@ -336,6 +336,33 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_id(&e, SAMPLE_ID1);
         proto_put_u(&e, 1 << 20);
         break;
+    case PROTO_TASK_STARTED:
+        proto_enc_begin(&e, b, type, 0, 1);
+        proto_put_arr(&e, 1);
+        proto_put_id(&e, SAMPLE_ID1);
+        break;
+    case PROTO_GRAPHS_REQ:
+        proto_enc_begin(&e, b, type, 20, 2);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 0);
+        break;
+    case PROTO_GRAPHS:
+        proto_enc_begin(&e, b, type, 20, 1);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 10);
+        proto_put_u(&e, 5);
+        proto_put_u(&e, 1);
+        proto_put_str(&e, "host");
+        proto_put_u(&e, 99);
+        proto_put_str(&e, "main.c:30");
+        proto_put_u(&e, 1500);
+        proto_put_arr(&e, PROTO_TSTATE_COUNT);
+        for (int i = 0; i < PROTO_TSTATE_COUNT; i++)
+            proto_put_u(&e, (uint64_t)i);
+        proto_put_u(&e, 4096);
+        proto_put_u(&e, 1 << 20);
+        proto_put_u(&e, 0);
+        break;
     default:
         return false;
     }

@@ -42,11 +42,38 @@ static void task_free(wrk *w, wtask *t)
     spw_free(t);
 }
 
+/* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
+ * TASK_STARTED frame per dispatch round, always before the task's TASK_DONE. */
+static void started_note(wrk *w, const wtask *t)
+{
+    if (w->nstarted == w->capstarted) {
+        w->capstarted = w->capstarted ? w->capstarted * 2 : 64;
+        w->started = spw_realloc(SPW_MOD_WORKER, w->started, w->capstarted * sizeof *w->started);
+    }
+    w->started[w->nstarted++] = t->id;
+}
+
+void wrk__started_flush(wrk *w)
+{
+    if (w->nstarted == 0)
+        return;
+    if (w->sched != NULL) {
+        proto_enc e;
+        proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_TASK_STARTED, 0, 1);
+        proto_put_arr(&e, w->nstarted);
+        for (uint32_t i = 0; i < w->nstarted; i++)
+            proto_put_id(&e, w->started[i]);
+        proto_conn_send(w->sched, &e);
+    }
+    w->nstarted = 0;
+}
+
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
  * sealed by the caller. */
 static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
                         const char *err, uint64_t run_us)
 {
+    wrk__started_flush(w); /* the scheduler hears of a start before its end */
     if (status == 0)
         w->tasks_done++;
     else
@@ -287,6 +314,8 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
     else
         ex->head = t;
     ex->tail = t;
+    if (ex->head == t)
+        started_note(w, t);
     if (ex->inflight++ == 0)
         w->running++;
 }
@@ -306,13 +335,14 @@ void wrk__dispatch(wrk *w)
                 best = ex;
         }
         if (best == NULL)
-            return;
+            break;
         wtask *t = w->ready_head;
         w->ready_head = t->next;
         if (w->ready_head == NULL)
             w->ready_tail = NULL;
         exec_send(w, best, t);
     }
+    wrk__started_flush(w);
 }
 
 static wtask *exec_pop(wrk *w, wrk_exec *ex)
@@ -373,6 +403,8 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
         return;
     }
     exec_pop(w, ex);
+    if (ex->head != NULL)
+        started_note(w, ex->head); /* the next queued task begins now */
     uint64_t run_us = m->f[F_DONE_RUN_US].u;
     w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     int status = (int)m->f[F_DONE_STATUS].i;
@@ -618,4 +650,7 @@ void wrk__tasks_free_all(wrk *w)
     w->ready_head = w->ready_tail = NULL;
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+    spw_free(w->started);
+    w->started = NULL;
+    w->nstarted = w->capstarted = 0;
 }

@@ -97,6 +97,8 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
     v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
     v[PROTO_STAT_EVICTIONS] = st.evictions;
+    v[PROTO_STAT_SPILL_AT] = (uint64_t)((double)st.capacity * w->opts.store.spill_threshold);
+    v[PROTO_STAT_PAUSE_AT] = (uint64_t)((double)st.capacity * w->opts.store.pause_threshold);
 }
 
 static void put_stats(proto_enc *e, wrk *w)

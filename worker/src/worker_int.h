@@ -195,6 +195,8 @@ struct wrk {
     uint64_t tasks_done, tasks_failed, exec_restarts;
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
+    spw_id *started;       /* tasks an executor began, not yet told to the scheduler */
+    uint32_t nstarted, capstarted;
 };
 
 /* worker.c */
@@ -211,6 +213,8 @@ void wrk__dispatch(wrk *w);
 int wrk__exec_start(wrk *w, wrk_exec *ex);
 void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *msg);
 void wrk__tasks_free_all(wrk *w);
+/* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
+void wrk__started_flush(wrk *w);
 
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;

@@ -193,9 +193,36 @@ int spillway_graph_place(spillway_graph *g, const char *worker);
  * not yet consumed (0: the scheduler's defaults). */
 int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes);
 /** Sends the graph. Returns once the scheduler has accepted every task (tasks then run in the
- * background). @return 0, or the first refusal (errmsg says which task and why). */
+ * background). site is the call site shown by spillway-ctl jobs and the dashboard
+ * (spillway_submit passes the caller's file:line). @return 0, or the first refusal (errmsg says
+ * which task and why). */
+int spillway_submit_at(spillway_graph *g, const char *site);
 int spillway_submit(spillway_graph *g);
+#define spillway_submit(g) spillway_submit_at((g), SPILLWAY_SITE)
+/** The graph's id, for spillway_graph_status; valid after spillway_graph_free too. */
+uint64_t spillway_graph_id(const spillway_graph *g);
 void spillway_graph_free(spillway_graph *g);
+
+/** A submitted graph's progress, as the scheduler counts it. */
+typedef struct spillway_graph_progress {
+    uint64_t total;           /* tasks submitted */
+    uint64_t waiting;         /* for inputs */
+    uint64_t ready;           /* inputs ready, not yet given to a worker */
+    uint64_t assigned;        /* queued on a worker */
+    uint64_t running;         /* an executor runs it now */
+    uint64_t done;
+    uint64_t failed;          /* failed, or cancelled because nobody wanted its output */
+    uint64_t bytes_in_flight; /* outputs produced and not yet consumed by all their tasks */
+    uint64_t max_bytes;       /* the graph's cap on bytes in flight (0: none) */
+    uint64_t age_ms;          /* since its first SUBMIT frame */
+    int finished;             /* 1 once every task is done or failed */
+} spillway_graph_progress;
+
+/** Asks the scheduler how a graph this client submitted is doing. Finished graphs stay known
+ * until 32 newer ones have finished.
+ * @return 0; SPW_ENOOBJ if the scheduler knows no such graph of this client; SPW_ECLOSED,
+ *         SPW_ETIMEDOUT (10 s). */
+int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out);
 
 /** map_blocks: one task per block of an object, over views (no copies). */
 typedef struct spillway_map_opts {

@@ -97,6 +97,11 @@ void proto_ctx_set_name(proto_ctx *ctx, const char *name);
 void *proto_ctx_data(const proto_ctx *ctx);
 proto_ctx *proto_conn_ctx(const proto_conn *c);
 const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx);
+/** Indexes of proto_ctx_io's figures. */
+enum { PROTO_IO_FRAMES_IN, PROTO_IO_FRAMES_OUT, PROTO_IO_BYTES_IN, PROTO_IO_BYTES_OUT, PROTO_IO_COUNT };
+/** Frames and bytes every connection of ctx received and queued for sending since it was made
+ * (bytes in include object chunks received straight into a store). Cannot fail. */
+void proto_ctx_io(const proto_ctx *ctx, uint64_t out[PROTO_IO_COUNT]);
 /** Reads a secret file (must not be readable by group or others).
  * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
 int proto_secret_load(const char *path, uint8_t **secret, size_t *len);

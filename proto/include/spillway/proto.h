@@ -98,7 +98,10 @@ const char *proto_role_name(int role);
     X(EXEC, 50)                                                                                    \
     X(EXEC_ALLOC, 51)                                                                              \
     X(EXEC_ALLOC_OK, 52)                                                                           \
-    X(EXEC_DONE, 53)
+    X(EXEC_DONE, 53)                                                                               \
+    X(TASK_STARTED, 70)                                                                            \
+    X(GRAPHS_REQ, 71)                                                                              \
+    X(GRAPHS, 72)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
@@ -149,7 +152,8 @@ enum {
     F_SUBMIT_FLAGS,
     F_SUBMIT_MAX_TASKS,
     F_SUBMIT_MAX_BYTES,
-    F_SUBMIT_TASKS /* records R_TASK */
+    F_SUBMIT_TASKS, /* records R_TASK */
+    F_SUBMIT_SITE   /* call site of the submit, in the last frame; may be absent */
 };
 enum {
     R_TASK_ID,
@@ -200,7 +204,34 @@ enum {
     F_STATUS_CLIENTS /* records R_SCLIENT */,
     F_STATUS_TASKS /* list of u64, indexes PROTO_TSTATE_* */,
     F_STATUS_OBJECTS,
-    F_STATUS_OBJ_BYTES
+    F_STATUS_OBJ_BYTES,
+    /* Added for /metrics; an older scheduler leaves them out. */
+    F_STATUS_REFS,    /* list of u64 by PROTO_REF_* kind: references held */
+    F_STATUS_CONNS,   /* list of u64 indexed by PROTO_ROLE_*: connections by role */
+    F_STATUS_IO,      /* list of u64, PROTO_IO_* (conn.h): frames and bytes in and out */
+    F_STATUS_LATENCY  /* list of u64: tasks finished per PROTO_LATENCY_BOUNDS_MS bucket (the
+                         last is +Inf), then the sum of their latencies in microseconds */
+};
+/** Upper bounds (ms) of the submit -> done latency buckets in STATUS; one more bucket, +Inf,
+ * follows them. */
+#define PROTO_LATENCY_BOUNDS_MS {1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+#define PROTO_LATENCY_NBOUNDS 14
+/* Task start notices, worker -> scheduler: the tasks an executor has begun (batched). */
+enum { F_STARTED_IDS /* list of ids */ };
+/* Graph progress: GRAPHS_REQ {session, graph} (0 = any) -> GRAPHS {records R_GRAPH}. */
+enum { F_GREQ_SESSION, F_GREQ_GRAPH };
+enum { F_GRAPHS_GRAPHS /* records R_GRAPH */ };
+enum {
+    R_GRAPH_SESSION,
+    R_GRAPH_ID,
+    R_GRAPH_HOST,
+    R_GRAPH_PID,
+    R_GRAPH_SITE,     /* call site of the submit ("" if unknown) */
+    R_GRAPH_AGE_MS,
+    R_GRAPH_COUNTS,   /* list of u64 by PROTO_TSTATE_*: tasks of the graph in each state */
+    R_GRAPH_LIVE,     /* bytes of outputs in flight and not yet consumed */
+    R_GRAPH_MAX_BYTES,/* its cap on those (0: none) */
+    R_GRAPH_ENDED_MS  /* age when its last task finished; 0 while it has unfinished tasks */
 };
 enum {
     R_SWORKER_ID,
@@ -310,6 +341,8 @@ enum proto_stat {
     PROTO_STAT_PEAK_USED,
     PROTO_STAT_SPILL_ENTRIES,
     PROTO_STAT_EVICTIONS,
+    PROTO_STAT_SPILL_AT, /* bytes of the store above which it spills */
+    PROTO_STAT_PAUSE_AT, /* bytes of the store above which it pauses intake */
     PROTO_STAT_COUNT
 };
 

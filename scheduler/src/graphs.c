@@ -1,0 +1,133 @@
+/*
+ * Graph progress: each submitted graph's tasks by state, its bytes in flight against its cap,
+ * who submitted it from where, and when it finished. GRAPHS replies serve spillway-ctl jobs,
+ * spillway_graph_status and the dashboard.
+ *
+ * Owns: every sched_graph, on s->graphs (oldest first). A graph record lives while one of its
+ * task records does (or while it is being submitted), and then stays listed as finished until
+ * SCHED_GRAPHS_KEPT newer finished graphs push it out, so a job that just ended still shows at
+ * 100 %. Invariants: g->counts[k] is the number of g's tasks whose last state is k (freed
+ * tasks keep theirs); s->graphs_gone counts the listed graphs with ntasks == 0.
+ */
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)
+{
+    sched_graph *g = spw_calloc(SPW_MOD_SCHED, 1, sizeof *g);
+    g->session = ss->id;
+    g->gid = gid;
+    g->created_ms = spw_wall_ms();
+    g->pid = ss->pid;
+    memcpy(g->host, ss->host, sizeof g->host);
+    g->ntasks = 1; /* held while the graph is being submitted */
+    DL_APPEND2(s->graphs, g, gprev, gnext);
+    return g;
+}
+
+static void graph_free(sched *s, sched_graph *g)
+{
+    DL_DELETE2(s->graphs, g, gprev, gnext);
+    spw_free(g->site);
+    spw_free(g);
+}
+
+static uint64_t unfinished(const sched_graph *g)
+{
+    return g->counts[PROTO_TSTATE_WAITING] + g->counts[PROTO_TSTATE_READY] +
+           g->counts[PROTO_TSTATE_ASSIGNED] + g->counts[PROTO_TSTATE_RUNNING];
+}
+
+static void maybe_ended(sched_graph *g)
+{
+    if (!g->submitted)
+        return;
+    if (unfinished(g) == 0) {
+        if (g->ended_ms == 0)
+            g->ended_ms = spw_wall_ms();
+    } else {
+        g->ended_ms = 0; /* a task runs again (lineage): not finished after all */
+    }
+}
+
+void sched__graph_count(sched_graph *g, int from, int to)
+{
+    if (from >= 0 && g->counts[from] > 0)
+        g->counts[from]--;
+    g->counts[to]++;
+    maybe_ended(g);
+}
+
+void sched__graph_submitted(sched *s, sched_graph *g, const char *site, size_t sitelen)
+{
+    (void)s;
+    g->submitted = true;
+    if (site != NULL && sitelen > 0 && g->site == NULL)
+        g->site = spw_strndup(SPW_MOD_SCHED, site, sitelen);
+    maybe_ended(g);
+}
+
+void sched__graph_release(sched *s, sched_graph *g)
+{
+    if (g == NULL || --g->ntasks > 0)
+        return;
+    if (g->ended_ms == 0)
+        g->ended_ms = spw_wall_ms();
+    s->graphs_gone++;
+    /* Push out the oldest records that nothing refers to any more. */
+    sched_graph *x = s->graphs, *next;
+    while (s->graphs_gone > SCHED_GRAPHS_KEPT && x != NULL) {
+        next = x->gnext;
+        if (x->ntasks == 0) {
+            graph_free(s, x);
+            s->graphs_gone--;
+        }
+        x = next;
+    }
+}
+
+static void put_graph(proto_enc *e, const sched_graph *g, uint64_t now)
+{
+    proto_put_arr(e, 10);
+    proto_put_u(e, g->session);
+    proto_put_u(e, g->gid);
+    proto_put_str(e, g->host);
+    proto_put_u(e, g->pid);
+    proto_put_strn(e, g->site != NULL ? g->site : "",
+                   g->site != NULL ? strnlen(g->site, PROTO_MAX_NAME) : 0);
+    proto_put_u(e, now > g->created_ms ? now - g->created_ms : 0);
+    proto_put_arr(e, PROTO_TSTATE_COUNT);
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+        proto_put_u(e, g->counts[k]);
+    proto_put_u(e, g->live_bytes);
+    proto_put_u(e, g->max_bytes);
+    proto_put_u(e, g->ended_ms == 0 ? 0 : g->ended_ms > g->created_ms ? g->ended_ms - g->created_ms : 1);
+}
+
+void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m)
+{
+    uint64_t sess = m->f[F_GREQ_SESSION].u, gid = m->f[F_GREQ_GRAPH].u;
+    uint32_t n = 0;
+    for (const sched_graph *g = s->graphs; g != NULL; g = g->gnext)
+        n += (sess == 0 || g->session == sess) && (gid == 0 || g->gid == gid);
+    proto_enc e;
+    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_GRAPHS, m->req, 1);
+    proto_put_arr(&e, n);
+    uint64_t now = spw_wall_ms();
+    for (const sched_graph *g = s->graphs; g != NULL; g = g->gnext)
+        if ((sess == 0 || g->session == sess) && (gid == 0 || g->gid == gid))
+            put_graph(&e, g, now);
+    int rc = proto_conn_send(ss->conn, &e);
+    if (rc != 0)
+        proto_conn_error(ss->conn, m->req, rc, "graph list does not fit in a frame");
+}
+
+void sched__graphs_free_all(sched *s)
+{
+    while (s->graphs != NULL)
+        graph_free(s, s->graphs);
+    s->graphs_gone = 0;
+}
