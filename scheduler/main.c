@@ -13,6 +13,10 @@
 #include "spillway/daemon.h"
 #include "spillway/sched.h"
 
+#include "http.h"
+
+#define HTTP_DEFAULT "127.0.0.1:7480"
+
 static void usage(FILE *f)
 {
     fputs("usage: spillway-scheduler [options]\n"
@@ -31,6 +35,14 @@ static void usage(FILE *f)
           "  --graph-max-tasks N       default cap on a graph's tasks in flight (0 = none)\n"
           "  --graph-max-bytes BYTES   default cap on a graph's outputs in flight and not yet\n"
           "                            consumed (0 = a quarter of the workers' stores)\n"
+          "  --http HOST:PORT|none     HTTP endpoint: /metrics, /api/*, the dashboard at /\n"
+          "                            (127.0.0.1:7480; port 0 = any; none = off)\n"
+          "  --http-port-file PATH     write the HTTP endpoint's bound host:port there\n"
+          "  --http-auth auto|token    auto: a token (spillway-ctl http-token) is wanted when\n"
+          "                            the endpoint is not on loopback and there is a secret;\n"
+          "                            token: always (needs --secret-file) (auto)\n"
+          "  --http-sample MS          dashboard history interval (1000)\n"
+          "  --http-history N          dashboard history samples kept (600)\n"
           "  --version, --help\n",
           f);
 }
@@ -38,6 +50,7 @@ static void usage(FILE *f)
 typedef struct app {
     uv_loop_t loop;
     sched *s;
+    spw_http *http;
     uv_signal_t sigterm, sigint;
 } app;
 
@@ -96,6 +109,9 @@ int main(int argc0, char **argv0)
     sched_opts so;
     sched_opts_default(&so);
     const char *port_file = NULL, *secret_file = NULL;
+    const char *http_listen = NULL, *http_port_file = NULL;
+    uint32_t http_sample_ms = 1000, http_history = 600;
+    int http_token_always = 0;
     static const struct option longopts[] = {
         {"listen", required_argument, 0, 'l'},
         {"port-file", required_argument, 0, 'p'},
@@ -110,6 +126,11 @@ int main(int argc0, char **argv0)
         {"place-wait", required_argument, 0, 'P'},
         {"graph-max-tasks", required_argument, 0, 'g'},
         {"graph-max-bytes", required_argument, 0, 'b'},
+        {"http", required_argument, 0, 'T'},
+        {"http-port-file", required_argument, 0, 'Q'},
+        {"http-auth", required_argument, 0, 'A'},
+        {"http-sample", required_argument, 0, 'M'},
+        {"http-history", required_argument, 0, 'N'},
         {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -176,6 +197,35 @@ int main(int argc0, char **argv0)
             if (parse_bytes("graph-max-bytes", optarg, &so.graph_max_bytes) != 0)
                 goto out;
             break;
+        case 'T':
+            http_listen = optarg;
+            break;
+        case 'Q':
+            http_port_file = optarg;
+            break;
+        case 'A':
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "token") != 0) {
+                fprintf(stderr, "spillway-scheduler: --http-auth wants auto or token\n");
+                goto out;
+            }
+            http_token_always = strcmp(optarg, "token") == 0;
+            break;
+        case 'M':
+            if (parse_u32("http-sample", optarg, &http_sample_ms) != 0)
+                goto out;
+            if (http_sample_ms < 50 || http_sample_ms > 3600000) {
+                fprintf(stderr, "spillway-scheduler: --http-sample must be 50..3600000 ms\n");
+                goto out;
+            }
+            break;
+        case 'N':
+            if (parse_u32("http-history", optarg, &http_history) != 0)
+                goto out;
+            if (http_history < 2 || http_history > 100000) {
+                fprintf(stderr, "spillway-scheduler: --http-history must be 2..100000\n");
+                goto out;
+            }
+            break;
         case 'V':
             printf("spillway-scheduler %s\n", SPW_VERSION);
             rc = 0;
@@ -191,6 +241,10 @@ int main(int argc0, char **argv0)
     }
     if (optind < argc) {
         fprintf(stderr, "spillway-scheduler: unexpected argument '%s'\n", argv[optind]);
+        goto out;
+    }
+    if (http_token_always && secret_file == NULL) {
+        fprintf(stderr, "spillway-scheduler: --http-auth token needs --secret-file\n");
         goto out;
     }
     if (so.chunk + 4096 > so.max_frame) {
@@ -215,6 +269,44 @@ int main(int argc0, char **argv0)
     uv_loop_init(&a.loop);
     char bound[64];
     rc = sched_new(&a.loop, &so, &a.s, bound, sizeof bound);
+    if (rc == 0 && (http_listen == NULL || strcmp(http_listen, "none") != 0)) {
+        /* The endpoint reads the scheduler as a ctl client of its own port. */
+        char self[80];
+        if (strncmp(bound, "0.0.0.0:", 8) == 0)
+            snprintf(self, sizeof self, "127.0.0.1:%s", bound + 8);
+        else if (strncmp(bound, "[::]:", 5) == 0)
+            snprintf(self, sizeof self, "[::1]:%s", bound + 5);
+        else
+            snprintf(self, sizeof self, "%s", bound);
+        spw_http_opts ho = {http_listen != NULL ? http_listen : HTTP_DEFAULT, self, secret_file,
+                            secret, secret_len, http_sample_ms, http_history, http_token_always};
+        char hbound[80];
+        int hrc = spw_http_start(&ho, &a.http, hbound, sizeof hbound);
+        if (hrc == 0) {
+            spw_log(SPW_LOG_NOTICE, "http endpoint on http://%s/", hbound);
+            if (http_port_file != NULL &&
+                spw_file_write_atomic(http_port_file, hbound, strlen(hbound)) != 0) {
+                fprintf(stderr, "spillway-scheduler: cannot write %s\n", http_port_file);
+                rc = SPW_EIO;
+            }
+        } else if (http_listen == NULL) {
+            /* The default address is a convenience: another scheduler on this host may hold it. */
+            spw_log(SPW_LOG_WARN, "http endpoint off: cannot listen on %s: %s (use --http)",
+                    HTTP_DEFAULT, spw_strerror(hrc));
+        } else {
+            fprintf(stderr, "spillway-scheduler: --http %s: %s\n", http_listen, spw_strerror(hrc));
+            rc = hrc;
+        }
+        if (rc != 0) {
+            spw_free(secret);
+            sched_close(a.s, NULL, NULL);
+            uv_run(&a.loop, UV_RUN_DEFAULT);
+            uv_loop_close(&a.loop);
+            spw_http_stop(a.http);
+            rc = 1;
+            goto out;
+        }
+    }
     spw_free(secret);
     if (rc != 0) {
         fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
@@ -236,6 +328,7 @@ int main(int argc0, char **argv0)
         sched_close(a.s, sched_done, &a);
     }
     uv_run(&a.loop, UV_RUN_DEFAULT);
+    spw_http_stop(a.http); /* after the loop: a request under way fails at once */
     rc = uv_loop_close(&a.loop) == 0 ? 0 : 1;
     if (rc != 0)
         spw_log(SPW_LOG_ERR, "loop still had handles at exit");

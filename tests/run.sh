@@ -7,7 +7,8 @@
 # SPW_SKIP_TSAN=1 to skip a sanitizer build.
 set -eu
 cd "$(dirname "$0")/.."
-SPW_EXTRA_PACKAGES=valgrind sh deploy/deps.sh
+# chromium: the dashboard test loads the page in it (large, so only for the test run).
+SPW_EXTRA_PACKAGES="valgrind chromium" sh deploy/deps.sh
 JOBS=${JOBS:-$(nproc)}
 # run_suite DIR "CTEST ARGS" CMAKE ARGS...
 run_suite() {

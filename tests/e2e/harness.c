@@ -1,6 +1,8 @@
 /* End-to-end harness; see harness.h. */
 #include "harness.h"
 
+#include "spillway/base.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -168,9 +170,31 @@ void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
         v[n++] = "--secret-file";
         v[n++] = c->secret_file;
     }
+    /* The HTTP endpoint only where a test asks for it (--http ...): its default address
+     * would be shared by every test's scheduler. */
+    bool http = false;
+    for (int i = 0; sched_args != NULL && sched_args[i] != NULL; i++)
+        http = http || strcmp(sched_args[i], "--http") == 0;
+    char http_file[600];
+    snprintf(http_file, sizeof http_file, "%s/http.addr", c->dir);
+    if (http) {
+        v[n++] = "--http-port-file";
+        v[n++] = http_file;
+    } else {
+        v[n++] = "--http";
+        v[n++] = "none";
+    }
     build_args(v, n, sched_args);
     start_proc(c, &c->sched, v, "scheduler");
     snprintf(c->addr, sizeof c->addr, "%s", c->sched.addr);
+    if (http) {
+        char *text = NULL;
+        size_t len = 0;
+        if (spw_file_read(http_file, 200, &text, &len) != 0)
+            die("scheduler wrote no %s", http_file);
+        snprintf(c->http, sizeof c->http, "%.*s", (int)len, text);
+        spw_free(text);
+    }
 }
 
 int h_worker_start(h_cluster *c, const char *const *args)

@@ -30,12 +30,15 @@ typedef struct h_cluster {
     h_proc workers[H_MAX_WORKERS];
     int nworkers;
     char secret_file[512]; /* "" when the cluster has no secret */
+    char http[80];         /* the scheduler's HTTP endpoint "127.0.0.1:PORT" when started with
+                              --http (the harness adds --http-port-file), else "" */
 } h_cluster;
 
 /** Path of a built binary ("spillway-worker"). */
 const char *h_bin(const char *name);
 
 /** Starts a scheduler (extra args, NULL-terminated list, may be NULL) in a fresh temp dir.
+ * Its HTTP endpoint is off (--http none) unless the args name --http.
  * With secret true, a secret file is made and passed. Aborts the test on failure. */
 void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args);
 /** Starts a worker with extra args (NULL-terminated). Returns its index. */

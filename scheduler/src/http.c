@@ -1,0 +1,526 @@
+/*
+ * The scheduler's HTTP endpoint over libmicrohttpd (see http.h for the contract).
+ *
+ * Threads: libmicrohttpd's polling thread runs every request handler; the sampler thread wakes
+ * every sample_ms. Both talk to the scheduler through one spillway-ctl connection (cl) and
+ * share the history ring; one mutex (lock) covers both, so requests are answered one at a time
+ * (each is one or two round trips on the local port). Nothing here runs on, or reads, the
+ * scheduler's loop: it is a ctl client of its own scheduler, which is what makes /api/status
+ * byte for byte what `spillway-ctl --json status` prints.
+ * Invariants: ring holds nsamples <= cap samples, oldest at (head - nsamples) mod cap.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+#include <sodium.h>
+
+#include "docs.h"
+#include "http_assets.h"
+
+#define QUERY_MS 5000
+
+typedef struct hworker {
+    char name[64];
+    uint64_t v[6]; /* HW_* */
+} hworker;
+
+enum { HW_CAPACITY, HW_USED, HW_PINNED, HW_SPILLED, HW_SPILL_AT, HW_PAUSE_AT, HW_COUNT };
+static const char *const hw_keys[HW_COUNT] = {"capacity", "used", "pinned", "spilled_bytes",
+                                              "spill_threshold", "pause_threshold"};
+static const char *const hw_names[HW_COUNT] = {"capacity", "used", "pinned", "spilled",
+                                               "spill_threshold", "pause_threshold"};
+
+typedef struct hsample {
+    uint64_t t_ms;
+    uint64_t tasks[PROTO_TSTATE_COUNT];
+    uint32_t nw;
+    hworker *w;
+} hsample;
+
+struct spw_http {
+    struct MHD_Daemon *mhd;
+    int fd;                  /* listening socket (MHD closes it on stop) */
+    bool need_token;
+    char token[65];
+    char *sched_addr;
+    char *secret_file;
+    uint32_t sample_ms;
+    pthread_mutex_t lock;    /* cl, the ring, stopping */
+    pthread_cond_t wake;
+    pthread_t sampler;
+    bool sampler_started;
+    bool stopping;
+    spillway *cl;            /* ctl connection, made on first use, dropped when it fails */
+    hsample *ring;
+    uint32_t cap, nsamples, head;
+};
+
+/* ------------------------------------------------------------ ctl link */
+
+/* The ctl connection, connecting if needed. Called with lock held. */
+static spillway *link_get(spw_http *h)
+{
+    if (h->cl != NULL)
+        return h->cl;
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.name = "spillway-scheduler-http";
+    o.secret_file = h->secret_file;
+    o.connect_timeout_ms = QUERY_MS;
+    if (spillway__connect_role(h->sched_addr, &o, PROTO_ROLE_CTL, &h->cl) != 0)
+        h->cl = NULL;
+    return h->cl;
+}
+
+/* After a failed request: a closed or stuck connection is dropped, to be made again. */
+static void link_failed(spw_http *h, int rc)
+{
+    if ((rc == SPW_ECLOSED || rc == SPW_ETIMEDOUT) && h->cl != NULL) {
+        spillway_close(h->cl);
+        h->cl = NULL;
+    }
+}
+
+/* ------------------------------------------------------------- history */
+
+static void sample_free(hsample *s)
+{
+    free(s->w);
+    s->w = NULL;
+    s->nw = 0;
+}
+
+static void sample_take(spw_http *h, json_t *status)
+{
+    hsample *s = &h->ring[h->head];
+    sample_free(s);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->t_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    json_t *tasks = json_object_get(status, "tasks");
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+        s->tasks[k] = ctldoc_u(tasks, ctldoc_tstate_names[k]);
+    json_t *workers = json_object_get(status, "workers");
+    size_t n = json_array_size(workers);
+    s->w = calloc(n > 0 ? n : 1, sizeof *s->w);
+    if (s->w != NULL) {
+        size_t i;
+        json_t *w;
+        json_array_foreach(workers, i, w)
+        {
+            hworker *hw = &s->w[i];
+            snprintf(hw->name, sizeof hw->name, "%s", ctldoc_s(w, "name"));
+            json_t *mem = json_object_get(w, "memory");
+            for (int k = 0; k < HW_COUNT; k++)
+                hw->v[k] = ctldoc_u(mem, hw_keys[k]);
+        }
+        s->nw = (uint32_t)n;
+    }
+    h->head = (h->head + 1) % h->cap;
+    if (h->nsamples < h->cap)
+        h->nsamples++;
+}
+
+static void *sampler_main(void *arg)
+{
+    spw_http *h = arg;
+    pthread_mutex_lock(&h->lock);
+    while (!h->stopping) {
+        spillway *cl = link_get(h);
+        if (cl != NULL) {
+            json_t *status;
+            int rc = ctldoc_status(cl, QUERY_MS, &status);
+            if (rc == 0) {
+                sample_take(h, status);
+                json_decref(status);
+            } else {
+                link_failed(h, rc);
+            }
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)h->sample_ms * 1000000ULL;
+        until.tv_sec += (time_t)(ns / 1000000000ULL);
+        until.tv_nsec = (long)(ns % 1000000000ULL);
+        while (!h->stopping && pthread_cond_timedwait(&h->wake, &h->lock, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+/* /api/history: columns aligned on t (null where a worker was absent). Lock held. */
+static json_t *history_json(spw_http *h)
+{
+    json_t *doc = json_object();
+    json_object_set_new(doc, "interval_ms", json_integer(h->sample_ms));
+    json_t *t = json_array(), *tasks = json_object(), *workers = json_array();
+    json_t *tcols[PROTO_TSTATE_COUNT];
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++) {
+        tcols[k] = json_array();
+        json_object_set_new(tasks, ctldoc_tstate_names[k], tcols[k]);
+    }
+    uint32_t first = (h->head + h->cap - h->nsamples) % h->cap;
+    /* Every worker seen in the window, in order of first appearance. */
+    json_t *index = json_object(); /* name -> position in workers */
+    for (uint32_t j = 0; j < h->nsamples; j++) {
+        const hsample *s = &h->ring[(first + j) % h->cap];
+        for (uint32_t i = 0; i < s->nw; i++) {
+            if (json_object_get(index, s->w[i].name) != NULL)
+                continue;
+            json_object_set_new(index, s->w[i].name, json_integer((json_int_t)json_array_size(workers)));
+            json_t *jw = json_object();
+            json_object_set_new(jw, "name", json_string(s->w[i].name));
+            for (int k = 0; k < HW_COUNT; k++)
+                json_object_set_new(jw, hw_names[k], json_array());
+            json_array_append_new(workers, jw);
+        }
+    }
+    for (uint32_t j = 0; j < h->nsamples; j++) {
+        const hsample *s = &h->ring[(first + j) % h->cap];
+        json_array_append_new(t, json_integer((json_int_t)s->t_ms));
+        for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+            json_array_append_new(tcols[k], json_integer((json_int_t)s->tasks[k]));
+        size_t wi;
+        json_t *jw;
+        json_array_foreach(workers, wi, jw)
+        {
+            const hworker *found = NULL;
+            for (uint32_t i = 0; i < s->nw && found == NULL; i++)
+                if (strcmp(s->w[i].name, json_string_value(json_object_get(jw, "name"))) == 0)
+                    found = &s->w[i];
+            for (int k = 0; k < HW_COUNT; k++)
+                json_array_append_new(json_object_get(jw, hw_names[k]),
+                                      found ? json_integer((json_int_t)found->v[k]) : json_null());
+        }
+    }
+    json_decref(index);
+    json_object_set_new(doc, "t", t);
+    json_object_set_new(doc, "tasks", tasks);
+    json_object_set_new(doc, "workers", workers);
+    return doc;
+}
+
+/* ------------------------------------------------------------- requests */
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
+                             void *body, size_t len, enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+    if (r == NULL) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (strncmp(type, "text/html", 9) == 0)
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+                                "style-src 'self' 'unsafe-inline'; img-src 'self' data:");
+    enum MHD_Result ret = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return MHD_NO;
+    return reply(conn, code, "text/plain; charset=utf-8", msg, (size_t)n, MHD_RESPMEM_MUST_FREE);
+}
+
+/* A document as spillway-ctl --json prints it: indented, in order, one trailing newline
+ * (compact: one line, for the dashboard's history). */
+static enum MHD_Result reply_json(struct MHD_Connection *conn, json_t *doc, bool compact)
+{
+    char *s = json_dumps(doc, (compact ? JSON_COMPACT : JSON_INDENT(2)) | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    if (s == NULL)
+        return reply_text(conn, 500, "out of memory\n");
+    size_t len = strlen(s);
+    char *body = realloc(s, len + 2);
+    if (body == NULL) {
+        free(s);
+        return reply_text(conn, 500, "out of memory\n");
+    }
+    body[len] = '\n';
+    body[len + 1] = '\0';
+    return reply(conn, 200, "application/json", body, len + 1, MHD_RESPMEM_MUST_FREE);
+}
+
+static bool authorized(spw_http *h, struct MHD_Connection *conn)
+{
+    if (!h->need_token)
+        return true;
+    const char *tok = NULL;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (auth != NULL && strncmp(auth, "Bearer ", 7) == 0)
+        tok = auth + 7;
+    if (tok == NULL)
+        tok = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    return tok != NULL && strlen(tok) == 64 && sodium_memcmp(tok, h->token, 64) == 0;
+}
+
+static long arg_long(struct MHD_Connection *conn, const char *name, long dflt, bool *bad)
+{
+    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+    if (v == NULL)
+        return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x < 0)
+        *bad = true;
+    return x;
+}
+
+/* The documents that need the scheduler. Lock held. */
+static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const char *url)
+{
+    if (strcmp(url, "/api/history") == 0)
+        return reply_json(conn, history_json(h), true);
+    spillway *cl = link_get(h);
+    if (cl == NULL)
+        return reply_text(conn, 503, "the scheduler does not answer on %s\n", h->sched_addr);
+    json_t *doc = NULL;
+    int rc;
+    if (strcmp(url, "/api/status") == 0 || strcmp(url, "/metrics") == 0) {
+        rc = ctldoc_status(cl, QUERY_MS, &doc);
+        if (rc == 0 && url[1] == 'm') {
+            char *text = ctldoc_metrics(doc);
+            json_decref(doc);
+            if (text == NULL)
+                return reply_text(conn, 500, "out of memory\n");
+            return reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text),
+                         MHD_RESPMEM_MUST_FREE);
+        }
+    } else if (strcmp(url, "/api/jobs") == 0) {
+        rc = ctldoc_jobs(cl, QUERY_MS, &doc);
+    } else if (strcmp(url, "/api/memory") == 0) {
+        bool bad = false;
+        const char *group = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "group_by");
+        const char *sort = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "sort_by");
+        long limit = arg_long(conn, "limit", -1, &bad);
+        long stats = arg_long(conn, "stats_only", 0, &bad);
+        if (bad || (group != NULL && strcmp(group, "node") && strcmp(group, "owner") &&
+                    strcmp(group, "ref-type") && strcmp(group, "call-site")) ||
+            (sort != NULL && strcmp(sort, "size") && strcmp(sort, "age") && strcmp(sort, "id")))
+            return reply_text(conn, 400,
+                              "bad query: group_by=node|owner|ref-type|call-site, "
+                              "sort_by=size|age|id, limit=N, stats_only=0|1\n");
+        rc = ctldoc_memory(cl, QUERY_MS, group, sort, limit, stats != 0, &doc);
+    } else {
+        return reply_text(conn, 404, "no such page: %s\n", url);
+    }
+    if (rc != 0) {
+        link_failed(h, rc);
+        return reply_text(conn, 502, "the scheduler's answer failed: %s\n", spw_strerror(rc));
+    }
+    return reply_json(conn, doc, false);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_len, void **req_cls)
+{
+    (void)version;
+    (void)upload;
+    spw_http *h = cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply_text(conn, 405, "only GET and HEAD\n");
+    if (*upload_len != 0)
+        return reply_text(conn, 400, "a GET has no body\n");
+    (void)req_cls;
+    /* The page and its library need no token (they hold no data); everything else does. */
+    if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
+        return reply(conn, 200, "text/html; charset=utf-8", (void *)http_asset_index_html,
+                     http_asset_index_html_len, MHD_RESPMEM_PERSISTENT);
+    if (strcmp(url, "/dygraph.min.js") == 0)
+        return reply(conn, 200, "text/javascript; charset=utf-8", (void *)http_asset_dygraph_js,
+                     http_asset_dygraph_js_len, MHD_RESPMEM_PERSISTENT);
+    if (strcmp(url, "/dygraph.min.css") == 0)
+        return reply(conn, 200, "text/css; charset=utf-8", (void *)http_asset_dygraph_css,
+                     http_asset_dygraph_css_len, MHD_RESPMEM_PERSISTENT);
+    if (!authorized(h, conn))
+        return reply_text(conn, 401,
+                          "this endpoint wants 'Authorization: Bearer TOKEN' (or ?token=TOKEN); "
+                          "spillway-ctl --secret-file PATH http-token prints it\n");
+    pthread_mutex_lock(&h->lock);
+    enum MHD_Result ret = serve_api(h, conn, url);
+    pthread_mutex_unlock(&h->lock);
+    return ret;
+}
+
+static void mhd_log(void *arg, const char *fmt, va_list ap)
+{
+    (void)arg;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    spw_log(SPW_LOG_WARN, "http: %s", msg);
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return false;
+}
+
+/* Makes the listening socket. Returns the fd or a negative error. */
+static int listen_on(const char *addr, bool *loopback, char *bound, size_t boundlen)
+{
+    char host[64];
+    int port;
+    if (spw_addr_split(addr, host, &port) != 0 || port < 0 || port > 65535)
+        return SPW_EINVAL;
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    struct addrinfo hints, *res;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    if (getaddrinfo(host[0] != '\0' ? host : NULL, ports, &hints, &res) != 0)
+        return SPW_EINVAL;
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = -errno;
+        freeaddrinfo(res);
+        return e;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+        int e = -errno;
+        close(fd);
+        freeaddrinfo(res);
+        return e;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *loopback = is_loopback((struct sockaddr *)&ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int bport = 0;
+    if (ss.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, sizeof ip);
+        bport = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        snprintf(bound, boundlen, "%s:%d", ip, bport);
+    } else {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip, sizeof ip);
+        bport = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        snprintf(bound, boundlen, "[%s]:%d", ip, bport);
+    }
+    return fd;
+}
+
+int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t boundlen)
+{
+    *out = NULL;
+    if (o->token_always && o->secret == NULL)
+        return SPW_EINVAL;
+    bool loopback = false;
+    int fd = listen_on(o->listen, &loopback, bound, boundlen);
+    if (fd < 0)
+        return fd;
+    spw_http *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        close(fd);
+        return SPW_ENOMEM;
+    }
+    h->fd = fd;
+    h->sample_ms = o->sample_ms ? o->sample_ms : 1000;
+    h->cap = o->history ? o->history : 600;
+    h->ring = calloc(h->cap, sizeof *h->ring);
+    h->sched_addr = strdup(o->sched_addr);
+    h->secret_file = o->secret_file != NULL ? strdup(o->secret_file) : NULL;
+    if (o->secret != NULL && (!loopback || o->token_always)) {
+        h->need_token = true;
+        ctldoc_http_token(o->secret, o->secret_len, h->token);
+    } else if (!loopback) {
+        spw_log(SPW_LOG_WARN, "http: %s is reachable beyond this host and the cluster has no "
+                              "secret: anyone who can reach it can read the cluster's state",
+                bound);
+    }
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    if (h->ring == NULL || h->sched_addr == NULL) {
+        spw_http_stop(h);
+        return SPW_ENOMEM;
+    }
+    h->mhd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                              on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                              MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    if (h->mhd == NULL) {
+        spw_http_stop(h);
+        return SPW_EIO;
+    }
+    if (pthread_create(&h->sampler, NULL, sampler_main, h) != 0) {
+        spw_http_stop(h);
+        return SPW_EIO;
+    }
+    h->sampler_started = true;
+    *out = h;
+    return 0;
+}
+
+void spw_http_stop(spw_http *h)
+{
+    if (h == NULL)
+        return;
+    if (h->mhd != NULL) {
+        MHD_stop_daemon(h->mhd); /* closes the listening socket */
+        h->fd = -1;
+    }
+    if (h->fd >= 0)
+        close(h->fd);
+    pthread_mutex_lock(&h->lock);
+    h->stopping = true;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    if (h->sampler_started)
+        pthread_join(h->sampler, NULL);
+    if (h->cl != NULL)
+        spillway_close(h->cl);
+    for (uint32_t i = 0; h->ring != NULL && i < h->cap; i++)
+        sample_free(&h->ring[i]);
+    free(h->ring);
+    free(h->sched_addr);
+    free(h->secret_file);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->wake);
+    free(h);
+}
