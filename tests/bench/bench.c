@@ -1461,7 +1461,10 @@ static void case_spill(bench *b)
     }
     char cap[32];
     snprintf(cap, sizeof cap, "%lluM", (unsigned long long)(r->capacity >> 20));
-    h_cluster_start(&r->cluster, false, NULL);
+    /* With the HTTP endpoint on a free port: open it to watch the stores spill. */
+    static const char *const http[] = {"--http", "127.0.0.1:0", NULL};
+    h_cluster_start(&r->cluster, false, http);
+    fprintf(stderr, "spillway-bench: spill case: dashboard at http://%s/\n", r->cluster.http);
     for (int i = 0; i < SPILL_WORKERS; i++) {
         char name[32];
         snprintf(name, sizeof name, "spill-w%d", i);
