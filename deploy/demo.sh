@@ -24,7 +24,8 @@ wait_file() { # path seconds
     done
 }
 echo "=== starting a scheduler and two workers on 127.0.0.1"
-$B/spillway-scheduler --listen 127.0.0.1:0 --port-file "$D/scheduler.addr" >"$D/scheduler.out" 2>"$D/scheduler.log" &
+$B/spillway-scheduler --listen 127.0.0.1:0 --port-file "$D/scheduler.addr" --http 127.0.0.1:0 \
+    --http-port-file "$D/http.addr" >"$D/scheduler.out" 2>"$D/scheduler.log" &
 PIDS="$!"
 wait_file "$D/scheduler.addr" 10
 ADDR=$(cat "$D/scheduler.addr")
@@ -36,11 +37,14 @@ done
 wait_file "$D/worker1.addr" 10
 wait_file "$D/worker2.addr" 10
 echo "scheduler $ADDR, workers $(cat "$D/worker1.addr") $(cat "$D/worker2.addr")"
+echo "dashboard and /metrics: http://$(cat "$D/http.addr")/"
 echo "=== running client/examples/demo.c"
 rc=0
 $B/spillway-demo "$ADDR" || rc=$?
 echo "=== spillway-ctl status"
 $B/spillway-ctl --scheduler "$ADDR" status || rc=$?
+echo "=== spillway-ctl jobs"
+$B/spillway-ctl --scheduler "$ADDR" jobs || rc=$?
 echo "=== stopping the cluster"
 for p in $PIDS; do
     kill -TERM "$p"
