@@ -556,6 +556,16 @@ static void label(FILE *f, const char *v)
     }
 }
 
+/* {worker="NAME",address="HOST:PORT"}: the address keeps two workers of one name apart. */
+static void worker_labels(FILE *f, json_t *w)
+{
+    fputs("{worker=\"", f);
+    label(f, ctldoc_s(w, "name"));
+    fputs("\",address=\"", f);
+    label(f, ctldoc_s(w, "address"));
+    fputs("\"}", f);
+}
+
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -610,38 +620,38 @@ char *ctldoc_metrics(json_t *status)
             json_t *v = json_object_get(json_object_get(w, "memory"), wm->key);
             if (v == NULL)
                 continue;
-            fprintf(f, "%s{worker=\"", wm->name);
-            label(f, ctldoc_s(w, "name"));
-            fprintf(f, "\"} %.17g\n", (double)json_integer_value(v) * wm->scale);
+            fprintf(f, "%s", wm->name);
+            worker_labels(f, w);
+            fprintf(f, " %.17g\n", (double)json_integer_value(v) * wm->scale);
         }
     }
     family(f, "spillway_worker_paused", "gauge", "1 while the worker refuses new work (memory above the pause threshold).");
     json_array_foreach(workers, i, w)
     {
-        fputs("spillway_worker_paused{worker=\"", f);
-        label(f, ctldoc_s(w, "name"));
-        fprintf(f, "\"} %d\n", strcmp(ctldoc_s(w, "state"), "paused") == 0);
+        fputs("spillway_worker_paused", f);
+        worker_labels(f, w);
+        fprintf(f, " %d\n", strcmp(ctldoc_s(w, "state"), "paused") == 0);
     }
     family(f, "spillway_worker_slots", "gauge", "Executor slots of the worker.");
     json_array_foreach(workers, i, w)
     {
-        fputs("spillway_worker_slots{worker=\"", f);
-        label(f, ctldoc_s(w, "name"));
-        fprintf(f, "\"} %llu\n", (unsigned long long)ctldoc_u(w, "slots"));
+        fputs("spillway_worker_slots", f);
+        worker_labels(f, w);
+        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "slots"));
     }
     family(f, "spillway_worker_tasks_running", "gauge", "Executors of the worker running a task now.");
     json_array_foreach(workers, i, w)
     {
-        fputs("spillway_worker_tasks_running{worker=\"", f);
-        label(f, ctldoc_s(w, "name"));
-        fprintf(f, "\"} %llu\n", (unsigned long long)ctldoc_u(w, "busy"));
+        fputs("spillway_worker_tasks_running", f);
+        worker_labels(f, w);
+        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "busy"));
     }
     family(f, "spillway_worker_tasks_assigned", "gauge", "Tasks the scheduler has sent the worker and not heard back about.");
     json_array_foreach(workers, i, w)
     {
-        fputs("spillway_worker_tasks_assigned{worker=\"", f);
-        label(f, ctldoc_s(w, "name"));
-        fprintf(f, "\"} %llu\n", (unsigned long long)ctldoc_u(w, "assigned"));
+        fputs("spillway_worker_tasks_assigned", f);
+        worker_labels(f, w);
+        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "assigned"));
     }
 
     family(f, "spillway_workers", "gauge", "Workers connected to the scheduler.");
