@@ -194,6 +194,16 @@ static int memory_once(spillway *cl, const char *addr, int timeout, bool json, c
 
 /* ------------------------------------------------------------------- jobs */
 
+/* The last w characters of a call site (its file name and line matter most), "..." marking a cut. */
+static const char *site_tail(const char *site, size_t w, char *buf, size_t buflen)
+{
+    size_t n = strlen(site);
+    if (n <= w || w < 4)
+        return site;
+    snprintf(buf, buflen, "...%s", site + n - (w - 3));
+    return buf;
+}
+
 static void print_jobs_table(json_t *doc)
 {
     printf("%-6s %-24s %-28s %-8s %-8s %-8s %-8s %-8s %-20s %s\n", "GRAPH", "CLIENT", "CALL SITE",
@@ -208,8 +218,10 @@ static void print_jobs_table(json_t *doc)
         snprintf(fl, sizeof fl, "%s/%s", human(ctldoc_u(g, "bytes_in_flight"), a),
                  human(ctldoc_u(g, "max_bytes_in_flight"), b));
         human_age(ctldoc_u(g, "age_ms"), age, sizeof age);
+        char st[64];
         printf("%-6llu %-24s %-28s %-8llu %-8llu %-8llu %-8llu %-8llu %-20s %s%s\n",
-               (unsigned long long)ctldoc_u(g, "graph"), who, ctldoc_s(g, "call_site"),
+               (unsigned long long)ctldoc_u(g, "graph"), who,
+               site_tail(ctldoc_s(g, "call_site"), 28, st, sizeof st),
                (unsigned long long)ctldoc_u(t, "total"),
                (unsigned long long)(ctldoc_u(t, "waiting") + ctldoc_u(t, "ready") + ctldoc_u(t, "assigned")),
                (unsigned long long)ctldoc_u(t, "running"), (unsigned long long)ctldoc_u(t, "done"),
@@ -248,7 +260,9 @@ static void print_jobs_bars(json_t *doc, bool tty)
         int nd = total ? (int)(done * W / total) : 0, nf = total ? (int)(failed * W / total) : 0;
         if (nd + nf > W)
             nf = W - nd;
-        printf("graph %-4llu %-22.22s [", (unsigned long long)ctldoc_u(g, "graph"), ctldoc_s(g, "call_site"));
+        char st[64];
+        printf("graph %-4llu %-22s [", (unsigned long long)ctldoc_u(g, "graph"),
+               site_tail(ctldoc_s(g, "call_site"), 22, st, sizeof st));
         for (int k = 0; k < nd; k++)
             putchar('#');
         if (nf > 0) {
