@@ -1150,6 +1150,12 @@ static void message_of_another_role_is_eproto(void **state)
         proto_put_u(e, 0);
     wire_end(w);
     wire_expect_error(w, 61, SPW_EPROTO);
+    /* TASK_STARTED. */
+    e = wire_begin(w, PROTO_TASK_STARTED, 64, 1);
+    proto_put_arr(e, 1);
+    proto_put_id(e, test_id(64));
+    wire_end(w);
+    wire_expect_error(w, 64, SPW_EPROTO);
     /* OBJ_ADDED, as if we had stored an object. */
     e = wire_begin(w, PROTO_OBJ_ADDED, 62, 2);
     proto_put_id(e, test_id(62));
@@ -1463,6 +1469,22 @@ static void fake_worker_messages_are_refused(void **state)
         proto_put_u(e, 1);
     wire_end(w);
     wire_expect_error(w, 0, SPW_EMALFORMED);
+    /* A start notice for a task it was never given is stale: ignored, nothing answered... */
+    e = wire_begin(w, PROTO_TASK_STARTED, 0, 1);
+    proto_put_arr(e, 2);
+    proto_put_id(e, test_id(154));
+    proto_put_id(e, test_id(155));
+    wire_end(w);
+    /* ...and a ctl's request from a worker is refused (this answer also shows the notice was
+     * read and the connection is fine). */
+    e = wire_begin(w, PROTO_GRAPHS_REQ, 156, 2);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 156, SPW_EPROTO);
+    json_t *st = e2e_ctl_json(c, "status");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "tasks"), "running")), 0);
+    json_decref(st);
     /* A client's message. */
     raw_task t = task_inc(test_id(152), 1);
     send_submit(w, 152, 1, PROTO_SUBMIT_END, &t, 1);
