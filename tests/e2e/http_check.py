@@ -121,6 +121,7 @@ def cmd_dashboard(url, outdir):
     if shot.returncode != 0 or not os.path.exists(png):
         print(shot.stderr, file=sys.stderr)
         return 1
+    shutil.rmtree(os.path.join(outdir, "chromium-profile"), ignore_errors=True)
     p = Dom()
     p.feed(dom.stdout)
     json.dump({"workers": p.workers, "graphs": p.graphs, "objects": p.objects,

@@ -779,13 +779,16 @@ static pid_t executor_pid(h_cluster *c, int worker)
     return pid;
 }
 
+/* Worker 0 runs a task: its heartbeat says a slot is busy, or (sooner: workers report each
+ * start) the scheduler counts a running task while worker 0 is the only one. */
 static bool slot_busy(void *arg)
 {
     json_t *st = e2e_ctl_json(arg, "status");
-    json_int_t busy = json_integer_value(
-        json_object_get(json_array_get(json_object_get(st, "workers"), 0), "busy"));
+    json_t *workers = json_object_get(st, "workers");
+    json_int_t busy = json_integer_value(json_object_get(json_array_get(workers, 0), "busy"));
+    json_int_t running = json_integer_value(json_object_get(json_object_get(st, "tasks"), "running"));
     json_decref(st);
-    return busy > 0;
+    return busy > 0 || (running > 0 && json_array_size(workers) == 1);
 }
 
 static bool executor_restarted(void *arg)
