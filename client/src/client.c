@@ -34,6 +34,16 @@ void spillway_opts_init(spillway_opts *o)
     o->name = "libspillway";
 }
 
+unsigned spillway_version(void)
+{
+    return SPILLWAY_VERSION_NUMBER;
+}
+
+const char *spillway_version_string(void)
+{
+    return SPW_VERSION;
+}
+
 const char *spillway_strerror(int err)
 {
     return spw_strerror(err);

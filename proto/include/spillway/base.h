@@ -17,6 +17,18 @@
 extern "C" {
 #endif
 
+/* -------------------------------------------------------------- errors */
+
+/** Message for an error code. Never NULL; unknown codes get a generic text.
+ * @param[in] err a spillway error code or -errno.
+ * @return a static string. */
+const char *spw_strerror(int err);
+
+/** Symbolic name of an error code ("SPW_ENOOBJ", "SPW_ENOMEM", "SPW_OK").
+ * Never NULL; unknown codes return "SPW_E?" (with the numeric value written by the caller).
+ * @return a static string. */
+const char *spw_err_name(int err);
+
 /* ---------------------------------------------------------------- ids */
 
 /** A 128-bit object or task id. Ids are printed as 32 lower-case hex digits (hi then lo),
