@@ -32,7 +32,7 @@ static void usage(FILE *f)
           "  --spill-map-max SIZE      largest LMDB map size (0 = the disk is the limit)\n"
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
-          "  --secret-file PATH        cluster secret (mode 0600)\n"
+          "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --version, --help\n",
@@ -284,7 +284,9 @@ int main(int argc0, char **argv0)
         if (src != 0) {
             fprintf(stderr, "spillway-worker: secret file %s: %s%s\n", secret_file,
                     spw_strerror(src),
-                    src == SPW_EACCES ? " (it must not be readable by group or others)" : "");
+                    src == SPW_EACCES ? " (mode 0600 or 0640: no access for others, no "
+                                        "writing for its group)"
+                                      : "");
             goto out;
         }
         wo.secret = secret;

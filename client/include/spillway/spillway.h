@@ -57,7 +57,8 @@ typedef struct spillway_ref {
 } spillway_ref;
 
 typedef struct spillway_opts {
-    const char *secret_file; /* cluster secret (mode 0600), or NULL */
+    const char *secret_file; /* cluster secret; NULL: $SPILLWAY_SECRET_FILE if set, else
+                                /etc/spillway/secret if it exists and is readable, else none */
     int connect_timeout_ms;  /* 10000 */
     const char *name;        /* shown by spillway-ctl ("libspillway") */
     uint64_t inline_limit;   /* 0: use the scheduler's; arguments above it are put as objects */
@@ -70,6 +71,23 @@ typedef struct spillway_opts {
 SPILLWAY_API unsigned spillway_version(void);
 /** The library's version as "MAJOR.MINOR.PATCH". Never NULL. */
 SPILLWAY_API const char *spillway_version_string(void);
+
+/** Log levels (syslog's numbers). */
+enum spillway_log_level {
+    SPILLWAY_LOG_ERR = 3,
+    SPILLWAY_LOG_WARN = 4,
+    SPILLWAY_LOG_NOTICE = 5,
+    SPILLWAY_LOG_INFO = 6,
+    SPILLWAY_LOG_DEBUG = 7,
+};
+/** Receives one message of the library: its level and its text (one line, no newline). Called
+ * from whichever thread is inside a spillway call. */
+typedef void (*spillway_log_fn)(int level, const char *msg);
+/** Where the library's messages go. By default only warnings and errors, each distinct one once
+ * per process, to stderr ("libspillway: warning: ..."). After this call every message at or
+ * below level reaches fn (stderr when fn is NULL), repeats included. Process-wide; call it
+ * before connecting. */
+SPILLWAY_API void spillway_set_log(spillway_log_fn fn, int level);
 
 /** Fills o with the defaults. */
 SPILLWAY_API void spillway_opts_init(spillway_opts *o);

@@ -97,7 +97,8 @@ void proto_ctx_set_name(proto_ctx *ctx, const char *name);
 void *proto_ctx_data(const proto_ctx *ctx);
 proto_ctx *proto_conn_ctx(const proto_conn *c);
 const proto_ctx_opts *proto_ctx_opts_get(const proto_ctx *ctx);
-/** Reads a secret file (must not be readable by group or others).
+/** Reads a secret file. Its group may read it (mode 0640, group spillway: members may submit
+ * jobs), nobody else may, and its group may not write it.
  * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
 int proto_secret_load(const char *path, uint8_t **secret, size_t *len);
 
