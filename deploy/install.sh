@@ -26,8 +26,9 @@ fi
 cmake --install "$BUILD"
 # Where cmake put the sysusers.d and tmpfiles.d entries (under the prefix, or systemd's dirs).
 cache_get() { sed -n "s|^$1:[A-Z]*=||p" "$BUILD/CMakeCache.txt"; }
-SYSUSERS=$(cache_get SPW_SYSTEMD_SYSUSERSDIR)/spillway.conf
-TMPFILES=$(cache_get SPW_SYSTEMD_TMPFILESDIR)/spillway.conf
+under_prefix() { case "$1" in /*) echo "$1" ;; *) echo "$(cache_get CMAKE_INSTALL_PREFIX)/$1" ;; esac; }
+SYSUSERS=$(under_prefix "$(cache_get SPW_SYSTEMD_SYSUSERSDIR)")/spillway.conf
+TMPFILES=$(under_prefix "$(cache_get SPW_SYSTEMD_TMPFILESDIR)")/spillway.conf
 CONFDIR=$(cache_get SPW_CONFDIR)
 ldconfig
 if command -v systemd-sysusers >/dev/null; then

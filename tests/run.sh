@@ -1,13 +1,15 @@
 #!/bin/sh
 # Builds everything three times and runs the ctest suite in each: plain; with AddressSanitizer +
 # UndefinedBehaviorSanitizer + LeakSanitizer (the whole suite); with ThreadSanitizer (all but
-# the test labelled heavy, which takes minutes under it). Installs missing Debian packages first.
+# the test labelled heavy, which takes minutes under it). Installs missing Debian packages first,
+# with valgrind for the memcheck tests and systemd-container and debootstrap for the systemd
+# test (a booted Debian 12 container; it reports SKIP, with the reason, where nspawn cannot boot).
 #   ./tests/run.sh            # from the repository root
 # Environment: JOBS (parallel build and test jobs, default: cores), SPW_SKIP_ASAN=1 and
 # SPW_SKIP_TSAN=1 to skip a sanitizer build.
 set -eu
 cd "$(dirname "$0")/.."
-SPW_EXTRA_PACKAGES=valgrind sh deploy/deps.sh
+SPW_EXTRA_PACKAGES="valgrind systemd-container debootstrap" sh deploy/deps.sh
 JOBS=${JOBS:-$(nproc)}
 # run_suite DIR "CTEST ARGS" CMAKE ARGS...
 run_suite() {

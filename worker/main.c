@@ -81,6 +81,12 @@ static void on_ready(void *arg, int status)
 {
     app *a = arg;
     if (status != 0) {
+        /* Under systemd a Type=notify service that exits before READY=1 is a failed start
+         * ("Failed with result 'protocol'"), whatever its status. Saying READY first lets the
+         * unit's SuccessExitStatus=3 and RestartForceExitStatus=3 read the exit as what it is:
+         * no scheduler to serve yet, start again. */
+        spw_log(SPW_LOG_NOTICE, "no scheduler to register with: exiting with status 3");
+        spw_sd_notify("READY=1\nSTATUS=no scheduler to register with: exiting with status 3");
         a->exit_status = 3;
         stop(a);
         return;
