@@ -4,7 +4,7 @@
 # missing. SPW_EXTRA_PACKAGES adds to the list (tests/run.sh: valgrind).
 set -e
 SPW_PACKAGES="build-essential cmake pkg-config libuv1-dev libmsgpack-dev liblmdb-dev libzstd-dev \
-libsodium-dev libxxhash-dev uthash-dev libjansson-dev libcmocka-dev procps ${SPW_EXTRA_PACKAGES:-}"
+libsodium-dev libxxhash-dev uthash-dev libjansson-dev libcmocka-dev scdoc procps ${SPW_EXTRA_PACKAGES:-}"
 missing=""
 for p in $SPW_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

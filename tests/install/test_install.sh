@@ -46,6 +46,12 @@ for f in lib/sysusers.d/spillway.conf lib/tmpfiles.d/spillway.conf lib/pkgconfig
     [ -f "$P/$f" ] || fail "$f not installed"
 done
 
+if grep -q '^SPW_SCDOC:FILEPATH=/' "$B/CMakeCache.txt"; then
+    for m in man8/spillway-scheduler.8 man8/spillway-worker.8 man1/spillway-ctl.1 man3/libspillway.3; do
+        [ -s "$P/share/man/$m" ] || fail "man page $m not installed"
+    done
+fi
+
 echo "== exported symbols"
 H=$P/include/spillway/spillway.h
 unmarked=$(grep -E '^[a-z].*\bspillway_[a-z0-9_]+\(' "$H" | grep -vE '^(SPILLWAY_API |static inline )' || true)
