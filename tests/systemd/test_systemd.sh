@@ -56,9 +56,12 @@ binds=(--bind="$SRC")
 case "$B/" in "$SRC"/*) ;; *) binds+=(--bind="$B") ;; esac
 # --volatile=overlay: the image stays untouched, the container writes to a tmpfs above it.
 # --private-network: the container has its own loopback, so the units' 127.0.0.1:7400 is its
-# own. --register=no: no machined on the host's bus is needed.
-timeout 500 systemd-nspawn -D "$IMG" --volatile=overlay --private-network --register=no \
-    --keep-unit -M "spw-test-$$" "${binds[@]}" --bind="$T/out:/spw-out" \
+# own. --register=no: no machined needed; without a systemd on the host (a container), no bus
+# either: --keep-unit runs it in our own cgroup instead of a transient scope.
+host_flags=(--register=no)
+[ -d /run/systemd/system ] || host_flags+=(--keep-unit)
+timeout 500 systemd-nspawn -D "$IMG" --volatile=overlay --private-network "${host_flags[@]}" \
+    -M "spw-test-$$" "${binds[@]}" --bind="$T/out:/spw-out" \
     --bind-ro="$SRC/tests/systemd/spw-systemd-test.service:/etc/systemd/system/spw-systemd-test.service" \
     -b -- systemd.wants=spw-systemd-test.service </dev/null >"$T/console.log" 2>&1 &
 NSPAWN_PID=$!

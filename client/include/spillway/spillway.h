@@ -119,8 +119,8 @@ SPILLWAY_API const char *spillway_errmsg(const spillway *c);
  * worker's store once. The data is copied; the caller may reuse it on return.
  * @return 0; SPW_EINVAL for len 0; SPW_ETOOBIG if no store is large enough; SPW_ENOWORKER;
  *         SPW_EBACKPRESSURE if the store stayed full; SPW_ECLOSED. */
-SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
-                    const char *site);
+SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len,
+                                 spillway_ref *out, const char *site);
 #define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
 
 /** Puts len bytes once and places a copy on every worker (nworkers 0) or on nworkers of them,
@@ -129,8 +129,8 @@ SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len, spil
  * however many tasks use it; a worker that joins later fetches it when a task there needs it.
  * The client holds one reference (kind BROADCAST); release it once.
  * @return as spillway_put; SPW_EOBJLOST if no worker could take a copy. */
-SPILLWAY_API int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
-                        spillway_ref *out, const char *site);
+SPILLWAY_API int spillway_scatter_at(spillway *c, const void *data, size_t len,
+                                     unsigned nworkers, spillway_ref *out, const char *site);
 #define spillway_scatter(c, data, len, nworkers, out)                                              \
     spillway_scatter_at((c), (data), (len), (nworkers), (out), SPILLWAY_SITE)
 /** Places copies of an object this client holds on every worker (0) or on nworkers. */
@@ -217,8 +217,9 @@ SPILLWAY_API spillway_graph *spillway_graph_new(spillway *c);
  * warning names the task and the size.)
  * @param[out] out the task's output (may be NULL).
  * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind). */
-SPILLWAY_API int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                     unsigned flags, spillway_ref *out, const char *site);
+SPILLWAY_API int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args,
+                                  size_t nargs, unsigned flags, spillway_ref *out,
+                                  const char *site);
 #define spillway_task(g, fn, args, nargs, flags, out)                                              \
     spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
 /** Binds the tasks added next to the worker named worker (its --name); NULL or "" lifts the
@@ -251,9 +252,9 @@ typedef struct spillway_map_opts {
  * @return 0; SPW_EINVAL (no block size or count, bad arguments); the input's error if it is a
  *         failed task; a submission error. */
 SPILLWAY_API int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
-                           const spillway_arg *shared, size_t nshared,
-                           const spillway_map_opts *opts, spillway_ref **results,
-                           size_t *nresults, const char *site);
+                                        const spillway_arg *shared, size_t nshared,
+                                        const spillway_map_opts *opts, spillway_ref **results,
+                                        size_t *nresults, const char *site);
 #define spillway_map_blocks(c, fn, input, shared, nshared, opts, results, nresults)                \
     spillway_map_blocks_at((c), (fn), (input), (shared), (nshared), (opts), (results),            \
                            (nresults), SPILLWAY_SITE)
