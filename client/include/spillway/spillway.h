@@ -140,7 +140,8 @@ SPILLWAY_API int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nwor
  * exist. *data is a heap copy the caller frees with spillway_free().
  * @return 0; SPW_ETASKFAILED / SPW_EDEPFAILED (errmsg has the task's text); SPW_ETIMEDOUT;
  *         SPW_ENOOBJ (unknown or released); SPW_EOBJLOST. */
-SPILLWAY_API int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len);
+SPILLWAY_API int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data,
+                              size_t *len);
 /** Frees what spillway_get returned. */
 SPILLWAY_API void spillway_free(void *p);
 
@@ -152,7 +153,8 @@ typedef struct spillway_view {
     int zero_copy;  /* 1 when data points into a store's shared memory */
     void *priv;
 } spillway_view;
-SPILLWAY_API int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view);
+SPILLWAY_API int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms,
+                                   spillway_view *view);
 SPILLWAY_API void spillway_view_release(spillway *c, spillway_view *view);
 
 /** Drops a reference this client holds.
