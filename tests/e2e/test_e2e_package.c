@@ -173,16 +173,26 @@ static void daemon_lines_under_journald_carry_no_ident_and_no_ready(void **state
     msg[n] = '\0';
     assert_non_null(strstr(msg, "READY=1"));
     close(nfd);
-    kill(pid, SIGTERM);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char *text = NULL;
-    size_t len;
+    /* It serves: a client connects (to the address it logged before READY=1). */
+    char *text = calloc(1, 65536);
     FILE *f = fopen(log, "r");
     assert_non_null(f);
-    text = calloc(1, 65536);
-    len = fread(text, 1, 65535, f);
+    assert_non_null(fgets(text, 65536, f));
+    fclose(f);
+    assert_true(strncmp(text, "<5>listening on 127.0.0.1:", 26) == 0);
+    snprintf(c.addr, sizeof c.addr, "%s", text + 16);
+    c.addr[strcspn(c.addr, "\n")] = '\0';
+    spillway *cl;
+    assert_int_equal(spillway_connect(c.addr, NULL, &cl), 0);
+    spillway_close(cl);
+    /* Stopped like a worker of the harness: SIGTERM, a bounded wait (then SIGKILL). */
+    c.nworkers = 1;
+    c.workers[0].pid = pid;
+    int status = h_worker_kill(&c, 0, SIGTERM);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    f = fopen(log, "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, 65535, f);
     fclose(f);
     text[len] = '\0';
     assert_true(strncmp(text, "<5>listening on 127.0.0.1:", 26) == 0);
