@@ -22,7 +22,7 @@ static void usage(FILE *f)
     fputs("usage: spillway-scheduler [options]\n"
           "  --listen HOST:PORT        address to listen on (127.0.0.1:7400; port 0 = any)\n"
           "  --port-file PATH          write the bound host:port there once listening\n"
-          "  --secret-file PATH        cluster secret (mode 0600); peers must prove it\n"
+          "  --secret-file PATH        cluster secret (mode 0600 or 0640); peers must prove it\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --max-frame BYTES         largest frame accepted (64M)\n"
@@ -258,7 +258,9 @@ int main(int argc0, char **argv0)
         if (src != 0) {
             fprintf(stderr, "spillway-scheduler: secret file %s: %s%s\n", secret_file,
                     spw_strerror(src),
-                    src == SPW_EACCES ? " (it must not be readable by group or others)" : "");
+                    src == SPW_EACCES ? " (mode 0600 or 0640: no access for others, no "
+                                        "writing for its group)"
+                                      : "");
             goto out;
         }
         so.secret = secret;

@@ -1,14 +1,17 @@
 #!/bin/sh
 # Builds everything three times and runs the ctest suite in each: plain; with AddressSanitizer +
 # UndefinedBehaviorSanitizer + LeakSanitizer (the whole suite); with ThreadSanitizer (all but
-# the test labelled heavy, which takes minutes under it). Installs missing Debian packages first.
+# the test labelled heavy, which takes minutes under it). Installs missing Debian packages first,
+# with valgrind for the memcheck tests and systemd-container and debootstrap for the systemd
+# test (a booted Debian 12 container; it reports SKIP, with the reason, where nspawn cannot boot).
 #   ./tests/run.sh            # from the repository root
 # Environment: JOBS (parallel build and test jobs, default: cores), SPW_SKIP_ASAN=1 and
 # SPW_SKIP_TSAN=1 to skip a sanitizer build.
 set -eu
 cd "$(dirname "$0")/.."
-# chromium: the dashboard test loads the page in it (large, so only for the test run).
-SPW_EXTRA_PACKAGES="valgrind chromium" sh deploy/deps.sh
+# chromium: the dashboard test loads the page in it (large, so only for the test run);
+# systemd-container and debootstrap: the test that boots systemd.
+SPW_EXTRA_PACKAGES="valgrind chromium systemd-container debootstrap" sh deploy/deps.sh
 JOBS=${JOBS:-$(nproc)}
 # run_suite DIR "CTEST ARGS" CMAKE ARGS...
 run_suite() {

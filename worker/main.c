@@ -32,7 +32,7 @@ static void usage(FILE *f)
           "  --spill-map-max SIZE      largest LMDB map size (0 = the disk is the limit)\n"
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
-          "  --secret-file PATH        cluster secret (mode 0600)\n"
+          "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --version, --help\n",
@@ -81,6 +81,12 @@ static void on_ready(void *arg, int status)
 {
     app *a = arg;
     if (status != 0) {
+        /* Under systemd a Type=notify service that exits before READY=1 is a failed start
+         * ("Failed with result 'protocol'"), whatever its status. Saying READY first lets the
+         * unit's SuccessExitStatus=3 and RestartForceExitStatus=3 read the exit as what it is:
+         * no scheduler to serve yet, start again. */
+        spw_log(SPW_LOG_NOTICE, "no scheduler to register with: exiting with status 3");
+        spw_sd_notify("READY=1\nSTATUS=no scheduler to register with: exiting with status 3");
         a->exit_status = 3;
         stop(a);
         return;
@@ -284,7 +290,9 @@ int main(int argc0, char **argv0)
         if (src != 0) {
             fprintf(stderr, "spillway-worker: secret file %s: %s%s\n", secret_file,
                     spw_strerror(src),
-                    src == SPW_EACCES ? " (it must not be readable by group or others)" : "");
+                    src == SPW_EACCES ? " (mode 0600 or 0640: no access for others, no "
+                                        "writing for its group)"
+                                      : "");
             goto out;
         }
         wo.secret = secret;

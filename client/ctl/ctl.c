@@ -341,7 +341,8 @@ static void usage(FILE *f)
           "  --count N                 stop after N refreshes (0 = until interrupted)\n"
           "options:\n"
           "  --scheduler HOST:PORT     the scheduler ($SPILLWAY_SCHEDULER or 127.0.0.1:7400)\n"
-          "  --secret-file PATH        cluster secret (mode 0600)\n"
+          "  --secret-file PATH        cluster secret (default: $SPILLWAY_SECRET_FILE, else\n"
+          "                            /etc/spillway/secret if readable)\n"
           "  --json                    one JSON document instead of tables\n"
           "  --timeout MS              give up after this long (10000)\n"
           "  --version, --help\n",

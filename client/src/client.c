@@ -34,6 +34,25 @@ void spillway_opts_init(spillway_opts *o)
     o->name = "libspillway";
 }
 
+unsigned spillway_version(void)
+{
+    return SPILLWAY_VERSION_NUMBER;
+}
+
+const char *spillway_version_string(void)
+{
+    return SPW_VERSION;
+}
+
+void spillway_set_log(spillway_log_fn fn, int level)
+{
+    if (level < SPILLWAY_LOG_ERR)
+        level = SPILLWAY_LOG_ERR;
+    if (level > SPILLWAY_LOG_DEBUG)
+        level = SPILLWAY_LOG_DEBUG;
+    spw_log_set_sink(fn, level);
+}
+
 const char *spillway_strerror(int err)
 {
     return spw_strerror(err);
@@ -260,6 +279,23 @@ static bool is_ready(spillway *c, void *arg)
     return c->ready;
 }
 
+const char *spillway__secret_file(const spillway_opts *o)
+{
+    if (o->secret_file != NULL)
+        return o->secret_file;
+    const char *env = getenv("SPILLWAY_SECRET_FILE");
+    if (env != NULL && env[0] != '\0')
+        return env;
+    if (access(SPW_DEFAULT_SECRET_FILE, R_OK) == 0)
+        return SPW_DEFAULT_SECRET_FILE;
+    if (errno != ENOENT && errno != ENOTDIR)
+        spw_log(SPW_LOG_WARN,
+                "%s: %s: connecting without a cluster secret (members of its group, "
+                "usually spillway, can read it)",
+                SPW_DEFAULT_SECRET_FILE, strerror(errno));
+    return NULL;
+}
+
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out)
 {
     /* A worker or scheduler that goes away mid-write must give an error, not SIGPIPE. We only
@@ -278,8 +314,9 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         return SPW_EINVAL;
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    if (o->secret_file != NULL) {
-        int rc = proto_secret_load(o->secret_file, &secret, &secret_len);
+    const char *secret_file = spillway__secret_file(o);
+    if (secret_file != NULL) {
+        int rc = proto_secret_load(secret_file, &secret, &secret_len);
         if (rc != 0)
             return rc;
     }

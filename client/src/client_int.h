@@ -110,6 +110,10 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
 
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);
+/** The secret file a connection uses: opts->secret_file; else $SPILLWAY_SECRET_FILE if set and
+ * not empty; else SPW_DEFAULT_SECRET_FILE (/etc/spillway/secret) when it exists and this
+ * process may read it (a warning when it exists and may not); else NULL (no secret). */
+const char *spillway__secret_file(const spillway_opts *o);
 
 /** Sends one request to the scheduler and waits for its reply. enc builds the frame:
  * proto_enc_begin(e, out, TYPE, req, n) and its fields. on_reply sees the reply while it is

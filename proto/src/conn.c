@@ -308,7 +308,7 @@ int proto_secret_load(const char *path, uint8_t **secret, size_t *len)
     struct stat st;
     if (stat(path, &st) != 0)
         return -errno;
-    if ((st.st_mode & 077) != 0)
+    if ((st.st_mode & 027) != 0)
         return SPW_EACCES;
     char *data;
     size_t n;

@@ -51,8 +51,12 @@ int spw_daemon_ready(const char *addr, const char *port_file, const char *status
             return rc;
         }
     }
-    printf("READY %s\n", addr);
-    fflush(stdout);
+    /* The READY line is for whoever started us by hand or from a test; under systemd, with
+     * stdout going to the journal, READY=1 below says it and the line would only be noise. */
+    if (!spw_fd_is_journal(STDOUT_FILENO)) {
+        printf("READY %s\n", addr);
+        fflush(stdout);
+    }
     char state[256];
     snprintf(state, sizeof state, "READY=1\nSTATUS=%s\nMAINPID=%d", status, (int)getpid());
     spw_sd_notify(state);

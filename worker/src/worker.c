@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "worker_int.h"
@@ -324,12 +325,24 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
         goto fail;
     }
-    /* Same-host clients map the arena through this socket; abstract, so nothing to clean up. */
-    uint32_t rnd;
-    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
-        rnd = (uint32_t)spw_now_ns();
-    snprintf(w->local_name, sizeof w->local_name, "@spillway-worker-%d-%08x", (int)getpid(), rnd);
+    /* Same-host clients map the arena through this socket. Under systemd it is a file in the
+     * unit's RuntimeDirectory, mode 0660 so that members of the service's group may connect
+     * (systemd removes it with the directory); otherwise abstract, so nothing to clean up. */
+    const char *rtdir = getenv("RUNTIME_DIRECTORY");
+    if (rtdir != NULL && rtdir[0] == '/' && strchr(rtdir, ':') == NULL &&
+        strlen(rtdir) + sizeof "/local.sock" <= sizeof w->local_name) {
+        snprintf(w->local_name, sizeof w->local_name, "%s/local.sock", rtdir);
+        unlink(w->local_name); /* left by a worker that was killed */
+    } else {
+        uint32_t rnd;
+        if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+            rnd = (uint32_t)spw_now_ns();
+        snprintf(w->local_name, sizeof w->local_name, "@spillway-worker-%d-%08x", (int)getpid(),
+                 rnd);
+    }
     rc = proto_listen_unix(w->ctx, w->local_name, &wrk__peer_cbs, NULL, NULL);
+    if (rc == 0 && w->local_name[0] == '/' && chmod(w->local_name, 0660) != 0)
+        spw_log(SPW_LOG_WARN, "local socket %s: chmod: %s", w->local_name, strerror(errno));
     if (rc != 0) {
         spw_log(SPW_LOG_WARN, "no local socket (%s): same-host clients will use TCP",
                 spw_strerror(rc));

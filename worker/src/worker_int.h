@@ -164,7 +164,7 @@ struct wrk {
     char *plugin_paths[WRK_MAX_PLUGINS];
     char bound[64];
     char host_id[128];
-    char local_name[64];   /* abstract Unix socket for same-host clients */
+    char local_name[64];   /* Unix socket for same-host clients: abstract, or a path */
     proto_hello_worker hello;
     proto_ctx *ctx;
     proto_conn *sched;

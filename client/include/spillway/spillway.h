@@ -30,8 +30,22 @@
 extern "C" {
 #endif
 
+/* The version of this header; CMake reads it from here. spillway_version() gives the library's,
+ * which may be newer than the header a program was compiled with. */
 #define SPILLWAY_VERSION_MAJOR 0
 #define SPILLWAY_VERSION_MINOR 1
+#define SPILLWAY_VERSION_PATCH 0
+#define SPILLWAY_VERSION_NUMBER                                                                    \
+    (SPILLWAY_VERSION_MAJOR * 10000 + SPILLWAY_VERSION_MINOR * 100 + SPILLWAY_VERSION_PATCH)
+
+/* Marks the functions libspillway.so exports; everything else in it is hidden. */
+#ifndef SPILLWAY_API
+#if defined(__GNUC__) || defined(__clang__)
+#define SPILLWAY_API __attribute__((visibility("default")))
+#else
+#define SPILLWAY_API
+#endif
+#endif
 
 typedef struct spillway spillway;
 typedef struct spillway_graph spillway_graph;
@@ -43,7 +57,8 @@ typedef struct spillway_ref {
 } spillway_ref;
 
 typedef struct spillway_opts {
-    const char *secret_file; /* cluster secret (mode 0600), or NULL */
+    const char *secret_file; /* cluster secret; NULL: $SPILLWAY_SECRET_FILE if set, else
+                                /etc/spillway/secret if it exists and is readable, else none */
     int connect_timeout_ms;  /* 10000 */
     const char *name;        /* shown by spillway-ctl ("libspillway") */
     uint64_t inline_limit;   /* 0: use the scheduler's; arguments above it are put as objects */
@@ -52,23 +67,45 @@ typedef struct spillway_opts {
                                 SPILLWAY_NO_LOCAL set in the environment at connect) */
 } spillway_opts;
 
+/** The library's version: MAJOR * 10000 + MINOR * 100 + PATCH (compare SPILLWAY_VERSION_NUMBER). */
+SPILLWAY_API unsigned spillway_version(void);
+/** The library's version as "MAJOR.MINOR.PATCH". Never NULL. */
+SPILLWAY_API const char *spillway_version_string(void);
+
+/** Log levels (syslog's numbers). */
+enum spillway_log_level {
+    SPILLWAY_LOG_ERR = 3,
+    SPILLWAY_LOG_WARN = 4,
+    SPILLWAY_LOG_NOTICE = 5,
+    SPILLWAY_LOG_INFO = 6,
+    SPILLWAY_LOG_DEBUG = 7,
+};
+/** Receives one message of the library: its level and its text (one line, no newline). Called
+ * from whichever thread is inside a spillway call. */
+typedef void (*spillway_log_fn)(int level, const char *msg);
+/** Where the library's messages go. By default only warnings and errors, each distinct one once
+ * per process, to stderr ("libspillway: warning: ..."). After this call every message at or
+ * below level reaches fn (stderr when fn is NULL), repeats included. Process-wide; call it
+ * before connecting. */
+SPILLWAY_API void spillway_set_log(spillway_log_fn fn, int level);
+
 /** Fills o with the defaults. */
-void spillway_opts_init(spillway_opts *o);
+SPILLWAY_API void spillway_opts_init(spillway_opts *o);
 
 /** Connects to the scheduler at "HOST:PORT".
  * @param[in] opts options, or NULL for the defaults.
  * @param[out] out the connection; untouched on failure.
  * @return 0; SPW_EINVAL (bad address); SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
  *         SPW_EAUTH (secret mismatch); SPW_EVERSION; -errno reading the secret file. */
-int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
+SPILLWAY_API int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
 /** Closes the connection; the scheduler drops every reference it held. NULL is a no-op. */
-void spillway_close(spillway *c);
+SPILLWAY_API void spillway_close(spillway *c);
 
 /** Text for an error code. Never NULL. */
-const char *spillway_strerror(int err);
+SPILLWAY_API const char *spillway_strerror(int err);
 /** Detail of the last failed call on c (for a failed task, its error text). Never NULL.
  * @note valid until the next call on c. */
-const char *spillway_errmsg(const spillway *c);
+SPILLWAY_API const char *spillway_errmsg(const spillway *c);
 
 #define SPILLWAY_STR_(x) #x
 #define SPILLWAY_STR(x) SPILLWAY_STR_(x)
@@ -82,8 +119,8 @@ const char *spillway_errmsg(const spillway *c);
  * worker's store once. The data is copied; the caller may reuse it on return.
  * @return 0; SPW_EINVAL for len 0; SPW_ETOOBIG if no store is large enough; SPW_ENOWORKER;
  *         SPW_EBACKPRESSURE if the store stayed full; SPW_ECLOSED. */
-int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
-                    const char *site);
+SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len,
+                                 spillway_ref *out, const char *site);
 #define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
 
 /** Puts len bytes once and places a copy on every worker (nworkers 0) or on nworkers of them,
@@ -92,20 +129,21 @@ int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out
  * however many tasks use it; a worker that joins later fetches it when a task there needs it.
  * The client holds one reference (kind BROADCAST); release it once.
  * @return as spillway_put; SPW_EOBJLOST if no worker could take a copy. */
-int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
-                        spillway_ref *out, const char *site);
+SPILLWAY_API int spillway_scatter_at(spillway *c, const void *data, size_t len,
+                                     unsigned nworkers, spillway_ref *out, const char *site);
 #define spillway_scatter(c, data, len, nworkers, out)                                              \
     spillway_scatter_at((c), (data), (len), (nworkers), (out), SPILLWAY_SITE)
 /** Places copies of an object this client holds on every worker (0) or on nworkers. */
-int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers);
+SPILLWAY_API int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers);
 
 /** Gets an object or a kept task's result, waiting up to timeout_ms (-1: forever) for it to
  * exist. *data is a heap copy the caller frees with spillway_free().
  * @return 0; SPW_ETASKFAILED / SPW_EDEPFAILED (errmsg has the task's text); SPW_ETIMEDOUT;
  *         SPW_ENOOBJ (unknown or released); SPW_EOBJLOST. */
-int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len);
+SPILLWAY_API int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data,
+                              size_t *len);
 /** Frees what spillway_get returned. */
-void spillway_free(void *p);
+SPILLWAY_API void spillway_free(void *p);
 
 /** A read-only view of an object, straight from a worker's shared memory when the worker is on
  * this host (no copy), or a private copy otherwise. Release it with spillway_view_release. */
@@ -115,15 +153,16 @@ typedef struct spillway_view {
     int zero_copy;  /* 1 when data points into a store's shared memory */
     void *priv;
 } spillway_view;
-int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view);
-void spillway_view_release(spillway *c, spillway_view *view);
+SPILLWAY_API int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms,
+                                   spillway_view *view);
+SPILLWAY_API void spillway_view_release(spillway *c, spillway_view *view);
 
 /** Drops a reference this client holds.
  * @return 0, or SPW_ENOTHELD if it is not held (never held, or released already). */
-int spillway_release(spillway *c, spillway_ref ref);
+SPILLWAY_API int spillway_release(spillway *c, spillway_ref ref);
 /** Releases n references in one message. Ones not held are skipped (nothing changes for them).
  * @return 0, or SPW_ENOTHELD if any was not held (errmsg names the first). */
-int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n);
+SPILLWAY_API int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n);
 
 /* ------------------------------------------------------------------- graphs */
 
@@ -170,7 +209,7 @@ static inline spillway_arg spillway_arg_view(spillway_ref r, uint64_t off, uint6
 #define SPILLWAY_KEEP 1u /* keep the result: the client holds a reference until it releases it */
 
 /** Starts a graph. @return the graph, or NULL if out of memory. */
-spillway_graph *spillway_graph_new(spillway *c);
+SPILLWAY_API spillway_graph *spillway_graph_new(spillway *c);
 /** Adds a task running fn(args...). Its output can be an argument of later tasks in this graph;
  * with SPILLWAY_KEEP it can also be waited for, fetched and used by later graphs.
  * BYTES arguments are copied now. One larger than the inline limit is not embedded: it is put
@@ -180,28 +219,29 @@ spillway_graph *spillway_graph_new(spillway *c);
  * warning names the task and the size.)
  * @param[out] out the task's output (may be NULL).
  * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind). */
-int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                     unsigned flags, spillway_ref *out, const char *site);
+SPILLWAY_API int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args,
+                                  size_t nargs, unsigned flags, spillway_ref *out,
+                                  const char *site);
 #define spillway_task(g, fn, args, nargs, flags, out)                                              \
     spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
 /** Binds the tasks added next to the worker named worker (its --name); NULL or "" lifts the
  * binding. Such tasks wait for that worker, and fail with SPW_ENOWORKER if none of that name
  * is connected within the scheduler's --place-wait (a task run again to re-make an object lost
  * with its worker runs anywhere). For benchmarks, data placement and tests. */
-int spillway_graph_place(spillway_graph *g, const char *worker);
+SPILLWAY_API int spillway_graph_place(spillway_graph *g, const char *worker);
 /** Caps on a graph's work in flight: tasks assigned at once and bytes of outputs produced and
  * not yet consumed (0: the scheduler's defaults). */
-int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes);
+SPILLWAY_API int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes);
 /** Sends the graph. Returns once the scheduler has accepted every task (tasks then run in the
  * background). site is the call site shown by spillway-ctl jobs and the dashboard
  * (spillway_submit passes the caller's file:line). @return 0, or the first refusal (errmsg says
  * which task and why). */
-int spillway_submit_at(spillway_graph *g, const char *site);
-int spillway_submit(spillway_graph *g);
+SPILLWAY_API int spillway_submit_at(spillway_graph *g, const char *site);
+SPILLWAY_API int spillway_submit(spillway_graph *g);
 #define spillway_submit(g) spillway_submit_at((g), SPILLWAY_SITE)
 /** The graph's id, for spillway_graph_status; valid after spillway_graph_free too. */
-uint64_t spillway_graph_id(const spillway_graph *g);
-void spillway_graph_free(spillway_graph *g);
+SPILLWAY_API uint64_t spillway_graph_id(const spillway_graph *g);
+SPILLWAY_API void spillway_graph_free(spillway_graph *g);
 
 /** A submitted graph's progress, as the scheduler counts it. */
 typedef struct spillway_graph_progress {
@@ -222,7 +262,7 @@ typedef struct spillway_graph_progress {
  * until 32 newer ones have finished.
  * @return 0; SPW_ENOOBJ if the scheduler knows no such graph of this client; SPW_ECLOSED,
  *         SPW_ETIMEDOUT (10 s). */
-int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out);
+SPILLWAY_API int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out);
 
 /** map_blocks: one task per block of an object, over views (no copies). */
 typedef struct spillway_map_opts {
@@ -240,10 +280,10 @@ typedef struct spillway_map_opts {
  * (free the array with spillway_free, release each reference); with reduce, one.
  * @return 0; SPW_EINVAL (no block size or count, bad arguments); the input's error if it is a
  *         failed task; a submission error. */
-int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
-                           const spillway_arg *shared, size_t nshared,
-                           const spillway_map_opts *opts, spillway_ref **results,
-                           size_t *nresults, const char *site);
+SPILLWAY_API int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
+                                        const spillway_arg *shared, size_t nshared,
+                                        const spillway_map_opts *opts, spillway_ref **results,
+                                        size_t *nresults, const char *site);
 #define spillway_map_blocks(c, fn, input, shared, nshared, opts, results, nresults)                \
     spillway_map_blocks_at((c), (fn), (input), (shared), (nshared), (opts), (results),            \
                            (nresults), SPILLWAY_SITE)
@@ -251,10 +291,10 @@ int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
 /** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
  * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);
  *         SPW_ETIMEDOUT; SPW_ENOTHELD for a reference this client does not hold. */
-int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms);
+SPILLWAY_API int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms);
 
 /** The raw 32-hex-digit form of a reference, NUL terminated in out (33 bytes). */
-char *spillway_ref_hex(spillway_ref ref, char out[33]);
+SPILLWAY_API char *spillway_ref_hex(spillway_ref ref, char out[33]);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,18 @@
 extern "C" {
 #endif
 
+/* -------------------------------------------------------------- errors */
+
+/** Message for an error code. Never NULL; unknown codes get a generic text.
+ * @param[in] err a spillway error code or -errno.
+ * @return a static string. */
+const char *spw_strerror(int err);
+
+/** Symbolic name of an error code ("SPW_ENOOBJ", "SPW_ENOMEM", "SPW_OK").
+ * Never NULL; unknown codes return "SPW_E?" (with the numeric value written by the caller).
+ * @return a static string. */
+const char *spw_err_name(int err);
+
 /* ---------------------------------------------------------------- ids */
 
 /** A 128-bit object or task id. Ids are printed as 32 lower-case hex digits (hi then lo),
@@ -66,14 +78,27 @@ enum spw_log_level {
 
 extern int spw_log_level; /* messages above this level are not even formatted */
 
-/** Sets the program name printed on each line and the level. */
+/** For programs (daemons, spillway-ctl): sets the program name printed on each line and the
+ * level; every message goes to stderr as "<N>progname[pid]: text". When stderr is the journal
+ * (JOURNAL_STREAM names it), lines are "<N>text": journald adds the name and pid itself. A
+ * child process (an executor) started by such a program keeps its own "name[pid]: " so its
+ * lines stay told apart from its parent's in the parent's stream.
+ * Without a call (the library in someone's program), the level is SPW_LOG_WARN, each distinct
+ * message is written once per process, to the sink set with spw_log_set_sink or else to stderr
+ * as "libspillway: warning: text". */
 void spw_log_init(const char *progname, int level);
+/** Where the library's messages go: fn(level, text) (NULL: stderr), those at or below level,
+ * every one (no once-only filter). Not for programs that called spw_log_init. */
+typedef void (*spw_log_sink_fn)(int level, const char *msg);
+void spw_log_set_sink(spw_log_sink_fn fn, int level);
+/** True when fd is the systemd journal's stream for this service (JOURNAL_STREAM). */
+bool spw_fd_is_journal(int fd);
 /** Parses "err|warn|notice|info|debug". @return the level, or SPW_EINVAL. */
 int spw_log_level_parse(const char *s);
 void spw_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/** Logs one line to stderr with a "<N>" syslog prefix, so journald files it at the right
- * priority. The level is checked before the arguments are evaluated. */
+/** Logs one line (see spw_log_init for where it goes). The level is checked before the
+ * arguments are evaluated. */
 #define spw_log(level, ...)                                                                        \
     do {                                                                                           \
         if ((level) <= spw_log_level)                                                              \

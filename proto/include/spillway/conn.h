@@ -102,7 +102,8 @@ enum { PROTO_IO_FRAMES_IN, PROTO_IO_FRAMES_OUT, PROTO_IO_BYTES_IN, PROTO_IO_BYTE
 /** Frames and bytes every connection of ctx received and queued for sending since it was made
  * (bytes in include object chunks received straight into a store). Cannot fail. */
 void proto_ctx_io(const proto_ctx *ctx, uint64_t out[PROTO_IO_COUNT]);
-/** Reads a secret file (must not be readable by group or others).
+/** Reads a secret file. Its group may read it (mode 0640, group spillway: members may submit
+ * jobs), nobody else may, and its group may not write it.
  * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
 int proto_secret_load(const char *path, uint8_t **secret, size_t *len);
 

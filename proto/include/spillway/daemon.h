@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 /** Reports that a daemon is ready: writes "host:port\n" to port_file (atomically, if given),
- * prints "READY host:port" on stdout, and tells systemd (READY=1) when NOTIFY_SOCKET is set.
+ * prints "READY host:port" on stdout unless stdout is the journal (JOURNAL_STREAM), and tells
+ * systemd (READY=1) when NOTIFY_SOCKET is set.
  * @return 0 or the error writing port_file. */
 int spw_daemon_ready(const char *addr, const char *port_file, const char *status);
 /** Sends a raw sd_notify state string ("STOPPING=1"); a no-op outside systemd. */

@@ -4,7 +4,8 @@
  * 0 is success. System errors are negative errno values (SPW_ENOMEM == -ENOMEM), so a failed
  * syscall or libuv call (libuv's codes are -errno on Unix) can be returned as is. spillway's own
  * codes sit in -1000..-1999. Names and messages come from the single table below, which
- * generates the enum, spw_strerror() and spw_err_name(); add a row here rather than a private
+ * generates the enum, spw_strerror() and spw_err_name() (declared in spillway/base.h: they are
+ * internal; programs use spillway_strerror()); add a row here rather than a private
  * strerror anywhere else. Foreign codes (LMDB, zstd, msgpack) are translated at the boundary.
  */
 #ifndef SPW_ERROR_H
@@ -73,16 +74,6 @@ typedef enum spw_err {
     SPW_ERRNO_MAP(SPW_ERR_ENUM_ROW) SPW_OWN_ERROR_MAP(SPW_ERR_ENUM_ROW)
 #undef SPW_ERR_ENUM_ROW
 } spw_err;
-
-/** Message for an error code. Never NULL; unknown codes get a generic text.
- * @param[in] err a spillway error code or -errno.
- * @return a static string. */
-const char *spw_strerror(int err);
-
-/** Symbolic name of an error code ("SPW_ENOOBJ", "SPW_ENOMEM", "SPW_OK").
- * Never NULL; unknown codes return "SPW_E?" (with the numeric value written by the caller).
- * @return a static string. */
-const char *spw_err_name(int err);
 
 #ifdef __cplusplus
 }
