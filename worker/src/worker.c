@@ -30,6 +30,15 @@ void wrk_opts_default(wrk_opts *o)
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
 }
 
+uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    uint64_t left = phys > capacity + WRK_NODE_MARGIN ? phys - capacity - WRK_NODE_MARGIN : 0;
+    uint64_t v = left / 2 / (slots ? slots : 1);
+    return v < (64ULL << 20) ? 64ULL << 20 : v;
+}
+
 /* Loads a plugin in this process to refuse a bad one before any executor depends on it. */
 static int plugin_check(const char *path)
 {
@@ -98,8 +107,18 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
     v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
     v[PROTO_STAT_EVICTIONS] = st.evictions;
+<<<<<<< HEAD
     v[PROTO_STAT_SPILL_AT] = (uint64_t)((double)st.capacity * w->opts.store.spill_threshold);
     v[PROTO_STAT_PAUSE_AT] = (uint64_t)((double)st.capacity * w->opts.store.pause_threshold);
+=======
+    v[PROTO_STAT_TASK_MEM_LIMIT] = w->opts.task_mem_limit;
+    v[PROTO_STAT_NODE_BUDGET] =
+        w->opts.task_mem_limit != 0
+            ? st.capacity + (uint64_t)w->nexec * w->opts.task_mem_limit + WRK_NODE_MARGIN
+            : 0;
+    v[PROTO_STAT_EXEC_RECYCLES] = w->exec_recycles;
+    v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
+>>>>>>> 9247997 (Executors leave through their cleanup on every path; per-task memory limit, executor recycling, TASK_CANCEL)
 }
 
 static void put_stats(proto_enc *e, wrk *w)
@@ -182,6 +201,7 @@ static void timer_cb(uv_timer_t *t)
     wrk *w = t->data;
     wrk__parked_expire(w);
     wrk__mem_check(w);
+    wrk__exec_maintain(w);
     send_heartbeat(w);
 }
 
@@ -221,6 +241,9 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     }
     case PROTO_OBJ_LIST_REQ:
         send_obj_list(w, m->req);
+        return;
+    case PROTO_TASK_CANCEL:
+        wrk__task_cancel(w, m);
         return;
     case PROTO_ERROR: {
         char msg[256];
@@ -366,6 +389,14 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
 
     w->nexec = o->slots;
     w->execs = spw_calloc(SPW_MOD_WORKER, w->nexec, sizeof *w->execs);
+    if (o->task_mem_limit != 0 && wrk__cgroup_setup(w) == 0)
+        spw_log(SPW_LOG_NOTICE, "task memory limit %llu bytes per executor: cgroup v2 memory.max "
+                                "under %s",
+                (unsigned long long)o->task_mem_limit, w->cgroup);
+    else if (o->task_mem_limit != 0)
+        spw_log(SPW_LOG_INFO, "task memory limit %llu bytes per executor: RLIMIT_DATA (no "
+                              "delegated cgroup v2)",
+                (unsigned long long)o->task_mem_limit);
     for (uint32_t i = 0; i < w->nexec; i++) {
         w->execs[i].w = w;
         w->execs[i].idx = i;
@@ -401,6 +432,7 @@ void wrk__maybe_done(wrk *w)
     int status = w->close_status;
     wrk__tasks_free_all(w);
     ost_store_free(w->store);
+    wrk__cgroup_cleanup(w);
     spw_free(w->execs);
     for (uint32_t i = 0; i < WRK_MAX_PLUGINS; i++)
         spw_free(w->plugin_paths[i]);
