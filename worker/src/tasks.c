@@ -389,8 +389,10 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     }
     proto_conn *c = t->ex->conn;
     if (status != 0) {
-        proto_conn_error(c, req, status, "cannot allocate %llu bytes for the output: %s",
-                         (unsigned long long)size, spw_strerror(status));
+        const char *why = status == SPW_ESPILLFULL ? ost_store_full_reason(w->store) : "";
+        proto_conn_error(c, req, status, "cannot allocate %llu bytes for the output: %s%s%s",
+                         (unsigned long long)size, spw_strerror(status), why[0] ? ": " : "",
+                         why);
         return;
     }
     t->out = o;

