@@ -68,6 +68,7 @@ struct ost_store {
     int busy;           /* threadpool jobs in flight */
     ost_stats st;
     struct ost_spill *spill;
+    uint64_t trimmed;   /* bytes punched by the ost_store_trim running now */
 };
 
 void ost__lru_update(ost_store *s, ost_obj *o);

@@ -670,6 +670,52 @@ static void exec_exit(uv_process_t *p, int64_t status, int term_signal)
     uv_close((uv_handle_t *)p, exec_proc_closed);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+extern char **environ;
+/* Under AddressSanitizer an executor with a memory limit runs without ASan's quarantine: freed
+ * task memory would stay mapped in it and count against RLIMIT_DATA, and ASan dies, rather
+ * than fail the allocation, when the quarantine itself cannot grow. */
+static char **exec_env(wrk *w)
+{
+    if (w->opts.task_mem_limit == 0)
+        return NULL;
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = spw_calloc(SPW_MOD_WORKER, n + 2, sizeof *env);
+    size_t k = 0;
+    const char *asan = "";
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(environ[i], "ASAN_OPTIONS=", 13) == 0)
+            asan = environ[i] + 13;
+        else
+            env[k++] = spw_strdup(SPW_MOD_WORKER, environ[i]);
+    }
+    size_t len = strlen(asan) + 64;
+    env[k] = spw_malloc(SPW_MOD_WORKER, len);
+    snprintf(env[k], len, "ASAN_OPTIONS=%s%squarantine_size_mb=0", asan, asan[0] ? ":" : "");
+    return env;
+}
+
+static void exec_env_free(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        spw_free(env[i]);
+    spw_free(env);
+}
+#else
+static char **exec_env(wrk *w)
+{
+    (void)w;
+    return NULL;
+}
+
+static void exec_env_free(char **env)
+{
+    (void)env;
+}
+#endif
+
 int wrk__exec_start(wrk *w, wrk_exec *ex)
 {
     int sv[2];
@@ -711,8 +757,10 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     po.exit_cb = exec_exit;
     po.stdio = stdio;
     po.stdio_count = 5;
+    po.env = exec_env(w);
     ex->proc.data = ex;
     int rc = uv_spawn(w->loop, &ex->proc, &po);
+    exec_env_free(po.env);
     close(sv[1]);
     if (rc != 0) {
         close(sv[0]);

@@ -206,6 +206,7 @@ static void timer_cb(uv_timer_t *t)
     wrk__parked_expire(w);
     wrk__mem_check(w);
     wrk__exec_maintain(w);
+    ost_store_trim(w->store); /* freed arena pages back to the kernel */
     send_heartbeat(w);
 }
 

@@ -172,6 +172,12 @@ void ost_store_foreach(const ost_store *s, void (*fn)(void *arg, const ost_obj *
  * @return 0, or SPW_ENOOBJ for an unknown id (nothing changes). */
 int ost_obj_delete(ost_store *s, spw_id id);
 
+/** Hands the arena's free pages back to the kernel (punches them out of the memfd) when the
+ * arena holds more than `used` + OST_TRIM_SLACK bytes. Walks the free blocks: call it from a
+ * timer, not per allocation. @return bytes of free ranges punched (0: nothing to do). */
+uint64_t ost_store_trim(ost_store *s);
+#define OST_TRIM_SLACK (4ULL << 20)
+
 /** Starts spilling now if the store is above its threshold (runs in bounded slices on the
  * loop). Called after allocations and by the worker's timer. */
 void ost_store_maintain(ost_store *s);
