@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -206,7 +207,10 @@ static void timer_cb(uv_timer_t *t)
     wrk__parked_expire(w);
     wrk__mem_check(w);
     wrk__exec_maintain(w);
-    ost_store_trim(w->store); /* freed arena pages back to the kernel */
+    /* Freed arena pages back to the kernel; and when that found something to give back (a job's
+     * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
+    if (ost_store_trim(w->store) > 0)
+        malloc_trim(0);
     send_heartbeat(w);
 }
 
