@@ -88,6 +88,11 @@ bool ost__spill_full(const ost_store *s)
     return s->spill != NULL && s->spill->full;
 }
 
+bool ost__spill_pending(const ost_store *s)
+{
+    return s->spill != NULL && s->spill->spilling_bytes > 0 && !s->spill->quiescing;
+}
+
 const char *ost_store_full_reason(const ost_store *s)
 {
     return ost__spill_full(s) ? s->spill->full_why : "";

@@ -333,8 +333,11 @@ void ost__waiters_retry(ost_store *s)
         } else {
             rc = create_now(s, w->id, w->size, &o);
         }
-        if (rc == SPW_ENOMEM && now < w->deadline_ns)
-            break; /* first come, first served: a big request is not starved by small ones */
+        /* First come, first served: a big request is not starved by small ones. Past its
+         * deadline it still waits for the spills under way, whose outcome says whether room is
+         * coming or the spill storage is full (they end: nothing is spilled twice). */
+        if (rc == SPW_ENOMEM && (now < w->deadline_ns || ost__spill_pending(s)))
+            break;
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
         if (rc == SPW_ENOMEM) {

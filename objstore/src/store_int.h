@@ -91,5 +91,7 @@ void ost__restore_start(ost_store *s, ost_obj *o);
 /* Fails the getters of a restoring object that could not get memory. */
 void ost__restore_fail(ost_store *s, ost_obj *o, int status);
 bool ost__spill_full(const ost_store *s);
+/* Spills queued or running. */
+bool ost__spill_pending(const ost_store *s);
 
 #endif
