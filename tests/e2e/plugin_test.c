@@ -1,9 +1,12 @@
 /* A task plugin for the end-to-end tests: built as a shared library and loaded by workers with
  * --plugin. It links nothing of spillway's; everything arrives through the ABI table. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "spillway/task.h"
 
@@ -102,9 +105,31 @@ __attribute__((destructor)) static void leaks_free(void)
         free(spw_test_leaked[i]);
 }
 
-static const spw_plugin_fn fns[] = {
-    {"reverse", reverse}, {"xor_key", xor_key}, {"hog", hog}, {"leak", leak}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 4};
+/* mark_sleep(path, ms): creates the file `path` (a test waits for it: the task has started),
+ * then sleeps ms. */
+static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t ms;
+    char path[512];
+    if (nargs != 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &ms)) {
+        spw_task_fail(ctx, "mark_sleep takes a path and a u64 of milliseconds");
+        return -1;
+    }
+    memcpy(path, args[0].data, args[0].len);
+    path[args[0].len] = '\0';
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return 0;
+}
+
+static const spw_plugin_fn fns[] = {{"reverse", reverse}, {"xor_key", xor_key}, {"hog", hog},
+                                    {"leak", leak},       {"mark_sleep", mark_sleep}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 5};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

@@ -204,7 +204,8 @@ static uint64_t worker_memory(int pid)
     return (uint64_t)status_kib(pid, "RssAnon") * 1024 + fd_blocks(pid, "/memfd:spillway-worker");
 }
 
-#define RSS_SLACK (24ULL << 20) /* see README: arena within 4 MiB of used, heap within 20 MiB */
+#define RSS_SLACK (32ULL << 20) /* see README: arena within 4 MiB of used, private memory
+                                   within 28 MiB of its start */
 
 typedef struct back_arg {
     h_cluster *c;

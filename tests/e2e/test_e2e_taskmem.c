@@ -276,6 +276,11 @@ static bool worker_busy(void *arg)
     return figure(arg, "w0", false, "assigned") >= 1;
 }
 
+static bool file_exists(void *arg)
+{
+    return access(arg, F_OK) == 0;
+}
+
 /* A worker stopped while its executor runs a task exits 0; the executor finishes the task and
  * leaves through its cleanup (under valgrind: nothing lost, not even "possibly"). */
 static void worker_stopped_mid_task_exits_cleanly(void **state)
@@ -288,12 +293,15 @@ static void worker_stopped_mid_task_exits_cleanly(void **state)
     h_worker_start(&c, args);
     spillway *cl = e2e_connect(&c);
     spillway_graph *g = spillway_graph_new(cl);
-    spillway_arg a = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 3000 : 1000);
+    char mark[512];
+    snprintf(mark, sizeof mark, "%s/started", c.dir);
+    /* Short enough for the executor to finish and exit before the worker's 5 s deadline. */
+    spillway_arg a[2] = {spillway_arg_bytes(mark, strlen(mark)), spillway_arg_u64(1000)};
     spillway_ref r;
-    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_task(g, "mark_sleep", a, 2, SPILLWAY_KEEP, &r), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    assert_true(h_eventually(worker_busy, &c, 30000));
+    assert_true(h_eventually(file_exists, mark, 60000)); /* running in the executor */
     int st = h_worker_kill(&c, 0, SIGTERM);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
