@@ -108,10 +108,8 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_PEAK_USED] = st.peak_used;
     v[PROTO_STAT_SPILL_ENTRIES] = st.spill_entries;
     v[PROTO_STAT_EVICTIONS] = st.evictions;
-<<<<<<< HEAD
     v[PROTO_STAT_SPILL_AT] = (uint64_t)((double)st.capacity * w->opts.store.spill_threshold);
     v[PROTO_STAT_PAUSE_AT] = (uint64_t)((double)st.capacity * w->opts.store.pause_threshold);
-=======
     v[PROTO_STAT_TASK_MEM_LIMIT] = w->opts.task_mem_limit;
     v[PROTO_STAT_NODE_BUDGET] =
         w->opts.task_mem_limit != 0
@@ -119,7 +117,6 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
             : 0;
     v[PROTO_STAT_EXEC_RECYCLES] = w->exec_recycles;
     v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
->>>>>>> 9247997 (Executors leave through their cleanup on every path; per-task memory limit, executor recycling, TASK_CANCEL)
 }
 
 static void put_stats(proto_enc *e, wrk *w)

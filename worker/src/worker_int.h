@@ -221,10 +221,8 @@ void wrk__dispatch(wrk *w);
 int wrk__exec_start(wrk *w, wrk_exec *ex);
 void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *msg);
 void wrk__tasks_free_all(wrk *w);
-<<<<<<< HEAD
 /* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
 void wrk__started_flush(wrk *w);
-=======
 /* Replaces executors marked for recycling that are idle; checks idle executors' memory. */
 void wrk__exec_maintain(wrk *w);
 /* The scheduler cancels tasks of a client that went away: those not started are dropped. */
@@ -234,7 +232,6 @@ int wrk__cgroup_setup(wrk *w);
 void wrk__cgroup_cleanup(wrk *w);
 int wrk__cgroup_exec_dir(wrk *w, uint32_t idx, char *out, size_t outlen);
 uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx);
->>>>>>> 9247997 (Executors leave through their cleanup on every path; per-task memory limit, executor recycling, TASK_CANCEL)
 
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;
