@@ -52,6 +52,15 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* The tmpfs a test mounted, unmounted at exit even when an assertion ends the test early. */
+static char mounted[512];
+
+static void unmount_at_exit(void)
+{
+    if (mounted[0] != '\0')
+        umount2(mounted, MNT_DETACH);
+}
+
 /* ------------------------------------------------------------------ cases */
 
 /* A spill directory on a 16 MiB tmpfs fills up: the allocations waiting on spilling fail
@@ -75,6 +84,8 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
         h_cluster_stop(&c);
         exit(SKIP_CODE);
     }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    atexit(unmount_at_exit);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "2000",
                                 "--spill-dir", dir, NULL};
     h_worker_start(&c, args);
@@ -142,6 +153,7 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
     if (found != 0)
         h_dump_logs(&c);
     umount2(dir, MNT_DETACH); /* the worker keeps its (unlinked) files until it exits */
+    mounted[0] = '\0';
     assert_true(h_cluster_stop(&c));
     assert_int_equal(found, 0);
 }
