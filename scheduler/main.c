@@ -43,6 +43,7 @@ static void usage(FILE *f)
           "                            token: always (needs --secret-file) (auto)\n"
           "  --http-sample MS          dashboard history interval (1000)\n"
           "  --http-history N          dashboard history samples kept (600)\n"
+          "  --graph-max-total N       tasks one submitted graph may have (2000000; 0 = none)\n"
           "  --version, --help\n",
           f);
 }
@@ -131,6 +132,7 @@ int main(int argc0, char **argv0)
         {"http-auth", required_argument, 0, 'A'},
         {"http-sample", required_argument, 0, 'M'},
         {"http-history", required_argument, 0, 'N'},
+        {"graph-max-total", required_argument, 0, 'G'},
         {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -225,6 +227,10 @@ int main(int argc0, char **argv0)
                 fprintf(stderr, "spillway-scheduler: --http-history must be 2..100000\n");
                 goto out;
             }
+            break;
+        case 'G':
+            if (parse_bytes("graph-max-total", optarg, &so.graph_max_total) != 0)
+                goto out;
             break;
         case 'V':
             printf("spillway-scheduler %s\n", SPW_VERSION);

@@ -14,6 +14,21 @@
 #include "spillway/daemon.h"
 #include "spillway/worker.h"
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* Under a task memory limit an allocation may fail; the sanitizers' allocators then return
+ * NULL, as malloc does, rather than abort (the task fails with SPW_ETASKMEM). */
+#if defined(__SANITIZE_ADDRESS__)
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+#else
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+#endif
+{
+    return "allocator_may_return_null=1";
+}
+#endif
+
 static void usage(FILE *f)
 {
     fputs("usage: spillway-worker [options]\n"
@@ -30,6 +45,11 @@ static void usage(FILE *f)
           "  --spill-compression-level N  zstd level for spilled objects (1)\n"
           "  --spill-map-size SIZE     initial LMDB map size (4 x capacity)\n"
           "  --spill-map-max SIZE      largest LMDB map size (0 = the disk is the limit)\n"
+          "  --task-memory-limit SIZE|N%  memory a task may use in its executor; 0 = none\n"
+          "                            (half of what the store leaves, shared by the slots)\n"
+          "  --executor-max-tasks N    replace an executor after N tasks (0 = never)\n"
+          "  --executor-max-rss SIZE   replace an executor whose private memory passes SIZE\n"
+          "                            (half the task memory limit; 0 = never)\n"
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
@@ -117,6 +137,7 @@ int main(int argc0, char **argv0)
     app a;
     memset(&a, 0, sizeof a);
     const char *secret_file = NULL, *spill_dir = NULL;
+    bool task_mem_set = false, rss_set = false;
     static const struct option longopts[] = {
         {"scheduler", required_argument, 0, 'S'},
         {"listen", required_argument, 0, 'l'},
@@ -131,6 +152,9 @@ int main(int argc0, char **argv0)
         {"spill-compression-level", required_argument, 0, 'z'},
         {"spill-map-size", required_argument, 0, 'm'},
         {"spill-map-max", required_argument, 0, 'M'},
+        {"task-memory-limit", required_argument, 0, 'K'},
+        {"executor-max-tasks", required_argument, 0, 'X'},
+        {"executor-max-rss", required_argument, 0, 'R'},
         {"plugin", required_argument, 0, 'P'},
         {"name", required_argument, 0, 'N'},
         {"secret-file", required_argument, 0, 's'},
@@ -224,6 +248,37 @@ int main(int argc0, char **argv0)
                 wo.store.spill_map_max = v;
             break;
         }
+        case 'K':
+            if (strcmp(optarg, "0") == 0) {
+                task_mem_set = true;
+                wo.task_mem_limit = 0;
+            } else if (spw_capacity_parse(optarg, &wo.task_mem_limit) != 0 ||
+                       wo.task_mem_limit < (1u << 20)) {
+                fprintf(stderr, "spillway-worker: --task-memory-limit wants a size (>= 1M), a "
+                                "percentage of memory or 0, got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            task_mem_set = true;
+            break;
+        case 'X': {
+            unsigned long long n = strtoull(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || optarg[0] == '-') {
+                fprintf(stderr, "spillway-worker: --executor-max-tasks wants a count, got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            wo.exec_max_tasks = n;
+            break;
+        }
+        case 'R':
+            if (spw_size_parse(optarg, &wo.exec_max_rss) != 0) {
+                fprintf(stderr, "spillway-worker: --executor-max-rss wants a size, got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            rss_set = true;
+            break;
         case 'P':
             if (wo.nplugins == WRK_MAX_PLUGINS) {
                 fprintf(stderr, "spillway-worker: at most %d plugins\n", WRK_MAX_PLUGINS);
@@ -271,6 +326,10 @@ int main(int argc0, char **argv0)
                         "pause-threshold\n");
         goto out;
     }
+    if (!task_mem_set)
+        wo.task_mem_limit = wrk_task_mem_default(wo.store.capacity, wo.slots);
+    if (!rss_set)
+        wo.exec_max_rss = wo.task_mem_limit / 2;
     /* Spilling is on unless asked otherwise: under systemd in the unit's state directory,
      * else in /var/tmp (on disk, unlike a tmpfs /tmp). Files are unlinked once open. */
     char spill_default[4096];

@@ -59,6 +59,21 @@ static void print_status(json_t *doc)
                json_string_value(json_object_get(w, "state")), usedcap,
                human(ctldoc_u(mem, "pinned"), pin), human(ctldoc_u(mem, "spilled_bytes"), sp), objs);
     }
+    printf("\nnode memory budget (store + slots x task limit + margin):\n");
+    json_array_foreach(workers, i, w)
+    {
+        json_t *mem = json_object_get(w, "memory");
+        char b[16], cap[16], lim[16];
+        if (ctldoc_u(mem, "node_budget") == 0)
+            printf("  %-16s unbounded: no task memory limit\n",
+                   json_string_value(json_object_get(w, "name")));
+        else
+            printf("  %-16s %s = %s + %llu x %s + margin; executors replaced %llu\n",
+                   json_string_value(json_object_get(w, "name")), human(ctldoc_u(mem, "node_budget"), b),
+                   human(ctldoc_u(mem, "capacity"), cap), (unsigned long long)ctldoc_u(w, "slots"),
+                   human(ctldoc_u(mem, "task_memory_limit"), lim),
+                   (unsigned long long)ctldoc_u(mem, "executor_recycles"));
+    }
     json_t *tasks = json_object_get(doc, "tasks");
     printf("\ntasks:");
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)

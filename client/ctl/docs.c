@@ -38,6 +38,10 @@ const char *const ctldoc_stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_EVICTIONS] = "evictions",
     [PROTO_STAT_SPILL_AT] = "spill_threshold",
     [PROTO_STAT_PAUSE_AT] = "pause_threshold",
+    [PROTO_STAT_TASK_MEM_LIMIT] = "task_memory_limit",
+    [PROTO_STAT_NODE_BUDGET] = "node_budget",
+    [PROTO_STAT_EXEC_RECYCLES] = "executor_recycles",
+    [PROTO_STAT_TASKS_CANCELLED] = "tasks_cancelled",
 };
 
 const char *const ctldoc_tstate_names[PROTO_TSTATE_COUNT] = {

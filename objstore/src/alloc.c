@@ -282,6 +282,14 @@ uint64_t ost_block_size(const ost_block *b)
     return b->size;
 }
 
+void ost_alloc_foreach_free(const ost_alloc *a, void (*fn)(void *arg, uint64_t off, uint64_t size),
+                            void *arg)
+{
+    for (const ost_block *b = a->first; b != NULL; b = b->phys_next)
+        if (b->is_free)
+            fn(arg, b->off, b->size);
+}
+
 void ost_alloc_stats_get(const ost_alloc *a, ost_alloc_stats *st)
 {
     SPW_ASSERT(a != NULL && st != NULL);

@@ -55,6 +55,10 @@ uint64_t ost_block_off(const ost_block *b);
 uint64_t ost_block_size(const ost_block *b);
 
 void ost_alloc_stats_get(const ost_alloc *a, ost_alloc_stats *st);
+/** Calls fn(arg, off, size) for every free block, in address order. fn must not allocate or
+ * free. */
+void ost_alloc_foreach_free(const ost_alloc *a, void (*fn)(void *arg, uint64_t off, uint64_t size),
+                            void *arg);
 /** Walks every block and checks the invariants above. @return 0 or SPW_ECORRUPT. */
 int ost_alloc_check(const ost_alloc *a);
 

@@ -12,6 +12,10 @@
  * `restoring` iff a restore is waiting for memory or queued or running; spilled_raw and
  * spilled_stored are the sums over objects with on_disk; spill_entries is the number of records
  * in LMDB (0 once every spilled object is released).
+ * Disk handed back: LMDB reuses freed pages but never shrinks its file, so once the last
+ * spilled copy is released (spill_entries 0) and the lane is idle, a reset job closes the
+ * environment (its unlinked files' blocks go back to the file system) and opens a fresh one.
+ * That is also how spilling comes back after a full disk left the environment unusable.
  */
 #include "store_int.h"
 
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <lmdb.h>
@@ -35,7 +40,7 @@
 #define TXN_BYTES (8u << 20)      /* stored bytes per write transaction (bounds dirty pages) */
 #define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
 
-enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE };
+enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET };
 
 typedef struct spill_job {
     uv_work_t req;
@@ -71,11 +76,26 @@ struct ost_spill {
     bool quiescing;
     void (*idle_cb)(void *arg);
     void *idle_arg;
+    char *dir;                  /* the spill directory given (the environment is inside it) */
+    bool written;               /* something was written since the environment was opened */
+    bool resetting;             /* a reset job is queued or running */
+    int reset_rc;               /* the reset job's result (LMDB code) */
+    char full_why[512];         /* why `full`, for error texts */
 };
 
 bool ost__spill_full(const ost_store *s)
 {
     return s->spill != NULL && s->spill->full;
+}
+
+bool ost__spill_pending(const ost_store *s)
+{
+    return s->spill != NULL && s->spill->spilling_bytes > 0 && !s->spill->quiescing;
+}
+
+const char *ost_store_full_reason(const ost_store *s)
+{
+    return ost__spill_full(s) ? s->spill->full_why : "";
 }
 
 static void make_key(uint8_t key[KEY_LEN], spw_id id, uint32_t chunk)
@@ -139,6 +159,56 @@ static void sweep_stale(const char *dir)
     closedir(d);
 }
 
+/* Opens an LMDB environment in a new private directory under dir, then unlinks its files (LMDB
+ * keeps its descriptors), so nothing outlives this process. Runs at start and on the threadpool
+ * (a reset). @return 0 or an LMDB code; *env is NULL on failure. */
+static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *dbi)
+{
+    *env = NULL;
+    char priv[4096];
+    if (snprintf(priv, sizeof priv, "%s/spillway-%d-XXXXXX", dir, (int)getpid()) >=
+        (int)sizeof priv)
+        return ENAMETOOLONG;
+    if (mkdtemp(priv) == NULL)
+        return errno;
+    MDB_env *e = NULL;
+    int rc = mdb_env_create(&e);
+    if (rc == 0)
+        rc = mdb_env_set_mapsize(e, map_size);
+    if (rc == 0)
+        rc = mdb_env_open(e, priv, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD, 0600);
+    MDB_txn *txn = NULL;
+    if (rc == 0)
+        rc = mdb_txn_begin(e, NULL, 0, &txn);
+    if (rc == 0)
+        rc = mdb_dbi_open(txn, NULL, 0, dbi);
+    if (rc == 0)
+        rc = mdb_txn_commit(txn);
+    else if (txn != NULL)
+        mdb_txn_abort(txn);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", priv);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/lock.mdb", priv);
+    unlink(path);
+    rmdir(priv);
+    if (rc != 0) {
+        if (e != NULL)
+            mdb_env_close(e);
+        return rc;
+    }
+    /* LMDB opens its main data descriptor without O_CLOEXEC: executors (spawned children)
+     * would inherit it and keep the unlinked file's blocks - and the spilled data - alive. */
+    int fd;
+    if (mdb_env_get_fd(e, &fd) == 0) {
+        int fl = fcntl(fd, F_GETFD);
+        if (fl >= 0)
+            fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+    *env = e;
+    return 0;
+}
+
 int ost__spill_open(ost_store *s, const char *dir)
 {
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
@@ -146,16 +216,8 @@ int ost__spill_open(ost_store *s, const char *dir)
         return -errno;
     }
     sweep_stale(dir);
-    char priv[4096];
-    if (snprintf(priv, sizeof priv, "%s/spillway-%d-XXXXXX", dir, (int)getpid()) >=
-        (int)sizeof priv)
-        return SPW_ENAMETOOLONG;
-    if (mkdtemp(priv) == NULL) {
-        int rc = -errno;
-        spw_log(SPW_LOG_ERR, "spill dir %s: %s", dir, strerror(errno));
-        return rc;
-    }
     struct ost_spill *sp = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *sp);
+    sp->dir = spw_strdup(SPW_MOD_OBJSTORE, dir);
     sp->level = s->opts.compression_level;
     sp->map_size = s->opts.spill_map_size != 0 ? s->opts.spill_map_size : 4 * s->capacity;
     sp->map_max = s->opts.spill_map_max;
@@ -166,28 +228,7 @@ int ost__spill_open(ost_store *s, const char *dir)
     sp->cctx = ZSTD_createCCtx();
     sp->dctx = ZSTD_createDCtx();
     s->spill = sp;
-    int rc = mdb_env_create(&sp->env);
-    if (rc == 0)
-        rc = mdb_env_set_mapsize(sp->env, sp->map_size);
-    if (rc == 0)
-        rc = mdb_env_open(sp->env, priv, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD,
-                          0600);
-    MDB_txn *txn = NULL;
-    if (rc == 0)
-        rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
-    if (rc == 0)
-        rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi);
-    if (rc == 0)
-        rc = mdb_txn_commit(txn);
-    else if (txn != NULL)
-        mdb_txn_abort(txn);
-    /* LMDB keeps its descriptors: the names can go now, so nothing outlives this process. */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/data.mdb", priv);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/lock.mdb", priv);
-    unlink(path);
-    rmdir(priv);
+    int rc = env_open(dir, sp->map_size, &sp->env, &sp->dbi);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "spill dir %s: LMDB: %s", dir, mdb_strerror(rc));
         return mdb_err(rc);
@@ -211,6 +252,7 @@ void ost__spill_close(ost_store *s)
     ZSTD_freeCCtx(sp->cctx);
     ZSTD_freeDCtx(sp->dctx);
     spw_free(sp->scratch);
+    spw_free(sp->dir);
     spw_free(sp);
     s->spill = NULL;
 }
@@ -283,6 +325,13 @@ static void spill_work(spill_job *j)
         j->mdb_rc = rc;
         if (j->status == 0)
             j->status = mdb_err(rc);
+        /* LMDB reports a short write - a full file system - as EIO: tell the truth. */
+        struct statvfs vfs;
+        if (rc == EIO && statvfs(sp->dir, &vfs) == 0 &&
+            (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)TXN_BYTES + CHUNK) {
+            j->status = SPW_ENOSPC;
+            j->mdb_rc = 0;
+        }
         /* Take back the chunks already committed: no half object stays on disk. */
         if (written > 0 && mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
             for (uint32_t i = 0; i < written; i++) {
@@ -349,16 +398,35 @@ static void delete_work(spill_job *j)
     j->status = mdb_err(rc);
 }
 
+/* Closes the environment (its unlinked files go, and their blocks with them) and opens a fresh
+ * one at the initial map size. The loop thread touches the environment only between jobs. */
+static void reset_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    if (sp->env != NULL)
+        mdb_env_close(sp->env);
+    sp->env = NULL;
+    j->mdb_rc = env_open(sp->dir, j->size, &sp->env, &sp->dbi);
+    j->status = mdb_err(j->mdb_rc);
+}
+
 static void job_work(uv_work_t *req)
 {
     spill_job *j = req->data;
     uint64_t t0 = spw_now_ns();
+    if (j->kind != JOB_RESET && j->s->spill->env == NULL) {
+        j->status = SPW_EIO; /* a reset could not open a new environment */
+        return;
+    }
     switch (j->kind) {
     case JOB_SPILL:
         spill_work(j);
         break;
     case JOB_RESTORE:
         restore_work(j);
+        break;
+    case JOB_RESET:
+        reset_work(j);
         break;
     default:
         delete_work(j);
@@ -424,12 +492,19 @@ static void spill_done(ost_store *s, spill_job *j)
             spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
                     mdb_strerror(rc));
         }
+        if (j->status == SPW_ESPILLFULL)
+            snprintf(sp->full_why, sizeof sp->full_why,
+                     "spill map at --spill-map-max (%llu bytes) in %s",
+                     (unsigned long long)sp->map_size, sp->dir);
+        else
+            snprintf(sp->full_why, sizeof sp->full_why, "%s in %s", spw_strerror(j->status),
+                     sp->dir);
         if (!sp->full)
             spw_log(SPW_LOG_ERR,
-                    "store=%s spill of obj=%s failed: %s%s%s; objects stay in memory until "
-                    "space is freed",
+                    "store=%s spill of obj=%s failed: %s%s%s (dir=%s); objects stay in memory "
+                    "until space is freed",
                     s->name, spw_id_hex(o->id, hex), spw_strerror(j->status),
-                    j->mdb_rc ? ": " : "", j->mdb_rc ? mdb_strerror(j->mdb_rc) : "");
+                    j->mdb_rc ? ": " : "", j->mdb_rc ? mdb_strerror(j->mdb_rc) : "", sp->dir);
         sp->full = true;
         ost__lru_update(s, o);
         if (o->deleted && o->pins == 0)
@@ -439,6 +514,7 @@ static void spill_done(ost_store *s, spill_job *j)
     }
     o->on_disk = true;
     o->stored_size = j->stored;
+    sp->written = true;
     s->st.objs_disk++;
     s->st.spilled_raw += o->size;
     s->st.spilled_stored += j->stored;
@@ -497,6 +573,25 @@ static void job_after(uv_work_t *req, int status)
     case JOB_RESTORE:
         restore_done(s, j);
         break;
+    case JOB_RESET:
+        sp->resetting = false;
+        if (j->status != 0) {
+            spw_log(SPW_LOG_ERR, "store=%s cannot reopen the spill environment in %s: %s; "
+                                 "spilling is off",
+                    s->name, sp->dir, mdb_strerror(j->mdb_rc));
+            snprintf(sp->full_why, sizeof sp->full_why, "cannot reopen the spill environment "
+                                                         "in %s", sp->dir);
+            sp->full = true;
+            sp->written = false; /* no retry loop; the next start of the worker tries again */
+        } else {
+            spw_log(SPW_LOG_INFO, "store=%s spill environment emptied: disk handed back in %s",
+                    s->name, sp->dir);
+            sp->map_size = j->size;
+            sp->full = false;
+            sp->written = false;
+        }
+        spw_free(j);
+        break;
     default:
         if (j->status != 0)
             spw_log(SPW_LOG_WARN, "store=%s deleting a spilled copy failed: %s", s->name,
@@ -521,6 +616,18 @@ static void lane_next(ost_store *s)
     struct ost_spill *sp = s->spill;
     if (sp->running != NULL || sp->quiescing)
         return;
+    if (sp->restores == NULL && sp->work == NULL && sp->written && !sp->resetting &&
+        s->st.spill_entries == 0 && s->st.objs_disk == 0 && !s->closing) {
+        /* Nothing on disk any more: give the file's blocks back. */
+        spill_job *r = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *r);
+        r->s = s;
+        r->kind = JOB_RESET;
+        r->size = s->opts.spill_map_size != 0 ? s->opts.spill_map_size : 4 * s->capacity;
+        if (sp->map_max != 0 && r->size > sp->map_max)
+            r->size = sp->map_max;
+        sp->resetting = true;
+        sp->work = r;
+    }
     spill_job *j = sp->restores != NULL ? sp->restores : sp->work;
     if (j == NULL)
         return;

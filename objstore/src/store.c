@@ -9,13 +9,18 @@
  *   stats.pinned == sum of block sizes of in-memory objects with pins > 0;
  *   an object is on the LRU list iff it is SEALED, in memory, unpinned and not being spilled;
  *   a deleted object is never in the table; its memory goes back at its last unpin.
+ * Memory handed back: freed ranges stay resident (reused at no cost) until ost_store_trim, run
+ * from the worker's timer, finds the memfd holding more than used + OST_TRIM_SLACK and punches
+ * every free range out of it (fallocate PUNCH_HOLE; free blocks are granule = page aligned).
  */
 #include "spillway/objstore.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <uthash.h>
@@ -328,8 +333,11 @@ void ost__waiters_retry(ost_store *s)
         } else {
             rc = create_now(s, w->id, w->size, &o);
         }
-        if (rc == SPW_ENOMEM && now < w->deadline_ns)
-            break; /* first come, first served: a big request is not starved by small ones */
+        /* First come, first served: a big request is not starved by small ones. Past its
+         * deadline it still waits for the spills under way, whose outcome says whether room is
+         * coming or the spill storage is full (they end: nothing is spilled twice). */
+        if (rc == SPW_ENOMEM && (now < w->deadline_ns || ost__spill_pending(s)))
+            break;
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
         if (rc == SPW_ENOMEM) {
@@ -522,6 +530,26 @@ int ost_obj_delete(ost_store *s, spw_id id)
     obj_destroy(s, o);
     ost__waiters_retry(s);
     return 0;
+}
+
+static void punch(void *arg, uint64_t off, uint64_t size)
+{
+    ost_store *s = arg;
+    if (fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size) == 0)
+        s->trimmed += size;
+}
+
+uint64_t ost_store_trim(ost_store *s)
+{
+    struct stat st;
+    if (s->fd < 0 || fstat(s->fd, &st) != 0)
+        return 0;
+    uint64_t resident = (uint64_t)st.st_blocks * 512;
+    if (resident <= s->st.used + OST_TRIM_SLACK)
+        return 0;
+    s->trimmed = 0;
+    ost_alloc_foreach_free(s->alloc, punch, s);
+    return s->trimmed;
 }
 
 void ost_store_maintain(ost_store *s)

@@ -68,6 +68,7 @@ struct ost_store {
     int busy;           /* threadpool jobs in flight */
     ost_stats st;
     struct ost_spill *spill;
+    uint64_t trimmed;   /* bytes punched by the ost_store_trim running now */
 };
 
 void ost__lru_update(ost_store *s, ost_obj *o);
@@ -90,5 +91,7 @@ void ost__restore_start(ost_store *s, ost_obj *o);
 /* Fails the getters of a restoring object that could not get memory. */
 void ost__restore_fail(ost_store *s, ost_obj *o, int status);
 bool ost__spill_full(const ost_store *s);
+/* Spills queued or running. */
+bool ost__spill_pending(const ost_store *s);
 
 #endif

@@ -205,6 +205,7 @@ static const pschema msg_schemas[PROTO_TYPE_MAX] = {
     [PROTO_TASK_STARTED] = {1, {LIST_ID}},
     [PROTO_GRAPHS_REQ] = {2, {U, U}},
     [PROTO_GRAPHS] = {1, {RECS(REC_GRAPH)}},
+    [PROTO_TASK_CANCEL] = {1, {LIST_ID}},
 };
 
 #if defined(__clang__)

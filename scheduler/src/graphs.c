@@ -9,11 +9,16 @@
  * 100 %. Invariants: g->counts[k] is the number of g's tasks whose last state is k (freed
  * tasks keep theirs); s->graphs_gone counts the listed graphs with ntasks == 0.
  */
+#include <malloc.h>
 #include <string.h>
 
 #include <utlist.h>
 
 #include "sched_int.h"
+
+/* After a graph this large is gone, the heap's free pages go back to the kernel: a million task
+ * records freed leave glibc holding hundreds of MiB otherwise. */
+#define GRAPH_TRIM_TASKS 10000
 
 sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)
 {
@@ -77,6 +82,8 @@ void sched__graph_release(sched *s, sched_graph *g)
     if (g->ended_ms == 0)
         g->ended_ms = spw_wall_ms();
     s->graphs_gone++;
+    if (g->total >= GRAPH_TRIM_TASKS)
+        malloc_trim(0);
     /* Push out the oldest records that nothing refers to any more. */
     sched_graph *x = s->graphs, *next;
     while (s->graphs_gone > SCHED_GRAPHS_KEPT && x != NULL) {

@@ -115,6 +115,15 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
         return;
     sched_task *t = o->producer;
     if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING)) {
+        if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
+            /* Nobody wants it any more: if it has not started, its worker drops it now and
+             * answers SPW_ECANCELED (its slot is free at once); if it runs, it finishes. */
+            proto_enc e;
+            proto_enc_begin(&e, proto_conn_out(t->worker->conn), PROTO_TASK_CANCEL, 0, 1);
+            proto_put_arr(&e, 1);
+            proto_put_id(&e, t->id);
+            proto_conn_send(t->worker->conn, &e);
+        }
         o->orphan = 1; /* freed when the task reports back */
         return;
     }

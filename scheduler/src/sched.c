@@ -28,6 +28,7 @@ void sched_opts_default(sched_opts *o)
     o->place_wait_ms = 60000;
     o->queue_target_us = 2000;
     o->max_depth = 256;
+    o->graph_max_total = 2000000;
 }
 
 /* ----------------------------------------------------------------- workers */

@@ -66,6 +66,7 @@ typedef struct sched_graph {
     char host[64];
     char *site;          /* call site of the submit, or NULL */
     struct sched_graph *gprev, *gnext; /* s->graphs, oldest first */
+    uint64_t total;      /* tasks accepted into it (--graph-max-total) */
 } sched_graph;
 
 /* Graphs whose every task record is gone stay listed (finished) until this many such exist. */

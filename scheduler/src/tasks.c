@@ -355,9 +355,21 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
     }
     ss->graph = graph;
     const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
-    uint32_t accepted = 0;
+    uint32_t accepted = 0, over = 0;
+    uint64_t max_total = s->opts.graph_max_total;
     for (uint32_t i = 0; i < tasks->arr.n; i++) {
         char err[512];
+        if (max_total != 0 && ss->cur_graph->total >= max_total) {
+            /* Over the cap: refused. A kept one is named, so the client settles its handle. */
+            const proto_val *rec = PROTO_REC(tasks, i);
+            char hex[33];
+            if (over++ == 0 || (rec[R_TASK_FLAGS].u & PROTO_TASK_KEEP))
+                proto_conn_error(ss->conn, m->req, SPW_ELIMIT,
+                                 "task=%s: graph %llu has more than %llu tasks (--graph-max-total)",
+                                 spw_id_hex(rec[R_TASK_ID].id, hex), (unsigned long long)graph,
+                                 (unsigned long long)max_total);
+            continue;
+        }
         int rc = task_intake(s, ss, PROTO_REC(tasks, i), err, sizeof err);
         if (rc != 0) {
             spw_log(SPW_LOG_WARN, "session=%llu refused a task: %s err=%s",
@@ -365,8 +377,13 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
             proto_conn_error(ss->conn, m->req, rc, "%s", err);
             continue;
         }
+        ss->cur_graph->total++;
         accepted++;
     }
+    if (over > 0)
+        spw_log(SPW_LOG_WARN, "session=%llu graph=%llu: %u tasks refused over --graph-max-total %llu",
+                (unsigned long long)ss->id, (unsigned long long)graph, over,
+                (unsigned long long)max_total);
     if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END) {
         /* Outputs nobody asked for and nothing consumes are dropped now. */
         sched_obj **held = ss->building;

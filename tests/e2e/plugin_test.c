@@ -1,7 +1,12 @@
 /* A task plugin for the end-to-end tests: built as a shared library and loaded by workers with
  * --plugin. It links nothing of spillway's; everything arrives through the ABI table. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "spillway/task.h"
 
@@ -36,8 +41,95 @@ static int xor_key(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-static const spw_plugin_fn fns[] = {{"reverse", reverse}, {"xor_key", xor_key}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 2};
+static int u64_arg(const spw_task_arg *a, uint64_t *v)
+{
+    if (a->len != 8)
+        return -1;
+    memcpy(v, a->data, 8);
+    return 0;
+}
+
+/* hog(n): takes n bytes of heap 1 MiB at a time, touching every page, then gives it back. Out of
+ * memory (a task memory limit) it frees what it took and returns -ENOMEM. */
+static int hog(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t n;
+    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
+        spw_task_fail(ctx, "hog takes a u64 byte count");
+        return -1;
+    }
+    size_t nchunks = (size_t)((n + (1u << 20) - 1) >> 20), got = 0;
+    void **chunks = calloc(nchunks ? nchunks : 1, sizeof *chunks);
+    if (chunks == NULL)
+        return -ENOMEM;
+    int rc = 0;
+    for (; got < nchunks; got++) {
+        chunks[got] = malloc(1u << 20);
+        if (chunks[got] == NULL) {
+            spw_task_fail(ctx, "malloc of 1 MiB failed after %zu MiB", got);
+            rc = -ENOMEM;
+            break;
+        }
+        memset(chunks[got], 0x5a, 1u << 20);
+    }
+    for (size_t i = 0; i < got; i++)
+        free(chunks[i]);
+    free(chunks);
+    return rc;
+}
+
+/* leak(n): takes n bytes of heap, touches them and never frees them: a leaky plugin. The blocks
+ * stay reachable from here, so leak checkers at exit see memory held, not lost. */
+void *spw_test_leaked[256]; /* not static: the compiler must keep the stores and the writes */
+unsigned spw_test_nleaked;
+
+static int leak(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t n;
+    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
+        spw_task_fail(ctx, "leak takes a u64 byte count");
+        return -1;
+    }
+    void *p = malloc(n);
+    if (p == NULL)
+        return -ENOMEM;
+    memset(p, 0x33, n);
+    spw_test_leaked[spw_test_nleaked++ % 256] = p;
+    return 0;
+}
+
+/* The leaks end with the plugin (dlclose at the executor's exit), so leak checkers stay quiet. */
+__attribute__((destructor)) static void leaks_free(void)
+{
+    for (unsigned i = 0; i < 256 && i < spw_test_nleaked; i++)
+        free(spw_test_leaked[i]);
+}
+
+/* mark_sleep(path, ms): creates the file `path` (a test waits for it: the task has started),
+ * then sleeps ms. */
+static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t ms;
+    char path[512];
+    if (nargs != 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &ms)) {
+        spw_task_fail(ctx, "mark_sleep takes a path and a u64 of milliseconds");
+        return -1;
+    }
+    memcpy(path, args[0].data, args[0].len);
+    path[args[0].len] = '\0';
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return 0;
+}
+
+static const spw_plugin_fn fns[] = {{"reverse", reverse}, {"xor_key", xor_key}, {"hog", hog},
+                                    {"leak", leak},       {"mark_sleep", mark_sleep}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 5};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

@@ -885,7 +885,8 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
     g = spillway_graph_new(cl);
-    spillway_arg sl = spillway_arg_u64(3000);
+    /* Long enough to be seen busy through spillway-ctl under valgrind on a loaded machine. */
+    spillway_arg sl = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 10000 : 3000);
     assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);

@@ -162,6 +162,7 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_TASK_STARTED] = {1, {LIST_ID}, 0},
     [PROTO_GRAPHS_REQ] = {2, {U, U}, 0},
     [PROTO_GRAPHS] = {1, {RECS(S_GRAPH)}, 0},
+    [PROTO_TASK_CANCEL] = {1, {LIST_ID}, 0},
 };
 
 /* ------------------------------------------------------------------ walking */

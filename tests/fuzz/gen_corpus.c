@@ -286,8 +286,8 @@ static void gen_proto(const char *root)
         }
         spw_buf_release(&b);
     }
-    if (samples != 47)
-        fail("expected a sample of each of the 47 message types");
+    if (samples != 48)
+        fail("expected a sample of each of the 48 message types");
     encode_variants();
     encode_bad();
     encode_streams();

@@ -97,6 +97,7 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         break;
     case PROTO_RELEASE:
     case PROTO_OBJ_DELETE:
+    case PROTO_TASK_CANCEL:
         proto_enc_begin(&e, b, type, 4, 1);
         proto_put_arr(&e, 2);
         proto_put_id(&e, SAMPLE_ID1);

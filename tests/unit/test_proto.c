@@ -39,7 +39,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 47);
+    assert_int_equal(samples, 48);
 }
 
 static void fields_survive_round_trip(void **state)

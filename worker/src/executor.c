@@ -9,6 +9,14 @@
  * writes their EXEC_DONE frames together once its input is drained, so a burst of short tasks
  * costs two syscalls rather than two per task. A task that crashes takes this process with it;
  * the worker reports the task failed and starts another executor.
+ * Every way out goes through the cleanup at the end of wrk_executor_main (no exit() elsewhere):
+ * the worker closing the socket, a failed write (the worker is gone), and SIGTERM/SIGINT, whose
+ * handler only sets a flag (read after the task running now has finished).
+ * Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
+ * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
+ * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
+ * arena, so the store never counts against a task. A task that fails for lack of memory under
+ * the limit reports SPW_ETASKMEM.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -18,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uthash.h>
@@ -46,7 +55,18 @@ typedef struct executor {
     msgpack_zone zone;
     proto_limits lim;
     uint64_t next_req;
+    uint64_t mem_limit; /* bytes a task may use (0 = none) */
+    bool gone;          /* the worker closed the socket or a write to it failed */
 } executor;
+
+/* Set by SIGTERM/SIGINT: finish the task running now, answer, and leave through the cleanup. */
+static volatile sig_atomic_t exec_stop;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    exec_stop = 1;
+}
 
 /* One running task. */
 typedef struct exec_task {
@@ -77,23 +97,26 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Writes what is queued for the worker. A failed write means the worker is gone: the frames
+ * are dropped and the main loop ends (ex->gone). */
 static void flush_out(executor *ex)
 {
     if (ex->out.len == 0)
         return;
-    if (write_all(EXEC_SOCK_FD, ex->out.data, ex->out.len) != 0)
-        exit(0); /* the worker is gone */
+    if (!ex->gone && write_all(EXEC_SOCK_FD, ex->out.data, ex->out.len) != 0)
+        ex->gone = true;
     spw_buf_reset(&ex->out);
 }
 
-/* Reads more bytes into b. @return false when the worker closed the socket. */
+/* Reads more bytes into b. @return false when the worker closed the socket, or when a stop
+ * signal interrupted the wait. */
 static bool read_more(spw_buf *b)
 {
     if (spw_buf_reserve(b, 256 * 1024) != 0)
         SPW_PANIC("executor out of memory");
     for (;;) {
         ssize_t r = read(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len);
-        if (r < 0 && errno == EINTR)
+        if (r < 0 && errno == EINTR && !exec_stop)
             continue;
         if (r <= 0)
             return false;
@@ -127,6 +150,8 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
     proto_put_u(&e, size);
     proto_enc_end(&e, UINT32_MAX);
     flush_out(ex);
+    if (ex->gone)
+        return SPW_ECLOSED;
     spw_buf rb = {0};
     int result = 1;
     while (result == 1) {
@@ -153,8 +178,12 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
         }
         if (result == 1) {
             spw_buf_consume(&rb, pos);
-            if (!read_more(&rb))
-                exit(0); /* the worker is gone; so is this task */
+            if (!read_more(&rb)) {
+                /* The worker is gone (or we are told to stop): the task gets no output. */
+                ex->gone = true;
+                result = SPW_ECLOSED;
+                snprintf(t->err, sizeof t->err, "the worker closed the executor's socket");
+            }
         } else {
             spw_buf_append(&ex->backlog, rb.data + pos, rb.len - pos);
         }
@@ -248,6 +277,11 @@ static void run_exec(executor *ex, const proto_msg *m)
     spw_task_arg stackargs[16];
     spw_task_arg *targs = nargs <= 16 ? stackargs : calloc(nargs, sizeof *targs);
     int status = 0;
+    if (targs == NULL) {
+        status = SPW_ENOMEM;
+        snprintf(t.err, sizeof t.err, "no memory for %u arguments", nargs);
+        nargs = 0;
+    }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
         const proto_val *a = PROTO_REC(args, i);
         if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
@@ -280,11 +314,25 @@ static void run_exec(executor *ex, const proto_msg *m)
                 if (t.err[0] == '\0')
                     snprintf(t.err, sizeof t.err, "%s returned %d", name, rc);
             }
+            if (status != 0 && ex->mem_limit != 0 &&
+                (status == SPW_ENOMEM || t.output_err == SPW_ENOMEM)) {
+                /* Out of memory under the task limit: say which limit and which task. */
+                char hex[33], why[PROTO_MAX_STR];
+                snprintf(why, sizeof why, "%s", t.err);
+                int n = snprintf(t.err, sizeof t.err,
+                                 "task %s (task=%s) exceeded its memory limit of %llu bytes "
+                                 "(--task-memory-limit): ",
+                                 name, spw_id_hex(t.id, hex), (unsigned long long)ex->mem_limit);
+                if (n > 0 && (size_t)n < sizeof t.err)
+                    memcpy(t.err + n, why, strnlen(why, sizeof t.err - (size_t)n - 1) + 1);
+                t.err[sizeof t.err - 1] = '\0';
+                status = SPW_ETASKMEM;
+            }
         }
     }
     uint64_t run_us = (spw_now_ns() - t0) / 1000;
     if (targs != stackargs)
-        free(targs);
+        free(targs); /* NULL when its calloc failed */
     send_done(ex, &t, status, run_us);
     if (t.mapped != NULL)
         munmap(t.mapped, t.mapped_len);
@@ -309,55 +357,119 @@ static void register_fns(executor *ex, const spw_plugin *p)
     }
 }
 
+/* Joins the cgroup the worker made for this executor (memory.max set there). @return 0 or
+ * -errno; on failure the caller falls back to RLIMIT_DATA. */
+static int join_cgroup(const char *dir)
+{
+    char path[4096], pid[32];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return -errno;
+    int rc = fwrite(pid, 1, (size_t)n, f) == (size_t)n ? 0 : -EIO;
+    if (fclose(f) != 0 && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
+/* RLIMIT_DATA = what the executor uses now (its code, plugins, buffers, and under a sanitizer
+ * its shadow) + the task limit: the limit is what a task adds. */
+static int limit_data(uint64_t limit)
+{
+    int64_t base_kib = spw_proc_status_kib((int)getpid(), "VmData");
+    if (base_kib < 0)
+        return (int)base_kib;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_DATA, &rl) != 0)
+        return -errno;
+    uint64_t want = (uint64_t)base_kib * 1024 + limit;
+    if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+        want = rl.rlim_max;
+    rl.rlim_cur = (rlim_t)want;
+    if (setrlimit(RLIMIT_DATA, &rl) != 0)
+        return -errno;
+    return 0;
+}
+
 int wrk_executor_main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: spillway-worker --executor CAPACITY LOGLEVEL [PLUGIN...]\n");
+    if (argc < 6) {
+        fprintf(stderr, "usage: spillway-worker --executor CAPACITY LOGLEVEL MEMLIMIT CGROUP|- "
+                        "[PLUGIN...]\n");
         return 2;
     }
     executor ex;
     memset(&ex, 0, sizeof ex);
     spw_log_init("spillway-executor", atoi(argv[3]));
     signal(SIGPIPE, SIG_IGN); /* a worker gone mid-write: exit by EPIPE, not by signal */
+    /* No SA_RESTART: a stop signal interrupts the wait for the next task. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     ex.capacity = strtoull(argv[2], NULL, 10);
+    ex.mem_limit = strtoull(argv[4], NULL, 10);
+    const char *cgroup = argv[5];
     ex.page = (size_t)sysconf(_SC_PAGESIZE);
     proto_limits_default(&ex.lim);
     msgpack_zone_init(&ex.zone, 64 * 1024);
     void *arena = mmap(NULL, ex.capacity, PROT_READ, MAP_SHARED, EXEC_ARENA_FD, 0);
     if (arena == MAP_FAILED) {
         spw_log(SPW_LOG_ERR, "cannot map the arena: %s", strerror(errno));
+        msgpack_zone_destroy(&ex.zone);
         return 1;
     }
     ex.arena = arena;
+    int rc = 0;
     register_fns(&ex, wrk__builtins());
-    for (int i = 4; i < argc && ex.nplugins < WRK_MAX_PLUGINS; i++) {
+    for (int i = 6; i < argc && ex.nplugins < WRK_MAX_PLUGINS; i++) {
         void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
         spw_plugin_entry entry = h ? (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL) : NULL;
         const spw_plugin *p = entry ? entry() : NULL;
         if (p == NULL || p->abi_version != SPW_TASK_ABI_VERSION) {
             spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded in the executor", argv[i]);
-            return 1;
+            if (h != NULL)
+                dlclose(h);
+            rc = 1;
+            goto out;
         }
         register_fns(&ex, p);
         ex.plugins[ex.nplugins++] = h;
     }
-    /* The executor runs until the worker closes its socket. */
+    if (ex.mem_limit != 0) {
+        /* Set once everything the executor itself needs is loaded. */
+        int lrc = strcmp(cgroup, "-") != 0 ? join_cgroup(cgroup) : SPW_ENOTSUP;
+        if (lrc != 0 && strcmp(cgroup, "-") != 0)
+            spw_log(SPW_LOG_WARN, "cannot join cgroup %s (%s): limiting task memory with "
+                                  "RLIMIT_DATA",
+                    cgroup, spw_strerror(lrc));
+        if (lrc != 0 && (lrc = limit_data(ex.mem_limit)) != 0)
+            spw_log(SPW_LOG_WARN, "cannot set RLIMIT_DATA: %s: task memory is not limited",
+                    spw_strerror(lrc));
+    }
+    /* The executor runs until the worker closes its socket, a write to it fails, or a stop
+     * signal; each way ends here, at the cleanup below. */
     size_t pos = 0;
     bool open = true;
-    while (open) {
+    while (open && !ex.gone && !exec_stop) {
         for (;;) {
+            if (ex.gone || exec_stop)
+                break; /* the rest of the batch stays unrun: the worker requeues it */
             proto_msg m;
-            int rc = proto_decode(ex.in.data + pos, ex.in.len - pos, &ex.lim, &ex.zone, &m);
-            if (rc == 0)
+            int drc = proto_decode(ex.in.data + pos, ex.in.len - pos, &ex.lim, &ex.zone, &m);
+            if (drc == 0)
                 break;
-            if (rc < 0)
-                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(rc));
+            if (drc < 0)
+                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
             if (m.type == PROTO_EXEC)
                 run_exec(&ex, &m);
             else
                 spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
             msgpack_zone_clear(&ex.zone);
-            pos += (size_t)rc;
+            pos += (size_t)drc;
             if (ex.backlog.len > 0) {
                 /* Frames that arrived during an allocation come after what is in `in`. */
                 spw_buf_consume(&ex.in, pos);
@@ -368,6 +480,8 @@ int wrk_executor_main(int argc, char **argv)
         }
         spw_buf_consume(&ex.in, pos);
         pos = 0;
+        if (ex.gone || exec_stop)
+            break;
         /* Answer the whole batch before blocking for more. */
         struct pollfd pfd = {EXEC_SOCK_FD, POLLIN, 0};
         if (ex.out.len > 0 && poll(&pfd, 1, 0) <= 0)
@@ -377,6 +491,7 @@ int wrk_executor_main(int argc, char **argv)
         open = read_more(&ex.in);
     }
     flush_out(&ex);
+out:;
     fn_entry *f, *ftmp;
     HASH_ITER(hh, ex.fns, f, ftmp)
     {
@@ -390,5 +505,5 @@ int wrk_executor_main(int argc, char **argv)
     spw_buf_release(&ex.backlog);
     msgpack_zone_destroy(&ex.zone);
     munmap(arena, ex.capacity);
-    return 0;
+    return rc;
 }

@@ -123,8 +123,10 @@ static void upload_refuse(wsrv *srv, wupload *u, int status)
 {
     char hex[33];
     int code = status == SPW_EEXIST ? SPW_EDUPLICATE : status;
-    proto_conn_error(srv->conn, u->req, code, "obj=%s: cannot store %llu bytes: %s",
-                     spw_id_hex(u->id, hex), (unsigned long long)u->total, spw_strerror(code));
+    const char *why = code == SPW_ESPILLFULL ? ost_store_full_reason(srv->w->store) : "";
+    proto_conn_error(srv->conn, u->req, code, "obj=%s: cannot store %llu bytes: %s%s%s",
+                     spw_id_hex(u->id, hex), (unsigned long long)u->total, spw_strerror(code),
+                     why[0] ? ": " : "", why);
     upload_remove(srv, u, false);
 }
 

@@ -9,7 +9,11 @@
  * head task fails with the signal as the reason and the others go back to the ready queue.
  * Invariants: ex->inflight equals the length of ex's FIFO; a task is in exactly one of the
  * ready queue, an executor FIFO, or waiting for inputs (t->missing > 0).
+ * Executors are recycled (their socket closed once their FIFO is empty, a new one started) after
+ * a task over its memory limit, after --executor-max-tasks tasks, or when their resident
+ * private memory passes --executor-max-rss; none gets new tasks while marked.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +80,8 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
     wrk__started_flush(w); /* the scheduler hears of a start before its end */
     if (status == 0)
         w->tasks_done++;
+    else if (status == SPW_ECANCELED)
+        w->tasks_cancelled++;
     else
         w->tasks_failed++;
     if (w->sched != NULL) {
@@ -318,6 +324,7 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
         started_note(w, t);
     if (ex->inflight++ == 0)
         w->running++;
+    ex->tasks_sent++;
 }
 
 void wrk__dispatch(wrk *w)
@@ -329,7 +336,8 @@ void wrk__dispatch(wrk *w)
         wrk_exec *best = NULL;
         for (uint32_t i = 0; i < w->nexec; i++) {
             wrk_exec *ex = &w->execs[i];
-            if (ex->conn == NULL || ex->inflight >= limit)
+            if (ex->conn == NULL || ex->inflight >= limit || ex->recycle ||
+                (w->opts.exec_max_tasks != 0 && ex->tasks_sent >= w->opts.exec_max_tasks))
                 continue;
             if (best == NULL || ex->inflight < best->inflight)
                 best = ex;
@@ -381,15 +389,62 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     }
     proto_conn *c = t->ex->conn;
     if (status != 0) {
-        proto_conn_error(c, req, status, "cannot allocate %llu bytes for the output: %s",
-                         (unsigned long long)size, spw_strerror(status));
+        const char *why = status == SPW_ESPILLFULL ? ost_store_full_reason(w->store) : "";
+        proto_conn_error(c, req, status, "cannot allocate %llu bytes for the output: %s%s%s",
+                         (unsigned long long)size, spw_strerror(status), why[0] ? ": " : "",
+                         why);
         return;
     }
     t->out = o;
+    if (w->cgroup != NULL) {
+        /* Fault the output's pages in here, so the shared memory is charged to the worker's
+         * cgroup, not to the executor's (whose memory.max is the task's own heap). */
+        uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+        if (fallocate(ost_store_fd(w->store), 0, (off_t)ost_obj_offset(o),
+                      (off_t)((size + pg - 1) / pg * pg)) != 0)
+            spw_log(SPW_LOG_DEBUG, "fallocate of an output: %s", strerror(errno));
+    }
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(c), PROTO_EXEC_ALLOC_OK, req, 1);
     proto_put_u(&e, ost_obj_offset(o));
     proto_conn_send(c, &e);
+}
+
+/* Marks an executor for recycling when it ran its quota of tasks or grew past the RSS ceiling
+ * (read at most every 50 ms unless forced), and closes the socket of a marked one that is idle:
+ * it exits through its cleanup and exec_settle starts the next. */
+static void exec_check(wrk *w, wrk_exec *ex, bool force)
+{
+    if (ex->conn == NULL || !ex->proc_running || w->closing)
+        return;
+    if (!ex->recycle && w->opts.exec_max_tasks != 0 && ex->tasks_sent >= w->opts.exec_max_tasks) {
+        spw_log(SPW_LOG_INFO, "executor pid=%d ran %llu tasks (--executor-max-tasks): replacing it",
+                ex->pid, (unsigned long long)ex->tasks_sent);
+        ex->recycle = true;
+    }
+    uint64_t now = spw_now_ns();
+    if (!ex->recycle && w->opts.exec_max_rss != 0 &&
+        (force || now - ex->rss_checked_ns > 50 * 1000000ULL)) {
+        ex->rss_checked_ns = now;
+        int64_t kib = spw_proc_status_kib(ex->pid, "RssAnon");
+        if (kib > 0 && (uint64_t)kib * 1024 > w->opts.exec_max_rss) {
+            spw_log(SPW_LOG_NOTICE,
+                    "executor pid=%d holds %llu bytes of private memory, above "
+                    "--executor-max-rss %llu (a leaking task?): replacing it",
+                    ex->pid, (unsigned long long)kib * 1024,
+                    (unsigned long long)w->opts.exec_max_rss);
+            ex->recycle = true;
+        }
+    }
+    if (ex->recycle && ex->inflight == 0)
+        proto_conn_close(ex->conn, 0);
+}
+
+void wrk__exec_maintain(wrk *w)
+{
+    for (uint32_t i = 0; i < w->nexec; i++)
+        if (w->execs[i].inflight == 0)
+            exec_check(w, &w->execs[i], true);
 }
 
 static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
@@ -425,6 +480,11 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
         status = SPW_EPROTO;
         snprintf(err, sizeof err, "executor reported an output it never allocated");
     }
+    if (status == SPW_ETASKMEM && !ex->recycle) {
+        /* Its heap may be left fragmented or leaked by the failed task: start afresh. */
+        spw_log(SPW_LOG_NOTICE, "executor pid=%d: %s; replacing it", ex->pid, err);
+        ex->recycle = true;
+    }
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!m->f[F_DONE_INLINE].nil) {
@@ -433,6 +493,8 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);
     }
+    if (ex->inflight == 0)
+        exec_check(w, ex, false);
     wrk__dispatch(w);
 }
 
@@ -462,13 +524,26 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
     }
 }
 
-/* Both the socket and the process are gone: settle the executor's tasks and respawn. */
+/* Both the socket and the process are gone: settle the executor's tasks and respawn. An
+ * executor that stopped cleanly (status 0: told to stop by SIGTERM/SIGINT, its socket closed)
+ * or by SIGTERM/SIGINT ran none of the tasks left in its FIFO: they go back to the ready queue
+ * (a task a few times at most, in case the task itself makes its executor exit). A recycled
+ * executor is replaced at once and is not a restart. */
 static void exec_settle(wrk *w, wrk_exec *ex)
 {
     if (ex->conn != NULL || ex->proc_running || ex->proc_handle)
         return;
+    bool stopped = ex->term_signal == SIGTERM || ex->term_signal == SIGINT ||
+                   (ex->term_signal == 0 && ex->exit_status == 0);
+    bool oom = false;
+    if (w->cgroup != NULL && ex->term_signal == SIGKILL && w->opts.task_mem_limit != 0)
+        oom = wrk__cgroup_oom_kills(w, ex->idx) > ex->oom_kills;
     char why[256];
-    if (ex->term_signal != 0)
+    if (oom)
+        snprintf(why, sizeof why, "executor pid %d killed by the kernel at its memory limit of "
+                                  "%llu bytes (--task-memory-limit)",
+                 ex->pid, (unsigned long long)w->opts.task_mem_limit);
+    else if (ex->term_signal != 0)
         snprintf(why, sizeof why, "executor pid %d killed by signal %d (%s)", ex->pid,
                  ex->term_signal, strsignal(ex->term_signal));
     else
@@ -477,29 +552,37 @@ static void exec_settle(wrk *w, wrk_exec *ex)
     bool first = true;
     while (ex->head != NULL) {
         wtask *t = exec_pop(w, ex);
-        if (first && !w->closing) {
+        if (w->closing) {
+            task_free(w, t);
+        } else if (first && (!stopped || t->requeued >= 3)) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s while running %s", why, t->fn);
             spw_log(SPW_LOG_WARN, "%s", msg);
-            task_report(w, t, SPW_EEXECCRASH, 0, NULL, msg, 0);
-        } else if (!w->closing) {
+            task_report(w, t, oom ? SPW_ETASKMEM : SPW_EEXECCRASH, 0, NULL, msg, 0);
+        } else {
             if (t->out != NULL) {
                 ost_obj_abort(w->store, t->out);
                 t->out = NULL;
             }
+            if (first)
+                t->requeued++;
             ready_push(w, t, true);
-        } else {
-            task_free(w, t);
         }
         first = false;
     }
     if (w->closing)
         return;
-    w->exec_restarts++;
-    ex->restarts++;
-    /* A crash loop (an executor dying right after start) backs off up to 5 s. */
-    uint64_t lived_ms = (spw_now_ns() - ex->started_ns) / 1000000ULL;
-    uint64_t delay = lived_ms < 1000 ? (ex->restarts > 10 ? 5000 : 100u * ex->restarts) : 0;
+    uint64_t delay = 0;
+    if (ex->recycle) {
+        w->exec_recycles++;
+        ex->recycle = false;
+    } else {
+        w->exec_restarts++;
+        ex->restarts++;
+        /* A crash loop (an executor dying right after start) backs off up to 5 s. */
+        uint64_t lived_ms = (spw_now_ns() - ex->started_ns) / 1000000ULL;
+        delay = lived_ms < 1000 ? (ex->restarts > 10 ? 5000 : 100u * ex->restarts) : 0;
+    }
     if (!ex->respawn_init) {
         uv_timer_init(w->loop, &ex->respawn);
         ex->respawn.data = ex;
@@ -535,7 +618,7 @@ static void exec_conn_close(proto_conn *c, int status)
     (void)status;
     wrk_exec *ex = proto_conn_data(c);
     ex->conn = NULL;
-    if (ex->proc_running && !ex->w->closing)
+    if (ex->proc_running && !ex->w->closing && !ex->recycle)
         uv_process_kill(&ex->proc, SIGKILL); /* a broken protocol: make sure it is gone */
     exec_settle(ex->w, ex);
 }
@@ -570,7 +653,11 @@ static void exec_exit(uv_process_t *p, int64_t status, int term_signal)
     ex->exit_status = status;
     ex->term_signal = term_signal;
     if (w->closing) {
-        if ((status != 0 || term_signal != 0) && !ex->killed) {
+        /* Stopping: an executor that got the same SIGTERM/SIGINT as us (systemd signals the
+         * whole unit) ended normally. */
+        if ((status != 0 || (term_signal != 0 && term_signal != SIGTERM &&
+                             term_signal != SIGINT)) &&
+            !ex->killed) {
             spw_log(SPW_LOG_ERR, "executor pid=%d ended abnormally at shutdown: status=%lld "
                                  "signal=%d",
                     ex->pid, (long long)status, term_signal);
@@ -583,20 +670,73 @@ static void exec_exit(uv_process_t *p, int64_t status, int term_signal)
     uv_close((uv_handle_t *)p, exec_proc_closed);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+extern char **environ;
+/* Under AddressSanitizer an executor with a memory limit runs without ASan's quarantine: freed
+ * task memory would stay mapped in it and count against RLIMIT_DATA, and ASan dies, rather
+ * than fail the allocation, when the quarantine itself cannot grow. */
+static char **exec_env(wrk *w)
+{
+    if (w->opts.task_mem_limit == 0)
+        return NULL;
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = spw_calloc(SPW_MOD_WORKER, n + 2, sizeof *env);
+    size_t k = 0;
+    const char *asan = "";
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(environ[i], "ASAN_OPTIONS=", 13) == 0)
+            asan = environ[i] + 13;
+        else
+            env[k++] = spw_strdup(SPW_MOD_WORKER, environ[i]);
+    }
+    size_t len = strlen(asan) + 64;
+    env[k] = spw_malloc(SPW_MOD_WORKER, len);
+    snprintf(env[k], len, "ASAN_OPTIONS=%s%squarantine_size_mb=0", asan, asan[0] ? ":" : "");
+    return env;
+}
+
+static void exec_env_free(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        spw_free(env[i]);
+    spw_free(env);
+}
+#else
+static char **exec_env(wrk *w)
+{
+    (void)w;
+    return NULL;
+}
+
+static void exec_env_free(char **env)
+{
+    (void)env;
+}
+#endif
+
 int wrk__exec_start(wrk *w, wrk_exec *ex)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
-    char cap[32], lim[32];
+    char cap[32], lim[32], mem[32], cg[4096] = "-";
     snprintf(cap, sizeof cap, "%llu", (unsigned long long)w->opts.store.capacity);
     snprintf(lim, sizeof lim, "%d", spw_log_level);
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)w->opts.task_mem_limit);
+    if (w->cgroup != NULL && w->opts.task_mem_limit != 0 &&
+        wrk__cgroup_exec_dir(w, ex->idx, cg, sizeof cg) != 0)
+        snprintf(cg, sizeof cg, "-");
+    ex->oom_kills = strcmp(cg, "-") != 0 ? wrk__cgroup_oom_kills(w, ex->idx) : 0;
     char *argv[8 + 2 * WRK_MAX_PLUGINS];
     int n = 0;
     argv[n++] = w->exe;
     argv[n++] = "--executor";
     argv[n++] = cap;
     argv[n++] = lim;
+    argv[n++] = mem;
+    argv[n++] = cg;
     for (uint32_t i = 0; i < w->opts.nplugins; i++)
         argv[n++] = w->plugin_paths[i];
     argv[n] = NULL;
@@ -617,8 +757,10 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     po.exit_cb = exec_exit;
     po.stdio = stdio;
     po.stdio_count = 5;
+    po.env = exec_env(w);
     ex->proc.data = ex;
     int rc = uv_spawn(w->loop, &ex->proc, &po);
+    exec_env_free(po.env);
     close(sv[1]);
     if (rc != 0) {
         close(sv[0]);
@@ -634,6 +776,8 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     ex->term_signal = 0;
     ex->exit_status = 0;
     ex->started_ns = spw_now_ns();
+    ex->tasks_sent = 0;
+    ex->recycle = false;
     w->handles++;
     rc = proto_conn_open_fd(w->ctx, sv[0], &exec_cbs, ex, &ex->conn);
     if (rc != 0) {
@@ -653,4 +797,38 @@ void wrk__tasks_free_all(wrk *w)
     spw_free(w->started);
     w->started = NULL;
     w->nstarted = w->capstarted = 0;
+}
+
+/* ----------------------------------------------------------- cancellation */
+
+void wrk__task_cancel(wrk *w, const proto_msg *m)
+{
+    const proto_val *ids = &m->f[F_CANCEL_IDS];
+    for (uint32_t i = 0; i < ids->arr.n; i++) {
+        spw_id id = ids->arr.v[i].id;
+        wtask *t;
+        HASH_FIND(hh, w->tasks, &id, sizeof id, t);
+        if (t == NULL || t->state == WT_SENT)
+            continue; /* done already, or started: it finishes and the scheduler drops it */
+        if (t->state == WT_INPUTS) {
+            /* Fetches and restores under way name it: it goes when the last one answers. */
+            if (t->fail_status == 0) {
+                t->fail_status = SPW_ECANCELED;
+                t->fail_msg = spw_strdup(SPW_MOD_WORKER, "cancelled: its client went away");
+            }
+            continue;
+        }
+        /* Queued for an executor: off the ready queue, and reported now (its slot is free). */
+        wtask **pp = &w->ready_head, *prev = NULL;
+        while (*pp != NULL && *pp != t) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp == t) {
+            *pp = t->next;
+            if (w->ready_tail == t)
+                w->ready_tail = prev;
+        }
+        task_report(w, t, SPW_ECANCELED, 0, NULL, "cancelled: its client went away", 0);
+    }
 }

@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,15 @@ void wrk_opts_default(wrk_opts *o)
     ost_opts_default(&o->store);
     o->heartbeat_ms = 1000;
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
+}
+
+uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    uint64_t left = phys > capacity + WRK_NODE_MARGIN ? phys - capacity - WRK_NODE_MARGIN : 0;
+    uint64_t v = left / 2 / (slots ? slots : 1);
+    return v < (64ULL << 20) ? 64ULL << 20 : v;
 }
 
 /* Loads a plugin in this process to refuse a bad one before any executor depends on it. */
@@ -100,6 +110,13 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_EVICTIONS] = st.evictions;
     v[PROTO_STAT_SPILL_AT] = (uint64_t)((double)st.capacity * w->opts.store.spill_threshold);
     v[PROTO_STAT_PAUSE_AT] = (uint64_t)((double)st.capacity * w->opts.store.pause_threshold);
+    v[PROTO_STAT_TASK_MEM_LIMIT] = w->opts.task_mem_limit;
+    v[PROTO_STAT_NODE_BUDGET] =
+        w->opts.task_mem_limit != 0
+            ? st.capacity + (uint64_t)w->nexec * w->opts.task_mem_limit + WRK_NODE_MARGIN
+            : 0;
+    v[PROTO_STAT_EXEC_RECYCLES] = w->exec_recycles;
+    v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
 }
 
 static void put_stats(proto_enc *e, wrk *w)
@@ -158,11 +175,15 @@ static void send_obj_list(wrk *w, uint64_t req)
         proto_conn_error(w->sched, req, SPW_ELIMIT, "object list larger than a frame");
 }
 
-/* Checks the store's level; a change of the paused state is reported at once. */
+/* Checks the store's level; a change of the paused state is reported at once. A store whose
+ * spill storage is full is not reported paused: nothing but releases would un-pause it, so tasks
+ * keep coming and those that need room fail after --alloc-wait with SPW_ESPILLFULL rather than
+ * wait at the scheduler forever. */
 void wrk__mem_check(wrk *w)
 {
     ost_store_maintain(w->store);
-    bool paused = ost_mem_state(w->store, NULL) == OST_LEVEL_PAUSE;
+    bool paused = ost_mem_state(w->store, NULL) == OST_LEVEL_PAUSE &&
+                  ost_store_full_reason(w->store)[0] == '\0';
     if (paused != w->was_paused) {
         w->was_paused = paused;
         send_heartbeat(w);
@@ -182,6 +203,11 @@ static void timer_cb(uv_timer_t *t)
     wrk *w = t->data;
     wrk__parked_expire(w);
     wrk__mem_check(w);
+    wrk__exec_maintain(w);
+    /* Freed arena pages back to the kernel; and when that found something to give back (a job's
+     * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
+    if (ost_store_trim(w->store) > 0)
+        malloc_trim(0);
     send_heartbeat(w);
 }
 
@@ -221,6 +247,9 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     }
     case PROTO_OBJ_LIST_REQ:
         send_obj_list(w, m->req);
+        return;
+    case PROTO_TASK_CANCEL:
+        wrk__task_cancel(w, m);
         return;
     case PROTO_ERROR: {
         char msg[256];
@@ -366,6 +395,14 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
 
     w->nexec = o->slots;
     w->execs = spw_calloc(SPW_MOD_WORKER, w->nexec, sizeof *w->execs);
+    if (o->task_mem_limit != 0 && wrk__cgroup_setup(w) == 0)
+        spw_log(SPW_LOG_NOTICE, "task memory limit %llu bytes per executor: cgroup v2 memory.max "
+                                "under %s",
+                (unsigned long long)o->task_mem_limit, w->cgroup);
+    else if (o->task_mem_limit != 0)
+        spw_log(SPW_LOG_INFO, "task memory limit %llu bytes per executor: RLIMIT_DATA (no "
+                              "delegated cgroup v2)",
+                (unsigned long long)o->task_mem_limit);
     for (uint32_t i = 0; i < w->nexec; i++) {
         w->execs[i].w = w;
         w->execs[i].idx = i;
@@ -401,6 +438,7 @@ void wrk__maybe_done(wrk *w)
     int status = w->close_status;
     wrk__tasks_free_all(w);
     ost_store_free(w->store);
+    wrk__cgroup_cleanup(w);
     spw_free(w->execs);
     for (uint32_t i = 0; i < WRK_MAX_PLUGINS; i++)
         spw_free(w->plugin_paths[i]);

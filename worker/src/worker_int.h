@@ -48,6 +48,7 @@ struct wtask {
     ost_obj *out;         /* output object allocated for the executor */
     wrk_exec *ex;
     uint64_t sent_ns;
+    uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     wtask *next;          /* ready queue, or the executor's FIFO */
 };
 
@@ -68,6 +69,10 @@ struct wrk_exec {
     bool killed;          /* we sent SIGKILL at shutdown */
     uv_timer_t respawn;   /* backoff before respawning a crashing executor */
     bool respawn_init;
+    bool recycle;         /* to be replaced once its FIFO is empty (memory, task count) */
+    uint64_t tasks_sent;  /* since it started */
+    uint64_t rss_checked_ns;
+    uint64_t oom_kills;   /* memory.events oom_kill of its cgroup when it started */
 };
 
 /* A fetch of an object from a peer worker. */
@@ -193,6 +198,9 @@ struct wrk {
     bool kill_timer_init;
     void *done_arg;
     uint64_t tasks_done, tasks_failed, exec_restarts;
+    uint64_t exec_recycles;  /* executors replaced for memory or task count */
+    uint64_t tasks_cancelled; /* dropped before they started: their client went away */
+    char *cgroup;          /* delegated cgroup v2 directory, NULL: task limits by rlimit */
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
     spw_id *started;       /* tasks an executor began, not yet told to the scheduler */
@@ -215,6 +223,15 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 void wrk__tasks_free_all(wrk *w);
 /* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
 void wrk__started_flush(wrk *w);
+/* Replaces executors marked for recycling that are idle; checks idle executors' memory. */
+void wrk__exec_maintain(wrk *w);
+/* The scheduler cancels tasks of a client that went away: those not started are dropped. */
+void wrk__task_cancel(wrk *w, const proto_msg *m);
+/* cgroup v2 task limits (cgroup.c). */
+int wrk__cgroup_setup(wrk *w);
+void wrk__cgroup_cleanup(wrk *w);
+int wrk__cgroup_exec_dir(wrk *w, uint32_t idx, char *out, size_t outlen);
+uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx);
 
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;

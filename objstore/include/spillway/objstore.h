@@ -103,6 +103,10 @@ uint8_t *ost_store_base(const ost_store *s);
 void ost_stats_get(const ost_store *s, ost_stats *st);
 /** The memory level and how many bytes must be freed to get back under the spill target. */
 enum ost_level ost_mem_state(const ost_store *s, uint64_t *to_free);
+/** Why the spill storage is full, for error texts: "no space left on device in DIR" or "spill
+ * map at --spill-map-max (N bytes) in DIR"; "" while it is not full.
+ * @note valid until the next call into the store. */
+const char *ost_store_full_reason(const ost_store *s);
 /** Test hook: changes the capacity limit at run time (not the mapping): a lower value makes
  * the store spill and refuse as if it were that small. 0 restores the real capacity. */
 void ost_store_set_limit(ost_store *s, uint64_t limit);
@@ -167,6 +171,12 @@ void ost_store_foreach(const ost_store *s, void (*fn)(void *arg, const ost_obj *
  * now and its memory is freed at the last unpin.
  * @return 0, or SPW_ENOOBJ for an unknown id (nothing changes). */
 int ost_obj_delete(ost_store *s, spw_id id);
+
+/** Hands the arena's free pages back to the kernel (punches them out of the memfd) when the
+ * arena holds more than `used` + OST_TRIM_SLACK bytes. Walks the free blocks: call it from a
+ * timer, not per allocation. @return bytes of free ranges punched (0: nothing to do). */
+uint64_t ost_store_trim(ost_store *s);
+#define OST_TRIM_SLACK (4ULL << 20)
 
 /** Starts spilling now if the store is above its threshold (runs in bounded slices on the
  * loop). Called after allocations and by the worker's timer. */

@@ -101,7 +101,8 @@ const char *proto_role_name(int role);
     X(EXEC_DONE, 53)                                                                               \
     X(TASK_STARTED, 70)                                                                            \
     X(GRAPHS_REQ, 71)                                                                              \
-    X(GRAPHS, 72)
+    X(GRAPHS, 72)                                                                                  \
+    X(TASK_CANCEL, 73)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
@@ -179,6 +180,9 @@ enum {
 enum { F_DONE_ID, F_DONE_STATUS, F_DONE_SIZE, F_DONE_INLINE, F_DONE_ERR, F_DONE_RUN_US };
 enum { F_ADDED_ID, F_ADDED_SIZE };
 enum { F_DELETE_IDS /* list of ids */ };
+/* TASK_CANCEL (scheduler -> worker): tasks of a client that went away; those not started are
+ * dropped and answered TASK_DONE with SPW_ECANCELED. */
+enum { F_CANCEL_IDS /* list of task ids */ };
 enum { F_HB_STATS /* list of u64, indexes PROTO_STAT_* */ };
 enum { F_WRITE_ID, F_WRITE_TOTAL, F_WRITE_OFF, F_WRITE_FLAGS, F_WRITE_DATA };
 enum { F_READ_ID, F_READ_OFF, F_READ_LEN, F_READ_FLAGS /* may be absent */ };
@@ -343,6 +347,10 @@ enum proto_stat {
     PROTO_STAT_EVICTIONS,
     PROTO_STAT_SPILL_AT, /* bytes of the store above which it spills */
     PROTO_STAT_PAUSE_AT, /* bytes of the store above which it pauses intake */
+    PROTO_STAT_TASK_MEM_LIMIT,  /* bytes a task may use, 0 = no limit */
+    PROTO_STAT_NODE_BUDGET,     /* capacity + slots x task limit + margin, 0 = unbounded */
+    PROTO_STAT_EXEC_RECYCLES,   /* executors replaced for memory or task count */
+    PROTO_STAT_TASKS_CANCELLED, /* dropped before they started: their client went away */
     PROTO_STAT_COUNT
 };
 

@@ -34,6 +34,8 @@ typedef struct sched_opts {
     uint64_t graph_max_tasks;      /* default cap on a graph's tasks in flight (0: none) */
     uint64_t graph_max_bytes;      /* default cap on a graph's bytes in flight (0: a quarter of
                                       the workers' store capacity) */
+    uint64_t graph_max_total;      /* tasks one submitted graph may have (2,000,000; 0: none);
+                                      more are refused with SPW_ELIMIT */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

@@ -34,7 +34,18 @@ typedef struct wrk_opts {
     uint32_t nplugins;
     uint32_t heartbeat_ms;     /* default 1000 */
     uint32_t max_frame;
+    uint64_t task_mem_limit;   /* bytes a task may use in its executor (0 = no limit) */
+    uint64_t exec_max_tasks;   /* an executor is replaced after this many tasks (0 = never) */
+    uint64_t exec_max_rss;     /* ...or once its resident private memory passes this (0 = never) */
 } wrk_opts;
+
+/** Fixed part of a node's memory budget (store capacity + slots × task limit + this): the
+ * worker's own heap and buffers and each executor's baseline. */
+#define WRK_NODE_MARGIN (128ULL << 20)
+
+/** The default --task-memory-limit: half of the physical memory the store leaves, shared by
+ * the slots, at least 64 MiB. */
+uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots);
 
 void wrk_opts_default(wrk_opts *o);
 

@@ -1,0 +1,474 @@
+/* End-to-end tests of a node's memory beyond the store: the per-task memory limit, executors
+ * recycled when they grow, executors that always leave through their cleanup (a worker stopped
+ * mid-task, SIGTERM to the whole unit), and tasks of a dead client cancelled on their worker.
+ * Real daemons on 127.0.0.1. */
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+/* A figure of the worker named `name` from `spillway-ctl status` (memory.FIELD, or a top-level
+ * worker field when mem is false). */
+static uint64_t figure(h_cluster *c, const char *name, bool mem, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t v = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        const char *n = json_string_value(json_object_get(w, "name"));
+        if (n == NULL || strcmp(n, name) != 0)
+            continue;
+        json_t *o = mem ? json_object_get(w, "memory") : w;
+        v = (uint64_t)json_integer_value(json_object_get(o, field));
+    }
+    json_decref(st);
+    return v;
+}
+
+static long status_kib(int pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    long v = 0;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* The pids of a process's children (its executors), up to max. */
+static int children(int pid, int *out, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f != NULL && n < max && fscanf(f, "%d", &out[n]) == 1)
+        n++;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* Bytes the worker's arena holds (its memfd's blocks), counted once for every mapping. */
+static uint64_t arena_resident(int pid)
+{
+    char dirp[64];
+    snprintf(dirp, sizeof dirp, "/proc/%d/fd", pid);
+    DIR *d = opendir(dirp);
+    if (d == NULL)
+        return 0;
+    uint64_t v = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[PATH_MAX], link[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dirp, e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        struct stat st;
+        if (strncmp(link, "/memfd:spillway-worker", 22) == 0 && stat(path, &st) == 0) {
+            v = (uint64_t)st.st_blocks * 512;
+            break;
+        }
+    }
+    closedir(d);
+    return v;
+}
+
+/* A node's memory: the worker's and its executors' private memory plus the arena's pages. */
+static uint64_t node_memory(int pid)
+{
+    uint64_t v = (uint64_t)status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
+    int kids[64];
+    int n = children(pid, kids, 64);
+    for (int i = 0; i < n; i++)
+        v += (uint64_t)status_kib(kids[i], "RssAnon") * 1024;
+    return v;
+}
+
+typedef struct probe {
+    int pid;
+    atomic_int stop; /* set by the test, read by the sampler thread */
+    uint64_t peak;   /* bytes, node_memory's largest sample */
+    pthread_t th;
+} probe;
+
+static void *probe_run(void *arg)
+{
+    probe *p = arg;
+    while (!atomic_load(&p->stop)) {
+        uint64_t m = node_memory(p->pid);
+        if (m > p->peak)
+            p->peak = m;
+        struct timespec ts = {0, 2 * 1000000}; /* a sampling period, not synchronisation */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+typedef struct fig_arg {
+    h_cluster *c;
+    const char *name, *field;
+    uint64_t want;
+} fig_arg;
+
+static bool figure_at_least(void *arg);
+static bool figure_is(void *arg);
+
+static int run_one(spillway *cl, const char *fn, uint64_t arg, spillway_ref *out)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg a = spillway_arg_u64(arg);
+    int rc = spillway_task(g, fn, &a, 1, SPILLWAY_KEEP, out);
+    if (rc == 0)
+        rc = spillway_submit(g);
+    spillway_graph_free(g);
+    if (rc != 0)
+        return rc;
+    rc = spillway_wait(cl, out, 1, 120000);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+/* A task that allocates four times its limit fails with SPW_ETASKMEM, naming the limit and the
+ * task, while the node stays under its stated budget; its executor is replaced and the next
+ * task on that worker succeeds. */
+static void task_over_its_memory_limit_fails_and_the_node_stays_in_budget(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
+                                "--task-memory-limit", "64M", "--plugin", SPW_TEST_PLUGIN, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    uint64_t budget = figure(&c, "w0", true, "node_budget");
+    assert_int_equal(figure(&c, "w0", true, "task_memory_limit"), 64u << 20);
+    assert_int_equal(budget, (64u << 20) + (64u << 20) + (128u << 20));
+    probe p = {.pid = c.workers[0].pid};
+    pthread_create(&p.th, NULL, probe_run, &p);
+    spillway_ref r;
+    int rc = run_one(cl, "hog", 4 * (64ULL << 20), &r);
+    void *out;
+    size_t len;
+    if (rc == 0)
+        rc = spillway_get(cl, r, 10000, &out, &len);
+    assert_int_equal(rc, SPW_ETASKMEM);
+    const char *msg = spillway_errmsg(cl);
+    fprintf(stderr, "error: %s\n", msg);
+    assert_non_null(strstr(msg, "memory limit of 67108864 bytes"));
+    assert_non_null(strstr(msg, "hog"));
+    assert_int_equal(spillway_release(cl, r), 0);
+    atomic_store(&p.stop, 1);
+    pthread_join(p.th, NULL);
+    fprintf(stderr, "node peak %.1f MiB, budget %.1f MiB\n", (double)p.peak / (1 << 20),
+            (double)budget / (1 << 20));
+#ifndef SPW_SANITIZE /* a sanitizer's shadow and quarantine are not part of the budget */
+    assert_true(p.peak < budget);
+#endif
+    /* The worker and its store are untouched: the next task runs, on a new executor. */
+    spillway_ref r2;
+    assert_int_equal(run_one(cl, "hog", 16ULL << 20, &r2), 0);
+    assert_int_equal(spillway_release(cl, r2), 0);
+    spillway_arg a = spillway_arg_u64(41);
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r2), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r2), 42);
+    assert_int_equal(spillway_release(cl, r2), 0);
+    fig_arg fa = {&c, "w0", "executor_recycles", 1};
+    assert_true(h_eventually(figure_at_least, &fa, 20000));
+    assert_int_equal(figure(&c, "w0", true, "executor_restarts"), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static bool figure_at_least(void *arg)
+{
+    fig_arg *a = arg;
+    return figure(a->c, a->name, true, a->field) >= a->want;
+}
+
+static bool figure_is(void *arg)
+{
+    fig_arg *a = arg;
+    return figure(a->c, a->name, true, a->field) == a->want;
+}
+
+/* A plugin that leaks grows its executor by the leak every run; past --executor-max-rss the
+ * executor is replaced between tasks, and no task fails for it. */
+static void leaking_executor_is_recycled(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--name", "w0",
+                                "--task-memory-limit", "512M", "--executor-max-rss", "64M",
+                                "--plugin", SPW_TEST_PLUGIN, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    for (int i = 0; i < 4; i++) {
+        spillway_ref r;
+        assert_int_equal(run_one(cl, "leak", 40ULL << 20, &r), 0);
+        assert_int_equal(spillway_release(cl, r), 0);
+    }
+    fig_arg fa = {&c, "w0", "executor_recycles", 1};
+    assert_true(h_eventually(figure_at_least, &fa, 20000));
+    assert_int_equal(figure(&c, "w0", true, "tasks_failed"), 0);
+    assert_int_equal(figure(&c, "w0", true, "executor_restarts"), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* --executor-max-tasks N: each executor runs N tasks, then a fresh one takes over. */
+static void executor_max_tasks_recycles(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--name", "w0",
+                                "--executor-max-tasks", "2", NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r[7];
+    for (int i = 0; i < 7; i++) {
+        spillway_arg a = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(e2e_get_u64(cl, r[i]), (uint64_t)i + 1);
+    assert_int_equal(spillway_release_many(cl, r, 7), 0);
+    fig_arg fa = {&c, "w0", "executor_recycles", 3};
+    assert_true(h_eventually(figure_at_least, &fa, 20000));
+    assert_int_equal(figure(&c, "w0", true, "executor_restarts"), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* The scheduler has handed w0 a task (the worker starts it within moments). */
+static bool worker_busy(void *arg)
+{
+    return figure(arg, "w0", false, "assigned") >= 1;
+}
+
+static bool file_exists(void *arg)
+{
+    return access(arg, F_OK) == 0;
+}
+
+/* A worker stopped while its executor runs a task exits 0; the executor finishes the task and
+ * leaves through its cleanup (under valgrind: nothing lost, not even "possibly"). */
+static void worker_stopped_mid_task_exits_cleanly(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w0",
+                                "--plugin", SPW_TEST_PLUGIN, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    char mark[512];
+    snprintf(mark, sizeof mark, "%s/started", c.dir);
+    /* Short enough for the executor to finish and exit before the worker's 5 s deadline. */
+    spillway_arg a[2] = {spillway_arg_bytes(mark, strlen(mark)), spillway_arg_u64(1000)};
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "mark_sleep", a, 2, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(file_exists, mark, 60000)); /* running in the executor */
+    int st = h_worker_kill(&c, 0, SIGTERM);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    spillway_release(cl, r);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* systemd stops a unit by signalling every process in it at once: the executor gets SIGTERM
+ * with its worker. The worker still exits 0, and so does the executor (its handler lets the
+ * task finish). */
+static void sigterm_to_worker_and_executor_together_exits_zero(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "2", "--store-capacity", "16M", "--name", "w0", NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg a = spillway_arg_u64(2000);
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(worker_busy, &c, 30000));
+    int kids[8];
+    int n = children(c.workers[0].pid, kids, 8);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < n; i++)
+        kill(kids[i], SIGTERM);
+    int st = h_worker_kill(&c, 0, SIGTERM);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    spillway_release(cl, r);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* An executor told to stop (SIGTERM) while the worker goes on: the task it ran finishes, the
+ * tasks queued behind it are not failed but run on its successor. */
+static void executor_sigterm_alone_loses_no_task(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w0", NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r[3];
+    for (int i = 0; i < 3; i++) {
+        spillway_arg a = spillway_arg_u64(300);
+        assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(worker_busy, &c, 30000));
+    int kid;
+    assert_int_equal(children(c.workers[0].pid, &kid, 1), 1);
+    kill(kid, SIGTERM);
+    assert_int_equal(spillway_wait(cl, r, 3, 60000), 0);
+    for (int i = 0; i < 3; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, r[i], 10000, &out, &len), 0);
+        spillway_free(out);
+    }
+    assert_int_equal(figure(&c, "w0", true, "tasks_failed"), 0);
+    assert_int_equal(spillway_release_many(cl, r, 3), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static bool three_on_w1(void *arg)
+{
+    return figure(arg, "w1", false, "assigned") == 3;
+}
+
+static bool one_on_w1(void *arg)
+{
+    return figure(arg, "w1", false, "assigned") == 1;
+}
+
+static bool none_on_w1(void *arg)
+{
+    return figure(arg, "w1", false, "assigned") == 0;
+}
+
+/* A client killed while two of its tasks wait queued on a one-slot worker (behind a running
+ * one): they are cancelled on the worker at once and never run; the running one finishes and
+ * its output is dropped. */
+static void dead_client_queued_tasks_never_run(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const a0[] = {"--slots", "1", "--store-capacity", "16M", "--name", "prime", NULL};
+    const char *const a1[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w1", NULL};
+    h_worker_start(&c, a0);
+    h_worker_start(&c, a1);
+    /* `inc` runs once elsewhere, so the scheduler knows it is short and queues it deeply. */
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(1);
+    assert_int_equal(spillway_graph_place(g, "prime"), 0);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r), 2);
+    assert_int_equal(spillway_release(cl, r), 0);
+    fflush(NULL);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        close(ready[0]);
+        spillway *kc = NULL;
+        if (spillway_connect(c.addr, NULL, &kc) != 0)
+            _exit(1);
+        spillway_graph *kg = spillway_graph_new(kc);
+        spillway_graph_place(kg, "w1");
+        spillway_arg s = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 6000 : 2000);
+        spillway_task(kg, "sleep_ms", &s, 1, SPILLWAY_KEEP, NULL);
+        for (int i = 0; i < 2; i++) {
+            spillway_arg x = spillway_arg_u64((uint64_t)i);
+            spillway_task(kg, "inc", &x, 1, SPILLWAY_KEEP, NULL);
+        }
+        spillway_submit(kg);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        pause(); /* until killed */
+        _exit(0);
+    }
+    close(ready[1]);
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    assert_true(h_eventually(three_on_w1, &c, 20000));
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    /* The two queued ones are dropped at once; the sleeping one still runs. */
+    assert_true(h_eventually(one_on_w1, &c, 20000));
+    fig_arg fa = {&c, "w1", "tasks_cancelled", 2};
+    assert_true(h_eventually(figure_is, &fa, 20000));
+    assert_true(h_eventually(none_on_w1, &c, 30000));
+    assert_true(e2e_cluster_idle(&c, 20000));
+    fa.field = "tasks_done";
+    fa.want = 1; /* only the sleep ran */
+    assert_true(h_eventually(figure_is, &fa, 20000));
+    assert_int_equal(figure(&c, "w1", true, "tasks_cancelled"), 2);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(task_over_its_memory_limit_fails_and_the_node_stays_in_budget),
+    cmocka_unit_test(leaking_executor_is_recycled),
+    cmocka_unit_test(executor_max_tasks_recycles),
+    cmocka_unit_test(worker_stopped_mid_task_exits_cleanly),
+    cmocka_unit_test(sigterm_to_worker_and_executor_together_exits_zero),
+    cmocka_unit_test(executor_sigterm_alone_loses_no_task),
+    cmocka_unit_test(dead_client_queued_tasks_never_run),
+};
+
+SPW_TEST_MAIN(tests)
