@@ -931,15 +931,28 @@ static void sink_finish(proto_conn *c)
     msgpack_zone_clear(&c->zone);
 }
 
+/* The limits for the next frame: the configured ones once the handshake is done, before that
+ * at most PROTO_PREAUTH_MAX_FRAME whatever max_frame says. */
+static const proto_limits *conn_limits(const proto_conn *c, proto_limits *preauth)
+{
+    const proto_limits *lim = &c->ctx->opts.limits;
+    if (c->state == ST_READY || lim->max_frame <= PROTO_PREAUTH_MAX_FRAME)
+        return lim;
+    *preauth = *lim;
+    preauth->max_frame = PROTO_PREAUTH_MAX_FRAME;
+    return preauth;
+}
+
 static void process_input(proto_conn *c)
 {
     size_t pos = 0;
-    const proto_limits *lim = &c->ctx->opts.limits;
+    proto_limits preauth;
     if (c->sink != NULL)
         return; /* the bytes that come next are the payload's */
     while (c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
         const uint8_t *p = c->in.data + pos;
         size_t avail = c->in.len - pos;
+        const proto_limits *lim = conn_limits(c, &preauth);
         proto_msg m;
         int rc = proto_decode(p, avail, lim, &c->zone, &m);
         if (rc == 0) {
@@ -962,8 +975,14 @@ static void process_input(proto_conn *c)
                 pos += flen;
                 continue;
             }
-            char why[128];
-            snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
+            char why[160];
+            if (rc == SPW_EFRAMESIZE && avail >= PROTO_HDR_LEN)
+                snprintf(why, sizeof why, "%s (%zu bytes declared, %u allowed%s): closing "
+                         "connection", spw_strerror(rc),
+                         (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3],
+                         lim->max_frame, c->state == ST_READY ? "" : " before authentication");
+            else
+                snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
             refuse(c, 0, rc, why);
             break;
         }
@@ -992,6 +1011,8 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
+    if (c->state != ST_READY) /* unauthenticated: room for one small frame, no more */
+        want = PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME;
     if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
         *buf = uv_buf_init(NULL, 0);
         return;
@@ -1334,6 +1355,11 @@ static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline, int *passe
 static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto_msg *m,
                       uint64_t deadline, int *passed)
 {
+    /* Every frame of this exchange is small, and all but the last come before the server has
+     * proved the secret. */
+    proto_limits lim = ctx->opts.limits;
+    if (lim.max_frame > PROTO_PREAUTH_MAX_FRAME)
+        lim.max_frame = PROTO_PREAUTH_MAX_FRAME;
     spw_buf_reset(b);
     if (spw_buf_reserve(b, PROTO_HDR_LEN) != 0)
         return SPW_ENOMEM;
@@ -1342,7 +1368,7 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
         return rc;
     size_t body = (size_t)b->data[0] << 24 | (size_t)b->data[1] << 16 | (size_t)b->data[2] << 8 |
                   b->data[3];
-    if (body > ctx->opts.limits.max_frame || body == 0)
+    if (body > lim.max_frame || body == 0)
         return SPW_EFRAMESIZE;
     b->len = PROTO_HDR_LEN;
     if (spw_buf_reserve(b, body) != 0)
@@ -1352,7 +1378,7 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
         return rc;
     b->len += body;
     msgpack_zone_clear(z);
-    rc = proto_decode(b->data, b->len, &ctx->opts.limits, z, m);
+    rc = proto_decode(b->data, b->len, &lim, z, m);
     if (rc < 0)
         return rc;
     if (m->type == PROTO_ERROR)

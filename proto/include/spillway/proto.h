@@ -41,6 +41,11 @@ extern "C" {
 #define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
 #define PROTO_MAX_STR 4096u
 #define PROTO_MAX_NAME 255u
+/* Largest frame body accepted before the peer has proved the secret (CHALLENGE, HELLO, WELCOME
+ * and a refusal all fit many times over). A larger declared length closes the connection with
+ * SPW_EFRAMESIZE before any of its body is buffered, so unauthenticated peers hold at most this
+ * much of a daemon's memory each. */
+#define PROTO_PREAUTH_MAX_FRAME 4096u
 
 /** Roles a peer announces in HELLO. */
 enum proto_role {
