@@ -5,6 +5,7 @@
  * (exit status 3 then, so systemd's Restart= brings the worker back).
  */
 #include <getopt.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,8 @@ static void usage(FILE *f)
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
+          "  --local-group GROUP       members may map the arena through the local socket\n"
+          "                            (besides the worker's own uid and root)\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --version, --help\n",
@@ -134,6 +137,7 @@ int main(int argc0, char **argv0)
         {"plugin", required_argument, 0, 'P'},
         {"name", required_argument, 0, 'N'},
         {"secret-file", required_argument, 0, 's'},
+        {"local-group", required_argument, 0, 'g'},
         {"config", required_argument, 0, 'C'},
         {"log-level", required_argument, 0, 'L'},
         {"version", no_argument, 0, 'V'},
@@ -237,6 +241,20 @@ int main(int argc0, char **argv0)
         case 's':
             secret_file = optarg;
             break;
+        case 'g': {
+            struct group gr, *grp = NULL;
+            char grbuf[16384];
+            unsigned long gid = strtoul(optarg, &end, 10);
+            if (*optarg != '\0' && *end == '\0' && gid < UINT32_MAX) {
+                wo.local_group = (long)gid;
+            } else if (getgrnam_r(optarg, &gr, grbuf, sizeof grbuf, &grp) == 0 && grp != NULL) {
+                wo.local_group = (long)grp->gr_gid;
+            } else {
+                fprintf(stderr, "spillway-worker: --local-group %s: no such group\n", optarg);
+                goto out;
+            }
+            break;
+        }
         case 'C':
             break; /* read by spw_config_args */
         case 'L': {

@@ -35,7 +35,8 @@ typedef struct peer {
 /* A same-host worker's arena, mapped once, and the Unix connection that pins, creates
  * and seals objects in it. */
 typedef struct local {
-    char name[64];
+    char name[72]; /* hash key: the worker's socket name, "w|" in front for a writable one */
+    bool writable; /* mapped read-write: for puts; reads use a read-only mapping */
     UT_hash_handle hh;
     proto_conn *conn;
     int memfd;

@@ -199,31 +199,38 @@ void spillway__locals_free(spillway *c)
     }
 }
 
-/* The arena of a worker on this host, mapped (once per worker), or NULL when the worker is
- * elsewhere or cannot be reached that way (then TCP it is). */
-static local *local_get(spillway *c, const char *host_id, const char *name)
+/* The arena of a worker on this host, mapped (once per worker and mode), or NULL when the
+ * worker is elsewhere or cannot be reached that way (then TCP it is): a worker that refuses our
+ * uid on its local socket (SPW_EAUTH) is only ever used over TCP, by copy. Reads use a
+ * read-only descriptor and mapping; only puts (write) ask for a writable one, on a connection
+ * of their own. */
+static local *local_get(spillway *c, const char *host_id, const char *name, bool write)
 {
     if (name[0] == '\0' || strcmp(host_id, c->host_id) != 0 || c->no_local)
         return NULL;
+    char key[sizeof ((local *)0)->name];
+    snprintf(key, sizeof key, "%s%s", write ? "w|" : "", name);
     local *l;
-    HASH_FIND_STR(c->locals, name, l);
+    HASH_FIND_STR(c->locals, key, l);
     if (l != NULL)
         return l->conn != NULL ? l : NULL;
     l = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *l);
-    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->name, sizeof l->name, "%s", key);
+    l->writable = write;
     l->c = c;
     l->memfd = -1;
     HASH_ADD_STR(c->locals, name, l); /* remembered even on failure: no retry per call */
     int sock;
-    int rc = proto_local_attach(c->ctx, name, 5000, &sock, &l->memfd, &l->capacity);
+    int rc = proto_local_attach(c->ctx, name, 5000, write, &sock, &l->memfd, &l->capacity);
     if (rc != 0) {
-        spw_log(SPW_LOG_INFO, "local arena %s unavailable (%s): using TCP", name,
-                spw_strerror(rc));
+        spw_log(rc == SPW_EAUTH ? SPW_LOG_NOTICE : SPW_LOG_INFO,
+                "local arena %s unavailable (%s): using TCP", name, spw_strerror(rc));
         return NULL;
     }
     /* One mapping, kept: its page tables stay filled, so puts and reads after the first cost
      * a memcpy and no faults. Views hand out const pointers into it. */
-    void *base = mmap(NULL, l->capacity, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, 0);
+    void *base = mmap(NULL, l->capacity, write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                      l->memfd, 0);
     if (base == MAP_FAILED) {
         close(sock);
         return NULL;
@@ -357,7 +364,7 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
     }
     if (tgt.exists)
         return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
-    local *l = local_get(c, tgt.host_id, tgt.local);
+    local *l = local_get(c, tgt.host_id, tgt.local, true);
     peer *p = NULL;
     if (l != NULL)
         rc = local_put(c, l, id, data, len);
@@ -641,7 +648,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 static local *pin_local(spillway *c, spw_id id, const location *loc, uint64_t *off)
 {
     for (uint32_t i = 0; i < loc->nlocs; i++) {
-        local *l = local_get(c, loc->hostids[i], loc->locals[i]);
+        local *l = local_get(c, loc->hostids[i], loc->locals[i], false);
         if (l == NULL)
             continue;
         if (local_call(c, l, PROTO_OBJ_PIN, id, 0, false) == 0 && c->xfer.size == loc->size &&

@@ -113,6 +113,8 @@ struct proto_listener {
         uv_pipe_t pipe;
     };
     bool is_unix;
+    bool group_set; /* Unix: members of group may connect too (proto_listener_allow_group) */
+    gid_t group;
     proto_ctx *ctx;
     proto_conn_cbs cbs;
     void *data;
@@ -1144,6 +1146,51 @@ int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, vo
     return 0;
 }
 
+void proto_listener_allow_group(proto_listener *l, unsigned gid)
+{
+    l->group_set = true;
+    l->group = (gid_t)gid;
+}
+
+/* Whether the peer on a Unix socket may use it: our euid, root, or a member of the listener's
+ * group. why gets the reason for a refusal. */
+static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_t peerlen,
+                              char *why, size_t whylen)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+        snprintf(peer, peerlen, "unix");
+        snprintf(why, whylen, "local socket: cannot read the peer's credentials: %s",
+                 strerror(errno));
+        return false;
+    }
+    snprintf(peer, peerlen, "unix:uid=%u,pid=%d", (unsigned)cr.uid, (int)cr.pid);
+    if (cr.uid == 0 || cr.uid == geteuid())
+        return true;
+    if (l->group_set) {
+        if (cr.gid == l->group)
+            return true;
+        gid_t groups[256];
+        socklen_t glen = sizeof groups;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+            for (size_t i = 0; i < glen / sizeof groups[0]; i++)
+                if (groups[i] == l->group)
+                    return true;
+        }
+        snprintf(why, whylen,
+                 "local socket: uid %u is neither the worker's uid %u, root, nor a member of "
+                 "group %u (--local-group); use TCP",
+                 (unsigned)cr.uid, (unsigned)geteuid(), (unsigned)l->group);
+        return false;
+    }
+    snprintf(why, whylen,
+             "local socket: uid %u is neither the worker's uid %u nor root (see --local-group); "
+             "use TCP",
+             (unsigned)cr.uid, (unsigned)geteuid());
+    return false;
+}
+
 static void on_unix_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
@@ -1159,7 +1206,14 @@ static void on_unix_connection(uv_stream_t *server, int status)
         conn_do_close(c);
         return;
     }
-    snprintf(c->peer, sizeof c->peer, "unix");
+    uv_os_fd_t fd = -1;
+    char why[256];
+    uv_fileno(&c->h.handle, &fd);
+    if (!unix_peer_allowed(l, fd, c->peer, sizeof c->peer, why, sizeof why)) {
+        c->state = ST_AWAIT_HELLO;
+        refuse(c, 0, SPW_EAUTH, why);
+        return;
+    }
     c->state = ST_AWAIT_HELLO;
     send_challenge(c);
     conn_start(c);
@@ -1386,8 +1440,8 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
     return 0;
 }
 
-int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *sock_out,
-                       int *memfd_out, uint64_t *capacity)
+int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write,
+                       int *sock_out, int *memfd_out, uint64_t *capacity)
 {
     struct sockaddr_un sun;
     socklen_t alen;
@@ -1449,7 +1503,7 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *so
         spw_buf_reset(&out);
         proto_enc e;
         proto_enc_begin(&e, &out, PROTO_ARENA_MAP, 1, 1);
-        proto_put_u(&e, 0);
+        proto_put_u(&e, write ? PROTO_ARENA_WRITE : 0);
         proto_enc_end(&e, UINT32_MAX);
         rc = write_full(fd, out.data, out.len, deadline);
     }

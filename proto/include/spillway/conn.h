@@ -118,15 +118,23 @@ void proto_listener_close(proto_listener *l);
  * @return 0 or a negative error. */
 int proto_listen_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
                       proto_listener **out);
+/** Who may connect to a Unix-socket listener, checked with SO_PEERCRED the moment a peer
+ * connects (before any handshake): our own effective uid, root, and, once this is called,
+ * members of group gid (primary or supplementary). Anyone else gets an ERROR frame with
+ * SPW_EAUTH and is disconnected. Abstract sockets have no file permissions, so this is what
+ * stands between other local users and the arena. */
+void proto_listener_allow_group(proto_listener *l, unsigned gid);
 
 /** Client side of local arena access, done without the loop because a file descriptor comes
  * back: connects to a worker's Unix socket (name as for proto_listen_unix), runs the handshake
- * with ctx's role and secret, sends ARENA_MAP and receives the arena's memfd.
+ * with ctx's role and secret, sends ARENA_MAP and receives the arena's memfd: opened read-only
+ * unless write is true (only a client that puts asks for that).
  * @param[out] sock the connected socket, ready for proto_conn_open_fd (nothing unread on it).
  * @param[out] memfd the arena; @param[out] capacity its size in bytes.
- * @return 0; SPW_EAUTH, SPW_EVERSION, SPW_ETIMEDOUT, SPW_EPROTO, or -errno. */
-int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *sock, int *memfd,
-                       uint64_t *capacity);
+ * @return 0; SPW_EAUTH (among others: our uid is not allowed on that socket), SPW_EVERSION,
+ *         SPW_ETIMEDOUT, SPW_EPROTO, or -errno. */
+int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write, int *sock,
+                       int *memfd, uint64_t *capacity);
 
 /** Connects to "HOST:PORT" and runs the handshake; on_ready or on_close follows.
  * @return 0 (a callback will follow), or an error now (no callback). */

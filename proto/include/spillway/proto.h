@@ -194,6 +194,8 @@ enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
 enum { F_PUTDONE_ID };
 /* Local (same-host) access to a worker's arena, over its Unix socket. */
 enum { F_AMAP_FLAGS };
+/** ARENA_MAP flags. Without PROTO_ARENA_WRITE the descriptor that comes back is read-only. */
+#define PROTO_ARENA_WRITE 1u /* the client puts objects: it needs a writable mapping */
 enum { F_ARENA_CAPACITY };       /* the memfd rides along as SCM_RIGHTS */
 enum { F_PIN_ID };
 enum { F_PINNED_ID, F_PINNED_OFF, F_PINNED_SIZE };

@@ -34,6 +34,7 @@ typedef struct wrk_opts {
     uint32_t nplugins;
     uint32_t heartbeat_ms;     /* default 1000 */
     uint32_t max_frame;
+    long local_group;          /* gid whose members may use the local socket too; -1: none */
 } wrk_opts;
 
 void wrk_opts_default(wrk_opts *o);
