@@ -23,6 +23,9 @@ static void usage(FILE *f)
           "  --listen HOST:PORT        address to listen on (127.0.0.1:7400; port 0 = any)\n"
           "  --port-file PATH          write the bound host:port there once listening\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640); peers must prove it\n"
+
+          "  --max-connections N       accepted connections at once (3/4 of the descriptor\n"
+          "                            limit, at most 8192); some kept for workers and ctl\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --max-frame BYTES         largest frame accepted (64M)\n"
@@ -116,6 +119,7 @@ int main(int argc0, char **argv0)
         {"listen", required_argument, 0, 'l'},
         {"port-file", required_argument, 0, 'p'},
         {"secret-file", required_argument, 0, 's'},
+        {"max-connections", required_argument, 0, 'X'},
         {"config", required_argument, 0, 'c'},
         {"log-level", required_argument, 0, 'L'},
         {"max-frame", required_argument, 0, 'F'},
@@ -135,6 +139,7 @@ int main(int argc0, char **argv0)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    uint32_t max_conns = 0;
     int rc = 2, c;
     uint64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -226,6 +231,18 @@ int main(int argc0, char **argv0)
                 goto out;
             }
             break;
+
+        case 'X': {
+            char *xend;
+            unsigned long n = strtoul(optarg, &xend, 10);
+            if (*optarg == '\0' || *xend != '\0' || n < 8 || n > 1000000) {
+                fprintf(stderr, "spillway-scheduler: --max-connections wants a number 8..1000000, got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            max_conns = (uint32_t)n;
+            break;
+        }
         case 'V':
             printf("spillway-scheduler %s\n", SPW_VERSION);
             rc = 0;
@@ -247,6 +264,14 @@ int main(int argc0, char **argv0)
         fprintf(stderr, "spillway-scheduler: --http-auth token needs --secret-file\n");
         goto out;
     }
+
+    uint64_t nofile = spw_raise_nofile();
+    if (max_conns == 0)
+        max_conns = proto_default_max_conns(nofile);
+    else if (max_conns > nofile / 4 * 3)
+        spw_log(SPW_LOG_WARN, "--max-connections %u is close to the descriptor limit %llu: "
+                "expect EMFILE under load", max_conns, (unsigned long long)nofile);
+    so.max_conns = max_conns;
     if (so.chunk + 4096 > so.max_frame) {
         fprintf(stderr, "spillway-scheduler: --chunk-size must leave room in --max-frame\n");
         goto out;

@@ -36,6 +36,8 @@ static void usage(FILE *f)
           "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
           "  --local-group GROUP       members may map the arena through the local socket\n"
           "                            (besides the worker's own uid and root)\n"
+          "  --max-connections N       accepted connections at once (3/4 of the descriptor\n"
+          "                            limit, at most 8192); some kept for workers and ctl\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --version, --help\n",
@@ -138,12 +140,14 @@ int main(int argc0, char **argv0)
         {"name", required_argument, 0, 'N'},
         {"secret-file", required_argument, 0, 's'},
         {"local-group", required_argument, 0, 'g'},
+        {"max-connections", required_argument, 0, 'X'},
         {"config", required_argument, 0, 'C'},
         {"log-level", required_argument, 0, 'L'},
         {"version", no_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    uint32_t max_conns = 0;
     int rc = 2, c;
     char *end;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -266,6 +270,17 @@ int main(int argc0, char **argv0)
             spw_log_level = lvl;
             break;
         }
+        case 'X': {
+            char *xend;
+            unsigned long n = strtoul(optarg, &xend, 10);
+            if (*optarg == '\0' || *xend != '\0' || n < 8 || n > 1000000) {
+                fprintf(stderr, "spillway-worker: --max-connections wants a number 8..1000000, got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            max_conns = (uint32_t)n;
+            break;
+        }
         case 'V':
             printf("spillway-worker %s\n", SPW_VERSION);
             rc = 0;
@@ -283,6 +298,13 @@ int main(int argc0, char **argv0)
         fprintf(stderr, "spillway-worker: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
+    uint64_t nofile = spw_raise_nofile();
+    if (max_conns == 0)
+        max_conns = proto_default_max_conns(nofile);
+    else if (max_conns > nofile / 4 * 3)
+        spw_log(SPW_LOG_WARN, "--max-connections %u is close to the descriptor limit %llu: "
+                "expect EMFILE under load", max_conns, (unsigned long long)nofile);
+    wo.max_conns = max_conns;
     if (!(wo.store.spill_target <= wo.store.spill_threshold &&
           wo.store.spill_threshold <= wo.store.pause_threshold)) {
         fprintf(stderr, "spillway-worker: want spill-target <= spill-threshold <= "

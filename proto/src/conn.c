@@ -16,6 +16,8 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,6 +34,13 @@
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
 #define SINK_HEAD_MAX 128    /* the rest of such a frame is smaller than this */
+#define KEEPALIVE_IDLE_S 60  /* TCP keepalive: first probe after this much silence, */
+#define KEEPALIVE_INTVL_S 10 /* then one every 10 s; */
+#define KEEPALIVE_CNT 6      /* a peer that answers none of 6 is dead (about 2 minutes) */
+#define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
+
+/* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
+enum { LIM_CAP, LIM_CLIENT_CAP, LIM_ACCEPT, LIM_LOCAL, LIM_COUNT };
 
 typedef struct borrow {
     size_t at; /* offset in the owned buffer where these bytes go */
@@ -77,6 +86,8 @@ struct proto_conn {
     bool paused;
     bool resume_pending;
     bool is_unix;
+    bool counted;        /* accepted: counted in ctx->naccepted */
+    bool counted_client; /* a CLIENT or PEER role: counted in ctx->nclients */
     int peer_role;
     int close_status;
     char peer[64];
@@ -133,6 +144,10 @@ struct proto_ctx {
     proto_conn *dirty;
     proto_conn *resumed; /* paused connections to deliver buffered input for */
     bool closing;
+    uint32_t naccepted;               /* server-side connections, handshakes included */
+    uint32_t nclients;                /* of those, authenticated CLIENT and PEER roles */
+    uint64_t lim_last_ns[LIM_COUNT];  /* when each limit event was last logged */
+    uint64_t lim_quiet[LIM_COUNT];    /* events since then that were not logged */
     int handles; /* open handles we own, conns and listeners included */
     void (*done)(void *arg);
     void *done_arg;
@@ -145,6 +160,48 @@ static void conn_do_close(proto_conn *c);
 static void process_input(proto_conn *c);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+uint32_t proto_default_max_conns(uint64_t nofile)
+{
+    uint64_t n = nofile / 4 * 3;
+    if (n > 8192)
+        n = 8192;
+    if (n < 16)
+        n = 16;
+    return (uint32_t)n;
+}
+
+uint32_t proto_reserved_conns(uint32_t max)
+{
+    uint32_t r = max / 8;
+    if (r < 4)
+        r = 4;
+    if (r > 64)
+        r = 64;
+    return r < max ? r : max;
+}
+
+/* Logs an event of kind k now, or counts it if one was logged less than LIMIT_LOG_MS ago. */
+static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+{
+    uint64_t now = spw_now_ns();
+    if (ctx->lim_last_ns[k] != 0 && now - ctx->lim_last_ns[k] < LIMIT_LOG_MS * 1000000ULL) {
+        ctx->lim_quiet[k]++;
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ctx->lim_quiet[k] > 0)
+        spw_log(SPW_LOG_WARN, "%s (and %llu more like it in the last %d s)", msg,
+                (unsigned long long)ctx->lim_quiet[k], LIMIT_LOG_MS / 1000);
+    else
+        spw_log(SPW_LOG_WARN, "%s", msg);
+    ctx->lim_last_ns[k] = now;
+    ctx->lim_quiet[k] = 0;
+}
 
 void proto_ctx_opts_default(proto_ctx_opts *o)
 {
@@ -204,10 +261,36 @@ static void flusher_cb(uv_idle_t *p)
     uv_idle_stop(&ctx->flusher);
 }
 
+static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* libuv survives EMFILE at accept by itself (it keeps a spare descriptor: closes it, accepts
+ * and closes the pending connections, reopens it) but does not tell us. So a listening ctx
+ * checks twice a second whether its descriptor table is full, and says so. */
+static void fd_probe(proto_ctx *ctx)
+{
+    if (ctx->listeners == NULL)
+        return;
+    uv_os_fd_t lfd;
+    if (uv_fileno((uv_handle_t *)&ctx->listeners->tcp, &lfd) != 0)
+        return;
+    int fd = fcntl(lfd, F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+    if (errno == EMFILE || errno == ENFILE)
+        log_limited(ctx, LIM_ACCEPT,
+                    "out of file descriptors (%s): new connections are closed as they arrive; "
+                    "raise the descriptor limit (LimitNOFILE=) or lower --max-connections (%u)",
+                    strerror(errno), ctx->opts.max_conns);
+}
+
 static void sweeper_cb(uv_timer_t *t)
 {
     proto_ctx *ctx = t->data;
     uint64_t now = spw_now_ns();
+    fd_probe(ctx);
     proto_conn *c, *tmp;
     DL_FOREACH_SAFE(ctx->conns, c, tmp)
     {
@@ -392,6 +475,10 @@ static void conn_closed_cb(uv_handle_t *h)
     msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
     DL_DELETE(ctx->conns, c);
+    if (c->counted)
+        ctx->naccepted--;
+    if (c->counted_client)
+        ctx->nclients--;
     spw_free(c);
     ctx->handles--;
     ctx_maybe_done(ctx);
@@ -799,6 +886,23 @@ static void on_hello_msg(proto_conn *c, const proto_msg *m)
         return;
     }
     c->peer_role = (int)role;
+    if ((role == PROTO_ROLE_CLIENT || role == PROTO_ROLE_PEER) && c->counted &&
+        ctx->opts.max_conns > 0) {
+        uint32_t quota = ctx->opts.max_conns - ctx->opts.reserved_conns;
+        if (ctx->nclients >= quota) {
+            char why[200];
+            snprintf(why, sizeof why,
+                     "too many connections: %u clients connected, the most --max-connections %u "
+                     "allows (%u more are kept for workers and spillway-ctl)",
+                     ctx->nclients, ctx->opts.max_conns, ctx->opts.reserved_conns);
+            log_limited(ctx, LIM_CLIENT_CAP, "peer=%s refused: %s", c->peer, why);
+            proto_conn_error(c, m->req, SPW_ELIMIT, "%s", why);
+            proto_conn_close(c, SPW_ELIMIT);
+            return;
+        }
+        ctx->nclients++;
+        c->counted_client = true;
+    }
     proto_welcome w = {0, ctx->opts.inline_limit, ctx->opts.chunk, ctx->opts.limits.max_frame};
     char err[256] = "refused";
     int rc = c->cbs.on_hello != NULL ? c->cbs.on_hello(c, m, &w, err, sizeof err) : 0;
@@ -1085,11 +1189,56 @@ void proto_listener_close(proto_listener *l)
         uv_close((uv_handle_t *)&l->tcp, listener_closed);
 }
 
+/* Keepalive on a TCP connection, so a peer that vanished (power cut, cable) is noticed in
+ * about two minutes even when we have nothing to send it. */
+static void conn_keepalive(proto_conn *c)
+{
+    uv_tcp_keepalive(&c->h.tcp, 1, KEEPALIVE_IDLE_S);
+    uv_os_fd_t fd;
+    if (uv_fileno(&c->h.handle, &fd) == 0) {
+        int intvl = KEEPALIVE_INTVL_S, cnt = KEEPALIVE_CNT;
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
+}
+
+/* A failed accept. libuv keeps a spare descriptor for EMFILE/ENFILE: it closes it, accepts and
+ * closes the pending connections (their peers see the connection closed), and opens it again,
+ * so a full descriptor table costs no busy loop; we only say so, at most once per 10 s. */
+static void accept_failed(proto_listener *l, int status)
+{
+    if (status == UV_EMFILE || status == UV_ENFILE)
+        log_limited(l->ctx, LIM_ACCEPT,
+                    "accept: %s: pending connections were closed; raise the descriptor limit "
+                    "(LimitNOFILE=) or lower --max-connections (%u)",
+                    uv_strerror(status), l->ctx->opts.max_conns);
+    else
+        log_limited(l->ctx, LIM_ACCEPT, "accept failed: %s", uv_strerror(status));
+}
+
+/* Counts an accepted connection; false (and the peer refused) if it is over the cap. */
+static bool conn_admit(proto_conn *c)
+{
+    proto_ctx *ctx = c->ctx;
+    c->counted = true;
+    ctx->naccepted++;
+    if (ctx->opts.max_conns == 0 || ctx->naccepted <= ctx->opts.max_conns)
+        return true;
+    char why[160];
+    snprintf(why, sizeof why, "too many connections: --max-connections %u reached",
+             ctx->opts.max_conns);
+    log_limited(ctx, LIM_CAP, "peer=%s refused: %s", c->peer, why);
+    c->state = ST_AWAIT_HELLO;
+    proto_conn_error(c, 0, SPW_ELIMIT, "%s", why);
+    proto_conn_close(c, SPW_ELIMIT);
+    return false;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
     if (status < 0) {
-        spw_log(SPW_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        accept_failed(l, status);
         return;
     }
     proto_conn *c = conn_new(l->ctx, &l->cbs, l->data);
@@ -1100,7 +1249,11 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_keepalive(c);
     fill_peer_name(c);
+    fd_probe(l->ctx);
+    if (!conn_admit(c))
+        return;
     c->state = ST_AWAIT_HELLO;
     send_challenge(c);
     conn_start(c);
@@ -1195,7 +1348,7 @@ static void on_unix_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
     if (status < 0) {
-        spw_log(SPW_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        accept_failed(l, status);
         return;
     }
     proto_conn *c = conn_new(l->ctx, &l->cbs, l->data);
@@ -1210,10 +1363,14 @@ static void on_unix_connection(uv_stream_t *server, int status)
     char why[256];
     uv_fileno(&c->h.handle, &fd);
     if (!unix_peer_allowed(l, fd, c->peer, sizeof c->peer, why, sizeof why)) {
+        log_limited(l->ctx, LIM_LOCAL, "peer=%s refused: %s err=SPW_EAUTH", c->peer, why);
         c->state = ST_AWAIT_HELLO;
-        refuse(c, 0, SPW_EAUTH, why);
+        proto_conn_error(c, 0, SPW_EAUTH, "%s", why);
+        proto_conn_close(c, SPW_EAUTH);
         return;
     }
+    if (!conn_admit(c))
+        return;
     c->state = ST_AWAIT_HELLO;
     send_challenge(c);
     conn_start(c);
@@ -1541,6 +1698,7 @@ static void connect_cb(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_keepalive(c);
     c->state = ST_AWAIT_CHALLENGE;
     conn_start(c);
     if (c->out.buf.len > 0)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "spillway/base.h"
@@ -159,4 +160,17 @@ int spw_capacity_parse(const char *s, uint64_t *out)
         return 0;
     }
     return spw_size_parse(s, out);
+}
+
+uint64_t spw_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl.rlim_cur = rl.rlim_max;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
 }

@@ -318,6 +318,8 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     po.secret_len = o->secret_len;
     po.limits.max_frame = o->max_frame;
     po.worker = &w->hello;
+    po.max_conns = o->max_conns;
+    po.reserved_conns = o->max_conns > 0 ? proto_reserved_conns(o->max_conns) : 0;
     rc = proto_ctx_new(loop, &po, &w->ctx);
     if (rc != 0)
         goto fail;

@@ -80,7 +80,20 @@ typedef struct proto_ctx_opts {
     uint64_t inline_limit;   /* sent in WELCOME */
     uint32_t chunk;          /* sent in WELCOME */
     const proto_hello_worker *worker; /* sent in HELLO when set; must outlive the ctx */
+    /* Accepted connections (all listeners, handshakes included) at once; 0 = no cap. A peer
+     * over the cap gets ERROR SPW_ELIMIT and is disconnected. Of these, reserved_conns are kept
+     * for peers whose role is not CLIENT or PEER (workers, spillway-ctl): a client is refused
+     * once max_conns - reserved_conns clients are connected. */
+    uint32_t max_conns;
+    uint32_t reserved_conns;
 } proto_ctx_opts;
+
+/** The default --max-connections for a process whose descriptor limit is nofile: three
+ * quarters of it (room for stores, spill files, executors and outgoing connections), at most
+ * 8192, at least 16. */
+uint32_t proto_default_max_conns(uint64_t nofile);
+/** Connections kept for workers and spillway-ctl out of max: an eighth, 4..64. */
+uint32_t proto_reserved_conns(uint32_t max);
 
 void proto_ctx_opts_default(proto_ctx_opts *o);
 

@@ -28,6 +28,11 @@ void spw_sd_notify(const char *state);
 int spw_config_args(int argc, char **argv, int *out_argc, char ***out_argv);
 void spw_config_free(int argc, char **argv);
 
+/** Raises the soft RLIMIT_NOFILE to the hard limit (a daemon's connections and files are
+ * bounded by --max-connections, not by a low default soft limit).
+ * @return the soft limit now in force. */
+uint64_t spw_raise_nofile(void);
+
 /** Parses "N%" of physical memory or a byte size ("64M"). @return 0 or SPW_EINVAL. */
 int spw_capacity_parse(const char *s, uint64_t *out);
 

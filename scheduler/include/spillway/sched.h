@@ -34,6 +34,8 @@ typedef struct sched_opts {
     uint64_t graph_max_tasks;      /* default cap on a graph's tasks in flight (0: none) */
     uint64_t graph_max_bytes;      /* default cap on a graph's bytes in flight (0: a quarter of
                                       the workers' store capacity) */
+    uint32_t max_conns;            /* accepted connections at once (0: no cap); an eighth of
+                                      them (4..64) are kept for workers and spillway-ctl */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

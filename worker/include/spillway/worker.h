@@ -35,6 +35,8 @@ typedef struct wrk_opts {
     uint32_t heartbeat_ms;     /* default 1000 */
     uint32_t max_frame;
     long local_group;          /* gid whose members may use the local socket too; -1: none */
+    uint32_t max_conns;        /* accepted connections at once (0: no cap); an eighth of them
+                                  (4..64) are kept for other workers */
 } wrk_opts;
 
 void wrk_opts_default(wrk_opts *o);
