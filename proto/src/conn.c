@@ -402,13 +402,32 @@ int proto_secret_load(const char *path, uint8_t **secret, size_t *len)
         return rc;
     while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == '\r' || data[n - 1] == ' '))
         n--;
-    if (n == 0) {
+    if (n < PROTO_MIN_SECRET) {
+        sodium_memzero(data, n);
         spw_free(data);
-        return SPW_EINVAL;
+        return n == 0 ? SPW_EINVAL : SPW_ERANGE;
     }
     *secret = (uint8_t *)data;
     *len = n;
     return 0;
+}
+
+const char *proto_secret_strerror(int rc)
+{
+    switch (rc) {
+    case SPW_EINVAL:
+        return "the secret file is empty";
+    case SPW_ERANGE:
+        return "the secret is shorter than 16 bytes; use e.g. "
+               "'head -c 32 /dev/urandom | base64'";
+    case SPW_EACCES:
+        return "permission denied, or its mode is too open (mode 0600 or 0640: no access for "
+               "others, no writing for its group)";
+    case SPW_ELIMIT:
+        return "larger than 4096 bytes: not a secret file";
+    default:
+        return spw_strerror(rc);
+    }
 }
 
 /* ----------------------------------------------------------------- auth */

@@ -448,7 +448,7 @@ static void ctl_errors_are_one_line_and_nonzero(void **state)
     char wrong[600];
     snprintf(wrong, sizeof wrong, "%s/wrong", c.dir);
     FILE *f = fopen(wrong, "w");
-    fputs("not-the-secret\n", f);
+    fputs("not-the-cluster-secret\n", f); /* long enough: refused for being wrong */
     fclose(f);
     chmod(wrong, 0600);
     const char *bad[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file", wrong,

@@ -115,10 +115,15 @@ enum { PROTO_IO_FRAMES_IN, PROTO_IO_FRAMES_OUT, PROTO_IO_BYTES_IN, PROTO_IO_BYTE
 /** Frames and bytes every connection of ctx received and queued for sending since it was made
  * (bytes in include object chunks received straight into a store). Cannot fail. */
 void proto_ctx_io(const proto_ctx *ctx, uint64_t out[PROTO_IO_COUNT]);
+/** Shortest secret accepted, bytes (trailing newlines and spaces not counted). */
+#define PROTO_MIN_SECRET 16
 /** Reads a secret file. Its group may read it (mode 0640, group spillway: members may submit
  * jobs), nobody else may, and its group may not write it.
- * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
+ * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty, SPW_ERANGE if
+ *         shorter than PROTO_MIN_SECRET, SPW_ELIMIT if larger than 4 KiB. */
 int proto_secret_load(const char *path, uint8_t **secret, size_t *len);
+/** What a proto_secret_load error means, for a message that also names the file. */
+const char *proto_secret_strerror(int rc);
 
 /** Listens on "HOST:PORT" (port 0: ephemeral). bound receives the actual "host:port".
  * Accepted peers get cbs and data. @return 0 or a negative error (address in use, ...). */
