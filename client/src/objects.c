@@ -423,11 +423,17 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
     return rc;
 }
 
-int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
-                    const char *site)
+static int put_at__impl(spillway *c, const void *data, size_t len, spillway_ref *out,
+                        const char *site)
 {
-    if (c == NULL || (data == NULL && len > 0) || len == 0 || out == NULL)
+    if (c == NULL)
         return SPW_EINVAL;
+    if (len == 0 || data == NULL || out == NULL) {
+        spillway__set_err(c, "spillway_put: %s", len == 0 ? "len is 0; an object has at least "
+                                                            "one byte"
+                                                 : data == NULL ? "data is NULL" : "out is NULL");
+        return SPW_EINVAL;
+    }
     spw_id id = spillway__new_id(c);
     if (len <= c->inline_limit) {
         handle *h = spillway__handle_add(c, id, H_SMALL);
@@ -486,7 +492,7 @@ static int broadcast_settle(spillway *c, spw_id id, const bcast_res *res)
     return 0;
 }
 
-int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
+static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
 {
     if (c == NULL)
         return SPW_EINVAL;
@@ -513,8 +519,8 @@ int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
     return broadcast_settle(c, id, &res);
 }
 
-int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
-                        spillway_ref *out, const char *site)
+static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned nworkers,
+                            spillway_ref *out, const char *site)
 {
     if (c == NULL || data == NULL || len == 0 || out == NULL)
         return SPW_EINVAL;
@@ -706,7 +712,7 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
     return rc;
 }
 
-int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
 {
     if (c == NULL || data == NULL || len == NULL)
         return SPW_EINVAL;
@@ -751,7 +757,7 @@ typedef struct view_priv {
     void *copy;
 } view_priv;
 
-int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
+static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
 {
     if (c == NULL || view == NULL)
         return SPW_EINVAL;
@@ -801,7 +807,7 @@ void spillway_view_release(spillway *c, spillway_view *view)
 
 /* ------------------------------------------------------------------ release */
 
-int spillway_release(spillway *c, spillway_ref ref)
+static int release__impl(spillway *c, spillway_ref ref)
 {
     if (c == NULL)
         return SPW_EINVAL;
@@ -823,10 +829,15 @@ int spillway_release(spillway *c, spillway_ref ref)
         proto_conn_send(c->sched, &e);
         spillway__flush(c);
     }
+    if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+        spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
+                             "with it", c->addr);
+        return SPW_ECLOSED;
+    }
     return 0;
 }
 
-int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
+static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
 {
     if (c == NULL || (refs == NULL && n > 0))
         return SPW_EINVAL;
@@ -859,6 +870,12 @@ int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
     }
     spw_free(remote);
     spillway__flush(c);
+    if (rc == 0 && nremote > 0 && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+        /* The handles are gone here; the scheduler dropped its side with the session. */
+        spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
+                             "with it", c->addr);
+        rc = SPW_ECLOSED;
+    }
     return rc;
 }
 
@@ -883,7 +900,7 @@ static bool all_settled(spillway *c, void *arg)
     return true;
 }
 
-int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
+static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
 {
     if (c == NULL || (refs == NULL && n > 0))
         return SPW_EINVAL;
@@ -911,4 +928,65 @@ int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_m
         }
     }
     return 0;
+}
+
+/* ------------------------------------------------------- public entry points */
+
+/* Each sets spillway_errmsg when it fails (spillway__leave). */
+int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, put_at__impl(c, data, len, out, site), "spillway_put_at");
+}
+
+int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, broadcast__impl(c, ref, nworkers), "spillway_broadcast");
+}
+
+int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
+                        spillway_ref *out, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, scatter_at__impl(c, data, len, nworkers, out, site),
+                           "spillway_scatter_at");
+}
+
+int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, get__impl(c, ref, timeout_ms, data, len), "spillway_get");
+}
+
+int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, get_view__impl(c, ref, timeout_ms, view), "spillway_get_view");
+}
+
+int spillway_release(spillway *c, spillway_ref ref)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, release__impl(c, ref), "spillway_release");
+}
+
+int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, release_many__impl(c, refs, n), "spillway_release_many");
+}
+
+int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, wait__impl(c, refs, n, timeout_ms), "spillway_wait");
 }

@@ -36,8 +36,18 @@ static int xor_key(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-static const spw_plugin_fn fns[] = {{"reverse", reverse}, {"xor_key", xor_key}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 2};
+/* Fails with an errno-style value and no text of its own. */
+static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    (void)ctx;
+    (void)args;
+    (void)nargs;
+    return -5;
+}
+
+static const spw_plugin_fn fns[] = {
+    {"reverse", reverse}, {"xor_key", xor_key}, {"fail_bare", fail_bare}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 3};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

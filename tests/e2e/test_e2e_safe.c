@@ -637,6 +637,99 @@ static void secret_and_path_mistakes_name_the_path(void **state)
     run_conf_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* ============================================================ error reporting */
+
+static void errmsg_has(spillway *cl, const char *want)
+{
+    const char *m = spillway_errmsg(cl);
+    fprintf(stderr, "errmsg: %s\n", m);
+    if (strstr(m, want) == NULL)
+        fail_msg("errmsg '%s' lacks '%s'", m, want);
+}
+
+/* Every failing call leaves its own text in spillway_errmsg (an argument check included, which
+ * used to leave the previous call's text), and a plugin function's -1 or errno is a failed task
+ * (SPW_ETASKFAILED) with its text, not SPW_EPERM. */
+static void every_failing_call_sets_errmsg(void **state)
+{
+    (void)state;
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
+    spillway_ref bogus = {1, 2}, r;
+    assert_int_equal(spillway_release(cl, bogus), SPW_ENOTHELD);
+    errmsg_has(cl, "is not held by this client");
+    /* Argument checks: each names the call, none keeps the text above. */
+    uint8_t b[4] = {1, 2, 3, 4};
+    assert_int_equal(spillway_put(cl, b, 0, &r), SPW_EINVAL);
+    errmsg_has(cl, "spillway_put: len is 0");
+    assert_int_equal(spillway_put(cl, b, sizeof b, &r), 0);
+    assert_int_equal(spillway_get(cl, r, 1000, NULL, NULL), SPW_EINVAL);
+    errmsg_has(cl, "spillway_get: invalid argument");
+    assert_int_equal(spillway_get_view(cl, r, 1000, NULL), SPW_EINVAL);
+    errmsg_has(cl, "spillway_get_view: invalid argument");
+    assert_int_equal(spillway_wait(cl, NULL, 3, 1000), SPW_EINVAL);
+    errmsg_has(cl, "spillway_wait: invalid argument");
+    assert_int_equal(spillway_release_many(cl, NULL, 2), SPW_EINVAL);
+    errmsg_has(cl, "spillway_release_many: invalid argument");
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref t;
+    spillway_arg a[2] = {spillway_arg_bytes("abc", 3), spillway_arg_bytes("d", 1)};
+    assert_int_equal(spillway_task(g, "", a, 1, SPILLWAY_KEEP, &t), SPW_EINVAL);
+    errmsg_has(cl, "spillway_task_at: invalid argument");
+    char longname[400];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(spillway_graph_place(g, longname), SPW_EINVAL);
+    errmsg_has(cl, "spillway_graph_place: invalid argument");
+    /* A plugin function failing with -1 (and a text), and with an errno value (no text). */
+    spillway_ref t1, t2;
+    assert_int_equal(spillway_task(g, "reverse", a, 2, SPILLWAY_KEEP, &t1), 0);
+    assert_int_equal(spillway_task(g, "fail_bare", a, 1, SPILLWAY_KEEP, &t2), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl, t1, 60000, &data, &len), SPW_ETASKFAILED);
+    errmsg_has(cl, "reverse takes one argument, got 2");
+    assert_int_equal(spillway_get(cl, t2, 60000, &data, &len), SPW_ETASKFAILED);
+    errmsg_has(cl, "fail_bare returned -5");
+    assert_int_equal(spillway_release(cl, t1), 0);
+    assert_int_equal(spillway_release(cl, t2), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Releasing references once the scheduler connection is gone says so (SPW_ECLOSED), for one
+ * reference and for many, instead of returning 0. */
+static void release_on_closed_connection_is_eclosed(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway *cl = e2e_connect(c);
+    static uint8_t big[300000];
+    memset(big, 3, sizeof big);
+    spillway_ref r[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(spillway_put(cl, big, sizeof big, &r[i]), 0);
+    assert_true(cluster_stop(c)); /* the scheduler is gone: our connection is closed */
+    assert_int_equal(spillway_release_many(cl, r, 2), SPW_ECLOSED);
+    errmsg_has(cl, "is closed");
+    assert_int_equal(spillway_release(cl, r[2]), SPW_ECLOSED);
+    errmsg_has(cl, "is closed");
+    /* Those handles are gone all the same: a second release is SPW_ENOTHELD. */
+    assert_int_equal(spillway_release_many(cl, r, 2), SPW_ENOTHELD);
+    spillway_close(cl);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
     cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
@@ -646,6 +739,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(config_file_mistakes_name_file_line_and_key),
     cmocka_unit_test(config_cross_checks_refuse_with_a_reason),
     cmocka_unit_test(secret_and_path_mistakes_name_the_path),
+    cmocka_unit_test_teardown(every_failing_call_sets_errmsg, teardown),
+    cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
 };
 
 SPW_TEST_MAIN(tests)
