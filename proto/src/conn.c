@@ -183,6 +183,8 @@ uint32_t proto_reserved_conns(uint32_t max)
 
 /* Logs an event of kind k now, or counts it if one was logged less than LIMIT_LOG_MS ago. */
 static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
 {
     uint64_t now = spw_now_ns();
     if (ctx->lim_last_ns[k] != 0 && now - ctx->lim_last_ns[k] < LIMIT_LOG_MS * 1000000ULL) {
@@ -260,9 +262,6 @@ static void flusher_cb(uv_idle_t *p)
     }
     uv_idle_stop(&ctx->flusher);
 }
-
-static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* libuv survives EMFILE at accept by itself (it keeps a spare descriptor: closes it, accepts
  * and closes the pending connections, reopens it) but does not tell us. So a listening ctx
