@@ -92,6 +92,7 @@ struct spillway {
     int timer_fired;
     char errmsg[PROTO_MAX_STR + 64];
     bool err_set; /* errmsg was written since the public call in progress began */
+    int peer_refused; /* why the last worker connection closed before it was ready */
 };
 
 void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -75,6 +75,8 @@ static void peer_close(proto_conn *conn, int status)
     spillway *c = p->c;
     p->conn = NULL;
     p->status = status != 0 ? status : SPW_ECLOSED;
+    if (!p->ready)
+        c->peer_refused = p->status; /* SPW_ELIMIT, SPW_EAUTH, -ECONNREFUSED... */
     xfer *x = &c->xfer;
     if (x->active && !x->done && x->p == p) {
         x->status = SPW_ECLOSED;
@@ -118,10 +120,11 @@ static int peer_get(spillway *c, const char *addr, peer **out)
     }
     char key[64];
     snprintf(key, sizeof key, "%s", addr);
+    c->peer_refused = 0;
     int rc = spillway__run_until(c, peer_settled, key, 10000);
     HASH_FIND_STR(c->peers, key, p);
     if (rc == 0 && p == NULL)
-        rc = SPW_ECONNREFUSED;
+        rc = c->peer_refused != 0 ? c->peer_refused : SPW_ECONNREFUSED;
     if (rc != 0) {
         spillway__set_err(c, "cannot reach worker %s: %s", addr, spw_strerror(rc));
         return rc;

@@ -25,6 +25,7 @@
 #define SKIP_CODE 77
 
 static h_cluster g_cluster;
+static void errmsg_has(spillway *cl, const char *want);
 static bool g_running;
 
 static bool cluster_stop(h_cluster *c)
@@ -302,6 +303,54 @@ static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
     spillway *again = e2e_connect(c);
     client_works(again);
     spillway_close(again);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* The same on a worker's peer port: with --max-connections 8, four clients uploading over TCP
+ * fill the clients' share; the fifth is refused (SPW_ELIMIT, said in errmsg), while another
+ * worker still connects to copy an object (a broadcast) and the clients already in still read. */
+static void worker_connection_cap_keeps_room_for_workers(void **state)
+{
+    (void)state;
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    static const char *const w0[] = {"--slots", "1", "--store-capacity", "64M",
+                                     "--max-connections", "8", NULL};
+    h_worker_start(c, w0);
+    enum { QUOTA = 4 };
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.no_local = 1; /* every client uploads over the worker's TCP port */
+    static uint8_t big[300000];
+    memset(big, 9, sizeof big);
+    spillway *cl[QUOTA + 1];
+    spillway_ref r[QUOTA + 1];
+    for (int i = 0; i <= QUOTA; i++) {
+        assert_int_equal(spillway_connect(c->addr, &o, &cl[i]), 0);
+        int rc = spillway_put(cl[i], big, sizeof big, &r[i]);
+        if (i < QUOTA) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, SPW_ELIMIT);
+            errmsg_has(cl[i], "limit exceeded");
+        }
+    }
+    assert_int_equal(log_count(&c->workers[0], "too many connections: 4 clients connected"), 1);
+    static const char *const w1[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(c, w1);
+    assert_int_equal(spillway_broadcast(cl[0], r[0], 0), 0); /* worker 1 fetched it from 0 */
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl[1], r[1], 10000, &data, &len), 0);
+    assert_true(len == sizeof big && memcmp(data, big, len) == 0);
+    spillway_free(data);
+    for (int i = 0; i <= QUOTA; i++) {
+        if (i < QUOTA)
+            assert_int_equal(spillway_release(cl[i], r[i]), 0);
+        spillway_close(cl[i]);
+    }
     assert_true(e2e_cluster_idle(c, 20000));
     assert_true(cluster_stop(c));
 }
@@ -734,6 +783,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
     cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
     cmocka_unit_test_teardown(connection_cap_refuses_clients_but_not_workers_or_ctl, teardown),
+    cmocka_unit_test_teardown(worker_connection_cap_keeps_room_for_workers, teardown),
     cmocka_unit_test_teardown(accept_survives_emfile_without_spinning, teardown),
     cmocka_unit_test_teardown(every_tcp_connection_has_keepalive, teardown),
     cmocka_unit_test(config_file_mistakes_name_file_line_and_key),
