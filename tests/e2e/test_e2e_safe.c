@@ -438,8 +438,9 @@ static void accept_survives_emfile_without_spinning(void **state)
     assert_true(cluster_stop(c));
 }
 
-/* Established connections on the daemon's side with local port `port`: how many, and how many
- * have the keepalive timer running (timer 2 in /proc/net/tcp). */
+/* Established TCP connections to or from port (both ends: the daemon's accepted socket and the
+ * peer's connected one, all on this host): how many, and how many have the keepalive timer
+ * running (timer 2 in /proc/net/tcp). */
 static void tcp_keepalive_count(int port, int *total, int *keepalive)
 {
     *total = *keepalive = 0;
@@ -448,10 +449,10 @@ static void tcp_keepalive_count(int port, int *total, int *keepalive)
         return;
     char line[512];
     while (fgets(line, sizeof line, f) != NULL) {
-        unsigned lport, st, tr;
-        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %x:", &lport, &st, &tr) != 3)
+        unsigned lport, rport, st, tr;
+        if (sscanf(line, " %*d: %*x:%x %*x:%x %x %*x:%*x %x:", &lport, &rport, &st, &tr) != 4)
             continue;
-        if ((int)lport != port || st != 1)
+        if (((int)lport != port && (int)rport != port) || st != 1)
             continue;
         (*total)++;
         *keepalive += tr == 2;
@@ -471,8 +472,8 @@ static bool ka_cond(void *arg)
     return total >= a->want && ka == total;
 }
 
-/* Every accepted TCP connection has keepalive on (so a peer that vanished is noticed), on the
- * scheduler and on a worker's peer port. */
+/* Every TCP connection has keepalive on at both ends (so a peer that vanished is noticed):
+ * accepted by the scheduler or a worker's peer port, and made by a worker or a client. */
 static void every_tcp_connection_has_keepalive(void **state)
 {
     (void)state;
@@ -489,10 +490,10 @@ static void every_tcp_connection_has_keepalive(void **state)
     spillway_ref r;
     assert_int_equal(spillway_put(cl, big, sizeof big, &r), 0);
     char host[64];
-    ka_arg a = {0, 2}; /* the worker's and the client's connections */
+    ka_arg a = {0, 4}; /* the worker's and the client's connections, both ends of each */
     assert_int_equal(spw_addr_split(c->addr, host, &a.port), 0);
     assert_true(h_eventually(ka_cond, &a, 20000));
-    a.want = 1; /* the client's upload connection */
+    a.want = 2; /* the client's upload connection, both ends */
     assert_int_equal(spw_addr_split(c->workers[0].addr, host, &a.port), 0);
     assert_true(h_eventually(ka_cond, &a, 20000));
     assert_int_equal(spillway_release(cl, r), 0);
