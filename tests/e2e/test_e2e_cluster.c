@@ -885,7 +885,9 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
     g = spillway_graph_new(cl);
-    spillway_arg sl = spillway_arg_u64(3000);
+    /* Long enough for slot_busy to see it: under valgrind (SPW_SLOW) one spillway-ctl run
+     * alone can take seconds on a loaded machine. */
+    spillway_arg sl = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 12000 : 3000);
     assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
