@@ -3,6 +3,7 @@
  * signals, readiness, and a clean shutdown (every handle closed, the loop closed, zero leaked
  * bytes) on SIGTERM or SIGINT.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +24,9 @@ static void usage(FILE *f)
           "  --listen HOST:PORT        address to listen on (127.0.0.1:7400; port 0 = any)\n"
           "  --port-file PATH          write the bound host:port there once listening\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640); peers must prove it\n"
+
+          "  --max-connections N       accepted connections at once (3/4 of the descriptor\n"
+          "                            limit, at most 8192); some kept for workers and ctl\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --max-frame BYTES         largest frame accepted (64M)\n"
@@ -77,22 +81,56 @@ static void on_signal(uv_signal_t *h, int sig)
         sched_close(a->s, sched_done, a);
 }
 
-static int parse_u32(const char *name, const char *v, uint32_t *out)
+static const struct option longopts[] = {
+    {"listen", required_argument, 0, 'l'},
+    {"port-file", required_argument, 0, 'p'},
+    {"secret-file", required_argument, 0, 's'},
+    {"max-connections", required_argument, 0, 'X'},
+    {"config", required_argument, 0, 'c'},
+    {"log-level", required_argument, 0, 'L'},
+    {"max-frame", required_argument, 0, 'F'},
+    {"inline-limit", required_argument, 0, 'I'},
+    {"chunk-size", required_argument, 0, 'C'},
+    {"heartbeat-timeout", required_argument, 0, 'H'},
+    {"task-retries", required_argument, 0, 'R'},
+    {"place-wait", required_argument, 0, 'P'},
+    {"graph-max-tasks", required_argument, 0, 'g'},
+    {"graph-max-bytes", required_argument, 0, 'b'},
+    {"http", required_argument, 0, 'T'},
+    {"http-port-file", required_argument, 0, 'Q'},
+    {"http-auth", required_argument, 0, 'A'},
+    {"http-sample", required_argument, 0, 'M'},
+    {"http-history", required_argument, 0, 'N'},
+    {"graph-max-total", required_argument, 0, 'G'},
+    {"version", no_argument, 0, 'V'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* The heartbeat interval of workers (wrk_opts.heartbeat_ms); a worker is declared dead only
+ * after missing at least this many. */
+#define WORKER_HEARTBEAT_MS 1000
+#define MIN_HEARTBEATS 3
+
+/* Option value parsers: on a bad value they report it (FILE:LINE for a config line) and
+ * return -1. at is the argument's index, for spw_opt_error. */
+static int parse_u32(int at, const char *name, const char *v, uint32_t *out)
 {
     char *end;
+    errno = 0;
     unsigned long x = strtoul(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x > UINT32_MAX) {
-        fprintf(stderr, "spillway-scheduler: --%s wants a number, got '%s'\n", name, v);
+    if (*v == '\0' || *end != '\0' || x > UINT32_MAX || errno != 0 || *v == '-') {
+        spw_opt_error(at, name, "wants a whole number, got '%s'", v);
         return -1;
     }
     *out = (uint32_t)x;
     return 0;
 }
 
-static int parse_bytes(const char *name, const char *v, uint64_t *out)
+static int parse_bytes(int at, const char *name, const char *v, uint64_t *out)
 {
     if (spw_size_parse(v, out) != 0) {
-        fprintf(stderr, "spillway-scheduler: --%s wants a size like 64K, got '%s'\n", name, v);
+        spw_opt_error(at, name, "wants a size like 64K or 8M, got '%s'", v);
         return -1;
     }
     return 0;
@@ -102,7 +140,7 @@ int main(int argc0, char **argv0)
 {
     int argc;
     char **argv;
-    if (spw_config_args(argc0, argv0, &argc, &argv) != 0)
+    if (spw_config_args(argc0, argv0, longopts, &argc, &argv) != 0)
         return 2;
     spw_log_init("spillway-scheduler", SPW_LOG_NOTICE);
     /* A peer that hangs up mid-write is an error on that connection, not a reason to die. */
@@ -113,33 +151,12 @@ int main(int argc0, char **argv0)
     const char *http_listen = NULL, *http_port_file = NULL;
     uint32_t http_sample_ms = 1000, http_history = 600;
     int http_token_always = 0;
-    static const struct option longopts[] = {
-        {"listen", required_argument, 0, 'l'},
-        {"port-file", required_argument, 0, 'p'},
-        {"secret-file", required_argument, 0, 's'},
-        {"config", required_argument, 0, 'c'},
-        {"log-level", required_argument, 0, 'L'},
-        {"max-frame", required_argument, 0, 'F'},
-        {"inline-limit", required_argument, 0, 'I'},
-        {"chunk-size", required_argument, 0, 'C'},
-        {"heartbeat-timeout", required_argument, 0, 'H'},
-        {"task-retries", required_argument, 0, 'R'},
-        {"place-wait", required_argument, 0, 'P'},
-        {"graph-max-tasks", required_argument, 0, 'g'},
-        {"graph-max-bytes", required_argument, 0, 'b'},
-        {"http", required_argument, 0, 'T'},
-        {"http-port-file", required_argument, 0, 'Q'},
-        {"http-auth", required_argument, 0, 'A'},
-        {"http-sample", required_argument, 0, 'M'},
-        {"http-history", required_argument, 0, 'N'},
-        {"graph-max-total", required_argument, 0, 'G'},
-        {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     int rc = 2, c;
     uint64_t v;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    uint32_t max_conns = 0;
+    int secret_at = -1, chunk_at = -1, inline_at = -1;
+    opterr = 0; /* our messages name the config line */
+    for (int at = optind; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1; at = optind) {
         switch (c) {
         case 'l':
             so.listen = optarg;
@@ -149,54 +166,70 @@ int main(int argc0, char **argv0)
             break;
         case 's':
             secret_file = optarg;
+            secret_at = at;
             break;
         case 'c':
             break; /* read by spw_config_args */
         case 'L': {
             int lvl = spw_log_level_parse(optarg);
             if (lvl < 0) {
-                fprintf(stderr, "spillway-scheduler: unknown log level '%s'\n", optarg);
+                spw_opt_error(at, "log-level", "unknown level '%s' (err|warn|notice|info|debug)",
+                              optarg);
                 goto out;
             }
             spw_log_level = lvl;
             break;
         }
         case 'F':
-            if (parse_bytes("max-frame", optarg, &v) != 0 || v < 65536 || v > (1u << 30)) {
-                fprintf(stderr, "spillway-scheduler: --max-frame must be 64K..1G\n");
+            if (parse_bytes(at, "max-frame", optarg, &v) != 0)
+                goto out;
+            if (v < 65536 || v > (1u << 30)) {
+                spw_opt_error(at, "max-frame", "must be 64K..1G, got '%s'", optarg);
                 goto out;
             }
             so.max_frame = (uint32_t)v;
             break;
         case 'I':
-            if (parse_bytes("inline-limit", optarg, &so.inline_limit) != 0)
+            if (parse_bytes(at, "inline-limit", optarg, &so.inline_limit) != 0)
                 goto out;
+            inline_at = at;
             break;
         case 'C':
-            if (parse_bytes("chunk-size", optarg, &v) != 0 || v < 4096 || v > (256u << 20)) {
-                fprintf(stderr, "spillway-scheduler: --chunk-size must be 4K..256M\n");
+            if (parse_bytes(at, "chunk-size", optarg, &v) != 0)
+                goto out;
+            if (v < 4096 || v > (256u << 20)) {
+                spw_opt_error(at, "chunk-size", "must be 4K..256M, got '%s'", optarg);
                 goto out;
             }
             so.chunk = (uint32_t)v;
+            chunk_at = at;
             break;
         case 'H':
-            if (parse_u32("heartbeat-timeout", optarg, &so.heartbeat_timeout_ms) != 0)
+            if (parse_u32(at, "heartbeat-timeout", optarg, &so.heartbeat_timeout_ms) != 0)
                 goto out;
+            if (so.heartbeat_timeout_ms < MIN_HEARTBEATS * WORKER_HEARTBEAT_MS) {
+                spw_opt_error(at, "heartbeat-timeout",
+                              "%u ms is less than %d heartbeats (workers send one every %d ms): "
+                              "one late heartbeat would drop a live worker; use at least %d",
+                              so.heartbeat_timeout_ms, MIN_HEARTBEATS, WORKER_HEARTBEAT_MS,
+                              MIN_HEARTBEATS * WORKER_HEARTBEAT_MS);
+                goto out;
+            }
             break;
         case 'R':
-            if (parse_u32("task-retries", optarg, &so.task_retries) != 0)
+            if (parse_u32(at, "task-retries", optarg, &so.task_retries) != 0)
                 goto out;
             break;
         case 'P':
-            if (parse_u32("place-wait", optarg, &so.place_wait_ms) != 0)
+            if (parse_u32(at, "place-wait", optarg, &so.place_wait_ms) != 0)
                 goto out;
             break;
         case 'g':
-            if (parse_bytes("graph-max-tasks", optarg, &so.graph_max_tasks) != 0)
+            if (parse_bytes(at, "graph-max-tasks", optarg, &so.graph_max_tasks) != 0)
                 goto out;
             break;
         case 'b':
-            if (parse_bytes("graph-max-bytes", optarg, &so.graph_max_bytes) != 0)
+            if (parse_bytes(at, "graph-max-bytes", optarg, &so.graph_max_bytes) != 0)
                 goto out;
             break;
         case 'T':
@@ -207,31 +240,42 @@ int main(int argc0, char **argv0)
             break;
         case 'A':
             if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "token") != 0) {
-                fprintf(stderr, "spillway-scheduler: --http-auth wants auto or token\n");
+                spw_opt_error(at, "http-auth", "wants auto or token, got '%s'", optarg);
                 goto out;
             }
             http_token_always = strcmp(optarg, "token") == 0;
             break;
         case 'M':
-            if (parse_u32("http-sample", optarg, &http_sample_ms) != 0)
+            if (parse_u32(at, "http-sample", optarg, &http_sample_ms) != 0)
                 goto out;
             if (http_sample_ms < 50 || http_sample_ms > 3600000) {
-                fprintf(stderr, "spillway-scheduler: --http-sample must be 50..3600000 ms\n");
+                spw_opt_error(at, "http-sample", "must be 50..3600000 ms, got '%s'", optarg);
                 goto out;
             }
             break;
         case 'N':
-            if (parse_u32("http-history", optarg, &http_history) != 0)
+            if (parse_u32(at, "http-history", optarg, &http_history) != 0)
                 goto out;
             if (http_history < 2 || http_history > 100000) {
-                fprintf(stderr, "spillway-scheduler: --http-history must be 2..100000\n");
+                spw_opt_error(at, "http-history", "must be 2..100000, got '%s'", optarg);
                 goto out;
             }
             break;
         case 'G':
-            if (parse_bytes("graph-max-total", optarg, &so.graph_max_total) != 0)
+            if (parse_bytes(at, "graph-max-total", optarg, &so.graph_max_total) != 0)
                 goto out;
             break;
+        case 'X': {
+            uint32_t n;
+            if (parse_u32(at, "max-connections", optarg, &n) != 0)
+                goto out;
+            if (n < 8 || n > 1000000) {
+                spw_opt_error(at, "max-connections", "must be 8..1000000, got '%s'", optarg);
+                goto out;
+            }
+            max_conns = n;
+            break;
+        }
         case 'V':
             printf("spillway-scheduler %s\n", SPW_VERSION);
             rc = 0;
@@ -240,7 +284,11 @@ int main(int argc0, char **argv0)
             usage(stdout);
             rc = 0;
             goto out;
+        case ':':
+            fprintf(stderr, "spillway-scheduler: %s needs a value\n", argv[at]);
+            goto out;
         default:
+            fprintf(stderr, "spillway-scheduler: unknown option '%s'\n", argv[at]);
             usage(stderr);
             goto out;
         }
@@ -253,20 +301,34 @@ int main(int argc0, char **argv0)
         fprintf(stderr, "spillway-scheduler: --http-auth token needs --secret-file\n");
         goto out;
     }
-    if (so.chunk + 4096 > so.max_frame) {
-        fprintf(stderr, "spillway-scheduler: --chunk-size must leave room in --max-frame\n");
+
+    /* Cross-checks: a chunk or an inline value must fit in a frame with room to spare (a task
+     * message carries several inline arguments, an OBJ_WRITE a header besides its chunk). */
+    if (so.chunk > so.max_frame / 2) {
+        spw_opt_error(chunk_at, "chunk-size", "%u bytes must be at most half of max-frame (%u)",
+                      so.chunk, so.max_frame);
         goto out;
     }
+    if (so.inline_limit > so.max_frame / 16) {
+        spw_opt_error(inline_at, "inline-limit",
+                      "%llu bytes must be at most a sixteenth of max-frame (%u): a task carries "
+                      "several inline values",
+                      (unsigned long long)so.inline_limit, so.max_frame);
+        goto out;
+    }
+    uint64_t nofile = spw_raise_nofile();
+    if (max_conns == 0)
+        max_conns = proto_default_max_conns(nofile);
+    else if (max_conns > nofile / 4 * 3)
+        spw_log(SPW_LOG_WARN, "--max-connections %u is close to the descriptor limit %llu: "
+                "expect EMFILE under load", max_conns, (unsigned long long)nofile);
+    so.max_conns = max_conns;
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     if (secret_file != NULL) {
         int src = proto_secret_load(secret_file, &secret, &secret_len);
         if (src != 0) {
-            fprintf(stderr, "spillway-scheduler: secret file %s: %s%s\n", secret_file,
-                    spw_strerror(src),
-                    src == SPW_EACCES ? " (mode 0600 or 0640: no access for others, no "
-                                        "writing for its group)"
-                                      : "");
+            spw_opt_path_error(secret_at, "secret-file", secret_file, proto_secret_strerror(src));
             goto out;
         }
         so.secret = secret;
@@ -332,12 +394,12 @@ int main(int argc0, char **argv0)
     spw_log(SPW_LOG_NOTICE, "listening on %s", bound);
     char status[128];
     snprintf(status, sizeof status, "listening on %s", bound);
-    if (spw_daemon_ready(bound, port_file, status) != 0) {
+    bool failed = spw_daemon_ready(bound, port_file, status) != 0; /* it says why */
+    if (failed)
         sched_close(a.s, sched_done, &a);
-    }
     uv_run(&a.loop, UV_RUN_DEFAULT);
     spw_http_stop(a.http); /* after the loop: a request under way fails at once */
-    rc = uv_loop_close(&a.loop) == 0 ? 0 : 1;
+    rc = uv_loop_close(&a.loop) == 0 && !failed ? 0 : 1;
     if (rc != 0)
         spw_log(SPW_LOG_ERR, "loop still had handles at exit");
 out:

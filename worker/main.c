@@ -4,11 +4,15 @@
  * welcomed us, and a clean shutdown on SIGTERM or SIGINT, or when the scheduler goes away
  * (exit status 3 then, so systemd's Restart= brings the worker back).
  */
+#include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "spillway/conn.h"
 #include "spillway/daemon.h"
@@ -53,6 +57,10 @@ static void usage(FILE *f)
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
           "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
+          "  --local-group GROUP       members may map the arena through the local socket\n"
+          "                            (besides the worker's own uid and root)\n"
+          "  --max-connections N       accepted connections at once (3/4 of the descriptor\n"
+          "                            limit, at most 8192); some kept for workers and ctl\n"
           "  --config PATH             file of key = value lines, one per option\n"
           "  --log-level LEVEL         err|warn|notice|info|debug (notice)\n"
           "  --version, --help\n",
@@ -119,13 +127,89 @@ static void on_ready(void *arg, int status)
     }
 }
 
+static const struct option longopts[] = {
+    {"scheduler", required_argument, 0, 'S'},
+    {"listen", required_argument, 0, 'l'},
+    {"port-file", required_argument, 0, 'p'},
+    {"slots", required_argument, 0, 'n'},
+    {"store-capacity", required_argument, 0, 'c'},
+    {"alloc-wait", required_argument, 0, 'W'},
+    {"spill-dir", required_argument, 0, 'D'},
+    {"spill-threshold", required_argument, 0, 'T'},
+    {"spill-target", required_argument, 0, 'G'},
+    {"pause-threshold", required_argument, 0, 'Z'},
+    {"spill-compression-level", required_argument, 0, 'z'},
+    {"spill-map-size", required_argument, 0, 'm'},
+    {"spill-map-max", required_argument, 0, 'M'},
+    {"task-memory-limit", required_argument, 0, 'K'},
+    {"executor-max-tasks", required_argument, 0, 'E'},
+    {"executor-max-rss", required_argument, 0, 'r'},
+    {"plugin", required_argument, 0, 'P'},
+    {"name", required_argument, 0, 'N'},
+    {"secret-file", required_argument, 0, 's'},
+    {"local-group", required_argument, 0, 'g'},
+    {"max-connections", required_argument, 0, 'X'},
+    {"config", required_argument, 0, 'C'},
+    {"log-level", required_argument, 0, 'L'},
+    {"version", no_argument, 0, 'V'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* A whole number in lo..hi, or a message naming the option (and config line). */
+static int parse_ulong(int at, const char *name, const char *v, unsigned long lo,
+                       unsigned long hi, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0 || n < lo || n > hi) {
+        spw_opt_error(at, name, "wants a whole number %lu..%lu, got '%s'", lo, hi, v);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* The spill directory must exist, be a directory, and be ours to write in: said now, naming
+ * the path, rather than as a store error later. */
+static int check_spill_dir(int at, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        /* A missing last component is made by the store, under systemd's StateDirectory. */
+        int err = errno;
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (err == ENOENT && slash != NULL) {
+            *slash = '\0';
+            if (parent[0] == '\0')
+                snprintf(parent, sizeof parent, "/");
+            if (stat(parent, &st) == 0 && S_ISDIR(st.st_mode) && access(parent, W_OK | X_OK) == 0)
+                return 0;
+        }
+        spw_opt_path_error(at, "spill-dir", dir, spw_strerror(-err));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        spw_opt_path_error(at, "spill-dir", dir, "not a directory");
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        spw_opt_path_error(at, "spill-dir", dir, spw_strerror(-errno));
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc0, char **argv0)
 {
     if (argc0 > 1 && strcmp(argv0[1], "--executor") == 0)
         return wrk_executor_main(argc0, argv0);
     int argc;
     char **argv;
-    if (spw_config_args(argc0, argv0, &argc, &argv) != 0)
+    if (spw_config_args(argc0, argv0, longopts, &argc, &argv) != 0)
         return 2;
     spw_log_init("spillway-worker", SPW_LOG_NOTICE);
     /* A peer that hangs up mid-write is an error on that connection, not a reason to die. */
@@ -137,36 +221,15 @@ int main(int argc0, char **argv0)
     app a;
     memset(&a, 0, sizeof a);
     const char *secret_file = NULL, *spill_dir = NULL;
+    int spill_dir_at = -1, capacity_at = -1, secret_at = -1;
+    int target_at = -1, threshold_at = -1, pause_at = -1;
+    uint32_t max_conns = 0;
     bool task_mem_set = false, rss_set = false;
-    static const struct option longopts[] = {
-        {"scheduler", required_argument, 0, 'S'},
-        {"listen", required_argument, 0, 'l'},
-        {"port-file", required_argument, 0, 'p'},
-        {"slots", required_argument, 0, 'n'},
-        {"store-capacity", required_argument, 0, 'c'},
-        {"alloc-wait", required_argument, 0, 'W'},
-        {"spill-dir", required_argument, 0, 'D'},
-        {"spill-threshold", required_argument, 0, 'T'},
-        {"spill-target", required_argument, 0, 'G'},
-        {"pause-threshold", required_argument, 0, 'Z'},
-        {"spill-compression-level", required_argument, 0, 'z'},
-        {"spill-map-size", required_argument, 0, 'm'},
-        {"spill-map-max", required_argument, 0, 'M'},
-        {"task-memory-limit", required_argument, 0, 'K'},
-        {"executor-max-tasks", required_argument, 0, 'X'},
-        {"executor-max-rss", required_argument, 0, 'R'},
-        {"plugin", required_argument, 0, 'P'},
-        {"name", required_argument, 0, 'N'},
-        {"secret-file", required_argument, 0, 's'},
-        {"config", required_argument, 0, 'C'},
-        {"log-level", required_argument, 0, 'L'},
-        {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     int rc = 2, c;
     char *end;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    unsigned long n;
+    opterr = 0; /* our messages name the config line */
+    for (int at = optind; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1; at = optind) {
         switch (c) {
         case 'S':
             wo.scheduler = optarg;
@@ -177,58 +240,55 @@ int main(int argc0, char **argv0)
         case 'p':
             a.port_file = optarg;
             break;
-        case 'n': {
-            unsigned long n = strtoul(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || n == 0 || n > 4096) {
-                fprintf(stderr, "spillway-worker: --slots must be 1..4096\n");
+        case 'n':
+            if (parse_ulong(at, "slots", optarg, 1, 4096, &n) != 0)
                 goto out;
-            }
             wo.slots = (uint32_t)n;
             break;
-        }
         case 'c':
             if (spw_capacity_parse(optarg, &wo.store.capacity) != 0 ||
                 wo.store.capacity < (1u << 20)) {
-                fprintf(stderr, "spillway-worker: --store-capacity wants a size (>= 1M) or a "
-                                "percentage of memory, got '%s'\n",
-                        optarg);
+                spw_opt_error(at, "store-capacity",
+                              "wants a size (>= 1M) or a percentage of memory, got '%s'", optarg);
                 goto out;
             }
+            capacity_at = at;
             break;
-        case 'W': {
-            unsigned long n = strtoul(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || n > 24UL * 3600 * 1000) {
-                fprintf(stderr, "spillway-worker: --alloc-wait wants milliseconds\n");
+        case 'W':
+            if (parse_ulong(at, "alloc-wait", optarg, 0, 24UL * 3600 * 1000, &n) != 0)
                 goto out;
-            }
             wo.store.alloc_wait_ms = (uint32_t)n;
             break;
-        }
         case 'D':
             spill_dir = optarg;
+            spill_dir_at = at;
             break;
         case 'T':
         case 'G':
         case 'Z': {
+            const char *name =
+                c == 'T' ? "spill-threshold" : c == 'G' ? "spill-target" : "pause-threshold";
             double f = strtod(optarg, &end);
-            if (*optarg == '\0' || *end != '\0' || f <= 0 || f > 1) {
-                fprintf(stderr, "spillway-worker: --%s wants a fraction in (0, 1], got '%s'\n",
-                        c == 'T' ? "spill-threshold" : c == 'G' ? "spill-target" : "pause-threshold",
-                        optarg);
+            if (*optarg == '\0' || *end != '\0' || !(f > 0 && f <= 1)) {
+                spw_opt_error(at, name, "wants a fraction in (0, 1], got '%s'", optarg);
                 goto out;
             }
-            if (c == 'T')
+            if (c == 'T') {
                 wo.store.spill_threshold = f;
-            else if (c == 'G')
+                threshold_at = at;
+            } else if (c == 'G') {
                 wo.store.spill_target = f;
-            else
+                target_at = at;
+            } else {
                 wo.store.pause_threshold = f;
+                pause_at = at;
+            }
             break;
         }
         case 'z': {
             long lvl = strtol(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || lvl < -7 || lvl > 22) {
-                fprintf(stderr, "spillway-worker: --spill-compression-level wants -7..22\n");
+                spw_opt_error(at, "spill-compression-level", "wants -7..22, got '%s'", optarg);
                 goto out;
             }
             wo.store.compression_level = (int)lvl;
@@ -238,8 +298,8 @@ int main(int argc0, char **argv0)
         case 'M': {
             uint64_t v;
             if (spw_size_parse(optarg, &v) != 0) {
-                fprintf(stderr, "spillway-worker: --%s wants a size, got '%s'\n",
-                        c == 'm' ? "spill-map-size" : "spill-map-max", optarg);
+                spw_opt_error(at, c == 'm' ? "spill-map-size" : "spill-map-max",
+                              "wants a size like 4G, got '%s'", optarg);
                 goto out;
             }
             if (c == 'm')
@@ -254,34 +314,32 @@ int main(int argc0, char **argv0)
                 wo.task_mem_limit = 0;
             } else if (spw_capacity_parse(optarg, &wo.task_mem_limit) != 0 ||
                        wo.task_mem_limit < (1u << 20)) {
-                fprintf(stderr, "spillway-worker: --task-memory-limit wants a size (>= 1M), a "
-                                "percentage of memory or 0, got '%s'\n",
-                        optarg);
+                spw_opt_error(at, "task-memory-limit",
+                              "wants a size (>= 1M), a percentage of memory or 0, got '%s'",
+                              optarg);
                 goto out;
             }
             task_mem_set = true;
             break;
-        case 'X': {
-            unsigned long long n = strtoull(optarg, &end, 10);
+        case 'E': {
+            unsigned long long nt = strtoull(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || optarg[0] == '-') {
-                fprintf(stderr, "spillway-worker: --executor-max-tasks wants a count, got '%s'\n",
-                        optarg);
+                spw_opt_error(at, "executor-max-tasks", "wants a count, got '%s'", optarg);
                 goto out;
             }
-            wo.exec_max_tasks = n;
+            wo.exec_max_tasks = nt;
             break;
         }
-        case 'R':
+        case 'r':
             if (spw_size_parse(optarg, &wo.exec_max_rss) != 0) {
-                fprintf(stderr, "spillway-worker: --executor-max-rss wants a size, got '%s'\n",
-                        optarg);
+                spw_opt_error(at, "executor-max-rss", "wants a size, got '%s'", optarg);
                 goto out;
             }
             rss_set = true;
             break;
         case 'P':
             if (wo.nplugins == WRK_MAX_PLUGINS) {
-                fprintf(stderr, "spillway-worker: at most %d plugins\n", WRK_MAX_PLUGINS);
+                spw_opt_error(at, "plugin", "at most %d plugins", WRK_MAX_PLUGINS);
                 goto out;
             }
             wo.plugins[wo.nplugins++] = optarg;
@@ -291,13 +349,34 @@ int main(int argc0, char **argv0)
             break;
         case 's':
             secret_file = optarg;
+            secret_at = at;
+            break;
+        case 'g': {
+            struct group gr, *grp = NULL;
+            char grbuf[16384];
+            unsigned long gid = strtoul(optarg, &end, 10);
+            if (*optarg != '\0' && *end == '\0' && gid < UINT32_MAX) {
+                wo.local_group = (long)gid;
+            } else if (getgrnam_r(optarg, &gr, grbuf, sizeof grbuf, &grp) == 0 && grp != NULL) {
+                wo.local_group = (long)grp->gr_gid;
+            } else {
+                spw_opt_error(at, "local-group", "%s: no such group", optarg);
+                goto out;
+            }
+            break;
+        }
+        case 'X':
+            if (parse_ulong(at, "max-connections", optarg, 8, 1000000, &n) != 0)
+                goto out;
+            max_conns = (uint32_t)n;
             break;
         case 'C':
             break; /* read by spw_config_args */
         case 'L': {
             int lvl = spw_log_level_parse(optarg);
             if (lvl < 0) {
-                fprintf(stderr, "spillway-worker: unknown log level '%s'\n", optarg);
+                spw_opt_error(at, "log-level", "unknown level '%s' (err|warn|notice|info|debug)",
+                              optarg);
                 goto out;
             }
             spw_log_level = lvl;
@@ -311,7 +390,11 @@ int main(int argc0, char **argv0)
             usage(stdout);
             rc = 0;
             goto out;
+        case ':':
+            fprintf(stderr, "spillway-worker: %s needs a value\n", argv[at]);
+            goto out;
         default:
+            fprintf(stderr, "spillway-worker: unknown option '%s'\n", argv[at]);
             usage(stderr);
             goto out;
         }
@@ -320,16 +403,42 @@ int main(int argc0, char **argv0)
         fprintf(stderr, "spillway-worker: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
-    if (!(wo.store.spill_target <= wo.store.spill_threshold &&
-          wo.store.spill_threshold <= wo.store.pause_threshold)) {
-        fprintf(stderr, "spillway-worker: want spill-target <= spill-threshold <= "
-                        "pause-threshold\n");
+    /* Cross-checks. A store larger than the machine works until it fills: say so now. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && wo.store.capacity > (uint64_t)pages * (uint64_t)page) {
+        char cap[32], phys[32];
+        spw_size_fmt(wo.store.capacity, cap, sizeof cap);
+        spw_size_fmt((uint64_t)pages * (uint64_t)page, phys, sizeof phys);
+        char msg[256];
+        snprintf(msg, sizeof msg, "warning: more than this host's physical memory (%s): the "
+                 "store will swap or be killed for memory once it fills", phys);
+        spw_opt_path_error(capacity_at, "store-capacity", cap, msg);
+    }
+    /* Spilling starts above the threshold and stops under the target; the worker pauses above
+     * pause-threshold. Out of order, spilling would never stop, or never start before the worker
+     * stops taking tasks. Both at 1 is allowed: neither spilling nor pausing, ever. */
+    bool both_off = wo.store.spill_threshold == 1.0 && wo.store.pause_threshold == 1.0;
+    if (!(wo.store.spill_target < wo.store.spill_threshold &&
+          (wo.store.spill_threshold < wo.store.pause_threshold || both_off))) {
+        bool first = !(wo.store.spill_target < wo.store.spill_threshold);
+        spw_opt_error(first ? (target_at >= 0 ? target_at : threshold_at)
+                            : (threshold_at >= 0 ? threshold_at : pause_at),
+                      first ? "spill-target" : "spill-threshold",
+                      "want spill-target < spill-threshold < pause-threshold <= 1, got %g, %g, %g",
+                      wo.store.spill_target, wo.store.spill_threshold, wo.store.pause_threshold);
         goto out;
     }
     if (!task_mem_set)
         wo.task_mem_limit = wrk_task_mem_default(wo.store.capacity, wo.slots);
     if (!rss_set)
         wo.exec_max_rss = wo.task_mem_limit / 2;
+    uint64_t nofile = spw_raise_nofile();
+    if (max_conns == 0)
+        max_conns = proto_default_max_conns(nofile);
+    else if (max_conns > nofile / 4 * 3)
+        spw_log(SPW_LOG_WARN, "--max-connections %u is close to the descriptor limit %llu: "
+                "expect EMFILE under load", max_conns, (unsigned long long)nofile);
+    wo.max_conns = max_conns;
     /* Spilling is on unless asked otherwise: under systemd in the unit's state directory,
      * else in /var/tmp (on disk, unlike a tmpfs /tmp). Files are unlinked once open. */
     char spill_default[4096];
@@ -342,16 +451,14 @@ int main(int argc0, char **argv0)
         spill_dir = spill_default;
     }
     wo.store.spill_dir = strcmp(spill_dir, "none") == 0 ? NULL : spill_dir;
+    if (wo.store.spill_dir != NULL && check_spill_dir(spill_dir_at, wo.store.spill_dir) != 0)
+        goto out;
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     if (secret_file != NULL) {
         int src = proto_secret_load(secret_file, &secret, &secret_len);
         if (src != 0) {
-            fprintf(stderr, "spillway-worker: secret file %s: %s%s\n", secret_file,
-                    spw_strerror(src),
-                    src == SPW_EACCES ? " (mode 0600 or 0640: no access for others, no "
-                                        "writing for its group)"
-                                      : "");
+            spw_opt_path_error(secret_at, "secret-file", secret_file, proto_secret_strerror(src));
             goto out;
         }
         wo.secret = secret;

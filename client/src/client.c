@@ -25,6 +25,14 @@ void spillway__set_err(spillway *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
     va_end(ap);
+    c->err_set = true;
+}
+
+int spillway__leave(spillway *c, int rc, const char *fn)
+{
+    if (rc != 0 && c != NULL && !c->err_set)
+        spillway__set_err(c, "%s: %s", fn, spw_strerror(rc));
+    return rc;
 }
 
 void spillway_opts_init(spillway_opts *o)

@@ -35,7 +35,8 @@ typedef struct peer {
 /* A same-host worker's arena, mapped once, and the Unix connection that pins, creates
  * and seals objects in it. */
 typedef struct local {
-    char name[64];
+    char name[72]; /* hash key: the worker's socket name, "w|" in front for a writable one */
+    bool writable; /* mapped read-write: for puts; reads use a read-only mapping */
     UT_hash_handle hh;
     proto_conn *conn;
     int memfd;
@@ -90,9 +91,21 @@ struct spillway {
     xfer xfer;
     int timer_fired;
     char errmsg[PROTO_MAX_STR + 64];
+    bool err_set; /* errmsg was written since the public call in progress began */
+    int peer_refused; /* why the last worker connection closed before it was ready */
 };
 
 void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every public call that returns an error leaves a text for spillway_errmsg: the public entry
+ * points are thin wrappers that call spillway__enter first and return through
+ * spillway__leave, which writes "FUNCTION: <the error's text>" when nothing more specific was
+ * set during the call. c may be NULL (then nothing is recorded). */
+static inline void spillway__enter(spillway *c)
+{
+    if (c != NULL)
+        c->err_set = false;
+}
+int spillway__leave(spillway *c, int rc, const char *fn);
 int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg,
                         int timeout_ms);
 uint64_t spillway__call_begin(spillway *c, uint32_t reply_type);

@@ -95,7 +95,7 @@ void spillway_graph_free(spillway_graph *g)
     spw_free(g);
 }
 
-int spillway_graph_place(spillway_graph *g, const char *worker)
+static int graph_place__impl(spillway_graph *g, const char *worker)
 {
     if (g == NULL || (worker != NULL && strlen(worker) > PROTO_MAX_NAME))
         return SPW_EINVAL;
@@ -103,7 +103,7 @@ int spillway_graph_place(spillway_graph *g, const char *worker)
     return 0;
 }
 
-int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes)
+static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes)
 {
     if (g == NULL)
         return SPW_EINVAL;
@@ -147,8 +147,8 @@ static void put_inline(proto_enc *e, const void *p, uint64_t len)
     proto_put_u(e, 0);
 }
 
-int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                     unsigned flags, spillway_ref *out, const char *site)
+static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
+                         unsigned flags, spillway_ref *out, const char *site)
 {
     if (g == NULL || fn == NULL || fn[0] == '\0' || strlen(fn) > PROTO_MAX_NAME ||
         (args == NULL && nargs > 0) || nargs > 65535)
@@ -268,7 +268,7 @@ uint64_t spillway_graph_id(const spillway_graph *g)
     return g != NULL ? g->id : 0;
 }
 
-int spillway_submit_at(spillway_graph *g, const char *site)
+static int submit_at__impl(spillway_graph *g, const char *site)
 {
     if (g == NULL)
         return SPW_EINVAL;
@@ -296,10 +296,10 @@ int spillway_submit_at(spillway_graph *g, const char *site)
     return rc;
 }
 
-int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
-                           const spillway_arg *shared, size_t nshared,
-                           const spillway_map_opts *o, spillway_ref **results, size_t *nresults,
-                           const char *site)
+static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
+                               const spillway_arg *shared, size_t nshared,
+                               const spillway_map_opts *o, spillway_ref **results, size_t *nresults,
+                               const char *site)
 {
     if (c == NULL || fn == NULL || o == NULL || results == NULL || nresults == NULL ||
         (o->block_size == 0 && o->nblocks == 0) || (shared == NULL && nshared > 0) ||
@@ -421,4 +421,49 @@ int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progres
         return SPW_ENOOBJ;
     }
     return 0;
+}
+
+/* ------------------------------------------------------- public entry points */
+
+/* Each sets spillway_errmsg when it fails (spillway__leave). */
+int spillway_graph_place(spillway_graph *g, const char *worker)
+{
+    spillway *c_ = g != NULL ? g->c : NULL;
+    spillway__enter(c_);
+    return spillway__leave(c_, graph_place__impl(g, worker), "spillway_graph_place");
+}
+
+int spillway_graph_limits(spillway_graph *g, uint64_t max_tasks, uint64_t max_bytes)
+{
+    spillway *c_ = g != NULL ? g->c : NULL;
+    spillway__enter(c_);
+    return spillway__leave(c_, graph_limits__impl(g, max_tasks, max_bytes),
+                           "spillway_graph_limits");
+}
+
+int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
+                     unsigned flags, spillway_ref *out, const char *site)
+{
+    spillway *c_ = g != NULL ? g->c : NULL;
+    spillway__enter(c_);
+    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, out, site),
+                           "spillway_task_at");
+}
+
+int spillway_submit_at(spillway_graph *g, const char *site)
+{
+    spillway *c_ = g != NULL ? g->c : NULL;
+    spillway__enter(c_);
+    return spillway__leave(c_, submit_at__impl(g, site), "spillway_submit");
+}
+
+int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
+                           const spillway_arg *shared, size_t nshared, const spillway_map_opts *o,
+                           spillway_ref **results, size_t *nresults, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(
+        c_, map_blocks_at__impl(c, fn, input, shared, nshared, o, results, nresults, site),
+        "spillway_map_blocks_at");
 }

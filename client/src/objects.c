@@ -75,6 +75,8 @@ static void peer_close(proto_conn *conn, int status)
     spillway *c = p->c;
     p->conn = NULL;
     p->status = status != 0 ? status : SPW_ECLOSED;
+    if (!p->ready)
+        c->peer_refused = p->status; /* SPW_ELIMIT, SPW_EAUTH, -ECONNREFUSED... */
     xfer *x = &c->xfer;
     if (x->active && !x->done && x->p == p) {
         x->status = SPW_ECLOSED;
@@ -118,10 +120,11 @@ static int peer_get(spillway *c, const char *addr, peer **out)
     }
     char key[64];
     snprintf(key, sizeof key, "%s", addr);
+    c->peer_refused = 0;
     int rc = spillway__run_until(c, peer_settled, key, 10000);
     HASH_FIND_STR(c->peers, key, p);
     if (rc == 0 && p == NULL)
-        rc = SPW_ECONNREFUSED;
+        rc = c->peer_refused != 0 ? c->peer_refused : SPW_ECONNREFUSED;
     if (rc != 0) {
         spillway__set_err(c, "cannot reach worker %s: %s", addr, spw_strerror(rc));
         return rc;
@@ -199,31 +202,38 @@ void spillway__locals_free(spillway *c)
     }
 }
 
-/* The arena of a worker on this host, mapped (once per worker), or NULL when the worker is
- * elsewhere or cannot be reached that way (then TCP it is). */
-static local *local_get(spillway *c, const char *host_id, const char *name)
+/* The arena of a worker on this host, mapped (once per worker and mode), or NULL when the
+ * worker is elsewhere or cannot be reached that way (then TCP it is): a worker that refuses our
+ * uid on its local socket (SPW_EAUTH) is only ever used over TCP, by copy. Reads use a
+ * read-only descriptor and mapping; only puts (write) ask for a writable one, on a connection
+ * of their own. */
+static local *local_get(spillway *c, const char *host_id, const char *name, bool write)
 {
     if (name[0] == '\0' || strcmp(host_id, c->host_id) != 0 || c->no_local)
         return NULL;
+    char key[sizeof ((local *)0)->name];
+    snprintf(key, sizeof key, "%s%s", write ? "w|" : "", name);
     local *l;
-    HASH_FIND_STR(c->locals, name, l);
+    HASH_FIND_STR(c->locals, key, l);
     if (l != NULL)
         return l->conn != NULL ? l : NULL;
     l = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *l);
-    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->name, sizeof l->name, "%s", key);
+    l->writable = write;
     l->c = c;
     l->memfd = -1;
     HASH_ADD_STR(c->locals, name, l); /* remembered even on failure: no retry per call */
     int sock;
-    int rc = proto_local_attach(c->ctx, name, 5000, &sock, &l->memfd, &l->capacity);
+    int rc = proto_local_attach(c->ctx, name, 5000, write, &sock, &l->memfd, &l->capacity);
     if (rc != 0) {
-        spw_log(SPW_LOG_INFO, "local arena %s unavailable (%s): using TCP", name,
-                spw_strerror(rc));
+        spw_log(rc == SPW_EAUTH ? SPW_LOG_NOTICE : SPW_LOG_INFO,
+                "local arena %s unavailable (%s): using TCP", name, spw_strerror(rc));
         return NULL;
     }
     /* One mapping, kept: its page tables stay filled, so puts and reads after the first cost
      * a memcpy and no faults. Views hand out const pointers into it. */
-    void *base = mmap(NULL, l->capacity, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, 0);
+    void *base = mmap(NULL, l->capacity, write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                      l->memfd, 0);
     if (base == MAP_FAILED) {
         close(sock);
         return NULL;
@@ -357,7 +367,7 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
     }
     if (tgt.exists)
         return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
-    local *l = local_get(c, tgt.host_id, tgt.local);
+    local *l = local_get(c, tgt.host_id, tgt.local, true);
     peer *p = NULL;
     if (l != NULL)
         rc = local_put(c, l, id, data, len);
@@ -416,11 +426,17 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
     return rc;
 }
 
-int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out,
-                    const char *site)
+static int put_at__impl(spillway *c, const void *data, size_t len, spillway_ref *out,
+                        const char *site)
 {
-    if (c == NULL || (data == NULL && len > 0) || len == 0 || out == NULL)
+    if (c == NULL)
         return SPW_EINVAL;
+    if (len == 0 || data == NULL || out == NULL) {
+        spillway__set_err(c, "spillway_put: %s", len == 0 ? "len is 0; an object has at least "
+                                                            "one byte"
+                                                 : data == NULL ? "data is NULL" : "out is NULL");
+        return SPW_EINVAL;
+    }
     spw_id id = spillway__new_id(c);
     if (len <= c->inline_limit) {
         handle *h = spillway__handle_add(c, id, H_SMALL);
@@ -479,7 +495,7 @@ static int broadcast_settle(spillway *c, spw_id id, const bcast_res *res)
     return 0;
 }
 
-int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
+static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
 {
     if (c == NULL)
         return SPW_EINVAL;
@@ -506,8 +522,8 @@ int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
     return broadcast_settle(c, id, &res);
 }
 
-int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
-                        spillway_ref *out, const char *site)
+static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned nworkers,
+                            spillway_ref *out, const char *site)
 {
     if (c == NULL || data == NULL || len == 0 || out == NULL)
         return SPW_EINVAL;
@@ -641,7 +657,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 static local *pin_local(spillway *c, spw_id id, const location *loc, uint64_t *off)
 {
     for (uint32_t i = 0; i < loc->nlocs; i++) {
-        local *l = local_get(c, loc->hostids[i], loc->locals[i]);
+        local *l = local_get(c, loc->hostids[i], loc->locals[i], false);
         if (l == NULL)
             continue;
         if (local_call(c, l, PROTO_OBJ_PIN, id, 0, false) == 0 && c->xfer.size == loc->size &&
@@ -699,7 +715,7 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
     return rc;
 }
 
-int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
 {
     if (c == NULL || data == NULL || len == NULL)
         return SPW_EINVAL;
@@ -744,7 +760,7 @@ typedef struct view_priv {
     void *copy;
 } view_priv;
 
-int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
+static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
 {
     if (c == NULL || view == NULL)
         return SPW_EINVAL;
@@ -794,7 +810,7 @@ void spillway_view_release(spillway *c, spillway_view *view)
 
 /* ------------------------------------------------------------------ release */
 
-int spillway_release(spillway *c, spillway_ref ref)
+static int release__impl(spillway *c, spillway_ref ref)
 {
     if (c == NULL)
         return SPW_EINVAL;
@@ -816,10 +832,15 @@ int spillway_release(spillway *c, spillway_ref ref)
         proto_conn_send(c->sched, &e);
         spillway__flush(c);
     }
+    if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+        spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
+                             "with it", c->addr);
+        return SPW_ECLOSED;
+    }
     return 0;
 }
 
-int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
+static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
 {
     if (c == NULL || (refs == NULL && n > 0))
         return SPW_EINVAL;
@@ -852,6 +873,12 @@ int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
     }
     spw_free(remote);
     spillway__flush(c);
+    if (rc == 0 && nremote > 0 && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+        /* The handles are gone here; the scheduler dropped its side with the session. */
+        spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
+                             "with it", c->addr);
+        rc = SPW_ECLOSED;
+    }
     return rc;
 }
 
@@ -876,7 +903,7 @@ static bool all_settled(spillway *c, void *arg)
     return true;
 }
 
-int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
+static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
 {
     if (c == NULL || (refs == NULL && n > 0))
         return SPW_EINVAL;
@@ -904,4 +931,65 @@ int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_m
         }
     }
     return 0;
+}
+
+/* ------------------------------------------------------- public entry points */
+
+/* Each sets spillway_errmsg when it fails (spillway__leave). */
+int spillway_put_at(spillway *c, const void *data, size_t len, spillway_ref *out, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, put_at__impl(c, data, len, out, site), "spillway_put_at");
+}
+
+int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, broadcast__impl(c, ref, nworkers), "spillway_broadcast");
+}
+
+int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nworkers,
+                        spillway_ref *out, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, scatter_at__impl(c, data, len, nworkers, out, site),
+                           "spillway_scatter_at");
+}
+
+int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, get__impl(c, ref, timeout_ms, data, len), "spillway_get");
+}
+
+int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, get_view__impl(c, ref, timeout_ms, view), "spillway_get_view");
+}
+
+int spillway_release(spillway *c, spillway_ref ref)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, release__impl(c, ref), "spillway_release");
+}
+
+int spillway_release_many(spillway *c, const spillway_ref *refs, size_t n)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, release_many__impl(c, refs, n), "spillway_release_many");
+}
+
+int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, wait__impl(c, refs, n, timeout_ms), "spillway_wait");
 }

@@ -16,6 +16,8 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,6 +34,13 @@
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
 #define SINK_HEAD_MAX 128    /* the rest of such a frame is smaller than this */
+#define KEEPALIVE_IDLE_S 60  /* TCP keepalive: first probe after this much silence, */
+#define KEEPALIVE_INTVL_S 10 /* then one every 10 s; */
+#define KEEPALIVE_CNT 6      /* a peer that answers none of 6 is dead (about 2 minutes) */
+#define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
+
+/* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
+enum { LIM_CAP, LIM_CLIENT_CAP, LIM_ACCEPT, LIM_LOCAL, LIM_COUNT };
 
 typedef struct borrow {
     size_t at; /* offset in the owned buffer where these bytes go */
@@ -77,6 +86,8 @@ struct proto_conn {
     bool paused;
     bool resume_pending;
     bool is_unix;
+    bool counted;        /* accepted: counted in ctx->naccepted */
+    bool counted_client; /* a CLIENT or PEER role: counted in ctx->nclients */
     int peer_role;
     int close_status;
     char peer[64];
@@ -113,6 +124,8 @@ struct proto_listener {
         uv_pipe_t pipe;
     };
     bool is_unix;
+    bool group_set; /* Unix: members of group may connect too (proto_listener_allow_group) */
+    gid_t group;
     proto_ctx *ctx;
     proto_conn_cbs cbs;
     void *data;
@@ -131,6 +144,10 @@ struct proto_ctx {
     proto_conn *dirty;
     proto_conn *resumed; /* paused connections to deliver buffered input for */
     bool closing;
+    uint32_t naccepted;               /* server-side connections, handshakes included */
+    uint32_t nclients;                /* of those, authenticated CLIENT and PEER roles */
+    uint64_t lim_last_ns[LIM_COUNT];  /* when each limit event was last logged */
+    uint64_t lim_quiet[LIM_COUNT];    /* events since then that were not logged */
     int handles; /* open handles we own, conns and listeners included */
     void (*done)(void *arg);
     void *done_arg;
@@ -143,6 +160,50 @@ static void conn_do_close(proto_conn *c);
 static void process_input(proto_conn *c);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+uint32_t proto_default_max_conns(uint64_t nofile)
+{
+    uint64_t n = nofile / 4 * 3;
+    if (n > 8192)
+        n = 8192;
+    if (n < 16)
+        n = 16;
+    return (uint32_t)n;
+}
+
+uint32_t proto_reserved_conns(uint32_t max)
+{
+    uint32_t r = max / 8;
+    if (r < 4)
+        r = 4;
+    if (r > 64)
+        r = 64;
+    return r < max ? r : max;
+}
+
+/* Logs an event of kind k now, or counts it if one was logged less than LIMIT_LOG_MS ago. */
+static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+{
+    uint64_t now = spw_now_ns();
+    if (ctx->lim_last_ns[k] != 0 && now - ctx->lim_last_ns[k] < LIMIT_LOG_MS * 1000000ULL) {
+        ctx->lim_quiet[k]++;
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ctx->lim_quiet[k] > 0)
+        spw_log(SPW_LOG_WARN, "%s (and %llu more like it in the last %d s)", msg,
+                (unsigned long long)ctx->lim_quiet[k], LIMIT_LOG_MS / 1000);
+    else
+        spw_log(SPW_LOG_WARN, "%s", msg);
+    ctx->lim_last_ns[k] = now;
+    ctx->lim_quiet[k] = 0;
+}
 
 void proto_ctx_opts_default(proto_ctx_opts *o)
 {
@@ -202,10 +263,33 @@ static void flusher_cb(uv_idle_t *p)
     uv_idle_stop(&ctx->flusher);
 }
 
+/* libuv survives EMFILE at accept by itself (it keeps a spare descriptor: closes it, accepts
+ * and closes the pending connections, reopens it) but does not tell us. So a listening ctx
+ * checks twice a second whether its descriptor table is full, and says so. */
+static void fd_probe(proto_ctx *ctx)
+{
+    if (ctx->listeners == NULL)
+        return;
+    uv_os_fd_t lfd;
+    if (uv_fileno((uv_handle_t *)&ctx->listeners->tcp, &lfd) != 0)
+        return;
+    int fd = fcntl(lfd, F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0) {
+        close(fd);
+        return;
+    }
+    if (errno == EMFILE || errno == ENFILE)
+        log_limited(ctx, LIM_ACCEPT,
+                    "out of file descriptors (%s): new connections are closed as they arrive; "
+                    "raise the descriptor limit (LimitNOFILE=) or lower --max-connections (%u)",
+                    strerror(errno), ctx->opts.max_conns);
+}
+
 static void sweeper_cb(uv_timer_t *t)
 {
     proto_ctx *ctx = t->data;
     uint64_t now = spw_now_ns();
+    fd_probe(ctx);
     proto_conn *c, *tmp;
     DL_FOREACH_SAFE(ctx->conns, c, tmp)
     {
@@ -317,13 +401,32 @@ int proto_secret_load(const char *path, uint8_t **secret, size_t *len)
         return rc;
     while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == '\r' || data[n - 1] == ' '))
         n--;
-    if (n == 0) {
+    if (n < PROTO_MIN_SECRET) {
+        sodium_memzero(data, n);
         spw_free(data);
-        return SPW_EINVAL;
+        return n == 0 ? SPW_EINVAL : SPW_ERANGE;
     }
     *secret = (uint8_t *)data;
     *len = n;
     return 0;
+}
+
+const char *proto_secret_strerror(int rc)
+{
+    switch (rc) {
+    case SPW_EINVAL:
+        return "the secret file is empty";
+    case SPW_ERANGE:
+        return "the secret is shorter than 16 bytes; use e.g. "
+               "'head -c 32 /dev/urandom | base64'";
+    case SPW_EACCES:
+        return "permission denied, or its mode is too open (mode 0600 or 0640: no access for "
+               "others, no writing for its group)";
+    case SPW_ELIMIT:
+        return "larger than 4096 bytes: not a secret file";
+    default:
+        return spw_strerror(rc);
+    }
 }
 
 /* ----------------------------------------------------------------- auth */
@@ -390,6 +493,10 @@ static void conn_closed_cb(uv_handle_t *h)
     msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
     DL_DELETE(ctx->conns, c);
+    if (c->counted)
+        ctx->naccepted--;
+    if (c->counted_client)
+        ctx->nclients--;
     spw_free(c);
     ctx->handles--;
     ctx_maybe_done(ctx);
@@ -797,6 +904,23 @@ static void on_hello_msg(proto_conn *c, const proto_msg *m)
         return;
     }
     c->peer_role = (int)role;
+    if ((role == PROTO_ROLE_CLIENT || role == PROTO_ROLE_PEER) && c->counted &&
+        ctx->opts.max_conns > 0) {
+        uint32_t quota = ctx->opts.max_conns - ctx->opts.reserved_conns;
+        if (ctx->nclients >= quota) {
+            char why[200];
+            snprintf(why, sizeof why,
+                     "too many connections: %u clients connected, the most --max-connections %u "
+                     "allows (%u more are kept for workers and spillway-ctl)",
+                     ctx->nclients, ctx->opts.max_conns, ctx->opts.reserved_conns);
+            log_limited(ctx, LIM_CLIENT_CAP, "peer=%s refused: %s", c->peer, why);
+            proto_conn_error(c, m->req, SPW_ELIMIT, "%s", why);
+            proto_conn_close(c, SPW_ELIMIT);
+            return;
+        }
+        ctx->nclients++;
+        c->counted_client = true;
+    }
     proto_welcome w = {0, ctx->opts.inline_limit, ctx->opts.chunk, ctx->opts.limits.max_frame};
     char err[256] = "refused";
     int rc = c->cbs.on_hello != NULL ? c->cbs.on_hello(c, m, &w, err, sizeof err) : 0;
@@ -931,15 +1055,28 @@ static void sink_finish(proto_conn *c)
     msgpack_zone_clear(&c->zone);
 }
 
+/* The limits for the next frame: the configured ones once the handshake is done, before that
+ * at most PROTO_PREAUTH_MAX_FRAME whatever max_frame says. */
+static const proto_limits *conn_limits(const proto_conn *c, proto_limits *preauth)
+{
+    const proto_limits *lim = &c->ctx->opts.limits;
+    if (c->state == ST_READY || lim->max_frame <= PROTO_PREAUTH_MAX_FRAME)
+        return lim;
+    *preauth = *lim;
+    preauth->max_frame = PROTO_PREAUTH_MAX_FRAME;
+    return preauth;
+}
+
 static void process_input(proto_conn *c)
 {
     size_t pos = 0;
-    const proto_limits *lim = &c->ctx->opts.limits;
+    proto_limits preauth;
     if (c->sink != NULL)
         return; /* the bytes that come next are the payload's */
     while (c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
         const uint8_t *p = c->in.data + pos;
         size_t avail = c->in.len - pos;
+        const proto_limits *lim = conn_limits(c, &preauth);
         proto_msg m;
         int rc = proto_decode(p, avail, lim, &c->zone, &m);
         if (rc == 0) {
@@ -962,8 +1099,14 @@ static void process_input(proto_conn *c)
                 pos += flen;
                 continue;
             }
-            char why[128];
-            snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
+            char why[160];
+            if (rc == SPW_EFRAMESIZE && avail >= PROTO_HDR_LEN)
+                snprintf(why, sizeof why, "%s (%zu bytes declared, %u allowed%s): closing "
+                         "connection", spw_strerror(rc),
+                         (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3],
+                         lim->max_frame, c->state == ST_READY ? "" : " before authentication");
+            else
+                snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
             refuse(c, 0, rc, why);
             break;
         }
@@ -992,6 +1135,8 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
+    if (c->state != ST_READY) /* unauthenticated: room for one small frame, no more */
+        want = PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME;
     if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
         *buf = uv_buf_init(NULL, 0);
         return;
@@ -1062,11 +1207,56 @@ void proto_listener_close(proto_listener *l)
         uv_close((uv_handle_t *)&l->tcp, listener_closed);
 }
 
+/* Keepalive on a TCP connection, so a peer that vanished (power cut, cable) is noticed in
+ * about two minutes even when we have nothing to send it. */
+static void conn_keepalive(proto_conn *c)
+{
+    uv_tcp_keepalive(&c->h.tcp, 1, KEEPALIVE_IDLE_S);
+    uv_os_fd_t fd;
+    if (uv_fileno(&c->h.handle, &fd) == 0) {
+        int intvl = KEEPALIVE_INTVL_S, cnt = KEEPALIVE_CNT;
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
+}
+
+/* A failed accept. libuv keeps a spare descriptor for EMFILE/ENFILE: it closes it, accepts and
+ * closes the pending connections (their peers see the connection closed), and opens it again,
+ * so a full descriptor table costs no busy loop; we only say so, at most once per 10 s. */
+static void accept_failed(proto_listener *l, int status)
+{
+    if (status == UV_EMFILE || status == UV_ENFILE)
+        log_limited(l->ctx, LIM_ACCEPT,
+                    "accept: %s: pending connections were closed; raise the descriptor limit "
+                    "(LimitNOFILE=) or lower --max-connections (%u)",
+                    uv_strerror(status), l->ctx->opts.max_conns);
+    else
+        log_limited(l->ctx, LIM_ACCEPT, "accept failed: %s", uv_strerror(status));
+}
+
+/* Counts an accepted connection; false (and the peer refused) if it is over the cap. */
+static bool conn_admit(proto_conn *c)
+{
+    proto_ctx *ctx = c->ctx;
+    c->counted = true;
+    ctx->naccepted++;
+    if (ctx->opts.max_conns == 0 || ctx->naccepted <= ctx->opts.max_conns)
+        return true;
+    char why[160];
+    snprintf(why, sizeof why, "too many connections: --max-connections %u reached",
+             ctx->opts.max_conns);
+    log_limited(ctx, LIM_CAP, "peer=%s refused: %s", c->peer, why);
+    c->state = ST_AWAIT_HELLO;
+    proto_conn_error(c, 0, SPW_ELIMIT, "%s", why);
+    proto_conn_close(c, SPW_ELIMIT);
+    return false;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
     if (status < 0) {
-        spw_log(SPW_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        accept_failed(l, status);
         return;
     }
     proto_conn *c = conn_new(l->ctx, &l->cbs, l->data);
@@ -1077,7 +1267,11 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_keepalive(c);
     fill_peer_name(c);
+    fd_probe(l->ctx);
+    if (!conn_admit(c))
+        return;
     c->state = ST_AWAIT_HELLO;
     send_challenge(c);
     conn_start(c);
@@ -1123,11 +1317,56 @@ int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, vo
     return 0;
 }
 
+void proto_listener_allow_group(proto_listener *l, unsigned gid)
+{
+    l->group_set = true;
+    l->group = (gid_t)gid;
+}
+
+/* Whether the peer on a Unix socket may use it: our euid, root, or a member of the listener's
+ * group. why gets the reason for a refusal. */
+static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_t peerlen,
+                              char *why, size_t whylen)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+        snprintf(peer, peerlen, "unix");
+        snprintf(why, whylen, "local socket: cannot read the peer's credentials: %s",
+                 strerror(errno));
+        return false;
+    }
+    snprintf(peer, peerlen, "unix:uid=%u,pid=%d", (unsigned)cr.uid, (int)cr.pid);
+    if (cr.uid == 0 || cr.uid == geteuid())
+        return true;
+    if (l->group_set) {
+        if (cr.gid == l->group)
+            return true;
+        gid_t groups[256];
+        socklen_t glen = sizeof groups;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+            for (size_t i = 0; i < glen / sizeof groups[0]; i++)
+                if (groups[i] == l->group)
+                    return true;
+        }
+        snprintf(why, whylen,
+                 "local socket: uid %u is neither the worker's uid %u, root, nor a member of "
+                 "group %u (--local-group); use TCP",
+                 (unsigned)cr.uid, (unsigned)geteuid(), (unsigned)l->group);
+        return false;
+    }
+    snprintf(why, whylen,
+             "local socket: uid %u is neither the worker's uid %u nor root (see --local-group); "
+             "use TCP",
+             (unsigned)cr.uid, (unsigned)geteuid());
+    return false;
+}
+
 static void on_unix_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
     if (status < 0) {
-        spw_log(SPW_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        accept_failed(l, status);
         return;
     }
     proto_conn *c = conn_new(l->ctx, &l->cbs, l->data);
@@ -1138,7 +1377,18 @@ static void on_unix_connection(uv_stream_t *server, int status)
         conn_do_close(c);
         return;
     }
-    snprintf(c->peer, sizeof c->peer, "unix");
+    uv_os_fd_t fd = -1;
+    char why[256];
+    uv_fileno(&c->h.handle, &fd);
+    if (!unix_peer_allowed(l, fd, c->peer, sizeof c->peer, why, sizeof why)) {
+        log_limited(l->ctx, LIM_LOCAL, "peer=%s refused: %s err=SPW_EAUTH", c->peer, why);
+        c->state = ST_AWAIT_HELLO;
+        proto_conn_error(c, 0, SPW_EAUTH, "%s", why);
+        proto_conn_close(c, SPW_EAUTH);
+        return;
+    }
+    if (!conn_admit(c))
+        return;
     c->state = ST_AWAIT_HELLO;
     send_challenge(c);
     conn_start(c);
@@ -1334,6 +1584,11 @@ static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline, int *passe
 static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto_msg *m,
                       uint64_t deadline, int *passed)
 {
+    /* Every frame of this exchange is small, and all but the last come before the server has
+     * proved the secret. */
+    proto_limits lim = ctx->opts.limits;
+    if (lim.max_frame > PROTO_PREAUTH_MAX_FRAME)
+        lim.max_frame = PROTO_PREAUTH_MAX_FRAME;
     spw_buf_reset(b);
     if (spw_buf_reserve(b, PROTO_HDR_LEN) != 0)
         return SPW_ENOMEM;
@@ -1342,7 +1597,7 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
         return rc;
     size_t body = (size_t)b->data[0] << 24 | (size_t)b->data[1] << 16 | (size_t)b->data[2] << 8 |
                   b->data[3];
-    if (body > ctx->opts.limits.max_frame || body == 0)
+    if (body > lim.max_frame || body == 0)
         return SPW_EFRAMESIZE;
     b->len = PROTO_HDR_LEN;
     if (spw_buf_reserve(b, body) != 0)
@@ -1352,7 +1607,7 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
         return rc;
     b->len += body;
     msgpack_zone_clear(z);
-    rc = proto_decode(b->data, b->len, &ctx->opts.limits, z, m);
+    rc = proto_decode(b->data, b->len, &lim, z, m);
     if (rc < 0)
         return rc;
     if (m->type == PROTO_ERROR)
@@ -1360,8 +1615,8 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
     return 0;
 }
 
-int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *sock_out,
-                       int *memfd_out, uint64_t *capacity)
+int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write,
+                       int *sock_out, int *memfd_out, uint64_t *capacity)
 {
     struct sockaddr_un sun;
     socklen_t alen;
@@ -1423,7 +1678,7 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *so
         spw_buf_reset(&out);
         proto_enc e;
         proto_enc_begin(&e, &out, PROTO_ARENA_MAP, 1, 1);
-        proto_put_u(&e, 0);
+        proto_put_u(&e, write ? PROTO_ARENA_WRITE : 0);
         proto_enc_end(&e, UINT32_MAX);
         rc = write_full(fd, out.data, out.len, deadline);
     }
@@ -1461,6 +1716,7 @@ static void connect_cb(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_keepalive(c);
     c->state = ST_AWAIT_CHALLENGE;
     conn_start(c);
     if (c->out.buf.len > 0)

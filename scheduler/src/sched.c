@@ -478,6 +478,8 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     po.limits.max_frame = o->max_frame;
     po.inline_limit = o->inline_limit;
     po.chunk = o->chunk;
+    po.max_conns = o->max_conns;
+    po.reserved_conns = o->max_conns > 0 ? proto_reserved_conns(o->max_conns) : 0;
     int rc = proto_ctx_new(loop, &po, &s->ctx);
     if (rc != 0) {
         spw_free(s);

@@ -127,9 +127,19 @@ static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t narg
     return 0;
 }
 
-static const spw_plugin_fn fns[] = {{"reverse", reverse}, {"xor_key", xor_key}, {"hog", hog},
-                                    {"leak", leak},       {"mark_sleep", mark_sleep}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 5};
+/* Fails with an errno-style value and no text of its own. */
+static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    (void)ctx;
+    (void)args;
+    (void)nargs;
+    return -5;
+}
+
+static const spw_plugin_fn fns[] = {{"reverse", reverse},       {"xor_key", xor_key},
+                                    {"hog", hog},               {"leak", leak},
+                                    {"mark_sleep", mark_sleep}, {"fail_bare", fail_bare}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 6};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

@@ -448,7 +448,7 @@ static void ctl_errors_are_one_line_and_nonzero(void **state)
     char wrong[600];
     snprintf(wrong, sizeof wrong, "%s/wrong", c.dir);
     FILE *f = fopen(wrong, "w");
-    fputs("not-the-secret\n", f);
+    fputs("not-the-cluster-secret\n", f); /* long enough: refused for being wrong */
     fclose(f);
     chmod(wrong, 0600);
     const char *bad[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file", wrong,
@@ -885,8 +885,9 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
     g = spillway_graph_new(cl);
-    /* Long enough to be seen busy through spillway-ctl under valgrind on a loaded machine. */
-    spillway_arg sl = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 10000 : 3000);
+    /* Long enough for slot_busy to see it: under valgrind (SPW_SLOW) one spillway-ctl run
+     * alone can take seconds on a loaded machine. */
+    spillway_arg sl = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 12000 : 3000);
     assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);

@@ -239,7 +239,7 @@ static void secret_comes_from_options_then_environment(void **state)
     char wrong[600], open_[600];
     snprintf(wrong, sizeof wrong, "%s/wrong", c.dir);
     snprintf(open_, sizeof open_, "%s/open", c.dir);
-    write_file(wrong, "another-secret\n", 0600);
+    write_file(wrong, "another-cluster-secret\n", 0600); /* 16+ bytes: refused as wrong */
     write_file(open_, "e2e-cluster-secret\n", 0644);
 
     unsetenv("SPILLWAY_SECRET_FILE");

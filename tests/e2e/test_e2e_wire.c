@@ -2253,6 +2253,70 @@ static void fuzzed_frames_get_errors_and_cluster_keeps_working(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Many unauthenticated peers each declare a frame just under max-frame and send megabytes of
+ * its body without ever sending HELLO. Before the handshake a daemon buffers at most
+ * PROTO_PREAUTH_MAX_FRAME per connection, so the declared length is refused at once
+ * (SPW_EFRAMESIZE) and the daemon's peak resident memory (VmHWM, which also catches memory that
+ * was held and freed again) stays within a generous bound of where it was. Without the cap each
+ * connection would make the daemon buffer everything it sent: N x SEND bytes. */
+static void unauthenticated_huge_frames_leave_rss_flat(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    enum { N = 32 };
+    const size_t send_each = 8u << 20, piece = 256u << 10;
+    const uint32_t declared = PROTO_DEFAULT_MAX_FRAME - 1024;
+    uint8_t *junk = calloc(1, piece);
+    assert_non_null(junk);
+    const char *addrs[2] = {c->addr, c->workers[0].addr};
+    pid_t pids[2] = {c->sched.pid, c->workers[0].pid};
+    for (int k = 0; k < 2; k++) {
+        int64_t hwm0 = spw_proc_status_kib(pids[k], "VmHWM");
+        assert_true(hwm0 > 0);
+        wire *w[N];
+        size_t sent[N];
+        for (int i = 0; i < N; i++) {
+            w[i] = wire_open(addrs[k]);
+            wire_challenge(w[i]);
+            uint8_t h[4] = {(uint8_t)(declared >> 24), (uint8_t)(declared >> 16),
+                            (uint8_t)(declared >> 8), (uint8_t)declared};
+            sent[i] = 0;
+            if (send(w[i]->fd, h, 4, MSG_NOSIGNAL) != 4)
+                continue;
+            /* Half the frame's body at most; stop as soon as the daemon hangs up. */
+            while (sent[i] < send_each) {
+                ssize_t n = send(w[i]->fd, junk, piece, MSG_NOSIGNAL);
+                if (n <= 0)
+                    break;
+                sent[i] += (size_t)n;
+            }
+        }
+        int64_t hwm1 = spw_proc_status_kib(pids[k], "VmHWM");
+        int64_t rss1 = spw_proc_status_kib(pids[k], "VmRSS");
+        fprintf(stderr, "%s: VmHWM %lld KiB before, %lld KiB after %d peers (VmRSS %lld KiB)\n",
+                k == 0 ? "scheduler" : "worker", (long long)hwm0, (long long)hwm1, N,
+                (long long)rss1);
+        /* 32 MiB of slack for allocator noise and sanitizers; without the cap the growth is
+         * up to N x 8 MiB = 256 MiB. */
+        assert_true(hwm1 - hwm0 < 32 * 1024);
+        for (int i = 0; i < N; i++) {
+            /* Refused with EFRAMESIZE, or reset before that frame could be read: either way
+             * the connection is over. */
+            int rc = wire_read(w[i]);
+            if (rc > 0) {
+                assert_int_equal(w[i]->m.type, PROTO_ERROR);
+                assert_int_equal(w[i]->m.f[F_ERROR_CODE].i, SPW_EFRAMESIZE);
+                rc = wire_read(w[i]);
+            }
+            assert_int_equal(rc, 0);
+            wire_close(w[i]);
+        }
+    }
+    free(junk);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(garbage_and_http_request_are_refused_and_closed, teardown),
     cmocka_unit_test_teardown(oversized_length_is_refused_before_the_body, teardown),
@@ -2286,6 +2350,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(concurrent_upload_of_same_id_is_refused, teardown),
     cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
     cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
+    cmocka_unit_test_teardown(unauthenticated_huge_frames_leave_rss_flat, teardown),
 };
 
 SPW_TEST_MAIN(tests)

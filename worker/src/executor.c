@@ -310,12 +310,16 @@ static void run_exec(executor *ex, const proto_msg *m)
         } else {
             int rc = f->fn(&t.ctx, targs, nargs);
             if (rc != 0) {
-                status = rc < 0 && rc > -2000 ? rc : SPW_ETASKFAILED;
+                /* Spillway's own codes, and the error output() gave the task, are kept; any
+                 * other value (-1, an errno) means "failed", with the task's text. */
+                bool own = rc <= -1000 && rc > -2000;
+                status = own || (t.output_err != 0 && rc == t.output_err) ? rc : SPW_ETASKFAILED;
                 if (t.err[0] == '\0')
                     snprintf(t.err, sizeof t.err, "%s returned %d", name, rc);
             }
+            /* -ENOMEM from the task itself (an errno, so ETASKFAILED above) counts too. */
             if (status != 0 && ex->mem_limit != 0 &&
-                (status == SPW_ENOMEM || t.output_err == SPW_ENOMEM)) {
+                (rc == SPW_ENOMEM || t.output_err == SPW_ENOMEM)) {
                 /* Out of memory under the task limit: say which limit and which task. */
                 char hex[33], why[PROTO_MAX_STR];
                 snprintf(why, sizeof why, "%s", t.err);

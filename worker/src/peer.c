@@ -11,8 +11,10 @@
  * Invariants: a wsrv lives until its connection closed and srv->refs (pending allocations and
  * reads with chunks in flight) is 0; a fetch is in w->fetches until it seals or gives up.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <utlist.h>
 
@@ -483,7 +485,25 @@ static void arena_map(wsrv *srv, const proto_msg *m)
     ost_stats st;
     ost_stats_get(w->store, &st);
     proto_put_u(&e, w->opts.store.capacity);
-    int rc = proto_conn_send_fd(srv->conn, &e, ost_store_fd(w->store));
+    /* A client that only reads gets a read-only descriptor of its own (a fresh open of the
+     * memfd through /proc: it cannot be mapped writable, and the memfd's mode 0600 stops a
+     * --local-group member from reopening it read-write). Only a client that puts gets the
+     * read-write one. */
+    int fd = ost_store_fd(w->store), rofd = -1, rc = 0;
+    if ((m->f[F_AMAP_FLAGS].u & PROTO_ARENA_WRITE) == 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        rofd = open(path, O_RDONLY | O_CLOEXEC);
+        if (rofd < 0)
+            rc = -errno;
+        fd = rofd;
+    }
+    if (rc == 0)
+        rc = proto_conn_send_fd(srv->conn, &e, fd);
+    else
+        proto_conn_out(srv->conn)->len = e.start;
+    if (rofd >= 0)
+        close(rofd);
     if (rc != 0)
         proto_conn_error(srv->conn, m->req, rc, "cannot pass the arena: %s", spw_strerror(rc));
 }

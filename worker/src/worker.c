@@ -8,6 +8,7 @@
  * wait for the store's threadpool jobs, free the store, then report done.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
@@ -29,6 +30,7 @@ void wrk_opts_default(wrk_opts *o)
     ost_opts_default(&o->store);
     o->heartbeat_ms = 1000;
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
+    o->local_group = -1;
 }
 
 uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
@@ -345,6 +347,8 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     po.secret_len = o->secret_len;
     po.limits.max_frame = o->max_frame;
     po.worker = &w->hello;
+    po.max_conns = o->max_conns;
+    po.reserved_conns = o->max_conns > 0 ? proto_reserved_conns(o->max_conns) : 0;
     rc = proto_ctx_new(loop, &po, &w->ctx);
     if (rc != 0)
         goto fail;
@@ -369,13 +373,24 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         snprintf(w->local_name, sizeof w->local_name, "@spillway-worker-%d-%08x", (int)getpid(),
                  rnd);
     }
-    rc = proto_listen_unix(w->ctx, w->local_name, &wrk__peer_cbs, NULL, NULL);
+    /* Abstract sockets have no permissions: the listener checks each peer's uid
+     * (SO_PEERCRED). The memfd's own mode keeps a peer that was let in from reopening its
+     * read-only descriptor read-write through /proc. */
+    if (fchmod(ost_store_fd(w->store), 0600) != 0)
+        spw_log(SPW_LOG_WARN, "cannot restrict the arena's mode: %s", strerror(errno));
+    proto_listener *ll = NULL;
+    rc = proto_listen_unix(w->ctx, w->local_name, &wrk__peer_cbs, NULL, &ll);
     if (rc == 0 && w->local_name[0] == '/' && chmod(w->local_name, 0660) != 0)
         spw_log(SPW_LOG_WARN, "local socket %s: chmod: %s", w->local_name, strerror(errno));
     if (rc != 0) {
         spw_log(SPW_LOG_WARN, "no local socket (%s): same-host clients will use TCP",
                 spw_strerror(rc));
         w->local_name[0] = '\0';
+    } else if (o->local_group >= 0) {
+        proto_listener_allow_group(ll, (unsigned)o->local_group);
+    } else if (w->local_name[0] == '/') {
+        /* The file's mode 0660 already admits our group: the credential check agrees. */
+        proto_listener_allow_group(ll, (unsigned)getegid());
     }
     if (o->name == NULL) {
         /* A name that tells workers apart: host and peer port. */

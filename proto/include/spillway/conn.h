@@ -80,7 +80,20 @@ typedef struct proto_ctx_opts {
     uint64_t inline_limit;   /* sent in WELCOME */
     uint32_t chunk;          /* sent in WELCOME */
     const proto_hello_worker *worker; /* sent in HELLO when set; must outlive the ctx */
+    /* Accepted connections (all listeners, handshakes included) at once; 0 = no cap. A peer
+     * over the cap gets ERROR SPW_ELIMIT and is disconnected. Of these, reserved_conns are kept
+     * for peers whose role is not CLIENT or PEER (workers, spillway-ctl): a client is refused
+     * once max_conns - reserved_conns clients are connected. */
+    uint32_t max_conns;
+    uint32_t reserved_conns;
 } proto_ctx_opts;
+
+/** The default --max-connections for a process whose descriptor limit is nofile: three
+ * quarters of it (room for stores, spill files, executors and outgoing connections), at most
+ * 8192, at least 16. */
+uint32_t proto_default_max_conns(uint64_t nofile);
+/** Connections kept for workers and spillway-ctl out of max: an eighth, 4..64. */
+uint32_t proto_reserved_conns(uint32_t max);
 
 void proto_ctx_opts_default(proto_ctx_opts *o);
 
@@ -102,10 +115,15 @@ enum { PROTO_IO_FRAMES_IN, PROTO_IO_FRAMES_OUT, PROTO_IO_BYTES_IN, PROTO_IO_BYTE
 /** Frames and bytes every connection of ctx received and queued for sending since it was made
  * (bytes in include object chunks received straight into a store). Cannot fail. */
 void proto_ctx_io(const proto_ctx *ctx, uint64_t out[PROTO_IO_COUNT]);
+/** Shortest secret accepted, bytes (trailing newlines and spaces not counted). */
+#define PROTO_MIN_SECRET 16
 /** Reads a secret file. Its group may read it (mode 0640, group spillway: members may submit
  * jobs), nobody else may, and its group may not write it.
- * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty. */
+ * @return 0, -errno, SPW_EACCES if its mode is too open, SPW_EINVAL if empty, SPW_ERANGE if
+ *         shorter than PROTO_MIN_SECRET, SPW_ELIMIT if larger than 4 KiB. */
 int proto_secret_load(const char *path, uint8_t **secret, size_t *len);
+/** What a proto_secret_load error means, for a message that also names the file. */
+const char *proto_secret_strerror(int rc);
 
 /** Listens on "HOST:PORT" (port 0: ephemeral). bound receives the actual "host:port".
  * Accepted peers get cbs and data. @return 0 or a negative error (address in use, ...). */
@@ -118,15 +136,23 @@ void proto_listener_close(proto_listener *l);
  * @return 0 or a negative error. */
 int proto_listen_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
                       proto_listener **out);
+/** Who may connect to a Unix-socket listener, checked with SO_PEERCRED the moment a peer
+ * connects (before any handshake): our own effective uid, root, and, once this is called,
+ * members of group gid (primary or supplementary). Anyone else gets an ERROR frame with
+ * SPW_EAUTH and is disconnected. Abstract sockets have no file permissions, so this is what
+ * stands between other local users and the arena. */
+void proto_listener_allow_group(proto_listener *l, unsigned gid);
 
 /** Client side of local arena access, done without the loop because a file descriptor comes
  * back: connects to a worker's Unix socket (name as for proto_listen_unix), runs the handshake
- * with ctx's role and secret, sends ARENA_MAP and receives the arena's memfd.
+ * with ctx's role and secret, sends ARENA_MAP and receives the arena's memfd: opened read-only
+ * unless write is true (only a client that puts asks for that).
  * @param[out] sock the connected socket, ready for proto_conn_open_fd (nothing unread on it).
  * @param[out] memfd the arena; @param[out] capacity its size in bytes.
- * @return 0; SPW_EAUTH, SPW_EVERSION, SPW_ETIMEDOUT, SPW_EPROTO, or -errno. */
-int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, int *sock, int *memfd,
-                       uint64_t *capacity);
+ * @return 0; SPW_EAUTH (among others: our uid is not allowed on that socket), SPW_EVERSION,
+ *         SPW_ETIMEDOUT, SPW_EPROTO, or -errno. */
+int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write, int *sock,
+                       int *memfd, uint64_t *capacity);
 
 /** Connects to "HOST:PORT" and runs the handshake; on_ready or on_close follows.
  * @return 0 (a callback will follow), or an error now (no callback). */

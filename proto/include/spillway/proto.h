@@ -41,6 +41,11 @@ extern "C" {
 #define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
 #define PROTO_MAX_STR 4096u
 #define PROTO_MAX_NAME 255u
+/* Largest frame body accepted before the peer has proved the secret (CHALLENGE, HELLO, WELCOME
+ * and a refusal all fit many times over). A larger declared length closes the connection with
+ * SPW_EFRAMESIZE before any of its body is buffered, so unauthenticated peers hold at most this
+ * much of a daemon's memory each. */
+#define PROTO_PREAUTH_MAX_FRAME 4096u
 
 /** Roles a peer announces in HELLO. */
 enum proto_role {
@@ -193,6 +198,8 @@ enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
 enum { F_PUTDONE_ID };
 /* Local (same-host) access to a worker's arena, over its Unix socket. */
 enum { F_AMAP_FLAGS };
+/** ARENA_MAP flags. Without PROTO_ARENA_WRITE the descriptor that comes back is read-only. */
+#define PROTO_ARENA_WRITE 1u /* the client puts objects: it needs a writable mapping */
 enum { F_ARENA_CAPACITY };       /* the memfd rides along as SCM_RIGHTS */
 enum { F_PIN_ID };
 enum { F_PINNED_ID, F_PINNED_OFF, F_PINNED_SIZE };

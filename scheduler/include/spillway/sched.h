@@ -36,6 +36,8 @@ typedef struct sched_opts {
                                       the workers' store capacity) */
     uint64_t graph_max_total;      /* tasks one submitted graph may have (2,000,000; 0: none);
                                       more are refused with SPW_ELIMIT */
+    uint32_t max_conns;            /* accepted connections at once (0: no cap); an eighth of
+                                      them (4..64) are kept for workers and spillway-ctl */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

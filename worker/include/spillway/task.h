@@ -52,8 +52,10 @@ struct spw_task_ctx {
     void *priv; /* the executor's */
 };
 
-/** A task function: 0 on success, non-zero (any value; negative spillway codes are kept) on
- * failure. */
+/** A task function: 0 on success, non-zero on failure. spillway's own codes (-1000..-1999)
+ * and the code spw_task_output_error gave are reported as they are; any other value (-1, an
+ * errno, a positive number) is reported as SPW_ETASKFAILED with the text set by fail, or
+ * "NAME returned N". */
 typedef int (*spw_task_fn)(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs);
 
 typedef struct spw_plugin_fn {

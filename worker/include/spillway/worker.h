@@ -37,6 +37,9 @@ typedef struct wrk_opts {
     uint64_t task_mem_limit;   /* bytes a task may use in its executor (0 = no limit) */
     uint64_t exec_max_tasks;   /* an executor is replaced after this many tasks (0 = never) */
     uint64_t exec_max_rss;     /* ...or once its resident private memory passes this (0 = never) */
+    long local_group;          /* gid whose members may use the local socket too; -1: none */
+    uint32_t max_conns;        /* accepted connections at once (0: no cap); an eighth of them
+                                  (4..64) are kept for other workers */
 } wrk_opts;
 
 /** Fixed part of a node's memory budget (store capacity + slots × task limit + this): the

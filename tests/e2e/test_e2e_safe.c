@@ -1,0 +1,797 @@
+/* End-to-end tests of issue 10, "safe by default": who may use a worker's local socket and
+ * which arena mapping each gets, the connection cap, configuration mistakes, and error
+ * reporting. Real daemons on 127.0.0.1 with ephemeral ports; a case that needs root (to run a
+ * helper as another user) exits 77, which ctest reports as SKIP, when not root. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+#include "spillway/proto.h"
+
+#define SKIP_CODE 77
+
+static h_cluster g_cluster;
+static void errmsg_has(spillway *cl, const char *want);
+static bool g_running;
+
+static bool cluster_stop(h_cluster *c)
+{
+    g_running = false;
+    return h_cluster_stop(c);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_running) {
+        fprintf(stderr, "case failed: daemon logs follow\n");
+        h_dump_logs(&g_cluster);
+        g_running = false;
+        h_cluster_stop(&g_cluster);
+    }
+    return 0;
+}
+
+static void need_root(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "SKIP: needs root to run a helper as user nobody\n");
+        exit(SKIP_CODE);
+    }
+}
+
+/* Runs spw_local_probe as nobody:nogroup against worker 0; its output goes to stderr. */
+static int run_probe(h_cluster *c, const char *mode)
+{
+    struct passwd *pw = getpwnam("nobody");
+    if (pw == NULL)
+        fail_msg("no user nobody");
+    char uid[16], gid[16], pid[16];
+    snprintf(uid, sizeof uid, "%u", (unsigned)pw->pw_uid);
+    snprintf(gid, sizeof gid, "%u", (unsigned)pw->pw_gid);
+    snprintf(pid, sizeof pid, "%d", (int)c->workers[0].pid);
+    const char *argv[] = {h_bin("spw_local_probe"), uid, gid, c->addr, pid, mode, NULL};
+    char *out = NULL;
+    int rc = h_run(argv, &out);
+    fprintf(stderr, "--- spw_local_probe %s (exit %d):\n%s", mode, rc, out != NULL ? out : "");
+    free(out);
+    return rc;
+}
+
+/* Another local user (nobody) is refused on the worker's abstract socket with SPW_EAUTH before
+ * any handshake, so it never holds the arena; libspillway falls back to TCP and still reads
+ * the right bytes. */
+static void local_socket_refuses_other_uid_and_client_reads_over_tcp(void **state)
+{
+    (void)state;
+    need_root();
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    assert_int_equal(run_probe(&g_cluster, "refused"), 0);
+    assert_true(e2e_cluster_idle(&g_cluster, 20000));
+    assert_true(cluster_stop(&g_cluster));
+}
+
+/* With --local-group nogroup, nobody (whose primary group that is) may map the arena: a reader
+ * gets a read-only descriptor that can neither be mapped writable nor reopened read-write via
+ * /proc; only a put asks for (and gets) a read-write one. */
+static void local_group_member_gets_read_only_arena_for_reads(void **state)
+{
+    (void)state;
+    need_root();
+    if (getgrnam("nogroup") == NULL)
+        fail_msg("no group nogroup");
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    static const char *const args[] = {"--slots", "1", "--store-capacity", "256M",
+                                       "--local-group", "nogroup", NULL};
+    h_worker_start(&g_cluster, args);
+    assert_int_equal(run_probe(&g_cluster, "allowed"), 0);
+    assert_true(e2e_cluster_idle(&g_cluster, 20000));
+    assert_true(cluster_stop(&g_cluster));
+}
+
+/* ============================================================ connection caps */
+
+/* A raw TCP connection to addr with 30 s receive timeouts. */
+static int raw_connect(const char *addr)
+{
+    char host[64];
+    int port;
+    assert_int_equal(spw_addr_split(addr, host, &port), 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof sin);
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0)
+        fail_msg("connect %s: %s", addr, strerror(errno));
+    return fd;
+}
+
+/* Reads the first frame the daemon sends: 1 with its type and error code/message, 0 if the
+ * daemon closed the connection without a frame, -1 on timeout. */
+static int raw_first_frame(int fd, uint32_t *type, int64_t *code, char *msg, size_t msglen)
+{
+    uint8_t buf[8192];
+    size_t len = 0;
+    for (;;) {
+        proto_limits lim;
+        proto_limits_default(&lim);
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        proto_msg m;
+        int rc = proto_decode(buf, len, &lim, &z, &m);
+        if (rc > 0) {
+            *type = m.type;
+            *code = m.type == PROTO_ERROR ? m.f[F_ERROR_CODE].i : 0;
+            if (m.type == PROTO_ERROR)
+                proto_str(&m.f[F_ERROR_MSG], msg, msglen);
+            msgpack_zone_destroy(&z);
+            return 1;
+        }
+        msgpack_zone_destroy(&z);
+        assert_true(rc == 0 && len < sizeof buf);
+        ssize_t n = recv(fd, buf + len, sizeof buf - len, 0);
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return 0;
+        if (n < 0)
+            return errno == EINTR ? raw_first_frame(fd, type, code, msg, msglen) : -1;
+        len += (size_t)n;
+    }
+}
+
+/* Lines of a daemon's log that contain needle. */
+static int log_count(const h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log, "re");
+    if (f == NULL)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+typedef struct log_arg {
+    const h_proc *p;
+    const char *needle;
+} log_arg;
+
+static bool logged_cond(void *arg)
+{
+    log_arg *a = arg;
+    return log_count(a->p, a->needle) > 0;
+}
+
+/* The client does a round trip: an inc task on 41 gives 42. */
+static void client_works(spillway *cl)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(41);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r), 42);
+    assert_int_equal(spillway_release(cl, r), 0);
+}
+
+static int ctl_workers(h_cluster *c)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return -1;
+    int n = (int)json_array_size(json_object_get(st, "workers"));
+    json_decref(st);
+    return n;
+}
+
+/* Connections a daemon listening on port still holds (ESTABLISHED or CLOSE_WAIT on its side,
+ * from /proc/net/tcp). */
+static int daemon_conns(int port)
+{
+    FILE *f = fopen("/proc/net/tcp", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned lport, st;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
+            (st == 1 || st == 8))
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+typedef struct conns_arg {
+    int port, most;
+} conns_arg;
+
+static bool conns_at_most(void *arg)
+{
+    conns_arg *a = arg;
+    int n = daemon_conns(a->port);
+    return n >= 0 && n <= a->most;
+}
+
+/* --max-connections 8 on the scheduler keeps 4 for workers and spillway-ctl: the fifth client
+ * is refused with SPW_ELIMIT while the clients already connected keep working and a new worker
+ * and spillway-ctl still get in; past the total cap even a raw connection gets an ERROR frame
+ * (SPW_ELIMIT, "too many connections") before anything else. Each kind of refusal is logged
+ * once, however many peers are refused. */
+static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
+{
+    (void)state;
+    static const char *const sargs[] = {"--max-connections", "8", NULL};
+    h_cluster_start(&g_cluster, false, sargs);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(c, wargs);
+    enum { QUOTA = 4 };
+    spillway *cl[QUOTA];
+    for (int i = 0; i < QUOTA; i++)
+        cl[i] = e2e_connect(c);
+    for (int i = 0; i < 3; i++) {
+        spillway *extra = NULL;
+        int rc = spillway_connect(c->addr, NULL, &extra);
+        assert_int_equal(rc, SPW_ELIMIT);
+        assert_null(extra);
+    }
+    assert_int_equal(log_count(&c->sched, "too many connections: 4 clients connected"), 1);
+    /* The reserved room: a new worker registers and spillway-ctl answers. */
+    h_worker_start(c, wargs);
+    assert_int_equal(ctl_workers(c), 2);
+    client_works(cl[0]);
+    client_works(cl[QUOTA - 1]);
+
+    /* Scheduler connections now: 4 clients + 2 workers (+ spillway-ctl's, until the scheduler
+     * has seen it go). Raw connections fill the rest of the cap of 8; the next one is refused
+     * before its handshake. */
+    int raw[4], nraw = 0;
+    uint32_t type = 0;
+    int64_t code = 0;
+    char msg[512] = "";
+    while (nraw < 4) {
+        raw[nraw] = raw_connect(c->addr);
+        assert_int_equal(raw_first_frame(raw[nraw++], &type, &code, msg, sizeof msg), 1);
+        if (type != PROTO_CHALLENGE)
+            break;
+    }
+    assert_int_equal(type, PROTO_ERROR);
+    assert_int_equal(code, SPW_ELIMIT);
+    fprintf(stderr, "refusal after %d raw connections: %s\n", nraw - 1, msg);
+    assert_non_null(strstr(msg, "too many connections: --max-connections 8 reached"));
+    for (int i = 0; i < nraw; i++)
+        close(raw[i]);
+    int port;
+    char host[64];
+    assert_int_equal(spw_addr_split(c->addr, host, &port), 0);
+    conns_arg ca = {port, 6};
+    assert_true(h_eventually(conns_at_most, &ca, 20000)); /* the scheduler saw them go */
+    assert_int_equal(log_count(&c->sched, "--max-connections 8 reached"), 1);
+    /* Once those are gone there is room again. */
+    assert_int_equal(ctl_workers(c), 2);
+    client_works(cl[1]);
+    for (int i = 0; i < QUOTA; i++)
+        spillway_close(cl[i]);
+    ca.most = 2;
+    assert_true(h_eventually(conns_at_most, &ca, 20000));
+    spillway *again = e2e_connect(c);
+    client_works(again);
+    spillway_close(again);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* The same on a worker's peer port: with --max-connections 8, four clients uploading over TCP
+ * fill the clients' share; the fifth is refused (SPW_ELIMIT, said in errmsg), while another
+ * worker still connects to copy an object (a broadcast) and the clients already in still read. */
+static void worker_connection_cap_keeps_room_for_workers(void **state)
+{
+    (void)state;
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    static const char *const w0[] = {"--slots", "1", "--store-capacity", "64M",
+                                     "--max-connections", "8", NULL};
+    h_worker_start(c, w0);
+    enum { QUOTA = 4 };
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.no_local = 1; /* every client uploads over the worker's TCP port */
+    static uint8_t big[300000];
+    memset(big, 9, sizeof big);
+    spillway *cl[QUOTA + 1];
+    spillway_ref r[QUOTA + 1];
+    for (int i = 0; i <= QUOTA; i++) {
+        assert_int_equal(spillway_connect(c->addr, &o, &cl[i]), 0);
+        int rc = spillway_put(cl[i], big, sizeof big, &r[i]);
+        if (i < QUOTA) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, SPW_ELIMIT);
+            errmsg_has(cl[i], "limit exceeded");
+        }
+    }
+    assert_int_equal(log_count(&c->workers[0], "too many connections: 4 clients connected"), 1);
+    static const char *const w1[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(c, w1);
+    assert_int_equal(spillway_broadcast(cl[0], r[0], 0), 0); /* worker 1 fetched it from 0 */
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl[1], r[1], 10000, &data, &len), 0);
+    assert_true(len == sizeof big && memcmp(data, big, len) == 0);
+    spillway_free(data);
+    for (int i = 0; i <= QUOTA; i++) {
+        if (i < QUOTA)
+            assert_int_equal(spillway_release(cl[i], r[i]), 0);
+        spillway_close(cl[i]);
+    }
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* CPU seconds the process has used (user + system). */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* fields after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime stime */
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The scheduler runs out of descriptors (its limit is lowered under it to a little above what
+ * it uses). Peers past that are closed by libuv's spare-descriptor trick instead of waiting in
+ * the backlog; the scheduler logs it once, does not spin while the table is full, and serves
+ * normally once descriptors are free again. */
+static void accept_survives_emfile_without_spinning(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    pid_t pid = c->sched.pid;
+    struct rlimit old, low;
+    assert_int_equal(prlimit(pid, RLIMIT_NOFILE, NULL, &old), 0);
+    int used = 0;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    while (readdir(d) != NULL)
+        used++;
+    closedir(d);
+    low.rlim_cur = (rlim_t)used + 8; /* the soft limit only: ours to put back */
+    low.rlim_max = old.rlim_max;
+    assert_int_equal(prlimit(pid, RLIMIT_NOFILE, &low, NULL), 0);
+    enum { N = 40 };
+    int fds[N], challenged = 0, closed = 0;
+    for (int i = 0; i < N; i++)
+        fds[i] = raw_connect(c->addr);
+    for (int i = 0; i < N; i++) {
+        uint32_t type;
+        int64_t code;
+        char msg[256];
+        int rc = raw_first_frame(fds[i], &type, &code, msg, sizeof msg);
+        assert_true(rc >= 0); /* answered or closed, never left hanging */
+        if (rc == 1)
+            challenged++;
+        else
+            closed++;
+    }
+    fprintf(stderr, "%d peers got a CHALLENGE, %d were closed at EMFILE\n", challenged, closed);
+    assert_true(closed > 0);
+    log_arg la = {&c->sched, "raise the descriptor limit"};
+    assert_true(h_eventually(logged_cond, &la, 20000));
+    assert_int_equal(log_count(&c->sched, "raise the descriptor limit"), 1);
+    /* With the table still full, the scheduler is idle: no accept busy loop. */
+    double cpu0 = proc_cpu_s(pid);
+    poll(NULL, 0, 1000);
+    double cpu1 = proc_cpu_s(pid);
+    fprintf(stderr, "scheduler CPU while full: %.2f s in 1 s\n", cpu1 - cpu0);
+    assert_true(cpu0 >= 0 && cpu1 - cpu0 < 0.5);
+    /* Descriptors again: the limit back up (the held connections stay, and count). */
+    assert_int_equal(prlimit(pid, RLIMIT_NOFILE, &old, NULL), 0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    assert_int_equal(ctl_workers(c), 1);
+    spillway *cl = e2e_connect(c);
+    client_works(cl);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Established TCP connections to or from port (both ends: the daemon's accepted socket and the
+ * peer's connected one, all on this host): how many, and how many have the keepalive timer
+ * running (timer 2 in /proc/net/tcp). */
+static void tcp_keepalive_count(int port, int *total, int *keepalive)
+{
+    *total = *keepalive = 0;
+    FILE *f = fopen("/proc/net/tcp", "re");
+    if (f == NULL)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned lport, rport, st, tr;
+        if (sscanf(line, " %*d: %*x:%x %*x:%x %x %*x:%*x %x:", &lport, &rport, &st, &tr) != 4)
+            continue;
+        if (((int)lport != port && (int)rport != port) || st != 1)
+            continue;
+        (*total)++;
+        *keepalive += tr == 2;
+    }
+    fclose(f);
+}
+
+typedef struct ka_arg {
+    int port, want;
+} ka_arg;
+
+static bool ka_cond(void *arg)
+{
+    ka_arg *a = arg;
+    int total, ka;
+    tcp_keepalive_count(a->port, &total, &ka);
+    return total >= a->want && ka == total;
+}
+
+/* Every TCP connection has keepalive on at both ends (so a peer that vanished is noticed):
+ * accepted by the scheduler or a worker's peer port, and made by a worker or a client. */
+static void every_tcp_connection_has_keepalive(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.no_local = 1; /* the client talks to the worker over TCP */
+    spillway *cl;
+    assert_int_equal(spillway_connect(c->addr, &o, &cl), 0);
+    uint8_t big[200000];
+    memset(big, 7, sizeof big);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, big, sizeof big, &r), 0);
+    char host[64];
+    ka_arg a = {0, 4}; /* the worker's and the client's connections, both ends of each */
+    assert_int_equal(spw_addr_split(c->addr, host, &a.port), 0);
+    assert_true(h_eventually(ka_cond, &a, 20000));
+    a.want = 2; /* the client's upload connection, both ends */
+    assert_int_equal(spw_addr_split(c->workers[0].addr, host, &a.port), 0);
+    assert_true(h_eventually(ka_cond, &a, 20000));
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* ============================================================ configuration */
+
+typedef struct conf_case {
+    const char *daemon;  /* "spillway-scheduler" or "spillway-worker" */
+    const char *conf;    /* the config file's text, or NULL for none */
+    const char *args[6]; /* more arguments; "@DIR" is replaced by the case's directory */
+    int status;          /* expected exit status */
+    const char *want[3]; /* each must appear in the output; "@CONF" = the config file's path */
+} conf_case;
+
+static char g_dir[256];
+
+static void conf_dir(void)
+{
+    if (g_dir[0] == '\0') {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(g_dir, sizeof g_dir, "%s/spw-conf.XXXXXX", tmp != NULL ? tmp : "/tmp");
+        assert_non_null(mkdtemp(g_dir));
+    }
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+/* Copies s to out with the first "@CONF" or "@DIR" replaced by the path it stands for. */
+static void subst(char *out, size_t outlen, const char *s, const char *conf)
+{
+    const char *c = strstr(s, "@CONF"), *d = strstr(s, "@DIR");
+    if (c != NULL)
+        snprintf(out, outlen, "%.*s%s%s", (int)(c - s), s, conf, c + 5);
+    else if (d != NULL)
+        snprintf(out, outlen, "%.*s%s%s", (int)(d - s), s, g_dir, d + 4);
+    else
+        snprintf(out, outlen, "%s", s);
+}
+
+/* Runs each case: the daemon must exit with the stated status, having said each wanted thing
+ * in its output (the configuration is refused before anything is started). */
+static void run_conf_cases(const conf_case *cases, size_t n)
+{
+    conf_dir();
+    for (size_t i = 0; i < n; i++) {
+        const conf_case *k = &cases[i];
+        char conf[512];
+        snprintf(conf, sizeof conf, "%s/case%zu.conf", g_dir, i);
+        const char *argv[16];
+        char bufs[8][512];
+        int a = 0;
+        argv[a++] = h_bin(k->daemon);
+        if (k->conf != NULL) {
+            char text[600];
+            subst(text, sizeof text, k->conf, conf);
+            write_file(conf, text, 0644);
+            argv[a++] = "--config";
+            argv[a++] = conf;
+        }
+        for (int j = 0; j < 6 && k->args[j] != NULL; j++) {
+            subst(bufs[j], sizeof bufs[j], k->args[j], conf);
+            argv[a++] = bufs[j];
+        }
+        argv[a] = NULL;
+        char *out = NULL;
+        int st = h_run(argv, &out);
+        fprintf(stderr, "case %zu: %s exited %d: %s", i, k->daemon, st, out);
+        assert_int_equal(st, k->status);
+        for (int j = 0; j < 3 && k->want[j] != NULL; j++) {
+            char want[600];
+            subst(want, sizeof want, k->want[j], conf);
+            if (strstr(out, want) == NULL)
+                fail_msg("case %zu: output lacks '%s'", i, want);
+        }
+        free(out);
+    }
+}
+
+/* Each kind of mistake in a config file is refused with FILE:LINE and the key. */
+static void config_file_mistakes_name_file_line_and_key(void **state)
+{
+    (void)state;
+    static const conf_case cases[] = {
+        {"spillway-worker", "slots = 1\n# comment\nstroe-capacity = 8G\n", {NULL}, 2,
+         {"@CONF:3: unknown key 'stroe-capacity'"}},
+        {"spillway-worker", "\nslots = many\n", {NULL}, 2,
+         {"@CONF:2: slots: wants a whole number", "'many'"}},
+        {"spillway-worker", "store-capacity = 12 apples\n", {NULL}, 2,
+         {"@CONF:1: store-capacity: wants a size"}},
+        {"spillway-worker", "spill-threshold = 1.5\n", {NULL}, 2,
+         {"@CONF:1: spill-threshold: wants a fraction in (0, 1]"}},
+        {"spillway-scheduler", "listen = 127.0.0.1:0\nmax-frame\n", {NULL}, 2,
+         {"@CONF:2: max-frame: a bare word; this key needs a value"}},
+        {"spillway-scheduler", "listen 127.0.0.1:0\n", {NULL}, 2,
+         {"@CONF:1: 'listen 127.0.0.1:0' is not a key"}},
+        {"spillway-scheduler", "log-level =\n", {NULL}, 2, {"@CONF:1: log-level: empty value"}},
+        {"spillway-scheduler", "log-level = loud\n", {NULL}, 2,
+         {"@CONF:1: log-level: unknown level 'loud'"}},
+        {"spillway-scheduler", "version = 2\n", {NULL}, 2, {"@CONF:1: unknown key 'version'"}},
+        {"spillway-scheduler", "config = /etc/other.conf\n", {NULL}, 2,
+         {"@CONF:1: config: config files do not nest"}},
+        {"spillway-scheduler", "= 5\n", {NULL}, 2, {"@CONF:1: missing key before '='"}},
+        {"spillway-scheduler", "task-retries = -1\n", {NULL}, 2,
+         {"@CONF:1: task-retries: wants a whole number, got '-1'"}},
+        {"spillway-worker", "max-connections = 3\n", {NULL}, 2,
+         {"@CONF:1: max-connections: wants a whole number 8..1000000"}},
+        {"spillway-worker", "local-group = no-such-group-here\n", {NULL}, 2,
+         {"@CONF:1: local-group: no-such-group-here: no such group"}},
+        /* A directory, or nothing at all, given as the file. */
+        {"spillway-scheduler", NULL, {"--config", "@DIR"}, 2,
+         {"--config @DIR: is a directory, not a config file"}},
+        {"spillway-worker", NULL, {"--config", "@DIR/absent.conf"}, 2,
+         {"--config @DIR/absent.conf: no such file or directory"}},
+        /* On the command line the option is named instead. */
+        {"spillway-worker", NULL, {"--slots", "0"}, 2, {"--slots: wants a whole number 1..4096"}},
+        {"spillway-scheduler", NULL, {"--frobnicate"}, 2, {"unknown option '--frobnicate'"}},
+    };
+    run_conf_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Settings that each parse but do not fit together are refused, naming the key to change. */
+static void config_cross_checks_refuse_with_a_reason(void **state)
+{
+    (void)state;
+    static char huge[64];
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    snprintf(huge, sizeof huge, "%lluM",
+             (unsigned long long)pages * (unsigned long long)page / (1u << 20) * 2 + 1);
+    const conf_case cases[] = {
+        {"spillway-scheduler", "heartbeat-timeout = 2500\n", {NULL}, 2,
+         {"@CONF:1: heartbeat-timeout: 2500 ms is less than 3 heartbeats", "at least 3000"}},
+        {"spillway-scheduler", "max-frame = 1M\nchunk-size = 768K\n", {NULL}, 2,
+         {"@CONF:2: chunk-size: 786432 bytes must be at most half of max-frame (1048576)"}},
+        {"spillway-scheduler", "inline-limit = 8M\n", {NULL}, 2,
+         {"@CONF:1: inline-limit: 8388608 bytes must be at most a sixteenth of max-frame"}},
+        {"spillway-worker", "spill-target = 0.8\n", {NULL}, 2,
+         {"@CONF:1: spill-target: want spill-target < spill-threshold < pause-threshold <= 1",
+          "got 0.8, 0.8, 0.9"}},
+        {"spillway-worker", "spill-threshold = 0.95\n", {NULL}, 2,
+         {"@CONF:1: spill-threshold: want spill-target < spill-threshold < pause-threshold"}},
+        /* A store larger than the host only warns (checked together with a mistake that stops
+         * the worker before it would make that store). */
+        {"spillway-worker", NULL, {"--store-capacity", huge, "--spill-target", "0.9"}, 2,
+         {"--store-capacity", "warning: more than this host's physical memory",
+          "want spill-target < spill-threshold"}},
+    };
+    run_conf_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Secret files and directories are named with what is wrong with them. */
+static void secret_and_path_mistakes_name_the_path(void **state)
+{
+    (void)state;
+    conf_dir();
+    char p[600];
+    snprintf(p, sizeof p, "%s/empty.secret", g_dir);
+    write_file(p, "\n", 0600);
+    snprintf(p, sizeof p, "%s/short.secret", g_dir);
+    write_file(p, "fifteen-bytes!!\n", 0600);
+    snprintf(p, sizeof p, "%s/open.secret", g_dir);
+    write_file(p, "a-secret-of-enough-bytes\n", 0644);
+    snprintf(p, sizeof p, "%s/file", g_dir);
+    write_file(p, "not a directory\n", 0644);
+    static const conf_case cases[] = {
+        {"spillway-scheduler", NULL, {"--secret-file", "@DIR/empty.secret"}, 2,
+         {"--secret-file @DIR/empty.secret: the secret file is empty"}},
+        {"spillway-worker", "secret-file = @DIR/short.secret\n", {NULL}, 2,
+         {"shorter than 16 bytes"}},
+        {"spillway-scheduler", NULL, {"--secret-file", "@DIR/short.secret"}, 2,
+         {"--secret-file @DIR/short.secret: the secret is shorter than 16 bytes"}},
+        {"spillway-scheduler", NULL, {"--secret-file", "@DIR/open.secret"}, 2,
+         {"--secret-file @DIR/open.secret:", "mode 0600"}},
+        {"spillway-scheduler", NULL, {"--secret-file", "@DIR/absent.secret"}, 2,
+         {"--secret-file @DIR/absent.secret: no such file or directory"}},
+        {"spillway-worker", NULL, {"--spill-dir", "@DIR/no/such/dir"}, 2,
+         {"--spill-dir @DIR/no/such/dir: no such file or directory"}},
+        {"spillway-worker", NULL, {"--spill-dir", "@DIR/file"}, 2,
+         {"--spill-dir @DIR/file: not a directory"}},
+    };
+    run_conf_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* ============================================================ error reporting */
+
+static void errmsg_has(spillway *cl, const char *want)
+{
+    const char *m = spillway_errmsg(cl);
+    fprintf(stderr, "errmsg: %s\n", m);
+    if (strstr(m, want) == NULL)
+        fail_msg("errmsg '%s' lacks '%s'", m, want);
+}
+
+/* Every failing call leaves its own text in spillway_errmsg (an argument check included, which
+ * used to leave the previous call's text), and a plugin function's -1 or errno is a failed task
+ * (SPW_ETASKFAILED) with its text, not SPW_EPERM. */
+static void every_failing_call_sets_errmsg(void **state)
+{
+    (void)state;
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
+    spillway_ref bogus = {1, 2}, r;
+    assert_int_equal(spillway_release(cl, bogus), SPW_ENOTHELD);
+    errmsg_has(cl, "is not held by this client");
+    /* Argument checks: each names the call, none keeps the text above. */
+    uint8_t b[4] = {1, 2, 3, 4};
+    assert_int_equal(spillway_put(cl, b, 0, &r), SPW_EINVAL);
+    errmsg_has(cl, "spillway_put: len is 0");
+    assert_int_equal(spillway_put(cl, b, sizeof b, &r), 0);
+    assert_int_equal(spillway_get(cl, r, 1000, NULL, NULL), SPW_EINVAL);
+    errmsg_has(cl, "spillway_get: invalid argument");
+    assert_int_equal(spillway_get_view(cl, r, 1000, NULL), SPW_EINVAL);
+    errmsg_has(cl, "spillway_get_view: invalid argument");
+    assert_int_equal(spillway_wait(cl, NULL, 3, 1000), SPW_EINVAL);
+    errmsg_has(cl, "spillway_wait: invalid argument");
+    assert_int_equal(spillway_release_many(cl, NULL, 2), SPW_EINVAL);
+    errmsg_has(cl, "spillway_release_many: invalid argument");
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref t;
+    spillway_arg a[2] = {spillway_arg_bytes("abc", 3), spillway_arg_bytes("d", 1)};
+    assert_int_equal(spillway_task(g, "", a, 1, SPILLWAY_KEEP, &t), SPW_EINVAL);
+    errmsg_has(cl, "spillway_task_at: invalid argument");
+    char longname[400];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(spillway_graph_place(g, longname), SPW_EINVAL);
+    errmsg_has(cl, "spillway_graph_place: invalid argument");
+    /* A plugin function failing with -1 (and a text), and with an errno value (no text). */
+    spillway_ref t1, t2;
+    assert_int_equal(spillway_task(g, "reverse", a, 2, SPILLWAY_KEEP, &t1), 0);
+    assert_int_equal(spillway_task(g, "fail_bare", a, 1, SPILLWAY_KEEP, &t2), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl, t1, 60000, &data, &len), SPW_ETASKFAILED);
+    errmsg_has(cl, "reverse takes one argument, got 2");
+    assert_int_equal(spillway_get(cl, t2, 60000, &data, &len), SPW_ETASKFAILED);
+    errmsg_has(cl, "fail_bare returned -5");
+    assert_int_equal(spillway_release(cl, t1), 0);
+    assert_int_equal(spillway_release(cl, t2), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Releasing references once the scheduler connection is gone says so (SPW_ECLOSED), for one
+ * reference and for many, instead of returning 0. */
+static void release_on_closed_connection_is_eclosed(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway *cl = e2e_connect(c);
+    static uint8_t big[300000];
+    memset(big, 3, sizeof big);
+    spillway_ref r[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(spillway_put(cl, big, sizeof big, &r[i]), 0);
+    assert_true(cluster_stop(c)); /* the scheduler is gone: our connection is closed */
+    assert_int_equal(spillway_release_many(cl, r, 2), SPW_ECLOSED);
+    errmsg_has(cl, "is closed");
+    assert_int_equal(spillway_release(cl, r[2]), SPW_ECLOSED);
+    errmsg_has(cl, "is closed");
+    /* Those handles are gone all the same: a second release is SPW_ENOTHELD. */
+    assert_int_equal(spillway_release_many(cl, r, 2), SPW_ENOTHELD);
+    spillway_close(cl);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
+    cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
+    cmocka_unit_test_teardown(connection_cap_refuses_clients_but_not_workers_or_ctl, teardown),
+    cmocka_unit_test_teardown(worker_connection_cap_keeps_room_for_workers, teardown),
+    cmocka_unit_test_teardown(accept_survives_emfile_without_spinning, teardown),
+    cmocka_unit_test_teardown(every_tcp_connection_has_keepalive, teardown),
+    cmocka_unit_test(config_file_mistakes_name_file_line_and_key),
+    cmocka_unit_test(config_cross_checks_refuse_with_a_reason),
+    cmocka_unit_test(secret_and_path_mistakes_name_the_path),
+    cmocka_unit_test_teardown(every_failing_call_sets_errmsg, teardown),
+    cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
+};
+
+SPW_TEST_MAIN(tests)
