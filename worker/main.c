@@ -19,6 +19,8 @@ static void usage(FILE *f)
     fputs("usage: spillway-worker [options]\n"
           "  --scheduler HOST:PORT     the scheduler (127.0.0.1:7400)\n"
           "  --listen HOST:PORT        peer port for object transfers (127.0.0.1:0 = any port)\n"
+          "  --advertise HOST[:PORT]   address peers reach the peer port at (the bound one; on\n"
+          "                            a wildcard, our address towards the scheduler)\n"
           "  --port-file PATH          write the bound peer host:port there once registered\n"
           "  --slots N                 executor processes, tasks run at once (cores)\n"
           "  --store-capacity SIZE|N%  object store size (30% of memory)\n"
@@ -120,6 +122,7 @@ int main(int argc0, char **argv0)
     static const struct option longopts[] = {
         {"scheduler", required_argument, 0, 'S'},
         {"listen", required_argument, 0, 'l'},
+        {"advertise", required_argument, 0, 'A'},
         {"port-file", required_argument, 0, 'p'},
         {"slots", required_argument, 0, 'n'},
         {"store-capacity", required_argument, 0, 'c'},
@@ -149,6 +152,9 @@ int main(int argc0, char **argv0)
             break;
         case 'l':
             wo.listen = optarg;
+            break;
+        case 'A':
+            wo.advertise = optarg;
             break;
         case 'p':
             a.port_file = optarg;

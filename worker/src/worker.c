@@ -358,7 +358,21 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         spw_free(w->name);
         w->name = spw_strdup(SPW_MOD_WORKER, name);
     }
-    w->hello.addr = w->bound;
+    if (o->advertise != NULL) {
+        /* Not resolved here: peers look the name up themselves, from where they are. */
+        spw_addr ba, aa;
+        if (spw_addr_parse(w->bound, -1, &ba) != 0 ||
+            (rc = spw_addr_parse(o->advertise, ba.port, &aa)) != 0 || aa.port == 0 ||
+            spw_addr_host_is_wildcard(aa.host)) {
+            spw_log(SPW_LOG_ERR, "advertise address '%s' is not HOST[:PORT] with a host peers "
+                                 "can connect to",
+                    o->advertise);
+            rc = SPW_EINVAL;
+            goto fail;
+        }
+        spw_addr_join(aa.host, aa.port, w->advert, sizeof w->advert);
+    }
+    w->hello.addr = w->advert[0] != '\0' ? w->advert : w->bound;
     w->hello.slots = o->slots;
     w->hello.capacity = so.capacity;
     w->hello.host_id = w->host_id;

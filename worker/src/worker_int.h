@@ -95,7 +95,7 @@ struct wfetch {
 
 /* A connection to another worker's peer port, for fetches. */
 typedef struct wpeer {
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     UT_hash_handle hh;
     proto_conn *conn;
     bool ready;
@@ -162,7 +162,8 @@ struct wrk {
     char *sched_addr;
     char *exe;
     char *plugin_paths[WRK_MAX_PLUGINS];
-    char bound[64];
+    char bound[SPW_ADDR_MAX];
+    char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
     char host_id[128];
     char local_name[64];   /* Unix socket for same-host clients: abstract, or a path */
     proto_hello_worker hello;

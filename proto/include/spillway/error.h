@@ -66,7 +66,8 @@ extern "C" {
     XX(EOBJLOST, -1022, "object lost and cannot be recomputed")                                    \
     XX(ESPILLFULL, -1023, "spill storage full")                                                    \
     XX(EPLUGIN, -1024, "plugin rejected")                                                          \
-    XX(ESHUTDOWN, -1025, "shutting down")
+    XX(ESHUTDOWN, -1025, "shutting down")                                                         \
+    XX(ENONAME, -1026, "host name does not resolve")
 
 typedef enum spw_err {
     SPW_OK = 0,

@@ -24,6 +24,8 @@ typedef struct wrk wrk;
 typedef struct wrk_opts {
     const char *scheduler;     /* "HOST:PORT" of the scheduler */
     const char *listen;        /* peer port "HOST:PORT", port 0 = ephemeral */
+    const char *advertise;     /* "HOST[:PORT]" peers reach us at, or NULL: the bound address,
+                                * or for a wildcard the address that reaches the scheduler */
     const char *name;          /* shown by spillway-ctl */
     uint32_t slots;            /* executor processes (default: cores) */
     const uint8_t *secret;     /* cluster secret or NULL */
