@@ -760,7 +760,15 @@ void spw_host_id(char *out, size_t outlen)
         snprintf(out, outlen, "host:%s", host);
         return;
     }
-    snprintf(out, outlen, "%s/%s", machine, boot);
+    /* Abstract Unix sockets (how a worker's arena is reached) belong to a network namespace:
+     * processes of one kernel in different namespaces share memory but cannot connect, so
+     * they count as different hosts and use TCP. */
+    struct stat st;
+    if (stat("/proc/self/ns/net", &st) == 0)
+        snprintf(out, outlen, "%s/%s/net:%llu:%llu", machine, boot, (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+    else
+        snprintf(out, outlen, "%s/%s", machine, boot);
 }
 
 int64_t spw_proc_status_kib(int pid, const char *field)

@@ -220,8 +220,10 @@ int spw_file_read(const char *path, size_t max, char **out, size_t *outlen);
 /** Writes data to path atomically (temporary file + rename). */
 int spw_file_write_atomic(const char *path, const void *data, size_t len);
 
-/** A stable identity of this host's boot: /etc/machine-id + boot id, so two processes can tell
- * whether they share memory. Written into out (at most outlen bytes, NUL terminated). */
+/** A stable identity of this host's boot and network namespace: /etc/machine-id + boot id +
+ * the namespace's inode, so two processes can tell whether they share memory and can reach each
+ * other's abstract Unix sockets (those are per network namespace). Written into out (at most
+ * outlen bytes, NUL terminated). */
 void spw_host_id(char *out, size_t outlen);
 
 /** Resident memory of a process in KiB from /proc/PID/status; field is e.g. "VmHWM", "RssAnon".
