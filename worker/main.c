@@ -1,8 +1,9 @@
 /*
  * spillway-worker: a node's worker daemon (and, with --executor, one of its executor
  * processes). A thin main over spw_worker: options, signals, readiness once the scheduler has
- * welcomed us, and a clean shutdown on SIGTERM or SIGINT, or when the scheduler goes away
- * (exit status 3 then, so systemd's Restart= brings the worker back).
+ * welcomed us, and a clean shutdown on SIGTERM or SIGINT. A lost scheduler is reconnected to
+ * (--reconnect-max); with --reconnect-max 0, or when the scheduler refuses us, the worker exits
+ * with status 3 (systemd's Restart= brings it back).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -21,6 +22,8 @@ static void usage(FILE *f)
           "  --listen HOST:PORT        peer port for object transfers (127.0.0.1:0 = any port)\n"
           "  --advertise HOST[:PORT]   address peers reach the peer port at (the bound one; on\n"
           "                            a wildcard, our address towards the scheduler)\n"
+          "  --reconnect-max MS        longest wait between attempts to reach a lost scheduler\n"
+          "                            (30000; 0 = exit with status 3 instead)\n"
           "  --port-file PATH          write the bound peer host:port there once registered\n"
           "  --slots N                 executor processes, tasks run at once (cores)\n"
           "  --store-capacity SIZE|N%  object store size (30% of memory)\n"
@@ -123,6 +126,7 @@ int main(int argc0, char **argv0)
         {"scheduler", required_argument, 0, 'S'},
         {"listen", required_argument, 0, 'l'},
         {"advertise", required_argument, 0, 'A'},
+        {"reconnect-max", required_argument, 0, 'R'},
         {"port-file", required_argument, 0, 'p'},
         {"slots", required_argument, 0, 'n'},
         {"store-capacity", required_argument, 0, 'c'},
@@ -156,6 +160,17 @@ int main(int argc0, char **argv0)
         case 'A':
             wo.advertise = optarg;
             break;
+        case 'R': {
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || n > 24UL * 3600 * 1000) {
+                fprintf(stderr, "spillway-worker: --reconnect-max wants milliseconds "
+                                "(0 = exit instead), got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            wo.reconnect_max_ms = (uint32_t)n;
+            break;
+        }
         case 'p':
             a.port_file = optarg;
             break;

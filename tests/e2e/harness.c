@@ -294,6 +294,37 @@ static bool stop_proc(h_proc *p, const char *what)
     return true;
 }
 
+int h_sched_kill(h_cluster *c, int sig)
+{
+    h_proc *p = &c->sched;
+    kill(p->pid, sig);
+    if (!wait_exit(p, 20000)) {
+        kill(p->pid, SIGKILL);
+        wait_exit(p, 5000);
+    }
+    return p->status;
+}
+
+void h_sched_restart(h_cluster *c, const char *const *sched_args)
+{
+    static int generation;
+    const char *v[MAX_ARGS];
+    int n = 0;
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", c->sched.addr);
+    v[n++] = h_bin("spillway-scheduler");
+    v[n++] = "--listen";
+    v[n++] = listen;
+    if (c->secret_file[0] != '\0') {
+        v[n++] = "--secret-file";
+        v[n++] = c->secret_file;
+    }
+    build_args(v, n, sched_args);
+    char name[32];
+    snprintf(name, sizeof name, "scheduler-%d", ++generation);
+    start_proc(c, &c->sched, v, name);
+}
+
 void h_dump_logs(h_cluster *c)
 {
     h_proc *all[H_MAX_WORKERS + 1];

@@ -47,6 +47,11 @@ int h_worker_start(h_cluster *c, const char *const *args);
 void h_cluster_simple(h_cluster *c, int n);
 /** Sends sig to worker i and waits for it to exit (up to 20 s). Returns its wait status. */
 int h_worker_kill(h_cluster *c, int i, int sig);
+/** Sends sig to the scheduler and waits for it to exit (up to 20 s). Returns its wait status. */
+int h_sched_kill(h_cluster *c, int sig);
+/** Starts a scheduler again on the address the first one had (same port; the same secret), with
+ * extra args; its log is scheduler-N.log. Aborts the test on failure. */
+void h_sched_restart(h_cluster *c, const char *const *sched_args);
 /** Stops everything; returns true if every daemon exited with status 0. */
 bool h_cluster_stop(h_cluster *c);
 

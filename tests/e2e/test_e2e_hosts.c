@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../unit/test_main.h"
@@ -175,11 +177,129 @@ static void malformed_addresses_are_refused_by_name(void **state)
     free(text);
 }
 
+static bool workers_registered(void *arg)
+{
+    h_cluster *c = arg;
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return false;
+    size_t n = json_array_size(json_object_get(st, "workers"));
+    json_decref(st);
+    return n == (size_t)c->nworkers;
+}
+
+static bool stores_empty(void *arg)
+{
+    h_cluster *c = arg;
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return false;
+    uint64_t used = e2e_used_bytes(st);
+    json_decref(st);
+    return used == 0;
+}
+
+static bool stores_hold_8mib(void *arg)
+{
+    h_cluster *c = arg;
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return false;
+    uint64_t used = e2e_used_bytes(st);
+    json_decref(st);
+    return used >= 8u << 20;
+}
+
+/* kill -9 of the scheduler in the middle of a job: the client's calls end with SPW_ECLOSED,
+ * the workers keep running and register with a scheduler restarted on the same port, drop
+ * what they held for the old one, and serve a new job. */
+static void scheduler_restart_workers_rejoin(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, true, NULL);
+    const char *const wargs[] = {"--slots", "2", "--store-capacity", "64M", "--reconnect-max",
+                                 "2000", NULL};
+    h_worker_start(&c, wargs);
+    h_worker_start(&c, wargs);
+    spillway *cl = e2e_connect(&c);
+    /* Objects on the workers (kept outputs, a put) and tasks still running when it dies. */
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref kept[4], slow[4];
+    for (int i = 0; i < 4; i++) {
+        uint8_t pat = (uint8_t)i;
+        spillway_arg a[2] = {spillway_arg_u64(2u << 20), spillway_arg_bytes(&pat, 1)};
+        assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &kept[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < 4; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, kept[i], 60000, &out, &len), 0);
+        spillway_free(out);
+    }
+    g = spillway_graph_new(cl);
+    for (int i = 0; i < 4; i++) {
+        spillway_arg a = spillway_arg_u64(3000);
+        assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &slow[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_true(h_eventually(stores_hold_8mib, &c, 10000)); /* figures come with heartbeats */
+
+    int ws = h_sched_kill(&c, SIGKILL);
+    assert_true(WIFSIGNALED(ws));
+    /* Every call of the client now ends with SPW_ECLOSED, promptly: the tasks sleep 3 s, and a
+     * client that noticed nothing would get their results (or SPW_ETIMEDOUT), not ECLOSED. */
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, slow[0], 5000, &out, &len), SPW_ECLOSED);
+    assert_int_equal(spillway_get(cl, kept[0], 5000, &out, &len), SPW_ECLOSED);
+    spillway_ref r;
+    void *big = calloc(1, 1u << 20);
+    assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
+    free(big);
+    spillway_close(cl);
+
+    h_sched_restart(&c, NULL);
+    /* Reconnect waits are at most 2 s here: both workers are back well within 10 s. */
+    assert_true(h_eventually(workers_registered, &c, 10000));
+    cl = e2e_connect(&c);
+    transfers_are_exact(cl);
+    spillway_close(cl);
+    /* Nothing of the old scheduler's survived: once the sleeping tasks are stopped and the
+     * new job released, every store is empty. */
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    assert_true(h_cluster_stop(&c));
+}
+
+/* --reconnect-max 0 keeps the old behaviour: the worker exits with status 3. */
+static void reconnect_max_zero_exits_with_status_3(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--reconnect-max", "0",
+                                 NULL};
+    h_worker_start(&c, wargs);
+    h_sched_kill(&c, SIGKILL);
+    int st = h_worker_kill(&c, 0, 0); /* signal 0: only waits for it to exit */
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 3);
+    c.sched.exited = false; /* judged below: a killed scheduler is not a failed stop */
+    c.sched.pid = 0;
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(cluster_by_name_localhost),
     cmocka_unit_test(cluster_over_ipv6_loopback),
     cmocka_unit_test(wildcard_and_advertised_workers_are_reachable),
     cmocka_unit_test(malformed_addresses_are_refused_by_name),
+    cmocka_unit_test(scheduler_restart_workers_rejoin),
+    cmocka_unit_test(reconnect_max_zero_exits_with_status_3),
 };
 
 SPW_TEST_MAIN(tests)

@@ -78,6 +78,14 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
 {
     char hex[33];
     wrk *w = srv->w;
+    if (u->gen != w->gen) {
+        /* Begun under a scheduler that is gone: no reference to it could survive. */
+        proto_conn_error(srv->conn, req, SPW_ECLOSED,
+                         "obj=%s: the worker lost its scheduler: upload dropped",
+                         spw_id_hex(u->id, hex));
+        upload_remove(srv, u, true);
+        return;
+    }
     if (off != u->next_off || len > u->total - off) {
         proto_conn_error(srv->conn, req, SPW_EINVAL,
                          "obj=%s: chunk at %llu+%zu, expected offset %llu of %llu: upload dropped",
@@ -196,6 +204,7 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
         u->req = m->req;
         u->srv = srv;
         u->creating = true;
+        u->gen = srv->w->gen;
         u->pending_flags = m->f[F_WRITE_FLAGS].u;
         if (spw_buf_reserve(&u->pending, data->bin.len) != 0) {
             spw_free(u);
@@ -595,6 +604,7 @@ static void obj_create(wsrv *srv, const proto_msg *m)
     u->srv = srv;
     u->creating = true;
     u->local = true;
+    u->gen = srv->w->gen;
     HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
     HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
     upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
@@ -999,9 +1009,11 @@ static void fetch_created(void *arg, int status, ost_obj *o)
     wfetch *f;
     HASH_FIND(hh, w->fetches, &r->id, sizeof r->id, f);
     spw_free(r);
-    if (f == NULL || w->closing) {
+    if (f == NULL || w->closing || f->stale) {
         if (status == 0)
             ost_obj_abort(w->store, o);
+        if (f != NULL && f->stale)
+            fetch_free(w, f);
         return;
     }
     f->creating = false;
@@ -1103,6 +1115,30 @@ void wrk__replicate(wrk *w, const proto_msg *m)
             f->repl_req[i] = m->req;
             break;
         }
+}
+
+void wrk__fetches_drop(wrk *w)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->stale)
+            continue;
+        if (!f->creating) {
+            fetch_fail(w, f, SPW_ECLOSED, "the worker lost its scheduler");
+            continue;
+        }
+        /* Waiting for room: its allocation callback frees it; its waiters hear now. */
+        f->stale = true;
+        followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
+        fwait *waiters = f->waiters, *x, *xtmp;
+        f->waiters = NULL;
+        LL_FOREACH_SAFE(waiters, x, xtmp)
+        {
+            wrk__input_ready(w, x->t, x->arg, SPW_ECLOSED, "the worker lost its scheduler");
+            spw_free(x);
+        }
+    }
 }
 
 void wrk__fetch_cancel(wrk *w, spw_id id)

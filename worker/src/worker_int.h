@@ -48,6 +48,7 @@ struct wtask {
     ost_obj *out;         /* output object allocated for the executor */
     wrk_exec *ex;
     uint64_t sent_ns;
+    uint32_t gen;         /* w->gen when the scheduler sent it */
     wtask *next;          /* ready queue, or the executor's FIFO */
 };
 
@@ -89,6 +90,7 @@ struct wfetch {
     struct wpeer *peer;
     fwait *waiters;
     bool creating;        /* waiting for store room */
+    bool stale;           /* the scheduler that wanted it is gone: dropped once created */
     uint64_t repl_req[4]; /* broadcast requests to answer (REPLICATE), 0 = none */
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 };
@@ -114,6 +116,7 @@ typedef struct wupload {
     uint64_t req;
     bool creating;
     bool local;           /* written in place by a local client (OBJ_CREATE / OBJ_SEAL) */
+    uint32_t gen;         /* w->gen when it started */
     spw_buf pending;      /* first chunk, kept while waiting for room */
     uint64_t pending_flags;
     struct wsrv *srv;
@@ -184,6 +187,10 @@ struct wrk {
     uv_timer_t timer;      /* heartbeat and store maintenance */
     bool closing;
     bool welcomed;
+    bool registered_once;  /* ready(0) has run */
+    uint32_t gen;          /* scheduler sessions so far: work of an older one is dropped */
+    uint32_t backoff_ms;   /* next reconnect delay */
+    uv_timer_t reconnect;  /* waits before the next attempt to reach the scheduler */
     bool was_paused;
     int handles;
     void (*ready)(void *arg, int status);
@@ -216,6 +223,8 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 void wrk__tasks_free_all(wrk *w);
 /* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
 void wrk__started_flush(wrk *w);
+/* The scheduler is gone: queued tasks are dropped now, others when they finish. */
+void wrk__tasks_drop(wrk *w);
 
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;
@@ -226,6 +235,8 @@ void wrk__fetch_cancel(wrk *w, spw_id id);
 /* Parked reads past their deadline are answered SPW_ENOOBJ. */
 void wrk__parked_expire(wrk *w);
 void wrk__peers_close(wrk *w);
+/* The scheduler is gone: fetches stop (their tasks fail); uploads under way are refused. */
+void wrk__fetches_drop(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 
 /* builtins.c */

@@ -35,14 +35,19 @@ typedef struct wrk_opts {
     const char *plugins[WRK_MAX_PLUGINS];
     uint32_t nplugins;
     uint32_t heartbeat_ms;     /* default 1000 */
+    uint32_t reconnect_max_ms; /* longest wait between reconnect attempts after losing the
+                                * scheduler (default 30000); 0: report the loss and stop */
     uint32_t max_frame;
 } wrk_opts;
 
 void wrk_opts_default(wrk_opts *o);
 
 /** Creates a worker: loads and checks plugins, creates the store, starts the executors, binds
- * the peer port and connects to the scheduler. ready(arg, status) runs once: 0 when the
- * scheduler has welcomed us, or an error (the caller then closes the worker).
+ * the peer port and connects to the scheduler. ready(arg, status) runs 0 once, when the
+ * scheduler has first welcomed us, and an error when the worker gives up on its scheduler (the
+ * caller then closes the worker): at once with reconnect_max_ms 0, else only for a refusal
+ * (SPW_EAUTH, SPW_EVERSION). Otherwise a lost or unreachable scheduler is retried with capped
+ * exponential backoff, and each new registration starts afresh (see wrk__sched_lost).
  * @param[out] bound the peer address bound, at least 64 bytes.
  * @return 0 or an error now (bad options, plugin refused, store creation, bind). */
 int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
