@@ -130,6 +130,7 @@ typedef struct wread {
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
     bool pinned;          /* holds a pin on obj (sends borrow its memory) */
+    bool chain;           /* a broadcast hop: sent in FOLLOW_CHUNK pieces */
     const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an
                               upload's counter); NULL once it is sealed */
     struct wread **flist; /* the followers list it is on */
