@@ -24,6 +24,7 @@ static void usage(FILE *f)
           "                            a wildcard, our address towards the scheduler)\n"
           "  --reconnect-max MS        longest wait between attempts to reach a lost scheduler\n"
           "                            (30000; 0 = exit with status 3 instead)\n"
+          "  --fetch-stall MS          give up on a peer silent this long mid-fetch (30000)\n"
           "  --port-file PATH          write the bound peer host:port there once registered\n"
           "  --slots N                 executor processes, tasks run at once (cores)\n"
           "  --store-capacity SIZE|N%  object store size (30% of memory)\n"
@@ -127,6 +128,7 @@ int main(int argc0, char **argv0)
         {"listen", required_argument, 0, 'l'},
         {"advertise", required_argument, 0, 'A'},
         {"reconnect-max", required_argument, 0, 'R'},
+        {"fetch-stall", required_argument, 0, 'F'},
         {"port-file", required_argument, 0, 'p'},
         {"slots", required_argument, 0, 'n'},
         {"store-capacity", required_argument, 0, 'c'},
@@ -169,6 +171,17 @@ int main(int argc0, char **argv0)
                 goto out;
             }
             wo.reconnect_max_ms = (uint32_t)n;
+            break;
+        }
+        case 'F': {
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || n > 24UL * 3600 * 1000) {
+                fprintf(stderr, "spillway-worker: --fetch-stall wants milliseconds (0 = never), "
+                                "got '%s'\n",
+                        optarg);
+                goto out;
+            }
+            wo.fetch_stall_ms = (uint32_t)n;
             break;
         }
         case 'p':

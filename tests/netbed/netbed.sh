@@ -10,6 +10,7 @@
 #       Exit 77 (ctest's SKIP) with "SKIP: reason" when namespaces cannot be made.
 #   netbed.sh exec HOST COMMAND [ARGS...]    runs COMMAND on HOST (e.g. host3)
 #   netbed.sh link HOST down|up              cuts or restores HOST's link (a partition)
+#   netbed.sh shape HOST MBIT                shapes HOST's link to MBIT each way (0: unshaped)
 #   netbed.sh addr HOST                      prints HOST's address
 #   netbed.sh ns HOST                        prints the namespace name of HOST
 #
@@ -203,6 +204,20 @@ link)
     case "$2" in down | up) ;; *) die "link wants down or up" ;; esac
     # The switch's end of the host's cable: the host keeps its own configuration.
     ip -n "$(ns_of sw)" link set "p$i" "$2"
+    ;;
+shape)
+    [ $# = 2 ] || die "usage: netbed.sh shape HOST MBIT"
+    i=$(host_index "$1")
+    mbit=$2
+    case "$mbit" in '' | *[!0-9]*) die "MBIT must be a number" ;; esac
+    for end in "$(ns_of "$1") eth0" "$(ns_of sw) p$i"; do
+        ns=${end% *}
+        dev=${end#* }
+        tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null || true
+        if [ "$mbit" -gt 0 ]; then
+            tc -n "$ns" qdisc add dev "$dev" root tbf rate "${mbit}mbit" burst 256kb latency 50ms
+        fi
+    done
     ;;
 addr)
     [ $# = 1 ] || die "usage: netbed.sh addr HOST"

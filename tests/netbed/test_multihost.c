@@ -328,6 +328,17 @@ static bool worker_busy(void *arg)
     return busy;
 }
 
+static bool worker_present(void *arg)
+{
+    busy_arg *b = arg;
+    json_t *st = e2e_ctl_json(b->c, "status");
+    if (st == NULL)
+        return false;
+    bool present = worker_by_name(st, b->name) != NULL;
+    json_decref(st);
+    return present;
+}
+
 static bool worker_gone(void *arg)
 {
     busy_arg *b = arg;
@@ -398,6 +409,62 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A partition in the middle of a worker-to-worker fetch: the fetching worker hears nothing more
+ * from the holder (no reset ever comes), gives up after --fetch-stall, the task fails over to
+ * re-making its input (the holder was dropped by the scheduler meanwhile) and the result is
+ * exact. host2's link is slowed so that the fetch is still under way when the link goes. */
+static void partition_mid_fetch_fails_over(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    const char *const sargs[] = {"--heartbeat-timeout", "2000", NULL};
+    h_cluster_start_on(&c, "host1", true, sargs);
+    for (int i = 0; i < 2; i++) {
+        const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
+                                 "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
+                                 NULL};
+        h_worker_start_on(&c, worker_hosts[i], v);
+    }
+    assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
+    spillway *cl = e2e_connect(&c);
+    enum { SIZE = 32u << 20 };
+    uint8_t pat[3] = {0x11, 0x22, 0x33};
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_graph_place(g, "w2");
+    spillway_ref big, sum;
+    spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
+    assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &big), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, &big, 1, 60000), 0);
+    g = spillway_graph_new(cl);
+    spillway_graph_place(g, "w3");
+    spillway_arg b = spillway_arg_ref(big);
+    assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sum), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    busy_arg w3 = {&c, "w3"};
+    assert_true(h_eventually(worker_busy, &w3, 20000));
+    assert_int_equal(netbed("link", "host2", "down"), 0);
+    uint8_t *buf = malloc(SIZE);
+    fill_pattern(buf, SIZE, 0);
+    for (size_t k = 0; k < SIZE; k++)
+        buf[k] = pat[k % 3];
+    assert_int_equal(e2e_get_u64(cl, sum), XXH3_64bits(buf, SIZE));
+    free(buf);
+    spillway_ref all[] = {big, sum};
+    assert_int_equal(spillway_release_many(cl, all, 2), 0);
+    assert_int_equal(netbed("link", "host2", "up"), 0);
+    assert_int_equal(netbed("shape", "host2", "0"), 0);
+    busy_arg w2 = {&c, "w2"};
+    assert_true(h_eventually(worker_present, &w2, 30000));
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 /* kill -9 of the scheduler on host1 mid-job; the client hears SPW_ECLOSED at once; a scheduler
  * restarted on host1 gets every worker back within 10 s; a new job passes; stores end empty. */
 static void scheduler_restart_on_host1(void **state)
@@ -460,6 +527,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(cluster_across_hosts_by_name),
     cmocka_unit_test(spilling_job_across_hosts),
     cmocka_unit_test(partition_mid_job_then_worker_serves_next_job),
+    cmocka_unit_test(partition_mid_fetch_fails_over),
     cmocka_unit_test(scheduler_restart_on_host1),
     cmocka_unit_test(unresolvable_scheduler_name_is_named),
 };

@@ -840,6 +840,7 @@ static void fetch_done(wrk *w, wfetch *f)
 static void fetch_send(wrk *w, wfetch *f)
 {
     proto_conn *c = f->peer->conn;
+    f->peer->active_ns = spw_now_ns();
     proto_enc e;
     /* A broadcast copy may come from a worker still receiving it, or about to. */
     bool chain = f->repl_req[0] != 0;
@@ -937,6 +938,7 @@ static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
 static void fpeer_msg(proto_conn *c, const proto_msg *m)
 {
     wpeer *p = proto_conn_data(c);
+    p->active_ns = spw_now_ns();
     fpeer_msg_handle(p, c, m);
     sink_release(p->w, &p->sink_obj);
 }
@@ -978,6 +980,7 @@ static wpeer *peer_get(wrk *w, const char *addr)
     p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
     snprintf(p->addr, sizeof p->addr, "%s", addr);
     p->w = w;
+    p->active_ns = spw_now_ns();
     if (proto_connect(w->ctx, addr, &fpeer_cbs, p, &p->conn) != 0) {
         spw_free(p);
         return NULL;
@@ -1125,6 +1128,23 @@ void wrk__replicate(wrk *w, const proto_msg *m)
             f->repl_req[i] = m->req;
             break;
         }
+}
+
+void wrk__peers_check(wrk *w)
+{
+    uint64_t now = spw_now_ns();
+    wfetch *f, *ftmp;
+    HASH_ITER(hh, w->fetches, f, ftmp)
+    {
+        wpeer *p = f->peer;
+        if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
+            w->opts.fetch_stall_ms == 0 ||
+            now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
+            continue;
+        spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it", p->addr,
+                w->opts.fetch_stall_ms);
+        proto_conn_close(p->conn, SPW_ETIMEDOUT); /* its fetches move on in fpeer_close */
+    }
 }
 
 void wrk__fetches_drop(wrk *w)

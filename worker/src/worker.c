@@ -28,6 +28,7 @@ void wrk_opts_default(wrk_opts *o)
     ost_opts_default(&o->store);
     o->heartbeat_ms = 1000;
     o->reconnect_max_ms = 30000;
+    o->fetch_stall_ms = 30000;
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
 }
 
@@ -182,6 +183,7 @@ static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
     wrk__parked_expire(w);
+    wrk__peers_check(w);
     wrk__mem_check(w);
     send_heartbeat(w);
 }

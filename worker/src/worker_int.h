@@ -103,6 +103,7 @@ typedef struct wpeer {
     bool ready;
     struct wrk *w;
     ost_obj *sink_obj; /* pinned while a chunk is received straight into it */
+    uint64_t active_ns; /* last message from it, or request to it */
 } wpeer;
 
 /* State of a connection accepted on our peer port. */
@@ -236,6 +237,10 @@ void wrk__fetch_cancel(wrk *w, spw_id id);
 /* Parked reads past their deadline are answered SPW_ENOOBJ. */
 void wrk__parked_expire(wrk *w);
 void wrk__peers_close(wrk *w);
+/* Peer connections with fetches waiting and nothing heard for opts.fetch_stall_ms are closed
+ * (their fetches try the next location): a peer cut off by a partition never resets the
+ * connection, and nothing else would end the wait. */
+void wrk__peers_check(wrk *w);
 /* The scheduler is gone: fetches stop (their tasks fail); uploads under way are refused. */
 void wrk__fetches_drop(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);

@@ -37,6 +37,8 @@ typedef struct wrk_opts {
     uint32_t heartbeat_ms;     /* default 1000 */
     uint32_t reconnect_max_ms; /* longest wait between reconnect attempts after losing the
                                 * scheduler (default 30000); 0: report the loss and stop */
+    uint32_t fetch_stall_ms;   /* a peer silent this long while we fetch from it is given up
+                                * (default 30000; 0: never) */
     uint32_t max_frame;
 } wrk_opts;
 
