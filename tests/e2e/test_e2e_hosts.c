@@ -175,6 +175,12 @@ static void malformed_addresses_are_refused_by_name(void **state)
     assert_int_not_equal(h_run(wrk, &text), 0);
     assert_non_null(strstr(text, "advertise address '0.0.0.0'"));
     free(text);
+    const char *longer[] = {h_bin("spillway-worker"), "--scheduler", "127.0.0.1:1", "--advertise",
+                            "a-very-long-host-name-that-goes-on.and-on.example-domain.internal",
+                            "--slots", "1", "--store-capacity", "16M", NULL};
+    assert_int_not_equal(h_run(longer, &text), 0);
+    assert_non_null(strstr(text, "is longer than 63 characters"));
+    free(text);
 }
 
 static bool workers_registered(void *arg)

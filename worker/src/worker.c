@@ -466,6 +466,13 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
             goto fail;
         }
         spw_addr_join(aa.host, aa.port, w->advert, sizeof w->advert);
+        if (strlen(w->advert) >= sizeof ((warg *)0)->locs[0]) {
+            /* Task arguments carry holders' addresses in fixed slots of this size. */
+            spw_log(SPW_LOG_ERR, "advertise address '%s' is longer than %zu characters",
+                    w->advert, sizeof ((warg *)0)->locs[0] - 1);
+            rc = SPW_ENAMETOOLONG;
+            goto fail;
+        }
     }
     w->hello.addr = w->advert[0] != '\0' ? w->advert : w->bound;
     w->hello.slots = o->slots;
