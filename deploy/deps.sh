@@ -7,7 +7,7 @@
 set -e
 SPW_PACKAGES="build-essential cmake pkg-config libuv1-dev libmsgpack-dev liblmdb-dev libzstd-dev \
 libsodium-dev libxxhash-dev uthash-dev libjansson-dev libcmocka-dev scdoc procps libmicrohttpd-dev \
-libjs-dygraphs python3-prometheus-client ${SPW_EXTRA_PACKAGES:-}"
+libjs-dygraphs python3-prometheus-client iproute2 ${SPW_EXTRA_PACKAGES:-}"
 missing=""
 for p in $SPW_PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,8 +1,9 @@
 /*
  * spillway-worker: a node's worker daemon (and, with --executor, one of its executor
  * processes). A thin main over spw_worker: options, signals, readiness once the scheduler has
- * welcomed us, and a clean shutdown on SIGTERM or SIGINT, or when the scheduler goes away
- * (exit status 3 then, so systemd's Restart= brings the worker back).
+ * welcomed us, and a clean shutdown on SIGTERM or SIGINT. A lost scheduler is reconnected to
+ * (--reconnect-max); with --reconnect-max 0, or when the scheduler refuses us, the worker exits
+ * with status 3 (systemd's Restart= brings it back).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -38,6 +39,11 @@ static void usage(FILE *f)
     fputs("usage: spillway-worker [options]\n"
           "  --scheduler HOST:PORT     the scheduler (127.0.0.1:7400)\n"
           "  --listen HOST:PORT        peer port for object transfers (127.0.0.1:0 = any port)\n"
+          "  --advertise HOST[:PORT]   address peers reach the peer port at (the bound one; on\n"
+          "                            a wildcard, our address towards the scheduler)\n"
+          "  --reconnect-max MS        longest wait between attempts to reach a lost scheduler\n"
+          "                            (30000; 0 = exit with status 3 instead)\n"
+          "  --fetch-stall MS          give up on a peer silent this long mid-fetch (30000)\n"
           "  --port-file PATH          write the bound peer host:port there once registered\n"
           "  --slots N                 executor processes, tasks run at once (cores)\n"
           "  --store-capacity SIZE|N%  object store size (30% of memory)\n"
@@ -130,6 +136,9 @@ static void on_ready(void *arg, int status)
 static const struct option longopts[] = {
     {"scheduler", required_argument, 0, 'S'},
     {"listen", required_argument, 0, 'l'},
+    {"advertise", required_argument, 0, 'A'},
+    {"reconnect-max", required_argument, 0, 'R'},
+    {"fetch-stall", required_argument, 0, 'F'},
     {"port-file", required_argument, 0, 'p'},
     {"slots", required_argument, 0, 'n'},
     {"store-capacity", required_argument, 0, 'c'},
@@ -236,6 +245,19 @@ int main(int argc0, char **argv0)
             break;
         case 'l':
             wo.listen = optarg;
+            break;
+        case 'A':
+            wo.advertise = optarg;
+            break;
+        case 'R':
+            if (parse_ulong(at, "reconnect-max", optarg, 0, 24UL * 3600 * 1000, &n) != 0)
+                goto out;
+            wo.reconnect_max_ms = (uint32_t)n;
+            break;
+        case 'F':
+            if (parse_ulong(at, "fetch-stall", optarg, 0, 24UL * 3600 * 1000, &n) != 0)
+                goto out;
+            wo.fetch_stall_ms = (uint32_t)n;
             break;
         case 'p':
             a.port_file = optarg;

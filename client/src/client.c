@@ -316,9 +316,8 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         spillway_opts_init(&defaults);
         o = &defaults;
     }
-    char host[64];
-    int port;
-    if (addr == NULL || spw_addr_split(addr, host, &port) != 0 || port == 0)
+    spw_addr parsed;
+    if (addr == NULL || spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0)
         return SPW_EINVAL;
     uint8_t *secret = NULL;
     size_t secret_len = 0;

@@ -24,7 +24,7 @@ typedef struct handle {
 } handle;
 
 typedef struct peer {
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     UT_hash_handle hh;
     proto_conn *conn;
     bool ready;
@@ -76,7 +76,7 @@ struct spillway {
     proto_conn *sched;
     bool ready;
     int sched_status;
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     proto_welcome wel;
     uint64_t inline_limit;
     bool auto_put;

@@ -299,7 +299,7 @@ static int local_put(spillway *c, local *l, spw_id id, const void *data, size_t 
 /* ---------------------------------------------------------------------- put */
 
 typedef struct put_target {
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     char host_id[128];
     char local[64];
     uint64_t exists;

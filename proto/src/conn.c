@@ -113,6 +113,10 @@ struct proto_conn {
     size_t wbufs_cap;
     uv_write_t wreq;
     uv_connect_t creq;
+    /* Connecting by name: the pending lookup, the addresses it gave and the next to try. */
+    struct conn_gai *gai;
+    struct addrinfo *ai, *ai_next;
+    bool switching; /* the handle is closing to try the next address */
     proto_conn *prev, *next;
     proto_conn *dirty_next;
     proto_conn *resume_next;
@@ -155,8 +159,18 @@ struct proto_ctx {
     uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
 };
 
+/* A host-name lookup for a connection; separate from it, since a connection closed meanwhile
+ * is freed before the lookup's callback runs (conn is NULL then). */
+struct conn_gai {
+    uv_getaddrinfo_t req;
+    proto_conn *conn;
+    char host[SPW_HOST_MAX];
+};
+
 static void conn_flush(proto_conn *c);
 static void conn_do_close(proto_conn *c);
+static void conn_closed_cb(uv_handle_t *h);
+static void conn_switch_closed(uv_handle_t *h);
 static void process_input(proto_conn *c);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -296,6 +310,9 @@ static void sweeper_cb(uv_timer_t *t)
         if (c->deadline_ns != 0 && now > c->deadline_ns && c->state != ST_CLOSED) {
             if (c->state == ST_CLOSING) {
                 conn_do_close(c);
+            } else if (c->state == ST_CONNECTING) {
+                spw_log(SPW_LOG_WARN, "peer=%s connect timed out", c->peer);
+                proto_conn_close(c, SPW_ETIMEDOUT);
             } else {
                 spw_log(SPW_LOG_WARN, "peer=%s handshake timed out", c->peer);
                 proto_conn_close(c, SPW_ETIMEDOUT);
@@ -492,6 +509,8 @@ static void conn_closed_cb(uv_handle_t *h)
     spw_buf_release(&c->in);
     msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
+    if (c->ai != NULL)
+        uv_freeaddrinfo(c->ai);
     DL_DELETE(ctx->conns, c);
     if (c->counted)
         ctx->naccepted--;
@@ -524,6 +543,13 @@ static void conn_do_close(proto_conn *c)
         *pp = c->resume_next;
         c->resume_pending = false;
     }
+    if (c->gai != NULL) {
+        c->gai->conn = NULL; /* its callback frees it */
+        uv_cancel((uv_req_t *)&c->gai->req);
+        c->gai = NULL;
+    }
+    if (c->switching)
+        return; /* the handle is closing already; conn_switch_closed finishes */
     uv_close(&c->h.handle, conn_closed_cb);
 }
 
@@ -840,6 +866,28 @@ static void refuse(proto_conn *c, uint64_t req, int code, const char *why)
     proto_conn_close(c, code);
 }
 
+/* The peer address a worker announces on this connection: its own, unless that is a wildcard
+ * (it listens on 0.0.0.0 or [::]), which no peer can connect to; then the address of our end
+ * of this very connection, the interface that reaches the scheduler, with the same port. */
+static const char *hello_addr(proto_conn *c, const char *addr, char *buf, size_t buflen)
+{
+    spw_addr a;
+    if (c->is_unix || spw_addr_parse(addr, -1, &a) != 0 || !spw_addr_host_is_wildcard(a.host))
+        return addr;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    char local[SPW_ADDR_MAX];
+    spw_addr la;
+    if (uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&ss, &len) != 0 ||
+        spw_addr_from_sockaddr((struct sockaddr *)&ss, local, sizeof local) != 0 ||
+        spw_addr_parse(local, -1, &la) != 0)
+        return addr;
+    spw_addr_join(la.host, a.port, buf, buflen);
+    spw_log(SPW_LOG_INFO, "listening on %s: advertising %s (our address towards %s)", addr, buf,
+            c->peer);
+    return buf;
+}
+
 static void on_challenge(proto_conn *c, const proto_msg *m)
 {
     if (m->f[F_CHAL_VERSION].u != PROTO_VERSION) {
@@ -869,7 +917,8 @@ static void on_challenge(proto_conn *c, const proto_msg *m)
     const proto_hello_worker *w = ctx->opts.worker;
     if (w != NULL) {
         proto_put_arr(&e, 5);
-        proto_put_str(&e, w->addr);
+        char adv[SPW_ADDR_MAX];
+        proto_put_str(&e, hello_addr(c, w->addr, adv, sizeof adv));
         proto_put_u(&e, w->slots);
         proto_put_u(&e, w->capacity);
         proto_put_str(&e, w->host_id);
@@ -1180,13 +1229,8 @@ static void fill_peer_name(proto_conn *c)
 {
     struct sockaddr_storage ss;
     int len = sizeof ss;
-    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0 &&
-        ss.ss_family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-        char ip[32];
-        uv_ip4_name(sin, ip, sizeof ip);
-        snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(sin->sin_port));
-    }
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0)
+        spw_addr_from_sockaddr((struct sockaddr *)&ss, c->peer, sizeof c->peer);
 }
 
 /* ------------------------------------------------------------- listening */
@@ -1277,18 +1321,57 @@ static void on_connection(uv_stream_t *server, int status)
     conn_start(c);
 }
 
+/* Turns a parsed address into a socket address; a name is looked up synchronously (used at
+ * start-up, for the address to listen on), preferring an IPv4 result. */
+static int addr_resolve_now(uv_loop_t *loop, const spw_addr *a, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    if (a->numeric) {
+        if (a->ipv6)
+            return uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)ss) == 0 ? 0 : SPW_EINVAL;
+        return uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)ss) == 0 ? 0 : SPW_EINVAL;
+    }
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {0};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = uv_getaddrinfo(loop, &req, NULL, a->host, NULL, &hints);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "host name '%s' does not resolve: %s", a->host, uv_strerror(rc));
+        return SPW_ENONAME;
+    }
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *ai = req.addrinfo; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET || (ai->ai_family == AF_INET6 && pick == NULL))
+            pick = ai;
+        if (pick != NULL && pick->ai_family == AF_INET)
+            break;
+    }
+    if (pick == NULL) {
+        uv_freeaddrinfo(req.addrinfo);
+        spw_log(SPW_LOG_ERR, "host name '%s' has no IPv4 or IPv6 address", a->host);
+        return SPW_ENONAME;
+    }
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)a->port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)a->port);
+    uv_freeaddrinfo(req.addrinfo);
+    return 0;
+}
+
 int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
                  proto_listener **out, char *bound, size_t boundlen)
 {
-    char host[64];
-    int port;
-    int rc = spw_addr_split(addr, host, &port);
+    spw_addr a;
+    int rc = spw_addr_parse(addr, -1, &a);
     if (rc != 0)
         return rc;
-    struct sockaddr_in sin;
-    rc = uv_ip4_addr(host, port, &sin);
+    struct sockaddr_storage ss;
+    rc = addr_resolve_now(ctx->loop, &a, &ss);
     if (rc != 0)
-        return SPW_EINVAL;
+        return rc;
     proto_listener *l = spw_calloc(SPW_MOD_PROTO, 1, sizeof *l);
     l->ctx = ctx;
     l->cbs = *cbs;
@@ -1297,7 +1380,7 @@ int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, vo
     l->tcp.data = l;
     DL_APPEND(ctx->listeners, l);
     ctx->handles++;
-    rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&sin, 0);
+    rc = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&ss, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&l->tcp, 511, on_connection);
     if (rc != 0) {
@@ -1305,12 +1388,10 @@ int proto_listen(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, vo
         return rc;
     }
     if (bound != NULL) {
-        struct sockaddr_in got;
+        struct sockaddr_storage got;
         int len = sizeof got;
         uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&got, &len);
-        char ip[32];
-        uv_ip4_name(&got, ip, sizeof ip);
-        snprintf(bound, boundlen, "%s:%d", ip, ntohs(got.sin_port));
+        spw_addr_from_sockaddr((struct sockaddr *)&got, bound, boundlen);
     }
     if (out != NULL)
         *out = l;
@@ -1704,12 +1785,23 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool wr
 
 /* ------------------------------------------------------------ connecting */
 
+static void conn_try_next(proto_conn *c);
+
 static void connect_cb(uv_connect_t *req, int status)
 {
     proto_conn *c = req->data;
     if (c->state == ST_CLOSED)
         return;
     if (status < 0) {
+        if (c->ai_next != NULL && status != UV_ECANCELED) {
+            /* A name with several addresses: the next one may answer (localhost as ::1, then
+             * 127.0.0.1). The handle is remade since the next may be of another family. */
+            spw_log(SPW_LOG_DEBUG, "peer=%s: %s, trying its next address", c->peer,
+                    uv_strerror(status));
+            c->switching = true;
+            uv_close(&c->h.handle, conn_switch_closed);
+            return;
+        }
         if (c->close_status == 0)
             c->close_status = status;
         conn_do_close(c);
@@ -1723,16 +1815,86 @@ static void connect_cb(uv_connect_t *req, int status)
         mark_dirty(c);
 }
 
+/* Starts a connection attempt to sa on c's (initialised) handle; on failure closes c. */
+static void conn_attempt(proto_conn *c, const struct sockaddr *sa)
+{
+    c->creq.data = c;
+    int rc = uv_tcp_connect(&c->creq, &c->h.tcp, sa, connect_cb);
+    if (rc != 0) {
+        if (c->close_status == 0)
+            c->close_status = rc;
+        conn_do_close(c);
+    }
+}
+
+static void conn_switch_closed(uv_handle_t *h)
+{
+    proto_conn *c = h->data;
+    c->switching = false;
+    if (c->state == ST_CLOSED) {
+        conn_closed_cb(h); /* closed while switching: finish as a normal close */
+        return;
+    }
+    uv_tcp_init(c->ctx->loop, &c->h.tcp);
+    c->h.handle.data = c;
+    conn_try_next(c);
+}
+
+static void conn_try_next(proto_conn *c)
+{
+    while (c->ai_next != NULL) {
+        struct addrinfo *ai = c->ai_next;
+        c->ai_next = ai->ai_next;
+        if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) {
+            conn_attempt(c, ai->ai_addr);
+            return;
+        }
+    }
+    if (c->close_status == 0)
+        c->close_status = SPW_ENONAME;
+    conn_do_close(c);
+}
+
+static void conn_gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct conn_gai *g = req->data;
+    proto_conn *c = g->conn;
+    if (c == NULL) {
+        /* The connection closed while the name was being looked up. */
+        if (res != NULL)
+            uv_freeaddrinfo(res);
+        spw_free(g);
+        return;
+    }
+    c->gai = NULL;
+    if (status < 0) {
+        spw_log(SPW_LOG_WARN, "host name '%s' does not resolve: %s", g->host,
+                uv_strerror(status));
+        spw_free(g);
+        if (res != NULL)
+            uv_freeaddrinfo(res);
+        if (c->close_status == 0)
+            c->close_status = SPW_ENONAME;
+        conn_do_close(c);
+        return;
+    }
+    spw_free(g);
+    c->ai = res;
+    c->ai_next = res;
+    conn_try_next(c);
+}
+
 int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
                   proto_conn **out)
 {
-    char host[64];
-    int port;
-    int rc = spw_addr_split(addr, host, &port);
+    spw_addr a;
+    int rc = spw_addr_parse(addr, -1, &a);
     if (rc != 0)
         return rc;
-    struct sockaddr_in sin;
-    if (uv_ip4_addr(host, port, &sin) != 0 || port == 0)
+    if (a.port == 0 || spw_addr_host_is_wildcard(a.host))
+        return SPW_EINVAL;
+    struct sockaddr_storage ss;
+    if (a.numeric && addr_resolve_now(ctx->loop, &a, &ss) != 0)
         return SPW_EINVAL;
     if (ctx->closing)
         return SPW_ESHUTDOWN;
@@ -1740,8 +1902,30 @@ int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, v
     snprintf(c->peer, sizeof c->peer, "%s", addr);
     uv_tcp_init(ctx->loop, &c->h.tcp);
     c->state = ST_CONNECTING;
-    c->creq.data = c;
-    rc = uv_tcp_connect(&c->creq, &c->h.tcp, (const struct sockaddr *)&sin, connect_cb);
+    /* A connect to a host that does not answer (a partition) gives up with the handshake's
+     * deadline, rather than after the kernel's SYN retries. */
+    c->deadline_ns = spw_now_ns() + (uint64_t)ctx->opts.handshake_ms * 1000000ULL;
+    if (a.numeric) {
+        c->creq.data = c;
+        rc = uv_tcp_connect(&c->creq, &c->h.tcp, (const struct sockaddr *)&ss, connect_cb);
+    } else {
+        /* Looked up on libuv's threadpool: the loop never blocks on DNS. */
+        struct conn_gai *g = spw_calloc(SPW_MOD_PROTO, 1, sizeof *g);
+        g->conn = c;
+        g->req.data = g;
+        snprintf(g->host, sizeof g->host, "%s", a.host);
+        char port[8];
+        snprintf(port, sizeof port, "%d", a.port);
+        struct addrinfo hints = {0};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_NUMERICSERV;
+        rc = uv_getaddrinfo(ctx->loop, &g->req, conn_gai_cb, g->host, port, &hints);
+        if (rc == 0)
+            c->gai = g;
+        else
+            spw_free(g);
+    }
     if (rc != 0) {
         /* No callback will follow: drop the connection without calling on_close. */
         c->cbs.on_close = NULL;

@@ -156,7 +156,7 @@ struct sched_obj {
 struct sched_worker {
     uint32_t id;
     proto_conn *conn;
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     char name[64];
     char host_id[128];
     char local[128];

@@ -820,7 +820,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         t->worker = NULL;
         t->graph->inflight--;
         if (++t->retries > s->opts.task_retries) {
-            char msg[256];
+            char msg[SPW_ADDR_MAX + 64];
             snprintf(msg, sizeof msg, "worker %s died while running it, %u times", w->addr,
                      t->retries);
             sched__task_set_state(s, t, T_WAITING);

@@ -113,14 +113,34 @@ static int ready_deadline_ms(void)
     return getenv("SPW_SLOW") != NULL ? 60000 : 30000;
 }
 
+static const char *ip_path(void)
+{
+    static const char *const paths[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (access(paths[i], X_OK) == 0)
+            return paths[i];
+    return "/usr/sbin/ip";
+}
+
 static void start_proc(h_cluster *c, h_proc *pr, const char *const *argv0, const char *logname)
 {
     /* SPW_LOG_LEVEL=debug makes every daemon of the tests log more (their logs are printed for
      * failing tests). */
     const char *argv[80];
     int n = 0;
-    for (; argv0[n] != NULL && n < 76; n++)
-        argv[n] = argv0[n];
+    char ns[128];
+    if (pr->host[0] != '\0') {
+        const char *prefix = getenv("NETBED_PREFIX");
+        if (prefix == NULL)
+            die("%s needs NETBED_PREFIX (run under tests/netbed/netbed.sh)", pr->host);
+        snprintf(ns, sizeof ns, "%s%s", prefix, pr->host);
+        argv[n++] = ip_path();
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = ns;
+    }
+    for (int i = 0; argv0[i] != NULL && n < 76; i++)
+        argv[n++] = argv0[i];
     const char *lvl = getenv("SPW_LOG_LEVEL");
     if (lvl != NULL) {
         argv[n++] = "--log-level";
@@ -149,9 +169,15 @@ static int build_args(const char **v, int n, const char *const *extra)
     return n;
 }
 
-void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
+static void cluster_start(h_cluster *c, const char *host, bool secret,
+                          const char *const *sched_args)
 {
     memset(c, 0, sizeof *c);
+    char listen[64] = "127.0.0.1:0";
+    if (host != NULL) {
+        snprintf(c->sched.host, sizeof c->sched.host, "%s", host);
+        snprintf(listen, sizeof listen, "%s:0", host);
+    }
     const char *tmp = getenv("TMPDIR");
     snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
     if (mkdtemp(c->dir) == NULL)
@@ -160,7 +186,7 @@ void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
     int n = 0;
     v[n++] = h_bin("spillway-scheduler");
     v[n++] = "--listen";
-    v[n++] = "127.0.0.1:0";
+    v[n++] = listen;
     if (secret) {
         snprintf(c->secret_file, sizeof c->secret_file, "%s/secret", c->dir);
         int fd = open(c->secret_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -186,7 +212,12 @@ void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
     }
     build_args(v, n, sched_args);
     start_proc(c, &c->sched, v, "scheduler");
-    snprintf(c->addr, sizeof c->addr, "%s", c->sched.addr);
+    if (host != NULL) {
+        const char *colon = strrchr(c->sched.addr, ':');
+        snprintf(c->addr, sizeof c->addr, "%s:%s", host, colon != NULL ? colon + 1 : "?");
+    } else {
+        snprintf(c->addr, sizeof c->addr, "%s", c->sched.addr);
+    }
     if (http) {
         char *text = NULL;
         size_t len = 0;
@@ -197,18 +228,34 @@ void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
     }
 }
 
-int h_worker_start(h_cluster *c, const char *const *args)
+void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
+{
+    cluster_start(c, NULL, secret, sched_args);
+}
+
+void h_cluster_start_on(h_cluster *c, const char *host, bool secret,
+                        const char *const *sched_args)
+{
+    cluster_start(c, host, secret, sched_args);
+}
+
+static int worker_start(h_cluster *c, const char *host, const char *const *args)
 {
     if (c->nworkers == H_MAX_WORKERS)
         die("too many workers%s", "");
     int i = c->nworkers++;
     const char *v[MAX_ARGS];
     int n = 0;
+    char listen[64] = "127.0.0.1:0";
+    if (host != NULL) {
+        snprintf(c->workers[i].host, sizeof c->workers[i].host, "%s", host);
+        snprintf(listen, sizeof listen, "%s:0", host);
+    }
     v[n++] = h_bin("spillway-worker");
     v[n++] = "--scheduler";
     v[n++] = c->addr;
     v[n++] = "--listen";
-    v[n++] = "127.0.0.1:0";
+    v[n++] = listen;
     if (c->secret_file[0] != '\0') {
         v[n++] = "--secret-file";
         v[n++] = c->secret_file;
@@ -218,6 +265,16 @@ int h_worker_start(h_cluster *c, const char *const *args)
     snprintf(name, sizeof name, "worker%d", i);
     start_proc(c, &c->workers[i], v, name);
     return i;
+}
+
+int h_worker_start(h_cluster *c, const char *const *args)
+{
+    return worker_start(c, NULL, args);
+}
+
+int h_worker_start_on(h_cluster *c, const char *host, const char *const *args)
+{
+    return worker_start(c, host, args);
 }
 
 void h_cluster_simple(h_cluster *c, int n)
@@ -292,6 +349,43 @@ static bool stop_proc(h_proc *p, const char *what)
         return false;
     }
     return true;
+}
+
+int h_sched_kill(h_cluster *c, int sig)
+{
+    h_proc *p = &c->sched;
+    kill(p->pid, sig);
+    if (!wait_exit(p, 20000)) {
+        kill(p->pid, SIGKILL);
+        wait_exit(p, 5000);
+    }
+    return p->status;
+}
+
+void h_sched_restart(h_cluster *c, const char *const *sched_args)
+{
+    static int generation;
+    const char *v[MAX_ARGS];
+    int n = 0;
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", c->sched.addr);
+    if (c->sched.host[0] != '\0') {
+        const char *colon = strrchr(c->sched.addr, ':');
+        snprintf(listen, sizeof listen, "%s:%s", c->sched.host, colon != NULL ? colon + 1 : "0");
+    }
+    v[n++] = h_bin("spillway-scheduler");
+    v[n++] = "--listen";
+    v[n++] = listen;
+    if (c->secret_file[0] != '\0') {
+        v[n++] = "--secret-file";
+        v[n++] = c->secret_file;
+    }
+    v[n++] = "--http";
+    v[n++] = "none"; /* as at the first start: the default address is shared */
+    build_args(v, n, sched_args);
+    char name[32];
+    snprintf(name, sizeof name, "scheduler-%d", ++generation);
+    start_proc(c, &c->sched, v, name);
 }
 
 void h_dump_logs(h_cluster *c)

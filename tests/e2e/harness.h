@@ -18,6 +18,7 @@
 typedef struct h_proc {
     pid_t pid;
     char addr[64];
+    char host[16]; /* the netbed host it runs on ("host3"), or "" for this one */
     char log[512];
     bool exited;
     int status;
@@ -43,10 +44,23 @@ const char *h_bin(const char *name);
 void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args);
 /** Starts a worker with extra args (NULL-terminated). Returns its index. */
 int h_worker_start(h_cluster *c, const char *const *args);
+
+/* Multi-host runs, under tests/netbed/netbed.sh (NETBED_PREFIX set): the daemon starts on the
+ * bed's host ("host1"...) through `ip netns exec`, listening on that host's name (extra args
+ * may override), and everyone knows the scheduler as "HOST:PORT". The pid is the daemon's own
+ * (ip execs it). */
+void h_cluster_start_on(h_cluster *c, const char *host, bool secret,
+                        const char *const *sched_args);
+int h_worker_start_on(h_cluster *c, const char *host, const char *const *args);
 /** Starts a scheduler and n workers with "--slots 1 --store-capacity 256M". */
 void h_cluster_simple(h_cluster *c, int n);
 /** Sends sig to worker i and waits for it to exit (up to 20 s). Returns its wait status. */
 int h_worker_kill(h_cluster *c, int i, int sig);
+/** Sends sig to the scheduler and waits for it to exit (up to 20 s). Returns its wait status. */
+int h_sched_kill(h_cluster *c, int sig);
+/** Starts a scheduler again on the address the first one had (same port; the same secret), with
+ * extra args; its log is scheduler-N.log. Aborts the test on failure. */
+void h_sched_restart(h_cluster *c, const char *const *sched_args);
 /** Stops everything; returns true if every daemon exited with status 0. */
 bool h_cluster_stop(h_cluster *c);
 

@@ -2,6 +2,8 @@
  * every frame is "need more", byte-at-a-time stream feeding, and a table of malformed input. */
 #include "spillway/proto.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -363,9 +365,74 @@ static void sizes_and_addresses_parse(void **state)
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 8080);
     assert_int_equal(spw_addr_split("localhost:0", host, &port), 0);
-    assert_string_equal(host, "127.0.0.1");
+    assert_string_equal(host, "localhost");
     assert_int_equal(spw_addr_split("nocolon", host, &port), SPW_EINVAL);
     assert_int_equal(spw_addr_split("h:70000", host, &port), SPW_EINVAL);
+}
+
+static void addresses_with_names_and_ipv6_parse(void **state)
+{
+    (void)state;
+    spw_addr a;
+    assert_int_equal(spw_addr_parse("host1:7400", -1, &a), 0);
+    assert_string_equal(a.host, "host1");
+    assert_int_equal(a.port, 7400);
+    assert_false(a.numeric);
+    assert_false(a.ipv6);
+    assert_int_equal(spw_addr_parse("10.213.0.2:0", -1, &a), 0);
+    assert_true(a.numeric);
+    assert_false(a.ipv6);
+    assert_int_equal(a.port, 0);
+    assert_int_equal(spw_addr_parse("[::1]:7400", -1, &a), 0);
+    assert_string_equal(a.host, "::1");
+    assert_true(a.numeric);
+    assert_true(a.ipv6);
+    assert_int_equal(spw_addr_parse("[::]:0", -1, &a), 0);
+    assert_true(spw_addr_host_is_wildcard(a.host));
+    assert_int_equal(spw_addr_parse("0.0.0.0:0", -1, &a), 0);
+    assert_true(spw_addr_host_is_wildcard(a.host));
+    assert_false(spw_addr_host_is_wildcard("127.0.0.1"));
+    assert_false(spw_addr_host_is_wildcard("host1"));
+    assert_int_equal(spw_addr_parse("[fe80::1%eth0]:1", -1, &a), 0);
+    assert_string_equal(a.host, "fe80::1%eth0");
+    assert_int_equal(spw_addr_parse("node-7.example_net.org:65535", -1, &a), 0);
+    /* The port may be left out only where the caller has a default. */
+    assert_int_equal(spw_addr_parse("host2", 9000, &a), 0);
+    assert_int_equal(a.port, 9000);
+    assert_int_equal(spw_addr_parse("[::1]", 5, &a), 0);
+    assert_int_equal(a.port, 5);
+    assert_int_equal(spw_addr_parse("host2", -1, &a), SPW_EINVAL);
+    /* Malformed. */
+    assert_int_equal(spw_addr_parse("::1:7400", -1, &a), SPW_EINVAL);  /* no brackets */
+    assert_int_equal(spw_addr_parse("[::1:7400", -1, &a), SPW_EINVAL); /* unclosed */
+    assert_int_equal(spw_addr_parse("[host1]:7400", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("[::1]7400", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse(":7400", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("h:", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("h:-1", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("h:65536", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("h:12x", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("bad host:1", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("-lead:1", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse("", -1, &a), SPW_EINVAL);
+    assert_int_equal(spw_addr_parse(NULL, -1, &a), SPW_EINVAL);
+    char longname[400];
+    memset(longname, 'a', 300);
+    strcpy(longname + 300, ":1");
+    assert_int_equal(spw_addr_parse(longname, -1, &a), SPW_ENAMETOOLONG);
+    /* Formatting. */
+    char out[SPW_ADDR_MAX];
+    assert_string_equal(spw_addr_join("::1", 7400, out, sizeof out), "[::1]:7400");
+    assert_string_equal(spw_addr_join("host1", 1, out, sizeof out), "host1:1");
+    struct sockaddr_in6 sin6 = {0};
+    sin6.sin6_family = AF_INET6;
+    sin6.sin6_port = htons(99);
+    inet_pton(AF_INET6, "::ffff:10.1.2.3", &sin6.sin6_addr);
+    assert_int_equal(spw_addr_from_sockaddr((struct sockaddr *)&sin6, out, sizeof out), 0);
+    assert_string_equal(out, "10.1.2.3:99");
+    inet_pton(AF_INET6, "fd00::5", &sin6.sin6_addr);
+    assert_int_equal(spw_addr_from_sockaddr((struct sockaddr *)&sin6, out, sizeof out), 0);
+    assert_string_equal(out, "[fd00::5]:99");
 }
 
 static void heap_counters_return_to_zero(void **state)
@@ -514,6 +581,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(error_table_names_and_messages),
     cmocka_unit_test(ids_parse_and_print),
     cmocka_unit_test(sizes_and_addresses_parse),
+    cmocka_unit_test(addresses_with_names_and_ipv6_parse),
     cmocka_unit_test(heap_counters_return_to_zero),
     cmocka_unit_test(optional_trailing_fields_may_be_absent),
 };

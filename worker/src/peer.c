@@ -20,6 +20,12 @@
 
 #include "worker_int.h"
 
+/* A broadcast hop forwards in pieces this small, whatever the chunk size: a hop can pass on
+ * only what it has received whole, so each hop of a chain lags its upstream by one piece at
+ * link rate (256 KiB at 500 Mbit/s: 4 ms; a 4 MiB chunk: 67 ms, which made 8 hops cost half
+ * a transfer more than one). */
+#define FOLLOW_CHUNK (256u << 10)
+
 /* ================================================================ serving */
 
 static void srv_maybe_free(wsrv *srv)
@@ -80,6 +86,14 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
 {
     char hex[33];
     wrk *w = srv->w;
+    if (u->gen != w->gen) {
+        /* Begun under a scheduler that is gone: no reference to it could survive. */
+        proto_conn_error(srv->conn, req, SPW_ECLOSED,
+                         "obj=%s: the worker lost its scheduler: upload dropped",
+                         spw_id_hex(u->id, hex));
+        upload_remove(srv, u, true);
+        return;
+    }
     if (off != u->next_off || len > u->total - off) {
         proto_conn_error(srv->conn, req, SPW_EINVAL,
                          "obj=%s: chunk at %llu+%zu, expected offset %llu of %llu: upload dropped",
@@ -200,6 +214,7 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
         u->req = m->req;
         u->srv = srv;
         u->creating = true;
+        u->gen = srv->w->gen;
         u->pending_flags = m->f[F_WRITE_FLAGS].u;
         if (spw_buf_reserve(&u->pending, data->bin.len) != 0) {
             spw_free(u);
@@ -258,10 +273,11 @@ static void reads_pump(wsrv *srv)
         /* A follower sends only what has arrived. Its pin keeps the memory even if the
          * object is aborted; without one (it could not be taken) it sends copies. */
         uint64_t limit = rd->avail != NULL ? *rd->avail : rd->end;
+        uint64_t step = rd->chain && FOLLOW_CHUNK < w->chunk ? FOLLOW_CHUNK : w->chunk;
         while (rd->pos < limit && proto_conn_writable(srv->conn)) {
             uint64_t n = limit - rd->pos;
-            if (n > w->chunk)
-                n = w->chunk;
+            if (n > step)
+                n = step;
             proto_enc e;
             proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_OBJ_DATA, rd->req, 5);
             proto_put_id(&e, rd->id);
@@ -387,6 +403,7 @@ typedef struct read_req {
     wsrv *srv;
     spw_id id;
     uint64_t req, off, len;
+    bool chain;
 } read_req;
 
 static void read_got(void *arg, int status, ost_obj *o)
@@ -413,6 +430,7 @@ static void read_got(void *arg, int status, ost_obj *o)
     rd->off = rd->pos = r->off;
     rd->end = r->off + r->len;
     rd->pinned = true;
+    rd->chain = r->chain;
     rd->srv = srv; /* the ref taken for the request now belongs to the read */
     spw_free(r);
     DL_APPEND(srv->reads, rd);
@@ -439,6 +457,7 @@ static void read_start(wsrv *srv, const proto_msg *m)
         rd->req = m->req;
         rd->end = m->f[F_READ_LEN].u;
         rd->srv = srv;
+        rd->chain = may_wait;
         srv->refs++;
         if (f != NULL && f->obj != NULL && f->obj == o) {
             follow(rd, o, &f->followers, &f->received);
@@ -470,7 +489,7 @@ static void read_start(wsrv *srv, const proto_msg *m)
         return;
     }
     read_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-    *r = (read_req){srv, id, m->req, off, len};
+    *r = (read_req){srv, id, m->req, off, len, may_wait};
     srv->refs++;
     ost_obj_get_async(srv->w->store, o, read_got, r);
 }
@@ -617,6 +636,7 @@ static void obj_create(wsrv *srv, const proto_msg *m)
     u->srv = srv;
     u->creating = true;
     u->local = true;
+    u->gen = srv->w->gen;
     HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
     HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
     upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
@@ -842,6 +862,7 @@ static void fetch_done(wrk *w, wfetch *f)
 static void fetch_send(wrk *w, wfetch *f)
 {
     proto_conn *c = f->peer->conn;
+    f->peer->active_ns = spw_now_ns();
     proto_enc e;
     /* A broadcast copy may come from a worker still receiving it, or about to. */
     bool chain = f->repl_req[0] != 0;
@@ -939,6 +960,7 @@ static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
 static void fpeer_msg(proto_conn *c, const proto_msg *m)
 {
     wpeer *p = proto_conn_data(c);
+    p->active_ns = spw_now_ns();
     fpeer_msg_handle(p, c, m);
     sink_release(p->w, &p->sink_obj);
 }
@@ -980,6 +1002,7 @@ static wpeer *peer_get(wrk *w, const char *addr)
     p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
     snprintf(p->addr, sizeof p->addr, "%s", addr);
     p->w = w;
+    p->active_ns = spw_now_ns();
     if (proto_connect(w->ctx, addr, &fpeer_cbs, p, &p->conn) != 0) {
         spw_free(p);
         return NULL;
@@ -1021,9 +1044,11 @@ static void fetch_created(void *arg, int status, ost_obj *o)
     wfetch *f;
     HASH_FIND(hh, w->fetches, &r->id, sizeof r->id, f);
     spw_free(r);
-    if (f == NULL || w->closing) {
+    if (f == NULL || w->closing || f->stale) {
         if (status == 0)
             ost_obj_abort(w->store, o);
+        if (f != NULL && f->stale)
+            fetch_free(w, f);
         return;
     }
     f->creating = false;
@@ -1125,6 +1150,47 @@ void wrk__replicate(wrk *w, const proto_msg *m)
             f->repl_req[i] = m->req;
             break;
         }
+}
+
+void wrk__peers_check(wrk *w)
+{
+    uint64_t now = spw_now_ns();
+    wfetch *f, *ftmp;
+    HASH_ITER(hh, w->fetches, f, ftmp)
+    {
+        wpeer *p = f->peer;
+        if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
+            w->opts.fetch_stall_ms == 0 ||
+            now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
+            continue;
+        spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it", p->addr,
+                w->opts.fetch_stall_ms);
+        proto_conn_close(p->conn, SPW_ETIMEDOUT); /* its fetches move on in fpeer_close */
+    }
+}
+
+void wrk__fetches_drop(wrk *w)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->stale)
+            continue;
+        if (!f->creating) {
+            fetch_fail(w, f, SPW_ECLOSED, "the worker lost its scheduler");
+            continue;
+        }
+        /* Waiting for room: its allocation callback frees it; its waiters hear now. */
+        f->stale = true;
+        followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
+        fwait *waiters = f->waiters, *x, *xtmp;
+        f->waiters = NULL;
+        LL_FOREACH_SAFE(waiters, x, xtmp)
+        {
+            wrk__input_ready(w, x->t, x->arg, SPW_ECLOSED, "the worker lost its scheduler");
+            spw_free(x);
+        }
+    }
 }
 
 void wrk__fetch_cancel(wrk *w, spw_id id)

@@ -50,6 +50,8 @@ static void task_free(wrk *w, wtask *t)
  * TASK_STARTED frame per dispatch round, always before the task's TASK_DONE. */
 static void started_note(wrk *w, const wtask *t)
 {
+    if (t->gen != w->gen)
+        return; /* its scheduler is gone: the next one never heard of it */
     if (w->nstarted == w->capstarted) {
         w->capstarted = w->capstarted ? w->capstarted * 2 : 64;
         w->started = spw_realloc(SPW_MOD_WORKER, w->started, w->capstarted * sizeof *w->started);
@@ -84,7 +86,7 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
         w->tasks_cancelled++;
     else
         w->tasks_failed++;
-    if (w->sched != NULL) {
+    if (w->sched != NULL && t->gen == w->gen) {
         proto_enc e;
         proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_TASK_DONE, 0, 6);
         proto_put_id(&e, t->id);
@@ -136,6 +138,10 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
         return;
     if (t->fail_status != 0) {
         task_report(w, t, t->fail_status, 0, NULL, t->fail_msg, 0);
+        return;
+    }
+    if (t->gen != w->gen) {
+        task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", 0);
         return;
     }
     ready_push(w, t, false);
@@ -204,6 +210,7 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     t->nargs = nargs;
     t->flags = (uint32_t)m->f[F_RUN_FLAGS].u;
     t->state = WT_INPUTS;
+    t->gen = w->gen;
     proto_str(&m->f[F_RUN_FN], t->fn, sizeof t->fn);
     HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
@@ -461,6 +468,12 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
     if (ex->head != NULL)
         started_note(w, ex->head); /* the next queued task begins now */
     uint64_t run_us = m->f[F_DONE_RUN_US].u;
+    if (t->gen != w->gen) {
+        /* Its scheduler is gone: nobody holds a reference to the output (aborted with it). */
+        task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", run_us);
+        wrk__dispatch(w);
+        return;
+    }
     w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     int status = (int)m->f[F_DONE_STATUS].i;
     uint64_t size = m->f[F_DONE_SIZE].u;
@@ -787,6 +800,18 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
         return 0; /* the exit callback settles it */
     }
     return 0;
+}
+
+void wrk__tasks_drop(wrk *w)
+{
+    w->nstarted = 0; /* notices for the lost scheduler */
+    wtask *t = w->ready_head;
+    w->ready_head = w->ready_tail = NULL;
+    while (t != NULL) {
+        wtask *next = t->next;
+        task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", 0);
+        t = next;
+    }
 }
 
 void wrk__tasks_free_all(wrk *w)

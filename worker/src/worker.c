@@ -29,6 +29,8 @@ void wrk_opts_default(wrk_opts *o)
     o->slots = (uint32_t)uv_available_parallelism();
     ost_opts_default(&o->store);
     o->heartbeat_ms = 1000;
+    o->reconnect_max_ms = 30000;
+    o->fetch_stall_ms = 30000;
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
     o->local_group = -1;
 }
@@ -204,6 +206,7 @@ static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
     wrk__parked_expire(w);
+    wrk__peers_check(w);
     wrk__mem_check(w);
     wrk__exec_maintain(w);
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's
@@ -215,17 +218,85 @@ static void timer_cb(uv_timer_t *t)
 
 /* ----------------------------------------------------- scheduler connection */
 
+#define RECONNECT_FIRST_MS 100
+
 static void sched_ready(proto_conn *c, const proto_welcome *wel)
 {
     wrk *w = proto_ctx_data(proto_conn_ctx(c));
     w->welcomed = true;
+    w->backoff_ms = RECONNECT_FIRST_MS;
     w->inline_limit = wel->inline_limit;
     w->chunk = wel->chunk;
-    spw_log(SPW_LOG_NOTICE, "registered with scheduler=%s as worker=%llu peer=%s slots=%u",
-            w->sched_addr, (unsigned long long)wel->session, w->bound, w->nexec);
+    spw_log(SPW_LOG_NOTICE, "%s scheduler=%s as worker=%llu peer=%s slots=%u",
+            w->registered_once ? "registered again with" : "registered with", w->sched_addr,
+            (unsigned long long)wel->session, w->hello.addr, w->nexec);
     send_heartbeat(w);
-    if (w->ready != NULL)
-        w->ready(w->ready_arg, 0);
+    if (!w->registered_once) {
+        w->registered_once = true;
+        if (w->ready != NULL)
+            w->ready(w->ready_arg, 0);
+    }
+}
+
+/* Objects collected for deletion (deleting while walking the store's table is not allowed). */
+typedef struct idlist {
+    spw_id *ids;
+    size_t n, cap;
+} idlist;
+
+static void idlist_add(void *arg, const ost_obj *o)
+{
+    idlist *l = arg;
+    if (ost_obj_state(o) != OST_SEALED)
+        return; /* being written: its writer (an upload, a fetch, a task) drops it */
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->ids = spw_realloc(SPW_MOD_WORKER, l->ids, l->cap * sizeof *l->ids);
+    }
+    l->ids[l->n++] = ost_obj_id(o);
+}
+
+/* The scheduler connection is gone. Everything done for it is dropped: its references to our
+ * objects lived there, and a restarted scheduler knows none of them, so keeping them would only
+ * leak store memory. Queued tasks and fetches stop now; tasks running in executors finish and
+ * are dropped with their outputs (the generation tells them apart from the next scheduler's). */
+static void sched_lost(wrk *w)
+{
+    w->gen++;
+    wrk__fetches_drop(w);
+    wrk__tasks_drop(w);
+    idlist l = {NULL, 0, 0};
+    ost_store_foreach(w->store, idlist_add, &l);
+    for (size_t i = 0; i < l.n; i++)
+        ost_obj_delete(w->store, l.ids[i]); /* a pinned one goes at its last unpin */
+    spw_free(l.ids);
+    if (l.n > 0)
+        spw_log(SPW_LOG_NOTICE, "dropped %zu objects held for the lost scheduler", l.n);
+    wrk__mem_check(w);
+}
+
+static void sched_connect(wrk *w);
+
+static void reconnect_cb(uv_timer_t *t)
+{
+    wrk *w = t->data;
+    if (!w->closing && w->sched == NULL)
+        sched_connect(w);
+}
+
+/* Waits backoff_ms (with a little jitter, so a cluster's workers do not all come back in the
+ * same millisecond), doubling it up to reconnect_max_ms for the next time. */
+static void reconnect_later(wrk *w)
+{
+    uint64_t delay = w->backoff_ms;
+    delay += (uint64_t)(spw_now_ns() % (delay / 5 + 1));
+    if (delay > w->opts.reconnect_max_ms)
+        delay = w->opts.reconnect_max_ms;
+    w->backoff_ms = w->backoff_ms >= w->opts.reconnect_max_ms / 2 ? w->opts.reconnect_max_ms
+                                                                  : w->backoff_ms * 2;
+    spw_log(SPW_LOG_INFO, "scheduler=%s: next attempt in %llu ms", w->sched_addr,
+            (unsigned long long)delay);
+    uv_timer_start(&w->reconnect, reconnect_cb, delay, 0);
 }
 
 static void sched_msg(proto_conn *c, const proto_msg *m)
@@ -270,12 +341,23 @@ static void sched_close(proto_conn *c, int status)
 {
     wrk *w = proto_ctx_data(proto_conn_ctx(c));
     w->sched = NULL;
+    bool was_welcomed = w->welcomed;
+    w->welcomed = false;
     if (w->closing)
         return;
-    spw_log(SPW_LOG_ERR, "scheduler=%s connection %s: %s", w->sched_addr,
-            w->welcomed ? "lost" : "failed", spw_strerror(status));
-    if (w->ready != NULL)
-        w->ready(w->ready_arg, status != 0 ? status : SPW_ECLOSED);
+    /* A refusal (wrong secret, another protocol) will not change by retrying. */
+    bool fatal = w->opts.reconnect_max_ms == 0 || status == SPW_EAUTH || status == SPW_EVERSION;
+    spw_log(fatal || was_welcomed ? SPW_LOG_ERR : SPW_LOG_WARN, "scheduler=%s connection %s: %s%s",
+            w->sched_addr, was_welcomed ? "lost" : "failed", spw_strerror(status),
+            fatal ? "" : " (reconnecting)");
+    if (was_welcomed)
+        sched_lost(w);
+    if (fatal) {
+        if (w->ready != NULL)
+            w->ready(w->ready_arg, status != 0 ? status : SPW_ECLOSED);
+        return;
+    }
+    reconnect_later(w);
 }
 
 static const proto_conn_cbs sched_cbs = {
@@ -283,6 +365,16 @@ static const proto_conn_cbs sched_cbs = {
     .on_msg = sched_msg,
     .on_close = sched_close,
 };
+
+static void sched_connect(wrk *w)
+{
+    int rc = proto_connect(w->ctx, w->sched_addr, &sched_cbs, NULL, &w->sched);
+    if (rc != 0) {
+        w->sched = NULL;
+        spw_log(SPW_LOG_WARN, "scheduler=%s: %s (reconnecting)", w->sched_addr, spw_strerror(rc));
+        reconnect_later(w);
+    }
+}
 
 /* --------------------------------------------------------------- lifecycle */
 
@@ -322,7 +414,10 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     spw_host_id(w->host_id, sizeof w->host_id);
     uv_timer_init(loop, &w->timer);
     w->timer.data = w;
-    w->handles = 1;
+    uv_timer_init(loop, &w->reconnect);
+    w->reconnect.data = w;
+    w->backoff_ms = RECONNECT_FIRST_MS;
+    w->handles = 2;
 
     char storename[64];
     snprintf(storename, sizeof storename, "worker-%d", (int)getpid());
@@ -402,7 +497,28 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         spw_free(w->name);
         w->name = spw_strdup(SPW_MOD_WORKER, name);
     }
-    w->hello.addr = w->bound;
+    if (o->advertise != NULL) {
+        /* Not resolved here: peers look the name up themselves, from where they are. */
+        spw_addr ba, aa;
+        if (spw_addr_parse(w->bound, -1, &ba) != 0 ||
+            (rc = spw_addr_parse(o->advertise, ba.port, &aa)) != 0 || aa.port == 0 ||
+            spw_addr_host_is_wildcard(aa.host)) {
+            spw_log(SPW_LOG_ERR, "advertise address '%s' is not HOST[:PORT] with a host peers "
+                                 "can connect to",
+                    o->advertise);
+            rc = SPW_EINVAL;
+            goto fail;
+        }
+        spw_addr_join(aa.host, aa.port, w->advert, sizeof w->advert);
+        if (strlen(w->advert) >= sizeof ((warg *)0)->locs[0]) {
+            /* Task arguments carry holders' addresses in fixed slots of this size. */
+            spw_log(SPW_LOG_ERR, "advertise address '%s' is longer than %zu characters",
+                    w->advert, sizeof ((warg *)0)->locs[0] - 1);
+            rc = SPW_ENAMETOOLONG;
+            goto fail;
+        }
+    }
+    w->hello.addr = w->advert[0] != '\0' ? w->advert : w->bound;
     w->hello.slots = o->slots;
     w->hello.capacity = so.capacity;
     w->hello.host_id = w->host_id;
@@ -514,6 +630,7 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
     w->done = done;
     w->done_arg = arg;
     uv_close((uv_handle_t *)&w->timer, handle_closed);
+    uv_close((uv_handle_t *)&w->reconnect, handle_closed);
     bool running = false;
     for (uint32_t i = 0; i < w->nexec; i++) {
         wrk_exec *ex = &w->execs[i];

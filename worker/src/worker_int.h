@@ -49,6 +49,7 @@ struct wtask {
     wrk_exec *ex;
     uint64_t sent_ns;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
+    uint32_t gen;         /* w->gen when the scheduler sent it */
     wtask *next;          /* ready queue, or the executor's FIFO */
 };
 
@@ -94,18 +95,20 @@ struct wfetch {
     struct wpeer *peer;
     fwait *waiters;
     bool creating;        /* waiting for store room */
+    bool stale;           /* the scheduler that wanted it is gone: dropped once created */
     uint64_t repl_req[4]; /* broadcast requests to answer (REPLICATE), 0 = none */
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 };
 
 /* A connection to another worker's peer port, for fetches. */
 typedef struct wpeer {
-    char addr[64];
+    char addr[SPW_ADDR_MAX];
     UT_hash_handle hh;
     proto_conn *conn;
     bool ready;
     struct wrk *w;
     ost_obj *sink_obj; /* pinned while a chunk is received straight into it */
+    uint64_t active_ns; /* last message from it, or request to it */
 } wpeer;
 
 /* State of a connection accepted on our peer port. */
@@ -119,6 +122,7 @@ typedef struct wupload {
     uint64_t req;
     bool creating;
     bool local;           /* written in place by a local client (OBJ_CREATE / OBJ_SEAL) */
+    uint32_t gen;         /* w->gen when it started */
     spw_buf pending;      /* first chunk, kept while waiting for room */
     uint64_t pending_flags;
     struct wsrv *srv;
@@ -132,6 +136,7 @@ typedef struct wread {
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
     bool pinned;          /* holds a pin on obj (sends borrow its memory) */
+    bool chain;           /* a broadcast hop: sent in FOLLOW_CHUNK pieces */
     const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an
                               upload's counter); NULL once it is sealed */
     struct wread **flist; /* the followers list it is on */
@@ -167,7 +172,8 @@ struct wrk {
     char *sched_addr;
     char *exe;
     char *plugin_paths[WRK_MAX_PLUGINS];
-    char bound[64];
+    char bound[SPW_ADDR_MAX];
+    char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
     char host_id[128];
     char local_name[64];   /* Unix socket for same-host clients: abstract, or a path */
     proto_hello_worker hello;
@@ -188,6 +194,10 @@ struct wrk {
     uv_timer_t timer;      /* heartbeat and store maintenance */
     bool closing;
     bool welcomed;
+    bool registered_once;  /* ready(0) has run */
+    uint32_t gen;          /* scheduler sessions so far: work of an older one is dropped */
+    uint32_t backoff_ms;   /* next reconnect delay */
+    uv_timer_t reconnect;  /* waits before the next attempt to reach the scheduler */
     bool was_paused;
     int handles;
     void (*ready)(void *arg, int status);
@@ -232,6 +242,8 @@ int wrk__cgroup_setup(wrk *w);
 void wrk__cgroup_cleanup(wrk *w);
 int wrk__cgroup_exec_dir(wrk *w, uint32_t idx, char *out, size_t outlen);
 uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx);
+/* The scheduler is gone: queued tasks are dropped now, others when they finish. */
+void wrk__tasks_drop(wrk *w);
 
 /* peer.c */
 extern const proto_conn_cbs wrk__peer_cbs;
@@ -242,6 +254,12 @@ void wrk__fetch_cancel(wrk *w, spw_id id);
 /* Parked reads past their deadline are answered SPW_ENOOBJ. */
 void wrk__parked_expire(wrk *w);
 void wrk__peers_close(wrk *w);
+/* Peer connections with fetches waiting and nothing heard for opts.fetch_stall_ms are closed
+ * (their fetches try the next location): a peer cut off by a partition never resets the
+ * connection, and nothing else would end the wait. */
+void wrk__peers_check(wrk *w);
+/* The scheduler is gone: fetches stop (their tasks fail); uploads under way are refused. */
+void wrk__fetches_drop(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 
 /* builtins.c */

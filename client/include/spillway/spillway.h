@@ -95,7 +95,10 @@ SPILLWAY_API void spillway_opts_init(spillway_opts *o);
 /** Connects to the scheduler at "HOST:PORT".
  * @param[in] opts options, or NULL for the defaults.
  * @param[out] out the connection; untouched on failure.
- * @return 0; SPW_EINVAL (bad address); SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
+ * HOST is an IPv4 address, a host name (looked up, every address it has tried in turn) or an
+ * IPv6 address in brackets ("[::1]:7400").
+ * @return 0; SPW_EINVAL (bad address); SPW_ENONAME (the name does not resolve);
+ *         SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
  *         SPW_EAUTH (secret mismatch); SPW_EVERSION; -errno reading the secret file. */
 SPILLWAY_API int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
 /** Closes the connection; the scheduler drops every reference it held. NULL is a no-op. */

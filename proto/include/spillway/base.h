@@ -177,7 +177,37 @@ void spw_buf_consume(spw_buf *b, size_t n);
 
 /* --------------------------------------------------------------- parsing */
 
-/** Parses "HOST:PORT" (IPv4 dotted quad or "localhost"). host must hold 64 bytes. */
+/** Longest host part of an address (a DNS name is at most 253 characters) plus NUL, and the
+ * longest whole "HOST:PORT" / "[V6]:PORT" string plus NUL. */
+#define SPW_HOST_MAX 256
+#define SPW_ADDR_MAX 264
+
+/** A parsed "HOST:PORT": host without brackets (an IPv4 dotted quad, an IPv6 address, or a
+ * name to resolve), port 0..65535. */
+typedef struct spw_addr {
+    char host[SPW_HOST_MAX];
+    int port;
+    bool ipv6;    /* host is a literal IPv6 address (it was in brackets) */
+    bool numeric; /* host is a literal IPv4 or IPv6 address: nothing to resolve */
+} spw_addr;
+
+/** Parses "HOST:PORT", "[IPV6]:PORT" (brackets required around IPv6) or, when default_port
+ * >= 0, also "HOST" / "[IPV6]" alone, which get default_port. HOST is an IPv4 dotted quad or a
+ * host name (letters, digits, '-', '.', '_'); nothing is resolved here.
+ * @return 0; SPW_EINVAL for a malformed address or port; SPW_ENAMETOOLONG for a host part of
+ * SPW_HOST_MAX bytes or more. */
+int spw_addr_parse(const char *addr, int default_port, spw_addr *out);
+/** Formats host and port as "HOST:PORT", bracketing an IPv6 host. Returns out. */
+char *spw_addr_join(const char *host, int port, char *out, size_t outlen);
+/** True when host is a wildcard address (0.0.0.0 or ::), which peers cannot connect to. */
+bool spw_addr_host_is_wildcard(const char *host);
+struct sockaddr;
+/** Formats an AF_INET/AF_INET6 socket address as "IP:PORT" / "[IP]:PORT".
+ * @return 0, or SPW_EINVAL for another family. */
+int spw_addr_from_sockaddr(const struct sockaddr *sa, char *out, size_t outlen);
+/** Parses "HOST:PORT" like spw_addr_parse (port required) and returns the host part in host
+ * (64 bytes): for callers that only need a short host. "localhost" stays "localhost".
+ * @return 0, SPW_EINVAL, or SPW_ENAMETOOLONG for a host of 64 bytes or more. */
 int spw_addr_split(const char *addr, char host[64], int *port);
 /** Parses a byte size: a number with optional K/M/G/T (binary, with or without "iB").
  * @return 0 or SPW_EINVAL. */
@@ -190,8 +220,10 @@ int spw_file_read(const char *path, size_t max, char **out, size_t *outlen);
 /** Writes data to path atomically (temporary file + rename). */
 int spw_file_write_atomic(const char *path, const void *data, size_t len);
 
-/** A stable identity of this host's boot: /etc/machine-id + boot id, so two processes can tell
- * whether they share memory. Written into out (at most outlen bytes, NUL terminated). */
+/** A stable identity of this host's boot and network namespace: /etc/machine-id + boot id +
+ * the namespace's inode, so two processes can tell whether they share memory and can reach each
+ * other's abstract Unix sockets (those are per network namespace). Written into out (at most
+ * outlen bytes, NUL terminated). */
 void spw_host_id(char *out, size_t outlen);
 
 /** Resident memory of a process in KiB from /proc/PID/status; field is e.g. "VmHWM", "RssAnon".

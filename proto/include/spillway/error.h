@@ -67,7 +67,8 @@ extern "C" {
     XX(ESPILLFULL, -1023, "spill storage full")                                                    \
     XX(EPLUGIN, -1024, "plugin rejected")                                                          \
     XX(ESHUTDOWN, -1025, "shutting down")                                                          \
-    XX(ETASKMEM, -1026, "task exceeded its memory limit")
+    XX(ETASKMEM, -1026, "task exceeded its memory limit")                                         \
+    XX(ENONAME, -1027, "host name does not resolve")
 
 typedef enum spw_err {
     SPW_OK = 0,

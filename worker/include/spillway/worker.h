@@ -24,6 +24,8 @@ typedef struct wrk wrk;
 typedef struct wrk_opts {
     const char *scheduler;     /* "HOST:PORT" of the scheduler */
     const char *listen;        /* peer port "HOST:PORT", port 0 = ephemeral */
+    const char *advertise;     /* "HOST[:PORT]" peers reach us at, or NULL: the bound address,
+                                * or for a wildcard the address that reaches the scheduler */
     const char *name;          /* shown by spillway-ctl */
     uint32_t slots;            /* executor processes (default: cores) */
     const uint8_t *secret;     /* cluster secret or NULL */
@@ -33,6 +35,10 @@ typedef struct wrk_opts {
     const char *plugins[WRK_MAX_PLUGINS];
     uint32_t nplugins;
     uint32_t heartbeat_ms;     /* default 1000 */
+    uint32_t reconnect_max_ms; /* longest wait between reconnect attempts after losing the
+                                * scheduler (default 30000); 0: report the loss and stop */
+    uint32_t fetch_stall_ms;   /* a peer silent this long while we fetch from it is given up
+                                * (default 30000; 0: never) */
     uint32_t max_frame;
     uint64_t task_mem_limit;   /* bytes a task may use in its executor (0 = no limit) */
     uint64_t exec_max_tasks;   /* an executor is replaced after this many tasks (0 = never) */
@@ -53,8 +59,11 @@ uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots);
 void wrk_opts_default(wrk_opts *o);
 
 /** Creates a worker: loads and checks plugins, creates the store, starts the executors, binds
- * the peer port and connects to the scheduler. ready(arg, status) runs once: 0 when the
- * scheduler has welcomed us, or an error (the caller then closes the worker).
+ * the peer port and connects to the scheduler. ready(arg, status) runs 0 once, when the
+ * scheduler has first welcomed us, and an error when the worker gives up on its scheduler (the
+ * caller then closes the worker): at once with reconnect_max_ms 0, else only for a refusal
+ * (SPW_EAUTH, SPW_EVERSION). Otherwise a lost or unreachable scheduler is retried with capped
+ * exponential backoff, and each new registration starts afresh (see wrk__sched_lost).
  * @param[out] bound the peer address bound, at least 64 bytes.
  * @return 0 or an error now (bad options, plugin refused, store creation, bind). */
 int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,

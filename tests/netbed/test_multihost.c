@@ -1,0 +1,535 @@
+/* Multi-host tests on the netbed (tests/netbed/netbed.sh): the scheduler on host1, a worker on
+ * each of host2..host5, this process (the client) on host6, everyone known by host name. Of the
+ * workers, w4 listens on 0.0.0.0 and must advertise the address that reaches the scheduler, and
+ * w5 listens on [::] and advertises its name. Run as
+ *   tests/netbed/netbed.sh run 6 -- tests/netbed/netbed.sh exec host6 test_multihost CASE
+ * which is what ctest does; without the bed (no NETBED_PREFIX) every case is skipped. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+#define NW 4
+
+static const char *const worker_hosts[NW] = {"host2", "host3", "host4", "host5"};
+static const char *const worker_names[NW] = {"w2", "w3", "w4", "w5"};
+
+static void need_bed(void)
+{
+    if (getenv("NETBED_PREFIX") == NULL) {
+        fprintf(stderr, "SKIP: not on the netbed (run under tests/netbed/netbed.sh)\n");
+        skip();
+    }
+}
+
+/* The bed's cluster; extra arguments for the scheduler and for every worker. */
+static void bed_start(h_cluster *c, const char *const *sargs, const char *cap,
+                      const char *reconnect)
+{
+    h_cluster_start_on(c, "host1", true, sargs);
+    for (int i = 0; i < NW; i++) {
+        const char *v[16];
+        int n = 0;
+        v[n++] = "--name";
+        v[n++] = worker_names[i];
+        v[n++] = "--slots";
+        v[n++] = "1";
+        v[n++] = "--store-capacity";
+        v[n++] = cap;
+        v[n++] = "--reconnect-max";
+        v[n++] = reconnect;
+        if (i == 2) {
+            v[n++] = "--listen";
+            v[n++] = "0.0.0.0:0";
+        } else if (i == 3) {
+            v[n++] = "--listen";
+            v[n++] = "[::]:0";
+            v[n++] = "--advertise";
+            v[n++] = "host5";
+        }
+        v[n] = NULL;
+        h_worker_start_on(c, worker_hosts[i], v);
+    }
+}
+
+static json_t *worker_by_name(json_t *status, const char *name)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(status, "workers"), i, w)
+    {
+        if (strcmp(json_string_value(json_object_get(w, "name")), name) == 0)
+            return w;
+    }
+    return NULL;
+}
+
+static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_graph_place(g, worker);
+    spillway_ref out;
+    spillway_arg a = spillway_arg_ref(r);
+    assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    uint64_t v = e2e_get_u64(cl, out);
+    assert_int_equal(spillway_release(cl, out), 0);
+    return v;
+}
+
+static void fill_pattern(uint8_t *buf, size_t n, int i)
+{
+    for (size_t k = 0; k < n; k++)
+        buf[k] = k % 3 == 0 ? (uint8_t)i : k % 3 == 1 ? (uint8_t)(i * 7) : 0x5A;
+}
+
+/* Parts made on one host, joined on another: every join moves bytes between hosts. */
+static void cross_host_transfers_are_exact(spillway *cl)
+{
+    enum { PART = 1u << 20 };
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref parts[NW], joined[NW];
+    for (int i = 0; i < NW; i++) {
+        uint8_t pat[3] = {(uint8_t)i, (uint8_t)(i * 7), 0x5A};
+        spillway_arg a[2] = {spillway_arg_u64(PART), spillway_arg_bytes(pat, 3)};
+        spillway_graph_place(g, worker_names[i]);
+        assert_int_equal(spillway_task(g, "fill", a, 2, 0, &parts[i]), 0);
+    }
+    for (int i = 0; i < NW; i++) {
+        spillway_arg a[2] = {spillway_arg_ref(parts[(i + 1) % NW]),
+                             spillway_arg_ref(parts[(i + 2) % NW])};
+        spillway_graph_place(g, worker_names[i]);
+        assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &joined[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    uint8_t *want = malloc(2 * PART);
+    for (int i = 0; i < NW; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, joined[i], 60000, &out, &len), 0);
+        assert_int_equal(len, 2 * PART);
+        fill_pattern(want, PART, (i + 1) % NW);
+        fill_pattern(want + PART, PART, (i + 2) % NW);
+        if (memcmp(out, want, 2 * PART) != 0)
+            fail_msg("join %d differs from the parts made on other hosts", i);
+        spillway_free(out);
+    }
+    free(want);
+    assert_int_equal(spillway_release_many(cl, joined, NW), 0);
+}
+
+static bool stores_empty(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    if (st == NULL)
+        return false;
+    uint64_t used = e2e_used_bytes(st);
+    json_decref(st);
+    return used == 0;
+}
+
+static bool all_registered(void *arg)
+{
+    h_cluster *c = arg;
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return false;
+    bool all = true;
+    for (int i = 0; i < NW; i++) {
+        json_t *w = worker_by_name(st, worker_names[i]);
+        all = all && w != NULL &&
+              strcmp(json_string_value(json_object_get(w, "state")), "running") == 0;
+    }
+    json_decref(st);
+    return all;
+}
+
+/* Everything by name across hosts: addresses advertised, transfers, a scatter to every host,
+ * map_blocks with a shared argument, and spillway-ctl memory seeing every host's store. */
+static void cluster_across_hosts_by_name(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    bed_start(&c, NULL, "64M", "30000");
+    assert_int_equal(strncmp(c.addr, "host1:", 6), 0);
+
+    /* What each worker advertises: its bound address, the address of its interface towards
+     * the scheduler for the wildcard, the name it was given for --advertise. */
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_non_null(st);
+    static const char *const want_addr[NW] = {"10.213.0.2:", "10.213.0.3:", "10.213.0.4:",
+                                              "host5:"};
+    for (int i = 0; i < NW; i++) {
+        json_t *w = worker_by_name(st, worker_names[i]);
+        assert_non_null(w);
+        const char *addr = json_string_value(json_object_get(w, "address"));
+        if (strncmp(addr, want_addr[i], strlen(want_addr[i])) != 0)
+            fail_msg("%s advertises %s, want %s...", worker_names[i], addr, want_addr[i]);
+    }
+    json_decref(st);
+
+    spillway *cl = e2e_connect(&c);
+    cross_host_transfers_are_exact(cl);
+
+    /* Scatter: one copy on every host, identical everywhere, listed by spillway-ctl memory. */
+    size_t n = (6u << 20) + 4321;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    spillway_ref r;
+    assert_int_equal(spillway_scatter(cl, data, n, 0, &r), 0);
+    uint64_t want = XXH3_64bits(data, n);
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(checksum_on(cl, r, worker_names[i]), want);
+    json_t *mem = e2e_ctl_json(&c, "memory");
+    assert_non_null(mem);
+    json_t *objs = json_object_get(mem, "objects");
+    bool found = false;
+    size_t i;
+    json_t *o;
+    json_array_foreach(objs, i, o)
+    {
+        if (json_integer_value(json_object_get(o, "size")) == (json_int_t)n) {
+            assert_int_equal(json_array_size(json_object_get(o, "locations")), NW);
+            found = true;
+        }
+    }
+    assert_true(found);
+    assert_int_equal(json_array_size(json_object_get(mem, "nodes")), NW);
+    json_decref(mem);
+    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file",
+                               c.secret_file, "memory", NULL};
+    char *text = NULL;
+    assert_int_equal(h_run(text_argv, &text), 0);
+    for (int k = 0; k < NW; k++)
+        assert_non_null(strstr(text, worker_names[k]));
+    free(text);
+
+    /* map_blocks with the scattered object as the shared argument of every block's task. */
+    enum { BLOCKS = 64 };
+    uint64_t *input = malloc(BLOCKS * 512);
+    for (uint64_t k = 0; k < BLOCKS * 64; k++)
+        input[k] = k;
+    spillway_ref in;
+    assert_int_equal(spillway_put(cl, input, BLOCKS * 512, &in), 0);
+    spillway_arg shared = spillway_arg_ref(r);
+    spillway_map_opts mo = {.block_size = 512, .reduce = "add"};
+    spillway_ref *res;
+    size_t nres;
+    assert_int_equal(spillway_map_blocks(cl, "len", in, &shared, 1, &mo, &res, &nres), 0);
+    assert_int_equal(nres, 1);
+    assert_int_equal(e2e_get_u64(cl, res[0]), (uint64_t)BLOCKS * (512 + n));
+    assert_int_equal(spillway_release(cl, res[0]), 0);
+    spillway_free(res);
+    assert_int_equal(spillway_release(cl, in), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
+    free(input);
+    free(data);
+
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static bool some_store_spilled(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    if (st == NULL)
+        return false;
+    bool spilled = false;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        json_t *m = json_object_get(w, "memory");
+        spilled = spilled || json_integer_value(json_object_get(m, "spill_count")) > 0;
+    }
+    json_decref(st);
+    return spilled;
+}
+
+/* Kept outputs worth more than the four stores together: they spill, and come back exact. */
+static void spilling_job_across_hosts(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    bed_start(&c, NULL, "16M", "30000");
+    spillway *cl = e2e_connect(&c);
+    enum { N = 40, SIZE = 2u << 20 };
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref out[N];
+    for (int i = 0; i < N; i++) {
+        uint8_t pat[3] = {(uint8_t)i, (uint8_t)(i * 7), 0x5A};
+        spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
+        assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &out[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, out, N, 120000), 0);
+    assert_true(h_eventually(some_store_spilled, &c, 20000));
+    uint8_t *want = malloc(SIZE);
+    for (int i = 0; i < N; i++) {
+        void *data;
+        size_t len;
+        assert_int_equal(spillway_get(cl, out[i], 60000, &data, &len), 0);
+        assert_int_equal(len, SIZE);
+        fill_pattern(want, SIZE, i);
+        if (memcmp(data, want, SIZE) != 0)
+            fail_msg("output %d came back from its spill different", i);
+        spillway_free(data);
+    }
+    free(want);
+    assert_int_equal(spillway_release_many(cl, out, N), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static int netbed(const char *what, const char *host, const char *arg)
+{
+    const char *sh = getenv("NETBED");
+    assert_non_null(sh);
+    const char *argv[] = {"/bin/sh", sh, what, host, arg, NULL};
+    char *out = NULL;
+    int rc = h_run(argv, &out);
+    if (rc != 0)
+        fprintf(stderr, "netbed %s %s %s: %s\n", what, host, arg, out != NULL ? out : "");
+    free(out);
+    return rc;
+}
+
+typedef struct busy_arg {
+    h_cluster *c;
+    const char *name;
+} busy_arg;
+
+static bool worker_busy(void *arg)
+{
+    busy_arg *b = arg;
+    json_t *st = e2e_ctl_json(b->c, "status");
+    if (st == NULL)
+        return false;
+    json_t *w = worker_by_name(st, b->name);
+    bool busy = w != NULL && json_integer_value(json_object_get(w, "assigned")) > 0;
+    json_decref(st);
+    return busy;
+}
+
+static bool worker_present(void *arg)
+{
+    busy_arg *b = arg;
+    json_t *st = e2e_ctl_json(b->c, "status");
+    if (st == NULL)
+        return false;
+    bool present = worker_by_name(st, b->name) != NULL;
+    json_decref(st);
+    return present;
+}
+
+static bool worker_gone(void *arg)
+{
+    busy_arg *b = arg;
+    json_t *st = e2e_ctl_json(b->c, "status");
+    if (st == NULL)
+        return false;
+    bool gone = worker_by_name(st, b->name) == NULL;
+    json_decref(st);
+    return gone;
+}
+
+/* host2's link goes down mid-job: the scheduler drops w2 after its heartbeat timeout, its
+ * tasks run elsewhere, what only it held is made again; the job completes exactly. The link
+ * comes back, w2 registers again as a new worker and runs a task bound to it. */
+static void partition_mid_job_then_worker_serves_next_job(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
+    bed_start(&c, sargs, "64M", "1000");
+    spillway *cl = e2e_connect(&c);
+    enum { N = 24, SIZE = 256u << 10 };
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref sums[N];
+    for (int i = 0; i < N; i++) {
+        /* A nap first (the job lasts long enough to be cut), then the part (fill ignores
+         * its third argument, only waits for it), then its checksum. */
+        spillway_ref part, nap;
+        spillway_arg s = spillway_arg_u64(150);
+        assert_int_equal(spillway_task(g, "sleep_ms", &s, 1, 0, &nap), 0);
+        uint8_t pat[3] = {(uint8_t)i, (uint8_t)(i * 7), 0x5A};
+        spillway_arg a[3] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3),
+                             spillway_arg_ref(nap)};
+        assert_int_equal(spillway_task(g, "fill", a, 3, 0, &part), 0);
+        spillway_arg b = spillway_arg_ref(part);
+        assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sums[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    busy_arg b = {&c, "w2"};
+    assert_true(h_eventually(worker_busy, &b, 20000));
+    assert_int_equal(netbed("link", "host2", "down"), 0);
+    assert_true(h_eventually(worker_gone, &b, 20000));
+    uint8_t *buf = malloc(SIZE);
+    for (int i = 0; i < N; i++) {
+        fill_pattern(buf, SIZE, i);
+        assert_int_equal(e2e_get_u64(cl, sums[i]), XXH3_64bits(buf, SIZE));
+    }
+    free(buf);
+    assert_int_equal(spillway_release_many(cl, sums, N), 0);
+    assert_int_equal(netbed("link", "host2", "up"), 0);
+    assert_true(h_eventually(all_registered, &c, 30000));
+    /* The next job: a task that only w2 may run. */
+    spillway_graph *g2 = spillway_graph_new(cl);
+    spillway_graph_place(g2, "w2");
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(41);
+    assert_int_equal(spillway_task(g2, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g2), 0);
+    spillway_graph_free(g2);
+    assert_int_equal(e2e_get_u64(cl, r), 42);
+    assert_int_equal(spillway_release(cl, r), 0);
+    cross_host_transfers_are_exact(cl);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* A partition in the middle of a worker-to-worker fetch: the fetching worker hears nothing more
+ * from the holder (no reset ever comes), gives up after --fetch-stall, the task fails over to
+ * re-making its input (the holder was dropped by the scheduler meanwhile) and the result is
+ * exact. host2's link is slowed so that the fetch is still under way when the link goes. */
+static void partition_mid_fetch_fails_over(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
+    h_cluster_start_on(&c, "host1", true, sargs);
+    for (int i = 0; i < 2; i++) {
+        const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
+                                 "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
+                                 NULL};
+        h_worker_start_on(&c, worker_hosts[i], v);
+    }
+    assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
+    spillway *cl = e2e_connect(&c);
+    enum { SIZE = 32u << 20 };
+    uint8_t pat[3] = {0x11, 0x22, 0x33};
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_graph_place(g, "w2");
+    spillway_ref big, sum;
+    spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
+    assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &big), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, &big, 1, 60000), 0);
+    g = spillway_graph_new(cl);
+    spillway_graph_place(g, "w3");
+    spillway_arg b = spillway_arg_ref(big);
+    assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sum), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    busy_arg w3 = {&c, "w3"};
+    assert_true(h_eventually(worker_busy, &w3, 20000));
+    assert_int_equal(netbed("link", "host2", "down"), 0);
+    uint8_t *buf = malloc(SIZE);
+    fill_pattern(buf, SIZE, 0);
+    for (size_t k = 0; k < SIZE; k++)
+        buf[k] = pat[k % 3];
+    assert_int_equal(e2e_get_u64(cl, sum), XXH3_64bits(buf, SIZE));
+    free(buf);
+    spillway_ref all[] = {big, sum};
+    assert_int_equal(spillway_release_many(cl, all, 2), 0);
+    assert_int_equal(netbed("link", "host2", "up"), 0);
+    assert_int_equal(netbed("shape", "host2", "0"), 0);
+    busy_arg w2 = {&c, "w2"};
+    assert_true(h_eventually(worker_present, &w2, 30000));
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* kill -9 of the scheduler on host1 mid-job; the client hears SPW_ECLOSED at once; a scheduler
+ * restarted on host1 gets every worker back within 10 s; a new job passes; stores end empty. */
+static void scheduler_restart_on_host1(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    bed_start(&c, NULL, "64M", "2000");
+    spillway *cl = e2e_connect(&c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref kept[NW], slow[NW];
+    for (int i = 0; i < NW; i++) {
+        uint8_t pat = (uint8_t)i;
+        spillway_arg a[2] = {spillway_arg_u64(2u << 20), spillway_arg_bytes(&pat, 1)};
+        spillway_graph_place(g, worker_names[i]);
+        assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &kept[i]), 0);
+        spillway_arg s = spillway_arg_u64(3000);
+        assert_int_equal(spillway_task(g, "sleep_ms", &s, 1, SPILLWAY_KEEP, &slow[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, kept, NW, 60000), 0);
+    int ws = h_sched_kill(&c, SIGKILL);
+    assert_true(WIFSIGNALED(ws));
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, slow[0], 5000, &out, &len), SPW_ECLOSED);
+    spillway_ref r;
+    void *big = calloc(1, 1u << 20);
+    assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
+    free(big);
+    spillway_close(cl);
+    h_sched_restart(&c, NULL);
+    assert_true(h_eventually(all_registered, &c, 10000));
+    cl = e2e_connect(&c);
+    cross_host_transfers_are_exact(cl);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_eventually(stores_empty, &c, 20000));
+    assert_true(h_cluster_stop(&c));
+}
+
+/* A name that does not resolve on the bed is a clear error naming it (the bed's resolver has
+ * nowhere to send the question, so this never leaves the machine). */
+static void unresolvable_scheduler_name_is_named(void **state)
+{
+    (void)state;
+    need_bed();
+    spillway *cl = NULL;
+    assert_int_equal(spillway_connect("host99:7400", NULL, &cl), SPW_ENONAME);
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", "host99:7400", "status", NULL};
+    char *text = NULL;
+    assert_int_not_equal(h_run(argv, &text), 0);
+    assert_non_null(strstr(text, "host99:7400"));
+    assert_non_null(strstr(text, "host name does not resolve"));
+    free(text);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(cluster_across_hosts_by_name),
+    cmocka_unit_test(spilling_job_across_hosts),
+    cmocka_unit_test(partition_mid_job_then_worker_serves_next_job),
+    cmocka_unit_test(partition_mid_fetch_fails_over),
+    cmocka_unit_test(scheduler_restart_on_host1),
+    cmocka_unit_test(unresolvable_scheduler_name_is_named),
+};
+
+SPW_TEST_MAIN(tests)
