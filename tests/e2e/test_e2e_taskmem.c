@@ -310,12 +310,12 @@ static void worker_stopped_mid_task_exits_cleanly(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
-/* systemd stops a unit by signalling every process in it at once: the executor gets SIGTERM
- * with its worker. The worker still exits 0, and so does the executor (its handler lets the
- * task finish). */
-static void sigterm_to_worker_and_executor_together_exits_zero(void **state)
+/* systemd stops a unit by signalling every process in it at once (SIGTERM), and Ctrl-C on a
+ * terminal signals the whole process group (SIGINT): the executors get the signal with their
+ * worker. The worker still exits 0, and so do the executors (their handler lets the task
+ * finish). */
+static void signal_worker_and_executors_together(int sig)
 {
-    (void)state;
     h_cluster c;
     h_cluster_start(&c, false, NULL);
     const char *const args[] = {"--slots", "2", "--store-capacity", "16M", "--name", "w0", NULL};
@@ -332,13 +332,25 @@ static void sigterm_to_worker_and_executor_together_exits_zero(void **state)
     int n = children(c.workers[0].pid, kids, 8);
     assert_int_equal(n, 2);
     for (int i = 0; i < n; i++)
-        kill(kids[i], SIGTERM);
-    int st = h_worker_kill(&c, 0, SIGTERM);
+        kill(kids[i], sig);
+    int st = h_worker_kill(&c, 0, sig);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     spillway_release(cl, r);
     spillway_close(cl);
     assert_true(h_cluster_stop(&c));
+}
+
+static void sigterm_to_worker_and_executor_together_exits_zero(void **state)
+{
+    (void)state;
+    signal_worker_and_executors_together(SIGTERM);
+}
+
+static void sigint_to_worker_and_executors_together_exits_zero(void **state)
+{
+    (void)state;
+    signal_worker_and_executors_together(SIGINT);
 }
 
 /* An executor told to stop (SIGTERM) while the worker goes on: the task it ran finishes, the
@@ -467,6 +479,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(executor_max_tasks_recycles),
     cmocka_unit_test(worker_stopped_mid_task_exits_cleanly),
     cmocka_unit_test(sigterm_to_worker_and_executor_together_exits_zero),
+    cmocka_unit_test(sigint_to_worker_and_executors_together_exits_zero),
     cmocka_unit_test(executor_sigterm_alone_loses_no_task),
     cmocka_unit_test(dead_client_queued_tasks_never_run),
 };
