@@ -428,6 +428,14 @@ static bool spilled_something(void *arg)
     return worker_figure(arg, 0, "spilled_bytes") > 0;
 }
 
+static bool no_worker_left(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    bool none = json_array_size(json_object_get(st, "workers")) == 0;
+    json_decref(st);
+    return none;
+}
+
 /* A worker killed with data spilled leaves no file behind; a new one on the same directory
  * starts clean (spill data belongs to the process that wrote it: see README). */
 static void killed_worker_leaves_no_spill_files(void **state)
@@ -449,6 +457,9 @@ static void killed_worker_leaves_no_spill_files(void **state)
     assert_true(h_eventually(spilled_something, &c, 20000));
     h_worker_kill(&c, 0, SIGKILL);
     assert_int_equal(dir_entries(dir), 0);
+    /* A get before the scheduler has seen the connection drop would still be sent to the dead
+     * worker (a connection error, not the loss); await the scheduler counting no worker. */
+    assert_true(h_eventually(no_worker_left, &c, 20000));
     /* The objects went with the worker: the scheduler says so, not a hang. */
     void *out;
     size_t len;
