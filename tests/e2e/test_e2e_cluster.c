@@ -1,5 +1,6 @@
 /* End-to-end tests of a running cluster through libspillway and spillway-ctl: real daemons on
  * 127.0.0.1 with ephemeral ports, one cluster per test. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -865,6 +866,11 @@ static void remade_then_stop(h_cluster *c, spillway *cl, spillway_ref made, void
     assert_true(h_cluster_stop(c));
 }
 
+static bool file_exists(void *arg)
+{
+    return access(arg, F_OK) == 0;
+}
+
 /* A worker dies: its running task is retried elsewhere, and the object only it held is
  * recomputed from the task that produced it (lineage), byte for byte. */
 static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state)
@@ -872,7 +878,8 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     (void)state;
     h_cluster c;
     h_cluster_start(&c, false, NULL);
-    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M",
+                                "--plugin", SPW_TEST_PLUGIN, NULL};
     h_worker_start(&c, args);
     spillway *cl = e2e_connect(&c);
     spillway_graph *g = spillway_graph_new(cl);
@@ -885,16 +892,23 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
     g = spillway_graph_new(cl);
-    /* Long enough for slot_busy to see it: under valgrind (SPW_SLOW) one spillway-ctl run
-     * alone can take seconds on a loaded machine. */
-    spillway_arg sl = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 12000 : 3000);
-    assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
+    /* The task marks that it runs and cannot finish until the test lets it (after worker 0 is
+     * dead), so the kill finds it running however slow the machine is. */
+    char mark[512], go[512];
+    snprintf(mark, sizeof mark, "%s/started", c.dir);
+    snprintf(go, sizeof go, "%s/go", c.dir);
+    spillway_arg wa[3] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000),
+                          spillway_arg_bytes(mark, strlen(mark))};
+    assert_int_equal(spillway_task(g, "wait_file", wa, 3, SPILLWAY_KEEP, &slow), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    assert_true(h_eventually(slot_busy, &c, 20000)); /* sleeping on worker 0 */
+    assert_true(h_eventually(file_exists, mark, 60000)); /* running on worker 0 */
     h_worker_start(&c, args);
     h_worker_kill(&c, 0, SIGKILL);
-    /* The sleeping task finishes on worker 1, and the object comes back from its task, run
+    int fd = open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    /* The waiting task finishes on worker 1, and the object comes back from its task, run
      * again there, byte for byte. */
     void *out;
     assert_int_equal(spillway_get(cl, slow, 60000, &out, &len), 0);
