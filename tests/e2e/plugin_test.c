@@ -127,6 +127,40 @@ static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t narg
     return 0;
 }
 
+/* wait_file(path, max_ms[, mark]): creates the file `mark` if given (a test waits for it: the
+ * task has started), then returns (empty result) once the file `path` exists, which the test
+ * creates when it has seen what it wanted while the task runs; fails after max_ms so that a
+ * test that never creates it cannot hang the worker. */
+static int wait_file(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t ms;
+    char path[512];
+    if (nargs < 2 || nargs > 3 || args[0].len == 0 || args[0].len >= sizeof path ||
+        u64_arg(&args[1], &ms) || (nargs == 3 && (args[2].len == 0 || args[2].len >= sizeof path))) {
+        spw_task_fail(ctx, "wait_file takes a path, a u64 of milliseconds and maybe a mark path");
+        return -1;
+    }
+    if (nargs == 3) {
+        memcpy(path, args[2].data, args[2].len);
+        path[args[2].len] = '\0';
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return -errno;
+        close(fd);
+    }
+    memcpy(path, args[0].data, args[0].len);
+    path[args[0].len] = '\0';
+    for (uint64_t waited = 0; access(path, F_OK) != 0; waited += 5) {
+        if (waited >= ms) {
+            spw_task_fail(ctx, "wait_file: the file never appeared");
+            return -1;
+        }
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 /* Fails with an errno-style value and no text of its own. */
 static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
@@ -138,8 +172,9 @@ static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
 
 static const spw_plugin_fn fns[] = {{"reverse", reverse},       {"xor_key", xor_key},
                                     {"hog", hog},               {"leak", leak},
-                                    {"mark_sleep", mark_sleep}, {"fail_bare", fail_bare}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 6};
+                                    {"mark_sleep", mark_sleep}, {"fail_bare", fail_bare},
+                                    {"wait_file", wait_file}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 7};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

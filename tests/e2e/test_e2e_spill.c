@@ -246,6 +246,16 @@ static void larger_than_any_store_fails_clearly(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+static bool all_pinned(void *arg)
+{
+    return worker_figure(arg, 0, "pinned") >= 12u << 20;
+}
+
+static bool none_pinned(void *arg)
+{
+    return worker_figure(arg, 0, "pinned") == 0;
+}
+
 /* Views pin objects; a store full of pinned objects makes an allocation wait, then fail with a
  * clear error, and the worker keeps serving. */
 static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
@@ -277,8 +287,13 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     size_t len;
     assert_int_equal(spillway_get(cl, big, 60000, &out, &len), SPW_EBACKPRESSURE);
     assert_non_null(strstr(spillway_errmsg(cl), "pinned"));
+    /* The worker's reports arrive in order: once they show the pins, a later report of none
+     * means the releases below reached it. Without awaiting that, the next allocation could
+     * reach the worker before the unpins on a loaded machine and time out like the first. */
+    assert_true(h_eventually(all_pinned, &c, 20000));
     for (int i = 0; i < 3; i++)
         spillway_view_release(cl, &views[i]);
+    assert_true(h_eventually(none_pinned, &c, 20000));
     /* Unpinned, they can move to disk: the same allocation now succeeds. */
     g = spillway_graph_new(cl);
     spillway_ref ok;
@@ -413,6 +428,14 @@ static bool spilled_something(void *arg)
     return worker_figure(arg, 0, "spilled_bytes") > 0;
 }
 
+static bool no_worker_left(void *arg)
+{
+    json_t *st = e2e_ctl_json(arg, "status");
+    bool none = json_array_size(json_object_get(st, "workers")) == 0;
+    json_decref(st);
+    return none;
+}
+
 /* A worker killed with data spilled leaves no file behind; a new one on the same directory
  * starts clean (spill data belongs to the process that wrote it: see README). */
 static void killed_worker_leaves_no_spill_files(void **state)
@@ -434,6 +457,9 @@ static void killed_worker_leaves_no_spill_files(void **state)
     assert_true(h_eventually(spilled_something, &c, 20000));
     h_worker_kill(&c, 0, SIGKILL);
     assert_int_equal(dir_entries(dir), 0);
+    /* A get before the scheduler has seen the connection drop would still be sent to the dead
+     * worker (a connection error, not the loss); await the scheduler counting no worker. */
+    assert_true(h_eventually(no_worker_left, &c, 20000));
     /* The objects went with the worker: the scheduler says so, not a hang. */
     void *out;
     size_t len;
