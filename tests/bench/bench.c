@@ -2,9 +2,11 @@
  * spillway-bench: the benchmark cases, one JSON line per case.
  *
  *   spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR] [--secret-file PATH]
+ *                  [--workers N] [--slots S] [--n N[,N...]]
  *
- * Without --scheduler it starts its own cluster on 127.0.0.1 (a scheduler and two workers with
- * one slot each, from the binaries beside it) and stops it at the end. Each line carries
+ * Without --scheduler it starts its own cluster on 127.0.0.1 (a scheduler and --workers workers,
+ * default two, with --slots slots each, default one, from the binaries beside it) and stops it at
+ * the end. --n gives scale_tiny's graph sizes. Each line carries
  * case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this process, the scheduler,
  * the workers and their executors, reset before each case) and extra (case-specific figures).
  * The spill case (see case_spill) always starts a separate cluster of small stores and prints
@@ -44,7 +46,10 @@ typedef struct bench {
     h_cluster cluster;
     bool own_cluster;
     bool quick;
-    pid_t pids[64];
+    int workers;          /* of our own cluster (--workers), default 2 */
+    int slots;            /* per worker (--slots), default 1 */
+    uint64_t scale_n[8];  /* scale_tiny's graph sizes (--n), 0-terminated */
+    pid_t pids[128];
     int npids;
 } bench;
 
@@ -72,7 +77,7 @@ static void add_children(bench *b, pid_t pid)
     if (f == NULL)
         return;
     int child;
-    while (fscanf(f, "%d", &child) == 1 && b->npids < 64)
+    while (fscanf(f, "%d", &child) == 1 && b->npids < 128)
         b->pids[b->npids++] = child;
     fclose(f);
 }
@@ -1706,6 +1711,217 @@ static void case_embed_vs_scatter(bench *b)
     free(payload);
 }
 
+/* ------------------------------------------------------------- scale cases */
+
+/* The scheduler's own figures: resident now and at its peak (KiB), CPU seconds so far. */
+static long sched_kib(bench *b, const char *field)
+{
+    return b->own_cluster ? kib(b->cluster.sched.pid, field) : 0;
+}
+
+static double sched_cpu_s(bench *b)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)b->cluster.sched.pid);
+    return b->own_cluster ? stat_cpu_s(path) : 0;
+}
+
+/* CPU seconds of the workers and of their executors (children). */
+static double workers_cpu_s(bench *b, double *exec_s)
+{
+    double w = 0, e = 0;
+    for (int i = 0; b->own_cluster && i < b->cluster.nworkers; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)b->cluster.workers[i].pid);
+        w += stat_cpu_s(path);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)b->cluster.workers[i].pid,
+                 (int)b->cluster.workers[i].pid);
+        FILE *f = fopen(path, "r");
+        int child;
+        while (f != NULL && fscanf(f, "%d", &child) == 1) {
+            snprintf(path, sizeof path, "/proc/%d/stat", child);
+            e += stat_cpu_s(path);
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    *exec_s = e;
+    return w;
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* The scheduler's table sizes from spillway-ctl status: live objects and tasks in any state.
+ * Returns false if the status could not be read. */
+static bool sched_tables(bench *b, uint64_t *objects, uint64_t *tasks)
+{
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", b->cluster.addr, "--json", "status",
+                          NULL};
+    char *text = NULL;
+    int rc = h_run(argv, &text);
+    json_t *doc = rc == 0 && text != NULL ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (doc == NULL)
+        return false;
+    *objects = (uint64_t)json_integer_value(json_object_get(json_object_get(doc, "objects"), "count"));
+    *tasks = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(doc, "tasks"), key, v)
+    *tasks += (uint64_t)json_integer_value(v);
+    json_decref(doc);
+    return true;
+}
+
+/* Waits (up to 60 s, polling every 50 ms: the scheduler's tables have no event to wait on from
+ * outside) until the scheduler holds no more objects and tasks than before the case. */
+static bool sched_settle(bench *b, uint64_t objects0, uint64_t tasks0)
+{
+    if (!b->own_cluster)
+        return false;
+    double t0 = now_s();
+    while (now_s() - t0 < 60) {
+        uint64_t o, t;
+        /* A round trip on the bench's own connection: spillway_release_many queues its frames
+         * and sends what the socket takes at once, the rest on the client's next call. */
+        spillway_graph_progress gp;
+        (void)spillway_graph_status(b->cl, UINT64_MAX, &gp);
+        if (sched_tables(b, &o, &t) && o <= objects0 && t <= tasks0)
+            return true;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* N independent noop tasks as one graph, kept and every result fetched, for each N of
+ * b->scale_n; with the scheduler's peak memory for the graph, its memory once the graph is
+ * released, and the CPU time each process spent per task. */
+static void case_scale_tiny(bench *b)
+{
+    uint64_t nmax = 0;
+    for (int k = 0; b->scale_n[k] != 0; k++)
+        nmax = b->scale_n[k] > nmax ? b->scale_n[k] : nmax;
+    spillway_ref *refs = calloc(nmax > 200 ? nmax : 200, sizeof *refs);
+    if (refs == NULL)
+        die(b, "calloc", SPW_ENOMEM);
+    /* Warm-up: every executor started, as in tiny_tasks. */
+    run_independent(b, "noop", 200, refs, NULL);
+    spillway_release_many(b->cl, refs, 200);
+    uint64_t objects0 = 0, tasks0 = 0;
+    bool have0 = b->own_cluster && sched_settle(b, 0, 0) && sched_tables(b, &objects0, &tasks0);
+    /* The scheduler's memory per task is charged against its resident memory before the first
+     * graph: what an earlier graph left behind (kept by the allocator) is not reused for free. */
+    long start_kib = sched_kib(b, "VmRSS");
+    for (int k = 0; b->scale_n[k] != 0; k++) {
+        uint64_t n = b->scale_n[k];
+        long base_kib = sched_kib(b, "VmRSS");
+        hwm_reset(b);
+        double c_sched = sched_cpu_s(b), c_exec, c_work = workers_cpu_s(b, &c_exec);
+        double c_self = self_cpu_s(), c_exec1;
+        double t0 = now_s(), t_submit;
+        run_independent(b, "noop", n, refs, &t_submit);
+        double t_done = now_s() - t0;
+        uint64_t fetched = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            void *data;
+            size_t len;
+            int rc = spillway_get(b->cl, refs[i], -1, &data, &len);
+            if (rc != 0)
+                die(b, "get", rc);
+            fetched += len == 0;
+            spillway_free(data);
+        }
+        double t = now_s() - t0;
+        double d_sched = sched_cpu_s(b) - c_sched;
+        double d_work = workers_cpu_s(b, &c_exec1) - c_work;
+        double d_exec = c_exec1 - c_exec, d_self = self_cpu_s() - c_self;
+        json_t *extra = json_object();
+        double peak = hwm_total(b, extra);
+        long peak_kib = sched_kib(b, "VmHWM");
+        spillway_release_many(b->cl, refs, n);
+        double t_rel = now_s();
+        bool settled = have0 && sched_settle(b, objects0, tasks0);
+        double t_settle = now_s() - t_rel;
+        long idle_kib = sched_kib(b, "VmRSS");
+        json_t *top = json_object();
+        json_object_set_new(top, "workers", json_integer(b->workers));
+        json_object_set_new(top, "slots", json_integer(b->slots));
+        json_object_set_new(top, "sched_peak_rss_mib", json_real(r3((double)peak_kib / 1024.0)));
+        json_object_set_new(top, "sched_bytes_per_task",
+                            json_real(r3((double)(peak_kib - start_kib) * 1024.0 / (double)n)));
+        json_object_set_new(top, "sched_idle_rss_mib", json_real(r3((double)idle_kib / 1024.0)));
+        json_object_set_new(extra, "sched_start_rss_mib", json_real(r3((double)start_kib / 1024.0)));
+        json_object_set_new(extra, "sched_before_rss_mib", json_real(r3((double)base_kib / 1024.0)));
+        json_object_set_new(extra, "sched_settle_s", json_real(r3(t_settle)));
+        json_object_set_new(extra, "sched_idle_settled", json_boolean(settled));
+        json_object_set_new(extra, "submit_s", json_real(t_submit));
+        json_object_set_new(extra, "done_s", json_real(t_done));
+        json_object_set_new(extra, "results_fetched", json_integer((json_int_t)fetched));
+        json_object_set_new(extra, "sched_cpu_us_per_task", json_real(r3(d_sched / (double)n * 1e6)));
+        json_object_set_new(extra, "workers_cpu_us_per_task", json_real(r3(d_work / (double)n * 1e6)));
+        json_object_set_new(extra, "executors_cpu_us_per_task", json_real(r3(d_exec / (double)n * 1e6)));
+        json_object_set_new(extra, "client_cpu_us_per_task", json_real(r3(d_self / (double)n * 1e6)));
+        json_object_set_new(extra, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+        emit_with("scale_tiny", n, t, (double)n / t, peak, extra, top);
+    }
+    free(refs);
+}
+
+/* A chain of dependent inc tasks (2,000; 200 with --quick), after a short warm-up chain: the
+ * latency of one hop (task done, its dependant assigned, run, reported). */
+static double run_chain(bench *b, uint64_t n, uint64_t *value)
+{
+    double t0 = now_s();
+    spillway_graph *g = spillway_graph_new(b->cl);
+    spillway_ref prev;
+    spillway_arg a = spillway_arg_u64(0);
+    spillway_task(g, "inc", &a, 1, n == 1 ? SPILLWAY_KEEP : 0, &prev);
+    for (uint64_t i = 1; i < n; i++) {
+        a = spillway_arg_ref(prev);
+        spillway_task(g, "inc", &a, 1, i == n - 1 ? SPILLWAY_KEEP : 0, &prev);
+    }
+    int rc = spillway_submit(g);
+    if (rc != 0)
+        die(b, "submit", rc);
+    spillway_graph_free(g);
+    void *data;
+    size_t len;
+    rc = spillway_get(b->cl, prev, -1, &data, &len);
+    if (rc != 0)
+        die(b, "get", rc);
+    memcpy(value, data, 8);
+    spillway_free(data);
+    double t = now_s() - t0;
+    spillway_release(b->cl, prev);
+    return t;
+}
+
+static void case_chain_latency(bench *b)
+{
+    uint64_t n = b->quick ? 200 : 2000, v;
+    run_chain(b, 50, &v);
+    hwm_reset(b);
+    double c_sched = sched_cpu_s(b);
+    double t = run_chain(b, n, &v);
+    double d_sched = sched_cpu_s(b) - c_sched;
+    json_t *extra = json_object();
+    double peak = hwm_total(b, extra);
+    json_t *top = json_object();
+    json_object_set_new(top, "workers", json_integer(b->workers));
+    json_object_set_new(top, "slots", json_integer(b->slots));
+    json_object_set_new(top, "us_per_hop", json_real(r3(t / (double)n * 1e6)));
+    json_object_set_new(extra, "sched_cpu_us_per_hop", json_real(r3(d_sched / (double)n * 1e6)));
+    json_object_set_new(extra, "verified", json_boolean(v == n));
+    emit_with("chain_latency", n, t, (double)n / t, peak, extra, top);
+}
+
 typedef struct bcase {
     const char *name;
     void (*run)(bench *b);
@@ -1720,13 +1936,16 @@ static const bcase cases[] = {
     {"spill", case_spill},
     {"broadcast", case_broadcast},
     {"embed_vs_scatter", case_embed_vs_scatter},
+    {"scale_tiny", case_scale_tiny},
+    {"chain_latency", case_chain_latency},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR]\n"
-               "                      [--secret-file PATH] [--list]\n"
+               "                      [--secret-file PATH] [--workers N] [--slots S]\n"
+               "                      [--n N[,N...]] [--list]\n"
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -1738,11 +1957,15 @@ int main(int argc, char **argv)
     bench b;
     memset(&b, 0, sizeof b);
     const char *only = NULL, *addr = NULL, *secret = NULL;
+    b.workers = 2;
+    b.slots = 1;
+    bool sized = false;
     static const struct option longopts[] = {
         {"case", required_argument, 0, 'c'},   {"quick", no_argument, 0, 'q'},
         {"scheduler", required_argument, 0, 's'}, {"secret-file", required_argument, 0, 'k'},
         {"list", no_argument, 0, 'l'},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
+        {"n", required_argument, 0, 'n'},      {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -1759,6 +1982,41 @@ int main(int argc, char **argv)
         case 'k':
             secret = optarg;
             break;
+        case 'w':
+        case 'S': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            long max = c == 'w' ? H_MAX_WORKERS : 256;
+            if (*optarg == '\0' || *end != '\0' || v < 1 || v > max) {
+                fprintf(stderr, "spillway-bench: --%s: '%s' is not a number from 1 to %ld\n",
+                        c == 'w' ? "workers" : "slots", optarg, max);
+                return 2;
+            }
+            *(c == 'w' ? &b.workers : &b.slots) = (int)v;
+            sized = true;
+            break;
+        }
+        case 'n': {
+            int k = 0;
+            char *list = strdup(optarg), *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                char *end;
+                unsigned long long v = strtoull(t, &end, 10);
+                if (*end != '\0' || v < 1 || v > 100000000ULL || k == 7) {
+                    fprintf(stderr, "spillway-bench: --n: '%s' is not a list of up to 7 task "
+                                    "counts from 1 to 100000000\n", optarg);
+                    free(list);
+                    return 2;
+                }
+                b.scale_n[k++] = v;
+            }
+            free(list);
+            if (k == 0) {
+                fprintf(stderr, "spillway-bench: --n: empty list\n");
+                return 2;
+            }
+            break;
+        }
         case 'l':
             for (size_t i = 0; i < NCASES; i++)
                 puts(cases[i].name);
@@ -1770,6 +2028,18 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (sized && addr != NULL) {
+        fprintf(stderr, "spillway-bench: --workers and --slots size the bench's own cluster; "
+                        "they do not apply with --scheduler\n");
+        return 2;
+    }
+    if (b.scale_n[0] == 0) {
+        static const uint64_t full[] = {20000, 200000, 1000000, 0}, quick[] = {2000, 20000, 0};
+        if (b.quick)
+            memcpy(b.scale_n, quick, sizeof quick);
+        else
+            memcpy(b.scale_n, full, sizeof full);
     }
     if (only != NULL) {
         /* Refuse unknown names before starting anything. */
@@ -1802,12 +2072,15 @@ int main(int argc, char **argv)
         /* Our own cluster. */
         b.own_cluster = true;
         h_cluster_start(&b.cluster, false, NULL);
-        static const char *const w0[] = {"--slots", "1", "--store-capacity", "2G", "--name",
-                                         "bench-w0", NULL};
-        static const char *const w1[] = {"--slots", "1", "--store-capacity", "2G", "--name",
-                                         "bench-w1", NULL};
-        h_worker_start(&b.cluster, w0);
-        h_worker_start(&b.cluster, w1);
+        char slots[16];
+        snprintf(slots, sizeof slots, "%d", b.slots);
+        for (int i = 0; i < b.workers; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "bench-w%d", i);
+            const char *const wargs[] = {"--slots", slots, "--store-capacity", "2G", "--name",
+                                         name, NULL};
+            h_worker_start(&b.cluster, wargs);
+        }
         addr = b.cluster.addr;
     }
     setenv("SPW_BENCH_ADDR", addr, 1);

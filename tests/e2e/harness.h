@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define H_MAX_WORKERS 8
+#define H_MAX_WORKERS 16
 
 typedef struct h_proc {
     pid_t pid;
