@@ -105,3 +105,19 @@ uint64_t e2e_used_bytes(json_t *status)
     }
     return used;
 }
+
+long e2e_status_kib(int pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    long v = 0;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    fclose(f);
+    return v;
+}

@@ -17,5 +17,7 @@ uint64_t e2e_get_u64(spillway *cl, spillway_ref r);
 bool e2e_cluster_idle(h_cluster *c, int deadline_ms);
 /* Sum of "used" over the workers in a status document. */
 uint64_t e2e_used_bytes(json_t *status);
+/* A "Name:  N kB" field of /proc/PID/status, in KiB; 0 if the process or field is gone. */
+long e2e_status_kib(int pid, const char *field);
 
 #endif

@@ -158,22 +158,6 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
     assert_int_equal(found, 0);
 }
 
-static long status_kib(int pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    long v = 0;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 /* Blocks allocated to the files behind a process's descriptors whose link contains `what`
  * (the arena's memfd, the spill environment's unlinked data.mdb), counted once per file. */
 static uint64_t fd_blocks(int pid, const char *what)
@@ -213,7 +197,7 @@ static uint64_t fd_blocks(int pid, const char *what)
 /* A worker's memory: its private pages plus what its arena holds. */
 static uint64_t worker_memory(int pid)
 {
-    return (uint64_t)status_kib(pid, "RssAnon") * 1024 + fd_blocks(pid, "/memfd:spillway-worker");
+    return (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + fd_blocks(pid, "/memfd:spillway-worker");
 }
 
 #define RSS_SLACK (32ULL << 20) /* see README: arena within 4 MiB of used, private memory
@@ -304,7 +288,7 @@ typedef struct rss_arg {
 static bool rss_under(void *arg)
 {
     rss_arg *a = arg;
-    return (uint64_t)status_kib(a->pid, "VmRSS") * 1024 <= a->limit;
+    return (uint64_t)e2e_status_kib(a->pid, "VmRSS") * 1024 <= a->limit;
 }
 
 /* A graph of a million tasks (10,000 groups of 99 `noop`s consumed by one `len`) runs; once its
@@ -338,7 +322,7 @@ static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
     spillway_graph_free(g);
     assert_int_equal(e2e_get_u64(cl, w), 2);
     assert_int_equal(spillway_release(cl, w), 0);
-    uint64_t base = (uint64_t)status_kib(c.sched.pid, "VmRSS") * 1024;
+    uint64_t base = (uint64_t)e2e_status_kib(c.sched.pid, "VmRSS") * 1024;
     enum { GROUPS = HB_GROUPS, WIDTH = 99 };
     spillway_ref *res = calloc(GROUPS, sizeof *res);
     g = spillway_graph_new(cl);
@@ -353,7 +337,7 @@ static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
     }
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    uint64_t peak = (uint64_t)status_kib(c.sched.pid, "VmRSS") * 1024;
+    uint64_t peak = (uint64_t)e2e_status_kib(c.sched.pid, "VmRSS") * 1024;
     assert_int_equal(spillway_wait(cl, res, GROUPS, 600000), 0);
     assert_int_equal(e2e_get_u64(cl, res[GROUPS - 1]), 0);
     assert_int_equal(spillway_release_many(cl, res, GROUPS), 0);
@@ -363,7 +347,7 @@ static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
     bool ok = h_eventually(rss_under, &ra, 30000);
     fprintf(stderr, "scheduler RSS: %.1f MiB before, %.1f MiB with the graph, %.1f MiB idle after\n",
             (double)base / (1 << 20), (double)peak / (1 << 20),
-            (double)status_kib(c.sched.pid, "VmRSS") / 1024);
+            (double)e2e_status_kib(c.sched.pid, "VmRSS") / 1024);
 #ifndef SPW_SANITIZE /* ASan's quarantine keeps freed memory on purpose */
     assert_true(ok);
 #else

@@ -15,22 +15,6 @@
 #include "../unit/test_main.h"
 #include "e2e_util.h"
 
-static long status_kib(int pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    long v = 0;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 static int fd_count(int pid)
 {
     char path[64];
@@ -157,7 +141,7 @@ static void chaos_soak_leaves_nothing_behind(void **state)
     for (int j = 0; j < JOBS; j++) {
         if (j == WARM) {
             assert_true(e2e_cluster_idle(&c, 60000));
-            warm_rss = status_kib(c.sched.pid, "VmRSS");
+            warm_rss = e2e_status_kib(c.sched.pid, "VmRSS");
             warm_fds = fd_count(c.sched.pid);
         }
         if (j % 2 == 1)
@@ -182,7 +166,7 @@ static void chaos_soak_leaves_nothing_behind(void **state)
     spillway_close(cl);
     assert_true(e2e_cluster_idle(&c, 60000));
     assert_true(h_eventually(nothing_left, &c, 30000));
-    long end_rss = status_kib(c.sched.pid, "VmRSS");
+    long end_rss = e2e_status_kib(c.sched.pid, "VmRSS");
     int end_fds = fd_count(c.sched.pid);
     fprintf(stderr, "%d jobs, %d workers killed: scheduler RSS %ld KiB warm, %ld KiB at the end; "
                     "descriptors %d warm, %d at the end\n",

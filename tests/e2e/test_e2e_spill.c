@@ -57,22 +57,6 @@ typedef struct probe {
     pthread_t th;
 } probe;
 
-static long status_kib(int pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    long v = 0;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 /* Bytes of shared memory the worker's arena holds: the memfd's allocated blocks. Counting it
  * once, rather than each process's RssShmem, does not count pages shared with executors twice. */
 static uint64_t arena_resident(int pid)
@@ -103,13 +87,13 @@ static uint64_t arena_resident(int pid)
 
 static uint64_t worker_memory(int pid)
 {
-    uint64_t v = (uint64_t)status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
+    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
     FILE *f = fopen(path, "r");
     int child;
     while (f != NULL && fscanf(f, "%d", &child) == 1)
-        v += (uint64_t)status_kib(child, "RssAnon") * 1024;
+        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
     if (f != NULL)
         fclose(f);
     return v;

@@ -38,22 +38,6 @@ static uint64_t figure(h_cluster *c, const char *name, bool mem, const char *fie
     return v;
 }
 
-static long status_kib(int pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    long v = 0;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 /* The pids of a process's children (its executors), up to max. */
 static int children(int pid, int *out, int max)
 {
@@ -98,11 +82,11 @@ static uint64_t arena_resident(int pid)
 /* A node's memory: the worker's and its executors' private memory plus the arena's pages. */
 static uint64_t node_memory(int pid)
 {
-    uint64_t v = (uint64_t)status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
+    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
     int kids[64];
     int n = children(pid, kids, 64);
     for (int i = 0; i < n; i++)
-        v += (uint64_t)status_kib(kids[i], "RssAnon") * 1024;
+        v += (uint64_t)e2e_status_kib(kids[i], "RssAnon") * 1024;
     return v;
 }
 
