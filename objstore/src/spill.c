@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -145,7 +146,7 @@ static void sweep_stale(const char *dir)
             continue;
         if (kill(pid, 0) == 0 || errno != ESRCH)
             continue;
-        char path[4096];
+        char path[PATH_MAX];
         static const char *const files[] = {"data.mdb", "lock.mdb"};
         for (size_t i = 0; i < 2; i++) {
             snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, files[i]);
@@ -165,7 +166,7 @@ static void sweep_stale(const char *dir)
 static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *dbi)
 {
     *env = NULL;
-    char priv[4096];
+    char priv[PATH_MAX];
     if (snprintf(priv, sizeof priv, "%s/spillway-%d-XXXXXX", dir, (int)getpid()) >=
         (int)sizeof priv)
         return ENAMETOOLONG;

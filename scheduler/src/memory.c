@@ -27,13 +27,14 @@ typedef struct mloc {
     uint32_t pins;
 } mloc;
 
-/* What the stores said about one object. */
+/* What the stores said about one object: one location per worker that holds it, as many as
+ * there are (grown on demand, so a broadcast to every worker shows every copy). */
 typedef struct mobj {
     spw_id id;
     UT_hash_handle hh;
     uint64_t size;
-    uint32_t n;
-    mloc l[8];
+    uint32_t n, cap; /* locations used, allocated */
+    mloc *l;
 } mobj;
 
 typedef struct mnode {
@@ -67,6 +68,7 @@ static void memq_closed(uv_handle_t *h)
     HASH_ITER(hh, q->objs, o, tmp)
     {
         HASH_DEL(q->objs, o);
+        spw_free(o->l);
         spw_free(o);
     }
     spw_free(q->ids);
@@ -375,9 +377,12 @@ void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m)
             mo->size = r[R_OLOBJ_SIZE].u;
             HASH_ADD(hh, q->objs, id, sizeof mo->id, mo);
         }
-        if (mo->n < 8)
-            mo->l[mo->n++] = (mloc){w->id, (uint8_t)r[R_OLOBJ_WHERE].u, r[R_OLOBJ_STORED].u,
-                                    (uint32_t)r[R_OLOBJ_PINS].u};
+        if (mo->n == mo->cap) {
+            mo->cap = mo->cap > 0 ? 2 * mo->cap : 4;
+            mo->l = spw_realloc(SPW_MOD_SCHED, mo->l, mo->cap * sizeof *mo->l);
+        }
+        mo->l[mo->n++] = (mloc){w->id, (uint8_t)r[R_OLOBJ_WHERE].u, r[R_OLOBJ_STORED].u,
+                                (uint32_t)r[R_OLOBJ_PINS].u};
     }
     if (--q->waiting == 0)
         start_streaming(s, q);

@@ -137,6 +137,10 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
 
 /* ---------------------------------------------------------------- sessions */
 
+/* The spill threshold assumed for a worker that has not yet sent a heartbeat (so has not said
+ * its own): the worker's default --spill-threshold. */
+#define SCHED_SPILL_THRESHOLD_UNKNOWN 0.8
+
 /* Chooses where a put goes: a worker on the client's host if one has room (the client then
  * writes straight into its shared memory), else the emptiest store. */
 static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
@@ -149,8 +153,15 @@ static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
         uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
         if (cap < size || w->stats[PROTO_STAT_PAUSED])
             continue;
-        double fill = (double)(w->stats[PROTO_STAT_USED] + w->reserved + size) / (double)cap;
-        bool local = host_id[0] != '\0' && strcmp(host_id, w->host_id) == 0 && fill <= 0.8;
+        uint64_t after = w->stats[PROTO_STAT_USED] + w->reserved + size;
+        double fill = (double)after / (double)cap;
+        /* A same-host store is preferred only while the put keeps it under its own spill
+         * threshold (--spill-threshold, reported in every heartbeat as bytes): beyond it, the
+         * put would push other objects to disk while another store has room. */
+        uint64_t spill_at = w->stats[PROTO_STAT_SPILL_AT]
+                                ? w->stats[PROTO_STAT_SPILL_AT]
+                                : (uint64_t)((double)cap * SCHED_SPILL_THRESHOLD_UNKNOWN);
+        bool local = host_id[0] != '\0' && strcmp(host_id, w->host_id) == 0 && after <= spill_at;
         if (best == NULL || (local && !best_local) ||
             (local == best_local && fill < best_fill)) {
             best_local = local;
@@ -339,9 +350,9 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
             return SPW_EPROTO;
         }
         const proto_val *wi = PROTO_REC(&hello->f[F_HELLO_WORKER], 0);
-        if (wi[R_WINFO_SLOTS].u == 0 || wi[R_WINFO_SLOTS].u > 4096) {
+        if (wi[R_WINFO_SLOTS].u == 0 || wi[R_WINFO_SLOTS].u > PROTO_MAX_SLOTS) {
             spw_free(tag);
-            snprintf(err, errlen, "worker slots must be 1..4096");
+            snprintf(err, errlen, "worker slots must be 1..%u", PROTO_MAX_SLOTS);
             return SPW_EINVAL;
         }
         sched_worker *w = spw_calloc(SPW_MOD_SCHED, 1, sizeof *w);

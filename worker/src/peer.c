@@ -465,7 +465,7 @@ static void read_start(wsrv *srv, const proto_msg *m)
             follow(rd, o, &u->followers, &u->next_off);
         } else if (may_wait) {
             spw_log(SPW_LOG_DEBUG, "obj=%s not here yet: read parked", spw_id_hex(id, hex));
-            rd->park_deadline_ns = spw_now_ns() + 3000000000ULL;
+            rd->park_deadline_ns = spw_now_ns() + WRK_PARK_MAX_NS;
             DL_APPEND2(w->parked, rd, fprev, fnext);
         } else {
             srv->refs--;

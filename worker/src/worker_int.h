@@ -8,7 +8,15 @@
 #include "spillway/task.h"
 #include "spillway/worker.h"
 
+/* Copies of an object a worker tries when fetching it (a task argument's locations, a
+ * replication's chain): the first WRK_MAX_LOCS the scheduler lists. The scheduler lists every
+ * copy (most recent links of a broadcast chain first); eight sources are plenty to fall back
+ * on, and a fetch that fails on all of them reports the input lost, which the scheduler answers
+ * with a fresh list (task_retry_lost_input). */
 #define WRK_MAX_LOCS 8
+/* How long a FOLLOW read waits, parked, for an object that has not started arriving (a
+ * replication chain's next link asks before its own fetch has begun). */
+#define WRK_PARK_MAX_NS (3ULL * 1000000000ULL)
 
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
