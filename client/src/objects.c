@@ -314,16 +314,15 @@ static void on_put_target(const proto_msg *m, void *arg)
     t->exists = m->f[F_PUTT_EXISTS].u;
 }
 
-/* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
- * afterwards. */
 static void on_bcast_done(const proto_msg *m, void *arg);
 
 typedef struct bcast_res {
     uint64_t copies, failed;
 } bcast_res;
 
-/* Puts, and with bcast != NULL asks for copies on nworkers (0: all) right after placement, so
- * the copies follow the upload as it happens instead of starting after it. */
+/* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
+ * afterwards. With bcast != NULL it also asks for copies on nworkers (0: all) right after
+ * placement, so the copies follow the upload as it happens instead of starting after it. */
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                       const char *site, bcast_res *bcast, unsigned nworkers);
 

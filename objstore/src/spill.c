@@ -731,12 +731,6 @@ void ost__spill_maintain(ost_store *s)
         spill_some(s, need);
 }
 
-void ost__spill_for(ost_store *s, uint64_t bytes)
-{
-    (void)bytes; /* waiting_bytes already counts it */
-    ost__spill_maintain(s);
-}
-
 void ost__restore_start(ost_store *s, ost_obj *o)
 {
     spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
@@ -785,24 +779,17 @@ int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg)
     w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
     DL_APPEND(s->waiters, w);
     s->waiting_bytes += o->size;
-    ost__spill_for(s, o->size);
+    ost__spill_maintain(s);
     return 0;
 }
 
 /* ------------------------------------------------------------ test hooks */
 
-typedef struct spill_all {
-    void (*cb)(void *arg);
-    void *arg;
-} spill_all;
-
-int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg)
+int ost_store_spill_all(ost_store *s)
 {
     if (s->spill == NULL)
         return SPW_ENOTSUP;
     spill_some(s, UINT64_MAX);
-    (void)cb;
-    (void)arg;
     return 0;
 }
 

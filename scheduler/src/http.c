@@ -33,16 +33,18 @@
 
 #define QUERY_MS 5000
 
+enum { HW_CAPACITY, HW_USED, HW_PINNED, HW_SPILLED, HW_SPILL_AT, HW_PAUSE_AT, HW_COUNT };
+static const char *const hw_keys[] = {"capacity", "used", "pinned", "spilled_bytes",
+                                      "spill_threshold", "pause_threshold"};
+static const char *const hw_names[] = {"capacity", "used", "pinned", "spilled",
+                                       "spill_threshold", "pause_threshold"};
+_Static_assert(sizeof hw_keys / sizeof hw_keys[0] == HW_COUNT, "a key for every HW_*");
+_Static_assert(sizeof hw_names / sizeof hw_names[0] == HW_COUNT, "a name for every HW_*");
+
 typedef struct hworker {
     char name[64];
-    uint64_t v[6]; /* HW_* */
+    uint64_t v[HW_COUNT];
 } hworker;
-
-enum { HW_CAPACITY, HW_USED, HW_PINNED, HW_SPILLED, HW_SPILL_AT, HW_PAUSE_AT, HW_COUNT };
-static const char *const hw_keys[HW_COUNT] = {"capacity", "used", "pinned", "spilled_bytes",
-                                              "spill_threshold", "pause_threshold"};
-static const char *const hw_names[HW_COUNT] = {"capacity", "used", "pinned", "spilled",
-                                               "spill_threshold", "pause_threshold"};
 
 typedef struct hsample {
     uint64_t t_ms;

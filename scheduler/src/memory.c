@@ -100,7 +100,9 @@ static const char *task_state_name(int st)
 {
     static const char *const names[] = {"waiting", "ready", "assigned", "running", "done",
                                         "failed"};
-    return st >= 0 && st < 6 ? names[st] : "?";
+    _Static_assert(sizeof names / sizeof names[0] == PROTO_TSTATE_COUNT,
+                   "a name for every task state");
+    return st >= 0 && st < PROTO_TSTATE_COUNT ? names[st] : "?";
 }
 
 static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)

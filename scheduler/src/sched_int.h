@@ -7,8 +7,14 @@
 #include "spillway/conn.h"
 #include "spillway/sched.h"
 
-/* Reference kinds, as reported by spillway-ctl memory. */
+/* Reference kinds, as reported by spillway-ctl memory. The wire (R_MOBJ_REFS, F_STATUS_REFS)
+ * indexes them by enum proto_refkind, so the two must stay the same list. */
 enum ref_kind { REF_CLIENT, REF_TASK_ARG, REF_PINNED, REF_BROADCAST, REF_OUTPUT, REF_KINDS };
+#define SCHED_SAME_REF(x) ((int)REF_##x == (int)PROTO_REF_##x)
+_Static_assert(SCHED_SAME_REF(CLIENT) && SCHED_SAME_REF(TASK_ARG) && SCHED_SAME_REF(PINNED) &&
+                   SCHED_SAME_REF(BROADCAST) && SCHED_SAME_REF(OUTPUT) && SCHED_SAME_REF(KINDS),
+               "enum ref_kind mirrors enum proto_refkind");
+#undef SCHED_SAME_REF
 
 /* Object states in the directory. */
 enum obj_state {
@@ -82,6 +88,7 @@ enum task_state {
     T_DONE = PROTO_TSTATE_DONE,
     T_FAILED = PROTO_TSTATE_FAILED,
 };
+_Static_assert(T_FAILED + 1 == PROTO_TSTATE_COUNT, "enum task_state mirrors PROTO_TSTATE_*");
 
 struct sched_task {
     spw_id id;            /* equals its output object's id */
@@ -106,7 +113,7 @@ struct sched_task {
     sched_task *wprev, *wnext; /* worker's assigned list */
 };
 
-/* A location of an object: a worker holding a copy. */
+/* A LOCATE waiting for a pending object to become ready (or fail), until its deadline. */
 typedef struct sched_waiter {
     sched_session *sess;
     uint64_t req;

@@ -501,8 +501,6 @@ static void arena_map(wsrv *srv, const proto_msg *m)
     wrk *w = srv->w;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_ARENA, m->req, 1);
-    ost_stats st;
-    ost_stats_get(w->store, &st);
     proto_put_u(&e, w->opts.store.capacity);
     /* A client that only reads gets a read-only descriptor of its own (a fresh open of the
      * memfd through /proc: it cannot be mapped writable, and the memfd's mode 0600 stops a

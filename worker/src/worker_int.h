@@ -84,13 +84,14 @@ struct wrk_exec {
     uint64_t oom_kills;   /* memory.events oom_kill of its cgroup when it started */
 };
 
-/* A fetch of an object from a peer worker. */
+/* A task argument waiting for a fetch (on wfetch.waiters). */
 typedef struct fwait {
     wtask *t;
     uint32_t arg;
     struct fwait *next;
 } fwait;
 
+/* A fetch of an object from a peer worker, trying its locations in turn. */
 struct wfetch {
     spw_id id;
     UT_hash_handle hh;
@@ -119,7 +120,8 @@ typedef struct wpeer {
     uint64_t active_ns; /* last message from it, or request to it */
 } wpeer;
 
-/* State of a connection accepted on our peer port. */
+/* An object being uploaded to us on a peer-port connection (a client's put), by chunks or
+ * written in place by a local client. */
 typedef struct wupload {
     spw_id id;
     UT_hash_handle hh;
@@ -137,6 +139,8 @@ typedef struct wupload {
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 } wupload;
 
+/* A read of one of our objects served on a peer-port connection (OBJ_READ, or a FOLLOW of a
+ * broadcast chain), sent chunk by chunk. */
 typedef struct wread {
     ost_obj *obj;
     spw_id id;
@@ -162,6 +166,7 @@ typedef struct wpin {
     uint32_t count;
 } wpin;
 
+/* State of a connection accepted on our peer port (or our local socket). */
 typedef struct wsrv {
     struct wrk *w;
     proto_conn *conn;
