@@ -51,7 +51,6 @@ static void worker_remove(sched *s, sched_worker *w)
 
 static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
 {
-    char hex[33];
     switch (m->type) {
     case PROTO_TASK_DONE:
         sched__task_done(s, w, m);
@@ -59,47 +58,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_TASK_STARTED:
         sched__task_started(s, w, m);
         return;
-    case PROTO_OBJ_ADDED: {
-        sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
-        if (o == NULL) {
-            /* Released while it was being written: the worker should drop it. */
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
-            proto_put_arr(&e, 1);
-            proto_put_id(&e, m->f[F_ADDED_ID].id);
-            proto_conn_send(w->conn, &e);
-            return;
-        }
-        if (o->state == OBJ_PENDING && o->producer == NULL) {
-            if (m->f[F_ADDED_SIZE].u != o->size) {
-                proto_conn_error(w->conn, m->req, SPW_EINVAL, "obj=%s: sealed %llu bytes, %llu announced",
-                                 spw_id_hex(o->id, hex), (unsigned long long)m->f[F_ADDED_SIZE].u,
-                                 (unsigned long long)o->size);
-                return;
-            }
-            if (o->put_worker == w->id) {
-                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-                o->put_worker = 0;
-            }
-            sched__obj_add_loc(s, o, w->id);
-            sched__obj_ready(s, o);
-            sched__broadcast_obj_ready(s, o);
-            sched__broadcast_added(s, w, o->id); /* a copy that followed the upload */
-        } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
-            if (o->put_worker == w->id) {
-                /* The uploading worker, after a copy that followed its upload. */
-                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-                o->put_worker = 0;
-            }
-            if (o->state == OBJ_LOST) {
-                o->state = OBJ_READY;
-                s->obj_bytes += o->size;
-            }
-            sched__obj_add_loc(s, o, w->id);
-            sched__broadcast_added(s, w, o->id);
-        }
+    case PROTO_OBJ_ADDED:
+        sched__obj_added(s, w, m);
         return;
-    }
     case PROTO_OBJ_LIST:
         sched__memory_obj_list(s, w, m);
         return;

@@ -248,6 +248,11 @@ void sched__obj_ready(sched *s, sched_obj *o);
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+/* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
+void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
+/* Interns a host name (objects record their owner's host, which outlives the session). */
+const char *sched__host_intern(sched *s, const char *host);
+void sched__hosts_free(sched *s);
 void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);
@@ -283,8 +288,6 @@ void sched__graphs_free_all(sched *s);
 
 /* status.c */
 void sched__status(sched *s, proto_conn *c, uint64_t req);
-const char *sched__host_intern(sched *s, const char *host);
-void sched__hosts_free(sched *s);
 
 /* broadcast.c */
 void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m);
