@@ -368,6 +368,11 @@ int main(int argc0, char **argv0)
             wo.plugins[wo.nplugins++] = optarg;
             break;
         case 'N':
+            if (strlen(optarg) == 0 || strlen(optarg) > PROTO_MAX_NAME) {
+                spw_opt_error(at, "name", "wants 1..%u characters, got %zu", PROTO_MAX_NAME,
+                              strlen(optarg));
+                goto out;
+            }
             wo.name = optarg;
             break;
         case 's':

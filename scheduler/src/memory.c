@@ -115,7 +115,7 @@ static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)
 
 static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m)
 {
-    char who[256], hex[33];
+    char who[2 * PROTO_MAX_NAME], hex[33]; /* sent cut to PROTO_MAX_NAME (put_holder) */
     uint64_t pins = 0;
     for (uint32_t i = 0; m != NULL && i < m->n; i++)
         pins += m->l[i].pins;

@@ -164,7 +164,7 @@ struct sched_worker {
     uint32_t id;
     proto_conn *conn;
     char addr[SPW_ADDR_MAX];
-    char name[64];
+    char name[PROTO_MAX_NAME + 1]; /* as long as HELLO allows: tasks are placed by exact name */
     char host_id[128];
     char local[128];
     uint32_t slots;

@@ -151,6 +151,29 @@ static void broadcast_to_ten_workers_lists_every_location(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A worker name longer than the scheduler's old 64-byte field: a task placed by that name runs
+ * there (it used to be truncated, so no worker ever matched). */
+static void task_placed_on_a_long_worker_name_runs_there(void **state)
+{
+    (void)state;
+    char name[201];
+    for (size_t i = 0; i < sizeof name - 1; i++)
+        name[i] = (char)('a' + i % 26);
+    name[sizeof name - 1] = '\0';
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "8M", "--name", name, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    static const uint8_t data[] = "placed by a long name";
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, sizeof data, &r), 0);
+    assert_int_equal(checksum_on(cl, r, name), XXH3_64bits(data, sizeof data));
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static bool broadcast_ref_seen(void *arg)
 {
     json_t *mem = memory_doc(arg);
@@ -428,6 +451,7 @@ static void map_blocks_matches_local_computation(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(broadcast_to_four_workers_delivers_identical_bytes),
     cmocka_unit_test(broadcast_to_ten_workers_lists_every_location),
+    cmocka_unit_test(task_placed_on_a_long_worker_name_runs_there),
     cmocka_unit_test(broadcast_whose_source_dies_leaves_nothing),
     cmocka_unit_test(large_shared_argument_is_stored_once_per_node),
     cmocka_unit_test(ten_thousand_8mib_outputs_stay_bounded),
