@@ -187,7 +187,7 @@ static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *
         rc = mdb_txn_commit(txn);
     else if (txn != NULL)
         mdb_txn_abort(txn);
-    char path[4200];
+    char path[sizeof priv + sizeof "/data.mdb"];
     snprintf(path, sizeof path, "%s/data.mdb", priv);
     unlink(path);
     snprintf(path, sizeof path, "%s/lock.mdb", priv);
