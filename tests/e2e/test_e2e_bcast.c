@@ -135,6 +135,16 @@ static void broadcast_to_ten_workers_lists_every_location(void **state)
         assert_string_equal(json_string_value(json_object_get(loc, "state")), "memory");
     }
     json_decref(mem);
+    /* The table's WHERE cell names all ten too (it used to stop at 63 characters). */
+    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    char *text = NULL;
+    assert_int_equal(h_run(targv, &text), 0);
+    int shown = 0;
+    for (const char *p = text; (p = strstr(p, ":memory")) != NULL; p++)
+        shown++;
+    if (shown != NW)
+        fail_msg("WHERE lists %d of %d copies:\n%s", shown, NW, text);
+    free(text);
     char last[8];
     snprintf(last, sizeof last, "w%d", NW - 1);
     assert_int_equal(checksum_on(cl, r, last), XXH3_64bits(data, n));
