@@ -6,6 +6,7 @@
  * with status 3 (systemd's Restart= brings it back).
  */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <grp.h>
 #include <signal.h>
@@ -188,7 +189,7 @@ static int check_spill_dir(int at, const char *dir)
     if (stat(dir, &st) != 0) {
         /* A missing last component is made by the store, under systemd's StateDirectory. */
         int err = errno;
-        char parent[4096];
+        char parent[PATH_MAX];
         snprintf(parent, sizeof parent, "%s", dir);
         char *slash = strrchr(parent, '/');
         if (err == ENOENT && slash != NULL) {
@@ -263,7 +264,7 @@ int main(int argc0, char **argv0)
             a.port_file = optarg;
             break;
         case 'n':
-            if (parse_ulong(at, "slots", optarg, 1, 4096, &n) != 0)
+            if (parse_ulong(at, "slots", optarg, 1, PROTO_MAX_SLOTS, &n) != 0)
                 goto out;
             wo.slots = (uint32_t)n;
             break;
@@ -367,6 +368,11 @@ int main(int argc0, char **argv0)
             wo.plugins[wo.nplugins++] = optarg;
             break;
         case 'N':
+            if (strlen(optarg) == 0 || strlen(optarg) > PROTO_MAX_NAME) {
+                spw_opt_error(at, "name", "wants 1..%u characters, got %zu", PROTO_MAX_NAME,
+                              strlen(optarg));
+                goto out;
+            }
             wo.name = optarg;
             break;
         case 's':
@@ -463,7 +469,7 @@ int main(int argc0, char **argv0)
     wo.max_conns = max_conns;
     /* Spilling is on unless asked otherwise: under systemd in the unit's state directory,
      * else in /var/tmp (on disk, unlike a tmpfs /tmp). Files are unlinked once open. */
-    char spill_default[4096];
+    char spill_default[PATH_MAX];
     if (spill_dir == NULL) {
         const char *state = getenv("STATE_DIRECTORY");
         if (state != NULL && strchr(state, ':') == NULL)

@@ -108,6 +108,29 @@ static void human_age(uint64_t ms, char *out, size_t len)
         snprintf(out, len, "%lluh%02llum", (unsigned long long)(s / 3600), (unsigned long long)(s / 60 % 60));
 }
 
+/* The WHERE cell: node:state for each location while they fit in len, then "+N more" for the
+ * rest (--json lists them all): a cut is always shown. */
+static void where_cell(json_t *locs, char *out, size_t len)
+{
+    size_t n = json_array_size(locs), used = 0, shown = 0;
+    out[0] = '\0';
+    for (; shown < n; shown++) {
+        json_t *loc = json_array_get(locs, shown);
+        char item[2 * PROTO_MAX_NAME];
+        int k = snprintf(item, sizeof item, "%s%s:%s", shown ? "," : "", ctldoc_s(loc, "node"),
+                         ctldoc_s(loc, "state"));
+        size_t ilen = k < 0 ? 0 : (size_t)k < sizeof item ? (size_t)k : sizeof item - 1;
+        /* Room for the NUL, and for ",+N more" while more locations follow. */
+        size_t reserve = shown + 1 < n ? sizeof ",+18446744073709551615 more" : 1;
+        if (used + ilen + reserve > len)
+            break;
+        memcpy(out + used, item, ilen + 1);
+        used += ilen;
+    }
+    if (shown < n)
+        snprintf(out + used, len - used, "%s+%zu more", shown ? "," : "", n - shown);
+}
+
 static void print_memory(json_t *doc, bool stats_only)
 {
     char a[16], b[16], c[16], d[16], e[16];
@@ -119,15 +142,8 @@ static void print_memory(json_t *doc, bool stats_only)
                "STATE", "WHERE", "REFS", "OWNER", "CALL SITE", "AGE");
         json_array_foreach(objs, i, o)
         {
-            char where[64] = "", refs[128] = "", owner[64], age[40];
-            size_t l;
-            json_t *loc;
-            json_array_foreach(json_object_get(o, "locations"), l, loc)
-            {
-                size_t len = strlen(where);
-                snprintf(where + len, sizeof where - len, "%s%s:%s", len ? "," : "",
-                         ctldoc_s(loc, "node"), ctldoc_s(loc, "state"));
-            }
+            char where[160], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
+            where_cell(json_object_get(o, "locations"), where, sizeof where);
             if (where[0] == '\0')
                 snprintf(where, sizeof where, "%s",
                          json_is_true(json_object_get(o, "inline")) ? "scheduler:inline" : "-");

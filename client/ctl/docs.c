@@ -44,9 +44,11 @@ const char *const ctldoc_stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_TASKS_CANCELLED] = "tasks_cancelled",
 };
 
-const char *const ctldoc_tstate_names[PROTO_TSTATE_COUNT] = {
+const char *const ctldoc_tstate_names[] = {
     "waiting", "ready", "assigned", "running", "done", "failed",
 };
+_Static_assert(sizeof ctldoc_tstate_names / sizeof ctldoc_tstate_names[0] == PROTO_TSTATE_COUNT,
+               "a name for every PROTO_TSTATE_*");
 
 static json_t *jstr(const proto_val *v)
 {
@@ -138,7 +140,7 @@ static void status_reply(const proto_msg *m, void *arg)
         static const char *const io_names[] = {"frames_in", "frames_out", "bytes_in",
                                                "bytes_out"};
         json_t *io = json_object();
-        for (int k = 0; k < 4; k++)
+        for (size_t k = 0; k < sizeof io_names / sizeof io_names[0]; k++)
             json_object_set_new(io, io_names[k],
                                 json_integer((json_int_t)m->f[F_STATUS_IO].arr.v[k].u));
         json_object_set_new(doc, "io", io);
@@ -176,7 +178,9 @@ uint64_t ctldoc_u(json_t *o, const char *k)
 
 /* ------------------------------------------------------------------ memory */
 
-static const char *ostate_names[] = {"pending", "ready", "failed", "lost", "orphan"};
+static const char *const ostate_names[] = {"pending", "ready", "failed", "lost", "orphan"};
+#define OSTATE_COUNT (sizeof ostate_names / sizeof ostate_names[0])
+_Static_assert(OSTATE_COUNT == PROTO_OSTATE_ORPHAN + 1, "a name for every PROTO_OSTATE_*");
 
 static void memory_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
@@ -229,7 +233,7 @@ static void memory_reply(const proto_msg *m, void *arg)
         json_object_set_new(j, "id", json_string(hex));
         json_object_set_new(j, "size", json_integer((json_int_t)o[R_MOBJ_SIZE].u));
         uint64_t st = o[R_MOBJ_STATE].u;
-        json_object_set_new(j, "state", json_string(st < 5 ? ostate_names[st] : "?"));
+        json_object_set_new(j, "state", json_string(st < OSTATE_COUNT ? ostate_names[st] : "?"));
         json_object_set_new(j, "call_site", jstr(&o[R_MOBJ_SITE]));
         json_t *owner = json_object();
         json_object_set_new(owner, "host", jstr(&o[R_MOBJ_OWNER_HOST]));

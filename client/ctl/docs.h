@@ -12,7 +12,7 @@
 #include "client_int.h"
 
 extern const char *const ctldoc_stat_names[PROTO_STAT_COUNT];
-extern const char *const ctldoc_tstate_names[PROTO_TSTATE_COUNT];
+extern const char *const ctldoc_tstate_names[]; /* PROTO_TSTATE_COUNT of them */
 
 /** Member k of o as an unsigned integer (0 if absent). */
 uint64_t ctldoc_u(json_t *o, const char *k);

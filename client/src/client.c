@@ -52,6 +52,13 @@ const char *spillway_version_string(void)
     return SPW_VERSION;
 }
 
+/* The public levels are handed to spw_log unchanged. */
+#define SAME_LEVEL(x) ((int)SPILLWAY_LOG_##x == (int)SPW_LOG_##x)
+_Static_assert(SAME_LEVEL(ERR) && SAME_LEVEL(WARN) && SAME_LEVEL(NOTICE) && SAME_LEVEL(INFO) &&
+                   SAME_LEVEL(DEBUG),
+               "enum spillway_log_level mirrors SPW_LOG_*");
+#undef SAME_LEVEL
+
 void spillway_set_log(spillway_log_fn fn, int level)
 {
     if (level < SPILLWAY_LOG_ERR)

@@ -314,16 +314,15 @@ static void on_put_target(const proto_msg *m, void *arg)
     t->exists = m->f[F_PUTT_EXISTS].u;
 }
 
-/* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
- * afterwards. */
 static void on_bcast_done(const proto_msg *m, void *arg);
 
 typedef struct bcast_res {
     uint64_t copies, failed;
 } bcast_res;
 
-/* Puts, and with bcast != NULL asks for copies on nworkers (0: all) right after placement, so
- * the copies follow the upload as it happens instead of starting after it. */
+/* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
+ * afterwards. With bcast != NULL it also asks for copies on nworkers (0: all) right after
+ * placement, so the copies follow the upload as it happens instead of starting after it. */
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                       const char *site, bcast_res *bcast, unsigned nworkers);
 
@@ -548,15 +547,22 @@ static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned 
 
 /* ---------------------------------------------------------------------- get */
 
+/* One worker holding a copy, as the scheduler's LOCATION listed it. */
+typedef struct loc_src {
+    char addr[64];   /* peer port, host:port */
+    char hostid[128];
+    char local[64];  /* Unix socket for same-host clients */
+} loc_src;
+
+/* Where an object is: its value (inline), or every worker holding a copy (srcs, heap, all of
+ * those listed: a same-host copy is found however many remote ones come first). */
 typedef struct location {
     int status;
     uint64_t size;
     uint8_t *inl;
     bool has_inl;
     uint32_t nlocs;
-    char addrs[8][64];
-    char hostids[8][128];
-    char locals[8][64];
+    loc_src *srcs;
     char err[PROTO_MAX_STR + 1];
 } location;
 
@@ -574,12 +580,15 @@ static void on_location(const proto_msg *m, void *arg)
         l->has_inl = true;
     }
     const proto_val *locs = &m->f[F_LOC_LOCS];
-    for (uint32_t i = 0; i < locs->arr.n && l->nlocs < 8; i++) {
+    spw_free(l->srcs);
+    l->srcs = spw_calloc(SPW_MOD_CLIENT, locs->arr.n > 0 ? locs->arr.n : 1, sizeof *l->srcs);
+    l->nlocs = 0;
+    for (uint32_t i = 0; i < locs->arr.n; i++) {
         const proto_val *r = PROTO_REC(locs, i);
-        proto_str(&r[R_LOC_ADDR], l->addrs[l->nlocs], sizeof l->addrs[0]);
-        proto_str(&r[R_LOC_HOSTID], l->hostids[l->nlocs], sizeof l->hostids[0]);
-        proto_str(&r[R_LOC_LOCAL], l->locals[l->nlocs], sizeof l->locals[0]);
-        l->nlocs++;
+        loc_src *src = &l->srcs[l->nlocs++];
+        proto_str(&r[R_LOC_ADDR], src->addr, sizeof src->addr);
+        proto_str(&r[R_LOC_HOSTID], src->hostid, sizeof src->hostid);
+        proto_str(&r[R_LOC_LOCAL], src->local, sizeof src->local);
     }
 }
 
@@ -598,7 +607,8 @@ static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
 }
 
 /* Finds where an object is, waiting up to timeout_ms for it to exist. On success loc holds
- * either the value itself (has_inl, heap copy owned by loc) or the workers holding copies. */
+ * either the value itself (has_inl, heap copy owned by loc) or the workers holding copies
+ * (loc->srcs, heap: the caller frees it). On failure, or with has_inl, srcs is NULL. */
 static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 {
     char hex[33];
@@ -650,6 +660,11 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
         loc->inl = NULL;
         loc->has_inl = false;
     }
+    if (rc != 0 || loc->has_inl) {
+        spw_free(loc->srcs);
+        loc->srcs = NULL;
+        loc->nlocs = 0;
+    }
     return rc;
 }
 
@@ -657,7 +672,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 static local *pin_local(spillway *c, spw_id id, const location *loc, uint64_t *off)
 {
     for (uint32_t i = 0; i < loc->nlocs; i++) {
-        local *l = local_get(c, loc->hostids[i], loc->locals[i], false);
+        local *l = local_get(c, loc->srcs[i].hostid, loc->srcs[i].local, false);
         if (l == NULL)
             continue;
         if (local_call(c, l, PROTO_OBJ_PIN, id, 0, false) == 0 && c->xfer.size == loc->size &&
@@ -677,7 +692,7 @@ static int fetch_tcp(spillway *c, spw_id id, const location *loc, uint8_t *buf)
     spillway__set_err(c, "obj=%s has no copy on a live worker", spw_id_hex(id, hex));
     for (uint32_t i = 0; i < loc->nlocs; i++) {
         peer *p;
-        rc = peer_get(c, loc->addrs[i], &p);
+        rc = peer_get(c, loc->srcs[i].addr, &p);
         if (rc != 0)
             continue;
         xfer *x = &c->xfer;
@@ -712,6 +727,7 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
     if (rc == 0)
         *size = loc.size;
     spw_free(loc.inl);
+    spw_free(loc.srcs);
     return rc;
 }
 
@@ -730,8 +746,10 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
         return 0;
     }
     uint8_t *buf = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
-    if (buf == NULL)
+    if (buf == NULL) {
+        spw_free(loc.srcs);
         return SPW_ENOMEM;
+    }
     uint64_t off;
     local *l = pin_local(c, id, &loc, &off);
     if (l != NULL) {
@@ -740,6 +758,7 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
     } else {
         rc = fetch_tcp(c, id, &loc, buf);
     }
+    spw_free(loc.srcs);
     if (rc != 0) {
         spw_free(buf);
         return rc;
@@ -784,6 +803,7 @@ static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillwa
         vp->copy = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
         rc = vp->copy == NULL ? SPW_ENOMEM : fetch_tcp(c, id, &loc, vp->copy);
         if (rc != 0) {
+            spw_free(loc.srcs);
             spw_free(vp->copy);
             spw_free(vp);
             return rc;
@@ -791,6 +811,7 @@ static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillwa
         view->data = vp->copy;
         view->zero_copy = 0;
     }
+    spw_free(loc.srcs);
     view->len = loc.size;
     view->priv = vp;
     return 0;

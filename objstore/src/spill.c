@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -145,7 +146,7 @@ static void sweep_stale(const char *dir)
             continue;
         if (kill(pid, 0) == 0 || errno != ESRCH)
             continue;
-        char path[4096];
+        char path[PATH_MAX];
         static const char *const files[] = {"data.mdb", "lock.mdb"};
         for (size_t i = 0; i < 2; i++) {
             snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, files[i]);
@@ -165,7 +166,7 @@ static void sweep_stale(const char *dir)
 static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *dbi)
 {
     *env = NULL;
-    char priv[4096];
+    char priv[PATH_MAX];
     if (snprintf(priv, sizeof priv, "%s/spillway-%d-XXXXXX", dir, (int)getpid()) >=
         (int)sizeof priv)
         return ENAMETOOLONG;
@@ -186,7 +187,7 @@ static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *
         rc = mdb_txn_commit(txn);
     else if (txn != NULL)
         mdb_txn_abort(txn);
-    char path[4200];
+    char path[sizeof priv + sizeof "/data.mdb"];
     snprintf(path, sizeof path, "%s/data.mdb", priv);
     unlink(path);
     snprintf(path, sizeof path, "%s/lock.mdb", priv);
@@ -730,12 +731,6 @@ void ost__spill_maintain(ost_store *s)
         spill_some(s, need);
 }
 
-void ost__spill_for(ost_store *s, uint64_t bytes)
-{
-    (void)bytes; /* waiting_bytes already counts it */
-    ost__spill_maintain(s);
-}
-
 void ost__restore_start(ost_store *s, ost_obj *o)
 {
     spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
@@ -784,24 +779,17 @@ int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg)
     w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
     DL_APPEND(s->waiters, w);
     s->waiting_bytes += o->size;
-    ost__spill_for(s, o->size);
+    ost__spill_maintain(s);
     return 0;
 }
 
 /* ------------------------------------------------------------ test hooks */
 
-typedef struct spill_all {
-    void (*cb)(void *arg);
-    void *arg;
-} spill_all;
-
-int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg)
+int ost_store_spill_all(ost_store *s)
 {
     if (s->spill == NULL)
         return SPW_ENOTSUP;
     spill_some(s, UINT64_MAX);
-    (void)cb;
-    (void)arg;
     return 0;
 }
 

@@ -22,16 +22,12 @@
 #define OST_REC_ZSTD 1
 #define OST_REC_MAX_RAW (64u << 20) /* largest chunk a record may claim */
 
-typedef struct ost_rec_hdr {
-    uint32_t magic;
-    uint8_t version;
-    uint8_t codec;    /* OST_REC_RAW or OST_REC_ZSTD */
-    uint16_t reserved;
-    uint32_t raw_len;    /* bytes after decoding */
-    uint32_t stored_len; /* bytes after the header */
-    uint64_t checksum;   /* XXH3-64 of the raw bytes */
-    uint64_t reserved2;
-} ost_rec_hdr;
+/* The OST_REC_HDR bytes before the payload, in host byte order (a spill file never outlives
+ * its process), written and read field by field at these offsets, never as a struct:
+ *   0  u32 magic OST_REC_MAGIC     4  u8 version      5  u8 codec (OST_REC_RAW, OST_REC_ZSTD)
+ *   6  u16 reserved (0)            8  u32 raw_len: bytes after decoding
+ *  12  u32 stored_len: bytes after the header
+ *  16  u64 checksum: XXH3-64 of the raw bytes        24  u64 reserved (0) */
 
 /** Encodes raw into out (capacity outcap, at least OST_REC_HDR + ZSTD_compressBound(len)):
  * zstd at level, or raw when that does not save at least 1/16 of the bytes.

@@ -312,7 +312,7 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
     w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
     DL_APPEND(s->waiters, w);
     s->waiting_bytes += size;
-    ost__spill_for(s, size);
+    ost__spill_maintain(s);
     return 0;
 }
 
@@ -362,7 +362,7 @@ void ost__waiters_retry(ost_store *s)
     }
     s->retrying = false;
     if (s->waiters != NULL)
-        ost__spill_for(s, s->waiting_bytes);
+        ost__spill_maintain(s);
 }
 
 int ost_obj_seal(ost_store *s, ost_obj *o)

@@ -83,9 +83,9 @@ int ost__spill_open(ost_store *s, const char *dir);
 void ost__spill_close(ost_store *s);
 /* The object is going away: its spilled copy is deleted (in the background). */
 void ost__spill_forget(ost_store *s, ost_obj *o);
-/* Spills or evicts LRU objects while use is above the threshold or allocations wait. */
+/* Spills or evicts LRU objects while use is above the threshold or allocations wait (an
+ * allocation that must wait adds its size to s->waiting_bytes first, then calls this). */
 void ost__spill_maintain(ost_store *s);
-void ost__spill_for(ost_store *s, uint64_t bytes);
 /* Queues the read of a restoring object whose memory is allocated. */
 void ost__restore_start(ost_store *s, ost_obj *o);
 /* Fails the getters of a restoring object that could not get memory. */

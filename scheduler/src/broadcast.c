@@ -16,6 +16,8 @@
 
 #include "sched_int.h"
 
+/* Sources named in one REPLICATE: the previous links of the chain and the holders, nearest
+ * first (a worker keeps at most WRK_MAX_LOCS of them). */
 #define MAX_LOCS 8
 
 typedef struct bcast {
@@ -82,9 +84,9 @@ static void start(sched *s, bcast *b, const sched_obj *o)
     b->copies = o->nlocs > 0 ? o->nlocs : 1; /* a put under way counts as its worker's copy */
     b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
     /* The chain: holders first, then each new target after the one before it. */
-    sched_worker *chain[64];
+    sched_worker **chain = spw_malloc(SPW_MOD_SCHED, (o->nlocs + 1 + s->nworkers) * sizeof *chain);
     uint32_t nchain = 0;
-    for (uint32_t i = 0; i < o->nlocs && nchain < 64; i++) {
+    for (uint32_t i = 0; i < o->nlocs; i++) {
         sched_worker *w = sched__worker_by_id(s, o->locs[i]);
         if (w != NULL)
             chain[nchain++] = w;
@@ -119,9 +121,9 @@ static void start(sched *s, bcast *b, const sched_obj *o)
         if (proto_conn_send(w->conn, &e) != 0)
             continue;
         b->targets[b->ntargets++] = w->id;
-        if (nchain < 64)
-            chain[nchain++] = w;
+        chain[nchain++] = w;
     }
+    spw_free(chain);
     if (b->ntargets == 0)
         done(s, b);
 }

@@ -33,16 +33,18 @@
 
 #define QUERY_MS 5000
 
-typedef struct hworker {
-    char name[64];
-    uint64_t v[6]; /* HW_* */
-} hworker;
-
 enum { HW_CAPACITY, HW_USED, HW_PINNED, HW_SPILLED, HW_SPILL_AT, HW_PAUSE_AT, HW_COUNT };
-static const char *const hw_keys[HW_COUNT] = {"capacity", "used", "pinned", "spilled_bytes",
-                                              "spill_threshold", "pause_threshold"};
-static const char *const hw_names[HW_COUNT] = {"capacity", "used", "pinned", "spilled",
-                                               "spill_threshold", "pause_threshold"};
+static const char *const hw_keys[] = {"capacity", "used", "pinned", "spilled_bytes",
+                                      "spill_threshold", "pause_threshold"};
+static const char *const hw_names[] = {"capacity", "used", "pinned", "spilled",
+                                       "spill_threshold", "pause_threshold"};
+_Static_assert(sizeof hw_keys / sizeof hw_keys[0] == HW_COUNT, "a key for every HW_*");
+_Static_assert(sizeof hw_names / sizeof hw_names[0] == HW_COUNT, "a name for every HW_*");
+
+typedef struct hworker {
+    char *name; /* heap (strdup), in full: the dashboard's series are keyed by it */
+    uint64_t v[HW_COUNT];
+} hworker;
 
 typedef struct hsample {
     uint64_t t_ms;
@@ -99,6 +101,8 @@ static void link_failed(spw_http *h, int rc)
 
 static void sample_free(hsample *s)
 {
+    for (uint32_t i = 0; i < s->nw; i++)
+        free(s->w[i].name);
     free(s->w);
     s->w = NULL;
     s->nw = 0;
@@ -117,18 +121,22 @@ static void sample_take(spw_http *h, json_t *status)
     json_t *workers = json_object_get(status, "workers");
     size_t n = json_array_size(workers);
     s->w = calloc(n > 0 ? n : 1, sizeof *s->w);
-    if (s->w != NULL) {
-        size_t i;
-        json_t *w;
-        json_array_foreach(workers, i, w)
-        {
-            hworker *hw = &s->w[i];
-            snprintf(hw->name, sizeof hw->name, "%s", ctldoc_s(w, "name"));
-            json_t *mem = json_object_get(w, "memory");
-            for (int k = 0; k < HW_COUNT; k++)
-                hw->v[k] = ctldoc_u(mem, hw_keys[k]);
+    size_t i;
+    json_t *w;
+    json_array_foreach(workers, i, w)
+    {
+        if (s->w == NULL)
+            break; /* out of memory: a sample without workers */
+        hworker *hw = &s->w[s->nw];
+        hw->name = strdup(ctldoc_s(w, "name"));
+        if (hw->name == NULL) {
+            sample_free(s);
+            break;
         }
-        s->nw = (uint32_t)n;
+        json_t *mem = json_object_get(w, "memory");
+        for (int k = 0; k < HW_COUNT; k++)
+            hw->v[k] = ctldoc_u(mem, hw_keys[k]);
+        s->nw++;
     }
     h->head = (h->head + 1) % h->cap;
     if (h->nsamples < h->cap)

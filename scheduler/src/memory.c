@@ -27,13 +27,14 @@ typedef struct mloc {
     uint32_t pins;
 } mloc;
 
-/* What the stores said about one object. */
+/* What the stores said about one object: one location per worker that holds it, as many as
+ * there are (grown on demand, so a broadcast to every worker shows every copy). */
 typedef struct mobj {
     spw_id id;
     UT_hash_handle hh;
     uint64_t size;
-    uint32_t n;
-    mloc l[8];
+    uint32_t n, cap; /* locations used, allocated */
+    mloc *l;
 } mobj;
 
 typedef struct mnode {
@@ -67,6 +68,7 @@ static void memq_closed(uv_handle_t *h)
     HASH_ITER(hh, q->objs, o, tmp)
     {
         HASH_DEL(q->objs, o);
+        spw_free(o->l);
         spw_free(o);
     }
     spw_free(q->ids);
@@ -98,7 +100,9 @@ static const char *task_state_name(int st)
 {
     static const char *const names[] = {"waiting", "ready", "assigned", "running", "done",
                                         "failed"};
-    return st >= 0 && st < 6 ? names[st] : "?";
+    _Static_assert(sizeof names / sizeof names[0] == PROTO_TSTATE_COUNT,
+                   "a name for every task state");
+    return st >= 0 && st < PROTO_TSTATE_COUNT ? names[st] : "?";
 }
 
 static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)
@@ -111,7 +115,7 @@ static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)
 
 static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m)
 {
-    char who[256], hex[33];
+    char who[2 * PROTO_MAX_NAME], hex[33]; /* sent cut to PROTO_MAX_NAME (put_holder) */
     uint64_t pins = 0;
     for (uint32_t i = 0; m != NULL && i < m->n; i++)
         pins += m->l[i].pins;
@@ -375,9 +379,12 @@ void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m)
             mo->size = r[R_OLOBJ_SIZE].u;
             HASH_ADD(hh, q->objs, id, sizeof mo->id, mo);
         }
-        if (mo->n < 8)
-            mo->l[mo->n++] = (mloc){w->id, (uint8_t)r[R_OLOBJ_WHERE].u, r[R_OLOBJ_STORED].u,
-                                    (uint32_t)r[R_OLOBJ_PINS].u};
+        if (mo->n == mo->cap) {
+            mo->cap = mo->cap > 0 ? 2 * mo->cap : 4;
+            mo->l = spw_realloc(SPW_MOD_SCHED, mo->l, mo->cap * sizeof *mo->l);
+        }
+        mo->l[mo->n++] = (mloc){w->id, (uint8_t)r[R_OLOBJ_WHERE].u, r[R_OLOBJ_STORED].u,
+                                (uint32_t)r[R_OLOBJ_PINS].u};
     }
     if (--q->waiting == 0)
         start_streaming(s, q);

@@ -349,6 +349,75 @@ void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker)
     }
 }
 
+void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
+{
+    char hex[33];
+    sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
+    if (o == NULL) {
+        /* Released while it was being written: the worker should drop it. */
+        send_delete(s, w->id, m->f[F_ADDED_ID].id);
+        return;
+    }
+    if (o->state == OBJ_PENDING && o->producer == NULL) {
+        if (m->f[F_ADDED_SIZE].u != o->size) {
+            proto_conn_error(w->conn, m->req, SPW_EINVAL,
+                             "obj=%s: sealed %llu bytes, %llu announced", spw_id_hex(o->id, hex),
+                             (unsigned long long)m->f[F_ADDED_SIZE].u,
+                             (unsigned long long)o->size);
+            return;
+        }
+        if (o->put_worker == w->id) {
+            w->reserved -= o->size < w->reserved ? o->size : w->reserved;
+            o->put_worker = 0;
+        }
+        sched__obj_add_loc(s, o, w->id);
+        sched__obj_ready(s, o);
+        sched__broadcast_obj_ready(s, o);
+        sched__broadcast_added(s, w, o->id); /* a copy that followed the upload */
+    } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
+        if (o->put_worker == w->id) {
+            /* The uploading worker, after a copy that followed its upload. */
+            w->reserved -= o->size < w->reserved ? o->size : w->reserved;
+            o->put_worker = 0;
+        }
+        if (o->state == OBJ_LOST) {
+            o->state = OBJ_READY;
+            s->obj_bytes += o->size;
+        }
+        sched__obj_add_loc(s, o, w->id);
+        sched__broadcast_added(s, w, o->id);
+    }
+}
+
+/* Host names are interned: every object records its owner's host, which outlives sessions. */
+typedef struct sched_host {
+    char *name;
+    UT_hash_handle hh;
+} sched_host;
+
+const char *sched__host_intern(sched *s, const char *host)
+{
+    sched_host *h;
+    HASH_FIND_STR(s->hosts, host, h);
+    if (h == NULL) {
+        h = spw_calloc(SPW_MOD_SCHED, 1, sizeof *h);
+        h->name = spw_strdup(SPW_MOD_SCHED, host);
+        HASH_ADD_KEYPTR(hh, s->hosts, h->name, strlen(h->name), h);
+    }
+    return h->name;
+}
+
+void sched__hosts_free(sched *s)
+{
+    sched_host *h, *tmp;
+    HASH_ITER(hh, s->hosts, h, tmp)
+    {
+        HASH_DEL(s->hosts, h);
+        spw_free(h->name);
+        spw_free(h);
+    }
+}
+
 void sched__objects_purge(sched *s)
 {
     sched_obj *o, *tmp;

@@ -51,7 +51,6 @@ static void worker_remove(sched *s, sched_worker *w)
 
 static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
 {
-    char hex[33];
     switch (m->type) {
     case PROTO_TASK_DONE:
         sched__task_done(s, w, m);
@@ -59,47 +58,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_TASK_STARTED:
         sched__task_started(s, w, m);
         return;
-    case PROTO_OBJ_ADDED: {
-        sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
-        if (o == NULL) {
-            /* Released while it was being written: the worker should drop it. */
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
-            proto_put_arr(&e, 1);
-            proto_put_id(&e, m->f[F_ADDED_ID].id);
-            proto_conn_send(w->conn, &e);
-            return;
-        }
-        if (o->state == OBJ_PENDING && o->producer == NULL) {
-            if (m->f[F_ADDED_SIZE].u != o->size) {
-                proto_conn_error(w->conn, m->req, SPW_EINVAL, "obj=%s: sealed %llu bytes, %llu announced",
-                                 spw_id_hex(o->id, hex), (unsigned long long)m->f[F_ADDED_SIZE].u,
-                                 (unsigned long long)o->size);
-                return;
-            }
-            if (o->put_worker == w->id) {
-                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-                o->put_worker = 0;
-            }
-            sched__obj_add_loc(s, o, w->id);
-            sched__obj_ready(s, o);
-            sched__broadcast_obj_ready(s, o);
-            sched__broadcast_added(s, w, o->id); /* a copy that followed the upload */
-        } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
-            if (o->put_worker == w->id) {
-                /* The uploading worker, after a copy that followed its upload. */
-                w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-                o->put_worker = 0;
-            }
-            if (o->state == OBJ_LOST) {
-                o->state = OBJ_READY;
-                s->obj_bytes += o->size;
-            }
-            sched__obj_add_loc(s, o, w->id);
-            sched__broadcast_added(s, w, o->id);
-        }
+    case PROTO_OBJ_ADDED:
+        sched__obj_added(s, w, m);
         return;
-    }
     case PROTO_OBJ_LIST:
         sched__memory_obj_list(s, w, m);
         return;
@@ -137,6 +98,10 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
 
 /* ---------------------------------------------------------------- sessions */
 
+/* The spill threshold assumed for a worker that has not yet sent a heartbeat (so has not said
+ * its own): the worker's default --spill-threshold. */
+#define SCHED_SPILL_THRESHOLD_UNKNOWN 0.8
+
 /* Chooses where a put goes: a worker on the client's host if one has room (the client then
  * writes straight into its shared memory), else the emptiest store. */
 static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
@@ -149,8 +114,15 @@ static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
         uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
         if (cap < size || w->stats[PROTO_STAT_PAUSED])
             continue;
-        double fill = (double)(w->stats[PROTO_STAT_USED] + w->reserved + size) / (double)cap;
-        bool local = host_id[0] != '\0' && strcmp(host_id, w->host_id) == 0 && fill <= 0.8;
+        uint64_t after = w->stats[PROTO_STAT_USED] + w->reserved + size;
+        double fill = (double)after / (double)cap;
+        /* A same-host store is preferred only while the put keeps it under its own spill
+         * threshold (--spill-threshold, reported in every heartbeat as bytes): beyond it, the
+         * put would push other objects to disk while another store has room. */
+        uint64_t spill_at = w->stats[PROTO_STAT_SPILL_AT]
+                                ? w->stats[PROTO_STAT_SPILL_AT]
+                                : (uint64_t)((double)cap * SCHED_SPILL_THRESHOLD_UNKNOWN);
+        bool local = host_id[0] != '\0' && strcmp(host_id, w->host_id) == 0 && after <= spill_at;
         if (best == NULL || (local && !best_local) ||
             (local == best_local && fill < best_fill)) {
             best_local = local;
@@ -339,9 +311,9 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
             return SPW_EPROTO;
         }
         const proto_val *wi = PROTO_REC(&hello->f[F_HELLO_WORKER], 0);
-        if (wi[R_WINFO_SLOTS].u == 0 || wi[R_WINFO_SLOTS].u > 4096) {
+        if (wi[R_WINFO_SLOTS].u == 0 || wi[R_WINFO_SLOTS].u > PROTO_MAX_SLOTS) {
             spw_free(tag);
-            snprintf(err, errlen, "worker slots must be 1..4096");
+            snprintf(err, errlen, "worker slots must be 1..%u", PROTO_MAX_SLOTS);
             return SPW_EINVAL;
         }
         sched_worker *w = spw_calloc(SPW_MOD_SCHED, 1, sizeof *w);

@@ -7,8 +7,14 @@
 #include "spillway/conn.h"
 #include "spillway/sched.h"
 
-/* Reference kinds, as reported by spillway-ctl memory. */
+/* Reference kinds, as reported by spillway-ctl memory. The wire (R_MOBJ_REFS, F_STATUS_REFS)
+ * indexes them by enum proto_refkind, so the two must stay the same list. */
 enum ref_kind { REF_CLIENT, REF_TASK_ARG, REF_PINNED, REF_BROADCAST, REF_OUTPUT, REF_KINDS };
+#define SCHED_SAME_REF(x) ((int)REF_##x == (int)PROTO_REF_##x)
+_Static_assert(SCHED_SAME_REF(CLIENT) && SCHED_SAME_REF(TASK_ARG) && SCHED_SAME_REF(PINNED) &&
+                   SCHED_SAME_REF(BROADCAST) && SCHED_SAME_REF(OUTPUT) && SCHED_SAME_REF(KINDS),
+               "enum ref_kind mirrors enum proto_refkind");
+#undef SCHED_SAME_REF
 
 /* Object states in the directory. */
 enum obj_state {
@@ -82,6 +88,7 @@ enum task_state {
     T_DONE = PROTO_TSTATE_DONE,
     T_FAILED = PROTO_TSTATE_FAILED,
 };
+_Static_assert(T_FAILED + 1 == PROTO_TSTATE_COUNT, "enum task_state mirrors PROTO_TSTATE_*");
 
 struct sched_task {
     spw_id id;            /* equals its output object's id */
@@ -106,7 +113,7 @@ struct sched_task {
     sched_task *wprev, *wnext; /* worker's assigned list */
 };
 
-/* A location of an object: a worker holding a copy. */
+/* A LOCATE waiting for a pending object to become ready (or fail), until its deadline. */
 typedef struct sched_waiter {
     sched_session *sess;
     uint64_t req;
@@ -157,7 +164,7 @@ struct sched_worker {
     uint32_t id;
     proto_conn *conn;
     char addr[SPW_ADDR_MAX];
-    char name[64];
+    char name[PROTO_MAX_NAME + 1]; /* as long as HELLO allows: tasks are placed by exact name */
     char host_id[128];
     char local[128];
     uint32_t slots;
@@ -241,6 +248,11 @@ void sched__obj_ready(sched *s, sched_obj *o);
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+/* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
+void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
+/* Interns a host name (objects record their owner's host, which outlives the session). */
+const char *sched__host_intern(sched *s, const char *host);
+void sched__hosts_free(sched *s);
 void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);
@@ -276,8 +288,6 @@ void sched__graphs_free_all(sched *s);
 
 /* status.c */
 void sched__status(sched *s, proto_conn *c, uint64_t req);
-const char *sched__host_intern(sched *s, const char *host);
-void sched__hosts_free(sched *s);
 
 /* broadcast.c */
 void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m);

@@ -67,32 +67,3 @@ void sched__status(sched *s, proto_conn *c, uint64_t req)
     proto_put_u(&e, s->latency_sum_us);
     proto_conn_send(c, &e);
 }
-
-/* Host names are interned: every object records its owner's host, which outlives sessions. */
-typedef struct sched_host {
-    char *name;
-    UT_hash_handle hh;
-} sched_host;
-
-const char *sched__host_intern(sched *s, const char *host)
-{
-    sched_host *h;
-    HASH_FIND_STR(s->hosts, host, h);
-    if (h == NULL) {
-        h = spw_calloc(SPW_MOD_SCHED, 1, sizeof *h);
-        h->name = spw_strdup(SPW_MOD_SCHED, host);
-        HASH_ADD_KEYPTR(hh, s->hosts, h->name, strlen(h->name), h);
-    }
-    return h->name;
-}
-
-void sched__hosts_free(sched *s)
-{
-    sched_host *h, *tmp;
-    HASH_ITER(hh, s->hosts, h, tmp)
-    {
-        HASH_DEL(s->hosts, h);
-        spw_free(h->name);
-        spw_free(h);
-    }
-}

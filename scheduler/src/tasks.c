@@ -570,6 +570,11 @@ static bool place_expired(sched *s, sched_task *t)
     return true;
 }
 
+/* Ready tasks a dispatch pass may step over (held by their graph's caps, or bound to a busy
+ * worker) before it ends; the next event that frees capacity kicks a new pass. Bounds the work
+ * of one loop iteration when many tasks wait on a few caps. */
+#define DISPATCH_SKIP_MAX 4096
+
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
@@ -591,7 +596,7 @@ static void dispatch(uv_idle_t *h)
                 continue;
             }
             if (!graph_admits(t->graph, t)) {
-                if (++skipped > 4096)
+                if (++skipped > DISPATCH_SKIP_MAX)
                     goto out;
                 t = next;
                 continue;
@@ -606,7 +611,7 @@ static void dispatch(uv_idle_t *h)
                     t = s->ready[d]; /* failing may cascade: rescan this depth */
                     continue;
                 }
-                if (++skipped > 4096)
+                if (++skipped > DISPATCH_SKIP_MAX)
                     goto out;
                 t = next;
                 continue;

@@ -90,6 +90,100 @@ static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* More copies than any fixed-size list in the scheduler or the client once held (8): the
+ * memory listing shows every one, each on a different node, and a task on the last worker reads
+ * its own copy. Small stores and one slot each, so ten workers fit a two-core machine under the
+ * sanitizers. */
+static void broadcast_to_ten_workers_lists_every_location(void **state)
+{
+    (void)state;
+    enum { NW = 10 };
+    h_cluster c;
+    start_named(&c, NW, "8M");
+    spillway *cl = e2e_connect(&c);
+    size_t n = (1u << 20) + 77;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 40503u >> 7);
+    spillway_ref r;
+    assert_int_equal(spillway_scatter(cl, data, n, 0, &r), 0);
+    json_t *mem = memory_doc(&c);
+    json_t *nodes = json_object_get(mem, "nodes");
+    assert_int_equal(json_array_size(nodes), NW);
+    json_t *objs = json_object_get(mem, "objects");
+    assert_int_equal(json_array_size(objs), 1);
+    json_t *locs = json_object_get(json_array_get(objs, 0), "locations");
+    assert_int_equal(json_array_size(locs), NW);
+    /* One location per node, every node once. */
+    bool seen[NW] = {false};
+    size_t i;
+    json_t *loc;
+    json_array_foreach(locs, i, loc)
+    {
+        json_int_t id = json_integer_value(json_object_get(loc, "node_id"));
+        size_t k;
+        json_t *node;
+        bool found = false;
+        json_array_foreach(nodes, k, node)
+        {
+            if (json_integer_value(json_object_get(node, "id")) == id) {
+                assert_false(seen[k]);
+                seen[k] = found = true;
+            }
+        }
+        assert_true(found);
+        assert_string_equal(json_string_value(json_object_get(loc, "state")), "memory");
+    }
+    json_decref(mem);
+    /* The table's WHERE cell names all ten too (it used to stop at 63 characters). */
+    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    char *text = NULL;
+    assert_int_equal(h_run(targv, &text), 0);
+    int shown = 0;
+    for (const char *p = text; (p = strstr(p, ":memory")) != NULL; p++)
+        shown++;
+    if (shown != NW)
+        fail_msg("WHERE lists %d of %d copies:\n%s", shown, NW, text);
+    free(text);
+    char last[8];
+    snprintf(last, sizeof last, "w%d", NW - 1);
+    assert_int_equal(checksum_on(cl, r, last), XXH3_64bits(data, n));
+    void *back;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 10000, &back, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(back, data, n);
+    spillway_free(back);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(data);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* A worker name longer than the scheduler's old 64-byte field: a task placed by that name runs
+ * there (it used to be truncated, so no worker ever matched). */
+static void task_placed_on_a_long_worker_name_runs_there(void **state)
+{
+    (void)state;
+    char name[201];
+    for (size_t i = 0; i < sizeof name - 1; i++)
+        name[i] = (char)('a' + i % 26);
+    name[sizeof name - 1] = '\0';
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "8M", "--name", name, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    static const uint8_t data[] = "placed by a long name";
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, sizeof data, &r), 0);
+    assert_int_equal(checksum_on(cl, r, name), XXH3_64bits(data, sizeof data));
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static bool broadcast_ref_seen(void *arg)
 {
     json_t *mem = memory_doc(arg);
@@ -366,6 +460,8 @@ static void map_blocks_matches_local_computation(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(broadcast_to_four_workers_delivers_identical_bytes),
+    cmocka_unit_test(broadcast_to_ten_workers_lists_every_location),
+    cmocka_unit_test(task_placed_on_a_long_worker_name_runs_there),
     cmocka_unit_test(broadcast_whose_source_dies_leaves_nothing),
     cmocka_unit_test(large_shared_argument_is_stored_once_per_node),
     cmocka_unit_test(ten_thousand_8mib_outputs_stay_bounded),

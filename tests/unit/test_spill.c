@@ -167,13 +167,13 @@ static void second_eviction_costs_no_write(void **state)
     (void)state;
     ost_store *s = mk(8u << 20, 0, 0, 30000);
     put(s, 1, 4u << 20, true);
-    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(stats(s).spill_count, 1);
     assert_int_equal(stats(s).used, 0);
     check(s, 1, 4u << 20, true); /* restored: in memory and still on disk */
     assert_int_equal(stats(s).objs_disk, 1);
-    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     ost_stats st = stats(s);
     assert_int_equal(st.spill_count, 1); /* no second write */
@@ -275,7 +275,7 @@ static void delete_during_spill_is_safe(void **state)
     (void)state;
     ost_store *s = mk(8u << 20, 0, 0, 30000);
     put(s, 1, 4u << 20, true);
-    assert_int_equal(ost_store_spill_all(s, NULL, NULL), 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
     assert_int_equal(ost_obj_delete(s, id(1)), 0); /* while the job writes it */
     uv_run(&loop, UV_RUN_DEFAULT);
     ost_stats st = stats(s);

@@ -20,6 +20,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -365,7 +366,7 @@ static void register_fns(executor *ex, const spw_plugin *p)
  * -errno; on failure the caller falls back to RLIMIT_DATA. */
 static int join_cgroup(const char *dir)
 {
-    char path[4096], pid[32];
+    char path[PATH_MAX], pid[32];
     snprintf(path, sizeof path, "%s/cgroup.procs", dir);
     int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     FILE *f = fopen(path, "w");

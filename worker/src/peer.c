@@ -465,7 +465,7 @@ static void read_start(wsrv *srv, const proto_msg *m)
             follow(rd, o, &u->followers, &u->next_off);
         } else if (may_wait) {
             spw_log(SPW_LOG_DEBUG, "obj=%s not here yet: read parked", spw_id_hex(id, hex));
-            rd->park_deadline_ns = spw_now_ns() + 3000000000ULL;
+            rd->park_deadline_ns = spw_now_ns() + WRK_PARK_MAX_NS;
             DL_APPEND2(w->parked, rd, fprev, fnext);
         } else {
             srv->refs--;
@@ -501,8 +501,6 @@ static void arena_map(wsrv *srv, const proto_msg *m)
     wrk *w = srv->w;
     proto_enc e;
     proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_ARENA, m->req, 1);
-    ost_stats st;
-    ost_stats_get(w->store, &st);
     proto_put_u(&e, w->opts.store.capacity);
     /* A client that only reads gets a read-only descriptor of its own (a fresh open of the
      * memfd through /proc: it cannot be mapped writable, and the memfd's mode 0600 stops a

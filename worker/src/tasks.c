@@ -14,6 +14,7 @@
  * private memory passes --executor-max-rss; none gets new tasks while marked.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -734,7 +735,7 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
-    char cap[32], lim[32], mem[32], cg[4096] = "-";
+    char cap[32], lim[32], mem[32], cg[PATH_MAX] = "-";
     snprintf(cap, sizeof cap, "%llu", (unsigned long long)w->opts.store.capacity);
     snprintf(lim, sizeof lim, "%d", spw_log_level);
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)w->opts.task_mem_limit);

@@ -381,7 +381,7 @@ static void sched_connect(wrk *w)
 int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
             wrk **out, char *bound, size_t boundlen)
 {
-    if (o->slots == 0 || o->slots > 4096 || o->nplugins > WRK_MAX_PLUGINS)
+    if (o->slots == 0 || o->slots > PROTO_MAX_SLOTS || o->nplugins > WRK_MAX_PLUGINS)
         return SPW_EINVAL;
     for (uint32_t i = 0; i < o->nplugins; i++) {
         int rc = plugin_check(o->plugins[i]);

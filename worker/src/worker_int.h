@@ -8,7 +8,15 @@
 #include "spillway/task.h"
 #include "spillway/worker.h"
 
+/* Copies of an object a worker tries when fetching it (a task argument's locations, a
+ * replication's chain): the first WRK_MAX_LOCS the scheduler lists. The scheduler lists every
+ * copy (most recent links of a broadcast chain first); eight sources are plenty to fall back
+ * on, and a fetch that fails on all of them reports the input lost, which the scheduler answers
+ * with a fresh list (task_retry_lost_input). */
 #define WRK_MAX_LOCS 8
+/* How long a FOLLOW read waits, parked, for an object that has not started arriving (a
+ * replication chain's next link asks before its own fetch has begun). */
+#define WRK_PARK_MAX_NS (3ULL * 1000000000ULL)
 
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
@@ -76,13 +84,14 @@ struct wrk_exec {
     uint64_t oom_kills;   /* memory.events oom_kill of its cgroup when it started */
 };
 
-/* A fetch of an object from a peer worker. */
+/* A task argument waiting for a fetch (on wfetch.waiters). */
 typedef struct fwait {
     wtask *t;
     uint32_t arg;
     struct fwait *next;
 } fwait;
 
+/* A fetch of an object from a peer worker, trying its locations in turn. */
 struct wfetch {
     spw_id id;
     UT_hash_handle hh;
@@ -111,7 +120,8 @@ typedef struct wpeer {
     uint64_t active_ns; /* last message from it, or request to it */
 } wpeer;
 
-/* State of a connection accepted on our peer port. */
+/* An object being uploaded to us on a peer-port connection (a client's put), by chunks or
+ * written in place by a local client. */
 typedef struct wupload {
     spw_id id;
     UT_hash_handle hh;
@@ -129,6 +139,8 @@ typedef struct wupload {
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 } wupload;
 
+/* A read of one of our objects served on a peer-port connection (OBJ_READ, or a FOLLOW of a
+ * broadcast chain), sent chunk by chunk. */
 typedef struct wread {
     ost_obj *obj;
     spw_id id;
@@ -154,6 +166,7 @@ typedef struct wpin {
     uint32_t count;
 } wpin;
 
+/* State of a connection accepted on our peer port (or our local socket). */
 typedef struct wsrv {
     struct wrk *w;
     proto_conn *conn;

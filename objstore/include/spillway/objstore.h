@@ -183,7 +183,7 @@ uint64_t ost_store_trim(ost_store *s);
 void ost_store_maintain(ost_store *s);
 /** Test hook: starts spilling every unpinned sealed object now (in the background).
  * @return 0, or SPW_ENOTSUP without a spill directory. */
-int ost_store_spill_all(ost_store *s, void (*cb)(void *arg), void *arg);
+int ost_store_spill_all(ost_store *s);
 /** Stops starting spill work (queued spills are dropped, queued restores fail with
  * SPW_ESHUTDOWN); idle(arg) runs once no job is running (at once if none is). For shutdown. */
 void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg);

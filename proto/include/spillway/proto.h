@@ -41,6 +41,9 @@ extern "C" {
 #define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
 #define PROTO_MAX_STR 4096u
 #define PROTO_MAX_NAME 255u
+/* Most task slots one worker may declare (HELLO's slots field; --slots). A bound on what a peer
+ * can make the scheduler account for, far above any core count a worker is run with. */
+#define PROTO_MAX_SLOTS 4096u
 /* Largest frame body accepted before the peer has proved the secret (CHALLENGE, HELLO, WELCOME
  * and a refusal all fit many times over). A larger declared length closes the connection with
  * SPW_EFRAMESIZE before any of its body is buffered, so unauthenticated peers hold at most this

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <netinet/in.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -709,7 +710,7 @@ int spw_file_read(const char *path, size_t max, char **out, size_t *outlen)
 
 int spw_file_write_atomic(const char *path, const void *data, size_t len)
 {
-    char tmp[4096];
+    char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return SPW_ENAMETOOLONG;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

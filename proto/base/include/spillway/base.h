@@ -126,7 +126,6 @@ enum spw_mod {
     SPW_MOD_WORKER,
     SPW_MOD_OBJSTORE,
     SPW_MOD_CLIENT,
-    SPW_MOD_UV,
     SPW_MOD_COUNT
 };
 
