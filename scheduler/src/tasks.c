@@ -126,7 +126,7 @@ static void send_result(sched *s, sched_task *t)
 
 static void task_fail(sched *s, sched_task *t, int err, const char *msg)
 {
-    if (t->state == T_READY)
+    if (t->state == T_READY && t->qprev != NULL) /* dispatch takes it off before assign() */
         ready_remove(s, t);
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
@@ -436,7 +436,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     double best_load = 0;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
-        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth)
+        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
+            proto_conn_is_closing(w->conn))
             continue;
         if (t->place != NULL && strcmp(t->place, w->name) != 0)
             continue;
