@@ -538,7 +538,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
  * consume it. A graph with nothing in flight may always start one task. */
 static bool graph_admits(const sched_graph *g, const sched_task *t)
 {
-    if (g->inflight == 0 && g->live_bytes == 0)
+    if (g->inflight == 0)
         return true;
     if (g->max_tasks != 0 && g->inflight >= g->max_tasks)
         return false;
