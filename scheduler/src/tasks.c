@@ -861,6 +861,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
+            sched__live_uncount(s, o); /* counted again if it is made again */
             if (lineage_recompute(s, o, 0))
                 spw_log(SPW_LOG_NOTICE, "obj=%s lost with worker=%s: recomputing it",
                         spw_id_hex(o->id, hex), w->addr);
