@@ -694,6 +694,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         proto_str(&m->f[F_DONE_ERR], msg, sizeof msg);
         if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
             spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
+            sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
             return;
         }
         task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
@@ -836,6 +837,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(t->id, hex),
                 w->addr);
         ready_push(s, t);
+        sched__obj_maybe_free(s, t->out); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */
