@@ -624,6 +624,7 @@ static void dispatch(uv_idle_t *h)
     }
 out:
     uv_idle_stop(&s->kick);
+    sched__check(s);
 }
 
 void sched__kick(sched *s)
