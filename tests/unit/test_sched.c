@@ -22,7 +22,7 @@ typedef struct rx {
     uint32_t type;
     spw_id id;        /* TASK_RUN, TASK_RESULT, PUT_TARGET, LOCATION */
     int64_t code;     /* ERROR code, TASK_RESULT / LOCATION status */
-    uint64_t u;       /* SUBMIT_ACK accepted */
+    uint64_t u;       /* SUBMIT_ACK accepted, PUT_TARGET worker */
     spw_id ids[16];   /* OBJ_DELETE, TASK_CANCEL */
     uint32_t nids;
 } rx;
@@ -64,8 +64,11 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     r->type = m->type;
     switch (m->type) {
     case PROTO_TASK_RUN:
+        r->id = m->f[0].id;
+        break;
     case PROTO_PUT_TARGET:
         r->id = m->f[0].id;
+        r->u = m->f[1].u; /* the worker receiving the upload */
         break;
     case PROTO_TASK_RESULT:
     case PROTO_LOCATION:
@@ -270,6 +273,17 @@ static void done(peer *w, uint64_t id, int status, uint64_t size, bool inl)
     proto_put_str(&en, status == 0 ? "" : "failed in test");
     proto_put_u(&en, 100);
     assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+static void put_place(peer *c, uint64_t id, uint64_t size)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_PUT_PLACE, 3, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_u(&en, size);
+    proto_put_str(&en, "test_sched.c:3");
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
 }
 
 static sched_obj *obj(env *e, uint64_t id)
@@ -574,13 +588,7 @@ static void release_of_unheld_id_is_refused(void **state)
     STEP_UNTIL(e, count(c, PROTO_ERROR) == 1);
     assert_int_equal(last(c, PROTO_ERROR)->code, SPW_ENOTHELD);
 
-    proto_enc en;
-    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_PUT_PLACE, 3, 4);
-    proto_put_id(&en, tid(50));
-    proto_put_u(&en, 4096);
-    proto_put_str(&en, "test_sched.c:3");
-    proto_put_u(&en, 0);
-    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+    put_place(c, 50, 4096);
     STEP_UNTIL(e, got(c, PROTO_PUT_TARGET, tid(50)));
     assert_int_equal(obj(e, 50)->refs[REF_CLIENT], 1);
     assert_int_equal(e->s->workers[0]->reserved, 4096);
@@ -589,6 +597,37 @@ static void release_of_unheld_id_is_refused(void **state)
     STEP_UNTIL(e, obj(e, 50) == NULL);
     assert_int_equal(e->s->workers[0]->reserved, 0);
     assert_int_equal(count(c, PROTO_ERROR), 1);
+}
+
+/* A put whose copy reached another worker before its uploading worker reported (a broadcast
+ * chain follows an upload while it arrives), released in between: the uploading worker's
+ * reservation goes with the object. */
+static void released_put_frees_its_reservation(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    put_place(c, 60, 4096);
+    STEP_UNTIL(e, got(c, PROTO_PUT_TARGET, tid(60)));
+    uint64_t target = last(c, PROTO_PUT_TARGET)->u;
+    peer *other = target == w1->session ? w2 : w1;
+    sched_worker *tw = sched__worker_by_id(e->s, (uint32_t)target);
+    assert_non_null(tw);
+    assert_int_equal(tw->reserved, 4096);
+
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(other->conn), PROTO_OBJ_ADDED, 0, 2);
+    proto_put_id(&en, tid(60));
+    proto_put_u(&en, 4096);
+    assert_int_equal(proto_conn_send(other->conn, &en), 0);
+    STEP_UNTIL(e, obj(e, 60)->state == OBJ_READY);
+    assert_int_equal(obj(e, 60)->put_worker, target); /* its own OBJ_ADDED is still to come */
+
+    uint64_t ids[] = {60};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 60) == NULL && got(other, PROTO_OBJ_DELETE, tid(60)));
+    assert_int_equal(tw->reserved, 0);
 }
 
 static const struct CMUnitTest tests[] = {
@@ -601,6 +640,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
+    cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)
