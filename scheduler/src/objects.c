@@ -82,11 +82,13 @@ static void obj_free(sched *s, sched_obj *o)
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
     sched__broadcast_obj_freed(s, o->id);
-    if (o->put_worker != 0 && o->state == OBJ_PENDING) {
+    if (o->put_worker != 0) {
+        /* Still uploading, or sealed and copied elsewhere before its uploader reported. */
         sched_worker *w = sched__worker_by_id(s, o->put_worker);
         if (w != NULL) {
             w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-            send_delete(s, w->id, o->id); /* drops a half-written upload */
+            if (o->state == OBJ_PENDING)
+                send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
     }
     sched_waiter *w, *wtmp;

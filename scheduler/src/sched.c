@@ -367,6 +367,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
         worker_msg(s, tag->w, m);
     else
         session_msg(s, tag->s, m);
+    sched__check(s);
 }
 
 static void on_close(proto_conn *c, int status)
@@ -391,6 +392,7 @@ static void on_close(proto_conn *c, int status)
         spw_free(ss);
     }
     spw_free(tag);
+    sched__check(s);
 }
 
 /* ------------------------------------------------------------------- timer */
@@ -424,6 +426,7 @@ static void timer_cb(uv_timer_t *t)
             }
         }
     }
+    sched__check(s);
 }
 
 /* --------------------------------------------------------------- lifecycle */

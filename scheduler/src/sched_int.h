@@ -299,6 +299,15 @@ void sched__broadcast_free_all(sched *s);
 void sched__broadcast_obj_freed(sched *s, spw_id id);
 void sched__broadcast_obj_ready(sched *s, const sched_obj *o);
 
+/* check.c: both abort naming the violated invariant and the task or object. sched__check is
+ * the per-event hook (amortised on large states; nothing unless SPW_CHECK_INVARIANTS). */
+void sched__check_full(sched *s);
+#ifdef SPW_CHECK_INVARIANTS
+void sched__check(sched *s);
+#else
+#define sched__check(s) ((void)(s))
+#endif
+
 /* memory.c */
 void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m);

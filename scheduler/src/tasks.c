@@ -126,7 +126,7 @@ static void send_result(sched *s, sched_task *t)
 
 static void task_fail(sched *s, sched_task *t, int err, const char *msg)
 {
-    if (t->state == T_READY)
+    if (t->state == T_READY && t->qprev != NULL) /* dispatch takes it off before assign() */
         ready_remove(s, t);
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
@@ -436,7 +436,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     double best_load = 0;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
-        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth)
+        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
+            proto_conn_is_closing(w->conn))
             continue;
         if (t->place != NULL && strcmp(t->place, w->name) != 0)
             continue;
@@ -537,7 +538,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
  * consume it. A graph with nothing in flight may always start one task. */
 static bool graph_admits(const sched_graph *g, const sched_task *t)
 {
-    if (g->inflight == 0 && g->live_bytes == 0)
+    if (g->inflight == 0)
         return true;
     if (g->max_tasks != 0 && g->inflight >= g->max_tasks)
         return false;
@@ -623,6 +624,7 @@ static void dispatch(uv_idle_t *h)
     }
 out:
     uv_idle_stop(&s->kick);
+    sched__check(s);
 }
 
 void sched__kick(sched *s)
@@ -693,6 +695,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         proto_str(&m->f[F_DONE_ERR], msg, sizeof msg);
         if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
             spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
+            sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
             return;
         }
         task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
@@ -835,6 +838,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(t->id, hex),
                 w->addr);
         ready_push(s, t);
+        sched__obj_maybe_free(s, t->out); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */
@@ -860,6 +864,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
+            sched__live_uncount(s, o); /* counted again if it is made again */
             if (lineage_recompute(s, o, 0))
                 spw_log(SPW_LOG_NOTICE, "obj=%s lost with worker=%s: recomputing it",
                         spw_id_hex(o->id, hex), w->addr);

@@ -359,6 +359,7 @@ void wrk__dispatch(wrk *w)
         exec_send(w, best, t);
     }
     wrk__started_flush(w);
+    wrk__check(w);
 }
 
 static wtask *exec_pop(wrk *w, wrk_exec *ex)

@@ -214,6 +214,7 @@ static void timer_cb(uv_timer_t *t)
     if (ost_store_trim(w->store) > 0)
         malloc_trim(0);
     send_heartbeat(w);
+    wrk__check(w);
 }
 
 /* ----------------------------------------------------- scheduler connection */
@@ -302,6 +303,7 @@ static void reconnect_later(wrk *w)
 static void sched_msg(proto_conn *c, const proto_msg *m)
 {
     wrk *w = proto_ctx_data(proto_conn_ctx(c));
+    wrk__check(w); /* the state the previous event left */
     switch (m->type) {
     case PROTO_TASK_RUN:
         wrk__task_run(w, m);

@@ -275,6 +275,15 @@ void wrk__peers_check(wrk *w);
 void wrk__fetches_drop(wrk *w);
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 
+/* check.c: both abort naming the violated invariant and the task or object. wrk__check is
+ * the per-event hook (amortised on large tables; nothing unless SPW_CHECK_INVARIANTS). */
+void wrk__check_full(wrk *w);
+#ifdef SPW_CHECK_INVARIANTS
+void wrk__check(wrk *w);
+#else
+#define wrk__check(w) ((void)(w))
+#endif
+
 /* builtins.c */
 const spw_plugin *wrk__builtins(void);
 

@@ -1,0 +1,460 @@
+/*
+ * sched__check: the invariants written atop tasks.c, objects.c, graphs.c and sched_int.h, as
+ * code. Where SPW_CHECK_INVARIANTS is defined (Debug and sanitizer builds, see the top
+ * CMakeLists.txt) sched.c runs it after every handled message and closed connection, tasks.c
+ * after every dispatch pass, and the timer on every tick; elsewhere the hook compiles to
+ * nothing. sched__check_full (always built) is what the in-process tests call after each
+ * step. A violation prints what was violated, with the task or object id, and aborts: in tests
+ * a broken invariant is found where it breaks, not where it bites.
+ *
+ * Cost: one walk over the objects (with their tasks' arguments), sessions, workers and graphs.
+ * While that state is small (SCHED_CHECK_SMALL units) every event checks it all. Above, a check
+ * runs only once 20 times its own duration has passed since the last one started, so checking
+ * takes at most about 5 % of the scheduler's time: a million-task graph under ASan stays linear,
+ * not quadratic, and heartbeats are still read in time. Reads only (graph_hold is counted down
+ * and back up); allocates a table of the live graphs for the duration of a check.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+#define SCHED_CHECK_SMALL 256 /* units (objects + sessions + workers) checked on every event */
+#define SCHED_CHECK_SHARE 20  /* above: a check waits 20 times its own duration (<= 5 %) */
+
+/* What one check found out about one graph, from its task records and the sessions. */
+typedef struct gacc {
+    const sched_graph *g;
+    UT_hash_handle hh;
+    uint64_t ntasks;   /* task records naming it, + 1 per session submitting it */
+    uint64_t inflight; /* of those, ASSIGNED or RUNNING */
+    uint64_t live_bytes;
+    uint64_t counts[PROTO_TSTATE_COUNT];
+} gacc;
+
+static __attribute__((noreturn, format(printf, 3, 4))) void fail(int line, spw_id id,
+                                                                   const char *fmt, ...)
+{
+    char hex[33], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "sched__check: invariant violated (check.c:%d): %s%s%s\n", line, msg,
+            spw_id_is_nil(id) ? "" : " id=", spw_id_is_nil(id) ? "" : spw_id_hex(id, hex));
+    fflush(stderr);
+    abort();
+}
+
+static const spw_id NOID = {0, 0};
+
+#define CHECK(cond, id, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            fail(__LINE__, (id), __VA_ARGS__);                                                     \
+    } while (0)
+
+static gacc *gacc_find(gacc *table, const sched_graph *g)
+{
+    gacc *a;
+    HASH_FIND_PTR(table, &g, a);
+    return a;
+}
+
+static bool worker_live(const sched *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i]->id == id)
+            return true;
+    return false;
+}
+
+/* A task's own invariants, and its contribution to its graph's. */
+static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *graphs,
+                       uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t *linked)
+{
+    spw_id id = o->id;
+    CHECK(t->out == o && spw_id_eq(t->id, o->id), id, "task and its output object disagree");
+    CHECK(t->state <= T_FAILED, id, "task state %u unknown", t->state);
+    tstate[t->state]++;
+    bool live = t->state == T_WAITING || t->state == T_READY || t->state == T_ASSIGNED ||
+                t->state == T_RUNNING;
+    CHECK(live == !t->args_released, id,
+          "task in state %u has its arguments %s", t->state,
+          t->args_released ? "released" : "still held");
+    uint32_t waiting = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_arg *a = &t->args[i];
+        CHECK(a->task == t, id, "argument %u does not point back to its task", i);
+        if (a->kind == PROTO_ARG_INLINE) {
+            CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
+                  "inline argument %u names an object", i);
+            continue;
+        }
+        if (t->args_released) {
+            CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
+                  "finished task's argument %u still holds its object", i);
+            continue;
+        }
+        /* The TASK_ARG reference of an unfinished task is its link on obj->consumers; the
+         * object's walk counts the links, so refs[TASK_ARG] is checked there. */
+        CHECK(a->obj != NULL && a->linked, id, "unfinished task's argument %u is not linked", i);
+        CHECK(spw_id_eq(a->obj->id, a->id), id, "argument %u names another object", i);
+        (*linked)++;
+        if (a->waiting) {
+            waiting++;
+            CHECK(a->obj->state == OBJ_PENDING, id,
+                  "argument %u waits for an object in state %u", i, a->obj->state);
+        } else if (t->state == T_WAITING || t->state == T_READY) {
+            /* LOST: not recomputable; the worker will fail the task (SPW_EOBJLOST). */
+            CHECK(a->obj->state == OBJ_READY || a->obj->state == OBJ_LOST, id,
+                  "argument %u counted as ready, but its object is in state %u", i,
+                  a->obj->state);
+        }
+    }
+    CHECK(t->ndeps == waiting, id, "ndeps %u, but %u arguments wait", t->ndeps, waiting);
+    CHECK(t->state != T_WAITING || t->ndeps > 0, id, "waiting task has nothing to wait for");
+    CHECK(t->state == T_WAITING || t->ndeps == 0, id, "task in state %u waits for %u inputs",
+          t->state, t->ndeps);
+    if (t->state == T_READY)
+        CHECK(t->depth < SCHED_DEPTHS, id, "ready task at depth %u", t->depth);
+    else
+        CHECK(t->qprev == NULL && t->qnext == NULL, id,
+              "task in state %u is linked on a ready queue", t->state);
+    bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
+    CHECK(assigned == (t->worker != NULL), id, "task in state %u %s a worker", t->state,
+          t->worker != NULL ? "has" : "lacks");
+    if (assigned)
+        CHECK(worker_live(s, t->worker->id), id, "task assigned to a worker that left");
+    /* Object state follows its producer's. */
+    switch (t->state) {
+    case T_DONE:
+        CHECK(o->state == OBJ_READY || o->state == OBJ_LOST, id,
+              "task done, output in state %u", o->state);
+        break;
+    case T_FAILED:
+        CHECK(o->state == OBJ_FAILED, id, "task failed, output in state %u", o->state);
+        break;
+    default:
+        CHECK(o->state == OBJ_PENDING, id, "task in state %u, output in state %u", t->state,
+              o->state);
+    }
+    CHECK(t->graph != NULL, id, "task without a graph");
+    gacc *ga = gacc_find(graphs, t->graph);
+    CHECK(ga != NULL, id, "task's graph is not on the graph list");
+    ga->ntasks++;
+    ga->counts[t->state]++;
+    ga->inflight += assigned;
+    if (o->live_graph != NULL)
+        CHECK(o->live_graph == t->graph, id, "output counted in another graph's live bytes");
+}
+
+static void check_object(sched *s, sched_obj *o, gacc *graphs,
+                         uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t refs[REF_KINDS],
+                         uint64_t *obj_bytes, uint64_t *linked, uint64_t *consumers,
+                         uint64_t *holders, uint64_t *reserved_total)
+{
+    spw_id id = o->id;
+    CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
+    CHECK(o->state <= OBJ_LOST, id, "object state %u unknown", o->state);
+    for (int k = 0; k < REF_KINDS; k++)
+        refs[k] += o->refs[k];
+    CHECK(o->refs[REF_PINNED] == 0, id, "the scheduler holds PINNED references (%u)",
+          o->refs[REF_PINNED]);
+
+    /* TASK_ARG: one per unfinished task's argument naming it, each linked here. */
+    uint32_t nconsumers = 0;
+    for (const sched_arg *a = o->consumers; a != NULL; a = a->cnext) {
+        CHECK(a->obj == o && a->linked, id, "consumer list holds an argument of another object");
+        CHECK(!a->task->args_released, id, "consumer list holds a finished task's argument");
+        CHECK(a->waiting == 0 || o->state == OBJ_PENDING, id, "consumer waits for a %s object",
+              "non-pending");
+        nconsumers++;
+    }
+    *consumers += nconsumers;
+    CHECK(o->refs[REF_TASK_ARG] == nconsumers, id, "refs[TASK_ARG] %u, but %u consumers",
+          o->refs[REF_TASK_ARG], nconsumers);
+
+    /* CLIENT, OUTPUT, BROADCAST: the sum of the holding sessions' counts. */
+    uint64_t held[REF_KINDS] = {0};
+    for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {
+        CHECK(r->obj == o && spw_id_eq(r->id, o->id), id, "holder names another object");
+        sched_session *ss;
+        HASH_FIND(hh, s->sessions, &r->sess->id, sizeof r->sess->id, ss);
+        CHECK(ss == r->sess, id, "holder's session is gone");
+        sched_ref *back;
+        HASH_FIND(hh, ss->refs, &o->id, sizeof o->id, back);
+        CHECK(back == r, id, "holder not in its session's table");
+        bool any = false;
+        for (int k = 0; k < REF_KINDS; k++) {
+            held[k] += r->count[k];
+            any = any || r->count[k] > 0;
+        }
+        CHECK(any, id, "holder with no reference left is still linked");
+        CHECK(r->count[REF_TASK_ARG] == 0 && r->count[REF_PINNED] == 0, id,
+              "a session holds a TASK_ARG or PINNED reference");
+        (*holders)++;
+    }
+    for (int k = REF_CLIENT; k < REF_KINDS; k++) {
+        if (k == REF_TASK_ARG || k == REF_PINNED)
+            continue;
+        CHECK(o->refs[k] == held[k], id, "refs[%d] is %u, its holders hold %llu", k, o->refs[k],
+              (unsigned long long)held[k]);
+    }
+
+    /* Nothing unreferenced stays, except an output whose task still runs (orphan). */
+    uint64_t total = o->graph_hold;
+    for (int k = 0; k < REF_KINDS; k++)
+        total += o->refs[k];
+    const sched_task *t = o->producer;
+    if (total == 0)
+        CHECK(t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING) && o->orphan, id,
+              "object with no reference left was not freed (task state %d, orphan %u)",
+              t != NULL ? t->state : -1, o->orphan);
+
+    /* Locations: distinct live workers, and only for ready objects. */
+    CHECK(o->nlocs <= o->caplocs, id, "nlocs over caplocs");
+    for (uint32_t i = 0; i < o->nlocs; i++) {
+        CHECK(worker_live(s, o->locs[i]), id, "location on worker %u, which left", o->locs[i]);
+        for (uint32_t j = 0; j < i; j++)
+            CHECK(o->locs[j] != o->locs[i], id, "worker %u listed twice", o->locs[i]);
+    }
+    if (o->nlocs > 0)
+        CHECK(o->state == OBJ_READY, id, "object in state %u has %u locations", o->state,
+              o->nlocs);
+    if (o->inline_data != NULL)
+        CHECK(o->inline_len == o->size && o->size > 0, id, "inline value of %u bytes, size %llu",
+              o->inline_len, (unsigned long long)o->size);
+    if (o->state == OBJ_READY) {
+        *obj_bytes += o->size;
+        CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || o->producer == NULL,
+              id, "ready task output with no copy anywhere");
+    }
+    if (o->state == OBJ_PENDING && t == NULL)
+        CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
+    if (o->put_worker != 0) {
+        CHECK(t == NULL, id, "task output with an upload worker");
+        if (o->state == OBJ_PENDING)
+            CHECK(worker_live(s, o->put_worker), id, "upload placed on worker %u, which left",
+                  o->put_worker);
+        if (worker_live(s, o->put_worker))
+            *reserved_total += o->size;
+    }
+    for (const sched_waiter *w = o->waiters; w != NULL; w = w->next) {
+        CHECK(w->obj == o, id, "waiter for another object");
+        CHECK(o->state == OBJ_PENDING, id, "LOCATE waits for an object in state %u", o->state);
+    }
+
+    if (o->live_graph != NULL) {
+        CHECK(o->refs[REF_TASK_ARG] > 0, id, "counted in live bytes with no consumer left");
+        CHECK(t != NULL, id, "a put counted in a graph's live bytes");
+        gacc *ga = gacc_find(graphs, o->live_graph);
+        CHECK(ga != NULL, id, "counted in a graph that is not on the list");
+        ga->live_bytes += o->size;
+    }
+
+    if (t != NULL)
+        check_task(s, o, t, graphs, tstate, linked);
+}
+
+static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
+{
+    sched_session *ss, *tmp;
+    HASH_ITER(hh, s->sessions, ss, tmp)
+    {
+        CHECK(ss->conn != NULL, NOID, "session %llu without a connection",
+              (unsigned long long)ss->id);
+        uint64_t n = 0;
+        sched_ref *r, *rtmp;
+        HASH_ITER(hh, ss->refs, r, rtmp)
+        {
+            CHECK(r->sess == ss, r->id, "session %llu's reference names another session",
+                  (unsigned long long)ss->id);
+            CHECK(sched__obj_find(s, r->id) == r->obj, r->id,
+                  "session %llu holds a reference to a freed object", (unsigned long long)ss->id);
+            for (int k = 0; k < REF_KINDS; k++)
+                n += r->count[k];
+            (*holders)--;
+        }
+        CHECK(n == ss->nrefs, NOID, "session %llu: nrefs %llu, its table holds %llu",
+              (unsigned long long)ss->id, (unsigned long long)ss->nrefs, (unsigned long long)n);
+        CHECK((ss->graph != 0) == (ss->cur_graph != NULL), NOID,
+              "session %llu: graph id and graph record disagree", (unsigned long long)ss->id);
+        CHECK(ss->nbuilding == 0 || ss->cur_graph != NULL, NOID,
+              "session %llu holds outputs with no graph being submitted",
+              (unsigned long long)ss->id);
+        if (ss->cur_graph != NULL) {
+            gacc *ga = gacc_find(graphs, ss->cur_graph);
+            CHECK(ga != NULL, NOID, "session %llu submits a graph not on the list",
+                  (unsigned long long)ss->id);
+            ga->ntasks++;
+        }
+        for (uint32_t i = 0; i < ss->nbuilding; i++) {
+            sched_obj *o = ss->building[i];
+            CHECK(sched__obj_find(s, o->id) == o, o->id,
+                  "session %llu holds a freed output for its graph", (unsigned long long)ss->id);
+            CHECK(o->graph_hold > 0, o->id, "graph output held without graph_hold");
+            o->graph_hold--; /* restored below */
+        }
+        for (const sched_waiter *w = ss->waiters; w != NULL; w = w->snext) {
+            CHECK(w->sess == ss, NOID, "waiter on another session's list");
+            CHECK(w->obj != NULL && sched__obj_find(s, w->obj->id) == w->obj, NOID,
+                  "LOCATE waits for a freed object");
+        }
+    }
+    /* Every graph_hold left after an event is a session's building entry. */
+    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+        CHECK(o->graph_hold == 0, o->id, "graph_hold %u left over after an event", o->graph_hold);
+    HASH_ITER(hh, s->sessions, ss, tmp)
+        for (uint32_t i = 0; i < ss->nbuilding; i++)
+            ss->building[i]->graph_hold++;
+}
+
+static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t reserved_total)
+{
+    uint64_t assigned = 0, reserved = 0;
+    uint32_t depth_max = s->opts.max_depth > 2 ? s->opts.max_depth : 2;
+    for (uint32_t i = 0; i < s->nworkers; i++) {
+        const sched_worker *w = s->workers[i];
+        CHECK(w->conn != NULL && w->slots > 0, NOID, "worker %u without a connection or slots",
+              w->id);
+        for (uint32_t j = 0; j < i; j++)
+            CHECK(s->workers[j]->id != w->id, NOID, "worker id %u used twice", w->id);
+        uint32_t n = 0, running = 0;
+        for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
+            CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
+            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING, t->id,
+                  "task in state %u on worker %u's list", t->state, w->id);
+            n++;
+            running += t->state == T_RUNNING;
+        }
+        CHECK(n == w->assigned, NOID, "worker %u: assigned %u, its list holds %u", w->id,
+              w->assigned, n);
+        CHECK(w->assigned <= (uint64_t)w->slots * depth_max, NOID,
+              "worker %u: %u tasks assigned to %u slots", w->id, w->assigned, w->slots);
+        CHECK(running <= w->assigned, NOID, "worker %u: more running than assigned", w->id);
+        assigned += n;
+        reserved += w->reserved;
+    }
+    CHECK(assigned == tstate[T_ASSIGNED] + tstate[T_RUNNING], NOID,
+          "workers' lists hold %llu tasks, %llu are assigned or running",
+          (unsigned long long)assigned,
+          (unsigned long long)(tstate[T_ASSIGNED] + tstate[T_RUNNING]));
+    CHECK(reserved == reserved_total, NOID,
+          "workers reserve %llu bytes for uploads, pending puts placed on them total %llu",
+          (unsigned long long)reserved, (unsigned long long)reserved_total);
+}
+
+static void check_ready(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT])
+{
+    uint64_t n = 0;
+    for (int d = 0; d < SCHED_DEPTHS; d++)
+        for (const sched_task *t = s->ready[d]; t != NULL; t = t->qnext) {
+            CHECK(t->state == T_READY, t->id, "task in state %u on the ready queue", t->state);
+            CHECK(t->depth == d, t->id, "task of depth %u on ready queue %d", t->depth, d);
+            CHECK(sched__obj_find(s, t->id) == t->out, t->id, "freed task on the ready queue");
+            n++;
+        }
+    CHECK(n == s->nready, NOID, "nready %llu, ready queues hold %llu",
+          (unsigned long long)s->nready, (unsigned long long)n);
+    CHECK(n == tstate[T_READY], NOID, "%llu tasks ready, ready queues hold %llu",
+          (unsigned long long)tstate[T_READY], (unsigned long long)n);
+}
+
+static void check_graphs(sched *s, gacc *graphs)
+{
+    uint32_t gone = 0;
+    gacc *ga, *tmp;
+    HASH_ITER(hh, graphs, ga, tmp)
+    {
+        const sched_graph *g = ga->g;
+        gone += g->ntasks == 0;
+        CHECK(g->ntasks == ga->ntasks, NOID,
+              "graph %llu/%llu: ntasks %llu, %llu task records and submitters",
+              (unsigned long long)g->session, (unsigned long long)g->gid,
+              (unsigned long long)g->ntasks, (unsigned long long)ga->ntasks);
+        CHECK(g->inflight == ga->inflight, NOID, "graph %llu/%llu: inflight %llu, %llu assigned",
+              (unsigned long long)g->session, (unsigned long long)g->gid,
+              (unsigned long long)g->inflight, (unsigned long long)ga->inflight);
+        CHECK(g->max_tasks == 0 || g->inflight <= g->max_tasks, NOID,
+              "graph %llu/%llu: %llu tasks in flight over its cap of %llu",
+              (unsigned long long)g->session, (unsigned long long)g->gid,
+              (unsigned long long)g->inflight, (unsigned long long)g->max_tasks);
+        CHECK(g->live_bytes == ga->live_bytes, NOID,
+              "graph %llu/%llu: live_bytes %llu, its unconsumed outputs total %llu",
+              (unsigned long long)g->session, (unsigned long long)g->gid,
+              (unsigned long long)g->live_bytes, (unsigned long long)ga->live_bytes);
+        CHECK(g->peak_live >= g->live_bytes, NOID, "graph %llu/%llu: peak under live bytes",
+              (unsigned long long)g->session, (unsigned long long)g->gid);
+        /* Freed tasks keep their last state in counts, and are never unfinished. */
+        for (int k = 0; k < PROTO_TSTATE_COUNT; k++) {
+            bool unfinished = k != T_DONE && k != T_FAILED;
+            CHECK(unfinished ? g->counts[k] == ga->counts[k] : g->counts[k] >= ga->counts[k],
+                  NOID, "graph %llu/%llu: counts[%d] %llu, %llu live tasks in that state",
+                  (unsigned long long)g->session, (unsigned long long)g->gid, k,
+                  (unsigned long long)g->counts[k], (unsigned long long)ga->counts[k]);
+        }
+    }
+    CHECK(gone == s->graphs_gone, NOID, "graphs_gone %u, %u listed graphs have no task", s->graphs_gone,
+          gone);
+}
+
+void sched__check_full(sched *s)
+{
+    gacc *graphs = NULL;
+    for (const sched_graph *g = s->graphs; g != NULL; g = g->gnext) {
+        gacc *ga = spw_calloc(SPW_MOD_SCHED, 1, sizeof *ga);
+        ga->g = g;
+        HASH_ADD_PTR(graphs, g, ga);
+    }
+    uint64_t tstate[PROTO_TSTATE_COUNT] = {0}, refs[REF_KINDS] = {0};
+    uint64_t obj_bytes = 0, linked = 0, consumers = 0, holders = 0, reserved = 0;
+    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+        check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
+                     &reserved);
+    CHECK(linked == consumers, NOID, "%llu linked arguments, %llu on consumer lists",
+          (unsigned long long)linked, (unsigned long long)consumers);
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+        CHECK(tstate[k] == s->tstate[k], NOID, "tstate[%d] %llu, %llu tasks in that state", k,
+              (unsigned long long)s->tstate[k], (unsigned long long)tstate[k]);
+    for (int k = 0; k < REF_KINDS; k++)
+        CHECK(refs[k] == s->refs[k], NOID, "refs[%d] %llu, objects hold %llu", k,
+              (unsigned long long)s->refs[k], (unsigned long long)refs[k]);
+    CHECK(obj_bytes == s->obj_bytes, NOID, "obj_bytes %llu, ready objects total %llu",
+          (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
+    check_sessions(s, &holders, graphs);
+    CHECK(holders == 0, NOID, "objects' holder lists and sessions' tables differ by %lld",
+          (long long)holders);
+    check_ready(s, tstate);
+    check_workers(s, tstate, reserved);
+    check_graphs(s, graphs);
+    gacc *ga, *tmp;
+    HASH_ITER(hh, graphs, ga, tmp)
+    {
+        HASH_DEL(graphs, ga);
+        spw_free(ga);
+    }
+}
+
+#ifdef SPW_CHECK_INVARIANTS
+void sched__check(sched *s)
+{
+    /* Amortised: see the comment at the top. One scheduler per process in practice; with more,
+     * they share these, which only changes which events check. */
+    static uint64_t next_ns;
+    uint64_t units = HASH_COUNT(s->objects) + HASH_COUNT(s->sessions) + s->nworkers;
+    if (units > SCHED_CHECK_SMALL) {
+        uint64_t now = spw_now_ns();
+        if (now < next_ns)
+            return;
+        sched__check_full(s);
+        uint64_t took = spw_now_ns() - now;
+        next_ns = now + took * SCHED_CHECK_SHARE;
+        return;
+    }
+    sched__check_full(s);
+}
+#endif

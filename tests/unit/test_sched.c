@@ -1,0 +1,646 @@
+/*
+ * The scheduler in process: spw_sched runs on a libuv loop in this process, and fake workers
+ * and clients connect to it over 127.0.0.1 (an ephemeral port) with their own proto_ctx, so
+ * they run the real handshake (with the secret's proof) and send frames built by the proto
+ * encoders. The test steps the loop itself (uv_run NOWAIT until a condition holds, with a
+ * bound; never a sleep) and looks at the scheduler's state through sched_int.h: task states,
+ * references by kind, graph counters, locations. sched__check_full() runs after every step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_main.h"
+
+#include "sched_int.h"
+
+#define SECRET "in-process-test-secret-0123456789"
+#define STEPS 200000 /* loop iterations before a condition counts as never met */
+
+/* One message a fake peer received, the fields the tests look at. */
+typedef struct rx {
+    uint32_t type;
+    spw_id id;        /* TASK_RUN, TASK_RESULT, PUT_TARGET, LOCATION */
+    int64_t code;     /* ERROR code, TASK_RESULT / LOCATION status */
+    uint64_t u;       /* SUBMIT_ACK accepted, PUT_TARGET worker */
+    spw_id ids[16];   /* OBJ_DELETE, TASK_CANCEL */
+    uint32_t nids;
+} rx;
+
+typedef struct peer {
+    proto_ctx *ctx;
+    proto_conn *conn;
+    bool ready, closed, ctx_closed;
+    uint64_t session; /* the scheduler's id for us (a worker's id) */
+    proto_hello_worker hw;
+    rx log[256];
+    uint32_t n;
+} peer;
+
+typedef struct env {
+    uv_loop_t loop;
+    sched *s;
+    char addr[64];
+    bool sched_closed;
+    peer peers[4];
+    uint32_t npeers;
+} env;
+
+/* ------------------------------------------------------------------ peers */
+
+static void on_ready(proto_conn *c, const proto_welcome *w)
+{
+    peer *p = proto_conn_data(c);
+    p->ready = true;
+    p->session = w->session;
+}
+
+static void on_msg(proto_conn *c, const proto_msg *m)
+{
+    peer *p = proto_conn_data(c);
+    assert_true(p->n < sizeof p->log / sizeof p->log[0]);
+    rx *r = &p->log[p->n++];
+    memset(r, 0, sizeof *r);
+    r->type = m->type;
+    switch (m->type) {
+    case PROTO_TASK_RUN:
+        r->id = m->f[0].id;
+        break;
+    case PROTO_PUT_TARGET:
+        r->id = m->f[0].id;
+        r->u = m->f[1].u; /* the worker receiving the upload */
+        break;
+    case PROTO_TASK_RESULT:
+    case PROTO_LOCATION:
+        r->id = m->f[0].id;
+        r->code = m->f[1].i;
+        break;
+    case PROTO_SUBMIT_ACK:
+        r->u = m->f[1].u;
+        break;
+    case PROTO_ERROR:
+        r->code = m->f[F_ERROR_CODE].i;
+        break;
+    case PROTO_OBJ_DELETE:
+    case PROTO_TASK_CANCEL:
+        for (uint32_t i = 0; i < m->f[0].arr.n && r->nids < 16; i++)
+            r->ids[r->nids++] = m->f[0].arr.v[i].id;
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_close(proto_conn *c, int status)
+{
+    peer *p = proto_conn_data(c);
+    p->closed = true;
+    p->conn = NULL;
+}
+
+static const proto_conn_cbs peer_cbs = {
+    .on_ready = on_ready,
+    .on_msg = on_msg,
+    .on_close = on_close,
+};
+
+/* Runs the loop until cond holds (or STEPS iterations), then checks every invariant. */
+#define STEP_UNTIL(e, cond)                                                                        \
+    do {                                                                                           \
+        for (int step_ = 0; step_ < STEPS && !(cond); step_++)                                     \
+            uv_run(&(e)->loop, UV_RUN_NOWAIT);                                                     \
+        assert_true(cond);                                                                         \
+        sched__check_full((e)->s);                                                                 \
+    } while (0)
+
+/* Runs the loop a fixed number of times: for asserting that something does not happen. */
+static void settle(env *e)
+{
+    for (int i = 0; i < 2000; i++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    sched__check_full(e->s);
+}
+
+static peer *peer_connect(env *e, int role, const char *name, uint32_t slots)
+{
+    peer *p = &e->peers[e->npeers++];
+    memset(p, 0, sizeof *p);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.role = role;
+    o.name = name;
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    if (role == PROTO_ROLE_WORKER) {
+        p->hw.addr = "127.0.0.1:1";
+        p->hw.slots = slots;
+        p->hw.capacity = 1 << 30;
+        p->hw.host_id = "test-host";
+        p->hw.local = "";
+        o.worker = &p->hw;
+    }
+    assert_int_equal(proto_ctx_new(&e->loop, &o, &p->ctx), 0);
+    assert_int_equal(proto_connect(p->ctx, e->addr, &peer_cbs, p, &p->conn), 0);
+    STEP_UNTIL(e, p->ready);
+    return p;
+}
+
+static void peer_close(env *e, peer *p)
+{
+    proto_conn_close(p->conn, 0);
+    STEP_UNTIL(e, p->closed);
+}
+
+static uint32_t count(const peer *p, uint32_t type)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n; i++)
+        n += p->log[i].type == type;
+    return n;
+}
+
+/* Whether p received a message of type naming id (in its id field or its id list). */
+static bool got(const peer *p, uint32_t type, spw_id id)
+{
+    for (uint32_t i = 0; i < p->n; i++) {
+        const rx *r = &p->log[i];
+        if (r->type != type)
+            continue;
+        if (spw_id_eq(r->id, id))
+            return true;
+        for (uint32_t j = 0; j < r->nids; j++)
+            if (spw_id_eq(r->ids[j], id))
+                return true;
+    }
+    return false;
+}
+
+static const rx *last(const peer *p, uint32_t type)
+{
+    for (uint32_t i = p->n; i-- > 0;)
+        if (p->log[i].type == type)
+            return &p->log[i];
+    return NULL;
+}
+
+/* The number of the k-th task p was told to run. */
+static uint64_t nth_run(const peer *p, uint32_t k)
+{
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->log[i].type == PROTO_TASK_RUN && k-- == 0)
+            return p->log[i].id.lo;
+    fail_msg("fewer TASK_RUN than asked for");
+    return 0;
+}
+
+static spw_id tid(uint64_t n)
+{
+    spw_id id = {0x5eed000000000000ULL, n};
+    return id;
+}
+
+/* A task for submit(): object arguments (none: one inline value). */
+typedef struct tspec {
+    uint64_t id;
+    uint64_t args[3];
+    uint32_t nargs;
+    uint32_t flags;
+} tspec;
+
+static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes,
+                   const tspec *ts, uint32_t n)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
+    proto_put_u(&en, graph);
+    proto_put_u(&en, PROTO_SUBMIT_END);
+    proto_put_u(&en, max_tasks);
+    proto_put_u(&en, max_bytes);
+    proto_put_arr(&en, n);
+    for (uint32_t i = 0; i < n; i++) {
+        proto_put_arr(&en, 5);
+        proto_put_id(&en, tid(ts[i].id));
+        proto_put_str(&en, "fn");
+        if (ts[i].nargs == 0) {
+            proto_put_arr(&en, 1);
+            proto_put_arr(&en, 5);
+            proto_put_u(&en, PROTO_ARG_INLINE);
+            proto_put_bin(&en, "x", 1);
+            proto_put_nil(&en);
+            proto_put_u(&en, 0);
+            proto_put_u(&en, 0);
+        } else {
+            proto_put_arr(&en, ts[i].nargs);
+            for (uint32_t a = 0; a < ts[i].nargs; a++) {
+                proto_put_arr(&en, 5);
+                proto_put_u(&en, PROTO_ARG_OBJ);
+                proto_put_nil(&en);
+                proto_put_id(&en, tid(ts[i].args[a]));
+                proto_put_u(&en, 0);
+                proto_put_u(&en, 0);
+            }
+        }
+        proto_put_u(&en, ts[i].flags);
+        proto_put_str(&en, "test_sched.c:1");
+    }
+    proto_put_str(&en, "test_sched.c:2");
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+}
+
+static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(p->conn), type, 9, 1);
+    proto_put_arr(&en, n);
+    for (uint32_t i = 0; i < n; i++)
+        proto_put_id(&en, tid(ids[i]));
+    assert_int_equal(proto_conn_send(p->conn, &en), 0);
+}
+
+/* TASK_DONE from a fake worker: inline (the value's bytes travel) or stored (size only). */
+static void done(peer *w, uint64_t id, int status, uint64_t size, bool inl)
+{
+    static const uint8_t zeros[64];
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 6);
+    proto_put_id(&en, tid(id));
+    proto_put_i(&en, status);
+    proto_put_u(&en, status == 0 ? size : 0);
+    if (status == 0 && inl)
+        proto_put_bin(&en, zeros, size);
+    else
+        proto_put_nil(&en);
+    proto_put_str(&en, status == 0 ? "" : "failed in test");
+    proto_put_u(&en, 100);
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+static void put_place(peer *c, uint64_t id, uint64_t size)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_PUT_PLACE, 3, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_u(&en, size);
+    proto_put_str(&en, "test_sched.c:3");
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+}
+
+static sched_obj *obj(env *e, uint64_t id)
+{
+    return sched__obj_find(e->s, tid(id));
+}
+
+static int tstate(env *e, uint64_t id)
+{
+    sched_obj *o = obj(e, id);
+    return o != NULL && o->producer != NULL ? o->producer->state : -1;
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+static void sched_done(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static void ctx_done(void *arg)
+{
+    ((peer *)arg)->ctx_closed = true;
+}
+
+static int setup(void **state)
+{
+    env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    spw_log_level = SPW_LOG_ERR;
+    assert_int_equal(uv_loop_init(&e->loop), 0);
+    sched_opts o;
+    sched_opts_default(&o);
+    o.listen = "127.0.0.1:0";
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    assert_int_equal(sched_new(&e->loop, &o, &e->s, e->addr, sizeof e->addr), 0);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    env *e = *state;
+    for (uint32_t i = 0; i < e->npeers; i++)
+        proto_ctx_close(e->peers[i].ctx, ctx_done, &e->peers[i]);
+    sched_close(e->s, sched_done, &e->sched_closed);
+    for (int i = 0; i < STEPS && !e->sched_closed; i++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    assert_true(e->sched_closed);
+    for (uint32_t i = 0; i < e->npeers; i++)
+        assert_true(e->peers[i].ctx_closed);
+    uv_run(&e->loop, UV_RUN_DEFAULT); /* close callbacks still due; returns once none is left */
+    assert_int_equal(uv_loop_close(&e->loop), 0);
+    free(e);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* WAITING -> READY -> ASSIGNED (TASK_RUN) -> RUNNING (TASK_STARTED) -> DONE, with the counts by
+ * state, the OUTPUT reference of a kept result, and its release. */
+static void task_moves_through_its_states(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, &t, 1);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
+    assert_int_equal(last(c, PROTO_SUBMIT_ACK)->u, 1);
+    assert_int_equal(tstate(e, 1), T_ASSIGNED);
+    assert_int_equal(e->s->tstate[T_ASSIGNED], 1);
+    assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 1);
+    assert_int_equal(e->s->workers[0]->assigned, 1);
+    assert_int_equal(obj(e, 1)->producer->graph->inflight, 1);
+
+    uint64_t ids[] = {1};
+    send_ids(w, PROTO_TASK_STARTED, ids, 1);
+    STEP_UNTIL(e, tstate(e, 1) == T_RUNNING);
+    assert_int_equal(e->s->tstate[T_RUNNING], 1);
+    assert_int_equal(e->s->tstate[T_ASSIGNED], 0);
+
+    done(w, 1, 0, 3, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(1)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    assert_int_equal(tstate(e, 1), T_DONE);
+    assert_int_equal(obj(e, 1)->state, OBJ_READY);
+    assert_int_equal(e->s->workers[0]->assigned, 0);
+    assert_int_equal(e->s->obj_bytes, 3);
+
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 1) == NULL);
+    assert_int_equal(e->s->refs[REF_OUTPUT], 0);
+    assert_int_equal(e->s->tstate[T_DONE], 0);
+    assert_int_equal(e->s->obj_bytes, 0);
+    /* A second release changes nothing and is refused. */
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, count(c, PROTO_ERROR) == 1);
+    assert_int_equal(last(c, PROTO_ERROR)->code, SPW_ENOTHELD);
+}
+
+/* A -> B: A's output is held by B's argument (TASK_ARG) and counted in the graph's live bytes
+ * until B finishes; then nothing holds it, it is freed and its worker told to delete it. */
+static void input_is_released_after_its_consumer(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1}, {.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 2);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
+    assert_int_equal(tstate(e, 2), T_WAITING);
+    assert_int_equal(obj(e, 2)->producer->ndeps, 1);
+    assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
+    assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 0);
+    assert_int_equal(obj(e, 2)->refs[REF_OUTPUT], 1);
+
+    done(w, 1, 0, 1000, false); /* stored on the worker, not inline */
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(2)));
+    sched_obj *a = obj(e, 1);
+    assert_non_null(a);
+    assert_int_equal(a->nlocs, 1);
+    assert_int_equal(a->locs[0], w->session);
+    sched_graph *g = obj(e, 2)->producer->graph;
+    assert_int_equal(g->live_bytes, 1000);
+
+    done(w, 2, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)) && got(w, PROTO_OBJ_DELETE, tid(1)));
+    assert_null(obj(e, 1));
+    assert_int_equal(g->live_bytes, 0);
+    assert_int_equal(e->s->refs[REF_TASK_ARG], 0);
+    assert_int_equal(g->counts[T_DONE], 2);
+}
+
+/* A failed input fails its consumer, whose client hears why. */
+static void failure_propagates_to_consumers(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1}, {.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 2);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
+    done(w, 1, 1, 0, false);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EDEPFAILED);
+    assert_int_equal(tstate(e, 2), T_FAILED);
+    assert_null(obj(e, 1)); /* nobody holds the failed input */
+    assert_false(got(w, PROTO_TASK_RUN, tid(2)));
+}
+
+/* A graph's cap on tasks in flight holds the rest back although the worker has room. */
+static void graph_task_cap_holds_back(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 8);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1, .flags = PROTO_TASK_KEEP},
+                  {.id = 2, .flags = PROTO_TASK_KEEP},
+                  {.id = 3, .flags = PROTO_TASK_KEEP},
+                  {.id = 4, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 2, 0, ts, 4);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    settle(e);
+    assert_int_equal(count(w, PROTO_TASK_RUN), 2);
+    assert_int_equal(e->s->tstate[T_READY], 2);
+    sched_graph *g = obj(e, 1)->producer->graph;
+    assert_int_equal(g->inflight, 2);
+    done(w, nth_run(w, 0), 0, 1, true);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
+    settle(e);
+    assert_int_equal(count(w, PROTO_TASK_RUN), 3);
+    assert_int_equal(g->inflight, 2);
+}
+
+/* The byte cap holds back sources once a graph's unconsumed outputs would pass it, and a graph
+ * with nothing in flight may always start one task, so a consumer that needs every source is
+ * reached. */
+static void graph_byte_cap_holds_back_sources(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1); /* two tasks queued at most */
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2},
+                  {.id = 3},
+                  {.id = 4, .args = {1, 2, 3}, .nargs = 3, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 1500, ts, 4);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    done(w, nth_run(w, 0), 0, 1000, false);
+    settle(e);
+    /* 1000 live + 2 x 1000 expected > 1500: the third source waits although a slot is free. */
+    assert_int_equal(count(w, PROTO_TASK_RUN), 2);
+    done(w, nth_run(w, 1), 0, 1000, false);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
+    done(w, 3, 0, 1000, false);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(4)));
+    done(w, 4, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
+    assert_int_equal(obj(e, 4)->producer->graph->live_bytes, 0);
+}
+
+/* Tasks go to the worker that holds their input. */
+static void task_placed_where_its_input_is(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec a = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, &a, 1);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(1)));
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    done(w1, 1, 0, 5000, false);
+    STEP_UNTIL(e, tstate(e, 1) == T_DONE);
+    /* Both workers are idle; the consumers go to w1, which holds the input. */
+    tspec b[] = {{.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP},
+                 {.id = 3, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 2, 0, 0, b, 2);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(2)) && got(w1, PROTO_TASK_RUN, tid(3)));
+    assert_int_equal(count(w2, PROTO_TASK_RUN), 0);
+    assert_ptr_equal(obj(e, 2)->producer->worker, e->s->workers[0]);
+}
+
+/* A client that goes away: its ready tasks are dropped at once, its assigned ones are
+ * cancelled on the worker (TASK_CANCEL) and freed when the worker answers. */
+static void client_disconnect_cancels_its_tasks(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1); /* two tasks queued at most */
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1, .flags = PROTO_TASK_KEEP},
+                  {.id = 2, .flags = PROTO_TASK_KEEP},
+                  {.id = 3, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    assert_int_equal(e->s->tstate[T_READY], 1);
+    uint64_t r1 = nth_run(w, 0), r2 = nth_run(w, 1);
+    uint64_t started[] = {r1};
+    send_ids(w, PROTO_TASK_STARTED, started, 1);
+    STEP_UNTIL(e, tstate(e, r1) == T_RUNNING);
+
+    peer_close(e, c);
+    STEP_UNTIL(e, count(w, PROTO_TASK_CANCEL) >= 1 && e->s->tstate[T_READY] == 0);
+    assert_true(got(w, PROTO_TASK_CANCEL, tid(r1)) && got(w, PROTO_TASK_CANCEL, tid(r2)));
+    assert_true(obj(e, r1)->orphan && obj(e, r2)->orphan);
+    assert_int_equal(HASH_COUNT(e->s->objects), 2);
+    assert_int_equal(HASH_COUNT(e->s->sessions), 0);
+
+    done(w, r2, SPW_ECANCELED, 0, false); /* not started: dropped by the worker */
+    done(w, r1, 0, 100, false);           /* was running: it finishes */
+    /* The stored result nobody wants is deleted on the worker. */
+    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 0 && got(w, PROTO_OBJ_DELETE, tid(r1)));
+    assert_int_equal(e->s->workers[0]->assigned, 0);
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+        assert_int_equal(e->s->tstate[k], 0);
+}
+
+/* A worker that dies: its assigned tasks go back to the queue and run on another worker; an
+ * output whose only copy was there is recomputed for its waiting consumer (lineage). */
+static void worker_death_requeues_and_recomputes(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 4);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2},
+                  {.id = 3, .args = {1, 2}, .nargs = 2, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(1)) && got(w1, PROTO_TASK_RUN, tid(2)));
+    done(w1, 1, 0, 2000, false);
+    STEP_UNTIL(e, tstate(e, 1) == T_DONE);
+    assert_int_equal(obj(e, 1)->nlocs, 1);
+
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 4);
+    peer_close(e, w1);
+    /* Task 2 was assigned there: retried; task 1's output was only there: recomputed. */
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
+    assert_int_equal(obj(e, 1)->producer->retries, 1);
+    assert_int_equal(obj(e, 2)->producer->retries, 1);
+    assert_int_equal(obj(e, 1)->nlocs, 0);
+    assert_int_equal(tstate(e, 3), T_WAITING);
+    assert_int_equal(obj(e, 3)->producer->ndeps, 2);
+    done(w2, 1, 0, 2000, false);
+    done(w2, 2, 0, 2000, false);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(3)));
+    done(w2, 3, 0, 4, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 1); /* only the kept result */
+}
+
+/* Releasing an id the client does not hold changes nothing; a put's CLIENT reference goes
+ * with RELEASE. */
+static void release_of_unheld_id_is_refused(void **state)
+{
+    env *e = *state;
+    peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    uint64_t ids[] = {42};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, count(c, PROTO_ERROR) == 1);
+    assert_int_equal(last(c, PROTO_ERROR)->code, SPW_ENOTHELD);
+
+    put_place(c, 50, 4096);
+    STEP_UNTIL(e, got(c, PROTO_PUT_TARGET, tid(50)));
+    assert_int_equal(obj(e, 50)->refs[REF_CLIENT], 1);
+    assert_int_equal(e->s->workers[0]->reserved, 4096);
+    uint64_t put[] = {50};
+    send_ids(c, PROTO_RELEASE, put, 1);
+    STEP_UNTIL(e, obj(e, 50) == NULL);
+    assert_int_equal(e->s->workers[0]->reserved, 0);
+    assert_int_equal(count(c, PROTO_ERROR), 1);
+}
+
+/* A put whose copy reached another worker before its uploading worker reported (a broadcast
+ * chain follows an upload while it arrives), released in between: the uploading worker's
+ * reservation goes with the object. */
+static void released_put_frees_its_reservation(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    put_place(c, 60, 4096);
+    STEP_UNTIL(e, got(c, PROTO_PUT_TARGET, tid(60)));
+    uint64_t target = last(c, PROTO_PUT_TARGET)->u;
+    peer *other = target == w1->session ? w2 : w1;
+    sched_worker *tw = sched__worker_by_id(e->s, (uint32_t)target);
+    assert_non_null(tw);
+    assert_int_equal(tw->reserved, 4096);
+
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(other->conn), PROTO_OBJ_ADDED, 0, 2);
+    proto_put_id(&en, tid(60));
+    proto_put_u(&en, 4096);
+    assert_int_equal(proto_conn_send(other->conn, &en), 0);
+    STEP_UNTIL(e, obj(e, 60)->state == OBJ_READY);
+    assert_int_equal(obj(e, 60)->put_worker, target); /* its own OBJ_ADDED is still to come */
+
+    uint64_t ids[] = {60};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 60) == NULL && got(other, PROTO_OBJ_DELETE, tid(60)));
+    assert_int_equal(tw->reserved, 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
+    cmocka_unit_test_setup_teardown(input_is_released_after_its_consumer, setup, teardown),
+    cmocka_unit_test_setup_teardown(failure_propagates_to_consumers, setup, teardown),
+    cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),
+    cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
+    cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
+    cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
+    cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
+    cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
+};
+
+SPW_TEST_MAIN(tests)

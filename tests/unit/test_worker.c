@@ -1,0 +1,262 @@
+/*
+ * The worker in process: spw_worker runs on a libuv loop in this process (its executors are
+ * real child processes, the built spillway-worker), and a fake scheduler - a proto_ctx of role
+ * SCHEDULER listening on 127.0.0.1 - accepts it with the real handshake and sends it frames from
+ * the proto encoders. The test steps the loop (uv_run ONCE, woken at least by the worker's
+ * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
+ * tables after every step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_main.h"
+
+#include "worker_int.h"
+
+#define SECRET "in-process-test-secret-0123456789"
+#define STEPS 100000
+
+typedef struct rx {
+    uint32_t type;
+    spw_id id;
+    int64_t status;
+    uint64_t size;
+    uint8_t inl[16];
+    uint32_t inl_len;
+    bool inl_nil;
+} rx;
+
+typedef struct env {
+    uv_loop_t loop;
+    proto_ctx *sched;
+    char addr[64];
+    proto_conn *conn; /* the worker's connection to us */
+    wrk *w;
+    bool ready, closed, sched_closed;
+    int ready_status;
+    rx log[256];
+    uint32_t n;
+} env;
+
+static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
+                    size_t errlen)
+{
+    env *e = proto_ctx_data(proto_conn_ctx(c));
+    wel->session = 7;
+    wel->inline_limit = PROTO_DEFAULT_INLINE_LIMIT;
+    wel->chunk = PROTO_DEFAULT_CHUNK;
+    wel->max_frame = PROTO_DEFAULT_MAX_FRAME;
+    e->conn = c;
+    return 0;
+}
+
+static void on_msg(proto_conn *c, const proto_msg *m)
+{
+    env *e = proto_ctx_data(proto_conn_ctx(c));
+    if (m->type == PROTO_HEARTBEAT)
+        return;
+    assert_true(e->n < sizeof e->log / sizeof e->log[0]);
+    rx *r = &e->log[e->n++];
+    memset(r, 0, sizeof *r);
+    r->type = m->type;
+    if (m->type == PROTO_TASK_DONE) {
+        r->id = m->f[F_DONE_ID].id;
+        r->status = m->f[F_DONE_STATUS].i;
+        r->size = m->f[F_DONE_SIZE].u;
+        r->inl_nil = m->f[F_DONE_INLINE].nil;
+        if (!r->inl_nil && m->f[F_DONE_INLINE].bin.len <= sizeof r->inl) {
+            r->inl_len = m->f[F_DONE_INLINE].bin.len;
+            memcpy(r->inl, m->f[F_DONE_INLINE].bin.ptr, r->inl_len);
+        }
+    } else if (m->type == PROTO_TASK_STARTED && m->f[F_STARTED_IDS].arr.n > 0) {
+        r->id = m->f[F_STARTED_IDS].arr.v[0].id;
+    }
+}
+
+static void on_close(proto_conn *c, int status)
+{
+    env *e = proto_ctx_data(proto_conn_ctx(c));
+    if (c == e->conn)
+        e->conn = NULL;
+}
+
+static const proto_conn_cbs sched_cbs = {
+    .on_hello = on_hello,
+    .on_msg = on_msg,
+    .on_close = on_close,
+};
+
+#define STEP_UNTIL(e, cond)                                                                        \
+    do {                                                                                           \
+        for (int step_ = 0; step_ < STEPS && !(cond); step_++)                                     \
+            uv_run(&(e)->loop, UV_RUN_ONCE);                                                       \
+        assert_true(cond);                                                                         \
+        wrk__check_full((e)->w);                                                                   \
+    } while (0)
+
+static spw_id tid(uint64_t n)
+{
+    spw_id id = {0x3017000000000000ULL, n};
+    return id;
+}
+
+static const rx *find(const env *e, uint32_t type, uint64_t id)
+{
+    for (uint32_t i = 0; i < e->n; i++)
+        if (e->log[i].type == type && spw_id_eq(e->log[i].id, tid(id)))
+            return &e->log[i];
+    return NULL;
+}
+
+static void ready_cb(void *arg, int status)
+{
+    env *e = arg;
+    e->ready = true;
+    e->ready_status = status;
+}
+
+static int setup(void **state)
+{
+    env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    spw_log_level = SPW_LOG_ERR;
+    assert_int_equal(uv_loop_init(&e->loop), 0);
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = PROTO_ROLE_SCHEDULER;
+    po.name = "fake-scheduler";
+    po.secret = (const uint8_t *)SECRET;
+    po.secret_len = strlen(SECRET);
+    assert_int_equal(proto_ctx_new(&e->loop, &po, &e->sched), 0);
+    proto_ctx_set_data(e->sched, e);
+    assert_int_equal(proto_listen(e->sched, "127.0.0.1:0", &sched_cbs, NULL, NULL, e->addr,
+                                  sizeof e->addr),
+                     0);
+    wrk_opts o;
+    wrk_opts_default(&o);
+    o.scheduler = e->addr;
+    o.name = "w-in-process";
+    o.slots = 1;
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    o.store.capacity = 16 << 20;
+    o.executor_path = SPW_WORKER_EXE;
+    o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
+    o.reconnect_max_ms = 0;
+    char bound[64];
+    assert_int_equal(wrk_new(&e->loop, &o, ready_cb, e, &e->w, bound, sizeof bound), 0);
+    STEP_UNTIL(e, e->ready && e->conn != NULL);
+    assert_int_equal(e->ready_status, 0);
+    *state = e;
+    return 0;
+}
+
+static void flag_done(void *arg, int status)
+{
+    *(bool *)arg = true;
+}
+
+static void flag_void(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static int teardown(void **state)
+{
+    env *e = *state;
+    wrk_close(e->w, flag_done, &e->closed);
+    for (int i = 0; i < STEPS && !e->closed; i++)
+        uv_run(&e->loop, UV_RUN_ONCE);
+    assert_true(e->closed);
+    proto_ctx_close(e->sched, flag_void, &e->sched_closed);
+    for (int i = 0; i < STEPS && !e->sched_closed; i++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    assert_true(e->sched_closed);
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&e->loop), 0);
+    free(e);
+    return 0;
+}
+
+/* TASK_RUN with one argument: an inline u64, or an object with no location. */
+static void task_run(env *e, uint64_t id, const char *fn, bool inline_arg, uint64_t value)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, fn);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    if (inline_arg) {
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        proto_put_bin(&en, &value, sizeof value);
+        proto_put_nil(&en);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+    } else {
+        proto_put_u(&en, PROTO_ARG_OBJ);
+        proto_put_nil(&en);
+        proto_put_id(&en, tid(1000 + id));
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 8);
+        proto_put_u(&en, 8);
+    }
+    proto_put_arr(&en, 0); /* locations */
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* Intake, the ready queue, an executor, TASK_STARTED before TASK_DONE, the result inline, and
+ * nothing left in the task table. */
+static void worker_runs_a_task_and_reports(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "inc", true, 41);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    const rx *d = find(e, PROTO_TASK_DONE, 1);
+    assert_int_equal(d->status, 0);
+    assert_int_equal(d->size, 8);
+    assert_false(d->inl_nil);
+    uint64_t v;
+    memcpy(&v, d->inl, sizeof v);
+    assert_int_equal(v, 42);
+    const rx *s = find(e, PROTO_TASK_STARTED, 1);
+    assert_non_null(s);
+    assert_true(s < d);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(e->w->running, 0);
+}
+
+/* An input no worker holds fails the task with SPW_EOBJLOST without an executor; cancelling an
+ * unknown task and deleting an unknown object change nothing. */
+static void worker_input_nowhere_fails_the_task(void **state)
+{
+    env *e = *state;
+    task_run(e, 2, "inc", false, 0);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EOBJLOST);
+    assert_null(find(e, PROTO_TASK_STARTED, 2));
+    assert_int_equal(HASH_COUNT(e->w->fetches), 0);
+
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_CANCEL, 0, 1);
+    proto_put_arr(&en, 1);
+    proto_put_id(&en, tid(99));
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_OBJ_DELETE, 0, 1);
+    proto_put_arr(&en, 1);
+    proto_put_id(&en, tid(98));
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    task_run(e, 3, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_input_nowhere_fails_the_task, setup, teardown),
+};
+
+SPW_TEST_MAIN(tests)

@@ -1,0 +1,183 @@
+/*
+ * wrk__check: the worker's task and fetch tables checked against the invariants written atop
+ * tasks.c and in worker_int.h. Where SPW_CHECK_INVARIANTS is defined (Debug and sanitizer
+ * builds) worker.c runs it before every scheduler message and on every timer tick, and tasks.c
+ * after every dispatch pass (which follows every task intake, input arrival and completion);
+ * elsewhere the hook compiles to nothing. A violation prints what was violated with the task or
+ * object id and aborts.
+ *
+ * Cost: one walk over the task table, the ready queue, the executors' FIFOs and the fetch
+ * table. Above WRK_CHECK_SMALL tasks and fetches a check waits twenty times its own duration
+ * after the last one started (at most ~5 % of the worker's time). Reads only.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "worker_int.h"
+
+#define WRK_CHECK_SMALL 256 /* tasks + fetches checked on every event */
+#define WRK_CHECK_SHARE 20  /* above: a check waits 20 times its own duration */
+
+static __attribute__((noreturn, format(printf, 3, 4))) void fail(int line, spw_id id,
+                                                                   const char *fmt, ...)
+{
+    char hex[33], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "wrk__check: invariant violated (check.c:%d): %s%s%s\n", line, msg,
+            spw_id_is_nil(id) ? "" : " id=", spw_id_is_nil(id) ? "" : spw_id_hex(id, hex));
+    fflush(stderr);
+    abort();
+}
+
+static const spw_id NOID = {0, 0};
+
+#define CHECK(cond, id, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            fail(__LINE__, (id), __VA_ARGS__);                                                     \
+    } while (0)
+
+static bool is_exec(const wrk *w, const wrk_exec *ex)
+{
+    return ex >= w->execs && ex < w->execs + w->nexec;
+}
+
+/* Counts tasks by state: [WT_INPUTS, WT_QUEUED, WT_SENT]. */
+static void check_tasks(const wrk *w, uint64_t n[3])
+{
+    const wtask *t, *tmp;
+    HASH_ITER(hh, w->tasks, t, tmp)
+    {
+        spw_id id = t->id;
+        const wtask *found;
+        HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, found);
+        CHECK(found == t, id, "task not found under its own id");
+        CHECK(t->state <= WT_SENT, id, "task state %u unknown", t->state);
+        n[t->state]++;
+        CHECK(t->gen <= w->gen, id, "task of generation %u, the worker is at %u", t->gen, w->gen);
+        uint32_t unpinned = 0;
+        for (uint32_t i = 0; i < t->nargs; i++) {
+            const warg *a = &t->args[i];
+            if (a->kind == PROTO_ARG_INLINE) {
+                CHECK(!a->pinned, id, "inline argument %u pinned", i);
+                continue;
+            }
+            CHECK(a->nlocs <= WRK_MAX_LOCS, id, "argument %u: %u locations", i, a->nlocs);
+            CHECK(!a->pinned || a->obj != NULL, id, "argument %u pinned without an object", i);
+            unpinned += !a->pinned;
+        }
+        if (t->state == WT_INPUTS) {
+            /* Inputs that failed are counted off without a pin, so missing may be fewer. */
+            CHECK(t->missing > 0, id, "task waits for inputs, none missing");
+            CHECK(t->missing <= unpinned, id, "%u inputs missing, %u unpinned", t->missing,
+                  unpinned);
+            CHECK(t->ex == NULL, id, "task waiting for inputs has an executor");
+        } else {
+            CHECK(t->missing == 0 && unpinned == 0, id,
+                  "task in state %u with %u inputs missing, %u unpinned", t->state, t->missing,
+                  unpinned);
+            CHECK(t->fail_status == 0, id, "task with a failed input went on (state %u)",
+                  t->state);
+        }
+        if (t->state == WT_QUEUED)
+            CHECK(t->ex == NULL, id, "queued task has an executor");
+        if (t->state == WT_SENT)
+            CHECK(t->ex != NULL && is_exec(w, t->ex), id, "sent task without its executor");
+    }
+}
+
+static void check_queues(const wrk *w, const uint64_t n[3])
+{
+    uint64_t queued = 0;
+    const wtask *last = NULL;
+    for (const wtask *t = w->ready_head; t != NULL; t = t->next) {
+        CHECK(t->state == WT_QUEUED, t->id, "task in state %u on the ready queue", t->state);
+        const wtask *found;
+        HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, found);
+        CHECK(found == t, t->id, "ready queue holds a task not in the table");
+        CHECK(queued++ < n[WT_QUEUED], t->id, "ready queue longer than the queued tasks");
+        last = t;
+    }
+    CHECK(w->ready_tail == last, NOID, "ready_tail is not the queue's last task");
+    CHECK(queued == n[WT_QUEUED], NOID, "%llu tasks queued, ready queue holds %llu",
+          (unsigned long long)n[WT_QUEUED], (unsigned long long)queued);
+
+    uint64_t sent = 0;
+    uint32_t running = 0;
+    for (uint32_t i = 0; i < w->nexec; i++) {
+        const wrk_exec *ex = &w->execs[i];
+        uint32_t len = 0;
+        last = NULL;
+        for (const wtask *t = ex->head; t != NULL; t = t->next) {
+            CHECK(t->state == WT_SENT && t->ex == ex, t->id,
+                  "executor %u's FIFO holds a task in state %u of another executor", i, t->state);
+            CHECK(len++ <= n[WT_SENT], t->id, "executor %u's FIFO loops", i);
+            last = t;
+        }
+        CHECK(ex->tail == last, NOID, "executor %u: tail is not its FIFO's last task", i);
+        CHECK(len == ex->inflight, NOID, "executor %u: inflight %u, FIFO holds %u", i,
+              ex->inflight, len);
+        sent += len;
+        running += ex->inflight > 0;
+    }
+    CHECK(sent == n[WT_SENT], NOID, "%llu tasks sent, executors' FIFOs hold %llu",
+          (unsigned long long)n[WT_SENT], (unsigned long long)sent);
+    CHECK(running == w->running, NOID, "running %u, %u executors have tasks", w->running,
+          running);
+    CHECK(w->nstarted <= w->capstarted, NOID, "started notices over their array");
+}
+
+static void check_fetches(const wrk *w)
+{
+    const wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        spw_id id = f->id;
+        const wfetch *found;
+        HASH_FIND(hh, w->fetches, &f->id, sizeof f->id, found);
+        CHECK(found == f, id, "fetch not found under its own id");
+        CHECK(f->nlocs <= WRK_MAX_LOCS && f->next_loc <= f->nlocs, id,
+              "fetch: %u locations, next %u", f->nlocs, f->next_loc);
+        CHECK(f->received <= f->size, id, "fetch received %llu of %llu bytes",
+              (unsigned long long)f->received, (unsigned long long)f->size);
+        CHECK(f->obj == NULL || !f->creating, id, "fetch has its object and still creates it");
+        for (const fwait *x = f->waiters; x != NULL; x = x->next) {
+            const wtask *t;
+            HASH_FIND(hh, w->tasks, &x->t->id, sizeof x->t->id, t);
+            CHECK(t == x->t, id, "fetch waited for by a task not in the table");
+            CHECK(t->state == WT_INPUTS && t->missing > 0, id,
+                  "fetch waited for by task in state %u", t->state);
+            CHECK(x->arg < t->nargs && spw_id_eq(t->args[x->arg].id, f->id), id,
+                  "fetch waiter names argument %u of another object", x->arg);
+            CHECK(!t->args[x->arg].pinned, id, "fetch waiter's argument is already pinned");
+        }
+    }
+}
+
+void wrk__check_full(wrk *w)
+{
+    uint64_t n[3] = {0, 0, 0};
+    check_tasks(w, n);
+    check_queues(w, n);
+    check_fetches(w);
+}
+
+#ifdef SPW_CHECK_INVARIANTS
+void wrk__check(wrk *w)
+{
+    static uint64_t next_ns; /* one worker per process in practice */
+    if (HASH_COUNT(w->tasks) + HASH_COUNT(w->fetches) > WRK_CHECK_SMALL) {
+        uint64_t now = spw_now_ns();
+        if (now < next_ns)
+            return;
+        wrk__check_full(w);
+        next_ns = now + (spw_now_ns() - now) * WRK_CHECK_SHARE;
+        return;
+    }
+    wrk__check_full(w);
+}
+#endif
