@@ -463,6 +463,26 @@ static void make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n
     crypto_auth_hmacsha256_final(&st, out);
 }
 
+/* Appends HELLO: our role, host and name, my_nonce and the proof over both nonces that we hold
+ * the secret, and what a worker announces (NULL: not a worker). */
+static void enc_hello(proto_enc *e, spw_buf *out, const proto_ctx *ctx, const uint8_t *server_nonce,
+                      const uint8_t *my_nonce, const proto_winfo_rec *worker)
+{
+    uint8_t proof[PROTO_PROOF_LEN];
+    make_proof(ctx, "spillway-hello", server_nonce, my_nonce, (uint8_t)ctx->opts.role, proof);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    proto_enc_hello(e, out, 0,
+                    &(proto_hello_msg){.version = PROTO_VERSION,
+                                       .role = (uint64_t)ctx->opts.role,
+                                       .nonce = {my_nonce, PROTO_NONCE_LEN},
+                                       .proof = {proof, sizeof proof},
+                                       .pid = (uint64_t)getpid(),
+                                       .host = host,
+                                       .name = ctx->name,
+                                       .worker = worker});
+}
+
 /* ------------------------------------------------------------ conn basics */
 
 static proto_conn *conn_new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data)
@@ -678,6 +698,7 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
     int n = proto_enc_end(e, send_limit(c));
     if (n < 0)
         return n;
+    PROTO_CHECK_SENT(e->buf->data + e->start, (size_t)n, "proto_conn_send");
     if (c->state == ST_CLOSED) {
         c->out.buf.len = e->start;
         return SPW_ECLOSED;
@@ -687,8 +708,26 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
     return 0;
 }
 
+#define DEF_SEND(NAME, name)                                                                       \
+    int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m)                \
+    {                                                                                              \
+        proto_enc e;                                                                               \
+        proto_enc_##name(&e, proto_conn_out(c), req, m);                                           \
+        return proto_conn_send(c, &e);                                                             \
+    }
+#define DEF_SEND0(NAME, name)                                                                      \
+    int proto_send_##name(proto_conn *c, uint64_t req)                                             \
+    {                                                                                              \
+        proto_enc e;                                                                               \
+        proto_enc_##name(&e, proto_conn_out(c), req);                                              \
+        return proto_conn_send(c, &e);                                                             \
+    }
+#define DEF_SEND_ALIAS(NAME, name, OF, of) DEF_SEND(NAME, name)
+PROTO_SCHEMA(PROTO__NONE, DEF_SEND, DEF_SEND0, DEF_SEND_ALIAS)
+
 int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
 {
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
     if (c->state == ST_CLOSED)
         return SPW_ECLOSED;
     /* Count the whole frames in the batch by their length prefixes. */
@@ -706,6 +745,29 @@ int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
     return 0;
 }
 
+#ifdef SPW_CHECK_FRAMES
+/* A frame whose payload is sent from elsewhere: the head (head_len bytes, ending in the
+ * payload's bin header) is decoded with an empty payload in its place. */
+static void check_borrowed(const uint8_t *head, size_t head_len, size_t len)
+{
+    uint8_t copy[512];
+    size_t copy_len, data_off;
+    uint64_t data_len;
+    uint32_t field;
+    if (head_len > sizeof copy ||
+        proto_split_payload(head, head_len, sizeof copy, copy, &copy_len, &data_off, &data_len,
+                            &field) != 1 ||
+        data_off != head_len || data_len != len) {
+        spw_log(SPW_LOG_ERR,
+                "proto_conn_send_borrowed: frame type %u (%s) of %zu head bytes "
+                "does not end in a bin header of its %zu payload bytes",
+                head[PROTO_HDR_LEN + 1], proto_type_name(head[PROTO_HDR_LEN + 1]), head_len, len);
+        abort();
+    }
+    proto_assert_frames(copy, copy_len, "proto_conn_send_borrowed");
+}
+#endif
+
 int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size_t len,
                              void (*release)(void *arg), void *arg)
 {
@@ -722,6 +784,9 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
     h[1] = (uint8_t)(body >> 16);
     h[2] = (uint8_t)(body >> 8);
     h[3] = (uint8_t)body;
+#ifdef SPW_CHECK_FRAMES
+    check_borrowed(h, b->len - e->start, len);
+#endif
     outq *q = &c->out;
     if (q->nb == q->capb) {
         q->capb = q->capb ? q->capb * 2 : 8;
@@ -741,11 +806,7 @@ void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_ERROR, req, 2);
-    proto_put_i(&e, code);
-    proto_put_str(&e, msg);
-    proto_conn_send(c, &e);
+    proto_send_error(c, req, &(proto_error_msg){.code = code, .msg = msg});
 }
 
 static void write_finished(proto_conn *c, size_t written)
@@ -851,12 +912,10 @@ static void conn_flush(proto_conn *c)
 static void send_challenge(proto_conn *c)
 {
     randombytes_buf(c->my_nonce, sizeof c->my_nonce);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_CHALLENGE, 0, 3);
-    proto_put_u(&e, PROTO_VERSION);
-    proto_put_bin(&e, c->my_nonce, sizeof c->my_nonce);
-    proto_put_u(&e, (uint64_t)c->ctx->opts.role);
-    proto_conn_send(c, &e);
+    proto_send_challenge(c, 0,
+                         &(proto_challenge_msg){.version = PROTO_VERSION,
+                                                .nonce = {c->my_nonce, sizeof c->my_nonce},
+                                                .role = (uint64_t)c->ctx->opts.role});
 }
 
 static void refuse(proto_conn *c, uint64_t req, int code, const char *why)
@@ -900,32 +959,17 @@ static void on_challenge(proto_conn *c, const proto_msg *m)
     memcpy(c->peer_nonce, m->f[F_CHAL_NONCE].bin.ptr, PROTO_NONCE_LEN);
     c->peer_role = (int)m->f[F_CHAL_ROLE].u;
     randombytes_buf(c->my_nonce, sizeof c->my_nonce);
-    proto_ctx *ctx = c->ctx;
-    uint8_t proof[PROTO_PROOF_LEN];
-    make_proof(ctx, "spillway-hello", c->peer_nonce, c->my_nonce, (uint8_t)ctx->opts.role, proof);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
+    const proto_hello_worker *w = c->ctx->opts.worker;
+    char adv[SPW_ADDR_MAX];
+    proto_winfo_rec winfo;
+    if (w != NULL)
+        winfo = (proto_winfo_rec){.addr = hello_addr(c, w->addr, adv, sizeof adv),
+                                  .slots = w->slots,
+                                  .capacity = w->capacity,
+                                  .host_id = w->host_id,
+                                  .local = w->local};
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_HELLO, 0, 8);
-    proto_put_u(&e, PROTO_VERSION);
-    proto_put_u(&e, (uint64_t)ctx->opts.role);
-    proto_put_bin(&e, c->my_nonce, sizeof c->my_nonce);
-    proto_put_bin(&e, proof, sizeof proof);
-    proto_put_u(&e, (uint64_t)getpid());
-    proto_put_strn(&e, host, strnlen(host, PROTO_MAX_NAME));
-    proto_put_strn(&e, ctx->name, strnlen(ctx->name, PROTO_MAX_NAME));
-    const proto_hello_worker *w = ctx->opts.worker;
-    if (w != NULL) {
-        proto_put_arr(&e, 5);
-        char adv[SPW_ADDR_MAX];
-        proto_put_str(&e, hello_addr(c, w->addr, adv, sizeof adv));
-        proto_put_u(&e, w->slots);
-        proto_put_u(&e, w->capacity);
-        proto_put_str(&e, w->host_id);
-        proto_put_str(&e, w->local);
-    } else {
-        proto_put_nil(&e);
-    }
+    enc_hello(&e, proto_conn_out(c), c->ctx, c->peer_nonce, c->my_nonce, w != NULL ? &winfo : NULL);
     proto_conn_send(c, &e);
     c->state = ST_AWAIT_WELCOME;
 }
@@ -981,14 +1025,12 @@ static void on_hello_msg(proto_conn *c, const proto_msg *m)
     uint8_t proof[PROTO_PROOF_LEN];
     make_proof(ctx, "spillway-welcome", c->peer_nonce, c->my_nonce, (uint8_t)ctx->opts.role,
                proof);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_WELCOME, m->req, 5);
-    proto_put_bin(&e, proof, sizeof proof);
-    proto_put_u(&e, w.session);
-    proto_put_u(&e, w.inline_limit);
-    proto_put_u(&e, w.chunk);
-    proto_put_u(&e, w.max_frame);
-    proto_conn_send(c, &e);
+    proto_send_welcome(c, m->req,
+                       &(proto_welcome_msg){.proof = {proof, sizeof proof},
+                                            .session = w.session,
+                                            .inline_limit = w.inline_limit,
+                                            .chunk = w.chunk,
+                                            .max_frame = w.max_frame});
     c->state = ST_READY;
     c->deadline_ns = 0;
 }
@@ -1533,6 +1575,7 @@ int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd)
     int n = proto_enc_end(e, send_limit(c));
     if (n < 0)
         return n;
+    PROTO_CHECK_SENT(e->buf->data + e->start, (size_t)n, "proto_conn_send_fd");
     spw_buf *b = e->buf;
     size_t start = e->start;
     if (!c->is_unix) {
@@ -1727,21 +1770,10 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool wr
         memcpy(server_nonce, m.f[F_CHAL_NONCE].bin.ptr, PROTO_NONCE_LEN);
         server_role = (int)m.f[F_CHAL_ROLE].u;
         randombytes_buf(my_nonce, sizeof my_nonce);
-        uint8_t proof[PROTO_PROOF_LEN];
-        make_proof(ctx, "spillway-hello", server_nonce, my_nonce, (uint8_t)ctx->opts.role, proof);
-        char host[256] = "";
-        gethostname(host, sizeof host - 1);
         proto_enc e;
-        proto_enc_begin(&e, &out, PROTO_HELLO, 0, 8);
-        proto_put_u(&e, PROTO_VERSION);
-        proto_put_u(&e, (uint64_t)ctx->opts.role);
-        proto_put_bin(&e, my_nonce, sizeof my_nonce);
-        proto_put_bin(&e, proof, sizeof proof);
-        proto_put_u(&e, (uint64_t)getpid());
-        proto_put_strn(&e, host, strnlen(host, PROTO_MAX_NAME));
-        proto_put_strn(&e, ctx->name, strnlen(ctx->name, PROTO_MAX_NAME));
-        proto_put_nil(&e);
+        enc_hello(&e, &out, ctx, server_nonce, my_nonce, NULL);
         proto_enc_end(&e, UINT32_MAX);
+        PROTO_CHECK_SENT(out.data, out.len, "proto_local_attach");
         rc = write_full(fd, out.data, out.len, deadline);
     }
     if (rc == 0)
@@ -1758,9 +1790,10 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool wr
         /* Only now: the server sends the descriptor on an idle connection. */
         spw_buf_reset(&out);
         proto_enc e;
-        proto_enc_begin(&e, &out, PROTO_ARENA_MAP, 1, 1);
-        proto_put_u(&e, write ? PROTO_ARENA_WRITE : 0);
+        proto_enc_arena_map(&e, &out, 1,
+                            &(proto_arena_map_msg){.flags = write ? PROTO_ARENA_WRITE : 0});
         proto_enc_end(&e, UINT32_MAX);
+        PROTO_CHECK_SENT(out.data, out.len, "proto_local_attach");
         rc = write_full(fd, out.data, out.len, deadline);
     }
     if (rc == 0)

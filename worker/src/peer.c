@@ -73,11 +73,7 @@ void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)
 {
     if (w->sched == NULL)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_OBJ_ADDED, 0, 2);
-    proto_put_id(&e, id);
-    proto_put_u(&e, size);
-    proto_conn_send(w->sched, &e);
+    proto_send_obj_added(w->sched, 0, &(proto_obj_added_msg){.id = id, .size = size});
 }
 
 /* Writes one chunk into an upload; seals and acknowledges at the last one. */
@@ -126,10 +122,7 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     followers_advance(w, &u->followers, true);
     upload_remove(srv, u, false);
     wrk__sched_obj_added(w, id, total);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PUT_DONE, req, 1);
-    proto_put_id(&e, id);
-    proto_conn_send(srv->conn, &e);
+    proto_send_put_done(srv->conn, req, &(proto_put_done_msg){.id = id});
     wrk__mem_check(w);
 }
 
@@ -278,19 +271,19 @@ static void reads_pump(wsrv *srv)
             uint64_t n = limit - rd->pos;
             if (n > step)
                 n = step;
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_OBJ_DATA, rd->req, 5);
-            proto_put_id(&e, rd->id);
-            proto_put_u(&e, total);
-            proto_put_u(&e, rd->pos);
-            proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
+            proto_obj_data_msg d = {.id = rd->id,
+                                    .total = total,
+                                    .off = rd->pos,
+                                    .flags = rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0,
+                                    .data = {base + rd->pos, n}};
             if (!rd->pinned) {
-                proto_put_bin(&e, base + rd->pos, n);
-                proto_conn_send(srv->conn, &e);
+                proto_send_obj_data(srv->conn, rd->req, &d);
                 rd->pos += n;
                 continue;
             }
-            proto_put_bin_hdr(&e, n);
+            proto_enc e;
+            d.data.ptr = NULL; /* only the header: the bytes are borrowed */
+            proto_enc_obj_data(&e, proto_conn_out(srv->conn), rd->req, &d);
             rd->outstanding++;
             rd->pos += n;
             proto_conn_send_borrowed(srv->conn, &e, base + rd->pos - n, n, chunk_sent, rd);
@@ -500,8 +493,8 @@ static void arena_map(wsrv *srv, const proto_msg *m)
 {
     wrk *w = srv->w;
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_ARENA, m->req, 1);
-    proto_put_u(&e, w->opts.store.capacity);
+    proto_enc_arena(&e, proto_conn_out(srv->conn), m->req,
+                    &(proto_arena_msg){.capacity = w->opts.store.capacity});
     /* A client that only reads gets a read-only descriptor of its own (a fresh open of the
      * memfd through /proc: it cannot be mapped writable, and the memfd's mode 0600 stops a
      * --local-group member from reopening it read-write). Only a client that puts gets the
@@ -557,12 +550,9 @@ static void pin_got(void *arg, int status, ost_obj *o)
         HASH_ADD(hh, srv->pins, id, sizeof p->id, p);
     }
     p->count++;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PINNED, r->req, 3);
-    proto_put_id(&e, r->id);
-    proto_put_u(&e, ost_obj_offset(o));
-    proto_put_u(&e, ost_obj_size(o));
-    proto_conn_send(srv->conn, &e);
+    proto_send_pinned(
+        srv->conn, r->req,
+        &(proto_pinned_msg){.id = r->id, .off = ost_obj_offset(o), .size = ost_obj_size(o)});
     spw_free(r);
 }
 
@@ -607,11 +597,8 @@ static void local_created(void *arg, int status, ost_obj *o)
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_CREATED, u->req, 2);
-    proto_put_id(&e, u->id);
-    proto_put_u(&e, ost_obj_offset(o));
-    proto_conn_send(srv->conn, &e);
+    proto_send_created(srv->conn, u->req,
+                       &(proto_created_msg){.id = u->id, .off = ost_obj_offset(o)});
 }
 
 static void obj_create(wsrv *srv, const proto_msg *m)
@@ -861,16 +848,14 @@ static void fetch_send(wrk *w, wfetch *f)
 {
     proto_conn *c = f->peer->conn;
     f->peer->active_ns = spw_now_ns();
-    proto_enc e;
     /* A broadcast copy may come from a worker still receiving it, or about to. */
     bool chain = f->repl_req[0] != 0;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_OBJ_READ, f->req, chain ? 4 : 3);
-    proto_put_id(&e, f->id);
-    proto_put_u(&e, 0);
-    proto_put_u(&e, f->size);
-    if (chain)
-        proto_put_u(&e, PROTO_READ_FOLLOW);
-    proto_conn_send(c, &e);
+    proto_send_obj_read(c, f->req,
+                        &(proto_obj_read_msg){.id = f->id,
+                                              .off = 0,
+                                              .len = f->size,
+                                              .flags = PROTO_READ_FOLLOW,
+                                              .omit_flags = !chain});
     (void)w;
 }
 
