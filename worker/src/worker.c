@@ -123,6 +123,13 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
 }
 
+void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)
+{
+    if (w->sched == NULL)
+        return;
+    proto_send_obj_added(w->sched, 0, &(proto_obj_added_msg){.id = id, .size = size});
+}
+
 static void send_heartbeat(wrk *w)
 {
     if (w->sched == NULL || !w->welcomed)
