@@ -59,7 +59,7 @@ static json_t *jstr(const proto_val *v)
 static void status_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
     (void)arg;
-    proto_enc_begin(e, out, PROTO_STATUS_REQ, req, 0);
+    proto_enc_status_req(e, out, req);
 }
 
 static void status_reply(const proto_msg *m, void *arg)
@@ -185,8 +185,7 @@ _Static_assert(OSTATE_COUNT == PROTO_OSTATE_ORPHAN + 1, "a name for every PROTO_
 static void memory_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
     (void)arg;
-    proto_enc_begin(e, out, PROTO_MEMORY_REQ, req, 1);
-    proto_put_u(e, 0);
+    proto_enc_memory_req(e, out, req, &(proto_memory_req_msg){.flags = 0});
 }
 
 typedef struct memdoc {
@@ -491,9 +490,7 @@ int ctldoc_memory(spillway *cl, int timeout_ms, const char *group_by, const char
 static void jobs_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
     (void)arg;
-    proto_enc_begin(e, out, PROTO_GRAPHS_REQ, req, 2);
-    proto_put_u(e, 0);
-    proto_put_u(e, 0);
+    proto_enc_graphs_req(e, out, req, &(proto_graphs_req_msg){.session = 0, .graph = 0});
 }
 
 static void jobs_reply(const proto_msg *m, void *arg)

@@ -129,7 +129,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
 const char *spillway__secret_file(const spillway_opts *o);
 
 /** Sends one request to the scheduler and waits for its reply. enc builds the frame:
- * proto_enc_begin(e, out, TYPE, req, n) and its fields. on_reply sees the reply while it is
+ * proto_enc_NAME(e, out, req, &msg). on_reply sees the reply while it is
  * valid. An ERROR reply becomes the return value (errmsg has its text).
  * @return 0, the peer's error, SPW_ETIMEDOUT or SPW_ECLOSED. */
 int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),

@@ -122,29 +122,54 @@ static uint32_t frame_budget(const spillway *c)
 static void cut_frame(spillway_graph *g, bool end, const char *site)
 {
     proto_enc e;
-    proto_enc_begin(&e, &g->frames, PROTO_SUBMIT, g->id, end ? 6 : 5);
-    proto_put_u(&e, g->id);
-    proto_put_u(&e, end ? PROTO_SUBMIT_END : 0);
-    proto_put_u(&e, g->max_tasks);
-    proto_put_u(&e, g->max_bytes);
-    proto_put_arr(&e, g->nrecs);
-    spw_buf_append(&g->frames, g->recs.data, g->recs.len);
-    if (end)
-        proto_put_strn(&e, site != NULL ? site : "",
-                       site != NULL ? strnlen(site, PROTO_MAX_NAME) : 0);
+    proto_enc_submit(&e, &g->frames, g->id,
+                     &(proto_submit_msg){.graph = g->id,
+                                         .flags = end ? PROTO_SUBMIT_END : 0,
+                                         .max_tasks = g->max_tasks,
+                                         .max_bytes = g->max_bytes,
+                                         .tasks = {.n = g->nrecs, .pre = &g->recs},
+                                         .site = site,
+                                         .omit_site = !end});
     proto_enc_end(&e, UINT32_MAX);
     spw_buf_reset(&g->recs);
     g->nrecs = 0;
 }
 
-static void put_inline(proto_enc *e, const void *p, uint64_t len)
+/* A task's arguments as the client sends them: bytes travel inline (so does a small value held
+ * here, or a view of one), objects by id. */
+typedef struct arg_iter {
+    spillway *c;
+    const spillway_arg *args;
+} arg_iter;
+
+static void put_arg(proto_enc *e, uint32_t i, void *arg)
 {
-    proto_put_arr(e, 5);
-    proto_put_u(e, PROTO_ARG_INLINE);
-    proto_put_bin(e, p, len);
-    proto_put_nil(e);
-    proto_put_u(e, 0);
-    proto_put_u(e, 0);
+    const arg_iter *it = arg;
+    const spillway_arg *a = &it->args[i];
+    proto_arg_rec r = {.kind = PROTO_ARG_INLINE};
+    if (a->kind == SPILLWAY_ARG_BYTES) {
+        r.value = (proto_bytes){a->data != NULL ? a->data : a->small, a->len};
+        proto_put_arg_rec(e, &r);
+        return;
+    }
+    spw_id rid = {a->ref.hi, a->ref.lo};
+    handle *h = spillway__handle_find(it->c, rid);
+    if (h != NULL && h->kind == H_SMALL) {
+        /* A small value lives here: it travels with the task. */
+        if (a->kind == SPILLWAY_ARG_VIEW)
+            r.value = (proto_bytes){h->inl + a->off, a->len};
+        else
+            r.value = (proto_bytes){h->inl, h->size};
+        if (r.value.ptr == NULL)
+            r.value.ptr = ""; /* empty, not nil */
+        proto_put_arg_rec(e, &r);
+        return;
+    }
+    bool view = a->kind == SPILLWAY_ARG_VIEW;
+    proto_put_arg_rec(e, &(proto_arg_rec){.kind = view ? PROTO_ARG_VIEW : PROTO_ARG_OBJ,
+                                          .obj = &rid,
+                                          .off = view ? a->off : 0,
+                                          .len = view ? a->len : 0});
 }
 
 static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
@@ -207,38 +232,15 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
     spw_id id = spillway__new_id(c);
     proto_enc e;
     proto_enc_raw(&e, &g->recs);
-    proto_put_arr(&e, g->place[0] != '\0' ? 6 : 5);
-    proto_put_id(&e, id);
-    proto_put_str(&e, fn);
-    proto_put_arr(&e, (uint32_t)nargs);
-    for (size_t i = 0; i < nargs; i++) {
-        const spillway_arg *a = &args[i];
-        if (a->kind == SPILLWAY_ARG_BYTES) {
-            put_inline(&e, a->data != NULL ? a->data : a->small, a->len);
-            continue;
-        }
-        spw_id rid = {a->ref.hi, a->ref.lo};
-        handle *h = spillway__handle_find(c, rid);
-        if (h != NULL && h->kind == H_SMALL) {
-            /* A small value lives here: it travels with the task. */
-            if (a->kind == SPILLWAY_ARG_VIEW)
-                put_inline(&e, h->inl + a->off, a->len);
-            else
-                put_inline(&e, h->inl, h->size);
-            continue;
-        }
-        proto_put_arr(&e, 5);
-        proto_put_u(&e, a->kind == SPILLWAY_ARG_VIEW ? PROTO_ARG_VIEW : PROTO_ARG_OBJ);
-        proto_put_nil(&e);
-        proto_put_id(&e, rid);
-        proto_put_u(&e, a->kind == SPILLWAY_ARG_VIEW ? a->off : 0);
-        proto_put_u(&e, a->kind == SPILLWAY_ARG_VIEW ? a->len : 0);
-    }
-    proto_put_u(&e, flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0);
-    const char *s = site != NULL ? site : "";
-    proto_put_strn(&e, s, strnlen(s, PROTO_MAX_NAME));
-    if (g->place[0] != '\0')
-        proto_put_str(&e, g->place);
+    arg_iter it = {c, args};
+    proto_put_task_rec(&e,
+                       &(proto_task_rec){.id = id,
+                                         .fn = fn,
+                                         .args = {.n = (uint32_t)nargs, .put = put_arg, .arg = &it},
+                                         .flags = flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0,
+                                         .site = site,
+                                         .worker = g->place,
+                                         .omit_worker = g->place[0] == '\0'});
     g->nrecs++;
     g->ntasks++;
     if (flags & SPILLWAY_KEEP) {
@@ -377,9 +379,8 @@ typedef struct gstat_q {
 static void gstat_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
     gstat_q *q = arg;
-    proto_enc_begin(e, out, PROTO_GRAPHS_REQ, req, 2);
-    proto_put_u(e, q->session);
-    proto_put_u(e, q->graph);
+    proto_enc_graphs_req(e, out, req,
+                         &(proto_graphs_req_msg){.session = q->session, .graph = q->graph});
 }
 
 static void gstat_reply(const proto_msg *m, void *arg)

@@ -247,9 +247,17 @@ static local *local_get(spillway *c, const char *host_id, const char *name, bool
     return l;
 }
 
+/* Gives the scheduler back our references to n objects, in one RELEASE. */
+static void release_ids(spillway *c, const spw_id *ids, uint32_t n)
+{
+    if (c->sched != NULL)
+        proto_send_release(c->sched, 0, &(proto_release_msg){.ids = {ids, n}});
+}
+
+static void release_id(spillway *c, spw_id id);
+
 /* Sends a request on a local connection and waits for its reply into c->xfer. */
-static int local_call(spillway *c, local *l, uint32_t type, spw_id id, uint64_t size,
-                      bool with_size)
+static int local_call(spillway *c, local *l, uint32_t type, spw_id id, uint64_t size)
 {
     xfer *x = &c->xfer;
     *x = (xfer){0};
@@ -257,12 +265,14 @@ static int local_call(spillway *c, local *l, uint32_t type, spw_id id, uint64_t 
     x->req = ++c->next_req;
     x->l = l;
     x->id = id;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(l->conn), type, x->req, with_size ? 2 : 1);
-    proto_put_id(&e, id);
-    if (with_size)
-        proto_put_u(&e, size);
-    int rc = proto_conn_send(l->conn, &e);
+    int rc;
+    if (type == PROTO_OBJ_CREATE)
+        rc =
+            proto_send_obj_create(l->conn, x->req, &(proto_obj_create_msg){.id = id, .size = size});
+    else if (type == PROTO_OBJ_SEAL)
+        rc = proto_send_obj_seal(l->conn, x->req, &(proto_obj_seal_msg){.id = id});
+    else
+        rc = proto_send_obj_pin(l->conn, x->req, &(proto_obj_pin_msg){.id = id});
     if (rc == 0)
         rc = spillway__run_until(c, xfer_done, NULL, -1);
     if (rc == 0)
@@ -275,10 +285,7 @@ static void local_unpin(spillway *c, local *l, spw_id id)
 {
     if (l->conn == NULL)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(l->conn), PROTO_OBJ_UNPIN, 0, 1);
-    proto_put_id(&e, id);
-    proto_conn_send(l->conn, &e);
+    proto_send_obj_unpin(l->conn, 0, &(proto_obj_unpin_msg){.id = id});
     spillway__flush(c);
 }
 
@@ -286,14 +293,14 @@ static void local_unpin(spillway *c, local *l, spw_id id)
  * memcpy writes through the client's mapping, and only into the object just created for it. */
 static int local_put(spillway *c, local *l, spw_id id, const void *data, size_t len)
 {
-    int rc = local_call(c, l, PROTO_OBJ_CREATE, id, len, true);
+    int rc = local_call(c, l, PROTO_OBJ_CREATE, id, len);
     if (rc != 0)
         return rc;
     uint64_t off = c->xfer.off;
     if (off > l->capacity || len > l->capacity - off)
         return SPW_EPROTO;
     memcpy(l->base + off, data, len);
-    return local_call(c, l, PROTO_OBJ_SEAL, id, 0, false);
+    return local_call(c, l, PROTO_OBJ_SEAL, id, 0);
 }
 
 /* ---------------------------------------------------------------------- put */
@@ -342,14 +349,13 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
     memset(&tgt, 0, sizeof tgt);
     c->call.on_reply = on_put_target;
     c->call.arg = &tgt;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_PUT_PLACE, req, 5);
-    proto_put_id(&e, id);
-    proto_put_u(&e, len);
-    proto_put_strn(&e, site, strnlen(site, PROTO_MAX_NAME));
-    proto_put_u(&e, flags);
-    proto_put_str(&e, c->no_local ? "" : c->host_id); /* prefer our host */
-    proto_conn_send(c->sched, &e);
+    proto_send_put_place(c->sched, req,
+                         &(proto_put_place_msg){.id = id,
+                                                .size = len,
+                                                .site = site,
+                                                .flags = flags,
+                                                /* prefer our host */
+                                                .host_id = c->no_local ? "" : c->host_id});
     int rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
@@ -358,11 +364,7 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
         uint64_t breq = c->call.req;
         c->call.on_reply = on_bcast_done;
         c->call.arg = bcast;
-        proto_enc be;
-        proto_enc_begin(&be, proto_conn_out(c->sched), PROTO_BROADCAST, breq, 2);
-        proto_put_id(&be, id);
-        proto_put_u(&be, nworkers);
-        proto_conn_send(c->sched, &be);
+        proto_send_broadcast(c->sched, breq, &(proto_broadcast_msg){.id = id, .workers = nworkers});
     }
     if (tgt.exists)
         return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
@@ -383,13 +385,14 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
         const uint8_t *b = data;
         for (uint64_t off = 0; off < len && rc == 0; off += chunk) {
             uint64_t n = len - off < chunk ? len - off : chunk;
-            proto_enc we;
-            proto_enc_begin(&we, proto_conn_out(p->conn), PROTO_OBJ_WRITE, x->req, 5);
-            proto_put_id(&we, id);
-            proto_put_u(&we, len);
-            proto_put_u(&we, off);
-            proto_put_u(&we, off + n == len ? PROTO_CHUNK_LAST : 0);
-            proto_put_bin_hdr(&we, n);
+            proto_enc we; /* the chunk's bytes are borrowed: only the header is encoded */
+            proto_enc_obj_write(
+                &we, proto_conn_out(p->conn), x->req,
+                &(proto_obj_write_msg){.id = id,
+                                       .total = len,
+                                       .off = off,
+                                       .flags = off + n == len ? PROTO_CHUNK_LAST : 0,
+                                       .data = {NULL, n}});
             rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, NULL, NULL);
         }
         if (rc == 0)
@@ -404,23 +407,12 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
             rc = brc;
         if (brc == 0 && rc != 0) {
             /* The broadcast took a reference of ours too: give it back as well. */
-            proto_enc re;
-            proto_enc_begin(&re, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
-            proto_put_arr(&re, 1);
-            proto_put_id(&re, id);
-            proto_conn_send(c->sched, &re);
+            release_ids(c, &id, 1);
         }
     }
     if (rc != 0) {
         /* The scheduler holds a reference for us: give it back. */
-        proto_enc re;
-        if (c->sched != NULL) {
-            proto_enc_begin(&re, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
-            proto_put_arr(&re, 1);
-            proto_put_id(&re, id);
-            proto_conn_send(c->sched, &re);
-            spillway__flush(c);
-        }
+        release_id(c, id);
     }
     return rc;
 }
@@ -470,11 +462,7 @@ static void release_id(spillway *c, spw_id id)
 {
     if (c->sched == NULL)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
-    proto_put_arr(&e, 1);
-    proto_put_id(&e, id);
-    proto_conn_send(c->sched, &e);
+    release_ids(c, &id, 1);
     spillway__flush(c);
 }
 
@@ -510,11 +498,7 @@ static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
     uint64_t req = spillway__call_begin(c, PROTO_BROADCAST_DONE);
     c->call.on_reply = on_bcast_done;
     c->call.arg = &res;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_BROADCAST, req, 2);
-    proto_put_id(&e, id);
-    proto_put_u(&e, nworkers);
-    proto_conn_send(c->sched, &e);
+    proto_send_broadcast(c->sched, req, &(proto_broadcast_msg){.id = id, .workers = nworkers});
     int rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
@@ -645,11 +629,9 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     uint64_t req = spillway__call_begin(c, PROTO_LOCATION);
     c->call.on_reply = on_location;
     c->call.arg = loc;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_LOCATE, req, 2);
-    proto_put_id(&e, id);
-    proto_put_u(&e, left < 0 ? UINT32_MAX : (uint64_t)left);
-    proto_conn_send(c->sched, &e);
+    proto_send_locate(
+        c->sched, req,
+        &(proto_locate_msg){.id = id, .timeout_ms = left < 0 ? UINT32_MAX : (uint64_t)left});
     int rc = spillway__call_wait(c, left < 0 ? -1 : left + 1000);
     if (rc == 0 && loc->status != 0) {
         rc = loc->status;
@@ -675,7 +657,7 @@ static local *pin_local(spillway *c, spw_id id, const location *loc, uint64_t *o
         local *l = local_get(c, loc->srcs[i].hostid, loc->srcs[i].local, false);
         if (l == NULL)
             continue;
-        if (local_call(c, l, PROTO_OBJ_PIN, id, 0, false) == 0 && c->xfer.size == loc->size &&
+        if (local_call(c, l, PROTO_OBJ_PIN, id, 0) == 0 && c->xfer.size == loc->size &&
             c->xfer.off <= l->capacity && loc->size <= l->capacity - c->xfer.off) {
             *off = c->xfer.off;
             return l;
@@ -703,12 +685,9 @@ static int fetch_tcp(spillway *c, spw_id id, const location *loc, uint8_t *buf)
         x->p = p;
         x->buf = buf;
         x->size = loc->size;
-        proto_enc re;
-        proto_enc_begin(&re, proto_conn_out(p->conn), PROTO_OBJ_READ, x->req, 3);
-        proto_put_id(&re, id);
-        proto_put_u(&re, 0);
-        proto_put_u(&re, loc->size);
-        proto_conn_send(p->conn, &re);
+        proto_send_obj_read(
+            p->conn, x->req,
+            &(proto_obj_read_msg){.id = id, .off = 0, .len = loc->size, .omit_flags = true});
         rc = spillway__run_until(c, xfer_done, NULL, -1);
         if (rc == 0)
             rc = x->status;
@@ -845,14 +824,8 @@ static int release__impl(spillway *c, spillway_ref ref)
     }
     bool remote = h->kind != H_SMALL;
     spillway__handle_free(c, h);
-    if (remote && c->sched != NULL) {
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
-        proto_put_arr(&e, 1);
-        proto_put_id(&e, id);
-        proto_conn_send(c->sched, &e);
-        spillway__flush(c);
-    }
+    if (remote)
+        release_id(c, id);
     if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
         spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
                              "with it", c->addr);
@@ -885,12 +858,7 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
     /* Frames of at most 65536 ids keep each one far below any frame limit. */
     for (size_t i = 0; i < nremote && c->sched != NULL; i += 65536) {
         size_t k = nremote - i < 65536 ? nremote - i : 65536;
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(c->sched), PROTO_RELEASE, 0, 1);
-        proto_put_arr(&e, (uint32_t)k);
-        for (size_t j = 0; j < k; j++)
-            proto_put_id(&e, remote[i + j]);
-        proto_conn_send(c->sched, &e);
+        release_ids(c, remote + i, (uint32_t)k);
     }
     spw_free(remote);
     spillway__flush(c);

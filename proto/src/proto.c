@@ -12,6 +12,7 @@
 #include "spillway/proto.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PROTO_MAX_DEPTH 8
@@ -93,128 +94,103 @@ typedef struct pschema {
     uint8_t nreq; /* fields a sender must send; later ones were added since (0 = all) */
 } pschema;
 
-#define U {PF_U, 0, 0, 0, 0}
-#define I {PF_I, 0, 0, 0, 0}
-#define BOOL {PF_BOOL, 0, 0, 0, 0}
-#define ID {PF_ID, 0, 0, 16, 16}
-#define OPT_ID {PF_ID, 1, 0, 16, 16}
-#define BIN(mn, mx) {PF_BIN, 0, 0, (mn), (mx)}
-#define OPT_BIN(mx) {PF_BIN, 1, 0, 0, (mx)}
-#define DATA {PF_BIN, 0, 0, 0, UINT32_MAX}
-#define STR(mx) {PF_STR, 0, 0, 0, (mx)}
-#define NAME STR(PROTO_MAX_NAME)
-#define TEXT STR(PROTO_MAX_STR)
-#define RECS(sub) {PF_RECS, 0, (sub), 0, UINT32_MAX}
-#define OPT_REC(sub) {PF_REC, 1, (sub), 0, 0}
-#define LIST_U(mn) {PF_LIST_U, 0, 0, (mn), UINT32_MAX}
-#define LIST_ID {PF_LIST_ID, 0, 0, 0, UINT32_MAX}
-
-enum rec_schema {
-    REC_WINFO,
-    REC_LOC,
-    REC_TASK,
-    REC_ARG,
-    REC_WARG,
-    REC_SWORKER,
-    REC_SCLIENT,
-    REC_EARG,
-    REC_MOBJ,
-    REC_HOLDER,
-    REC_MLOC,
-    REC_MNODE,
-    REC_OLOBJ,
-    REC_GRAPH,
-    REC_COUNT
-};
-
-/* A schema leaves nreq out unless some trailing fields are optional (0: all required); clang's
- * -Wmissing-field-initializers would flag every such row. */
+/* Schema rows, generated from the table in proto_schema.h. MSG0's row leaves its fields out,
+ * which clang's -Wmissing-field-initializers would flag. */
 #if defined(__clang__)
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wmissing-field-initializers"
 #endif
+#define ROW_U(arg)                                                                                 \
+    {                                                                                              \
+        PF_U, 0, 0, 0, 0                                                                           \
+    }
+#define ROW_I(arg)                                                                                 \
+    {                                                                                              \
+        PF_I, 0, 0, 0, 0                                                                           \
+    }
+#define ROW_ID(arg)                                                                                \
+    {                                                                                              \
+        PF_ID, 0, 0, 16, 16                                                                        \
+    }
+#define ROW_OPT_ID(arg)                                                                            \
+    {                                                                                              \
+        PF_ID, 1, 0, 16, 16                                                                        \
+    }
+#define ROW_BIN(arg)                                                                               \
+    {                                                                                              \
+        PF_BIN, 0, 0, (arg), (arg)                                                                 \
+    }
+#define ROW_OPT_BIN(arg)                                                                           \
+    {                                                                                              \
+        PF_BIN, 1, 0, 0, UINT32_MAX                                                                \
+    }
+#define ROW_DATA(arg)                                                                              \
+    {                                                                                              \
+        PF_BIN, 0, 0, 0, UINT32_MAX                                                                \
+    }
+#define ROW_STR(arg)                                                                               \
+    {                                                                                              \
+        PF_STR, 0, 0, 0, (arg)                                                                     \
+    }
+#define ROW_REC(arg)                                                                               \
+    {                                                                                              \
+        PF_REC, 1, REC_##arg, 0, 0                                                                 \
+    }
+#define ROW_RECS(arg)                                                                              \
+    {                                                                                              \
+        PF_RECS, 0, REC_##arg, 0, UINT32_MAX                                                       \
+    }
+#define ROW_LIST_U(arg)                                                                            \
+    {                                                                                              \
+        PF_LIST_U, 0, 0, (arg), UINT32_MAX                                                         \
+    }
+#define ROW_LIST_ID(arg)                                                                           \
+    {                                                                                              \
+        PF_LIST_ID, 0, 0, 0, UINT32_MAX                                                            \
+    }
+#define ROW_FIELD(index, member, kind, arg) ROW_##kind(arg),
+#define COUNT_REQ(index, member, kind, arg) +1
+#define COUNT_NONE(index, member, kind, arg)
 
+#define REC_INDEX(NAME, name) REC_##name,
+enum rec_schema { PROTO_SCHEMA(REC_INDEX, PROTO__NONE, PROTO__NONE, PROTO__NONE) REC_COUNT };
+
+#define REC_ROW(NAME, name)                                                                        \
+    [REC_##name] = {PROTO_NF_REC_##NAME,                                                           \
+                    {PROTO_REC_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},                               \
+                    0 PROTO_REC_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)},
 static const pschema rec_schemas[REC_COUNT] = {
-    [REC_WINFO] = {5, {NAME, U, U, NAME, NAME}},
-    [REC_LOC] = {4, {U, NAME, NAME, NAME}},
-    [REC_TASK] = {6, {ID, NAME, RECS(REC_ARG), U, NAME, NAME}, 5},
-    [REC_ARG] = {5, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U}},
-    [REC_WARG] = {7, {U, OPT_BIN(UINT32_MAX), OPT_ID, U, U, U, RECS(REC_LOC)}},
-    [REC_SWORKER] = {8, {U, NAME, NAME, U, U, U, U, LIST_U(0)}},
-    [REC_SCLIENT] = {6, {U, NAME, U, U, U, U}},
-    [REC_EARG] = {4, {U, OPT_BIN(UINT32_MAX), U, U}},
-    [REC_MOBJ] = {12,
-                  {ID, U, U, NAME, NAME, U, U, NAME, LIST_U(PROTO_REF_KINDS), RECS(REC_HOLDER),
-                   RECS(REC_MLOC), U}},
-    [REC_HOLDER] = {3, {U, U, NAME}},
-    [REC_MLOC] = {4, {U, U, U, U}},
-    [REC_MNODE] = {5, {U, NAME, NAME, LIST_U(0), U}},
-    [REC_OLOBJ] = {5, {ID, U, U, U, U}},
-    [REC_GRAPH] = {10, {U, U, NAME, U, NAME, U, LIST_U(PROTO_TSTATE_COUNT), U, U, U}},
-};
+    PROTO_SCHEMA(REC_ROW, PROTO__NONE, PROTO__NONE, PROTO__NONE)};
 
-static const pschema msg_schemas[PROTO_TYPE_MAX] = {
-    [PROTO_CHALLENGE] = {3, {U, BIN(PROTO_NONCE_LEN, PROTO_NONCE_LEN), U}},
-    [PROTO_HELLO] = {8,
-                     {U, U, BIN(PROTO_NONCE_LEN, PROTO_NONCE_LEN),
-                      BIN(PROTO_PROOF_LEN, PROTO_PROOF_LEN), U, NAME, NAME, OPT_REC(REC_WINFO)}},
-    [PROTO_WELCOME] = {5, {BIN(PROTO_PROOF_LEN, PROTO_PROOF_LEN), U, U, U, U}},
-    [PROTO_ERROR] = {2, {I, TEXT}},
-    [PROTO_OK] = {1, {U}},
-    [PROTO_PUT_PLACE] = {5, {ID, U, NAME, U, NAME}, 4},
-    [PROTO_PUT_TARGET] = {6, {ID, U, NAME, NAME, NAME, U}},
-    [PROTO_LOCATE] = {2, {ID, U}},
-    [PROTO_LOCATION] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, RECS(REC_LOC)}},
-    [PROTO_RELEASE] = {1, {LIST_ID}},
-    [PROTO_SUBMIT] = {6, {U, U, U, U, RECS(REC_TASK), NAME}, 5},
-    [PROTO_SUBMIT_ACK] = {2, {U, U}},
-    [PROTO_TASK_RESULT] = {5, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT}},
-    [PROTO_TASK_RUN] = {4, {ID, NAME, RECS(REC_WARG), U}},
-    [PROTO_TASK_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
-    [PROTO_OBJ_ADDED] = {2, {ID, U}},
-    [PROTO_OBJ_DELETE] = {1, {LIST_ID}},
-    [PROTO_HEARTBEAT] = {1, {LIST_U(PROTO_STAT_SPILL_AT)}}, /* the figures added since may be absent */
-    [PROTO_OBJ_WRITE] = {5, {ID, U, U, U, DATA}},
-    [PROTO_OBJ_READ] = {4, {ID, U, U, U}, 3},
-    [PROTO_OBJ_DATA] = {5, {ID, U, U, U, DATA}},
-    [PROTO_PUT_DONE] = {1, {ID}},
-    [PROTO_ARENA_MAP] = {1, {U}},
-    [PROTO_ARENA] = {1, {U}},
-    [PROTO_OBJ_PIN] = {1, {ID}},
-    [PROTO_PINNED] = {3, {ID, U, U}},
-    [PROTO_OBJ_UNPIN] = {1, {ID}},
-    [PROTO_OBJ_CREATE] = {2, {ID, U}},
-    [PROTO_CREATED] = {2, {ID, U}},
-    [PROTO_OBJ_SEAL] = {1, {ID}},
-    [PROTO_STATUS_REQ] = {0, {{0}}},
-    [PROTO_STATUS] = {12, {U, U, NAME, RECS(REC_SWORKER), RECS(REC_SCLIENT),
-                           LIST_U(PROTO_TSTATE_COUNT), U, U, LIST_U(0), LIST_U(0), LIST_U(0),
-                           LIST_U(0)}, 8},
-    [PROTO_BROADCAST] = {2, {ID, U}},
-    [PROTO_BROADCAST_DONE] = {3, {ID, U, U}},
-    [PROTO_REPLICATE] = {3, {ID, U, RECS(REC_LOC)}},
-    [PROTO_MEMORY_REQ] = {1, {U}},
-    [PROTO_MEMORY_OBJS] = {1, {RECS(REC_MOBJ)}},
-    [PROTO_MEMORY_END] = {2, {RECS(REC_MNODE), U}},
-    [PROTO_OBJ_LIST_REQ] = {1, {U}},
-    [PROTO_OBJ_LIST] = {2, {RECS(REC_OLOBJ), LIST_U(0)}},
-    [PROTO_EXEC] = {4, {ID, NAME, RECS(REC_EARG), U}},
-    [PROTO_EXEC_ALLOC] = {2, {ID, U}},
-    [PROTO_EXEC_ALLOC_OK] = {1, {U}},
-    [PROTO_EXEC_DONE] = {6, {ID, I, U, OPT_BIN(UINT32_MAX), TEXT, U}},
-    [PROTO_TASK_STARTED] = {1, {LIST_ID}},
-    [PROTO_GRAPHS_REQ] = {2, {U, U}},
-    [PROTO_GRAPHS] = {1, {RECS(REC_GRAPH)}},
-    [PROTO_TASK_CANCEL] = {1, {LIST_ID}},
-};
+#define MSG_ROW(NAME, name)                                                                        \
+    static const pschema schema_##name = {PROTO_NF_##NAME,                                         \
+                                          {PROTO_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},             \
+                                          0 PROTO_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)};
+#define MSG0_ROW(NAME, name) static const pschema schema_##name = {0, {{0}}, 0};
+PROTO_SCHEMA(PROTO__NONE, MSG_ROW, MSG0_ROW, PROTO__NONE)
 
+/* The schema of each message type; NULL for a type that does not exist. */
+#define MSG_PTR(NAME, name) [PROTO_##NAME] = &schema_##name,
+#define ALIAS_PTR(NAME, name, OF, of) [PROTO_##NAME] = &schema_##of,
+static const pschema *const msg_schemas[PROTO_TYPE_MAX] = {
+    PROTO_SCHEMA(PROTO__NONE, MSG_PTR, MSG_PTR, ALIAS_PTR)};
+
+/* Every type of PROTO_MSG_MAP has a schema: a missing one fails to compile here. */
+#define HAS_SCHEMA(NAME, name) HAS_SCHEMA_##NAME,
+#define HAS_SCHEMA_ALIAS(NAME, name, OF, of) HAS_SCHEMA_##NAME,
+enum { PROTO_SCHEMA(PROTO__NONE, HAS_SCHEMA, HAS_SCHEMA, HAS_SCHEMA_ALIAS) HAS_SCHEMA_COUNT };
+#define CHECK_SCHEMA(name, value) (void)HAS_SCHEMA_##name;
+static inline void schema_covers_every_type(void){PROTO_MSG_MAP(CHECK_SCHEMA)}
+#define CHECK_NF(NAME, name) _Static_assert(PROTO_NF_##NAME <= PROTO_MAX_FIELDS, #NAME);
+#define CHECK_NF_REC(NAME, name) _Static_assert(PROTO_NF_REC_##NAME <= PROTO_MAX_FIELDS, #NAME);
+PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
 
-/* -------------------------------------------------------- structural scan */
+    /* -------------------------------------------------------- structural scan */
 
-static inline uint64_t be_read(const uint8_t *p, int n)
+    static inline uint64_t be_read(const uint8_t *p, int n)
 {
     uint64_t v = 0;
     for (int i = 0; i < n; i++)
@@ -460,8 +436,8 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
         top[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
         return SPW_EMALFORMED;
     uint32_t type = (uint32_t)top[0].via.u64;
-    const pschema *s = &msg_schemas[type];
-    if (s->nf == 0 && type != PROTO_STATUS_REQ)
+    const pschema *s = msg_schemas[type];
+    if (s == NULL)
         return SPW_EMALFORMED; /* unknown message type */
     proto_msg m;
     m.type = type;
@@ -610,16 +586,11 @@ static int enc_write(void *data, const char *p, size_t len)
     return 0;
 }
 
+static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req);
+
 void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields)
 {
-    e->buf = buf;
-    e->start = buf->len;
-    static const uint8_t zero[PROTO_HDR_LEN] = {0};
-    spw_buf_append(buf, zero, sizeof zero);
-    msgpack_packer_init(&e->pk, buf, enc_write);
-    msgpack_pack_array(&e->pk, 3);
-    msgpack_pack_uint32(&e->pk, type);
-    msgpack_pack_uint64(&e->pk, req);
+    enc_head(e, buf, type, req);
     msgpack_pack_array(&e->pk, nfields);
 }
 
@@ -705,7 +676,192 @@ void proto_put_arr(proto_enc *e, uint32_t n)
     msgpack_pack_array(&e->pk, n);
 }
 
-void proto_enc_error(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
+/* ------------------------------------------------------------ typed builders */
+
+/* Begins a frame: the length prefix (patched by proto_enc_end), type and request id; the
+ * field array follows. */
+static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req)
+{
+    e->buf = buf;
+    e->start = buf->len;
+    static const uint8_t zero[PROTO_HDR_LEN] = {0};
+    spw_buf_append(buf, zero, sizeof zero);
+    msgpack_packer_init(&e->pk, buf, enc_write);
+    msgpack_pack_array(&e->pk, 3);
+    msgpack_pack_uint32(&e->pk, type);
+    msgpack_pack_uint64(&e->pk, req);
+}
+
+static void put_opt_id(proto_enc *e, const spw_id *id)
+{
+    if (id != NULL)
+        proto_put_id(e, *id);
+    else
+        proto_put_nil(e);
+}
+
+static void put_opt_bin(proto_enc *e, proto_bytes b)
+{
+    if (b.ptr != NULL)
+        proto_put_bin(e, b.ptr, b.len);
+    else
+        proto_put_nil(e);
+}
+
+static void put_data(proto_enc *e, proto_bytes b)
+{
+    proto_put_bin_hdr(e, b.len);
+    if (b.ptr != NULL && b.len > 0)
+        msgpack_pack_bin_body(&e->pk, b.ptr, b.len);
+}
+
+/* A string field: NULL is "", and one longer than the schema allows is cut to its limit, so a
+ * name from configuration can never make a frame the peer refuses. */
+static void put_str_max(proto_enc *e, const char *s, size_t max)
+{
+    if (s == NULL)
+        s = "";
+    proto_put_strn(e, s, strnlen(s, max));
+}
+
+static void put_list_u(proto_enc *e, proto_u64s l)
+{
+    proto_put_arr(e, l.n);
+    for (uint32_t i = 0; i < l.n; i++)
+        proto_put_u(e, l.v[i]);
+}
+
+static void put_list_id(proto_enc *e, proto_ids l)
+{
+    proto_put_arr(e, l.n);
+    for (uint32_t i = 0; i < l.n; i++)
+        proto_put_id(e, l.v[i]);
+}
+
+#define PUT_U(e, v, arg) proto_put_u((e), (v))
+#define PUT_I(e, v, arg) proto_put_i((e), (v))
+#define PUT_ID(e, v, arg) proto_put_id((e), (v))
+#define PUT_OPT_ID(e, v, arg) put_opt_id((e), (v))
+#define PUT_BIN(e, v, arg) proto_put_bin((e), (v).ptr, (v).len)
+#define PUT_OPT_BIN(e, v, arg) put_opt_bin((e), (v))
+#define PUT_DATA(e, v, arg) put_data((e), (v))
+#define PUT_STR(e, v, arg) put_str_max((e), (v), (arg))
+#define PUT_REC(e, v, arg)                                                                         \
+    do {                                                                                           \
+        if ((v) != NULL)                                                                           \
+            proto_put_##arg##_rec((e), (v));                                                       \
+        else                                                                                       \
+            proto_put_nil(e);                                                                      \
+    } while (0)
+#define PUT_RECS(e, v, arg) put_recs_##arg((e), &(v))
+#define PUT_LIST_U(e, v, arg) put_list_u((e), (v))
+#define PUT_LIST_ID(e, v, arg) put_list_id((e), (v))
+
+/* The fields of one message or record m: every F field, then the N fields up to the first one
+ * the sender omits. */
+#define GROW_NONE(index, member, kind, arg)
+#define GROW_NEW(index, member, kind, arg)                                                         \
+    if (nf == (index) && !m->omit_##member)                                                        \
+        nf++;
+#define PUT_FIELD(index, member, kind, arg) PUT_##kind(e, m->member, arg);
+#define PUT_FIELD_NEW(index, member, kind, arg)                                                    \
+    if ((index) < nf)                                                                              \
+        PUT_##kind(e, m->member, arg);
+#define PUT_FIELDS(FIELDS)                                                                         \
+    uint32_t nf = 0 FIELDS(COUNT_REQ, COUNT_NONE);                                                 \
+    FIELDS(GROW_NONE, GROW_NEW)                                                                    \
+    proto_put_arr(e, nf);                                                                          \
+    FIELDS(PUT_FIELD, PUT_FIELD_NEW)
+
+#define DECL_PUT_RECS(NAME, name)                                                                  \
+    __attribute__((unused)) static void put_recs_##name(proto_enc *e, const proto_##name##_recs *r);
+PROTO_SCHEMA(DECL_PUT_RECS, PROTO__NONE, PROTO__NONE, PROTO__NONE)
+
+#define DEF_REC(NAME, name)                                                                        \
+    void proto_put_##name##_rec(proto_enc *e, const proto_##name##_rec *m)                         \
+    {                                                                                              \
+        PUT_FIELDS(PROTO_REC_FIELDS_##NAME)                                                        \
+    }                                                                                              \
+    static void put_recs_##name(proto_enc *e, const proto_##name##_recs *r)                        \
+    {                                                                                              \
+        proto_put_arr(e, r->n);                                                                    \
+        if (r->pre != NULL) {                                                                      \
+            spw_buf_append(e->buf, r->pre->data, r->pre->len);                                     \
+            return;                                                                                \
+        }                                                                                          \
+        for (uint32_t i = 0; i < r->n; i++) {                                                      \
+            if (r->put != NULL)                                                                    \
+                r->put(e, i, r->arg);                                                              \
+            else                                                                                   \
+                proto_put_##name##_rec(e, &r->v[i]);                                               \
+        }                                                                                          \
+    }
+#define DEF_MSG(NAME, name)                                                                        \
+    static void fields_##name(proto_enc *e, const proto_##name##_msg *m)                           \
+    {                                                                                              \
+        PUT_FIELDS(PROTO_FIELDS_##NAME)                                                            \
+    }                                                                                              \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req, const proto_##name##_msg *m)   \
+    {                                                                                              \
+        enc_head(e, buf, PROTO_##NAME, req);                                                       \
+        fields_##name(e, m);                                                                       \
+    }
+#define DEF_MSG0(NAME, name)                                                                       \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req)                                \
+    {                                                                                              \
+        enc_head(e, buf, PROTO_##NAME, req);                                                       \
+        proto_put_arr(e, 0);                                                                       \
+    }
+#define DEF_ALIAS(NAME, name, OF, of)                                                              \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req, const proto_##name##_msg *m)   \
+    {                                                                                              \
+        enc_head(e, buf, PROTO_##NAME, req);                                                       \
+        fields_##of(e, m);                                                                         \
+    }
+PROTO_SCHEMA(DEF_REC, DEF_MSG, DEF_MSG0, DEF_ALIAS)
+
+/* ------------------------------------------------------ checking sent frames */
+
+int proto_check_frames(const uint8_t *p, size_t len, uint32_t *type)
+{
+    proto_limits lim;
+    proto_limits_default(&lim);
+    lim.max_frame = UINT32_MAX;
+    msgpack_zone zone;
+    if (!msgpack_zone_init(&zone, 4096))
+        return SPW_ENOMEM;
+    int rc = 0;
+    size_t at = 0;
+    *type = 0;
+    while (at < len) {
+        proto_msg m;
+        /* The type, for the message, even when the frame does not decode. */
+        const uint8_t *b = p + at;
+        *type = len - at > PROTO_HDR_LEN + 1 && b[PROTO_HDR_LEN] == 0x93 ? b[PROTO_HDR_LEN + 1] : 0;
+        int n = proto_decode(b, len - at, &lim, &zone, &m);
+        msgpack_zone_clear(&zone);
+        if (n <= 0) {
+            rc = n == 0 ? SPW_EMALFORMED : n; /* 0: the frame is cut short */
+            break;
+        }
+        at += (size_t)n;
+    }
+    msgpack_zone_destroy(&zone);
+    return rc;
+}
+
+void proto_assert_frames(const uint8_t *p, size_t len, const char *who)
+{
+    uint32_t type;
+    int rc = proto_check_frames(p, len, &type);
+    if (rc == 0)
+        return;
+    spw_log(SPW_LOG_ERR, "%s: about to send a frame that does not decode: type %u (%s): %s", who,
+            type, proto_type_name(type), spw_strerror(rc));
+    abort();
+}
+
+void proto_enc_errorf(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
 {
     char msg[PROTO_MAX_STR];
     va_list ap;
@@ -715,8 +871,6 @@ void proto_enc_error(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
     if (n < 0)
         msg[0] = '\0';
     proto_enc e;
-    proto_enc_begin(&e, buf, PROTO_ERROR, req, 2);
-    proto_put_i(&e, code);
-    proto_put_str(&e, msg);
+    proto_enc_error(&e, buf, req, &(proto_error_msg){.code = code, .msg = msg});
     proto_enc_end(&e, UINT32_MAX);
 }

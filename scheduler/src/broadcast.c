@@ -37,12 +37,9 @@ typedef struct bcast {
 static void done(sched *s, bcast *b)
 {
     if (b->ss != NULL) {
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(b->ss->conn), PROTO_BROADCAST_DONE, b->req, 3);
-        proto_put_id(&e, b->obj);
-        proto_put_u(&e, b->copies);
-        proto_put_u(&e, b->failed);
-        proto_conn_send(b->ss->conn, &e);
+        proto_send_broadcast_done(
+            b->ss->conn, b->req,
+            &(proto_broadcast_done_msg){.id = b->obj, .copies = b->copies, .failed = b->failed});
     }
     LL_DELETE(s->bcasts, b);
     spw_free(b->targets);
@@ -66,15 +63,6 @@ static void settle(sched *s, bcast *b, uint32_t worker, bool ok)
     }
     if (b->ntargets == 0)
         done(s, b);
-}
-
-static void put_loc(proto_enc *e, const sched_worker *w)
-{
-    proto_put_arr(e, 4);
-    proto_put_u(e, w->id);
-    proto_put_str(e, w->addr);
-    proto_put_str(e, w->host_id);
-    proto_put_str(e, w->local);
 }
 
 /* Sends REPLICATE along the chain; the object is READY and in at least one store. */
@@ -107,18 +95,17 @@ static void start(sched *s, bcast *b, const sched_obj *o)
             continue;
         /* Fetch from the previous link (maybe still receiving), then earlier ones, then the
          * holders. */
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_REPLICATE, b->id, 3);
-        proto_put_id(&e, o->id);
-        proto_put_u(&e, o->size);
+        proto_loc_rec locs[MAX_LOCS];
         uint32_t nl = nchain < MAX_LOCS ? nchain : MAX_LOCS;
-        proto_put_arr(&e, nl);
         uint32_t put = 0;
         for (int32_t i = (int32_t)nchain - 1; i >= (int32_t)holders && put < nl; i--, put++)
-            put_loc(&e, chain[i]);
+            locs[put] = sched__loc_rec(chain[i]);
         for (uint32_t i = 0; i < holders && put < nl; i++, put++)
-            put_loc(&e, chain[i]);
-        if (proto_conn_send(w->conn, &e) != 0)
+            locs[put] = sched__loc_rec(chain[i]);
+        if (proto_send_replicate(w->conn, b->id,
+                                 &(proto_replicate_msg){.id = o->id,
+                                                        .size = o->size,
+                                                        .locs = {.n = nl, .v = locs}}) != 0)
             continue;
         b->targets[b->ntargets++] = w->id;
         chain[nchain++] = w;
@@ -219,11 +206,7 @@ void sched__broadcast_obj_freed(sched *s, spw_id id)
             sched_worker *w = sched__worker_by_id(s, b->targets[i]);
             if (w == NULL)
                 continue;
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
-            proto_put_arr(&e, 1);
-            proto_put_id(&e, id);
-            proto_conn_send(w->conn, &e);
+            sched__worker_delete(w, id);
         }
         b->ntargets = 0;
         done(s, b);

@@ -96,38 +96,49 @@ void sched__graph_release(sched *s, sched_graph *g)
     }
 }
 
-static void put_graph(proto_enc *e, const sched_graph *g, uint64_t now)
+/* The graphs a GRAPHS_REQ asks for (session and graph, 0 = any); next is the cursor. */
+typedef struct graph_sel {
+    uint64_t sess, gid, now;
+    const sched_graph *next;
+} graph_sel;
+
+static bool selected(const graph_sel *q, const sched_graph *g)
 {
-    proto_put_arr(e, 10);
-    proto_put_u(e, g->session);
-    proto_put_u(e, g->gid);
-    proto_put_str(e, g->host);
-    proto_put_u(e, g->pid);
-    proto_put_strn(e, g->site != NULL ? g->site : "",
-                   g->site != NULL ? strnlen(g->site, PROTO_MAX_NAME) : 0);
-    proto_put_u(e, now > g->created_ms ? now - g->created_ms : 0);
-    proto_put_arr(e, PROTO_TSTATE_COUNT);
-    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
-        proto_put_u(e, g->counts[k]);
-    proto_put_u(e, g->live_bytes);
-    proto_put_u(e, g->max_bytes);
-    proto_put_u(e, g->ended_ms == 0 ? 0 : g->ended_ms > g->created_ms ? g->ended_ms - g->created_ms : 1);
+    return (q->sess == 0 || g->session == q->sess) && (q->gid == 0 || g->gid == q->gid);
+}
+
+static void put_graph(proto_enc *e, uint32_t i, void *arg)
+{
+    graph_sel *q = arg;
+    while (!selected(q, q->next))
+        q->next = q->next->gnext;
+    const sched_graph *g = q->next;
+    q->next = g->gnext;
+    uint64_t now = q->now;
+    proto_put_graph_rec(e,
+                        &(proto_graph_rec){.session = g->session,
+                                           .id = g->gid,
+                                           .host = g->host,
+                                           .pid = g->pid,
+                                           .site = g->site,
+                                           .age_ms = now > g->created_ms ? now - g->created_ms : 0,
+                                           .counts = {g->counts, PROTO_TSTATE_COUNT},
+                                           .live = g->live_bytes,
+                                           .max_bytes = g->max_bytes,
+                                           .ended_ms = g->ended_ms == 0 ? 0
+                                                       : g->ended_ms > g->created_ms
+                                                           ? g->ended_ms - g->created_ms
+                                                           : 1});
 }
 
 void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m)
 {
-    uint64_t sess = m->f[F_GREQ_SESSION].u, gid = m->f[F_GREQ_GRAPH].u;
+    graph_sel q = {m->f[F_GREQ_SESSION].u, m->f[F_GREQ_GRAPH].u, spw_wall_ms(), s->graphs};
     uint32_t n = 0;
     for (const sched_graph *g = s->graphs; g != NULL; g = g->gnext)
-        n += (sess == 0 || g->session == sess) && (gid == 0 || g->gid == gid);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_GRAPHS, m->req, 1);
-    proto_put_arr(&e, n);
-    uint64_t now = spw_wall_ms();
-    for (const sched_graph *g = s->graphs; g != NULL; g = g->gnext)
-        if ((sess == 0 || g->session == sess) && (gid == 0 || g->gid == gid))
-            put_graph(&e, g, now);
-    int rc = proto_conn_send(ss->conn, &e);
+        n += selected(&q, g);
+    int rc = proto_send_graphs(
+        ss->conn, m->req, &(proto_graphs_msg){.graphs = {.n = n, .put = put_graph, .arg = &q}});
     if (rc != 0)
         proto_conn_error(ss->conn, m->req, rc, "graph list does not fit in a frame");
 }

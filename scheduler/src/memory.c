@@ -107,31 +107,37 @@ static const char *task_state_name(int st)
 
 static void put_holder(proto_enc *e, int kind, uint64_t count, const char *who)
 {
-    proto_put_arr(e, 3);
-    proto_put_u(e, (uint64_t)kind);
-    proto_put_u(e, count);
-    proto_put_strn(e, who, strnlen(who, PROTO_MAX_NAME));
+    proto_put_holder_rec(e,
+                         &(proto_holder_rec){.kind = (uint64_t)kind, .count = count, .who = who});
 }
 
-static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m)
+/* Location i of an object as its store reported it. */
+static void put_mloc(proto_enc *e, uint32_t i, void *arg)
+{
+    const mloc *l = &((const mobj *)arg)->l[i];
+    proto_put_mloc_rec(
+        e, &(proto_mloc_rec){
+               .worker = l->worker, .where = l->where, .stored = l->stored, .pins = l->pins});
+}
+
+/* Location i of an object from the directory: its worker did not answer (where unknown). */
+static void put_dir_loc(proto_enc *e, uint32_t i, void *arg)
+{
+    proto_put_mloc_rec(e, &(proto_mloc_rec){.worker = ((const sched_obj *)arg)->locs[i]});
+}
+
+static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
 {
     char who[2 * PROTO_MAX_NAME], hex[33]; /* sent cut to PROTO_MAX_NAME (put_holder) */
     uint64_t pins = 0;
     for (uint32_t i = 0; m != NULL && i < m->n; i++)
         pins += m->l[i].pins;
-    proto_put_arr(e, 12);
-    proto_put_id(e, o->id);
-    proto_put_u(e, o->size);
-    proto_put_u(e, state_of(o));
-    proto_put_str(e, o->site != NULL ? o->site : "");
-    proto_put_str(e, o->owner_host != NULL ? o->owner_host : "");
-    proto_put_u(e, o->owner_pid);
-    uint64_t now = spw_wall_ms();
-    proto_put_u(e, now > o->created_ms ? now - o->created_ms : 0);
-    proto_put_str(e, o->producer != NULL ? o->producer->fn->name : "");
-    proto_put_arr(e, PROTO_REF_KINDS);
+    uint64_t refs[PROTO_REF_KINDS];
     for (int k = 0; k < PROTO_REF_KINDS; k++)
-        proto_put_u(e, k == REF_PINNED ? pins : o->refs[k]);
+        refs[k] = k == REF_PINNED ? pins : o->refs[k];
+    spw_buf holders = {0};
+    proto_enc he;
+    proto_enc_raw(&he, &holders);
     /* Holders: sessions (CLIENT, OUTPUT, BROADCAST), consumer tasks (TASK_ARG), stores (PINNED). */
     uint32_t nh = 0;
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext)
@@ -144,14 +150,13 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m
     for (uint32_t i = 0; m != NULL && i < m->n; i++)
         npin += m->l[i].pins > 0;
     uint32_t shown_tasks = ntask > MAX_HOLDERS ? MAX_HOLDERS : ntask;
-    proto_put_arr(e, nh + shown_tasks + (ntask > shown_tasks) + npin);
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {
         for (int k = 0; k < REF_KINDS; k++) {
             if (r->count[k] == 0)
                 continue;
             snprintf(who, sizeof who, "client %s pid %u session %llu", r->sess->host,
                      r->sess->pid, (unsigned long long)r->sess->id);
-            put_holder(e, k, r->count[k], who);
+            put_holder(&he, k, r->count[k], who);
         }
     }
     uint32_t i = 0;
@@ -160,11 +165,11 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m
         spw_id_hex(t->id, hex);
         snprintf(who, sizeof who, "task %.12s %s %s", hex, t->fn->name,
                  task_state_name(t->state));
-        put_holder(e, REF_TASK_ARG, 1, who);
+        put_holder(&he, REF_TASK_ARG, 1, who);
     }
     if (ntask > shown_tasks) {
         snprintf(who, sizeof who, "%u more tasks", ntask - shown_tasks);
-        put_holder(e, REF_TASK_ARG, ntask - shown_tasks, who);
+        put_holder(&he, REF_TASK_ARG, ntask - shown_tasks, who);
     }
     for (uint32_t j = 0; m != NULL && j < m->n; j++) {
         if (m->l[j].pins == 0)
@@ -172,83 +177,76 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mobj *m
         sched_worker *w = sched__worker_by_id(s, m->l[j].worker);
         snprintf(who, sizeof who, "worker %s (readers, tasks or a writer)",
                  w != NULL ? w->name : "?");
-        put_holder(e, REF_PINNED, m->l[j].pins, who);
+        put_holder(&he, REF_PINNED, m->l[j].pins, who);
     }
-    /* Locations: what the stores said, else the directory's (their worker did not answer). */
-    if (m != NULL) {
-        proto_put_arr(e, m->n);
-        for (uint32_t j = 0; j < m->n; j++) {
-            proto_put_arr(e, 4);
-            proto_put_u(e, m->l[j].worker);
-            proto_put_u(e, m->l[j].where);
-            proto_put_u(e, m->l[j].stored);
-            proto_put_u(e, m->l[j].pins);
-        }
-    } else {
-        proto_put_arr(e, o->nlocs);
-        for (uint32_t j = 0; j < o->nlocs; j++) {
-            proto_put_arr(e, 4);
-            proto_put_u(e, o->locs[j]);
-            proto_put_u(e, 0); /* unknown */
-            proto_put_u(e, 0);
-            proto_put_u(e, 0);
-        }
-    }
-    proto_put_u(e, o->inline_data != NULL ? 1 : 0);
+    uint64_t now = spw_wall_ms();
+    proto_mobj_rec r = {
+        .id = o->id,
+        .size = o->size,
+        .state = state_of(o),
+        .site = o->site,
+        .owner_host = o->owner_host,
+        .owner_pid = o->owner_pid,
+        .age_ms = now > o->created_ms ? now - o->created_ms : 0,
+        .task_fn = o->producer != NULL ? o->producer->fn->name : "",
+        .refs = {refs, PROTO_REF_KINDS},
+        .holders = {.n = nh + shown_tasks + (ntask > shown_tasks) + npin, .pre = &holders},
+        /* Locations: what the stores said, else the directory's (their worker did not answer). */
+        .locs = m != NULL ? (proto_mloc_recs){.n = m->n, .put = put_mloc, .arg = m}
+                          : (proto_mloc_recs){.n = o->nlocs, .put = put_dir_loc, .arg = (void *)o},
+        .is_inline = o->inline_data != NULL ? 1 : 0};
+    proto_put_mobj_rec(e, &r);
+    spw_buf_release(&holders);
 }
 
-static void put_orphan(proto_enc *e, const mobj *m)
+static void put_orphan(proto_enc *e, mobj *m)
 {
-    proto_put_arr(e, 12);
-    proto_put_id(e, m->id);
-    proto_put_u(e, m->size);
-    proto_put_u(e, PROTO_OSTATE_ORPHAN);
-    proto_put_str(e, "");
-    proto_put_str(e, "");
-    proto_put_u(e, 0);
-    proto_put_u(e, 0);
-    proto_put_str(e, "");
-    proto_put_arr(e, PROTO_REF_KINDS);
-    uint64_t pins = 0;
+    uint64_t refs[PROTO_REF_KINDS] = {0};
     for (uint32_t j = 0; j < m->n; j++)
-        pins += m->l[j].pins;
-    for (int k = 0; k < PROTO_REF_KINDS; k++)
-        proto_put_u(e, k == REF_PINNED ? pins : 0);
-    proto_put_arr(e, 0);
-    proto_put_arr(e, m->n);
-    for (uint32_t j = 0; j < m->n; j++) {
-        proto_put_arr(e, 4);
-        proto_put_u(e, m->l[j].worker);
-        proto_put_u(e, m->l[j].where);
-        proto_put_u(e, m->l[j].stored);
-        proto_put_u(e, m->l[j].pins);
-    }
-    proto_put_u(e, 0);
+        refs[REF_PINNED] += m->l[j].pins;
+    proto_put_mobj_rec(e, &(proto_mobj_rec){.id = m->id,
+                                            .size = m->size,
+                                            .state = PROTO_OSTATE_ORPHAN,
+                                            .refs = {refs, PROTO_REF_KINDS},
+                                            .locs = {.n = m->n, .put = put_mloc, .arg = m}});
+}
+
+typedef struct node_iter {
+    sched *s;
+    memq *q;
+} node_iter;
+
+static void put_node(proto_enc *e, uint32_t i, void *arg)
+{
+    node_iter *it = arg;
+    const mnode *n = &it->q->nodes[i];
+    const sched_worker *w = sched__worker_by_id(it->s, n->id);
+    const uint64_t *st = n->fresh ? n->stats : (w != NULL ? w->stats : n->stats);
+    proto_put_mnode_rec(e, &(proto_mnode_rec){.id = n->id,
+                                              .addr = w != NULL ? w->addr : "?",
+                                              .name = w != NULL ? w->name : "(gone)",
+                                              .stats = {st, PROTO_STAT_COUNT},
+                                              .fresh = n->fresh ? 1 : 0});
 }
 
 static void send_end(sched *s, memq *q)
 {
-    proto_conn *c = q->ss->conn;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_END, q->req, 2);
-    proto_put_arr(&e, q->nnodes);
     bool complete = true;
-    for (uint32_t i = 0; i < q->nnodes; i++) {
-        mnode *n = &q->nodes[i];
-        sched_worker *w = sched__worker_by_id(s, n->id);
-        complete = complete && n->fresh;
-        proto_put_arr(&e, 5);
-        proto_put_u(&e, n->id);
-        proto_put_str(&e, w != NULL ? w->addr : "?");
-        proto_put_str(&e, w != NULL ? w->name : "(gone)");
-        const uint64_t *st = n->fresh ? n->stats : (w != NULL ? w->stats : n->stats);
-        proto_put_arr(&e, PROTO_STAT_COUNT);
-        for (int k = 0; k < PROTO_STAT_COUNT; k++)
-            proto_put_u(&e, st[k]);
-        proto_put_u(&e, n->fresh ? 1 : 0);
-    }
-    proto_put_u(&e, complete ? 1 : 0);
-    proto_conn_send(c, &e);
+    for (uint32_t i = 0; i < q->nnodes; i++)
+        complete = complete && q->nodes[i].fresh;
+    node_iter it = {s, q};
+    proto_send_memory_end(
+        q->ss->conn, q->req,
+        &(proto_memory_end_msg){.nodes = {.n = q->nnodes, .put = put_node, .arg = &it},
+                                .complete = complete ? 1 : 0});
+}
+
+/* Sends n object records encoded in recs, and frees them. */
+static void send_objs(memq *q, uint32_t n, spw_buf *recs)
+{
+    proto_send_memory_objs(q->ss->conn, q->req,
+                           &(proto_memory_objs_msg){.objs = {.n = n, .pre = recs}});
+    spw_buf_release(recs);
 }
 
 /* Streams one batch; re-armed by the idle handle until done. */
@@ -259,14 +257,13 @@ static void stream_cb(uv_idle_t *h)
     proto_conn *c = q->ss->conn;
     if (!proto_conn_writable(c))
         return; /* the ctl reads slowly: wait for the queue to drain */
+    /* Each batch's records are encoded first, then sent as one MEMORY_OBJS. */
+    spw_buf recs = {0};
     proto_enc e;
+    proto_enc_raw(&e, &recs);
     if (q->pos < q->nids) {
         size_t end = q->pos + BATCH < q->nids ? q->pos + BATCH : q->nids;
         uint32_t n = 0;
-        for (size_t i = q->pos; i < end; i++)
-            n += sched__obj_find(s, q->ids[i]) != NULL;
-        proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_OBJS, q->req, 1);
-        proto_put_arr(&e, n);
         for (size_t i = q->pos; i < end; i++) {
             const sched_obj *o = sched__obj_find(s, q->ids[i]);
             if (o == NULL)
@@ -274,8 +271,9 @@ static void stream_cb(uv_idle_t *h)
             mobj *m;
             HASH_FIND(hh, q->objs, &o->id, sizeof o->id, m);
             put_object(s, &e, o, m);
+            n++;
         }
-        proto_conn_send(c, &e);
+        send_objs(q, n, &recs);
         q->pos = end;
         return;
     }
@@ -290,8 +288,6 @@ static void stream_cb(uv_idle_t *h)
             q->orphans_done = true;
             return;
         }
-        proto_enc_begin(&e, proto_conn_out(c), PROTO_MEMORY_OBJS, q->req, 1);
-        proto_put_arr(&e, n);
         uint32_t k = 0;
         for (; m != NULL && k < n; m = m->hh.next) {
             if (sched__obj_find(s, m->id) != NULL)
@@ -299,7 +295,7 @@ static void stream_cb(uv_idle_t *h)
             put_orphan(&e, m);
             k++;
         }
-        proto_conn_send(c, &e);
+        send_objs(q, n, &recs);
         q->orphan_pos = m;
         if (m == NULL)
             q->orphans_done = true;
@@ -337,10 +333,7 @@ void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m)
         sched_worker *w = s->workers[k];
         q->nodes[k].id = w->id;
         memcpy(q->nodes[k].stats, w->stats, sizeof w->stats);
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_LIST_REQ, q->id, 1);
-        proto_put_u(&e, 0);
-        if (proto_conn_send(w->conn, &e) == 0)
+        if (proto_send_obj_list_req(w->conn, q->id, &(proto_obj_list_req_msg){.flags = 0}) == 0)
             q->waiting++;
     }
     q->deadline_ns = spw_now_ns() + (uint64_t)WORKER_ANSWER_MS * 1000000ULL;

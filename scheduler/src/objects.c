@@ -55,16 +55,16 @@ sched_worker *sched__worker_by_id(sched *s, uint32_t id)
     return NULL;
 }
 
+void sched__worker_delete(sched_worker *w, spw_id id)
+{
+    proto_send_obj_delete(w->conn, 0, &(proto_obj_delete_msg){.ids = {&id, 1}});
+}
+
 static void send_delete(sched *s, uint32_t worker, spw_id id)
 {
     sched_worker *w = sched__worker_by_id(s, worker);
-    if (w == NULL)
-        return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_OBJ_DELETE, 0, 1);
-    proto_put_arr(&e, 1);
-    proto_put_id(&e, id);
-    proto_conn_send(w->conn, &e);
+    if (w != NULL)
+        sched__worker_delete(w, id);
 }
 
 void sched__waiter_free(sched_waiter *w)
@@ -120,11 +120,8 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
         if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
             /* Nobody wants it any more: if it has not started, its worker drops it now and
              * answers SPW_ECANCELED (its slot is free at once); if it runs, it finishes. */
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(t->worker->conn), PROTO_TASK_CANCEL, 0, 1);
-            proto_put_arr(&e, 1);
-            proto_put_id(&e, t->id);
-            proto_conn_send(t->worker->conn, &e);
+            proto_send_task_cancel(t->worker->conn, 0,
+                                   &(proto_task_cancel_msg){.ids = {&t->id, 1}});
         }
         o->orphan = 1; /* freed when the task reports back */
         return;
@@ -237,22 +234,34 @@ void sched__session_drop_all(sched *s, sched_session *ss)
     ss->cur_graph = NULL;
 }
 
-void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o)
+proto_loc_rec sched__loc_rec(const sched_worker *w)
 {
+    return (proto_loc_rec){
+        .worker = w->id, .addr = w->addr, .host_id = w->host_id, .local = w->local};
+}
+
+/* The next location of l->o whose worker is still connected. */
+static void put_loc(proto_enc *e, uint32_t i, void *arg)
+{
+    sched_locs *l = arg;
+    (void)i;
+    for (;;) {
+        sched_worker *w = sched__worker_by_id(l->s, l->o->locs[l->at++]);
+        if (w != NULL) {
+            proto_loc_rec r = sched__loc_rec(w);
+            proto_put_loc_rec(e, &r);
+            return;
+        }
+    }
+}
+
+proto_loc_recs sched__locs(sched_locs *l, sched *s, const sched_obj *o)
+{
+    *l = (sched_locs){s, o, 0};
     uint32_t n = 0;
     for (uint32_t i = 0; i < o->nlocs; i++)
         n += sched__worker_by_id(s, o->locs[i]) != NULL;
-    proto_put_arr(e, n);
-    for (uint32_t i = 0; i < o->nlocs; i++) {
-        sched_worker *w = sched__worker_by_id(s, o->locs[i]);
-        if (w == NULL)
-            continue;
-        proto_put_arr(e, 4);
-        proto_put_u(e, w->id);
-        proto_put_str(e, w->addr);
-        proto_put_str(e, w->host_id);
-        proto_put_str(e, w->local);
-    }
+    return (proto_loc_recs){.n = n, .put = put_loc, .arg = l};
 }
 
 void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o)
@@ -266,20 +275,19 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
         status = SPW_EOBJLOST;
         msg = "every copy was on workers that died";
     }
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_LOCATION, req, 6);
-    proto_put_id(&e, o->id);
-    proto_put_i(&e, status);
-    proto_put_u(&e, o->size);
+    proto_bytes value = {NULL, 0}; /* nil: not here */
     if (o->state == OBJ_READY && o->inline_data != NULL)
-        proto_put_bin(&e, o->inline_data, o->inline_len);
+        value = (proto_bytes){o->inline_data, o->inline_len};
     else if (o->state == OBJ_READY && o->size == 0)
-        proto_put_bin(&e, "", 0);
-    else
-        proto_put_nil(&e);
-    proto_put_str(&e, msg);
-    sched__enc_locs(s, &e, o);
-    proto_conn_send(ss->conn, &e);
+        value = (proto_bytes){"", 0};
+    sched_locs l;
+    proto_send_location(ss->conn, req,
+                        &(proto_location_msg){.id = o->id,
+                                              .status = status,
+                                              .size = o->size,
+                                              .value = value,
+                                              .err = msg,
+                                              .locs = sched__locs(&l, s, o)});
 }
 
 static void wake_waiters(sched *s, sched_obj *o)

@@ -184,15 +184,14 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         w->reserved += size;
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_PUT_TARGET, m->req, 6);
-    proto_put_id(&e, id);
-    proto_put_u(&e, w != NULL ? w->id : 0);
-    proto_put_str(&e, w != NULL ? w->addr : "");
-    proto_put_str(&e, w != NULL ? w->host_id : "");
-    proto_put_str(&e, w != NULL ? w->local : "");
-    proto_put_u(&e, exists);
-    proto_conn_send(ss->conn, &e);
+    proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
+    proto_send_put_target(ss->conn, m->req,
+                          &(proto_put_target_msg){.id = id,
+                                                  .worker = to.worker,
+                                                  .addr = to.addr,
+                                                  .host_id = to.host_id,
+                                                  .local = to.local,
+                                                  .exists = exists});
 }
 
 static void locate(sched *s, sched_session *ss, const proto_msg *m)

@@ -258,7 +258,18 @@ void sched__obj_maybe_free(sched *s, sched_obj *o);
 void sched__objects_purge(sched *s);
 void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o);
 void sched__waiter_free(sched_waiter *w);
-void sched__enc_locs(sched *s, proto_enc *e, const sched_obj *o);
+/** The location record of a worker. */
+proto_loc_rec sched__loc_rec(const sched_worker *w);
+/** Where an object is, as a LOCATION / TASK_RUN field: its locations on workers still connected.
+ * l is the iteration's state; it must outlive the encoding of the field. */
+typedef struct sched_locs {
+    sched *s;
+    const sched_obj *o;
+    uint32_t at;
+} sched_locs;
+proto_loc_recs sched__locs(sched_locs *l, sched *s, const sched_obj *o);
+/** Tells a worker to drop its copy of an object (OBJ_DELETE). */
+void sched__worker_delete(sched_worker *w, spw_id id);
 sched_worker *sched__worker_by_id(sched *s, uint32_t id);
 
 /* tasks.c */

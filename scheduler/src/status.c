@@ -7,63 +7,60 @@
 
 #include "sched_int.h"
 
+static void put_worker(proto_enc *e, uint32_t i, void *arg)
+{
+    const sched_worker *w = ((const sched *)arg)->workers[i];
+    proto_put_sworker_rec(e, &(proto_sworker_rec){.id = w->id,
+                                                  .addr = w->addr,
+                                                  .name = w->name,
+                                                  .slots = w->slots,
+                                                  .busy = w->stats[PROTO_STAT_RUNNING],
+                                                  .assigned = w->assigned,
+                                                  .state = w->stats[PROTO_STAT_PAUSED] ? 1 : 0,
+                                                  .stats = {w->stats, PROTO_STAT_COUNT}});
+}
+
+/* Sessions in hash order; the cursor is the next one. */
+static void put_session(proto_enc *e, uint32_t i, void *arg)
+{
+    sched_session **next = arg;
+    const sched_session *ss = *next;
+    *next = ss->hh.next;
+    proto_put_sclient_rec(e, &(proto_sclient_rec){.session = ss->id,
+                                                  .host = ss->host,
+                                                  .pid = ss->pid,
+                                                  .role = (uint64_t)ss->role,
+                                                  .tasks = ss->tasks_submitted,
+                                                  .refs = ss->nrefs});
+}
+
 void sched__status(sched *s, proto_conn *c, uint64_t req)
 {
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_STATUS, req, 12);
     uint64_t now = spw_wall_ms();
-    proto_put_u(&e, now);
-    proto_put_u(&e, now - s->start_ms);
-    proto_put_str(&e, s->listen);
-    proto_put_arr(&e, s->nworkers);
-    for (uint32_t i = 0; i < s->nworkers; i++) {
-        const sched_worker *w = s->workers[i];
-        proto_put_arr(&e, 8);
-        proto_put_u(&e, w->id);
-        proto_put_str(&e, w->addr);
-        proto_put_str(&e, w->name);
-        proto_put_u(&e, w->slots);
-        proto_put_u(&e, w->stats[PROTO_STAT_RUNNING]);
-        proto_put_u(&e, w->assigned);
-        proto_put_u(&e, w->stats[PROTO_STAT_PAUSED] ? 1 : 0);
-        proto_put_arr(&e, PROTO_STAT_COUNT);
-        for (int k = 0; k < PROTO_STAT_COUNT; k++)
-            proto_put_u(&e, w->stats[k]);
-    }
-    proto_put_arr(&e, HASH_COUNT(s->sessions));
-    for (sched_session *ss = s->sessions; ss != NULL; ss = ss->hh.next) {
-        proto_put_arr(&e, 6);
-        proto_put_u(&e, ss->id);
-        proto_put_str(&e, ss->host);
-        proto_put_u(&e, ss->pid);
-        proto_put_u(&e, (uint64_t)ss->role);
-        proto_put_u(&e, ss->tasks_submitted);
-        proto_put_u(&e, ss->nrefs);
-    }
-    proto_put_arr(&e, PROTO_TSTATE_COUNT);
-    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
-        proto_put_u(&e, s->tstate[k]);
-    proto_put_u(&e, HASH_COUNT(s->objects));
-    proto_put_u(&e, s->obj_bytes);
-    proto_put_arr(&e, REF_KINDS);
-    for (int k = 0; k < REF_KINDS; k++)
-        proto_put_u(&e, s->refs[k]);
     uint64_t conns[PROTO_ROLE_PEER + 1] = {0};
     conns[PROTO_ROLE_WORKER] = s->nworkers;
     for (sched_session *ss = s->sessions; ss != NULL; ss = ss->hh.next)
         if (ss->role >= 0 && ss->role <= PROTO_ROLE_PEER)
             conns[ss->role]++;
-    proto_put_arr(&e, PROTO_ROLE_PEER + 1);
-    for (int k = 0; k <= PROTO_ROLE_PEER; k++)
-        proto_put_u(&e, conns[k]);
     uint64_t io[PROTO_IO_COUNT];
     proto_ctx_io(s->ctx, io);
-    proto_put_arr(&e, PROTO_IO_COUNT);
-    for (int k = 0; k < PROTO_IO_COUNT; k++)
-        proto_put_u(&e, io[k]);
-    proto_put_arr(&e, PROTO_LATENCY_NBOUNDS + 2);
-    for (int k = 0; k <= PROTO_LATENCY_NBOUNDS; k++)
-        proto_put_u(&e, s->latency[k]);
-    proto_put_u(&e, s->latency_sum_us);
-    proto_conn_send(c, &e);
+    uint64_t latency[PROTO_LATENCY_NBOUNDS + 2];
+    memcpy(latency, s->latency, sizeof s->latency);
+    latency[PROTO_LATENCY_NBOUNDS + 1] = s->latency_sum_us;
+    sched_session *cursor = s->sessions;
+    proto_send_status(
+        c, req,
+        &(proto_status_msg){
+            .now_ms = now,
+            .uptime_ms = now - s->start_ms,
+            .listen = s->listen,
+            .workers = {.n = s->nworkers, .put = put_worker, .arg = s},
+            .clients = {.n = HASH_COUNT(s->sessions), .put = put_session, .arg = &cursor},
+            .tasks = {s->tstate, PROTO_TSTATE_COUNT},
+            .objects = HASH_COUNT(s->objects),
+            .obj_bytes = s->obj_bytes,
+            .refs = {s->refs, REF_KINDS},
+            .conns = {conns, PROTO_ROLE_PEER + 1},
+            .io = {io, PROTO_IO_COUNT},
+            .latency = {latency, PROTO_LATENCY_NBOUNDS + 2}});
 }

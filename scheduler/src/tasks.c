@@ -104,24 +104,17 @@ static void send_result(sched *s, sched_task *t)
     if (ss == NULL)
         return;
     sched_obj *o = t->out;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_TASK_RESULT, 0, 5);
-    proto_put_id(&e, t->id);
+    proto_task_result_msg r = {.id = t->id};
     if (o->state == OBJ_READY) {
-        proto_put_i(&e, 0);
-        proto_put_u(&e, o->size);
-        if (o->inline_data != NULL || o->size == 0)
-            proto_put_bin(&e, o->inline_data, o->inline_len);
-        else
-            proto_put_nil(&e);
-        proto_put_str(&e, "");
+        r.size = o->size;
+        if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
+            r.value = (proto_bytes){o->inline_data != NULL ? (const void *)o->inline_data : "",
+                                    o->inline_len};
     } else {
-        proto_put_i(&e, o->err != 0 ? o->err : SPW_ETASKFAILED);
-        proto_put_u(&e, 0);
-        proto_put_nil(&e);
-        proto_put_str(&e, o->errmsg != NULL ? o->errmsg : "");
+        r.status = o->err != 0 ? o->err : SPW_ETASKFAILED;
+        r.err = o->errmsg;
     }
-    proto_conn_send(ss->conn, &e);
+    proto_send_task_result(ss->conn, 0, &r);
 }
 
 static void task_fail(sched *s, sched_task *t, int err, const char *msg)
@@ -401,11 +394,8 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
                                site->nil ? 0 : site->bin.len);
         sched__graph_release(s, ss->cur_graph);
         ss->cur_graph = NULL;
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(ss->conn), PROTO_SUBMIT_ACK, m->req, 2);
-        proto_put_u(&e, graph);
-        proto_put_u(&e, accepted);
-        proto_conn_send(ss->conn, &e);
+        proto_send_submit_ack(ss->conn, m->req,
+                              &(proto_submit_ack_msg){.graph = graph, .ntasks = accepted});
     }
 }
 
@@ -462,8 +452,17 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     return best;
 }
 
-static void put_warg(sched *s, proto_enc *e, const sched_arg *a)
+typedef struct warg_iter {
+    sched *s;
+    const sched_task *t;
+    sched_locs locs;
+} warg_iter;
+
+/* Argument i of a task as its worker gets it: the bytes, or the object and where it is. */
+static void put_warg(proto_enc *e, uint32_t i, void *arg)
 {
+    warg_iter *it = arg;
+    const sched_arg *a = &it->t->args[i];
     const sched_obj *o = a->obj;
     if (a->kind == PROTO_ARG_INLINE || (o != NULL && (o->inline_data != NULL || o->size == 0))) {
         const uint8_t *p = a->kind == PROTO_ARG_INLINE ? a->inline_data : o->inline_data;
@@ -472,24 +471,16 @@ static void put_warg(sched *s, proto_enc *e, const sched_arg *a)
             p += a->off;
             len = a->len;
         }
-        proto_put_arr(e, 7);
-        proto_put_u(e, PROTO_ARG_INLINE);
-        proto_put_bin(e, p, len);
-        proto_put_nil(e);
-        proto_put_u(e, 0);
-        proto_put_u(e, 0);
-        proto_put_u(e, 0);
-        proto_put_arr(e, 0);
+        proto_put_warg_rec(e, &(proto_warg_rec){.kind = PROTO_ARG_INLINE,
+                                                .value = {p != NULL ? (const void *)p : "", len}});
         return;
     }
-    proto_put_arr(e, 7);
-    proto_put_u(e, a->kind);
-    proto_put_nil(e);
-    proto_put_id(e, o->id);
-    proto_put_u(e, a->kind == PROTO_ARG_VIEW ? a->off : 0);
-    proto_put_u(e, a->kind == PROTO_ARG_VIEW ? a->len : o->size);
-    proto_put_u(e, o->size);
-    sched__enc_locs(s, e, o);
+    proto_put_warg_rec(e, &(proto_warg_rec){.kind = a->kind,
+                                            .obj = &o->id,
+                                            .off = a->kind == PROTO_ARG_VIEW ? a->off : 0,
+                                            .len = a->kind == PROTO_ARG_VIEW ? a->len : o->size,
+                                            .obj_size = o->size,
+                                            .locs = sched__locs(&it->locs, it->s, o)});
 }
 
 /* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
@@ -511,15 +502,13 @@ static int check_inputs(const sched_task *t, char *err, size_t errlen)
 
 static void assign(sched *s, sched_task *t, sched_worker *w)
 {
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->conn), PROTO_TASK_RUN, 0, 4);
-    proto_put_id(&e, t->id);
-    proto_put_str(&e, t->fn->name);
-    proto_put_arr(&e, t->nargs);
-    for (uint32_t i = 0; i < t->nargs; i++)
-        put_warg(s, &e, &t->args[i]);
-    proto_put_u(&e, t->flags);
-    int rc = proto_conn_send(w->conn, &e);
+    warg_iter it = {.s = s, .t = t};
+    int rc = proto_send_task_run(
+        w->conn, 0,
+        &(proto_task_run_msg){.id = t->id,
+                              .fn = t->fn->name,
+                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
+                              .flags = t->flags});
     if (rc != 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));

@@ -169,7 +169,7 @@ static void encode_variants(void)
     write_file("seed-opt-release-40", b.data, b.len);
     spw_buf_reset(&b);
 
-    proto_enc_error(&b, 77, SPW_EFRAMESIZE, "frame of %u bytes over the limit", 1u << 30);
+    proto_enc_errorf(&b, 77, SPW_EFRAMESIZE, "frame of %u bytes over the limit", 1u << 30);
     write_file("seed-opt-error-frame", b.data, b.len);
     spw_buf_release(&b);
 }

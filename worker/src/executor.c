@@ -104,6 +104,7 @@ static void flush_out(executor *ex)
 {
     if (ex->out.len == 0)
         return;
+    PROTO_CHECK_SENT(ex->out.data, ex->out.len, "executor");
     if (!ex->gone && write_all(EXEC_SOCK_FD, ex->out.data, ex->out.len) != 0)
         ex->gone = true;
     spw_buf_reset(&ex->out);
@@ -146,9 +147,7 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
 {
     uint64_t req = ++ex->next_req;
     proto_enc e;
-    proto_enc_begin(&e, &ex->out, PROTO_EXEC_ALLOC, req, 2);
-    proto_put_id(&e, t->id);
-    proto_put_u(&e, size);
+    proto_enc_exec_alloc(&e, &ex->out, req, &(proto_exec_alloc_msg){.id = t->id, .size = size});
     proto_enc_end(&e, UINT32_MAX);
     flush_out(ex);
     if (ex->gone)
@@ -244,24 +243,17 @@ static const spw_task_api task_api = {
 
 static void send_done(executor *ex, const exec_task *t, int status, uint64_t run_us)
 {
-    proto_enc e;
-    proto_enc_begin(&e, &ex->out, PROTO_EXEC_DONE, 0, 6);
-    proto_put_id(&e, t->id);
-    proto_put_i(&e, status);
+    proto_exec_done_msg d = {.id = t->id, .status = status, .run_us = run_us};
     if (status != 0) {
-        proto_put_u(&e, 0);
-        proto_put_nil(&e);
-        proto_put_str(&e, t->err[0] ? t->err : spw_strerror(status));
+        d.err = t->err[0] ? t->err : spw_strerror(status);
     } else if (t->mapped != NULL) {
-        proto_put_u(&e, t->out_size);
-        proto_put_nil(&e);
-        proto_put_str(&e, "");
+        d.size = t->out_size;
     } else {
-        proto_put_u(&e, t->inline_out != NULL ? t->out_size : 0);
-        proto_put_bin(&e, t->inline_out, t->inline_out != NULL ? t->out_size : 0);
-        proto_put_str(&e, "");
+        d.size = t->inline_out != NULL ? t->out_size : 0;
+        d.value = (proto_bytes){t->inline_out != NULL ? (const void *)t->inline_out : "", d.size};
     }
-    proto_put_u(&e, run_us);
+    proto_enc e;
+    proto_enc_exec_done(&e, &ex->out, 0, &d);
     proto_enc_end(&e, UINT32_MAX);
 }
 

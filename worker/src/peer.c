@@ -1,15 +1,14 @@
 /*
- * Object transfers on the worker's peer port, in both directions.
+ * Serving objects on the worker's peer port (fetching them from other workers is fetch.c).
  *
- * Serving: peers (clients putting or getting, workers fetching) send OBJ_WRITE chunks, which
- * become a store object sealed at the last chunk, and OBJ_READ requests, answered by OBJ_DATA
- * chunks sent straight from the arena (borrowed buffers, the object pinned until the kernel has
- * them) at the pace the connection drains. An upload that must wait for room pauses its
- * connection: TCP carries the back-pressure to the sender.
- * Fetching: a task whose input lives elsewhere gets it from a worker that holds it, trying each
- * location in turn, once per object however many tasks wait for it.
- * Invariants: a wsrv lives until its connection closed and srv->refs (pending allocations and
- * reads with chunks in flight) is 0; a fetch is in w->fetches until it seals or gives up.
+ * Peers (clients putting or getting, workers fetching) send OBJ_WRITE chunks, which become a
+ * store object sealed at the last chunk, and OBJ_READ requests, answered by OBJ_DATA chunks sent
+ * straight from the arena (borrowed buffers, the object pinned until the kernel has them) at the
+ * pace the connection drains. An upload that must wait for room pauses its connection: TCP
+ * carries the back-pressure to the sender. Reads of an object still arriving (a broadcast chain)
+ * follow it as it comes, whether by upload here or by a fetch (fetch.c).
+ * Invariant: a wsrv lives until its connection closed and srv->refs (pending allocations and
+ * reads with chunks in flight) is 0.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,7 +36,7 @@ static void srv_maybe_free(wsrv *srv)
 /* Receiving a chunk straight into its object (proto_conn_cbs.on_sink): the object is pinned
  * until the chunk's message has been handled, so an abort meanwhile cannot free the memory the
  * connection is reading into. */
-static void *sink_into(wrk *w, ost_obj **slot, ost_obj *o, uint64_t off)
+void *wrk__sink_into(wrk *w, ost_obj **slot, ost_obj *o, uint64_t off)
 {
     if (*slot != NULL || ost_obj_pin_writing(w->store, o) != 0)
         return NULL;
@@ -45,7 +44,7 @@ static void *sink_into(wrk *w, ost_obj **slot, ost_obj *o, uint64_t off)
     return ost_obj_data(o) + off;
 }
 
-static void sink_release(wrk *w, ost_obj **slot)
+void wrk__sink_release(wrk *w, ost_obj **slot)
 {
     if (*slot != NULL) {
         ost_obj_unpin(w->store, *slot);
@@ -53,31 +52,16 @@ static void sink_release(wrk *w, ost_obj **slot)
     }
 }
 
-static void followers_fail(wread **list, int status, const char *msg);
-static void followers_advance(wrk *w, wread **list, bool sealed);
-static void unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail);
-
 static void upload_remove(wsrv *srv, wupload *u, bool abort_obj)
 {
     if (u->followers != NULL)
-        followers_fail(&u->followers, SPW_ECLOSED, "the upload stopped");
+        wrk__followers_fail(&u->followers, SPW_ECLOSED, "the upload stopped");
     HASH_DEL(srv->uploads, u);
     HASH_DELETE(hh_all, srv->w->uploads, u);
     if (abort_obj && u->obj != NULL)
         ost_obj_abort(srv->w->store, u->obj);
     spw_buf_release(&u->pending);
     spw_free(u);
-}
-
-void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)
-{
-    if (w->sched == NULL)
-        return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_OBJ_ADDED, 0, 2);
-    proto_put_id(&e, id);
-    proto_put_u(&e, size);
-    proto_conn_send(w->sched, &e);
 }
 
 /* Writes one chunk into an upload; seals and acknowledges at the last one. */
@@ -108,7 +92,7 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     u->next_off += len;
     if (!(flags & PROTO_CHUNK_LAST)) {
         if (u->followers != NULL)
-            followers_advance(w, &u->followers, false);
+            wrk__followers_advance(w, &u->followers, false);
         return;
     }
     if (u->next_off != u->total) {
@@ -123,13 +107,10 @@ static void upload_apply(wsrv *srv, wupload *u, uint64_t off, uint64_t flags, co
     spw_id id = u->id;
     uint64_t total = u->total;
     ost_obj_seal(w->store, o);
-    followers_advance(w, &u->followers, true);
+    wrk__followers_advance(w, &u->followers, true);
     upload_remove(srv, u, false);
     wrk__sched_obj_added(w, id, total);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PUT_DONE, req, 1);
-    proto_put_id(&e, id);
-    proto_conn_send(srv->conn, &e);
+    proto_send_put_done(srv->conn, req, &(proto_put_done_msg){.id = id});
     wrk__mem_check(w);
 }
 
@@ -174,7 +155,7 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
         return NULL;
     }
     u->obj = o;
-    unpark(srv->w, id, o, &u->followers, &u->next_off);
+    wrk__unpark(srv->w, id, o, &u->followers, &u->next_off);
     return u;
 }
 
@@ -278,19 +259,19 @@ static void reads_pump(wsrv *srv)
             uint64_t n = limit - rd->pos;
             if (n > step)
                 n = step;
-            proto_enc e;
-            proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_OBJ_DATA, rd->req, 5);
-            proto_put_id(&e, rd->id);
-            proto_put_u(&e, total);
-            proto_put_u(&e, rd->pos);
-            proto_put_u(&e, rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0);
+            proto_obj_data_msg d = {.id = rd->id,
+                                    .total = total,
+                                    .off = rd->pos,
+                                    .flags = rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0,
+                                    .data = {base + rd->pos, n}};
             if (!rd->pinned) {
-                proto_put_bin(&e, base + rd->pos, n);
-                proto_conn_send(srv->conn, &e);
+                proto_send_obj_data(srv->conn, rd->req, &d);
                 rd->pos += n;
                 continue;
             }
-            proto_put_bin_hdr(&e, n);
+            proto_enc e;
+            d.data.ptr = NULL; /* only the header: the bytes are borrowed */
+            proto_enc_obj_data(&e, proto_conn_out(srv->conn), rd->req, &d);
             rd->outstanding++;
             rd->pos += n;
             proto_conn_send_borrowed(srv->conn, &e, base + rd->pos - n, n, chunk_sent, rd);
@@ -307,7 +288,7 @@ static void reads_pump(wsrv *srv)
 
 /* Readers following an object while it arrives (by fetch or upload): more of it came, or all
  * of it (sealed: then each pins it and goes on with borrowed chunks). */
-static void followers_advance(wrk *w, wread **list, bool sealed)
+void wrk__followers_advance(wrk *w, wread **list, bool sealed)
 {
     wread *rd, *tmp;
     DL_FOREACH_SAFE2(*list, rd, tmp, fnext)
@@ -326,7 +307,7 @@ static void followers_advance(wrk *w, wread **list, bool sealed)
 }
 
 /* The object will not arrive after all: its followers get the error and stop. */
-static void followers_fail(wread **list, int status, const char *msg)
+void wrk__followers_fail(wread **list, int status, const char *msg)
 {
     wread *rd, *tmp;
     DL_FOREACH_SAFE2(*list, rd, tmp, fnext)
@@ -363,7 +344,7 @@ static void follow(wread *rd, ost_obj *o, wread **list, const uint64_t *avail)
 
 /* An object started arriving (a fetch or an upload got its memory): parked FOLLOW reads for
  * it start following. */
-static void unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail)
+void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail)
 {
     wread *rd, *tmp;
     DL_FOREACH_SAFE2(w->parked, rd, tmp, fnext)
@@ -500,8 +481,8 @@ static void arena_map(wsrv *srv, const proto_msg *m)
 {
     wrk *w = srv->w;
     proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_ARENA, m->req, 1);
-    proto_put_u(&e, w->opts.store.capacity);
+    proto_enc_arena(&e, proto_conn_out(srv->conn), m->req,
+                    &(proto_arena_msg){.capacity = w->opts.store.capacity});
     /* A client that only reads gets a read-only descriptor of its own (a fresh open of the
      * memfd through /proc: it cannot be mapped writable, and the memfd's mode 0600 stops a
      * --local-group member from reopening it read-write). Only a client that puts gets the
@@ -557,12 +538,9 @@ static void pin_got(void *arg, int status, ost_obj *o)
         HASH_ADD(hh, srv->pins, id, sizeof p->id, p);
     }
     p->count++;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_PINNED, r->req, 3);
-    proto_put_id(&e, r->id);
-    proto_put_u(&e, ost_obj_offset(o));
-    proto_put_u(&e, ost_obj_size(o));
-    proto_conn_send(srv->conn, &e);
+    proto_send_pinned(
+        srv->conn, r->req,
+        &(proto_pinned_msg){.id = r->id, .off = ost_obj_offset(o), .size = ost_obj_size(o)});
     spw_free(r);
 }
 
@@ -607,11 +585,8 @@ static void local_created(void *arg, int status, ost_obj *o)
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(srv->conn), PROTO_CREATED, u->req, 2);
-    proto_put_id(&e, u->id);
-    proto_put_u(&e, ost_obj_offset(o));
-    proto_conn_send(srv->conn, &e);
+    proto_send_created(srv->conn, u->req,
+                       &(proto_created_msg){.id = u->id, .off = ost_obj_offset(o)});
 }
 
 static void obj_create(wsrv *srv, const proto_msg *m)
@@ -688,7 +663,7 @@ static void *peer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
     if (u == NULL || u->creating || u->obj == NULL || head->f[F_WRITE_TOTAL].u != u->total ||
         off != u->next_off || len > u->total - off)
         return NULL; /* upload_chunk answers it */
-    return sink_into(srv->w, &srv->sink_obj, u->obj, off);
+    return wrk__sink_into(srv->w, &srv->sink_obj, u->obj, off);
 }
 
 static void peer_msg_handle(wsrv *srv, proto_conn *c, const proto_msg *m)
@@ -727,7 +702,7 @@ static void peer_msg(proto_conn *c, const proto_msg *m)
 {
     wsrv *srv = proto_conn_data(c);
     peer_msg_handle(srv, c, m);
-    sink_release(srv->w, &srv->sink_obj);
+    wrk__sink_release(srv->w, &srv->sink_obj);
 }
 
 static void peer_close(proto_conn *c, int status)
@@ -738,7 +713,7 @@ static void peer_close(proto_conn *c, int status)
         return;
     srv->closed = true;
     srv->conn = NULL;
-    sink_release(srv->w, &srv->sink_obj);
+    wrk__sink_release(srv->w, &srv->sink_obj);
     srv->refs++; /* finishing a read below may drop the last reference: not before the end */
     wupload *u, *utmp;
     HASH_ITER(hh, srv->uploads, u, utmp)
@@ -786,415 +761,3 @@ const proto_conn_cbs wrk__peer_cbs = {
     .on_sink = peer_sink,
     .on_drain = peer_drain,
 };
-
-/* =============================================================== fetching */
-
-static void fetch_start(wrk *w, wfetch *f);
-
-static void fetch_free(wrk *w, wfetch *f)
-{
-    HASH_DEL(w->fetches, f);
-    fwait *x, *tmp;
-    LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
-    spw_free(f);
-}
-
-static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
-{
-    for (int i = 0; i < 4; i++) {
-        if (f->repl_req[i] == 0 || w->sched == NULL)
-            continue;
-        if (status != 0) {
-            char hex[33];
-            proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s",
-                             spw_id_hex(f->id, hex), msg);
-        }
-        f->repl_req[i] = 0;
-    }
-}
-
-static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
-{
-    followers_fail(&f->followers, status, msg);
-    repl_answer(w, f, status, msg);
-    if (f->obj != NULL) {
-        ost_obj_abort(w->store, f->obj);
-        f->obj = NULL;
-    }
-    fwait *waiters = f->waiters;
-    f->waiters = NULL;
-    fetch_free(w, f);
-    fwait *x, *tmp;
-    LL_FOREACH_SAFE(waiters, x, tmp)
-    {
-        wrk__input_ready(w, x->t, x->arg, status, msg);
-        spw_free(x);
-    }
-}
-
-static void fetch_done(wrk *w, wfetch *f)
-{
-    ost_obj *o = f->obj;
-    f->obj = NULL;
-    ost_obj_seal(w->store, o);
-    followers_advance(w, &f->followers, true);
-    wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
-    repl_answer(w, f, 0, NULL);
-    fwait *waiters = f->waiters;
-    f->waiters = NULL;
-    fetch_free(w, f);
-    fwait *x, *tmp;
-    LL_FOREACH_SAFE(waiters, x, tmp)
-    {
-        int rc = ost_obj_pin(w->store, o);
-        if (rc == 0) {
-            x->t->args[x->arg].obj = o;
-            x->t->args[x->arg].pinned = 1;
-        }
-        wrk__input_ready(w, x->t, x->arg, rc, NULL);
-        spw_free(x);
-    }
-    wrk__mem_check(w);
-}
-
-static void fetch_send(wrk *w, wfetch *f)
-{
-    proto_conn *c = f->peer->conn;
-    f->peer->active_ns = spw_now_ns();
-    proto_enc e;
-    /* A broadcast copy may come from a worker still receiving it, or about to. */
-    bool chain = f->repl_req[0] != 0;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_OBJ_READ, f->req, chain ? 4 : 3);
-    proto_put_id(&e, f->id);
-    proto_put_u(&e, 0);
-    proto_put_u(&e, f->size);
-    if (chain)
-        proto_put_u(&e, PROTO_READ_FOLLOW);
-    proto_conn_send(c, &e);
-    (void)w;
-}
-
-static void fpeer_ready(proto_conn *c, const proto_welcome *wel)
-{
-    (void)wel;
-    wpeer *p = proto_conn_data(c);
-    wrk *w = p->w;
-    p->ready = true;
-    wfetch *f, *tmp;
-    HASH_ITER(hh, w->fetches, f, tmp)
-    if (f->peer == p && f->obj != NULL)
-        fetch_send(w, f);
-}
-
-static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
-{
-    wfetch *f, *tmp;
-    HASH_ITER(hh, w->fetches, f, tmp)
-    if (f->peer == p && f->req == req)
-        return f;
-    return NULL;
-}
-
-static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
-{
-    wpeer *p = proto_conn_data(c);
-    if (head->type != PROTO_OBJ_DATA)
-        return NULL;
-    spw_id id = head->f[F_DATA_ID].id;
-    uint64_t off = head->f[F_DATA_OFF].u;
-    wfetch *f;
-    HASH_FIND(hh, p->w->fetches, &id, sizeof id, f);
-    if (f == NULL || f->peer != p || f->req != head->req || f->obj == NULL ||
-        off != f->received || head->f[F_DATA_TOTAL].u != f->size || len > f->size - off)
-        return NULL; /* fpeer_msg deals with it */
-    return sink_into(p->w, &p->sink_obj, f->obj, off);
-}
-
-static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
-{
-    wrk *w = p->w;
-    if (m->type == PROTO_ERROR) {
-        wfetch *f = fetch_by_req(w, p, m->req);
-        char msg[256];
-        proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg);
-        if (f != NULL) {
-            spw_log(SPW_LOG_WARN, "fetch from %s failed: %s", p->addr, msg);
-            fetch_start(w, f);
-        }
-        return;
-    }
-    if (m->type != PROTO_OBJ_DATA) {
-        proto_conn_error(c, m->req, SPW_EPROTO, "unexpected %s", proto_type_name(m->type));
-        return;
-    }
-    spw_id id = m->f[F_DATA_ID].id;
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
-    const proto_val *data = &m->f[F_DATA_DATA];
-    uint64_t off = m->f[F_DATA_OFF].u;
-    if (f == NULL || f->peer != p || f->req != m->req || f->obj == NULL)
-        return; /* a fetch we gave up on: late chunks are dropped */
-    if (off != f->received || data->bin.len > f->size - f->received ||
-        m->f[F_DATA_TOTAL].u != f->size) {
-        spw_log(SPW_LOG_WARN, "fetch from %s: chunk at %llu, expected %llu: trying elsewhere",
-                p->addr, (unsigned long long)off, (unsigned long long)f->received);
-        fetch_start(w, f);
-        return;
-    }
-    uint8_t *dst = ost_obj_data(f->obj) + off;
-    if (data->bin.ptr != dst) /* else it was received in place */
-        memcpy(dst, data->bin.ptr, data->bin.len);
-    f->received += data->bin.len;
-    if (f->followers != NULL && f->received < f->size)
-        followers_advance(w, &f->followers, false);
-    if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
-        if (f->received == f->size)
-            fetch_done(w, f);
-        else
-            fetch_start(w, f);
-    }
-}
-
-static void fpeer_msg(proto_conn *c, const proto_msg *m)
-{
-    wpeer *p = proto_conn_data(c);
-    p->active_ns = spw_now_ns();
-    fpeer_msg_handle(p, c, m);
-    sink_release(p->w, &p->sink_obj);
-}
-
-static void fpeer_close(proto_conn *c, int status)
-{
-    wpeer *p = proto_conn_data(c);
-    wrk *w = p->w;
-    sink_release(w, &p->sink_obj);
-    HASH_DEL(w->peers, p);
-    wfetch *f, *tmp;
-    HASH_ITER(hh, w->fetches, f, tmp)
-    {
-        if (f->peer == p) {
-            f->peer = NULL;
-            if (!w->closing) {
-                spw_log(SPW_LOG_WARN, "fetch from %s: connection %s", p->addr,
-                        spw_strerror(status));
-                fetch_start(w, f);
-            }
-        }
-    }
-    spw_free(p);
-}
-
-static const proto_conn_cbs fpeer_cbs = {
-    .on_ready = fpeer_ready,
-    .on_msg = fpeer_msg,
-    .on_close = fpeer_close,
-    .on_sink = fpeer_sink,
-};
-
-static wpeer *peer_get(wrk *w, const char *addr)
-{
-    wpeer *p;
-    HASH_FIND_STR(w->peers, addr, p);
-    if (p != NULL)
-        return p;
-    p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
-    snprintf(p->addr, sizeof p->addr, "%s", addr);
-    p->w = w;
-    p->active_ns = spw_now_ns();
-    if (proto_connect(w->ctx, addr, &fpeer_cbs, p, &p->conn) != 0) {
-        spw_free(p);
-        return NULL;
-    }
-    HASH_ADD_STR(w->peers, addr, p);
-    return p;
-}
-
-static void fetch_start(wrk *w, wfetch *f)
-{
-    while (f->next_loc < f->nlocs) {
-        const char *addr = f->locs[f->next_loc++];
-        char hex[33];
-        spw_log(SPW_LOG_DEBUG, "obj=%s fetching from %s", spw_id_hex(f->id, hex), addr);
-        wpeer *p = peer_get(w, addr);
-        if (p == NULL)
-            continue;
-        f->peer = p;
-        f->received = 0;
-        f->req = ++w->next_req;
-        if (p->ready)
-            fetch_send(w, f);
-        return;
-    }
-    char msg[128];
-    snprintf(msg, sizeof msg, "no worker holding it could send it (%u tried)", f->nlocs);
-    fetch_fail(w, f, SPW_EOBJLOST, msg);
-}
-
-typedef struct fetch_req {
-    wrk *w;
-    spw_id id;
-} fetch_req;
-
-static void fetch_created(void *arg, int status, ost_obj *o)
-{
-    fetch_req *r = arg;
-    wrk *w = r->w;
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &r->id, sizeof r->id, f);
-    spw_free(r);
-    if (f == NULL || w->closing || f->stale) {
-        if (status == 0)
-            ost_obj_abort(w->store, o);
-        if (f != NULL && f->stale)
-            fetch_free(w, f);
-        return;
-    }
-    f->creating = false;
-    if (status != 0) {
-        fetch_fail(w, f, status, status == SPW_EEXIST ? "object is being written here already"
-                                                      : spw_strerror(status));
-        return;
-    }
-    f->obj = o;
-    unpark(w, f->id, o, &f->followers, &f->received);
-    fetch_start(w, f);
-}
-
-void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
-{
-    warg *wa = &t->args[arg];
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
-    if (f == NULL) {
-        if (wa->nlocs == 0) {
-            wrk__input_ready(w, t, arg, SPW_EOBJLOST, "no worker holds a copy");
-            return;
-        }
-        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
-        f->id = wa->id;
-        f->size = wa->objsize;
-        f->nlocs = wa->nlocs;
-        memcpy(f->locs, wa->locs, sizeof f->locs);
-        f->creating = true;
-        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
-        fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
-        x->t = t;
-        x->arg = arg;
-        LL_PREPEND(f->waiters, x);
-        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (fetch_req){w, wa->id};
-        ost_obj_create_async(w->store, wa->id, f->size, fetch_created, r);
-        return;
-    }
-    fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
-    x->t = t;
-    x->arg = arg;
-    LL_PREPEND(f->waiters, x);
-}
-
-void wrk__peers_close(wrk *w)
-{
-    wfetch *f, *tmp;
-    HASH_ITER(hh, w->fetches, f, tmp)
-    {
-        if (f->obj != NULL) {
-            ost_obj_abort(w->store, f->obj);
-            f->obj = NULL;
-        }
-        fetch_free(w, f);
-    }
-}
-
-/* REPLICATE: take a copy for a broadcast. No task waits for it; the scheduler hears OBJ_ADDED,
- * or an ERROR carrying its request id. */
-void wrk__replicate(wrk *w, const proto_msg *m)
-{
-    spw_id id = m->f[F_REPL_ID].id;
-    ost_obj *o = ost_obj_find(w->store, id);
-    if (o != NULL && ost_obj_state(o) == OST_SEALED) {
-        wrk__sched_obj_added(w, id, ost_obj_size(o));
-        return;
-    }
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
-    if (f == NULL) {
-        const proto_val *locs = &m->f[F_REPL_LOCS];
-        if (locs->arr.n == 0 || m->f[F_REPL_SIZE].u == 0) {
-            proto_conn_error(w->sched, m->req, SPW_EINVAL, "replicate needs a size and a source");
-            return;
-        }
-        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
-        f->id = id;
-        f->size = m->f[F_REPL_SIZE].u;
-        for (uint32_t j = 0; j < locs->arr.n && f->nlocs < WRK_MAX_LOCS; j++) {
-            proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], f->locs[f->nlocs], sizeof f->locs[0]);
-            if (strcmp(f->locs[f->nlocs], w->bound) != 0)
-                f->nlocs++;
-        }
-        f->creating = true;
-        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
-        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (fetch_req){w, id};
-        for (int i = 0; i < 4; i++)
-            if (f->repl_req[i] == 0) {
-                f->repl_req[i] = m->req;
-                break;
-            }
-        ost_obj_create_async(w->store, id, f->size, fetch_created, r);
-        return;
-    }
-    for (int i = 0; i < 4; i++)
-        if (f->repl_req[i] == 0) {
-            f->repl_req[i] = m->req;
-            break;
-        }
-}
-
-void wrk__peers_check(wrk *w)
-{
-    uint64_t now = spw_now_ns();
-    wfetch *f, *ftmp;
-    HASH_ITER(hh, w->fetches, f, ftmp)
-    {
-        wpeer *p = f->peer;
-        if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
-            w->opts.fetch_stall_ms == 0 ||
-            now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
-            continue;
-        spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it", p->addr,
-                w->opts.fetch_stall_ms);
-        proto_conn_close(p->conn, SPW_ETIMEDOUT); /* its fetches move on in fpeer_close */
-    }
-}
-
-void wrk__fetches_drop(wrk *w)
-{
-    wfetch *f, *tmp;
-    HASH_ITER(hh, w->fetches, f, tmp)
-    {
-        if (f->stale)
-            continue;
-        if (!f->creating) {
-            fetch_fail(w, f, SPW_ECLOSED, "the worker lost its scheduler");
-            continue;
-        }
-        /* Waiting for room: its allocation callback frees it; its waiters hear now. */
-        f->stale = true;
-        followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
-        fwait *waiters = f->waiters, *x, *xtmp;
-        f->waiters = NULL;
-        LL_FOREACH_SAFE(waiters, x, xtmp)
-        {
-            wrk__input_ready(w, x->t, x->arg, SPW_ECLOSED, "the worker lost its scheduler");
-            spw_free(x);
-        }
-    }
-}
-
-void wrk__fetch_cancel(wrk *w, spw_id id)
-{
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
-    if (f != NULL && !f->creating)
-        fetch_fail(w, f, SPW_ENOOBJ, "released while being copied here");
-}

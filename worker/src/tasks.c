@@ -65,12 +65,8 @@ void wrk__started_flush(wrk *w)
     if (w->nstarted == 0)
         return;
     if (w->sched != NULL) {
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_TASK_STARTED, 0, 1);
-        proto_put_arr(&e, w->nstarted);
-        for (uint32_t i = 0; i < w->nstarted; i++)
-            proto_put_id(&e, w->started[i]);
-        proto_conn_send(w->sched, &e);
+        proto_send_task_started(w->sched, 0,
+                                &(proto_task_started_msg){.ids = {w->started, w->nstarted}});
     }
     w->nstarted = 0;
 }
@@ -88,18 +84,13 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
     else
         w->tasks_failed++;
     if (w->sched != NULL && t->gen == w->gen) {
-        proto_enc e;
-        proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_TASK_DONE, 0, 6);
-        proto_put_id(&e, t->id);
-        proto_put_i(&e, status);
-        proto_put_u(&e, size);
-        if (inl != NULL)
-            proto_put_bin(&e, inl, size);
-        else
-            proto_put_nil(&e);
-        proto_put_strn(&e, err != NULL ? err : "", err != NULL ? strnlen(err, PROTO_MAX_STR) : 0);
-        proto_put_u(&e, run_us);
-        proto_conn_send(w->sched, &e);
+        proto_send_task_done(w->sched, 0,
+                             &(proto_task_done_msg){.id = t->id,
+                                                    .status = status,
+                                                    .size = size,
+                                                    .value = {inl, inl != NULL ? size : 0},
+                                                    .err = err,
+                                                    .run_us = run_us});
     }
     task_free(w, t);
 }
@@ -295,30 +286,28 @@ void wrk__task_run(wrk *w, const proto_msg *m)
 
 /* -------------------------------------------------------------- executors */
 
+/* Argument i of a task as its executor sees it: inline bytes, or a range of the arena. */
+static void put_earg(proto_enc *e, uint32_t i, void *arg)
+{
+    const warg *a = &((const wtask *)arg)->args[i];
+    if (a->kind == PROTO_ARG_INLINE)
+        proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_INLINE,
+                                                .value = {a->inline_data != NULL ? a->inline_data
+                                                                                 : (const void *)"",
+                                                          a->inline_len}});
+    else
+        proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_VIEW,
+                                                .off = ost_obj_offset(a->obj) + a->off,
+                                                .len = a->len});
+}
+
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(ex->conn), PROTO_EXEC, 0, 4);
-    proto_put_id(&e, t->id);
-    proto_put_str(&e, t->fn);
-    proto_put_arr(&e, t->nargs);
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const warg *a = &t->args[i];
-        proto_put_arr(&e, 4);
-        if (a->kind == PROTO_ARG_INLINE) {
-            proto_put_u(&e, PROTO_ARG_INLINE);
-            proto_put_bin(&e, a->inline_data, a->inline_len);
-            proto_put_u(&e, 0);
-            proto_put_u(&e, 0);
-        } else {
-            proto_put_u(&e, PROTO_ARG_VIEW);
-            proto_put_nil(&e);
-            proto_put_u(&e, ost_obj_offset(a->obj) + a->off);
-            proto_put_u(&e, a->len);
-        }
-    }
-    proto_put_u(&e, w->inline_limit);
-    proto_conn_send(ex->conn, &e);
+    proto_send_exec(ex->conn, 0,
+                    &(proto_exec_msg){.id = t->id,
+                                      .fn = t->fn,
+                                      .args = {.n = t->nargs, .put = put_earg, .arg = t},
+                                      .inline_limit = w->inline_limit});
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
@@ -413,10 +402,7 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
                       (off_t)((size + pg - 1) / pg * pg)) != 0)
             spw_log(SPW_LOG_DEBUG, "fallocate of an output: %s", strerror(errno));
     }
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(c), PROTO_EXEC_ALLOC_OK, req, 1);
-    proto_put_u(&e, ost_obj_offset(o));
-    proto_conn_send(c, &e);
+    proto_send_exec_alloc_ok(c, req, &(proto_exec_alloc_ok_msg){.off = ost_obj_offset(o)});
 }
 
 /* Marks an executor for recycling when it ran its quota of tasks or grew past the RSS ceiling

@@ -123,59 +123,52 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
 }
 
-static void put_stats(proto_enc *e, wrk *w)
+void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)
 {
-    uint64_t v[PROTO_STAT_COUNT];
-    worker_stats(w, v);
-    proto_put_arr(e, PROTO_STAT_COUNT);
-    for (int i = 0; i < PROTO_STAT_COUNT; i++)
-        proto_put_u(e, v[i]);
+    if (w->sched == NULL)
+        return;
+    proto_send_obj_added(w->sched, 0, &(proto_obj_added_msg){.id = id, .size = size});
 }
 
 static void send_heartbeat(wrk *w)
 {
     if (w->sched == NULL || !w->welcomed)
         return;
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_HEARTBEAT, 0, 1);
-    put_stats(&e, w);
-    proto_conn_send(w->sched, &e);
+    uint64_t v[PROTO_STAT_COUNT];
+    worker_stats(w, v);
+    proto_send_heartbeat(w->sched, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}});
 }
 
 typedef struct olist {
-    proto_enc *e;
+    proto_enc e; /* raw: records only */
     uint32_t n;
 } olist;
 
-static void olist_count(void *arg, const ost_obj *o)
-{
-    (void)o;
-    ((olist *)arg)->n++;
-}
-
 static void olist_put(void *arg, const ost_obj *o)
 {
-    proto_enc *e = ((olist *)arg)->e;
-    proto_put_arr(e, 5);
-    proto_put_id(e, ost_obj_id(o));
-    proto_put_u(e, ost_obj_size(o));
-    proto_put_u(e, ost_obj_where(o));
-    proto_put_u(e, ost_obj_stored_size(o));
-    proto_put_u(e, ost_obj_pins(o));
+    olist *l = arg;
+    proto_put_olobj_rec(&l->e, &(proto_olobj_rec){.id = ost_obj_id(o),
+                                                  .size = ost_obj_size(o),
+                                                  .where = ost_obj_where(o),
+                                                  .stored = ost_obj_stored_size(o),
+                                                  .pins = ost_obj_pins(o)});
+    l->n++;
 }
 
 /* Every object in the store with where it is and who pins it, for spillway-ctl memory. */
 static void send_obj_list(wrk *w, uint64_t req)
 {
-    olist l = {NULL, 0};
-    ost_store_foreach(w->store, olist_count, &l);
-    proto_enc e;
-    proto_enc_begin(&e, proto_conn_out(w->sched), PROTO_OBJ_LIST, req, 2);
-    proto_put_arr(&e, l.n);
-    l.e = &e;
+    spw_buf recs = {0};
+    olist l = {.n = 0};
+    proto_enc_raw(&l.e, &recs);
     ost_store_foreach(w->store, olist_put, &l);
-    put_stats(&e, w);
-    if (proto_conn_send(w->sched, &e) != 0)
+    uint64_t v[PROTO_STAT_COUNT];
+    worker_stats(w, v);
+    int rc = proto_send_obj_list(
+        w->sched, req,
+        &(proto_obj_list_msg){.objs = {.n = l.n, .pre = &recs}, .stats = {v, PROTO_STAT_COUNT}});
+    spw_buf_release(&recs);
+    if (rc != 0)
         proto_conn_error(w->sched, req, SPW_ELIMIT, "object list larger than a frame");
 }
 

@@ -231,6 +231,8 @@ struct wrk {
 };
 
 /* worker.c */
+/* Tells the scheduler an object is stored here (OBJ_ADDED), if it is connected. */
+void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 void wrk__maybe_done(wrk *w);
 void wrk__exec_gone(wrk *w);
 void wrk__mem_check(wrk *w);
@@ -258,14 +260,28 @@ uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx);
 /* The scheduler is gone: queued tasks are dropped now, others when they finish. */
 void wrk__tasks_drop(wrk *w);
 
-/* peer.c */
+/* peer.c: serving peers */
 extern const proto_conn_cbs wrk__peer_cbs;
+/* Parked reads past their deadline are answered SPW_ENOOBJ. */
+void wrk__parked_expire(wrk *w);
+/* Receiving a chunk straight into object o at off (proto_conn_cbs.on_sink): o is pinned in *slot
+ * until wrk__sink_release, so an abort meanwhile cannot free the memory being read into.
+ * Returns NULL (receive it as usual) if a chunk is already in flight or the pin fails. */
+void *wrk__sink_into(wrk *w, ost_obj **slot, ost_obj *o, uint64_t off);
+void wrk__sink_release(wrk *w, ost_obj **slot);
+/* Readers following an object while it arrives: more of it came, or all of it (sealed). */
+void wrk__followers_advance(wrk *w, wread **list, bool sealed);
+/* The object will not arrive after all: its followers get the error and stop. */
+void wrk__followers_fail(wread **list, int status, const char *msg);
+/* An object started arriving: parked FOLLOW reads for it start following (avail counts what
+ * has arrived). */
+void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail);
+
+/* fetch.c: fetching from other workers */
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
 void wrk__replicate(wrk *w, const proto_msg *m);
 /* The scheduler released an object: a fetch of it under way stops. */
 void wrk__fetch_cancel(wrk *w, spw_id id);
-/* Parked reads past their deadline are answered SPW_ENOOBJ. */
-void wrk__parked_expire(wrk *w);
 void wrk__peers_close(wrk *w);
 /* Peer connections with fetches waiting and nothing heard for opts.fetch_stall_ms are closed
  * (their fetches try the next location): a peer cut off by a partition never resets the
@@ -273,7 +289,6 @@ void wrk__peers_close(wrk *w);
 void wrk__peers_check(wrk *w);
 /* The scheduler is gone: fetches stop (their tasks fail); uploads under way are refused. */
 void wrk__fetches_drop(wrk *w);
-void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size);
 
 /* check.c: both abort naming the violated invariant and the task or object. wrk__check is
  * the per-event hook (amortised on large tables; nothing unless SPW_CHECK_INVARIANTS). */

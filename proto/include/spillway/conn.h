@@ -172,7 +172,8 @@ const char *proto_conn_peer(const proto_conn *c);
 const proto_welcome *proto_conn_welcome(const proto_conn *c);
 bool proto_conn_is_closing(const proto_conn *c);
 
-/** The buffer to build the next frame in: proto_enc_begin(&e, proto_conn_out(c), ...). */
+/** The buffer to build the next frame in: proto_enc_NAME(&e, proto_conn_out(c), req, &m), then
+ * proto_conn_send (or proto_conn_send_borrowed / proto_conn_send_fd). */
 spw_buf *proto_conn_out(proto_conn *c);
 /** Finishes a frame started in proto_conn_out and schedules the write.
  * @return 0, or SPW_EFRAMESIZE (frame dropped) if it exceeds the peer's max_frame. */
@@ -189,6 +190,14 @@ int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len);
  * Needs an idle connection (nothing queued or in flight), which a request/reply exchange has.
  * @return 0, SPW_EAGAIN if output is pending, SPW_ENOTSUP on a TCP connection, or -errno. */
 int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd);
+/* proto_send_NAME(c, req, &m) for every message type NAME of the schema (proto.h): builds the
+ * frame in c's output and sends it as proto_conn_send does, with its return. */
+#define PROTO__DECL_SEND(NAME, name)                                                               \
+    int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m);
+#define PROTO__DECL_SEND0(NAME, name) int proto_send_##name(proto_conn *c, uint64_t req);
+#define PROTO__DECL_SEND_ALIAS(NAME, name, OF, of) PROTO__DECL_SEND(NAME, name)
+PROTO_SCHEMA(PROTO__NONE, PROTO__DECL_SEND, PROTO__DECL_SEND0, PROTO__DECL_SEND_ALIAS)
+
 /** Sends an ERROR frame. */
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -10,6 +10,17 @@
  * Fields added to a message after its first version may be absent (the decoder marks them nil),
  * so an older sender stays understood; unknown extra fields are refused.
  *
+ * One schema (proto_schema.h) is the source of both directions: an X-macro table that lists
+ * every message type and record kind with its fields (index constant, C member, kind, limit).
+ * Expanded here it gives the field indexes (F_*, R_*) and, per message, a typed struct
+ * proto_NAME_msg and a builder proto_enc_NAME (proto_send_NAME in conn.h); expanded in proto.c
+ * it gives the decoder's schema rows and the builders' bodies. Code outside proto/ never states a
+ * field count or kind: it fills a struct and calls the builder. Builders write straight into the
+ * output buffer and allocate nothing; arrays of records stream from an array, a per-record
+ * callback or records encoded beforehand (proto_NAME_recs), so hot paths (TASK_RUN, SUBMIT)
+ * build no intermediate copies. Debug and sanitizer builds (SPW_CHECK_FRAMES) decode every frame
+ * again before it is sent and abort, naming the type and the error, on one that does not decode.
+ *
  * Decoding contract (picohttpparser style): proto_decode() is pure, with no I/O and no globals.
  * It returns the bytes consumed (> 0), 0 for "need more", or a negative SPW_E* code for
  * malformed input. The frame length is checked against the limit before anything is buffered.
@@ -26,6 +37,7 @@
 #include <msgpack.h>
 
 #include "spillway/base.h"
+#include "spillway/proto_schema.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -121,174 +133,27 @@ enum proto_type {
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);
 
-/* Field indexes, per message and per record kind. Kept beside the schemas in proto.c. */
-enum { F_CHAL_VERSION, F_CHAL_NONCE, F_CHAL_ROLE };
-enum {
-    F_HELLO_VERSION,
-    F_HELLO_ROLE,
-    F_HELLO_NONCE,
-    F_HELLO_PROOF,
-    F_HELLO_PID,
-    F_HELLO_HOST,
-    F_HELLO_NAME,
-    F_HELLO_WORKER /* optional record R_WINFO */
-};
-enum { R_WINFO_ADDR, R_WINFO_SLOTS, R_WINFO_CAPACITY, R_WINFO_HOSTID, R_WINFO_LOCAL };
-enum {
-    F_WELCOME_PROOF,
-    F_WELCOME_SESSION,
-    F_WELCOME_INLINE_LIMIT,
-    F_WELCOME_CHUNK,
-    F_WELCOME_MAX_FRAME
-};
-enum { F_ERROR_CODE, F_ERROR_MSG };
-enum { F_OK_VALUE };
-enum { F_PUTP_ID, F_PUTP_SIZE, F_PUTP_SITE, F_PUTP_FLAGS, F_PUTP_HOSTID /* may be absent */ };
-enum { F_PUTT_ID, F_PUTT_WORKER, F_PUTT_ADDR, F_PUTT_HOSTID, F_PUTT_LOCAL, F_PUTT_EXISTS };
-enum { F_LOCATE_ID, F_LOCATE_TIMEOUT_MS };
-enum {
-    F_LOC_ID,
-    F_LOC_STATUS,
-    F_LOC_SIZE,
-    F_LOC_INLINE, /* optional bin */
-    F_LOC_ERR,
-    F_LOC_LOCS /* records R_LOC */
-};
-enum { R_LOC_WORKER, R_LOC_ADDR, R_LOC_HOSTID, R_LOC_LOCAL };
-enum { F_RELEASE_IDS /* list of ids */ };
-enum {
-    F_SUBMIT_GRAPH,
-    F_SUBMIT_FLAGS,
-    F_SUBMIT_MAX_TASKS,
-    F_SUBMIT_MAX_BYTES,
-    F_SUBMIT_TASKS, /* records R_TASK */
-    F_SUBMIT_SITE   /* call site of the submit, in the last frame; may be absent */
-};
-enum {
-    R_TASK_ID,
-    R_TASK_FN,
-    R_TASK_ARGS /* records R_ARG */,
-    R_TASK_FLAGS,
-    R_TASK_SITE,
-    R_TASK_WORKER /* run only on the worker of this name; may be absent */
-};
-enum { R_ARG_KIND, R_ARG_INLINE /* optional bin */, R_ARG_OBJ /* optional id */, R_ARG_OFF, R_ARG_LEN };
-enum { F_SUBACK_GRAPH, F_SUBACK_NTASKS };
-enum { F_TRES_ID, F_TRES_STATUS, F_TRES_SIZE, F_TRES_INLINE, F_TRES_ERR };
-enum { F_RUN_ID, F_RUN_FN, F_RUN_ARGS /* records R_WARG */, F_RUN_FLAGS };
-enum {
-    R_WARG_KIND,
-    R_WARG_INLINE,
-    R_WARG_OBJ,
-    R_WARG_OFF,
-    R_WARG_LEN,
-    R_WARG_OBJSIZE,
-    R_WARG_LOCS /* records R_LOC */
-};
-enum { F_DONE_ID, F_DONE_STATUS, F_DONE_SIZE, F_DONE_INLINE, F_DONE_ERR, F_DONE_RUN_US };
-enum { F_ADDED_ID, F_ADDED_SIZE };
-enum { F_DELETE_IDS /* list of ids */ };
-/* TASK_CANCEL (scheduler -> worker): tasks of a client that went away; those not started are
- * dropped and answered TASK_DONE with SPW_ECANCELED. */
-enum { F_CANCEL_IDS /* list of task ids */ };
-enum { F_HB_STATS /* list of u64, indexes PROTO_STAT_* */ };
-enum { F_WRITE_ID, F_WRITE_TOTAL, F_WRITE_OFF, F_WRITE_FLAGS, F_WRITE_DATA };
-enum { F_READ_ID, F_READ_OFF, F_READ_LEN, F_READ_FLAGS /* may be absent */ };
+/* Field indexes F_<MSG>_<FIELD> (messages) and R_<REC>_<FIELD> (records), and the field
+ * counts PROTO_NF_<MSG> and PROTO_NF_REC_<REC>, all from the schema (proto_schema.h). */
+#define PROTO__ENUM_FIELD(index, member, kind, arg) index,
+#define PROTO__ENUM_REC(NAME, name)                                                                \
+    enum { PROTO_REC_FIELDS_##NAME(PROTO__ENUM_FIELD, PROTO__ENUM_FIELD) PROTO_NF_REC_##NAME };
+#define PROTO__ENUM_MSG(NAME, name)                                                                \
+    enum { PROTO_FIELDS_##NAME(PROTO__ENUM_FIELD, PROTO__ENUM_FIELD) PROTO_NF_##NAME };
+#define PROTO__ENUM_MSG0(NAME, name) enum { PROTO_NF_##NAME };
+#define PROTO__ENUM_ALIAS(NAME, name, OF, of) enum { PROTO_NF_##NAME = PROTO_NF_##OF };
+PROTO_SCHEMA(PROTO__ENUM_REC, PROTO__ENUM_MSG, PROTO__ENUM_MSG0, PROTO__ENUM_ALIAS)
+
 /** OBJ_READ flags. */
-#define PROTO_READ_FOLLOW 1u /* if the object is not here yet but about to be (a broadcast
-                                chain), wait for it a little and forward it as it arrives */
-enum { F_DATA_ID, F_DATA_TOTAL, F_DATA_OFF, F_DATA_FLAGS, F_DATA_DATA };
-enum { F_PUTDONE_ID };
-/* Local (same-host) access to a worker's arena, over its Unix socket. */
-enum { F_AMAP_FLAGS };
+#define PROTO_READ_FOLLOW                                                                          \
+    1u /* if the object is not here yet but about to be (a broadcast                               \
+          chain), wait for it a little and forward it as it arrives */
 /** ARENA_MAP flags. Without PROTO_ARENA_WRITE the descriptor that comes back is read-only. */
 #define PROTO_ARENA_WRITE 1u /* the client puts objects: it needs a writable mapping */
-enum { F_ARENA_CAPACITY };       /* the memfd rides along as SCM_RIGHTS */
-enum { F_PIN_ID };
-enum { F_PINNED_ID, F_PINNED_OFF, F_PINNED_SIZE };
-enum { F_UNPIN_ID };
-enum { F_CREATE_ID, F_CREATE_SIZE };
-enum { F_CREATED_ID, F_CREATED_OFF };
-enum { F_SEAL_ID };
-enum {
-    F_STATUS_NOW_MS,
-    F_STATUS_UPTIME_MS,
-    F_STATUS_LISTEN,
-    F_STATUS_WORKERS /* records R_SWORKER */,
-    F_STATUS_CLIENTS /* records R_SCLIENT */,
-    F_STATUS_TASKS /* list of u64, indexes PROTO_TSTATE_* */,
-    F_STATUS_OBJECTS,
-    F_STATUS_OBJ_BYTES,
-    /* Added for /metrics; an older scheduler leaves them out. */
-    F_STATUS_REFS,    /* list of u64 by PROTO_REF_* kind: references held */
-    F_STATUS_CONNS,   /* list of u64 indexed by PROTO_ROLE_*: connections by role */
-    F_STATUS_IO,      /* list of u64, PROTO_IO_* (conn.h): frames and bytes in and out */
-    F_STATUS_LATENCY  /* list of u64: tasks finished per PROTO_LATENCY_BOUNDS_MS bucket (the
-                         last is +Inf), then the sum of their latencies in microseconds */
-};
 /** Upper bounds (ms) of the submit -> done latency buckets in STATUS; one more bucket, +Inf,
  * follows them. */
 #define PROTO_LATENCY_BOUNDS_MS {1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
 #define PROTO_LATENCY_NBOUNDS 14
-/* Task start notices, worker -> scheduler: the tasks an executor has begun (batched). */
-enum { F_STARTED_IDS /* list of ids */ };
-/* Graph progress: GRAPHS_REQ {session, graph} (0 = any) -> GRAPHS {records R_GRAPH}. */
-enum { F_GREQ_SESSION, F_GREQ_GRAPH };
-enum { F_GRAPHS_GRAPHS /* records R_GRAPH */ };
-enum {
-    R_GRAPH_SESSION,
-    R_GRAPH_ID,
-    R_GRAPH_HOST,
-    R_GRAPH_PID,
-    R_GRAPH_SITE,     /* call site of the submit ("" if unknown) */
-    R_GRAPH_AGE_MS,
-    R_GRAPH_COUNTS,   /* list of u64 by PROTO_TSTATE_*: tasks of the graph in each state */
-    R_GRAPH_LIVE,     /* bytes of outputs in flight and not yet consumed */
-    R_GRAPH_MAX_BYTES,/* its cap on those (0: none) */
-    R_GRAPH_ENDED_MS  /* age when its last task finished; 0 while it has unfinished tasks */
-};
-enum {
-    R_SWORKER_ID,
-    R_SWORKER_ADDR,
-    R_SWORKER_NAME,
-    R_SWORKER_SLOTS,
-    R_SWORKER_BUSY,
-    R_SWORKER_ASSIGNED,
-    R_SWORKER_STATE,
-    R_SWORKER_STATS /* list of u64 */
-};
-enum { R_SCLIENT_SESSION, R_SCLIENT_HOST, R_SCLIENT_PID, R_SCLIENT_ROLE, R_SCLIENT_TASKS, R_SCLIENT_REFS };
-/* Broadcast: client -> scheduler BROADCAST, scheduler -> workers REPLICATE (fetch it from the
- * first of locs, which may still be receiving it: a pipelined chain), workers answer OBJ_ADDED
- * or ERROR, scheduler -> client BROADCAST_DONE. */
-enum { F_BCAST_ID, F_BCAST_WORKERS /* 0 = all */ };
-enum { F_BCDONE_ID, F_BCDONE_COPIES, F_BCDONE_FAILED };
-enum { F_REPL_ID, F_REPL_SIZE, F_REPL_LOCS /* records R_LOC */ };
-
-/* spillway-ctl memory. The reply is any number of MEMORY_OBJS frames, then MEMORY_END. */
-enum { F_MEMREQ_FLAGS };
-enum { F_MEMOBJS_OBJS /* records R_MOBJ */ };
-enum {
-    R_MOBJ_ID,
-    R_MOBJ_SIZE,
-    R_MOBJ_STATE,    /* PROTO_OSTATE_* */
-    R_MOBJ_SITE,
-    R_MOBJ_OWNER_HOST,
-    R_MOBJ_OWNER_PID,
-    R_MOBJ_AGE_MS,
-    R_MOBJ_TASK_FN,  /* "" for a put */
-    R_MOBJ_REFS,     /* list of u64 by kind: CLIENT, TASK_ARG, PINNED, BROADCAST, OUTPUT */
-    R_MOBJ_HOLDERS,  /* records R_HOLDER */
-    R_MOBJ_LOCS,     /* records R_MLOC */
-    R_MOBJ_INLINE    /* 1 if the value lives in the scheduler (small task result) */
-};
-enum { R_HOLDER_KIND, R_HOLDER_COUNT, R_HOLDER_WHO };
-enum { R_MLOC_WORKER, R_MLOC_WHERE /* OST_IN_MEMORY | OST_ON_DISK */, R_MLOC_STORED, R_MLOC_PINS };
-enum { F_MEMEND_NODES /* records R_MNODE */, F_MEMEND_COMPLETE /* 0 if a worker did not answer */ };
-enum { R_MNODE_ID, R_MNODE_ADDR, R_MNODE_NAME, R_MNODE_STATS /* list of u64, PROTO_STAT_* */, R_MNODE_FRESH };
-enum { F_OLISTREQ_FLAGS };
-enum { F_OLIST_OBJS /* records R_OLOBJ */, F_OLIST_STATS /* list of u64 */ };
-enum { R_OLOBJ_ID, R_OLOBJ_SIZE, R_OLOBJ_WHERE, R_OLOBJ_STORED, R_OLOBJ_PINS };
 
 /** Object states in MEMORY_OBJS. */
 enum proto_ostate {
@@ -308,12 +173,6 @@ enum proto_refkind {
     PROTO_REF_KINDS
 };
 const char *proto_refkind_name(int kind);
-
-enum { F_EXEC_ID, F_EXEC_FN, F_EXEC_ARGS /* records R_EARG */, F_EXEC_INLINE_LIMIT };
-enum { R_EARG_KIND, R_EARG_INLINE, R_EARG_OFF, R_EARG_LEN };
-enum { F_EALLOC_ID, F_EALLOC_SIZE };
-enum { F_EALLOCOK_OFF };
-/* EXEC_DONE has the same fields as TASK_DONE. */
 
 /** Task argument kinds (R_ARG_KIND, R_WARG_KIND, R_EARG_KIND). */
 enum proto_arg_kind {
@@ -446,22 +305,110 @@ char *proto_str(const proto_val *v, char *out, size_t outlen);
 
 /* ------------------------------------------------------------------ encoding */
 
-/** Builds one frame at the end of a buffer. Usage: proto_enc_begin, then exactly the schema's
- * fields with the proto_put_* helpers, then proto_enc_end. */
+/** A frame being built at the end of a buffer. */
 typedef struct proto_enc {
     spw_buf *buf;
     size_t start; /* offset of the length prefix */
     msgpack_packer pk;
 } proto_enc;
 
-void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields);
-/** Starts encoding bare msgpack values (no frame) at the end of buf, e.g. records that will be
- * spliced into a frame later. */
-void proto_enc_raw(proto_enc *e, spw_buf *buf);
+/* Typed builders, generated from the schema (proto_schema.h). For each message type NAME:
+ *   proto_name_msg   a struct with one member per field, in the C type of its kind (see
+ *                    proto_schema.h); a field a sender may leave out has a bool omit_member
+ *                    beside it (false: sent);
+ *   proto_enc_name(e, buf, req, &m)   appends the frame for m to buf, all but its length:
+ *                    finish it with proto_enc_end or proto_conn_send (and _borrowed, _fd);
+ *   proto_send_name(conn, req, &m)    (conn.h) builds it in the connection's output and sends.
+ * For each record kind: proto_kind_rec (its struct), proto_put_kind_rec(e, &r) (one record,
+ * inside a frame or a proto_enc_raw buffer) and proto_kind_recs, an array field's value: n
+ * records taken from exactly one of v (an array), put (called once per record, for i in 0..n-1,
+ * and must write exactly one record with proto_put_kind_rec: records made on the fly without an
+ * array), or pre (n records already encoded into a buffer with proto_enc_raw; spliced as is).
+ * Nothing allocates except the output buffer's growth, so the builders suit the hot paths. */
+typedef struct proto_bytes {
+    const void *ptr;
+    size_t len;
+} proto_bytes;
+typedef struct proto_u64s {
+    const uint64_t *v;
+    uint32_t n;
+} proto_u64s;
+typedef struct proto_ids {
+    const spw_id *v;
+    uint32_t n;
+} proto_ids;
+
+#define PROTO__TYPE_U(arg) uint64_t
+#define PROTO__TYPE_I(arg) int64_t
+#define PROTO__TYPE_ID(arg) spw_id
+#define PROTO__TYPE_OPT_ID(arg) const spw_id *
+#define PROTO__TYPE_BIN(arg) proto_bytes
+#define PROTO__TYPE_OPT_BIN(arg) proto_bytes
+#define PROTO__TYPE_DATA(arg) proto_bytes
+#define PROTO__TYPE_STR(arg) const char *
+#define PROTO__TYPE_REC(arg) const proto_##arg##_rec *
+#define PROTO__TYPE_RECS(arg) proto_##arg##_recs
+#define PROTO__TYPE_LIST_U(arg) proto_u64s
+#define PROTO__TYPE_LIST_ID(arg) proto_ids
+#define PROTO__MEMBER(index, member, kind, arg) PROTO__TYPE_##kind(arg) member;
+#define PROTO__MEMBER_NEW(index, member, kind, arg)                                                \
+    PROTO__TYPE_##kind(arg) member;                                                                \
+    bool omit_##member;
+#define PROTO__NONE(...)
+
+#define PROTO__DECL_RECS(NAME, name)                                                               \
+    typedef struct proto_##name##_rec proto_##name##_rec;                                          \
+    typedef struct proto_##name##_recs {                                                           \
+        uint32_t n;                                                                                \
+        const proto_##name##_rec *v;                                                               \
+        void (*put)(proto_enc * e, uint32_t i, void *arg);                                         \
+        void *arg;                                                                                 \
+        const spw_buf *pre;                                                                        \
+    } proto_##name##_recs;
+PROTO_SCHEMA(PROTO__DECL_RECS, PROTO__NONE, PROTO__NONE, PROTO__NONE)
+
+#define PROTO__DECL_REC(NAME, name)                                                                \
+    struct proto_##name##_rec {                                                                    \
+        PROTO_REC_FIELDS_##NAME(PROTO__MEMBER, PROTO__MEMBER_NEW)                                  \
+    };                                                                                             \
+    void proto_put_##name##_rec(proto_enc *e, const proto_##name##_rec *r);
+#define PROTO__DECL_MSG(NAME, name)                                                                \
+    typedef struct proto_##name##_msg {                                                            \
+        PROTO_FIELDS_##NAME(PROTO__MEMBER, PROTO__MEMBER_NEW)                                      \
+    } proto_##name##_msg;                                                                          \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req, const proto_##name##_msg *m);
+#define PROTO__DECL_MSG0(NAME, name)                                                               \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req);
+#define PROTO__DECL_ALIAS(NAME, name, OF, of)                                                      \
+    typedef proto_##of##_msg proto_##name##_msg;                                                   \
+    void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req, const proto_##name##_msg *m);
+PROTO_SCHEMA(PROTO__DECL_REC, PROTO__DECL_MSG, PROTO__DECL_MSG0, PROTO__DECL_ALIAS)
+
 /** Patches the length. @return the frame's total size, or SPW_EFRAMESIZE (frame removed)
  * if the body exceeds max_frame. */
 int proto_enc_end(proto_enc *e, uint32_t max_frame);
+/** Starts encoding bare msgpack values (no frame) at the end of buf: records that a
+ * proto_kind_recs .pre splices into a frame later. */
+void proto_enc_raw(proto_enc *e, spw_buf *buf);
 
+/** Checks that [p, p + len) holds whole frames that each decode (proto_decode with the default
+ * limits, any size). @return 0, or the first bad frame's error, its type in *type (0 if the type
+ * could not be read). */
+int proto_check_frames(const uint8_t *p, size_t len, uint32_t *type);
+/** proto_check_frames, and on failure logs "who: frame TYPE does not decode: error" and aborts.
+ * Called on every frame before it is sent when built with SPW_CHECK_FRAMES (see
+ * PROTO_CHECK_SENT). */
+void proto_assert_frames(const uint8_t *p, size_t len, const char *who);
+#ifdef SPW_CHECK_FRAMES
+#define PROTO_CHECK_SENT(p, len, who) proto_assert_frames((p), (len), (who))
+#else
+#define PROTO_CHECK_SENT(p, len, who) ((void)0)
+#endif
+
+/* Raw encoding, for tests and tools that must build frames the schema does not allow (the
+ * decoder's tests, the fuzz corpus). Production code uses the typed builders above. Usage:
+ * proto_enc_begin, then the fields with the proto_put_* helpers, then proto_enc_end. */
+void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields);
 void proto_put_u(proto_enc *e, uint64_t v);
 void proto_put_i(proto_enc *e, int64_t v);
 void proto_put_bool(proto_enc *e, bool v);
@@ -474,8 +421,8 @@ void proto_put_str(proto_enc *e, const char *s);
 void proto_put_strn(proto_enc *e, const char *s, size_t len);
 void proto_put_arr(proto_enc *e, uint32_t n);
 
-/** Appends a complete ERROR frame. */
-void proto_enc_error(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
+/** Appends a complete ERROR frame with a formatted message. */
+void proto_enc_errorf(spw_buf *buf, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #ifdef __cplusplus

@@ -1,0 +1,211 @@
+/*
+ * proto_conn internals shared by the files that implement it:
+ *   conn.c   the ctx and a connection's lifecycle, TCP listeners, connecting;
+ *   frame.c  framing: output queues and writes (batched, borrowed payloads), input buffering,
+ *            payloads received in place, decoding and dispatch;
+ *   auth.c   the handshake (CHALLENGE, HELLO, WELCOME) and the cluster secret;
+ *   local.c  Unix-socket listeners with peer credentials, descriptor passing (SCM_RIGHTS) and
+ *            the blocking local attach of a client to a worker's arena.
+ *
+ * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
+ * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
+ * is active poll does not block, so queued frames never wait for unrelated I/O) and an
+ * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
+ * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
+ * Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
+ * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
+ * yet written. Everything here runs on the loop's thread.
+ */
+#ifndef SPW_CONN_INT_H
+#define SPW_CONN_INT_H
+
+#include "spillway/conn.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <utlist.h>
+
+#define IN_READ_MIN (256u << 10)
+#define OUT_HIGH_WATER (32u << 20)
+#define OUT_LOW_WATER (8u << 20)
+#define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
+#define CLOSE_DRAIN_MS 5000
+#define SWEEP_MS 500
+#define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
+#define SINK_HEAD_MAX 128    /* the rest of such a frame is smaller than this */
+#define KEEPALIVE_IDLE_S 60  /* TCP keepalive: first probe after this much silence, */
+#define KEEPALIVE_INTVL_S 10 /* then one every 10 s; */
+#define KEEPALIVE_CNT 6      /* a peer that answers none of 6 is dead (about 2 minutes) */
+#define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
+
+/* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
+enum { LIM_CAP, LIM_CLIENT_CAP, LIM_ACCEPT, LIM_LOCAL, LIM_COUNT };
+
+typedef struct borrow {
+    size_t at; /* offset in the owned buffer where these bytes go */
+    const void *ptr;
+    size_t len;
+    void (*release)(void *arg);
+    void *arg;
+} borrow;
+
+/* Bytes waiting to be written: an owned buffer with borrowed ranges spliced in. */
+typedef struct outq {
+    spw_buf buf;
+    borrow *b;
+    size_t nb, capb;
+    size_t borrowed_bytes;
+} outq;
+
+enum conn_state {
+    ST_CONNECTING,
+    ST_AWAIT_CHALLENGE,
+    ST_AWAIT_HELLO,
+    ST_AWAIT_WELCOME,
+    ST_READY,
+    ST_CLOSING, /* draining output, then closing */
+    ST_CLOSED   /* uv_close called */
+};
+
+struct proto_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    proto_ctx *ctx;
+    proto_conn_cbs cbs;
+    void *data;
+    enum conn_state state;
+    bool server;
+    bool dirty;
+    bool writing;
+    bool above_hwm;
+    bool paused;
+    bool resume_pending;
+    bool is_unix;
+    bool counted;        /* accepted: counted in ctx->naccepted */
+    bool counted_client; /* a CLIENT or PEER role: counted in ctx->nclients */
+    int peer_role;
+    int close_status;
+    char peer[64];
+    uint8_t my_nonce[PROTO_NONCE_LEN];
+    uint8_t peer_nonce[PROTO_NONCE_LEN];
+    proto_welcome welcome;
+    uint64_t deadline_ns; /* handshake or drain deadline; 0 = none */
+    spw_buf in;
+    size_t in_need; /* bytes needed in `in` to complete the frame at its start */
+    /* A payload being received straight into the owner's memory (cbs.on_sink): the frame's
+     * head, where the payload goes and how much of it has come. */
+    uint8_t *sink;
+    uint64_t sink_len, sink_got;
+    uint32_t sink_field;
+    size_t sink_head_len;
+    bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
+    uint8_t sink_head[SINK_HEAD_MAX];
+    msgpack_zone zone;
+    outq out;  /* being filled */
+    outq wout; /* being written */
+    size_t queued;
+    uv_buf_t *wbufs;
+    size_t wbufs_cap;
+    uv_write_t wreq;
+    uv_connect_t creq;
+    /* Connecting by name: the pending lookup, the addresses it gave and the next to try. */
+    struct conn_gai *gai;
+    struct addrinfo *ai, *ai_next;
+    bool switching; /* the handle is closing to try the next address */
+    proto_conn *prev, *next;
+    proto_conn *dirty_next;
+    proto_conn *resume_next;
+};
+
+struct proto_listener {
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    };
+    bool is_unix;
+    bool group_set; /* Unix: members of group may connect too (proto_listener_allow_group) */
+    gid_t group;
+    proto_ctx *ctx;
+    proto_conn_cbs cbs;
+    void *data;
+    proto_listener *prev, *next;
+};
+
+struct proto_ctx {
+    uv_loop_t *loop;
+    proto_ctx_opts opts;
+    char *name;
+    uint8_t *secret;
+    uv_idle_t flusher;
+    uv_timer_t sweeper;
+    proto_conn *conns;
+    proto_listener *listeners;
+    proto_conn *dirty;
+    proto_conn *resumed; /* paused connections to deliver buffered input for */
+    bool closing;
+    uint32_t naccepted;              /* server-side connections, handshakes included */
+    uint32_t nclients;               /* of those, authenticated CLIENT and PEER roles */
+    uint64_t lim_last_ns[LIM_COUNT]; /* when each limit event was last logged */
+    uint64_t lim_quiet[LIM_COUNT];   /* events since then that were not logged */
+    int handles;                     /* open handles we own, conns and listeners included */
+    void (*done)(void *arg);
+    void *done_arg;
+    void *data;                  /* the owner's */
+    uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
+};
+
+/* A host-name lookup for a connection; separate from it, since a connection closed meanwhile
+ * is freed before the lookup's callback runs (conn is NULL then). */
+struct conn_gai {
+    uv_getaddrinfo_t req;
+    proto_conn *conn;
+    char host[SPW_HOST_MAX];
+};
+
+/* connection and ctx lifecycle, TCP listening and connecting (conn.c) */
+/* Logs an event of kind k now, or counts it if one was logged less than LIMIT_LOG_MS ago. */
+void conn__log_limited(proto_ctx *ctx, int k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void conn__flusher_cb(uv_idle_t *p);
+proto_conn *conn__new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data);
+void conn__outq_release(outq *q, bool keep);
+void conn__do_close(proto_conn *c);
+void conn__accept_failed(proto_listener *l, int status);
+bool conn__admit(proto_conn *c);
+
+/* framing: output queues and writes, input buffering, decoding and dispatch (frame.c) */
+void conn__mark_dirty(proto_conn *c);
+uint32_t conn__send_limit(const proto_conn *c);
+void conn__after_enqueue(proto_conn *c, size_t bytes);
+void conn__flush(proto_conn *c);
+void conn__process_input(proto_conn *c);
+void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+void conn__start(proto_conn *c);
+
+/* the handshake and the secret (auth.c) */
+void conn__make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n1, const uint8_t *n2,
+                      uint8_t role, uint8_t out[PROTO_PROOF_LEN]);
+void conn__enc_hello(proto_enc *e, spw_buf *out, const proto_ctx *ctx, const uint8_t *server_nonce,
+                     const uint8_t *my_nonce, const proto_winfo_rec *worker);
+void conn__send_challenge(proto_conn *c);
+void conn__refuse(proto_conn *c, uint64_t req, int code, const char *why);
+void conn__on_challenge(proto_conn *c, const proto_msg *m);
+void conn__on_hello_msg(proto_conn *c, const proto_msg *m);
+void conn__on_welcome(proto_conn *c, const proto_msg *m);
+
+#endif /* SPW_CONN_INT_H */

@@ -1,0 +1,466 @@
+/*
+ * proto_conn framing: frames queued in a connection's output (owned bytes with borrowed payloads
+ * spliced in) and written once per loop iteration, and input buffered, received in place for
+ * large payloads (on_sink), decoded and dispatched. See conn_int.h.
+ */
+#include "conn_int.h"
+
+/* ----------------------------------------------------------------- output */
+
+void conn__mark_dirty(proto_conn *c)
+{
+    if (c->dirty || c->state == ST_CLOSED)
+        return;
+    proto_ctx *ctx = c->ctx;
+    c->dirty = true;
+    c->dirty_next = ctx->dirty;
+    ctx->dirty = c;
+    if (!ctx->closing)
+        uv_idle_start(&ctx->flusher, conn__flusher_cb);
+}
+
+spw_buf *proto_conn_out(proto_conn *c)
+{
+    return &c->out.buf;
+}
+
+uint32_t conn__send_limit(const proto_conn *c)
+{
+    if (!c->server && c->welcome.max_frame != 0)
+        return c->welcome.max_frame;
+    return c->ctx->opts.limits.max_frame;
+}
+
+void conn__after_enqueue(proto_conn *c, size_t bytes)
+{
+    c->ctx->io[PROTO_IO_BYTES_OUT] += bytes;
+    c->queued += bytes;
+    if (c->queued > OUT_HIGH_WATER)
+        c->above_hwm = true;
+    conn__mark_dirty(c);
+}
+
+int proto_conn_send(proto_conn *c, proto_enc *e)
+{
+    int n = proto_enc_end(e, conn__send_limit(c));
+    if (n < 0)
+        return n;
+    PROTO_CHECK_SENT(e->buf->data + e->start, (size_t)n, "proto_conn_send");
+    if (c->state == ST_CLOSED) {
+        c->out.buf.len = e->start;
+        return SPW_ECLOSED;
+    }
+    c->ctx->io[PROTO_IO_FRAMES_OUT]++;
+    conn__after_enqueue(c, (size_t)n);
+    return 0;
+}
+
+#define DEF_SEND(NAME, name)                                                                       \
+    int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m)                \
+    {                                                                                              \
+        proto_enc e;                                                                               \
+        proto_enc_##name(&e, proto_conn_out(c), req, m);                                           \
+        return proto_conn_send(c, &e);                                                             \
+    }
+#define DEF_SEND0(NAME, name)                                                                      \
+    int proto_send_##name(proto_conn *c, uint64_t req)                                             \
+    {                                                                                              \
+        proto_enc e;                                                                               \
+        proto_enc_##name(&e, proto_conn_out(c), req);                                              \
+        return proto_conn_send(c, &e);                                                             \
+    }
+#define DEF_SEND_ALIAS(NAME, name, OF, of) DEF_SEND(NAME, name)
+PROTO_SCHEMA(PROTO__NONE, DEF_SEND, DEF_SEND0, DEF_SEND_ALIAS)
+
+int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+{
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
+    if (c->state == ST_CLOSED)
+        return SPW_ECLOSED;
+    /* Count the whole frames in the batch by their length prefixes. */
+    const uint8_t *fp = frames;
+    for (size_t at = 0; len - at >= PROTO_HDR_LEN;) {
+        uint64_t body = ((uint64_t)fp[at] << 24) | ((uint64_t)fp[at + 1] << 16) |
+                        ((uint64_t)fp[at + 2] << 8) | fp[at + 3];
+        c->ctx->io[PROTO_IO_FRAMES_OUT]++;
+        if (body > len - at - PROTO_HDR_LEN)
+            break;
+        at += PROTO_HDR_LEN + (size_t)body;
+    }
+    spw_buf_append(&c->out.buf, frames, len);
+    conn__after_enqueue(c, len);
+    return 0;
+}
+
+#ifdef SPW_CHECK_FRAMES
+/* A frame whose payload is sent from elsewhere: the head (head_len bytes, ending in the
+ * payload's bin header) is decoded with an empty payload in its place. */
+static void check_borrowed(const uint8_t *head, size_t head_len, size_t len)
+{
+    uint8_t copy[512];
+    size_t copy_len, data_off;
+    uint64_t data_len;
+    uint32_t field;
+    if (head_len > sizeof copy ||
+        proto_split_payload(head, head_len, sizeof copy, copy, &copy_len, &data_off, &data_len,
+                            &field) != 1 ||
+        data_off != head_len || data_len != len) {
+        spw_log(SPW_LOG_ERR,
+                "proto_conn_send_borrowed: frame type %u (%s) of %zu head bytes "
+                "does not end in a bin header of its %zu payload bytes",
+                head[PROTO_HDR_LEN + 1], proto_type_name(head[PROTO_HDR_LEN + 1]), head_len, len);
+        abort();
+    }
+    proto_assert_frames(copy, copy_len, "proto_conn_send_borrowed");
+}
+#endif
+
+int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size_t len,
+                             void (*release)(void *arg), void *arg)
+{
+    spw_buf *b = e->buf;
+    size_t body = b->len - e->start - PROTO_HDR_LEN + len;
+    if (body > conn__send_limit(c) || c->state == ST_CLOSED) {
+        b->len = e->start;
+        if (release != NULL)
+            release(arg);
+        return c->state == ST_CLOSED ? SPW_ECLOSED : SPW_EFRAMESIZE;
+    }
+    uint8_t *h = b->data + e->start;
+    h[0] = (uint8_t)(body >> 24);
+    h[1] = (uint8_t)(body >> 16);
+    h[2] = (uint8_t)(body >> 8);
+    h[3] = (uint8_t)body;
+#ifdef SPW_CHECK_FRAMES
+    check_borrowed(h, b->len - e->start, len);
+#endif
+    outq *q = &c->out;
+    if (q->nb == q->capb) {
+        q->capb = q->capb ? q->capb * 2 : 8;
+        q->b = spw_realloc(SPW_MOD_PROTO, q->b, q->capb * sizeof *q->b);
+    }
+    q->b[q->nb++] = (borrow){b->len, data, len, release, arg};
+    c->ctx->io[PROTO_IO_FRAMES_OUT]++;
+    q->borrowed_bytes += len;
+    conn__after_enqueue(c, PROTO_HDR_LEN + body);
+    return 0;
+}
+
+void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
+{
+    char msg[PROTO_MAX_STR];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    proto_send_error(c, req, &(proto_error_msg){.code = code, .msg = msg});
+}
+
+static void write_finished(proto_conn *c, size_t written)
+{
+    conn__outq_release(&c->wout, true);
+    c->queued -= written;
+    if (c->state == ST_CLOSING && c->queued == 0) {
+        conn__do_close(c);
+        return;
+    }
+    if (c->out.buf.len > 0 || c->out.nb > 0)
+        conn__mark_dirty(c);
+    if (c->above_hwm && c->queued < OUT_LOW_WATER) {
+        c->above_hwm = false;
+        if (c->cbs.on_drain != NULL && c->state == ST_READY)
+            c->cbs.on_drain(c);
+    }
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+    proto_conn *c = req->data;
+    c->writing = false;
+    size_t total = c->wout.buf.len + c->wout.borrowed_bytes;
+    if (status < 0) {
+        conn__outq_release(&c->wout, true);
+        c->queued -= total;
+        if (c->state != ST_CLOSED) {
+            if (c->close_status == 0)
+                c->close_status = status;
+            conn__do_close(c);
+        }
+        return;
+    }
+    write_finished(c, total);
+}
+
+void conn__flush(proto_conn *c)
+{
+    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
+        return;
+    if (c->out.buf.len == 0 && c->out.nb == 0)
+        return;
+    outq tmp = c->wout;
+    c->wout = c->out;
+    c->out = tmp;
+    outq *q = &c->wout;
+
+    size_t need = 2 * q->nb + 1;
+    if (need > c->wbufs_cap) {
+        c->wbufs_cap = need;
+        c->wbufs = spw_realloc(SPW_MOD_PROTO, c->wbufs, need * sizeof *c->wbufs);
+    }
+    size_t nbufs = 0, pos = 0;
+    for (size_t i = 0; i < q->nb; i++) {
+        if (q->b[i].at > pos)
+            c->wbufs[nbufs++] =
+                uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->b[i].at - pos));
+        if (q->b[i].len > 0)
+            c->wbufs[nbufs++] = uv_buf_init((char *)q->b[i].ptr, (unsigned)q->b[i].len);
+        pos = q->b[i].at;
+    }
+    if (q->buf.len > pos)
+        c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->buf.len - pos));
+    size_t total = q->buf.len + q->borrowed_bytes;
+
+    int n = uv_try_write(&c->h.stream, c->wbufs, (unsigned)nbufs);
+    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+        conn__outq_release(q, true);
+        c->queued -= total;
+        if (c->close_status == 0)
+            c->close_status = n;
+        conn__do_close(c);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done == total) {
+        write_finished(c, total);
+        return;
+    }
+    /* Skip what went out and hand the rest to uv_write. */
+    size_t first = 0;
+    while (done > 0 && done >= c->wbufs[first].len) {
+        done -= c->wbufs[first].len;
+        first++;
+    }
+    c->wbufs[first].base += done;
+    c->wbufs[first].len -= done;
+    c->wreq.data = c;
+    int rc =
+        uv_write(&c->wreq, &c->h.stream, c->wbufs + first, (unsigned)(nbufs - first), write_cb);
+    if (rc < 0) {
+        conn__outq_release(q, true);
+        c->queued -= total;
+        if (c->close_status == 0)
+            c->close_status = rc;
+        conn__do_close(c);
+        return;
+    }
+    c->writing = true;
+}
+
+static void dispatch(proto_conn *c, const proto_msg *m)
+{
+    c->ctx->io[PROTO_IO_FRAMES_IN]++;
+    switch (c->state) {
+    case ST_READY:
+        c->cbs.on_msg(c, m);
+        return;
+    case ST_AWAIT_CHALLENGE:
+    case ST_AWAIT_WELCOME:
+        if (m->type == PROTO_ERROR) {
+            char msg[256];
+            spw_log(SPW_LOG_WARN, "peer=%s refused us: %s err=%s", c->peer,
+                    proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
+                    spw_err_name((int)m->f[F_ERROR_CODE].i));
+            proto_conn_close(c, (int)m->f[F_ERROR_CODE].i);
+        } else if (c->state == ST_AWAIT_CHALLENGE && m->type == PROTO_CHALLENGE) {
+            conn__on_challenge(c, m);
+        } else if (c->state == ST_AWAIT_WELCOME && m->type == PROTO_WELCOME) {
+            conn__on_welcome(c, m);
+        } else {
+            conn__refuse(c, m->req, SPW_EPROTO, "unexpected message during handshake");
+        }
+        return;
+    case ST_AWAIT_HELLO:
+        if (m->type == PROTO_HELLO)
+            conn__on_hello_msg(c, m);
+        else
+            conn__refuse(c, m->req, SPW_EPROTO, "first message must be HELLO");
+        return;
+    default:
+        return;
+    }
+}
+
+/* The frame at pos in `in` is incomplete and large: if it ends with a payload the owner has
+ * room for, the rest of the payload is read straight there (conn__alloc_cb), and the bytes of the
+ * frame received so far leave `in`. */
+static void try_sink(proto_conn *c, size_t pos)
+{
+    if (c->cbs.on_sink == NULL || c->state != ST_READY || c->sink_declined || c->in_need < SINK_MIN)
+        return;
+    const uint8_t *p = c->in.data + pos;
+    size_t avail = c->in.len - pos;
+    size_t data_off;
+    uint64_t data_len;
+    int rc = proto_split_payload(p, avail, sizeof c->sink_head, c->sink_head, &c->sink_head_len,
+                                 &data_off, &data_len, &c->sink_field);
+    if (rc == 0)
+        return;
+    if (rc < 0 || data_len < SINK_MIN) {
+        c->sink_declined = true;
+        return;
+    }
+    proto_msg head;
+    void *dest = NULL;
+    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &head) ==
+        (int)c->sink_head_len)
+        dest = c->cbs.on_sink(c, &head, data_len);
+    msgpack_zone_clear(&c->zone);
+    if (dest == NULL) {
+        c->sink_declined = true; /* a malformed head is reported when the frame is complete */
+        return;
+    }
+    size_t have = avail - data_off; /* less than data_len: the frame is incomplete */
+    memcpy(dest, p + data_off, have);
+    c->sink = dest;
+    c->sink_len = data_len;
+    c->sink_got = have;
+    c->in.len = pos;
+    c->in_need = 0;
+}
+
+/* The payload is all in the owner's memory: the message goes out with it in place. */
+static void sink_finish(proto_conn *c)
+{
+    proto_msg m;
+    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &m);
+    SPW_ASSERT(rc == (int)c->sink_head_len); /* it decoded when the sink began */
+    m.f[c->sink_field].bin.ptr = c->sink;
+    m.f[c->sink_field].bin.len = (uint32_t)c->sink_len;
+    c->sink = NULL;
+    c->sink_declined = false;
+    dispatch(c, &m);
+    msgpack_zone_clear(&c->zone);
+}
+
+/* The limits for the next frame: the configured ones once the handshake is done, before that
+ * at most PROTO_PREAUTH_MAX_FRAME whatever max_frame says. */
+static const proto_limits *conn_limits(const proto_conn *c, proto_limits *preauth)
+{
+    const proto_limits *lim = &c->ctx->opts.limits;
+    if (c->state == ST_READY || lim->max_frame <= PROTO_PREAUTH_MAX_FRAME)
+        return lim;
+    *preauth = *lim;
+    preauth->max_frame = PROTO_PREAUTH_MAX_FRAME;
+    return preauth;
+}
+
+void conn__process_input(proto_conn *c)
+{
+    size_t pos = 0;
+    proto_limits preauth;
+    if (c->sink != NULL)
+        return; /* the bytes that come next are the payload's */
+    while (c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
+        const uint8_t *p = c->in.data + pos;
+        size_t avail = c->in.len - pos;
+        const proto_limits *lim = conn_limits(c, &preauth);
+        proto_msg m;
+        int rc = proto_decode(p, avail, lim, &c->zone, &m);
+        if (rc == 0) {
+            c->in_need = 0;
+            if (avail >= PROTO_HDR_LEN)
+                c->in_need = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                                              (size_t)p[2] << 8 | (size_t)p[3]);
+            try_sink(c, pos);
+            break;
+        }
+        if (rc < 0) {
+            msgpack_zone_clear(&c->zone);
+            if (rc == SPW_EMALFORMED && c->state == ST_READY) {
+                /* The length prefix is sound, so skip just this frame and go on. */
+                size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                                               (size_t)p[2] << 8 | (size_t)p[3]);
+                spw_log(SPW_LOG_WARN, "peer=%s sent a malformed frame of %zu bytes: skipped",
+                        c->peer, flen);
+                proto_conn_error(c, 0, rc, "malformed frame of %zu bytes skipped", flen);
+                pos += flen;
+                continue;
+            }
+            char why[160];
+            if (rc == SPW_EFRAMESIZE && avail >= PROTO_HDR_LEN)
+                snprintf(why, sizeof why,
+                         "%s (%zu bytes declared, %u allowed%s): closing "
+                         "connection",
+                         spw_strerror(rc),
+                         (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3],
+                         lim->max_frame, c->state == ST_READY ? "" : " before authentication");
+            else
+                snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
+            conn__refuse(c, 0, rc, why);
+            break;
+        }
+        pos += (size_t)rc;
+        c->sink_declined = false;
+        dispatch(c, &m);
+        msgpack_zone_clear(&c->zone);
+    }
+    if (c->state == ST_CLOSED)
+        return;
+    spw_buf_consume(&c->in, pos);
+    if (c->in.len == 0 && c->in.cap > BUF_KEEP_MAX)
+        spw_buf_release(&c->in);
+}
+
+void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    proto_conn *c = h->data;
+    if (c->sink != NULL) {
+        uint64_t left = c->sink_len - c->sink_got;
+        *buf = uv_buf_init((char *)c->sink + c->sink_got,
+                           left > UINT32_MAX ? UINT32_MAX : (unsigned)left);
+        return;
+    }
+    size_t want = IN_READ_MIN;
+    if (c->in_need > c->in.len && c->in_need - c->in.len > want)
+        want = c->in_need - c->in.len;
+    if (c->state != ST_READY) /* unauthenticated: room for one small frame, no more */
+        want = PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME;
+    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len));
+}
+
+void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    proto_conn *c = s->data;
+    if (nread < 0) {
+        if (c->state == ST_CLOSING || c->state == ST_CLOSED)
+            return;
+        int status = nread == UV_EOF ? SPW_ECLOSED : (int)nread;
+        if (c->close_status == 0)
+            c->close_status = status;
+        conn__do_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->ctx->io[PROTO_IO_BYTES_IN] += (uint64_t)nread;
+    if (c->sink != NULL) {
+        c->sink_got += (uint64_t)nread;
+        if (c->sink_got == c->sink_len)
+            sink_finish(c);
+        return;
+    }
+    c->in.len += (size_t)nread;
+    conn__process_input(c);
+}
+
+void conn__start(proto_conn *c)
+{
+    uv_read_start(&c->h.stream, conn__alloc_cb, conn__read_cb);
+    c->deadline_ns = spw_now_ns() + (uint64_t)c->ctx->opts.handshake_ms * 1000000ULL;
+}

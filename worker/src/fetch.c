@@ -1,0 +1,423 @@
+/*
+ * Fetching objects from other workers' peer ports: a task whose input lives elsewhere gets it
+ * from a worker that holds it, trying each location in turn, once per object however many tasks
+ * wait for it; a broadcast copy (REPLICATE) is fetched the same way along its chain. Readers of
+ * this worker may follow an object while it arrives (peer.c).
+ * Invariant: a fetch is in w->fetches until it seals or gives up.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "worker_int.h"
+
+/* =============================================================== fetching */
+
+static void fetch_start(wrk *w, wfetch *f);
+
+static void fetch_free(wrk *w, wfetch *f)
+{
+    HASH_DEL(w->fetches, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
+    spw_free(f);
+}
+
+static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
+{
+    for (int i = 0; i < 4; i++) {
+        if (f->repl_req[i] == 0 || w->sched == NULL)
+            continue;
+        if (status != 0) {
+            char hex[33];
+            proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s",
+                             spw_id_hex(f->id, hex), msg);
+        }
+        f->repl_req[i] = 0;
+    }
+}
+
+static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
+{
+    wrk__followers_fail(&f->followers, status, msg);
+    repl_answer(w, f, status, msg);
+    if (f->obj != NULL) {
+        ost_obj_abort(w->store, f->obj);
+        f->obj = NULL;
+    }
+    fwait *waiters = f->waiters;
+    f->waiters = NULL;
+    fetch_free(w, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(waiters, x, tmp)
+    {
+        wrk__input_ready(w, x->t, x->arg, status, msg);
+        spw_free(x);
+    }
+}
+
+static void fetch_done(wrk *w, wfetch *f)
+{
+    ost_obj *o = f->obj;
+    f->obj = NULL;
+    ost_obj_seal(w->store, o);
+    wrk__followers_advance(w, &f->followers, true);
+    wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
+    repl_answer(w, f, 0, NULL);
+    fwait *waiters = f->waiters;
+    f->waiters = NULL;
+    fetch_free(w, f);
+    fwait *x, *tmp;
+    LL_FOREACH_SAFE(waiters, x, tmp)
+    {
+        int rc = ost_obj_pin(w->store, o);
+        if (rc == 0) {
+            x->t->args[x->arg].obj = o;
+            x->t->args[x->arg].pinned = 1;
+        }
+        wrk__input_ready(w, x->t, x->arg, rc, NULL);
+        spw_free(x);
+    }
+    wrk__mem_check(w);
+}
+
+static void fetch_send(wrk *w, wfetch *f)
+{
+    proto_conn *c = f->peer->conn;
+    f->peer->active_ns = spw_now_ns();
+    /* A broadcast copy may come from a worker still receiving it, or about to. */
+    bool chain = f->repl_req[0] != 0;
+    proto_send_obj_read(c, f->req,
+                        &(proto_obj_read_msg){.id = f->id,
+                                              .off = 0,
+                                              .len = f->size,
+                                              .flags = PROTO_READ_FOLLOW,
+                                              .omit_flags = !chain});
+    (void)w;
+}
+
+static void fpeer_ready(proto_conn *c, const proto_welcome *wel)
+{
+    (void)wel;
+    wpeer *p = proto_conn_data(c);
+    wrk *w = p->w;
+    p->ready = true;
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    if (f->peer == p && f->obj != NULL)
+        fetch_send(w, f);
+}
+
+static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    if (f->peer == p && f->req == req)
+        return f;
+    return NULL;
+}
+
+static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
+{
+    wpeer *p = proto_conn_data(c);
+    if (head->type != PROTO_OBJ_DATA)
+        return NULL;
+    spw_id id = head->f[F_DATA_ID].id;
+    uint64_t off = head->f[F_DATA_OFF].u;
+    wfetch *f;
+    HASH_FIND(hh, p->w->fetches, &id, sizeof id, f);
+    if (f == NULL || f->peer != p || f->req != head->req || f->obj == NULL ||
+        off != f->received || head->f[F_DATA_TOTAL].u != f->size || len > f->size - off)
+        return NULL; /* fpeer_msg deals with it */
+    return wrk__sink_into(p->w, &p->sink_obj, f->obj, off);
+}
+
+static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
+{
+    wrk *w = p->w;
+    if (m->type == PROTO_ERROR) {
+        wfetch *f = fetch_by_req(w, p, m->req);
+        char msg[256];
+        proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg);
+        if (f != NULL) {
+            spw_log(SPW_LOG_WARN, "fetch from %s failed: %s", p->addr, msg);
+            fetch_start(w, f);
+        }
+        return;
+    }
+    if (m->type != PROTO_OBJ_DATA) {
+        proto_conn_error(c, m->req, SPW_EPROTO, "unexpected %s", proto_type_name(m->type));
+        return;
+    }
+    spw_id id = m->f[F_DATA_ID].id;
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    const proto_val *data = &m->f[F_DATA_DATA];
+    uint64_t off = m->f[F_DATA_OFF].u;
+    if (f == NULL || f->peer != p || f->req != m->req || f->obj == NULL)
+        return; /* a fetch we gave up on: late chunks are dropped */
+    if (off != f->received || data->bin.len > f->size - f->received ||
+        m->f[F_DATA_TOTAL].u != f->size) {
+        spw_log(SPW_LOG_WARN, "fetch from %s: chunk at %llu, expected %llu: trying elsewhere",
+                p->addr, (unsigned long long)off, (unsigned long long)f->received);
+        fetch_start(w, f);
+        return;
+    }
+    uint8_t *dst = ost_obj_data(f->obj) + off;
+    if (data->bin.ptr != dst) /* else it was received in place */
+        memcpy(dst, data->bin.ptr, data->bin.len);
+    f->received += data->bin.len;
+    if (f->followers != NULL && f->received < f->size)
+        wrk__followers_advance(w, &f->followers, false);
+    if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
+        if (f->received == f->size)
+            fetch_done(w, f);
+        else
+            fetch_start(w, f);
+    }
+}
+
+static void fpeer_msg(proto_conn *c, const proto_msg *m)
+{
+    wpeer *p = proto_conn_data(c);
+    p->active_ns = spw_now_ns();
+    fpeer_msg_handle(p, c, m);
+    wrk__sink_release(p->w, &p->sink_obj);
+}
+
+static void fpeer_close(proto_conn *c, int status)
+{
+    wpeer *p = proto_conn_data(c);
+    wrk *w = p->w;
+    wrk__sink_release(w, &p->sink_obj);
+    HASH_DEL(w->peers, p);
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->peer == p) {
+            f->peer = NULL;
+            if (!w->closing) {
+                spw_log(SPW_LOG_WARN, "fetch from %s: connection %s", p->addr,
+                        spw_strerror(status));
+                fetch_start(w, f);
+            }
+        }
+    }
+    spw_free(p);
+}
+
+static const proto_conn_cbs fpeer_cbs = {
+    .on_ready = fpeer_ready,
+    .on_msg = fpeer_msg,
+    .on_close = fpeer_close,
+    .on_sink = fpeer_sink,
+};
+
+static wpeer *peer_get(wrk *w, const char *addr)
+{
+    wpeer *p;
+    HASH_FIND_STR(w->peers, addr, p);
+    if (p != NULL)
+        return p;
+    p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
+    snprintf(p->addr, sizeof p->addr, "%s", addr);
+    p->w = w;
+    p->active_ns = spw_now_ns();
+    if (proto_connect(w->ctx, addr, &fpeer_cbs, p, &p->conn) != 0) {
+        spw_free(p);
+        return NULL;
+    }
+    HASH_ADD_STR(w->peers, addr, p);
+    return p;
+}
+
+static void fetch_start(wrk *w, wfetch *f)
+{
+    while (f->next_loc < f->nlocs) {
+        const char *addr = f->locs[f->next_loc++];
+        char hex[33];
+        spw_log(SPW_LOG_DEBUG, "obj=%s fetching from %s", spw_id_hex(f->id, hex), addr);
+        wpeer *p = peer_get(w, addr);
+        if (p == NULL)
+            continue;
+        f->peer = p;
+        f->received = 0;
+        f->req = ++w->next_req;
+        if (p->ready)
+            fetch_send(w, f);
+        return;
+    }
+    char msg[128];
+    snprintf(msg, sizeof msg, "no worker holding it could send it (%u tried)", f->nlocs);
+    fetch_fail(w, f, SPW_EOBJLOST, msg);
+}
+
+typedef struct fetch_req {
+    wrk *w;
+    spw_id id;
+} fetch_req;
+
+static void fetch_created(void *arg, int status, ost_obj *o)
+{
+    fetch_req *r = arg;
+    wrk *w = r->w;
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &r->id, sizeof r->id, f);
+    spw_free(r);
+    if (f == NULL || w->closing || f->stale) {
+        if (status == 0)
+            ost_obj_abort(w->store, o);
+        if (f != NULL && f->stale)
+            fetch_free(w, f);
+        return;
+    }
+    f->creating = false;
+    if (status != 0) {
+        fetch_fail(w, f, status, status == SPW_EEXIST ? "object is being written here already"
+                                                      : spw_strerror(status));
+        return;
+    }
+    f->obj = o;
+    wrk__unpark(w, f->id, o, &f->followers, &f->received);
+    fetch_start(w, f);
+}
+
+void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
+{
+    warg *wa = &t->args[arg];
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
+    if (f == NULL) {
+        if (wa->nlocs == 0) {
+            wrk__input_ready(w, t, arg, SPW_EOBJLOST, "no worker holds a copy");
+            return;
+        }
+        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+        f->id = wa->id;
+        f->size = wa->objsize;
+        f->nlocs = wa->nlocs;
+        memcpy(f->locs, wa->locs, sizeof f->locs);
+        f->creating = true;
+        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+        fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
+        x->t = t;
+        x->arg = arg;
+        LL_PREPEND(f->waiters, x);
+        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (fetch_req){w, wa->id};
+        ost_obj_create_async(w->store, wa->id, f->size, fetch_created, r);
+        return;
+    }
+    fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
+    x->t = t;
+    x->arg = arg;
+    LL_PREPEND(f->waiters, x);
+}
+
+void wrk__peers_close(wrk *w)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->obj != NULL) {
+            ost_obj_abort(w->store, f->obj);
+            f->obj = NULL;
+        }
+        fetch_free(w, f);
+    }
+}
+
+/* REPLICATE: take a copy for a broadcast. No task waits for it; the scheduler hears OBJ_ADDED,
+ * or an ERROR carrying its request id. */
+void wrk__replicate(wrk *w, const proto_msg *m)
+{
+    spw_id id = m->f[F_REPL_ID].id;
+    ost_obj *o = ost_obj_find(w->store, id);
+    if (o != NULL && ost_obj_state(o) == OST_SEALED) {
+        wrk__sched_obj_added(w, id, ost_obj_size(o));
+        return;
+    }
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f == NULL) {
+        const proto_val *locs = &m->f[F_REPL_LOCS];
+        if (locs->arr.n == 0 || m->f[F_REPL_SIZE].u == 0) {
+            proto_conn_error(w->sched, m->req, SPW_EINVAL, "replicate needs a size and a source");
+            return;
+        }
+        f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+        f->id = id;
+        f->size = m->f[F_REPL_SIZE].u;
+        for (uint32_t j = 0; j < locs->arr.n && f->nlocs < WRK_MAX_LOCS; j++) {
+            proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], f->locs[f->nlocs], sizeof f->locs[0]);
+            if (strcmp(f->locs[f->nlocs], w->bound) != 0)
+                f->nlocs++;
+        }
+        f->creating = true;
+        HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+        fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (fetch_req){w, id};
+        for (int i = 0; i < 4; i++)
+            if (f->repl_req[i] == 0) {
+                f->repl_req[i] = m->req;
+                break;
+            }
+        ost_obj_create_async(w->store, id, f->size, fetch_created, r);
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (f->repl_req[i] == 0) {
+            f->repl_req[i] = m->req;
+            break;
+        }
+}
+
+void wrk__peers_check(wrk *w)
+{
+    uint64_t now = spw_now_ns();
+    wfetch *f, *ftmp;
+    HASH_ITER(hh, w->fetches, f, ftmp)
+    {
+        wpeer *p = f->peer;
+        if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
+            w->opts.fetch_stall_ms == 0 ||
+            now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
+            continue;
+        spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it", p->addr,
+                w->opts.fetch_stall_ms);
+        proto_conn_close(p->conn, SPW_ETIMEDOUT); /* its fetches move on in fpeer_close */
+    }
+}
+
+void wrk__fetches_drop(wrk *w)
+{
+    wfetch *f, *tmp;
+    HASH_ITER(hh, w->fetches, f, tmp)
+    {
+        if (f->stale)
+            continue;
+        if (!f->creating) {
+            fetch_fail(w, f, SPW_ECLOSED, "the worker lost its scheduler");
+            continue;
+        }
+        /* Waiting for room: its allocation callback frees it; its waiters hear now. */
+        f->stale = true;
+        wrk__followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
+        fwait *waiters = f->waiters, *x, *xtmp;
+        f->waiters = NULL;
+        LL_FOREACH_SAFE(waiters, x, xtmp)
+        {
+            wrk__input_ready(w, x->t, x->arg, SPW_ECLOSED, "the worker lost its scheduler");
+            spw_free(x);
+        }
+    }
+}
+
+void wrk__fetch_cancel(wrk *w, spw_id id)
+{
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f != NULL && !f->creating)
+        fetch_fail(w, f, SPW_ENOOBJ, "released while being copied here");
+}
