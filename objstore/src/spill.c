@@ -16,6 +16,12 @@
  * spilled copy is released (spill_entries 0) and the lane is idle, a reset job closes the
  * environment (its unlinked files' blocks go back to the file system) and opens a fresh one.
  * That is also how spilling comes back after a full disk left the environment unusable.
+ * While copies remain, a compaction job runs when the data file's allocated blocks exceed
+ * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked after deletions, between
+ * jobs): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
+ * MDB_CP_COMPACT), then swaps environments and closes the old one, whose blocks go back. It
+ * runs as a job of the lane, so spills and restores wait for it (it copies only live bytes,
+ * at most half of what is on disk); accounting is untouched (the same records move).
  */
 #include "store_int.h"
 
@@ -40,8 +46,10 @@
 #define CHUNK (4u << 20)          /* raw bytes per record */
 #define TXN_BYTES (8u << 20)      /* stored bytes per write transaction (bounds dirty pages) */
 #define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
+#define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
+#define COMPACT_SLACK (64ULL << 20)
 
-enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET };
+enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET, JOB_COMPACT };
 
 typedef struct spill_job {
     uv_work_t req;
@@ -80,7 +88,9 @@ struct ost_spill {
     char *dir;                  /* the spill directory given (the environment is inside it) */
     bool written;               /* something was written since the environment was opened */
     bool resetting;             /* a reset job is queued or running */
-    int reset_rc;               /* the reset job's result (LMDB code) */
+    bool deleted;               /* a deletion finished since the last compaction check */
+    uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
+    uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
 };
 
@@ -160,10 +170,26 @@ static void sweep_stale(const char *dir)
     closedir(d);
 }
 
+/* Writes a compacted copy of the live records of env to priv/data.mdb. @return 0 or a code. */
+static int env_copy(MDB_env *from, const char *priv)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", priv);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno;
+    int rc = mdb_env_copyfd2(from, fd, MDB_CP_COMPACT);
+    if (close(fd) != 0 && rc == 0)
+        rc = errno;
+    return rc;
+}
+
 /* Opens an LMDB environment in a new private directory under dir, then unlinks its files (LMDB
- * keeps its descriptors), so nothing outlives this process. Runs at start and on the threadpool
- * (a reset). @return 0 or an LMDB code; *env is NULL on failure. */
-static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *dbi)
+ * keeps its descriptors), so nothing outlives this process. With copy_from, the new environment
+ * starts as a compacted copy of that one. Runs at start and on the threadpool (a reset or a
+ * compaction). @return 0 or an LMDB code; *env is NULL on failure. */
+static int env_open(const char *dir, uint64_t map_size, MDB_env *copy_from, MDB_env **env,
+                    MDB_dbi *dbi)
 {
     *env = NULL;
     char priv[PATH_MAX];
@@ -173,7 +199,9 @@ static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *
     if (mkdtemp(priv) == NULL)
         return errno;
     MDB_env *e = NULL;
-    int rc = mdb_env_create(&e);
+    int rc = copy_from != NULL ? env_copy(copy_from, priv) : 0;
+    if (rc == 0)
+        rc = mdb_env_create(&e);
     if (rc == 0)
         rc = mdb_env_set_mapsize(e, map_size);
     if (rc == 0)
@@ -229,7 +257,7 @@ int ost__spill_open(ost_store *s, const char *dir)
     sp->cctx = ZSTD_createCCtx();
     sp->dctx = ZSTD_createDCtx();
     s->spill = sp;
-    int rc = env_open(dir, sp->map_size, &sp->env, &sp->dbi);
+    int rc = env_open(dir, sp->map_size, NULL, &sp->env, &sp->dbi);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "spill dir %s: LMDB: %s", dir, mdb_strerror(rc));
         return mdb_err(rc);
@@ -407,8 +435,36 @@ static void reset_work(spill_job *j)
     if (sp->env != NULL)
         mdb_env_close(sp->env);
     sp->env = NULL;
-    j->mdb_rc = env_open(sp->dir, j->size, &sp->env, &sp->dbi);
+    j->mdb_rc = env_open(sp->dir, j->size, NULL, &sp->env, &sp->dbi);
     j->status = mdb_err(j->mdb_rc);
+}
+
+/* Bytes of disk the environment's data file takes (allocated blocks, not its length). */
+static uint64_t env_disk_bytes(MDB_env *env)
+{
+    int fd;
+    struct stat st;
+    if (env == NULL || mdb_env_get_fd(env, &fd) != 0 || fstat(fd, &st) != 0)
+        return 0;
+    return (uint64_t)st.st_blocks * 512;
+}
+
+/* Copies the live records into a fresh environment and swaps it in: the old file's blocks go
+ * back when it is closed. On failure (no room for the copy) the old environment stays. */
+static void compact_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    MDB_env *fresh;
+    MDB_dbi dbi;
+    j->stored = env_disk_bytes(sp->env);
+    j->mdb_rc = env_open(sp->dir, sp->map_size, sp->env, &fresh, &dbi);
+    j->status = mdb_err(j->mdb_rc);
+    if (j->mdb_rc == 0) {
+        mdb_env_close(sp->env);
+        sp->env = fresh;
+        sp->dbi = dbi;
+    }
+    j->size = env_disk_bytes(sp->env);
 }
 
 static void job_work(uv_work_t *req)
@@ -428,6 +484,9 @@ static void job_work(uv_work_t *req)
         break;
     case JOB_RESET:
         reset_work(j);
+        break;
+    case JOB_COMPACT:
+        compact_work(j);
         break;
     default:
         delete_work(j);
@@ -588,12 +647,29 @@ static void job_after(uv_work_t *req, int status)
             spw_log(SPW_LOG_INFO, "store=%s spill environment emptied: disk handed back in %s",
                     s->name, sp->dir);
             sp->map_size = j->size;
+            sp->compact_floor = 0;
             sp->full = false;
             sp->written = false;
         }
         spw_free(j);
         break;
+    case JOB_COMPACT:
+        sp->compact_floor = j->size;
+        if (j->status != 0) {
+            spw_log(SPW_LOG_WARN, "store=%s cannot compact the spill environment in %s: %s",
+                    s->name, sp->dir, mdb_strerror(j->mdb_rc));
+        } else {
+            spw_log(SPW_LOG_INFO,
+                    "store=%s spill environment compacted: %llu -> %llu bytes on disk in %s "
+                    "(%llu live)",
+                    s->name, (unsigned long long)j->stored, (unsigned long long)j->size,
+                    sp->dir, (unsigned long long)s->st.spilled_stored);
+            sp->full = false;
+        }
+        spw_free(j);
+        break;
     default:
+        sp->deleted = true;
         if (j->status != 0)
             spw_log(SPW_LOG_WARN, "store=%s deleting a spilled copy failed: %s", s->name,
                     j->mdb_rc ? mdb_strerror(j->mdb_rc) : spw_strerror(j->status));
@@ -628,6 +704,19 @@ static void lane_next(ost_store *s)
             r->size = sp->map_max;
         sp->resetting = true;
         sp->work = r;
+    } else if (sp->deleted && sp->deletes_queued == 0 && !sp->resetting &&
+               s->st.spill_entries > 0 && !s->closing) {
+        /* Live copies remain but most of the file is freed pages: compact. */
+        sp->deleted = false;
+        uint64_t disk = env_disk_bytes(sp->env);
+        if (disk > COMPACT_FACTOR * s->st.spilled_stored + COMPACT_SLACK &&
+            disk > sp->compact_floor + COMPACT_SLACK) {
+            spill_job *c = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *c);
+            c->s = s;
+            c->kind = JOB_COMPACT;
+            c->next = sp->work;
+            sp->work = c;
+        }
     }
     spill_job *j = sp->restores != NULL ? sp->restores : sp->work;
     if (j == NULL)
@@ -636,6 +725,8 @@ static void lane_next(ost_store *s)
         sp->restores = j->next;
     else
         sp->work = j->next;
+    if (j->kind == JOB_DELETE)
+        sp->deletes_queued--;
     j->next = NULL;
     sp->running = j;
     s->busy++;
@@ -669,6 +760,7 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
     j->kind = JOB_DELETE;
     j->id = o->id;
     j->size = o->size;
+    s->spill->deletes_queued++;
     enqueue(s, j);
 }
 
@@ -816,6 +908,7 @@ void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
         spw_free(j);
     }
     sp->work = NULL;
+    sp->deletes_queued = 0;
     LL_FOREACH_SAFE(sp->restores, j, tmp)
     {
         ost_obj *o = j->o;
