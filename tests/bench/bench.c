@@ -3,13 +3,15 @@
  *
  *   spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR] [--secret-file PATH]
  *                  [--workers N] [--slots S] [--n N[,N...]] [--spill-threads N]
+ *                  [--spill-workers 1|2]
  *
  * Without --scheduler it starts its own cluster on 127.0.0.1 (a scheduler and --workers workers,
  * default two, with --slots slots each, default one, from the binaries beside it) and stops it at
  * the end. --n gives scale_tiny's graph sizes. Each line carries
  * case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this process, the scheduler,
  * the workers and their executors, reset before each case) and extra (case-specific figures).
- * --spill-threads is the spill case's workers' --spill-threads (default min(cores, 4)); its
+ * --spill-workers is the spill case's number of workers (2), --spill-threads their
+ * --spill-threads (default min(cores, 4)); its
  * zstd_gbps is plain zstd at the same level and thread count on the same data.
  * The spill case (see case_spill) always starts a separate cluster of small stores and prints
  * one line per kind of data, with peak_rss_mib meaning the largest worker's peak instead.
@@ -583,7 +585,8 @@ static void case_transfer(bench *b)
 #define SPILL_OBJ (8u << 20)   /* bytes per object */
 #define SPILL_CHUNK (4u << 20) /* raw bytes per spill record, as the store writes them */
 #define SPILL_TXN (16u << 20)  /* stored bytes per LMDB write transaction, as the store */
-#define SPILL_WORKERS 2
+#define SPILL_WORKERS 2 /* at most; --spill-workers */
+static int spill_workers = SPILL_WORKERS;
 #define SPILL_GROUP 16 /* a worker and its executors */
 #define SPILL_LEVEL 1  /* the workers' default --spill-compression-level */
 
@@ -882,7 +885,7 @@ static bool spill_status(const h_cluster *c, wstats out[SPILL_WORKERS])
     {
         const char *name = json_string_value(json_object_get(w, "name"));
         int k;
-        if (name == NULL || sscanf(name, "spill-w%d", &k) != 1 || k < 0 || k >= SPILL_WORKERS)
+        if (name == NULL || sscanf(name, "spill-w%d", &k) != 1 || k < 0 || k >= spill_workers)
             continue;
         json_t *mem = json_object_get(w, "memory");
         for (int f = 0; f < WS_COUNT; f++) {
@@ -894,13 +897,13 @@ static bool spill_status(const h_cluster *c, wstats out[SPILL_WORKERS])
         found++;
     }
     json_decref(doc);
-    return found == SPILL_WORKERS;
+    return found == spill_workers;
 }
 
 static uint64_t ws_sum(const wstats *w, int f)
 {
     uint64_t s = 0;
-    for (int i = 0; i < SPILL_WORKERS; i++)
+    for (int i = 0; i < spill_workers; i++)
         s += w[i].v[f];
     return s;
 }
@@ -914,10 +917,10 @@ static bool spill_settle(const h_cluster *c, ws_cond cond, const wstats *base, u
                          wstats out[SPILL_WORKERS], double *waited)
 {
     double t0 = now_s(), since = t0;
-    wstats last[SPILL_WORKERS];
+    wstats last[SPILL_WORKERS] = {0};
     bool have = false;
     for (;;) {
-        wstats cur[SPILL_WORKERS];
+        wstats cur[SPILL_WORKERS] = {0};
         double t = now_s();
         if (spill_status(c, cur)) {
             if (!have || memcmp(cur, last, sizeof cur) != 0) {
@@ -1300,7 +1303,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
         spill_die(r, "spillway-ctl status", SPW_EIO);
     probe_reset(&r->probe);
     wcpu cpu0[SPILL_WORKERS];
-    for (int i = 0; i < SPILL_WORKERS; i++)
+    for (int i = 0; i < spill_workers; i++)
         worker_cpu(&r->probe, i, &cpu0[i]);
     double probe_cpu0 = r->probe.cpu_s;
 
@@ -1351,7 +1354,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     bool settled_r = spill_settle(&r->cluster, cond_restored, wrote, total, rd, &waited);
     double settle_r = waited;
     wcpu cpu1[SPILL_WORKERS];
-    for (int i = 0; i < SPILL_WORKERS; i++)
+    for (int i = 0; i < spill_workers; i++)
         worker_cpu(&r->probe, i, &cpu1[i]);
 
     /* Release, and wait for both memory and spill files to empty. */
@@ -1368,7 +1371,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     json_t *per = json_array();
     pthread_mutex_lock(&r->probe.mu);
     double peak = 0, peak_file = 0;
-    for (int i = 0; i < SPILL_WORKERS; i++) {
+    for (int i = 0; i < spill_workers; i++) {
         uint64_t sb = rd[i].v[WS_SPILL_BYTES] - base[i].v[WS_SPILL_BYTES];
         uint64_t sn = rd[i].v[WS_SPILL_NS] - base[i].v[WS_SPILL_NS];
         uint64_t rb = rd[i].v[WS_RESTORE_BYTES] - base[i].v[WS_RESTORE_BYTES];
@@ -1507,7 +1510,7 @@ static void case_spill(bench *b)
     memset(r, 0, sizeof *r);
     r->b = b;
     r->capacity = b->quick ? (32u << 20) : (128u << 20);
-    r->nobj = 10 * SPILL_WORKERS * r->capacity / SPILL_OBJ;
+    r->nobj = 10 * (uint64_t)spill_workers * r->capacity / SPILL_OBJ;
     /* A disk-backed directory, like the workers' default /var/tmp (often /tmp is tmpfs). */
     snprintf(r->dir, sizeof r->dir, "/var/tmp/spillway-bench-spill.XXXXXX");
     if (mkdtemp(r->dir) == NULL) {
@@ -1521,7 +1524,7 @@ static void case_spill(bench *b)
     static const char *const http[] = {"--http", "127.0.0.1:0", NULL};
     h_cluster_start(&r->cluster, false, http);
     fprintf(stderr, "spillway-bench: spill case: dashboard at http://%s/\n", r->cluster.http);
-    for (int i = 0; i < SPILL_WORKERS; i++) {
+    for (int i = 0; i < spill_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "spill-w%d", i);
         const char *args[] = {
@@ -2020,6 +2023,7 @@ int main(int argc, char **argv)
         {"list", no_argument, 0, 'l'},         {"help", no_argument, 0, 'h'},
         {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
+        {"spill-workers", required_argument, 0, 'W'},
         {0, 0, 0, 0},
     };
     int c;
@@ -2037,15 +2041,17 @@ int main(int argc, char **argv)
         case 'k':
             secret = optarg;
             break;
-        case 'T': {
+        case 'T':
+        case 'W': {
             char *end;
             long v = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || v < 1 || v > 64) {
-                fprintf(stderr, "spillway-bench: --spill-threads: '%s' is not a number from 1 "
-                                "to 64\n", optarg);
+            long max = c == 'T' ? 64 : SPILL_WORKERS;
+            if (*optarg == '\0' || *end != '\0' || v < 1 || v > max) {
+                fprintf(stderr, "spillway-bench: --%s: '%s' is not a number from 1 to %ld\n",
+                        c == 'T' ? "spill-threads" : "spill-workers", optarg, max);
                 return 2;
             }
-            b.spill_threads = (int)v;
+            *(c == 'T' ? &b.spill_threads : &spill_workers) = (int)v;
             break;
         }
         case 'w':
