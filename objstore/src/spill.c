@@ -12,7 +12,8 @@
  * and writes take turns; restores read in parallel (MDB_NOTLS read transactions).
  * Exclusive moments, when no job runs: growing the map (mdb_env_set_mapsize wants no open
  * transaction; a spill that found the map full is queued again first and the lanes drain),
- * and the reset and compaction jobs, which replace the environment.
+ * and the reset and compaction jobs, which replace the environment (only they write sp->env,
+ * so the loop thread may read it whenever neither runs).
  * Threads: a job's work function touches only its job, its lane and LMDB; objects, figures and
  * lists are touched on the loop thread, in the after-work callback. spill_ns and restore_ns
  * count wall time with at least one such job running (not the sum over lanes), so bytes/ns is
@@ -26,11 +27,11 @@
  * environment (its unlinked files' blocks go back to the file system) and opens a fresh one.
  * That is also how spilling comes back after a full disk left the environment unusable.
  * While copies remain, a compaction job runs when the data file's allocated blocks exceed
- * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked after deletions, between
- * jobs): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
+ * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked when the queued deletions
+ * are done): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
  * MDB_CP_COMPACT), then swaps environments and closes the old one, whose blocks go back. It
- * runs as a job of the lane, so spills and restores wait for it (it copies only live bytes,
- * at most half of what is on disk); accounting is untouched (the same records move).
+ * runs alone once the lanes drain, so spills and restores wait for it (it copies only live
+ * bytes, at most half of what is on disk); accounting is untouched (the same records move).
  */
 #include "store_int.h"
 
@@ -733,13 +734,14 @@ static void grow_map(ost_store *s)
     }
 }
 
-/* Between jobs, with none running: queues a reset (nothing left on disk) or a compaction (most
- * of the file is freed pages) first. */
+/* Queues a reset first (nothing left on disk; only with no job running, or a running spill
+ * could add a record the reset would drop), or a compaction (most of the file is freed pages;
+ * the lanes then drain before it runs). */
 static void maybe_hand_back(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
-    if (sp->restores == NULL && sp->work == NULL && sp->written && !sp->resetting &&
-        s->st.spill_entries == 0 && s->st.objs_disk == 0 && !s->closing) {
+    if (sp->nrunning == 0 && sp->restores == NULL && sp->work == NULL && sp->written &&
+        !sp->resetting && s->st.spill_entries == 0 && s->st.objs_disk == 0 && !s->closing) {
         /* Nothing on disk any more: give the file's blocks back. */
         spill_job *r = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *r);
         r->s = s;
@@ -788,13 +790,11 @@ static void lane_next(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
     while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes) {
-        if (sp->nrunning == 0) {
-            if (sp->grow_wanted)
-                grow_map(s);
-            maybe_hand_back(s);
-        } else if (sp->grow_wanted) {
+        if (sp->nrunning == 0 && sp->grow_wanted)
+            grow_map(s);
+        else if (sp->grow_wanted)
             return; /* drain first */
-        }
+        maybe_hand_back(s);
         spill_job **q = &sp->restores;
         spill_job *j = startable(sp, *q);
         if (j == NULL) {
