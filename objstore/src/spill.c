@@ -54,7 +54,6 @@
 #include "spill_record.h"
 
 #define CHUNK (4u << 20)          /* raw bytes per record */
-#define TXN_BYTES (8u << 20)      /* stored bytes per write transaction (bounds dirty pages) */
 #define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
 #define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
 #define COMPACT_SLACK (64ULL << 20)
@@ -387,7 +386,7 @@ static void spill_work(spill_job *j)
         /* LMDB reports a short write - a full file system - as EIO: tell the truth. */
         struct statvfs vfs;
         if (rc == EIO && statvfs(sp->dir, &vfs) == 0 &&
-            (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)TXN_BYTES + CHUNK) {
+            (uint64_t)vfs.f_bavail * vfs.f_frsize < 3ULL * CHUNK) { /* a record, with a margin */
             j->status = SPW_ENOSPC;
             j->mdb_rc = 0;
         }
