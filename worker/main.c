@@ -56,6 +56,7 @@ static void usage(FILE *f)
           "  --spill-compression-level N  zstd level for spilled objects (1)\n"
           "  --spill-map-size SIZE     initial LMDB map size (4 x capacity)\n"
           "  --spill-map-max SIZE      largest LMDB map size (0 = the disk is the limit)\n"
+          "  --spill-threads N         objects spilled or restored at once (min(cores, 4))\n"
           "  --task-memory-limit SIZE|N%  memory a task may use in its executor; 0 = none\n"
           "                            (half of what the store leaves, shared by the slots)\n"
           "  --executor-max-tasks N    replace an executor after N tasks (0 = never)\n"
@@ -151,6 +152,7 @@ static const struct option longopts[] = {
     {"spill-compression-level", required_argument, 0, 'z'},
     {"spill-map-size", required_argument, 0, 'm'},
     {"spill-map-max", required_argument, 0, 'M'},
+    {"spill-threads", required_argument, 0, 'J'},
     {"task-memory-limit", required_argument, 0, 'K'},
     {"executor-max-tasks", required_argument, 0, 'E'},
     {"executor-max-rss", required_argument, 0, 'r'},
@@ -281,6 +283,11 @@ int main(int argc0, char **argv0)
             if (parse_ulong(at, "alloc-wait", optarg, 0, 24UL * 3600 * 1000, &n) != 0)
                 goto out;
             wo.store.alloc_wait_ms = (uint32_t)n;
+            break;
+        case 'J':
+            if (parse_ulong(at, "spill-threads", optarg, 1, 64, &n) != 0)
+                goto out;
+            wo.store.spill_threads = (uint32_t)n;
             break;
         case 'D':
             spill_dir = optarg;
@@ -492,6 +499,12 @@ int main(int argc0, char **argv0)
         wo.secret = secret;
         wo.secret_len = secret_len;
     }
+    /* The spill lanes run on libuv's threadpool (created at its first use, sized by
+     * UV_THREADPOOL_SIZE, default 4), which also resolves names: room for every lane and two
+     * more, unless the operator set it. */
+    char pool[16];
+    snprintf(pool, sizeof pool, "%u", ost_spill_lanes(&wo.store) + 2);
+    setenv("UV_THREADPOOL_SIZE", pool, 0);
     uv_loop_init(&a.loop);
     char bound[64];
     a.bound = bound;

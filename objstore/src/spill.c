@@ -2,12 +2,22 @@
  * Spilling to LMDB with zstd, and restoring.
  *
  * Owns: the LMDB environment (opened in a private directory whose files are unlinked at once,
- * so a crashed worker can never leave spill files behind), one zstd compression and one
- * decompression context, a scratch buffer, and a lane of jobs run one at a time on the libuv
- * threadpool: restores first, then spills and deletions. One job at a time means one LMDB
- * writer, and the map can be resized between jobs, when no transaction is open.
- * Threads: a job's work function touches only its job and the lane's LMDB/zstd state; objects,
- * figures and lists are touched on the loop thread, in the after-work callback.
+ * so a crashed worker can never leave spill files behind) and `nlanes` lanes (opts
+ * spill_threads), each with its own zstd compression and decompression contexts and scratch
+ * buffer. Jobs run on the libuv threadpool, up to one per lane at once: restores first, then
+ * spills and deletions, in order, except that a job never starts while another job for the same
+ * object id runs (so a deletion and a later spill of that id keep their order). A spill
+ * compresses a chunk into its lane's buffer outside any transaction and holds LMDB's single
+ * writer lock only to put it (one write transaction per chunk), so compression runs in parallel
+ * and writes take turns; restores read in parallel (MDB_NOTLS read transactions).
+ * Exclusive moments, when no job runs: growing the map (mdb_env_set_mapsize wants no open
+ * transaction; a spill that found the map full is queued again first and the lanes drain),
+ * and the reset and compaction jobs, which replace the environment (only they write sp->env,
+ * so the loop thread may read it whenever neither runs).
+ * Threads: a job's work function touches only its job, its lane and LMDB; objects, figures and
+ * lists are touched on the loop thread, in the after-work callback. spill_ns and restore_ns
+ * count wall time with at least one such job running (not the sum over lanes), so bytes/ns is
+ * the store's rate.
  * Invariants: an object is `spilling` iff a spill job for it is queued or running, and
  * `restoring` iff a restore is waiting for memory or queued or running; spilled_raw and
  * spilled_stored are the sums over objects with on_disk; spill_entries is the number of records
@@ -16,6 +26,12 @@
  * spilled copy is released (spill_entries 0) and the lane is idle, a reset job closes the
  * environment (its unlinked files' blocks go back to the file system) and opens a fresh one.
  * That is also how spilling comes back after a full disk left the environment unusable.
+ * While copies remain, a compaction job runs when the data file's allocated blocks exceed
+ * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked when the queued deletions
+ * are done): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
+ * MDB_CP_COMPACT), then swaps environments and closes the old one, whose blocks go back. It
+ * runs alone once the lanes drain, so spills and restores wait for it (it copies only live
+ * bytes, at most half of what is on disk); accounting is untouched (the same records move).
  */
 #include "store_int.h"
 
@@ -38,10 +54,11 @@
 #include "spill_record.h"
 
 #define CHUNK (4u << 20)          /* raw bytes per record */
-#define TXN_BYTES (8u << 20)      /* stored bytes per write transaction (bounds dirty pages) */
 #define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
+#define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
+#define COMPACT_SLACK (64ULL << 20)
 
-enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET };
+enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET, JOB_COMPACT };
 
 typedef struct spill_job {
     uv_work_t req;
@@ -55,22 +72,33 @@ typedef struct spill_job {
     int status;
     int mdb_rc;          /* LMDB's own code, for the one log line */
     uint64_t stored;     /* SPILL: bytes written */
-    uint64_t ns;
-    struct spill_job *next;
+    uint32_t lane;       /* index into the lanes while running */
+    struct spill_job *next; /* in a queue, or in `running` */
 } spill_job;
+
+typedef struct spill_lane {
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    uint8_t *scratch;    /* one compressed chunk */
+    bool busy;
+} spill_lane;
 
 struct ost_spill {
     MDB_env *env;
     MDB_dbi dbi;
-    ZSTD_CCtx *cctx;
-    ZSTD_DCtx *dctx;
-    uint8_t *scratch;
+    spill_lane *lanes;
+    uint32_t nlanes;
+    uint32_t nrunning;          /* jobs on the threadpool */
+    uint32_t nspills, nrestores; /* of those, spills and restores (for the wall-time figures) */
+    uint64_t spill_t0, restore_t0; /* when the running spills (restores) began to run */
+    bool exclusive;             /* a reset or compaction runs: nothing else starts */
+    bool grow_wanted;           /* a spill found the map full: grow it once the lanes drain */
     size_t scratch_cap;
     uint64_t map_size;
     uint64_t map_max;       /* 0: no limit but the disk */
     int level;
     spill_job *restores, *work; /* queues; restores go first */
-    spill_job *running;
+    spill_job *running;         /* jobs on the threadpool */
     uint64_t spilling_bytes;    /* in queued or running spill jobs */
     bool full;                  /* the map cannot grow or the disk is full */
     bool active;                /* a spill episode: above the threshold, not yet at target */
@@ -80,9 +108,19 @@ struct ost_spill {
     char *dir;                  /* the spill directory given (the environment is inside it) */
     bool written;               /* something was written since the environment was opened */
     bool resetting;             /* a reset job is queued or running */
-    int reset_rc;               /* the reset job's result (LMDB code) */
+    bool deleted;               /* a deletion finished since the last compaction check */
+    uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
+    uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
 };
+
+uint32_t ost_spill_lanes(const ost_opts *o)
+{
+    if (o->spill_threads != 0)
+        return o->spill_threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
+}
 
 bool ost__spill_full(const ost_store *s)
 {
@@ -160,10 +198,26 @@ static void sweep_stale(const char *dir)
     closedir(d);
 }
 
+/* Writes a compacted copy of the live records of env to priv/data.mdb. @return 0 or a code. */
+static int env_copy(MDB_env *from, const char *priv)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", priv);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno;
+    int rc = mdb_env_copyfd2(from, fd, MDB_CP_COMPACT);
+    if (close(fd) != 0 && rc == 0)
+        rc = errno;
+    return rc;
+}
+
 /* Opens an LMDB environment in a new private directory under dir, then unlinks its files (LMDB
- * keeps its descriptors), so nothing outlives this process. Runs at start and on the threadpool
- * (a reset). @return 0 or an LMDB code; *env is NULL on failure. */
-static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *dbi)
+ * keeps its descriptors), so nothing outlives this process. With copy_from, the new environment
+ * starts as a compacted copy of that one. Runs at start and on the threadpool (a reset or a
+ * compaction). @return 0 or an LMDB code; *env is NULL on failure. */
+static int env_open(const char *dir, uint64_t map_size, MDB_env *copy_from, MDB_env **env,
+                    MDB_dbi *dbi)
 {
     *env = NULL;
     char priv[PATH_MAX];
@@ -173,7 +227,9 @@ static int env_open(const char *dir, uint64_t map_size, MDB_env **env, MDB_dbi *
     if (mkdtemp(priv) == NULL)
         return errno;
     MDB_env *e = NULL;
-    int rc = mdb_env_create(&e);
+    int rc = copy_from != NULL ? env_copy(copy_from, priv) : 0;
+    if (rc == 0)
+        rc = mdb_env_create(&e);
     if (rc == 0)
         rc = mdb_env_set_mapsize(e, map_size);
     if (rc == 0)
@@ -225,17 +281,22 @@ int ost__spill_open(ost_store *s, const char *dir)
     if (sp->map_max != 0 && sp->map_size > sp->map_max)
         sp->map_size = sp->map_max;
     sp->scratch_cap = OST_REC_HDR + ZSTD_compressBound(CHUNK);
-    sp->scratch = spw_malloc(SPW_MOD_OBJSTORE, sp->scratch_cap);
-    sp->cctx = ZSTD_createCCtx();
-    sp->dctx = ZSTD_createDCtx();
+    sp->nlanes = ost_spill_lanes(&s->opts);
+    sp->lanes = spw_calloc(SPW_MOD_OBJSTORE, sp->nlanes, sizeof *sp->lanes);
+    for (uint32_t i = 0; i < sp->nlanes; i++) {
+        /* Its pages become resident only once the lane compresses something. */
+        sp->lanes[i].scratch = spw_malloc(SPW_MOD_OBJSTORE, sp->scratch_cap);
+        sp->lanes[i].cctx = ZSTD_createCCtx();
+        sp->lanes[i].dctx = ZSTD_createDCtx();
+    }
     s->spill = sp;
-    int rc = env_open(dir, sp->map_size, &sp->env, &sp->dbi);
+    int rc = env_open(dir, sp->map_size, NULL, &sp->env, &sp->dbi);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "spill dir %s: LMDB: %s", dir, mdb_strerror(rc));
         return mdb_err(rc);
     }
-    spw_log(SPW_LOG_INFO, "store=%s spills to %s (map %llu bytes, zstd level %d)", s->name, dir,
-            (unsigned long long)sp->map_size, sp->level);
+    spw_log(SPW_LOG_INFO, "store=%s spills to %s (map %llu bytes, zstd level %d, %u lanes)",
+            s->name, dir, (unsigned long long)sp->map_size, sp->level, sp->nlanes);
     return 0;
 }
 
@@ -244,15 +305,18 @@ void ost__spill_close(ost_store *s)
     struct ost_spill *sp = s->spill;
     if (sp == NULL)
         return;
-    SPW_ASSERT(sp->running == NULL);
+    SPW_ASSERT(sp->running == NULL && sp->nrunning == 0);
     spill_job *j, *tmp;
     LL_FOREACH_SAFE(sp->restores, j, tmp) spw_free(j);
     LL_FOREACH_SAFE(sp->work, j, tmp) spw_free(j);
     if (sp->env != NULL)
         mdb_env_close(sp->env);
-    ZSTD_freeCCtx(sp->cctx);
-    ZSTD_freeDCtx(sp->dctx);
-    spw_free(sp->scratch);
+    for (uint32_t i = 0; i < sp->nlanes; i++) {
+        ZSTD_freeCCtx(sp->lanes[i].cctx);
+        ZSTD_freeDCtx(sp->lanes[i].dctx);
+        spw_free(sp->lanes[i].scratch);
+    }
+    spw_free(sp->lanes);
     spw_free(sp->dir);
     spw_free(sp);
     s->spill = NULL;
@@ -262,19 +326,22 @@ void ost__spill_close(ost_store *s)
 
 static void lane_next(ost_store *s);
 
+/* Writes the object chunk by chunk: compressed into the lane's buffer with no transaction
+ * open (lanes compress in parallel), then put in a write transaction of its own (LMDB's one
+ * writer lock, held for the put and the commit). A failure takes back the chunks already
+ * committed, so no half object stays on disk. */
 static void spill_work(spill_job *j)
 {
     struct ost_spill *sp = j->s->spill;
+    spill_lane *ln = &sp->lanes[j->lane];
     uint32_t n = nchunks(j->size);
-    MDB_txn *txn = NULL;
-    uint64_t in_txn = 0;
     uint32_t written = 0;
-    int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    int rc = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         uint64_t off = (uint64_t)i * CHUNK;
         size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
         int64_t reclen =
-            ost_rec_try_zstd(sp->cctx, sp->level, j->src + off, len, sp->scratch, sp->scratch_cap);
+            ost_rec_try_zstd(ln->cctx, sp->level, j->src + off, len, ln->scratch, sp->scratch_cap);
         if (reclen < 0) {
             j->status = (int)reclen;
             break;
@@ -282,8 +349,12 @@ static void spill_work(spill_job *j)
         uint8_t key[KEY_LEN];
         make_key(key, j->id, i);
         MDB_val k = {KEY_LEN, key};
+        MDB_txn *txn;
+        rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+        if (rc != 0)
+            break;
         if (reclen > 0) {
-            MDB_val v = {(size_t)reclen, sp->scratch};
+            MDB_val v = {(size_t)reclen, ln->scratch};
             rc = mdb_put(txn, sp->dbi, &k, &v, 0);
         } else {
             /* Incompressible: reserve the record in LMDB and copy the bytes there once. */
@@ -295,32 +366,18 @@ static void spill_work(spill_job *j)
                 memcpy((uint8_t *)v.mv_data + OST_REC_HDR, j->src + off, len);
             }
         }
-        if (rc != 0)
-            break;
-        j->stored += (uint64_t)reclen;
-        in_txn += (uint64_t)reclen;
-        if (in_txn >= TXN_BYTES && i + 1 < n) {
-            /* Bounded transactions: LMDB keeps dirty pages in memory until commit. */
+        if (rc == 0)
             rc = mdb_txn_commit(txn);
-            txn = NULL;
-            if (rc == 0) {
-                written = i + 1;
-                in_txn = 0;
-                rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
-            }
+        else
+            mdb_txn_abort(txn);
+        if (rc == 0) {
+            written = i + 1;
+            j->stored += (uint64_t)reclen;
         }
     }
-    if (rc == 0 && j->status == 0) {
-        rc = mdb_txn_commit(txn);
-        txn = NULL;
-        if (rc == 0)
-            written = n;
-    }
-    if (txn != NULL)
-        mdb_txn_abort(txn);
-    /* LMDB mallocs the transaction's dirty pages (4 MiB chunks here) and frees them at commit;
-     * glibc keeps such freed blocks in this thread's arena, where they would stay resident
-     * memory beyond the store's capacity. Hand them back now, off the event loop. */
+    /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps such
+     * freed blocks in this thread's arena, where they would stay resident memory beyond the
+     * store's capacity. Hand them back now, off the event loop. */
     malloc_trim(0);
     if (rc != 0 || j->status != 0) {
         j->mdb_rc = rc;
@@ -329,11 +386,11 @@ static void spill_work(spill_job *j)
         /* LMDB reports a short write - a full file system - as EIO: tell the truth. */
         struct statvfs vfs;
         if (rc == EIO && statvfs(sp->dir, &vfs) == 0 &&
-            (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)TXN_BYTES + CHUNK) {
+            (uint64_t)vfs.f_bavail * vfs.f_frsize < 3ULL * CHUNK) { /* a record, with a margin */
             j->status = SPW_ENOSPC;
             j->mdb_rc = 0;
         }
-        /* Take back the chunks already committed: no half object stays on disk. */
+        MDB_txn *txn;
         if (written > 0 && mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
             for (uint32_t i = 0; i < written; i++) {
                 uint8_t key[KEY_LEN];
@@ -371,7 +428,8 @@ static void restore_work(spill_job *j)
             break;
         }
         /* Decoded straight out of LMDB's map, before the transaction ends. */
-        j->status = ost_rec_decode(sp->dctx, v.mv_data, v.mv_size, j->dst + off, len);
+        j->status = ost_rec_decode(sp->lanes[j->lane].dctx, v.mv_data, v.mv_size, j->dst + off,
+                                   len);
         if (j->status != 0)
             break;
     }
@@ -407,14 +465,41 @@ static void reset_work(spill_job *j)
     if (sp->env != NULL)
         mdb_env_close(sp->env);
     sp->env = NULL;
-    j->mdb_rc = env_open(sp->dir, j->size, &sp->env, &sp->dbi);
+    j->mdb_rc = env_open(sp->dir, j->size, NULL, &sp->env, &sp->dbi);
     j->status = mdb_err(j->mdb_rc);
+}
+
+/* Bytes of disk the environment's data file takes (allocated blocks, not its length). */
+static uint64_t env_disk_bytes(MDB_env *env)
+{
+    int fd;
+    struct stat st;
+    if (env == NULL || mdb_env_get_fd(env, &fd) != 0 || fstat(fd, &st) != 0)
+        return 0;
+    return (uint64_t)st.st_blocks * 512;
+}
+
+/* Copies the live records into a fresh environment and swaps it in: the old file's blocks go
+ * back when it is closed. On failure (no room for the copy) the old environment stays. */
+static void compact_work(spill_job *j)
+{
+    struct ost_spill *sp = j->s->spill;
+    MDB_env *fresh;
+    MDB_dbi dbi;
+    j->stored = env_disk_bytes(sp->env);
+    j->mdb_rc = env_open(sp->dir, sp->map_size, sp->env, &fresh, &dbi);
+    j->status = mdb_err(j->mdb_rc);
+    if (j->mdb_rc == 0) {
+        mdb_env_close(sp->env);
+        sp->env = fresh;
+        sp->dbi = dbi;
+    }
+    j->size = env_disk_bytes(sp->env);
 }
 
 static void job_work(uv_work_t *req)
 {
     spill_job *j = req->data;
-    uint64_t t0 = spw_now_ns();
     if (j->kind != JOB_RESET && j->s->spill->env == NULL) {
         j->status = SPW_EIO; /* a reset could not open a new environment */
         return;
@@ -429,10 +514,12 @@ static void job_work(uv_work_t *req)
     case JOB_RESET:
         reset_work(j);
         break;
+    case JOB_COMPACT:
+        compact_work(j);
+        break;
     default:
         delete_work(j);
     }
-    j->ns = spw_now_ns() - t0;
 }
 
 /* Calls every getter of o with status; on success each gets the object pinned. */
@@ -473,25 +560,15 @@ static void spill_done(ost_store *s, spill_job *j)
     if (j->status != 0) {
         if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
             !sp->quiescing && !o->deleted) {
-            /* Grow the map (no transaction is open between jobs) and try again. */
-            uint64_t grown = sp->map_size * 2;
-            if (sp->map_max != 0 && grown > sp->map_max)
-                grown = sp->map_max;
-            int rc = mdb_env_set_mapsize(sp->env, grown);
-            if (rc == 0) {
-                spw_log(SPW_LOG_INFO, "store=%s spill map grown to %llu bytes", s->name,
-                        (unsigned long long)grown);
-                sp->map_size = grown;
-                o->spilling = true;
-                sp->spilling_bytes += j->size;
-                j->status = 0;
-                j->stored = 0;
-                j->next = sp->work;
-                sp->work = j;
-                return;
-            }
-            spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
-                    mdb_strerror(rc));
+            /* Try again first, once the map has grown (lane_next, when no job runs). */
+            sp->grow_wanted = true;
+            o->spilling = true;
+            sp->spilling_bytes += j->size;
+            j->status = 0;
+            j->stored = 0;
+            j->mdb_rc = 0;
+            LL_PREPEND(sp->work, j);
+            return;
         }
         if (j->status == SPW_ESPILLFULL)
             snprintf(sp->full_why, sizeof sp->full_why,
@@ -521,7 +598,6 @@ static void spill_done(ost_store *s, spill_job *j)
     s->st.spilled_stored += j->stored;
     s->st.spill_count++;
     s->st.spill_bytes += o->size;
-    s->st.spill_ns += j->ns;
     s->st.spill_entries += nchunks(o->size);
     if (o->deleted) {
         if (o->pins == 0)
@@ -547,7 +623,6 @@ static void restore_done(ost_store *s, spill_job *j)
     } else {
         s->st.restore_count++;
         s->st.restore_bytes += o->size;
-        s->st.restore_ns += j->ns;
         o->restoring = false;
         o->last_use_ns = spw_now_ns();
         getters_call(s, o, o->deleted ? SPW_ENOOBJ : 0);
@@ -565,8 +640,17 @@ static void job_after(uv_work_t *req, int status)
     spill_job *j = req->data;
     ost_store *s = j->s;
     struct ost_spill *sp = s->spill;
-    sp->running = NULL;
+    LL_DELETE(sp->running, j);
+    sp->lanes[j->lane].busy = false;
+    sp->nrunning--;
     s->busy--;
+    uint64_t now = spw_now_ns();
+    if (j->kind == JOB_SPILL && --sp->nspills == 0)
+        s->st.spill_ns += now - sp->spill_t0;
+    if (j->kind == JOB_RESTORE && --sp->nrestores == 0)
+        s->st.restore_ns += now - sp->restore_t0;
+    if (j->kind == JOB_RESET || j->kind == JOB_COMPACT)
+        sp->exclusive = false;
     switch (j->kind) {
     case JOB_SPILL:
         spill_done(s, j);
@@ -588,12 +672,29 @@ static void job_after(uv_work_t *req, int status)
             spw_log(SPW_LOG_INFO, "store=%s spill environment emptied: disk handed back in %s",
                     s->name, sp->dir);
             sp->map_size = j->size;
+            sp->compact_floor = 0;
             sp->full = false;
             sp->written = false;
         }
         spw_free(j);
         break;
+    case JOB_COMPACT:
+        sp->compact_floor = j->size;
+        if (j->status != 0) {
+            spw_log(SPW_LOG_WARN, "store=%s cannot compact the spill environment in %s: %s",
+                    s->name, sp->dir, mdb_strerror(j->mdb_rc));
+        } else {
+            spw_log(SPW_LOG_INFO,
+                    "store=%s spill environment compacted: %llu -> %llu bytes on disk in %s "
+                    "(%llu live)",
+                    s->name, (unsigned long long)j->stored, (unsigned long long)j->size,
+                    sp->dir, (unsigned long long)s->st.spilled_stored);
+            sp->full = false;
+        }
+        spw_free(j);
+        break;
     default:
+        sp->deleted = true;
         if (j->status != 0)
             spw_log(SPW_LOG_WARN, "store=%s deleting a spilled copy failed: %s", s->name,
                     j->mdb_rc ? mdb_strerror(j->mdb_rc) : spw_strerror(j->status));
@@ -602,7 +703,7 @@ static void job_after(uv_work_t *req, int status)
         spw_free(j);
     }
     lane_next(s);
-    if (s->busy == 0 && sp->running == NULL && sp->quiescing && sp->idle_cb != NULL)
+    if (s->busy == 0 && sp->nrunning == 0 && sp->quiescing && sp->idle_cb != NULL)
         sp->idle_cb(sp->idle_arg);
     else if (!sp->quiescing) {
         ost__waiters_retry(s);
@@ -612,13 +713,34 @@ static void job_after(uv_work_t *req, int status)
     }
 }
 
-static void lane_next(ost_store *s)
+/* Between jobs, with none running: grows the map a spill found full. */
+static void grow_map(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
-    if (sp->running != NULL || sp->quiescing)
-        return;
-    if (sp->restores == NULL && sp->work == NULL && sp->written && !sp->resetting &&
-        s->st.spill_entries == 0 && s->st.objs_disk == 0 && !s->closing) {
+    sp->grow_wanted = false;
+    uint64_t grown = sp->map_size * 2;
+    if (sp->map_max != 0 && grown > sp->map_max)
+        grown = sp->map_max;
+    int rc = mdb_env_set_mapsize(sp->env, grown);
+    if (rc == 0) {
+        spw_log(SPW_LOG_INFO, "store=%s spill map grown to %llu bytes", s->name,
+                (unsigned long long)grown);
+        sp->map_size = grown;
+    } else {
+        spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
+                mdb_strerror(rc));
+        sp->map_max = sp->map_size; /* the retried spill fails for good */
+    }
+}
+
+/* Queues a reset first (nothing left on disk; only with no job running, or a running spill
+ * could add a record the reset would drop), or a compaction (most of the file is freed pages;
+ * the lanes then drain before it runs). */
+static void maybe_hand_back(ost_store *s)
+{
+    struct ost_spill *sp = s->spill;
+    if (sp->nrunning == 0 && sp->restores == NULL && sp->work == NULL && sp->written &&
+        !sp->resetting && s->st.spill_entries == 0 && s->st.objs_disk == 0 && !s->closing) {
         /* Nothing on disk any more: give the file's blocks back. */
         spill_job *r = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *r);
         r->s = s;
@@ -628,19 +750,81 @@ static void lane_next(ost_store *s)
             r->size = sp->map_max;
         sp->resetting = true;
         sp->work = r;
+    } else if (sp->deleted && sp->deletes_queued == 0 && !sp->resetting &&
+               s->st.spill_entries > 0 && !s->closing) {
+        /* Live copies remain but most of the file is freed pages: compact. */
+        sp->deleted = false;
+        uint64_t disk = env_disk_bytes(sp->env);
+        if (disk > COMPACT_FACTOR * s->st.spilled_stored + COMPACT_SLACK &&
+            disk > sp->compact_floor + COMPACT_SLACK) {
+            spill_job *c = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *c);
+            c->s = s;
+            c->kind = JOB_COMPACT;
+            LL_PREPEND(sp->work, c);
+        }
     }
-    spill_job *j = sp->restores != NULL ? sp->restores : sp->work;
-    if (j == NULL)
-        return;
-    if (j == sp->restores)
-        sp->restores = j->next;
-    else
-        sp->work = j->next;
-    j->next = NULL;
-    sp->running = j;
-    s->busy++;
-    j->req.data = j;
-    uv_queue_work(s->loop, &j->req, job_work, job_after);
+}
+
+/* The first job of q that may start now: none for the same object runs. */
+static spill_job *startable(struct ost_spill *sp, spill_job *q)
+{
+    for (spill_job *j = q; j != NULL; j = j->next) {
+        if (j->kind == JOB_RESET || j->kind == JOB_COMPACT)
+            return j;
+        spill_job *r;
+        bool busy = false;
+        LL_FOREACH(sp->running, r)
+        {
+            if (r->kind != JOB_RESET && r->kind != JOB_COMPACT && spw_id_eq(r->id, j->id))
+                busy = true;
+        }
+        if (!busy)
+            return j;
+    }
+    return NULL;
+}
+
+/* Starts queued jobs on free lanes. */
+static void lane_next(ost_store *s)
+{
+    struct ost_spill *sp = s->spill;
+    while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes) {
+        if (sp->nrunning == 0 && sp->grow_wanted)
+            grow_map(s);
+        else if (sp->grow_wanted)
+            return; /* drain first */
+        maybe_hand_back(s);
+        spill_job **q = &sp->restores;
+        spill_job *j = startable(sp, *q);
+        if (j == NULL) {
+            q = &sp->work;
+            j = startable(sp, *q);
+        }
+        if (j == NULL)
+            return;
+        if (j->kind == JOB_RESET || j->kind == JOB_COMPACT) {
+            if (sp->nrunning > 0)
+                return; /* drain first */
+            sp->exclusive = true;
+        }
+        LL_DELETE(*q, j);
+        if (j->kind == JOB_DELETE)
+            sp->deletes_queued--;
+        uint32_t lane = 0;
+        while (sp->lanes[lane].busy)
+            lane++;
+        sp->lanes[lane].busy = true;
+        j->lane = lane;
+        LL_PREPEND(sp->running, j);
+        sp->nrunning++;
+        s->busy++;
+        if (j->kind == JOB_SPILL && sp->nspills++ == 0)
+            sp->spill_t0 = spw_now_ns();
+        if (j->kind == JOB_RESTORE && sp->nrestores++ == 0)
+            sp->restore_t0 = spw_now_ns();
+        j->req.data = j;
+        uv_queue_work(s->loop, &j->req, job_work, job_after);
+    }
 }
 
 static void enqueue(ost_store *s, spill_job *j)
@@ -669,6 +853,7 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
     j->kind = JOB_DELETE;
     j->id = o->id;
     j->size = o->size;
+    s->spill->deletes_queued++;
     enqueue(s, j);
 }
 
@@ -816,6 +1001,7 @@ void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
         spw_free(j);
     }
     sp->work = NULL;
+    sp->deletes_queued = 0;
     LL_FOREACH_SAFE(sp->restores, j, tmp)
     {
         ost_obj *o = j->o;
@@ -823,6 +1009,6 @@ void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
         ost__restore_fail(s, o, SPW_ESHUTDOWN);
     }
     sp->restores = NULL;
-    if (sp->running == NULL && idle != NULL)
+    if (sp->nrunning == 0 && idle != NULL)
         idle(arg);
 }

@@ -42,6 +42,13 @@ static void die(const char *fmt, const char *arg)
     abort();
 }
 
+static char spawn_cgroup[512]; /* h_spawn_in_cgroup */
+
+void h_spawn_in_cgroup(const char *dir)
+{
+    snprintf(spawn_cgroup, sizeof spawn_cgroup, "%s", dir != NULL ? dir : "");
+}
+
 /* Forks and execs argv with stdout to a pipe (returned in *rfd, if asked) and stderr to log. */
 static pid_t spawn(const char *const *argv, const char *log, int *rfd)
 {
@@ -64,6 +71,17 @@ static pid_t spawn(const char *const *argv, const char *log, int *rfd)
         }
         if (rfd != NULL)
             dup2(p[1], 1);
+        if (spawn_cgroup[0] != '\0') {
+            /* Into the cgroup before exec, so the daemon starts there. */
+            char procs[600];
+            snprintf(procs, sizeof procs, "%s/cgroup.procs", spawn_cgroup);
+            int cfd = open(procs, O_WRONLY | O_CLOEXEC);
+            if (cfd < 0 || dprintf(cfd, "%d\n", (int)getpid()) < 0) {
+                fprintf(stderr, "joining %s: %s\n", spawn_cgroup, strerror(errno));
+                _exit(127);
+            }
+            close(cfd);
+        }
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);

@@ -75,6 +75,10 @@ pid_t h_spawn(h_cluster *c, const char *const *argv, const char *logname);
  * For state that has no event to wait on from outside (the scheduler's tables). */
 bool h_eventually(bool (*cond)(void *arg), void *arg, int deadline_ms);
 
+/** Daemons started from now on join the cgroup v2 directory dir (its cgroup.procs) before
+ * exec; NULL or "" stops that. */
+void h_spawn_in_cgroup(const char *dir);
+
 /** Prints the logs of every daemon of the cluster to stderr. */
 void h_dump_logs(h_cluster *c);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +188,156 @@ static void task_over_its_memory_limit_fails_and_the_node_stays_in_budget(void *
     assert_int_equal(figure(&c, "w0", true, "executor_restarts"), 0);
     spillway_close(cl);
     assert_true(h_cluster_stop(&c));
+}
+
+#define CG_ROOT "/sys/fs/cgroup"
+
+static void cg_skip(const char *why)
+{
+    printf("SKIP: %s\n", why);
+    fflush(stdout);
+    exit(77); /* ctest SKIP_RETURN_CODE */
+}
+
+static bool cg_write(const char *dir, const char *file, const char *value)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return false;
+    bool ok = fputs(value, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* The first line of dir/file (or "" when it cannot be read). */
+static void cg_read(const char *dir, const char *file, char *out, size_t len)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(out, (int)len, f) == NULL)
+            out[0] = '\0';
+        fclose(f);
+    }
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static uint64_t cg_event(const char *dir, const char *key)
+{
+    char path[600], line[256];
+    snprintf(path, sizeof path, "%s/memory.events", dir);
+    FILE *f = fopen(path, "r");
+    uint64_t v = 0;
+    size_t kl = strlen(key);
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, key, kl) == 0 && line[kl] == ' ')
+            v = strtoull(line + kl + 1, NULL, 10);
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+static bool cg_gone(void *arg)
+{
+    return rmdir(arg) == 0 || errno == ENOENT;
+}
+
+/* Removes the test's cgroup tree (the worker's leaf and its executors' directories first),
+ * waiting for the kernel to let go of exited members. */
+static void cg_remove(const char *top)
+{
+    DIR *d = opendir(top);
+    struct dirent *e;
+    char sub[64][600];
+    int n = 0;
+    while (d != NULL && (e = readdir(d)) != NULL && n < 64) {
+        char p[600];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", top, e->d_name);
+        if (e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            snprintf(sub[n++], sizeof sub[0], "%s", p);
+    }
+    if (d != NULL)
+        closedir(d);
+    for (int i = 0; i < n; i++)
+        assert_true(h_eventually(cg_gone, sub[i], 10000));
+    assert_true(h_eventually(cg_gone, (void *)top, 10000));
+}
+
+/* The cgroup v2 path of the task limit: a worker started in a cgroup delegated to it makes one
+ * child cgroup per executor with memory.max; a task allocating 4x the limit is killed by the
+ * kernel there (memory.events counts it) and fails with SPW_ETASKMEM; the next task succeeds.
+ * Needs root and a pure cgroup v2 tree at /sys/fs/cgroup whose memory controller can be handed
+ * to a new child of the root; otherwise SKIP with the reason. */
+static void task_over_limit_in_delegated_cgroup_is_oom_killed(void **state)
+{
+    (void)state;
+    struct statfs sf;
+    if (geteuid() != 0)
+        cg_skip("needs root to create a cgroup");
+    if (statfs(CG_ROOT, &sf) != 0 || (unsigned long)sf.f_type != 0x63677270UL)
+        cg_skip("no cgroup v2 (unified) hierarchy mounted at " CG_ROOT " (v1 or hybrid layout)");
+    char ctl[256];
+    cg_read(CG_ROOT, "cgroup.subtree_control", ctl, sizeof ctl);
+    if (strstr(ctl, "memory") == NULL && !cg_write(CG_ROOT, "cgroup.subtree_control", "+memory"))
+        cg_skip("the memory controller cannot be enabled in " CG_ROOT "/cgroup.subtree_control");
+    char top[128];
+    snprintf(top, sizeof top, CG_ROOT "/spillway-test-%d", (int)getpid());
+    if (mkdir(top, 0755) != 0)
+        cg_skip("cannot create a cgroup under " CG_ROOT);
+    cg_read(top, "cgroup.controllers", ctl, sizeof ctl);
+    if (strstr(ctl, "memory") == NULL) {
+        rmdir(top);
+        cg_skip("the memory controller is not available to a new cgroup");
+    }
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
+                                "--task-memory-limit", "64M", "--plugin", SPW_TEST_PLUGIN, NULL};
+    h_spawn_in_cgroup(top);
+    h_worker_start(&c, args);
+    h_spawn_in_cgroup(NULL);
+    /* The worker took the cgroup path: its own leaf, one directory per executor. */
+    char exec0[200], v[256];
+    snprintf(exec0, sizeof exec0, "%s/exec-0", top);
+    cg_read(exec0, "memory.max", v, sizeof v);
+    assert_string_equal(v, "100663296"); /* the limit + 32 MiB of executor baseline */
+    char wleaf[200];
+    snprintf(wleaf, sizeof wleaf, "%s/worker", top);
+    cg_read(wleaf, "cgroup.procs", v, sizeof v);
+    assert_int_equal(atoi(v), c.workers[0].pid);
+    cg_read(top, "cgroup.subtree_control", v, sizeof v);
+    assert_non_null(strstr(v, "memory"));
+    spillway *cl = e2e_connect(&c);
+    spillway_ref r;
+    int rc = run_one(cl, "hog", 4 * (64ULL << 20), &r);
+    void *out;
+    size_t len;
+    if (rc == 0)
+        rc = spillway_get(cl, r, 10000, &out, &len);
+    assert_int_equal(rc, SPW_ETASKMEM);
+    const char *msg = spillway_errmsg(cl);
+    fprintf(stderr, "error: %s\n", msg);
+    assert_non_null(strstr(msg, "killed by the kernel at its memory limit of 67108864 bytes"));
+    assert_true(cg_event(exec0, "oom_kill") >= 1);
+    assert_int_equal(spillway_release(cl, r), 0);
+    /* The executor was replaced, in the same cgroup; the next task runs. */
+    spillway_ref r2;
+    spillway_arg a = spillway_arg_u64(41);
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r2), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r2), 42);
+    assert_int_equal(spillway_release(cl, r2), 0);
+    cg_read(exec0, "cgroup.procs", v, sizeof v);
+    assert_true(atoi(v) > 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+    cg_remove(top);
 }
 
 static bool figure_at_least(void *arg)
@@ -459,6 +610,7 @@ static void dead_client_queued_tasks_never_run(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(task_over_its_memory_limit_fails_and_the_node_stays_in_budget),
+    cmocka_unit_test(task_over_limit_in_delegated_cgroup_is_oom_killed),
     cmocka_unit_test(leaking_executor_is_recycled),
     cmocka_unit_test(executor_max_tasks_recycles),
     cmocka_unit_test(worker_stopped_mid_task_exits_cleanly),

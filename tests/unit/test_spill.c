@@ -2,6 +2,7 @@
 #include "spillway/objstore.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,6 +15,8 @@
 
 static uv_loop_t loop;
 static char dir[256];
+
+static uint32_t lanes; /* spill_threads of the next mk (0: the default) */
 
 static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uint32_t wait_ms)
 {
@@ -28,6 +31,7 @@ static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uin
     o.spill_map_max = map_max;
     o.alloc_wait_ms = wait_ms;
     o.name = "spilltest";
+    o.spill_threads = lanes;
     ost_store *s = NULL;
     assert_int_equal(ost_store_new(&loop, &o, &s), 0);
     return s;
@@ -285,6 +289,157 @@ static void delete_during_spill_is_safe(void **state)
     done(s);
 }
 
+/* Allocated bytes of our open spill data files under dir (they are unlinked: found through
+ * /proc/self/fd, like `du` of /proc/PID/fd targets; LMDB holds its data file twice). */
+static uint64_t spill_disk(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    uint64_t sum = 0;
+    ino_t seen[16];
+    size_t nseen = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[PATH_MAX];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        struct stat st;
+        if (strncmp(target, dir, strlen(dir)) != 0 || strstr(target, "data.mdb") == NULL ||
+            stat(link, &st) != 0)
+            continue;
+        bool dup = false;
+        for (size_t i = 0; i < nseen; i++)
+            dup |= seen[i] == st.st_ino;
+        if (!dup && nseen < 16) {
+            seen[nseen++] = st.st_ino;
+            sum += (uint64_t)st.st_blocks * 512;
+        }
+    }
+    closedir(d);
+    return sum;
+}
+
+/* Most spilled copies released, a few kept: the file is compacted while they stay readable. */
+static void spill_file_is_compacted_when_mostly_free(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    for (uint64_t i = 0; i < n; i++) {
+        got g = {0};
+        ost_obj_create_async(s, id(i), 4u << 20, got_cb, &g);
+        while (g.calls == 0)
+            uv_run(&loop, UV_RUN_ONCE);
+        assert_int_equal(g.status, 0);
+        fill_obj(ost_obj_data(g.o), 4u << 20, i, false);
+        ost_obj_seal(s, g.o);
+    }
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, n);
+    uint64_t before = spill_disk();
+    assert_true(before >= n * (4u << 20));
+    for (uint64_t i = 0; i < n; i++)
+        if (i % keep != 0)
+            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    /* A spill queued behind the deletions (and so behind the compaction they lead to), and a
+     * restore asked for meanwhile. */
+    put(s, 1000, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    check(s, keep, 4u << 20, false);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, n / keep + 1);
+    assert_int_equal(st.spill_entries, n / keep + 1);
+    uint64_t after = spill_disk();
+    printf("spill file: %llu KiB allocated before, %llu KiB after (%llu KiB live)\n",
+           (unsigned long long)(before >> 10), (unsigned long long)(after >> 10),
+           (unsigned long long)(st.spilled_stored >> 10));
+    assert_true(after <= 2 * st.spilled_stored + (64u << 20));
+    assert_true(after < before / 2);
+    /* Evict the in-memory copies (no write: they are on disk) and read every byte back from
+     * the compacted file. */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    for (uint64_t i = 0; i < n; i += keep)
+        check(s, i, 4u << 20, false);
+    check(s, 1000, 4u << 20, true);
+    assert_int_equal(stats(s).spill_count, n + 1); /* nothing written twice */
+    for (uint64_t i = 0; i < n; i += keep)
+        assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    assert_int_equal(ost_obj_delete(s, id(1000)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    st = stats(s);
+    assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(st.spilled_stored, 0);
+    assert_true(spill_disk() < (1u << 20)); /* recreated empty */
+    done(s);
+}
+
+/* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
+ * spilled copy deleted and written again under the same id (its deletion still queued) is the
+ * new one. */
+static void parallel_lanes_keep_order_and_accounting(void **state)
+{
+    (void)state;
+    lanes = 4;
+    const uint64_t n = 24;
+    ost_store *s = mk(64u << 20, 1u << 20, 0, 30000); /* a small map: it grows meanwhile */
+    for (uint64_t i = 0; i < n; i++)
+        put(s, i, (i % 3 + 1) << 20, i % 2 == 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, n);
+    assert_int_equal(st.used, 0);
+    uint64_t raw = 0;
+    for (uint64_t i = 0; i < n; i++)
+        raw += (i % 3 + 1) << 20;
+    assert_int_equal(st.spilled_raw, raw);
+    assert_int_equal(st.spill_entries, n);
+    for (uint64_t i = 0; i < n; i++)
+        check(s, i, (i % 3 + 1) << 20, i % 2 == 0);
+    /* Delete the odd ones and write them again at once, with other contents (seed n + i). */
+    for (uint64_t i = 1; i < n; i += 2) {
+        assert_int_equal(ost_obj_delete(s, id(i)), 0);
+        ost_obj *o;
+        assert_int_equal(ost_obj_create(s, id(i), 1u << 20, &o), 0);
+        fill_obj(ost_obj_data(o), 1u << 20, n + i, true);
+        assert_int_equal(ost_obj_seal(s, o), 0);
+    }
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    for (uint64_t i = 0; i < n; i++) {
+        ost_obj *o = ost_obj_find(s, id(i));
+        got g = {0};
+        ost_obj_get_async(s, o, got_cb, &g);
+        while (g.calls == 0)
+            uv_run(&loop, UV_RUN_ONCE);
+        assert_int_equal(g.status, 0);
+        size_t size = i % 2 ? 1u << 20 : (i % 3 + 1) << 20;
+        uint8_t *want = malloc(size);
+        fill_obj(want, size, i % 2 ? n + i : i, true);
+        assert_memory_equal(ost_obj_data(o), want, size);
+        free(want);
+        assert_int_equal(ost_obj_unpin(s, o), 0);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    st = stats(s);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spilled_raw, 0);
+    assert_int_equal(st.spilled_stored, 0);
+    assert_int_equal(st.spill_entries, 0);
+    lanes = 0;
+    done(s);
+}
+
 static void stale_spill_of_a_dead_worker_is_cleared(void **state)
 {
     (void)state;
@@ -350,6 +505,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(full_spill_map_fails_cleanly_and_keeps_objects),
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
+    cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
+    cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
 };

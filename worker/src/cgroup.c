@@ -5,8 +5,8 @@
  * its children, and makes `<cg>/exec-N` per executor with memory.max = the task limit plus a
  * fixed allowance for the executor's own baseline, and memory.swap.max = 0. Each executor joins
  * its directory itself at start, before it runs anything. Without such a cgroup (cgroup v1 or a
- * hybrid tree, no write access, no memory controller) this reports SPW_ENOTSUP and executors
- * limit themselves with RLIMIT_DATA (executor.c).
+ * hybrid tree, no write access, no memory controller, other processes in the same cgroup) this
+ * reports SPW_ENOTSUP and executors limit themselves with RLIMIT_DATA (executor.c).
  * Runs on the loop thread at start and at the end; oom_kill counters are read when an executor
  * dies.
  */
@@ -63,6 +63,30 @@ static int own_cgroup(char *out, size_t outlen)
     return rc;
 }
 
+/* True when dir/cgroup.procs lists this process and no other: the cgroup is ours alone (a
+ * systemd unit with Delegate=yes whose main process is the worker). A cgroup shared with other
+ * processes (a login session, a container's root) is not delegated to us: the controllers
+ * could not be handed to children (no internal processes) and another worker there would
+ * share our exec-N directories. */
+static bool alone_in(const char *dir)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    long pid;
+    bool us = false, others = false;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        if (pid == (long)getpid())
+            us = true;
+        else
+            others = true;
+    }
+    fclose(f);
+    return us && !others;
+}
+
 int wrk__cgroup_setup(wrk *w)
 {
     char dir[4096], leaf[4200], path[4300], ctl[256] = "";
@@ -78,7 +102,7 @@ int wrk__cgroup_setup(wrk *w)
     }
     snprintf(path, sizeof path, "%s/cgroup.procs", dir);
     if (strstr(ctl, "memory") == NULL || access(path, W_OK) != 0 ||
-        access(dir, W_OK) != 0)
+        access(dir, W_OK) != 0 || !alone_in(dir))
         return SPW_ENOTSUP; /* not delegated to us */
     /* Into a leaf of our own, then hand the memory controller to the children. */
     snprintf(leaf, sizeof leaf, "%s/worker", dir);

@@ -50,6 +50,8 @@ typedef struct ost_opts {
     uint64_t spill_map_size;  /* initial LMDB map size, bytes (0 = 4 × capacity) */
     uint64_t spill_map_max;   /* largest LMDB map size, bytes (0 = no limit but the disk) */
     uint32_t alloc_wait_ms;   /* how long an allocation waits under back-pressure (30000) */
+    uint32_t spill_threads;   /* spill/restore jobs run at once (libuv threadpool); 0 =
+                                 min(cores, 4). The pool must have at least this many threads. */
     const char *name;         /* used in log lines and the memfd name */
     /* Called on the loop thread when memory was freed in the background (a spill finished),
      * so the owner can re-read ost_mem_state at once rather than at its next timer tick. */
@@ -58,6 +60,8 @@ typedef struct ost_opts {
 } ost_opts;
 
 void ost_opts_default(ost_opts *o);
+/** The spill lanes a store with these options runs: spill_threads, or min(cores, 4). */
+uint32_t ost_spill_lanes(const ost_opts *o);
 
 /** Figures of a store. Counted incrementally; nothing walks the table to produce them. */
 typedef struct ost_stats {
