@@ -63,7 +63,7 @@ static void usage(FILE *f)
           "  --executor-max-rss SIZE   replace an executor whose private memory passes SIZE\n"
           "                            (half the task memory limit; 0 = never)\n"
           "  --plugin PATH.so          load task functions from a plugin (repeatable)\n"
-          "  --name NAME               name shown by spillway-ctl (spillway-worker)\n"
+          "  --name NAME               name shown by spillway-ctl (HOSTNAME:PEER_PORT)\n"
           "  --secret-file PATH        cluster secret (mode 0600 or 0640)\n"
           "  --local-group GROUP       members may map the arena through the local socket\n"
           "                            (besides the worker's own uid and root)\n"
