@@ -425,6 +425,12 @@ void sched__check_full(sched *s)
               (unsigned long long)s->refs[k], (unsigned long long)refs[k]);
     CHECK(obj_bytes == s->obj_bytes, NOID, "obj_bytes %llu, ready objects total %llu",
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
+    uint64_t nsites, siterefs;
+    sched__sites_count(s, &nsites, &siterefs);
+    CHECK(siterefs == HASH_COUNT(s->objects), NOID, "call sites counted %llu times, %llu objects",
+          (unsigned long long)siterefs, (unsigned long long)HASH_COUNT(s->objects));
+    CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
+          (unsigned long long)(nsites - siterefs));
     check_sessions(s, &holders, graphs);
     CHECK(holders == 0, NOID, "objects' holder lists and sessions' tables differ by %lld",
           (long long)holders);

@@ -216,9 +216,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
             return SPW_EINVAL;
         }
     }
-    size_t sitelen = rec[R_TASK_SITE].bin.len;
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob + sitelen + 1 +
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob +
                   (placelen > 0 ? placelen + 1 : 0);
     sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
     if (t == NULL) {
@@ -228,11 +227,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     memset(t, 0, sizeof *t + (size_t)nargs * sizeof(sched_arg));
     t->args = (sched_arg *)(t + 1);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
-    t->site = (char *)bp + blob;
-    memcpy(t->site, rec[R_TASK_SITE].bin.ptr, sitelen);
-    t->site[sitelen] = '\0';
     if (placelen > 0) {
-        t->place = t->site + sitelen + 1;
+        t->place = (char *)bp + blob;
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
@@ -249,7 +245,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    sched_obj *out = sched__obj_new(s, id, ss->id, t->site);
+    sched_obj *out = sched__obj_new(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
+                                    rec[R_TASK_SITE].bin.len);
     out->producer = t;
     t->out = out;
     hold_for_graph(ss, out);
