@@ -179,6 +179,7 @@ struct sched_obj {
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     sched_graph *live_graph; /* counted in that graph's live_bytes */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
+    uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
     uint64_t owner;        /* session that created it */
     const char *owner_host; /* interned; the session may be gone */
     uint32_t owner_pid;

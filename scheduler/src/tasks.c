@@ -415,9 +415,32 @@ static bool worker_paused(const sched_worker *w)
     return w->stats[PROTO_STAT_PAUSED] != 0;
 }
 
+/* The worker that computed the task's largest computed input, or NULL. */
+static sched_worker *home_worker(sched *s, const sched_task *t)
+{
+    const sched_obj *best = NULL;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
+            best = o;
+    }
+    return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
+}
+
+/* Placement. Locality first: a task goes to the worker that computed its (largest) input when
+ * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
+ * worker whatever the cluster's size and its inline results never move. Otherwise the worker
+ * holding most of its input bytes in its store, then the least loaded, within each worker's
+ * queue depth (slots x depth_for). */
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
+    if (t->place == NULL) {
+        sched_worker *h = home_worker(s, t);
+        if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
+            !proto_conn_is_closing(h->conn))
+            return h;
+    }
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
@@ -688,6 +711,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         return;
     }
     o->size = m->f[F_DONE_SIZE].u;
+    o->home = w->id;
     if (!m->f[F_DONE_INLINE].nil) {
         const proto_val *v = &m->f[F_DONE_INLINE];
         if (v->bin.len != o->size) {
