@@ -105,6 +105,7 @@ static void obj_free(sched *s, sched_obj *o)
     sched__live_uncount(s, o);
     if (o->producer != NULL)
         sched__task_free(s, o->producer);
+    SPW_ASSERT(!o->kept);
     HASH_DEL(s->objects, o);
     spw_free(o->inline_data);
     spw_free(o->errmsg);
@@ -151,6 +152,15 @@ void sched__unref(sched *s, sched_obj *o, int kind)
 
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
 {
+    if (kind == REF_OUTPUT) {
+        /* Only a task's submitter takes it, once, at intake: held inline (sched_obj.kept). */
+        SPW_ASSERT(o->owner == ss->id && !o->kept);
+        o->kept = 1;
+        DL_APPEND2(ss->kept, o, kprev, knext);
+        ss->nrefs++;
+        sched__ref(s, o, kind);
+        return 0;
+    }
     sched_ref *r;
     HASH_FIND(hh, ss->refs, &o->id, sizeof o->id, r);
     if (r == NULL) {
@@ -174,8 +184,23 @@ static void ref_unlink(sched_session *ss, sched_ref *r)
     spw_free(r);
 }
 
+static void kept_unlink(sched_session *ss, sched_obj *o)
+{
+    DL_DELETE2(ss->kept, o, kprev, knext);
+    o->kprev = o->knext = NULL;
+    o->kept = 0;
+}
+
 int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
+    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
+    sched_obj *ko = sched__obj_find(s, id);
+    if (ko != NULL && ko->kept && ko->owner == ss->id) {
+        kept_unlink(ss, ko);
+        ss->nrefs--;
+        sched__unref(s, ko, REF_OUTPUT);
+        return 0;
+    }
     sched_ref *r;
     HASH_FIND(hh, ss->refs, &id, sizeof id, r);
     if (r == NULL)
@@ -206,6 +231,15 @@ void sched__session_drop_all(sched *s, sched_session *ss)
 {
     sched_waiter *w, *wtmp;
     DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
+    sched_obj *ko, *kotmp;
+    DL_FOREACH_SAFE2(ss->kept, ko, kotmp, knext)
+    {
+        /* The next one holds its own reference: freeing this one cannot free it. */
+        kept_unlink(ss, ko);
+        ko->refs[REF_OUTPUT]--;
+        s->refs[REF_OUTPUT]--;
+        sched__obj_maybe_free(s, ko);
+    }
     sched_ref *r, *tmp;
     HASH_ITER(hh, ss->refs, r, tmp)
     {
@@ -493,6 +527,7 @@ void sched__objects_purge(sched *s)
         }
         o->consumers = NULL;
         o->holders = NULL;
+        o->kept = 0;
     }
     HASH_ITER(hh, s->objects, o, tmp)
     {

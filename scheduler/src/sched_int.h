@@ -180,6 +180,11 @@ struct sched_obj {
     sched_graph *live_graph; /* counted in that graph's live_bytes */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
+    /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
+     * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
+     * session's nrefs), and the object is then on that session's kept list. */
+    uint8_t kept;
+    sched_obj *kprev, *knext;
     uint64_t owner;        /* session that created it */
     const char *owner_host; /* interned; the session may be gone */
     uint32_t owner_pid;
@@ -212,6 +217,7 @@ struct sched_session {
     const char *ihost;    /* host, interned (sched__host_intern) at its first object */
     char name[64];
     sched_ref *refs;      /* by object id */
+    sched_obj *kept;      /* objects holding its OUTPUT reference inline (sched_obj.kept) */
     uint64_t nrefs;
     sched_waiter *waiters;
     uint64_t tasks_submitted;
