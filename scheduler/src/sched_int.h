@@ -165,6 +165,10 @@ struct sched_obj {
     uint64_t size;
     uint8_t state;         /* enum obj_state */
     uint8_t orphan;        /* released while its task runs: free when it finishes */
+    /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
+     * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
+     * session's nrefs), and the object is then on that session's kept list. */
+    uint8_t kept;
     int err;
     char *errmsg;
     uint8_t *inline_data;  /* small results live here, not in a store */
@@ -176,18 +180,14 @@ struct sched_obj {
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
-    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     sched_graph *live_graph; /* counted in that graph's live_bytes */
+    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
-    /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
-     * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
-     * session's nrefs), and the object is then on that session's kept list. */
-    uint8_t kept;
-    sched_obj *kprev, *knext;
+    uint32_t owner_pid;
+    sched_obj *kprev, *knext; /* on the owner session's kept list */
     uint64_t owner;        /* session that created it */
     const char *owner_host; /* interned; the session may be gone */
-    uint32_t owner_pid;
     const char *site;      /* call site that created it; interned (sched__site_intern) */
     uint64_t created_ms;
 };
