@@ -196,7 +196,22 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         CHECK(any, id, "holder with no reference left is still linked");
         CHECK(r->count[REF_TASK_ARG] == 0 && r->count[REF_PINNED] == 0, id,
               "a session holds a TASK_ARG or PINNED reference");
+        CHECK(r->count[REF_OUTPUT] == 0, id, "an OUTPUT reference in a session's table");
         (*holders)++;
+    }
+    /* The submitter's OUTPUT reference is inline: its session lists the object as kept. */
+    CHECK(o->kept <= 1, id, "kept is %u", o->kept);
+    if (o->kept) {
+        held[REF_OUTPUT]++;
+        sched_session *owner;
+        HASH_FIND(hh, s->sessions, &o->owner, sizeof o->owner, owner);
+        CHECK(owner != NULL, id, "kept for session %llu, which is gone",
+              (unsigned long long)o->owner);
+        CHECK(o->producer != NULL && (o->producer->flags & PROTO_TASK_KEEP), id,
+              "kept, but not the output of a task that keeps it");
+        (*holders)++;
+    } else {
+        CHECK(o->kprev == NULL && o->knext == NULL, id, "not kept, but on a kept list");
     }
     for (int k = REF_CLIENT; k < REF_KINDS; k++) {
         if (k == REF_TASK_ARG || k == REF_PINNED)
@@ -277,6 +292,13 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
                   "session %llu holds a reference to a freed object", (unsigned long long)ss->id);
             for (int k = 0; k < REF_KINDS; k++)
                 n += r->count[k];
+            (*holders)--;
+        }
+        for (const sched_obj *o = ss->kept; o != NULL; o = o->knext) {
+            CHECK(o->kept && o->owner == ss->id, o->id,
+                  "on session %llu's kept list, but not kept by it", (unsigned long long)ss->id);
+            CHECK(sched__obj_find(s, o->id) == o, o->id, "a freed object on a kept list");
+            n++;
             (*holders)--;
         }
         CHECK(n == ss->nrefs, NOID, "session %llu: nrefs %llu, its table holds %llu",
@@ -425,6 +447,12 @@ void sched__check_full(sched *s)
               (unsigned long long)s->refs[k], (unsigned long long)refs[k]);
     CHECK(obj_bytes == s->obj_bytes, NOID, "obj_bytes %llu, ready objects total %llu",
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
+    uint64_t nsites, siterefs;
+    sched__sites_count(s, &nsites, &siterefs);
+    CHECK(siterefs == HASH_COUNT(s->objects), NOID, "call sites counted %llu times, %llu objects",
+          (unsigned long long)siterefs, (unsigned long long)HASH_COUNT(s->objects));
+    CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
+          (unsigned long long)(nsites - siterefs));
     check_sessions(s, &holders, graphs);
     CHECK(holders == 0, NOID, "objects' holder lists and sessions' tables differ by %lld",
           (long long)holders);

@@ -139,7 +139,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
     proto_enc he;
     proto_enc_raw(&he, &holders);
     /* Holders: sessions (CLIENT, OUTPUT, BROADCAST), consumer tasks (TASK_ARG), stores (PINNED). */
-    uint32_t nh = 0;
+    uint32_t nh = o->kept;
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext)
         for (int k = 0; k < REF_KINDS; k++)
             nh += r->count[k] > 0;
@@ -150,6 +150,11 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
     for (uint32_t i = 0; m != NULL && i < m->n; i++)
         npin += m->l[i].pins > 0;
     uint32_t shown_tasks = ntask > MAX_HOLDERS ? MAX_HOLDERS : ntask;
+    if (o->kept) { /* the submitter's OUTPUT reference, held in the object */
+        snprintf(who, sizeof who, "client %s pid %u session %llu", o->owner_host, o->owner_pid,
+                 (unsigned long long)o->owner);
+        put_holder(&he, REF_OUTPUT, 1, who);
+    }
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {
         for (int k = 0; k < REF_KINDS; k++) {
             if (r->count[k] == 0)

@@ -9,6 +9,7 @@
  * holding a copy to delete it. An object never has a negative count: an unknown id or a double
  * release is refused before anything changes.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,17 +24,18 @@ sched_obj *sched__obj_find(sched *s, spw_id id)
     return o;
 }
 
-sched_obj *sched__obj_new(sched *s, spw_id id, uint64_t owner, const char *site)
+sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
+                          size_t sitelen)
 {
     sched_obj *o = spw_calloc(SPW_MOD_SCHED, 1, sizeof *o);
     o->id = id;
     o->state = OBJ_PENDING;
-    o->owner = owner;
-    sched_session *ss;
-    HASH_FIND(hh, s->sessions, &owner, sizeof owner, ss);
-    o->owner_host = sched__host_intern(s, ss != NULL ? ss->host : "?");
-    o->owner_pid = ss != NULL ? ss->pid : 0;
-    o->site = spw_strdup(SPW_MOD_SCHED, site != NULL ? site : "");
+    o->owner = ss->id;
+    if (ss->ihost == NULL)
+        ss->ihost = sched__host_intern(s, ss->host);
+    o->owner_host = ss->ihost;
+    o->owner_pid = ss->pid;
+    o->site = sched__site_intern(s, site != NULL ? site : "", site != NULL ? sitelen : 0);
     o->created_ms = spw_wall_ms();
     HASH_ADD(hh, s->objects, id, sizeof o->id, o);
     return o;
@@ -103,10 +105,11 @@ static void obj_free(sched *s, sched_obj *o)
     sched__live_uncount(s, o);
     if (o->producer != NULL)
         sched__task_free(s, o->producer);
+    SPW_ASSERT(!o->kept);
     HASH_DEL(s->objects, o);
     spw_free(o->inline_data);
     spw_free(o->errmsg);
-    spw_free(o->site);
+    sched__site_unref(s, o->site);
     spw_free(o->locs);
     spw_free(o);
 }
@@ -149,6 +152,15 @@ void sched__unref(sched *s, sched_obj *o, int kind)
 
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
 {
+    if (kind == REF_OUTPUT) {
+        /* Only a task's submitter takes it, once, at intake: held inline (sched_obj.kept). */
+        SPW_ASSERT(o->owner == ss->id && !o->kept);
+        o->kept = 1;
+        DL_APPEND2(ss->kept, o, kprev, knext);
+        ss->nrefs++;
+        sched__ref(s, o, kind);
+        return 0;
+    }
     sched_ref *r;
     HASH_FIND(hh, ss->refs, &o->id, sizeof o->id, r);
     if (r == NULL) {
@@ -172,8 +184,23 @@ static void ref_unlink(sched_session *ss, sched_ref *r)
     spw_free(r);
 }
 
+static void kept_unlink(sched_session *ss, sched_obj *o)
+{
+    DL_DELETE2(ss->kept, o, kprev, knext);
+    o->kprev = o->knext = NULL;
+    o->kept = 0;
+}
+
 int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
+    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
+    sched_obj *ko = sched__obj_find(s, id);
+    if (ko != NULL && ko->kept && ko->owner == ss->id) {
+        kept_unlink(ss, ko);
+        ss->nrefs--;
+        sched__unref(s, ko, REF_OUTPUT);
+        return 0;
+    }
     sched_ref *r;
     HASH_FIND(hh, ss->refs, &id, sizeof id, r);
     if (r == NULL)
@@ -204,6 +231,15 @@ void sched__session_drop_all(sched *s, sched_session *ss)
 {
     sched_waiter *w, *wtmp;
     DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
+    sched_obj *ko, *kotmp;
+    DL_FOREACH_SAFE2(ss->kept, ko, kotmp, knext)
+    {
+        /* The next one holds its own reference: freeing this one cannot free it. */
+        kept_unlink(ss, ko);
+        ko->refs[REF_OUTPUT]--;
+        s->refs[REF_OUTPUT]--;
+        sched__obj_maybe_free(s, ko);
+    }
     sched_ref *r, *tmp;
     HASH_ITER(hh, ss->refs, r, tmp)
     {
@@ -428,6 +464,53 @@ void sched__hosts_free(sched *s)
     }
 }
 
+typedef struct sched_site {
+    UT_hash_handle hh;
+    uint64_t refs;
+    uint32_t len;
+    char name[]; /* NUL-terminated */
+} sched_site;
+
+const char *sched__site_intern(sched *s, const char *site, size_t len)
+{
+    sched_site *e = s->last_site;
+    if (e == NULL || e->len != len || memcmp(e->name, site, len) != 0) {
+        HASH_FIND(hh, s->sites, site, len, e);
+        if (e == NULL) {
+            e = spw_malloc(SPW_MOD_SCHED, sizeof *e + len + 1);
+            memset(e, 0, sizeof *e);
+            e->len = (uint32_t)len;
+            memcpy(e->name, site, len);
+            e->name[len] = '\0';
+            HASH_ADD_KEYPTR(hh, s->sites, e->name, len, e);
+        }
+        s->last_site = e;
+    }
+    e->refs++;
+    return e->name;
+}
+
+void sched__site_unref(sched *s, const char *site)
+{
+    sched_site *e = (sched_site *)(void *)(site - offsetof(sched_site, name));
+    SPW_ASSERT(e->refs > 0);
+    if (--e->refs > 0)
+        return;
+    HASH_DEL(s->sites, e);
+    if (s->last_site == e)
+        s->last_site = NULL;
+    spw_free(e);
+}
+
+void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs)
+{
+    *nsites = *nrefs = 0;
+    for (const sched_site *e = s->sites; e != NULL; e = e->hh.next) {
+        ++*nsites;
+        *nrefs += e->refs;
+    }
+}
+
 void sched__objects_purge(sched *s)
 {
     sched_obj *o, *tmp;
@@ -444,6 +527,7 @@ void sched__objects_purge(sched *s)
         }
         o->consumers = NULL;
         o->holders = NULL;
+        o->kept = 0;
     }
     HASH_ITER(hh, s->objects, o, tmp)
     {
@@ -454,7 +538,7 @@ void sched__objects_purge(sched *s)
         HASH_DEL(s->objects, o);
         spw_free(o->inline_data);
         spw_free(o->errmsg);
-        spw_free(o->site);
+        sched__site_unref(s, o->site);
         spw_free(o->locs);
         spw_free(o);
     }

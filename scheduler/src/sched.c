@@ -178,7 +178,8 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
             return;
         }
         char site[PROTO_MAX_NAME + 1];
-        o = sched__obj_new(s, id, ss->id, proto_str(&m->f[F_PUTP_SITE], site, sizeof site));
+        proto_str(&m->f[F_PUTP_SITE], site, sizeof site);
+        o = sched__obj_new(s, id, ss, site, strlen(site));
         o->size = size;
         o->put_worker = w->id;
         w->reserved += size;

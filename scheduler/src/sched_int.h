@@ -2,10 +2,37 @@
 #ifndef SPW_SCHED_INT_H
 #define SPW_SCHED_INT_H
 
-#include <uthash.h>
+#include <string.h>
 
 #include "spillway/conn.h"
 #include "spillway/sched.h"
+
+/* Every table keyed by an object id (the directory, sessions' references) hashes it with
+ * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, which was a quarter
+ * of the scheduler's instructions per task. Other keys (strings, session ids) keep Jenkins. Every
+ * scheduler file includes uthash through this header, so one table never meets two functions. */
+static inline unsigned sched__hash_key(const void *key, size_t len)
+{
+    if (len == sizeof(spw_id)) {
+        spw_id id;
+        memcpy(&id, key, sizeof id);
+        return (unsigned)spw_id_hash(id);
+    }
+    if (len == sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, key, sizeof v);
+        return (unsigned)((v * 0x9E3779B97F4A7C15ULL) >> 32);
+    }
+    return 0; /* not reached: callers use HASH_JEN for other lengths */
+}
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                        \
+    do {                                                                                            \
+        if ((keylen) == sizeof(spw_id) || (keylen) == sizeof(uint64_t))                             \
+            (hashv) = sched__hash_key((keyptr), (keylen));                                          \
+        else                                                                                        \
+            HASH_JEN((keyptr), (keylen), (hashv));                                                  \
+    } while (0)
+#include <uthash.h>
 
 /* Reference kinds, as reported by spillway-ctl memory. The wire (R_MOBJ_REFS, F_STATUS_REFS)
  * indexes them by enum proto_refkind, so the two must stay the same list. */
@@ -105,7 +132,6 @@ struct sched_task {
     sched_graph *graph;
     sched_worker *worker; /* while assigned */
     uint64_t owner;       /* session id of the submitter */
-    char *site;           /* call site "file:line" */
     char *place;          /* run only on the worker of this name, or NULL */
     uint64_t place_missing_ns; /* since when no connected worker has that name (0: one has) */
     uint64_t submitted_ms;
@@ -139,6 +165,10 @@ struct sched_obj {
     uint64_t size;
     uint8_t state;         /* enum obj_state */
     uint8_t orphan;        /* released while its task runs: free when it finishes */
+    /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
+     * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
+     * session's nrefs), and the object is then on that session's kept list. */
+    uint8_t kept;
     int err;
     char *errmsg;
     uint8_t *inline_data;  /* small results live here, not in a store */
@@ -150,13 +180,15 @@ struct sched_obj {
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
-    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     sched_graph *live_graph; /* counted in that graph's live_bytes */
+    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
+    uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
+    uint32_t owner_pid;
+    sched_obj *kprev, *knext; /* on the owner session's kept list */
     uint64_t owner;        /* session that created it */
     const char *owner_host; /* interned; the session may be gone */
-    uint32_t owner_pid;
-    char *site;            /* call site that created it */
+    const char *site;      /* call site that created it; interned (sched__site_intern) */
     uint64_t created_ms;
 };
 
@@ -182,8 +214,10 @@ struct sched_session {
     int role;
     uint32_t pid;
     char host[64];
+    const char *ihost;    /* host, interned (sched__host_intern) at its first object */
     char name[64];
     sched_ref *refs;      /* by object id */
+    sched_obj *kept;      /* objects holding its OUTPUT reference inline (sched_obj.kept) */
     uint64_t nrefs;
     sched_waiter *waiters;
     uint64_t tasks_submitted;
@@ -223,6 +257,8 @@ struct sched {
     sched_obj *objects; /* directory by id */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
+    struct sched_site *sites; /* interned call sites, counted by the objects naming them */
+    struct sched_site *last_site; /* the last one interned: a graph's tasks share one site */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
@@ -238,7 +274,9 @@ struct sched {
 
 /* objects.c */
 sched_obj *sched__obj_find(sched *s, spw_id id);
-sched_obj *sched__obj_new(sched *s, spw_id id, uint64_t owner, const char *site);
+/* site: the call site, sitelen bytes (not NUL-terminated), interned. */
+sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
+                          size_t sitelen);
 void sched__ref(sched *s, sched_obj *o, int kind);
 void sched__unref(sched *s, sched_obj *o, int kind);
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
@@ -253,6 +291,12 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
+/* Call sites are interned and counted: every object of a call site shares one string, freed with
+ * the last of them. Returns the interned NUL-terminated copy of site[0..len). */
+const char *sched__site_intern(sched *s, const char *site, size_t len);
+void sched__site_unref(sched *s, const char *site);
+/* The interned call sites (for the checker): how many, and the references they count. */
+void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs);
 void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);

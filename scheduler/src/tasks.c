@@ -216,9 +216,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
             return SPW_EINVAL;
         }
     }
-    size_t sitelen = rec[R_TASK_SITE].bin.len;
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob + sitelen + 1 +
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob +
                   (placelen > 0 ? placelen + 1 : 0);
     sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
     if (t == NULL) {
@@ -228,11 +227,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     memset(t, 0, sizeof *t + (size_t)nargs * sizeof(sched_arg));
     t->args = (sched_arg *)(t + 1);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
-    t->site = (char *)bp + blob;
-    memcpy(t->site, rec[R_TASK_SITE].bin.ptr, sitelen);
-    t->site[sitelen] = '\0';
     if (placelen > 0) {
-        t->place = t->site + sitelen + 1;
+        t->place = (char *)bp + blob;
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
@@ -249,7 +245,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    sched_obj *out = sched__obj_new(s, id, ss->id, t->site);
+    sched_obj *out = sched__obj_new(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
+                                    rec[R_TASK_SITE].bin.len);
     out->producer = t;
     t->out = out;
     hold_for_graph(ss, out);
@@ -418,9 +415,32 @@ static bool worker_paused(const sched_worker *w)
     return w->stats[PROTO_STAT_PAUSED] != 0;
 }
 
+/* The worker that computed the task's largest computed input, or NULL. */
+static sched_worker *home_worker(sched *s, const sched_task *t)
+{
+    const sched_obj *best = NULL;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
+            best = o;
+    }
+    return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
+}
+
+/* Placement. Locality first: a task goes to the worker that computed its (largest) input when
+ * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
+ * worker whatever the cluster's size and its inline results never move. Otherwise the worker
+ * holding most of its input bytes in its store, then the least loaded, within each worker's
+ * queue depth (slots x depth_for). */
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
+    if (t->place == NULL) {
+        sched_worker *h = home_worker(s, t);
+        if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
+            !proto_conn_is_closing(h->conn))
+            return h;
+    }
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
@@ -691,6 +711,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         return;
     }
     o->size = m->f[F_DONE_SIZE].u;
+    o->home = w->id;
     if (!m->f[F_DONE_INLINE].nil) {
         const proto_val *v = &m->f[F_DONE_INLINE];
         if (v->bin.len != o->size) {

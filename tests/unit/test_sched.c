@@ -508,6 +508,37 @@ static void task_placed_where_its_input_is(void **state)
     assert_ptr_equal(obj(e, 2)->producer->worker, e->s->workers[0]);
 }
 
+/* A chain of inline results stays on the worker that ran its first task while that worker has a
+ * free slot, though two other workers are idle (locality: a hop never lands on a cold worker). */
+static void chain_stays_on_its_worker(void **state)
+{
+    env *e = *state;
+    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec chain[] = {{.id = 1},
+                     {.id = 2, .args = {1}, .nargs = 1},
+                     {.id = 3, .args = {2}, .nargs = 1},
+                     {.id = 4, .args = {3}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, chain, 4);
+    STEP_UNTIL(e, got(w[0], PROTO_TASK_RUN, tid(1)) || got(w[1], PROTO_TASK_RUN, tid(1)) ||
+                      got(w[2], PROTO_TASK_RUN, tid(1)));
+    peer *home = got(w[0], PROTO_TASK_RUN, tid(1))   ? w[0]
+                 : got(w[1], PROTO_TASK_RUN, tid(1)) ? w[1]
+                                                     : w[2];
+    for (uint64_t id = 1; id < 4; id++) {
+        done(home, id, 0, 8, true);
+        STEP_UNTIL(e, got(home, PROTO_TASK_RUN, tid(id + 1)));
+    }
+    done(home, 4, 0, 8, true);
+    STEP_UNTIL(e, tstate(e, 4) == T_DONE);
+    assert_int_equal(count(home, PROTO_TASK_RUN), 4);
+    for (int i = 0; i < 3; i++)
+        if (w[i] != home)
+            assert_int_equal(count(w[i], PROTO_TASK_RUN), 0);
+}
+
 /* A client that goes away: its ready tasks are dropped at once, its assigned ones are
  * cancelled on the worker (TASK_CANCEL) and freed when the worker answers. */
 static void client_disconnect_cancels_its_tasks(void **state)
@@ -637,6 +668,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
+    cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
