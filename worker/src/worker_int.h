@@ -58,6 +58,7 @@ struct wtask {
     uint64_t sent_ns;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
+    uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
     wtask *next;          /* ready queue, or the executor's FIFO */
 };
 
@@ -226,8 +227,13 @@ struct wrk {
     char *cgroup;          /* delegated cgroup v2 directory, NULL: task limits by rlimit */
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
-    spw_id *started;       /* tasks an executor began, not yet told to the scheduler */
+    /* Tasks an executor began, not yet told to the scheduler: sent in one TASK_STARTED frame
+     * per loop iteration (started_check, after its I/O callbacks). A task that ends first is
+     * struck out (NULL): its TASK_DONE says all, so no notice follows its end. */
+    wtask **started;
+    spw_id *started_ids;   /* the frame's ids, same capacity */
     uint32_t nstarted, capstarted;
+    uv_check_t started_check;
 };
 
 /* worker.c */
@@ -248,6 +254,8 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 void wrk__tasks_free_all(wrk *w);
 /* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
 void wrk__started_flush(wrk *w);
+/* The started_check callback: wrk__started_flush once this loop iteration's input is handled. */
+void wrk__started_check_cb(uv_check_t *h);
 /* Replaces executors marked for recycling that are idle; checks idle executors' memory. */
 void wrk__exec_maintain(wrk *w);
 /* The scheduler cancels tasks of a client that went away: those not started are dropped. */
