@@ -42,17 +42,22 @@ static void task_free(wrk *w, wtask *t)
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
     }
-    if (t->started_slot != 0)
+    if (t->started_slot != 0) {
         w->started[t->started_slot - 1] = NULL; /* its end tells the scheduler */
+        if (--w->nstarted_live == 0) {
+            w->nstarted = 0; /* nothing left to tell */
+            if (!w->closing)
+                uv_timer_stop(&w->started_timer);
+        }
+    }
     HASH_DEL(w->tasks, t);
     spw_free(t->fail_msg);
     spw_free(t);
 }
 
 /* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
- * TASK_STARTED frame per loop iteration, after its input is handled; a task whose TASK_DONE goes
- * out first is struck out (task_free), so no notice ever follows a task's end, and a burst of
- * short tasks costs the scheduler no notices at all. */
+ * TASK_STARTED frame WRK_STARTED_DELAY_MS after the first; a task that ends sooner is struck out
+ * (task_free), so no notice ever follows a task's end, and short tasks cost none. */
 static void started_note(wrk *w, wtask *t)
 {
     if (t->gen != w->gen || t->started_slot != 0)
@@ -63,8 +68,8 @@ static void started_note(wrk *w, wtask *t)
         w->started_ids = spw_realloc(SPW_MOD_WORKER, w->started_ids,
                                      w->capstarted * sizeof *w->started_ids);
     }
-    if (w->nstarted == 0 && !w->closing)
-        uv_check_start(&w->started_check, wrk__started_check_cb);
+    if (w->nstarted_live++ == 0 && !w->closing)
+        uv_timer_start(&w->started_timer, wrk__started_timer_cb, WRK_STARTED_DELAY_MS, 0);
     w->started[w->nstarted++] = t;
     t->started_slot = w->nstarted;
 }
@@ -75,7 +80,9 @@ static void started_clear(wrk *w)
     for (uint32_t i = 0; i < w->nstarted; i++)
         if (w->started[i] != NULL)
             w->started[i]->started_slot = 0;
-    w->nstarted = 0;
+    w->nstarted = w->nstarted_live = 0;
+    if (!w->closing)
+        uv_timer_stop(&w->started_timer);
 }
 
 void wrk__started_flush(wrk *w)
@@ -89,11 +96,9 @@ void wrk__started_flush(wrk *w)
         proto_send_task_started(w->sched, 0, &(proto_task_started_msg){.ids = {w->started_ids, n}});
 }
 
-void wrk__started_check_cb(uv_check_t *h)
+void wrk__started_timer_cb(uv_timer_t *h)
 {
-    wrk *w = h->data;
-    uv_check_stop(h);
-    wrk__started_flush(w);
+    wrk__started_flush(h->data);
 }
 
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
