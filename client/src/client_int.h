@@ -12,7 +12,6 @@ enum handle_state { H_PENDING, H_DONE, H_FAILED };
 
 typedef struct handle {
     spw_id id;
-    UT_hash_handle hh;
     uint8_t kind;
     uint8_t state;
     int status;
@@ -22,6 +21,21 @@ typedef struct handle {
     char *err;
     uint32_t graph_uses; /* an automatic put of a large argument: graphs still using it */
 } handle;
+
+/* The references this client holds, by id: open addressing with linear probing (a power-of-two
+ * table at most half full, deletion by backward shift), so that finding one of a million
+ * results costs one probe of a 16-byte slot, not uthash's walk of a bucket chain through the
+ * handles themselves (the client's largest cost per task at N = 1M). */
+typedef struct handle_slot {
+    uint64_t key; /* the id's mixed bits, compared before the handle is touched */
+    handle *h;    /* NULL: empty */
+} handle_slot;
+
+typedef struct handle_map {
+    handle_slot *slots;
+    uint32_t mask; /* slots - 1 (0 while nothing is allocated) */
+    uint32_t n;
+} handle_map;
 
 typedef struct peer {
     char addr[SPW_ADDR_MAX];
@@ -83,7 +97,7 @@ struct spillway {
     bool no_local;
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
-    handle *handles;
+    handle_map handles;
     peer *peers;
     local *locals;
     char host_id[128];
@@ -115,6 +129,8 @@ spw_id spillway__new_id(spillway *c);
 handle *spillway__handle_find(spillway *c, spw_id id);
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
 void spillway__handle_free(spillway *c, handle *h);
+/* Frees every handle and the table (spillway_close). */
+void spillway__handles_free_all(spillway *c);
 void spillway__locals_free(spillway *c);
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site);

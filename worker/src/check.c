@@ -83,6 +83,9 @@ static void check_tasks(const wrk *w, uint64_t n[3])
             CHECK(t->fail_status == 0, id, "task with a failed input went on (state %u)",
                   t->state);
         }
+        CHECK(t->started_slot == 0 ||
+                  (t->started_slot <= w->nstarted && w->started[t->started_slot - 1] == t),
+              id, "task's start notice slot %u is not its own", t->started_slot);
         if (t->state == WT_QUEUED)
             CHECK(t->ex == NULL, id, "queued task has an executor");
         if (t->state == WT_SENT)
@@ -129,6 +132,19 @@ static void check_queues(const wrk *w, const uint64_t n[3])
     CHECK(running == w->running, NOID, "running %u, %u executors have tasks", w->running,
           running);
     CHECK(w->nstarted <= w->capstarted, NOID, "started notices over their array");
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < w->nstarted; i++) {
+        const wtask *t = w->started[i], *found;
+        if (t == NULL)
+            continue; /* struck out: the task ended first */
+        live++;
+        HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, found);
+        CHECK(found == t, t->id, "start notice %u for a task not in the table", i);
+        CHECK(t->started_slot == i + 1, t->id, "start notice %u: the task says slot %u", i,
+              t->started_slot);
+    }
+    CHECK(live == w->nstarted_live, NOID, "%u start notices to send, %u counted", live,
+          w->nstarted_live);
 }
 
 static void check_fetches(const wrk *w)

@@ -42,33 +42,63 @@ static void task_free(wrk *w, wtask *t)
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
     }
+    if (t->started_slot != 0) {
+        w->started[t->started_slot - 1] = NULL; /* its end tells the scheduler */
+        if (--w->nstarted_live == 0) {
+            w->nstarted = 0; /* nothing left to tell */
+            if (!w->closing)
+                uv_timer_stop(&w->started_timer);
+        }
+    }
     HASH_DEL(w->tasks, t);
     spw_free(t->fail_msg);
     spw_free(t);
 }
 
 /* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
- * TASK_STARTED frame per dispatch round, always before the task's TASK_DONE. */
-static void started_note(wrk *w, const wtask *t)
+ * TASK_STARTED frame WRK_STARTED_DELAY_MS after the first; a task that ends sooner is struck out
+ * (task_free), so no notice ever follows a task's end, and short tasks cost none. */
+static void started_note(wrk *w, wtask *t)
 {
-    if (t->gen != w->gen)
-        return; /* its scheduler is gone: the next one never heard of it */
+    if (t->gen != w->gen || t->started_slot != 0)
+        return; /* its scheduler is gone (the next one never heard of it), or already noted */
     if (w->nstarted == w->capstarted) {
         w->capstarted = w->capstarted ? w->capstarted * 2 : 64;
         w->started = spw_realloc(SPW_MOD_WORKER, w->started, w->capstarted * sizeof *w->started);
+        w->started_ids = spw_realloc(SPW_MOD_WORKER, w->started_ids,
+                                     w->capstarted * sizeof *w->started_ids);
     }
-    w->started[w->nstarted++] = t->id;
+    if (w->nstarted_live++ == 0 && !w->closing)
+        uv_timer_start(&w->started_timer, wrk__started_timer_cb, WRK_STARTED_DELAY_MS, 0);
+    w->started[w->nstarted++] = t;
+    t->started_slot = w->nstarted;
+}
+
+/* Forgets the notices gathered so far (sent, or for a scheduler that is gone). */
+static void started_clear(wrk *w)
+{
+    for (uint32_t i = 0; i < w->nstarted; i++)
+        if (w->started[i] != NULL)
+            w->started[i]->started_slot = 0;
+    w->nstarted = w->nstarted_live = 0;
+    if (!w->closing)
+        uv_timer_stop(&w->started_timer);
 }
 
 void wrk__started_flush(wrk *w)
 {
-    if (w->nstarted == 0)
-        return;
-    if (w->sched != NULL) {
-        proto_send_task_started(w->sched, 0,
-                                &(proto_task_started_msg){.ids = {w->started, w->nstarted}});
-    }
-    w->nstarted = 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < w->nstarted; i++)
+        if (w->started[i] != NULL)
+            w->started_ids[n++] = w->started[i]->id;
+    started_clear(w);
+    if (n > 0 && w->sched != NULL)
+        proto_send_task_started(w->sched, 0, &(proto_task_started_msg){.ids = {w->started_ids, n}});
+}
+
+void wrk__started_timer_cb(uv_timer_t *h)
+{
+    wrk__started_flush(h->data);
 }
 
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
@@ -76,7 +106,6 @@ void wrk__started_flush(wrk *w)
 static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
                         const char *err, uint64_t run_us)
 {
-    wrk__started_flush(w); /* the scheduler hears of a start before its end */
     if (status == 0)
         w->tasks_done++;
     else if (status == SPW_ECANCELED)
@@ -347,7 +376,6 @@ void wrk__dispatch(wrk *w)
             w->ready_tail = NULL;
         exec_send(w, best, t);
     }
-    wrk__started_flush(w);
     wrk__check(w);
 }
 
@@ -792,7 +820,7 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
 
 void wrk__tasks_drop(wrk *w)
 {
-    w->nstarted = 0; /* notices for the lost scheduler */
+    started_clear(w); /* notices for the lost scheduler */
     wtask *t = w->ready_head;
     w->ready_head = w->ready_tail = NULL;
     while (t != NULL) {
@@ -809,6 +837,8 @@ void wrk__tasks_free_all(wrk *w)
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
     spw_free(w->started);
     w->started = NULL;
+    spw_free(w->started_ids);
+    w->started_ids = NULL;
     w->nstarted = w->capstarted = 0;
 }
 

@@ -411,8 +411,10 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->timer.data = w;
     uv_timer_init(loop, &w->reconnect);
     w->reconnect.data = w;
+    uv_timer_init(loop, &w->started_timer);
+    w->started_timer.data = w;
     w->backoff_ms = RECONNECT_FIRST_MS;
-    w->handles = 2;
+    w->handles = 3;
 
     char storename[64];
     snprintf(storename, sizeof storename, "worker-%d", (int)getpid());
@@ -626,6 +628,8 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
     w->done_arg = arg;
     uv_close((uv_handle_t *)&w->timer, handle_closed);
     uv_close((uv_handle_t *)&w->reconnect, handle_closed);
+    wrk__started_flush(w);
+    uv_close((uv_handle_t *)&w->started_timer, handle_closed);
     bool running = false;
     for (uint32_t i = 0; i < w->nexec; i++) {
         wrk_exec *ex = &w->execs[i];

@@ -17,6 +17,11 @@
 /* How long a FOLLOW read waits, parked, for an object that has not started arriving (a
  * replication chain's next link asks before its own fetch has begun). */
 #define WRK_PARK_MAX_NS (3ULL * 1000000000ULL)
+/* How long a task's start waits to be told to the scheduler (TASK_STARTED, for the `running`
+ * counts of status and jobs). A task that ends sooner is never announced: a chain of short
+ * tasks costs the scheduler one wake-up per hop (TASK_DONE), not two, and a burst of them no
+ * notices at all; a long task shows as running this much later. */
+#define WRK_STARTED_DELAY_MS 1
 
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
@@ -58,6 +63,7 @@ struct wtask {
     uint64_t sent_ns;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
+    uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
     wtask *next;          /* ready queue, or the executor's FIFO */
 };
 
@@ -226,8 +232,14 @@ struct wrk {
     char *cgroup;          /* delegated cgroup v2 directory, NULL: task limits by rlimit */
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
-    spw_id *started;       /* tasks an executor began, not yet told to the scheduler */
+    /* Tasks an executor began, not yet told to the scheduler: sent in one TASK_STARTED frame
+     * WRK_STARTED_DELAY_MS after the first of them (started_timer). A task that ends first is
+     * struck out (NULL): its TASK_DONE says all, so no notice follows its end. */
+    wtask **started;
+    spw_id *started_ids;   /* the frame's ids, same capacity */
     uint32_t nstarted, capstarted;
+    uint32_t nstarted_live; /* entries not struck out */
+    uv_timer_t started_timer;
 };
 
 /* worker.c */
@@ -248,6 +260,8 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 void wrk__tasks_free_all(wrk *w);
 /* Sends the TASK_STARTED notices gathered so far in one frame (nothing if none). */
 void wrk__started_flush(wrk *w);
+/* The started_timer callback: wrk__started_flush. */
+void wrk__started_timer_cb(uv_timer_t *h);
 /* Replaces executors marked for recycling that are idle; checks idle executors' memory. */
 void wrk__exec_maintain(wrk *w);
 /* The scheduler cancels tasks of a client that went away: those not started are dropped. */
