@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_main.h"
 
@@ -142,6 +143,7 @@ static int setup(void **state)
     o.secret_len = strlen(SECRET);
     o.store.capacity = 16 << 20;
     o.executor_path = SPW_WORKER_EXE;
+    o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
     o.reconnect_max_ms = 0;
     char bound[64];
@@ -230,18 +232,53 @@ static void worker_runs_a_task_and_reports(void **state)
     assert_int_equal(e->w->nstarted_live, 0);
 }
 
-/* A task that runs longer than WRK_STARTED_DELAY_MS (here 1000 times as long) is announced
- * while it runs, once, before its TASK_DONE. */
+/* TASK_RUN of the test plugin's wait_file(path, max_ms): the task runs until the test creates
+ * `path`, so what the test looks for while it runs is awaited, not timed. */
+static void task_run_wait(env *e, uint64_t id, const char *path)
+{
+    uint64_t max_ms = 600000; /* only bounds a test that never creates the file */
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, "wait_file");
+    proto_put_arr(&en, 2);
+    for (int i = 0; i < 2; i++) {
+        proto_put_arr(&en, 7);
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        if (i == 0)
+            proto_put_bin(&en, path, (uint32_t)strlen(path));
+        else
+            proto_put_bin(&en, &max_ms, sizeof max_ms);
+        proto_put_nil(&en);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_arr(&en, 0); /* locations */
+    }
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* A task still running after WRK_STARTED_DELAY_MS is announced while it runs, once, before its
+ * TASK_DONE: the task waits for a file the test creates only after it has seen TASK_STARTED. */
 static void worker_announces_a_running_task(void **state)
 {
     env *e = *state;
-    task_run(e, 3, "sleep_ms", true, 1000);
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 3, path);
     STEP_UNTIL(e, find(e, PROTO_TASK_STARTED, 3) != NULL);
     assert_null(find(e, PROTO_TASK_DONE, 3));
     assert_int_equal(e->w->nstarted_live, 0);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
     assert_true(find(e, PROTO_TASK_STARTED, 3) < find(e, PROTO_TASK_DONE, 3));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 /* An input no worker holds fails the task with SPW_EOBJLOST without an executor; cancelling an
