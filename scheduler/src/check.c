@@ -14,7 +14,6 @@
  * not quadratic, and heartbeats are still read in time. Reads only (graph_hold is counted down
  * and back up); allocates a table of the live graphs for the duration of a check.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,27 +34,9 @@ typedef struct gacc {
     uint64_t counts[PROTO_TSTATE_COUNT];
 } gacc;
 
-static __attribute__((noreturn, format(printf, 3, 4))) void fail(int line, spw_id id,
-                                                                   const char *fmt, ...)
-{
-    char hex[33], msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "sched__check: invariant violated (check.c:%d): %s%s%s\n", line, msg,
-            spw_id_is_nil(id) ? "" : " id=", spw_id_is_nil(id) ? "" : spw_id_hex(id, hex));
-    fflush(stderr);
-    abort();
-}
-
 static const spw_id NOID = {0, 0};
 
-#define CHECK(cond, id, ...)                                                                       \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            fail(__LINE__, (id), __VA_ARGS__);                                                     \
-    } while (0)
+#define CHECK(cond, id, ...) SPW_INVARIANT("sched__check", cond, id, __VA_ARGS__)
 
 static gacc *gacc_find(gacc *table, const sched_graph *g)
 {

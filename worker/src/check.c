@@ -10,7 +10,6 @@
  * table. Above WRK_CHECK_SMALL tasks and fetches a check waits twenty times its own duration
  * after the last one started (at most ~5 % of the worker's time). Reads only.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,27 +18,9 @@
 #define WRK_CHECK_SMALL 256 /* tasks + fetches checked on every event */
 #define WRK_CHECK_SHARE 20  /* above: a check waits 20 times its own duration */
 
-static __attribute__((noreturn, format(printf, 3, 4))) void fail(int line, spw_id id,
-                                                                   const char *fmt, ...)
-{
-    char hex[33], msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "wrk__check: invariant violated (check.c:%d): %s%s%s\n", line, msg,
-            spw_id_is_nil(id) ? "" : " id=", spw_id_is_nil(id) ? "" : spw_id_hex(id, hex));
-    fflush(stderr);
-    abort();
-}
-
 static const spw_id NOID = {0, 0};
 
-#define CHECK(cond, id, ...)                                                                       \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            fail(__LINE__, (id), __VA_ARGS__);                                                     \
-    } while (0)
+#define CHECK(cond, id, ...) SPW_INVARIANT("wrk__check", cond, id, __VA_ARGS__)
 
 static bool is_exec(const wrk *w, const wrk_exec *ex)
 {

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,19 @@ char *spw_id_hex(spw_id id, char out[SPW_ID_HEX_LEN + 1])
 {
     snprintf(out, SPW_ID_HEX_LEN + 1, "%016" PRIx64 "%016" PRIx64, id.hi, id.lo);
     return out;
+}
+
+void spw_invariant_failed(const char *checker, int line, spw_id id, const char *fmt, ...)
+{
+    char hex[SPW_ID_HEX_LEN + 1], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: invariant violated (check.c:%d): %s%s%s\n", checker, line, msg,
+            spw_id_is_nil(id) ? "" : " id=", spw_id_is_nil(id) ? "" : spw_id_hex(id, hex));
+    fflush(stderr);
+    abort();
 }
 
 static int hexval(int c)

@@ -66,6 +66,18 @@ static inline uint64_t spw_id_hash(spw_id id)
     return x;
 }
 
+/** Reports an invariant that an in-process checker (sched__check, wrk__check) found broken: the
+ * checker's name, the line of the check in its file, the message and the id concerned (nil:
+ * none) go to stderr, then the process aborts. Only Debug and sanitizer builds run checkers. */
+__attribute__((noreturn, format(printf, 4, 5))) void
+spw_invariant_failed(const char *checker, int line, spw_id id, const char *fmt, ...);
+/** A checker's assertion: aborts through spw_invariant_failed when cond is false. */
+#define SPW_INVARIANT(checker, cond, id, ...)                                                      \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            spw_invariant_failed((checker), __LINE__, (id), __VA_ARGS__);                          \
+    } while (0)
+
 /* -------------------------------------------------------------- logging */
 
 enum spw_log_level {
