@@ -1,11 +1,15 @@
 #include "e2e_util.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -119,5 +123,33 @@ long e2e_status_kib(int pid, const char *field)
         if (strncmp(line, field, n) == 0 && line[n] == ':')
             v = strtol(line + n + 1, NULL, 10);
     fclose(f);
+    return v;
+}
+
+/* Bytes of shared memory the worker's arena holds: the memfd's allocated blocks. Counting it
+ * once, rather than each process's RssShmem, does not count pages shared with executors twice. */
+uint64_t e2e_arena_resident(int pid)
+{
+    char dirp[64];
+    snprintf(dirp, sizeof dirp, "/proc/%d/fd", pid);
+    DIR *d = opendir(dirp);
+    if (d == NULL)
+        return 0;
+    uint64_t v = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[PATH_MAX], link[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dirp, e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        struct stat st;
+        if (strncmp(link, "/memfd:spillway-worker", 22) == 0 && stat(path, &st) == 0) {
+            v = (uint64_t)st.st_blocks * 512;
+            break;
+        }
+    }
+    closedir(d);
     return v;
 }

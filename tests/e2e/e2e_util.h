@@ -19,5 +19,8 @@ bool e2e_cluster_idle(h_cluster *c, int deadline_ms);
 uint64_t e2e_used_bytes(json_t *status);
 /* A "Name:  N kB" field of /proc/PID/status, in KiB; 0 if the process or field is gone. */
 long e2e_status_kib(int pid, const char *field);
+/* Bytes of shared memory a worker's arena holds (its memfd's allocated blocks), counted once
+ * rather than in each mapping process's RssShmem; 0 if the process or the memfd is gone. */
+uint64_t e2e_arena_resident(int pid);
 
 #endif

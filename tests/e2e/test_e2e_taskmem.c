@@ -53,37 +53,10 @@ static int children(int pid, int *out, int max)
     return n;
 }
 
-/* Bytes the worker's arena holds (its memfd's blocks), counted once for every mapping. */
-static uint64_t arena_resident(int pid)
-{
-    char dirp[64];
-    snprintf(dirp, sizeof dirp, "/proc/%d/fd", pid);
-    DIR *d = opendir(dirp);
-    if (d == NULL)
-        return 0;
-    uint64_t v = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char path[PATH_MAX], link[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dirp, e->d_name);
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n <= 0)
-            continue;
-        link[n] = '\0';
-        struct stat st;
-        if (strncmp(link, "/memfd:spillway-worker", 22) == 0 && stat(path, &st) == 0) {
-            v = (uint64_t)st.st_blocks * 512;
-            break;
-        }
-    }
-    closedir(d);
-    return v;
-}
-
 /* A node's memory: the worker's and its executors' private memory plus the arena's pages. */
 static uint64_t node_memory(int pid)
 {
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + arena_resident(pid);
+    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
     int kids[64];
     int n = children(pid, kids, 64);
     for (int i = 0; i < n; i++)
