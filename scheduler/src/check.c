@@ -309,7 +309,8 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
         }
     }
     /* Every graph_hold left after an event is a session's building entry. */
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         CHECK(o->graph_hold == 0, o->id, "graph_hold %u left over after an event", o->graph_hold);
     HASH_ITER(hh, s->sessions, ss, tmp)
         for (uint32_t i = 0; i < ss->nbuilding; i++)
@@ -415,7 +416,10 @@ void sched__check_full(sched *s)
     }
     uint64_t tstate[PROTO_TSTATE_COUNT] = {0}, refs[REF_KINDS] = {0};
     uint64_t obj_bytes = 0, linked = 0, consumers = 0, holders = 0, reserved = 0;
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    const char *why = spw_idmap_check(&s->objects);
+    CHECK(why == NULL, NOID, "object directory: %s", why != NULL ? why : "");
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
                      &reserved);
     CHECK(linked == consumers, NOID, "%llu linked arguments, %llu on consumer lists",
@@ -430,8 +434,8 @@ void sched__check_full(sched *s)
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
     uint64_t nsites, siterefs;
     sched__sites_count(s, &nsites, &siterefs);
-    CHECK(siterefs == HASH_COUNT(s->objects), NOID, "call sites counted %llu times, %llu objects",
-          (unsigned long long)siterefs, (unsigned long long)HASH_COUNT(s->objects));
+    CHECK(siterefs == s->objects.n, NOID, "call sites counted %llu times, %llu objects",
+          (unsigned long long)siterefs, (unsigned long long)s->objects.n);
     CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
           (unsigned long long)(nsites - siterefs));
     check_sessions(s, &holders, graphs);
@@ -454,7 +458,7 @@ void sched__check(sched *s)
     /* Amortised: see the comment at the top. One scheduler per process in practice; with more,
      * they share these, which only changes which events check. */
     static uint64_t next_ns;
-    uint64_t units = HASH_COUNT(s->objects) + HASH_COUNT(s->sessions) + s->nworkers;
+    uint64_t units = s->objects.n + HASH_COUNT(s->sessions) + s->nworkers;
     if (units > SCHED_CHECK_SMALL) {
         uint64_t now = spw_now_ns();
         if (now < next_ns)

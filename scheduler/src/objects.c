@@ -19,9 +19,7 @@
 
 sched_obj *sched__obj_find(sched *s, spw_id id)
 {
-    sched_obj *o;
-    HASH_FIND(hh, s->objects, &id, sizeof id, o);
-    return o;
+    return spw_idmap_find(&s->objects, id);
 }
 
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
@@ -37,7 +35,7 @@ sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *si
     o->owner_pid = ss->pid;
     o->site = sched__site_intern(s, site != NULL ? site : "", site != NULL ? sitelen : 0);
     o->created_ms = spw_wall_ms();
-    HASH_ADD(hh, s->objects, id, sizeof o->id, o);
+    spw_idmap_add(&s->objects, o);
     return o;
 }
 
@@ -77,6 +75,16 @@ void sched__waiter_free(sched_waiter *w)
     spw_free(w);
 }
 
+/* Frees the record and what it owns; it is out of the directory. */
+static void obj_release(sched *s, sched_obj *o)
+{
+    spw_free(o->inline_data);
+    spw_free(o->errmsg);
+    sched__site_unref(s, o->site);
+    spw_free(o->locs);
+    spw_free(o);
+}
+
 static void obj_free(sched *s, sched_obj *o)
 {
     char hex[33];
@@ -106,12 +114,8 @@ static void obj_free(sched *s, sched_obj *o)
     if (o->producer != NULL)
         sched__task_free(s, o->producer);
     SPW_ASSERT(!o->kept);
-    HASH_DEL(s->objects, o);
-    spw_free(o->inline_data);
-    spw_free(o->errmsg);
-    sched__site_unref(s, o->site);
-    spw_free(o->locs);
-    spw_free(o);
+    spw_idmap_del(&s->objects, o);
+    obj_release(s, o);
 }
 
 void sched__obj_maybe_free(sched *s, sched_obj *o)
@@ -513,10 +517,10 @@ void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs)
 
 void sched__objects_purge(sched *s)
 {
-    sched_obj *o, *tmp;
+    sched_obj *o;
     uint64_t n = 0;
-    HASH_ITER(hh, s->objects, o, tmp)
-    {
+    uint32_t pos = 0;
+    while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         /* Only objects whose references were never taken back remain; report, then free. */
         n++;
         if (o->producer != NULL) {
@@ -529,19 +533,16 @@ void sched__objects_purge(sched *s)
         o->holders = NULL;
         o->kept = 0;
     }
-    HASH_ITER(hh, s->objects, o, tmp)
-    {
+    /* Their tasks' arguments were released above: freeing one record touches no other. */
+    pos = 0;
+    while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         if (o->producer != NULL) {
             sched__task_free(s, o->producer);
             o->producer = NULL;
         }
-        HASH_DEL(s->objects, o);
-        spw_free(o->inline_data);
-        spw_free(o->errmsg);
-        sched__site_unref(s, o->site);
-        spw_free(o->locs);
-        spw_free(o);
+        obj_release(s, o);
     }
+    spw_idmap_free(&s->objects);
     if (n > 0)
         spw_log(SPW_LOG_WARN, "shutdown freed %llu objects that were still referenced",
                 (unsigned long long)n);

@@ -440,6 +440,7 @@ static const proto_conn_cbs conn_cbs = {
 int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, size_t boundlen)
 {
     sched *s = spw_calloc(SPW_MOD_SCHED, 1, sizeof *s);
+    s->objects = SPW_IDMAP_INIT(sched_obj, id, SPW_MOD_SCHED);
     s->loop = loop;
     s->opts = *o;
     s->opts.listen = NULL;

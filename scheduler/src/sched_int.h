@@ -5,9 +5,10 @@
 #include <string.h>
 
 #include "spillway/conn.h"
+#include "spillway/idmap.h"
 #include "spillway/sched.h"
 
-/* Every table keyed by an object id (the directory, sessions' references) hashes it with
+/* Every uthash table keyed by an object id (sessions' references) hashes it with
  * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, which was a quarter
  * of the scheduler's instructions per task. Other keys (strings, session ids) keep Jenkins. Every
  * scheduler file includes uthash through this header, so one table never meets two functions. */
@@ -160,8 +161,7 @@ typedef struct sched_ref {
 } sched_ref;
 
 struct sched_obj {
-    spw_id id;
-    UT_hash_handle hh;
+    spw_id id; /* key of s->objects */
     uint64_t size;
     uint8_t state;         /* enum obj_state */
     uint8_t orphan;        /* released while its task runs: free when it finishes */
@@ -254,7 +254,7 @@ struct sched {
     uint32_t nworkers, capworkers;
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
-    sched_obj *objects; /* directory by id */
+    spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     struct sched_site *sites; /* interned call sites, counted by the objects naming them */

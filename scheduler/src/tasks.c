@@ -852,9 +852,10 @@ void sched__worker_lost(sched *s, sched_worker *w)
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */
-    size_t n = HASH_COUNT(s->objects), k = 0;
+    size_t n = s->objects.n, k = 0;
     spw_id *ids = spw_malloc(SPW_MOD_SCHED, (n > 0 ? n : 1) * sizeof *ids);
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         ids[k++] = o->id;
     for (size_t i = 0; i < k; i++) {
         sched_obj *o = sched__obj_find(s, ids[i]);

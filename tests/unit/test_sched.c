@@ -561,13 +561,13 @@ static void client_disconnect_cancels_its_tasks(void **state)
     STEP_UNTIL(e, count(w, PROTO_TASK_CANCEL) >= 1 && e->s->tstate[T_READY] == 0);
     assert_true(got(w, PROTO_TASK_CANCEL, tid(r1)) && got(w, PROTO_TASK_CANCEL, tid(r2)));
     assert_true(obj(e, r1)->orphan && obj(e, r2)->orphan);
-    assert_int_equal(HASH_COUNT(e->s->objects), 2);
+    assert_int_equal(e->s->objects.n, 2);
     assert_int_equal(HASH_COUNT(e->s->sessions), 0);
 
     done(w, r2, SPW_ECANCELED, 0, false); /* not started: dropped by the worker */
     done(w, r1, 0, 100, false);           /* was running: it finishes */
     /* The stored result nobody wants is deleted on the worker. */
-    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 0 && got(w, PROTO_OBJ_DELETE, tid(r1)));
+    STEP_UNTIL(e, e->s->objects.n == 0 && got(w, PROTO_OBJ_DELETE, tid(r1)));
     assert_int_equal(e->s->workers[0]->assigned, 0);
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
         assert_int_equal(e->s->tstate[k], 0);
@@ -604,7 +604,7 @@ static void worker_death_requeues_and_recomputes(void **state)
     done(w2, 3, 0, 4, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
-    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 1); /* only the kept result */
+    STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
 }
 
 /* Releasing an id the client does not hold changes nothing; a put's CLIENT reference goes
