@@ -418,7 +418,25 @@ void sched__check_full(sched *s)
     uint64_t obj_bytes = 0, linked = 0, consumers = 0, holders = 0, reserved = 0;
     const char *why = spw_idmap_check(&s->objects);
     CHECK(why == NULL, NOID, "object directory: %s", why != NULL ? why : "");
+    /* Every object record is in the slab of its size class, or on the heap when larger. */
+    uint64_t per_class[SCHED_REC_CLASSES] = {0};
     uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
+        CHECK(o->producer == NULL || o->producer == sched__obj_task(o), o->id,
+              "task record is not in its object's record");
+        size_t bytes = sizeof *o + (o->producer != NULL ? sched__task_bytes(o->producer) : 0);
+        if (bytes <= SCHED_REC_SLAB)
+            per_class[(bytes - 1) / 16]++;
+    }
+    for (int k = 0; k < SCHED_REC_CLASSES; k++) {
+        why = spw_slab_check(&s->recs[k]);
+        CHECK(why == NULL, NOID, "record slab of %u bytes: %s", s->recs[k].size,
+              why != NULL ? why : "");
+        CHECK(s->recs[k].nused == per_class[k], NOID,
+              "record slab %d hands out %llu records, %llu objects of its size", k,
+              (unsigned long long)s->recs[k].nused, (unsigned long long)per_class[k]);
+    }
+    pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
                      &reserved);

@@ -22,10 +22,57 @@ sched_obj *sched__obj_find(sched *s, spw_id id)
     return spw_idmap_find(&s->objects, id);
 }
 
+/* A zeroed record of `size` bytes: a slab's for sizes up to SCHED_REC_SLAB. NULL if out of
+ * memory. */
+static void *rec_alloc(sched *s, size_t size)
+{
+    if (size > SCHED_REC_SLAB) {
+        void *p = spw_try_malloc(SPW_MOD_SCHED, size);
+        if (p != NULL)
+            memset(p, 0, size);
+        return p;
+    }
+    spw_slab *sl = &s->recs[(size - 1) / 16];
+    if (sl->size == 0)
+        spw_slab_init(sl, size, SPW_MOD_SCHED);
+    return spw_slab_alloc(sl);
+}
+
+static void rec_free(sched *s, void *p, size_t size)
+{
+    if (size > SCHED_REC_SLAB)
+        spw_free(p);
+    else
+        spw_slab_free(&s->recs[(size - 1) / 16], p);
+}
+
+void sched__recs_trim(sched *s)
+{
+    for (int k = 0; k < SCHED_REC_CLASSES; k++)
+        spw_slab_trim(&s->recs[k]);
+}
+
+static size_t obj_rec_bytes(const sched_obj *o)
+{
+    return sizeof *o + (o->producer != NULL ? sched__task_bytes(o->producer) : 0);
+}
+
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
                           size_t sitelen)
 {
-    sched_obj *o = spw_calloc(SPW_MOD_SCHED, 1, sizeof *o);
+    sched_obj *o = sched__obj_new_task(s, id, ss, site, sitelen, 0);
+    if (o == NULL)
+        SPW_PANIC("out of memory for an object record");
+    return o;
+}
+
+sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const char *site,
+                               size_t sitelen, size_t task)
+{
+    _Static_assert(sizeof(sched_obj) % _Alignof(sched_task) == 0, "a task can follow its object");
+    sched_obj *o = rec_alloc(s, sizeof *o + task);
+    if (o == NULL)
+        return NULL;
     o->id = id;
     o->state = OBJ_PENDING;
     o->owner = ss->id;
@@ -76,18 +123,21 @@ void sched__waiter_free(sched_waiter *w)
 }
 
 /* Frees the record and what it owns; it is out of the directory. */
-static void obj_release(sched *s, sched_obj *o)
+static void obj_release(sched *s, sched_obj *o, size_t bytes)
 {
     spw_free(o->inline_data);
     spw_free(o->errmsg);
     sched__site_unref(s, o->site);
     spw_free(o->locs);
-    spw_free(o);
+    rec_free(s, o, bytes);
+    if (s->objects.n == 0)
+        sched__recs_trim(s); /* idle: back to the baseline */
 }
 
 static void obj_free(sched *s, sched_obj *o)
 {
     char hex[33];
+    size_t bytes = obj_rec_bytes(o); /* before its task is released */
     spw_log(SPW_LOG_DEBUG, "obj=%s released", spw_id_hex(o->id, hex));
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
@@ -115,7 +165,7 @@ static void obj_free(sched *s, sched_obj *o)
         sched__task_free(s, o->producer);
     SPW_ASSERT(!o->kept);
     spw_idmap_del(&s->objects, o);
-    obj_release(s, o);
+    obj_release(s, o, bytes);
 }
 
 void sched__obj_maybe_free(sched *s, sched_obj *o)
@@ -536,11 +586,12 @@ void sched__objects_purge(sched *s)
     /* Their tasks' arguments were released above: freeing one record touches no other. */
     pos = 0;
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
+        size_t bytes = obj_rec_bytes(o);
         if (o->producer != NULL) {
             sched__task_free(s, o->producer);
             o->producer = NULL;
         }
-        obj_release(s, o);
+        obj_release(s, o, bytes);
     }
     spw_idmap_free(&s->objects);
     if (n > 0)

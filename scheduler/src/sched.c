@@ -493,6 +493,7 @@ static void sched_maybe_done(sched *s)
         spw_free(f);
     }
     sched__objects_purge(s);
+    sched__recs_trim(s);
     sched__graphs_free_all(s);
     sched__hosts_free(s);
     spw_free(s->workers);

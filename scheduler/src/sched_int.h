@@ -6,6 +6,7 @@
 
 #include "spillway/conn.h"
 #include "spillway/idmap.h"
+#include "spillway/slab.h"
 #include "spillway/sched.h"
 
 /* Every uthash table keyed by an object id (sessions' references) hashes it with
@@ -107,6 +108,11 @@ typedef struct sched_graph {
 #define SCHED_GRAPHS_KEPT 32
 
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
+
+/* Object records (a sched_obj, and a task's sched_task with its arguments after it) come from
+ * slabs of 16-byte size classes up to SCHED_REC_SLAB bytes; larger ones from the heap. */
+#define SCHED_REC_SLAB 1024
+#define SCHED_REC_CLASSES (SCHED_REC_SLAB / 16)
 
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
@@ -255,6 +261,7 @@ struct sched {
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
     spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
+    spw_slab recs[SCHED_REC_CLASSES]; /* object records by size class (sched__rec_alloc) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     struct sched_site *sites; /* interned call sites, counted by the objects naming them */
@@ -277,6 +284,19 @@ sched_obj *sched__obj_find(sched *s, spw_id id);
 /* site: the call site, sitelen bytes (not NUL-terminated), interned. */
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
                           size_t sitelen);
+/* Like sched__obj_new, with `task` zeroed bytes after the object in its record, for the task
+ * that computes it (its sched_task, arguments and blob: sched__obj_task). A task lives exactly
+ * as long as its output object, so the two are one allocation. NULL if out of memory. */
+sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *owner, const char *site,
+                               size_t sitelen, size_t task);
+static inline sched_task *sched__obj_task(sched_obj *o)
+{
+    return (sched_task *)(o + 1);
+}
+/* Bytes of a task record: its sched_task, arguments, inline argument bytes and place name. */
+size_t sched__task_bytes(const sched_task *t);
+/* Releases the slabs' spare chunks (the directory emptied, or shutdown). */
+void sched__recs_trim(sched *s);
 void sched__ref(sched *s, sched_obj *o, int kind);
 void sched__unref(sched *s, sched_obj *o, int kind);
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);

@@ -145,7 +145,16 @@ void sched__task_free(sched *s, sched_task *t)
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING);
     s->tstate[t->state]--;
     sched__graph_release(s, t->graph);
-    spw_free(t);
+    /* Its memory is its output object's record, freed with it. */
+}
+
+size_t sched__task_bytes(const sched_task *t)
+{
+    size_t n = sizeof *t + (size_t)t->nargs * sizeof(sched_arg);
+    for (uint32_t i = 0; i < t->nargs; i++)
+        if (t->args[i].kind == PROTO_ARG_INLINE)
+            n += t->args[i].inline_len;
+    return n + (t->place != NULL ? strlen(t->place) + 1 : 0);
 }
 
 void sched__dep_ready(sched *s, sched_arg *a)
@@ -217,14 +226,20 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
     }
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
+    if (placelen > 0 && memchr(rec[R_TASK_WORKER].bin.ptr, '\0', placelen) != NULL) {
+        /* No worker has such a name; sched__task_bytes also counts the name by its strlen. */
+        snprintf(err, errlen, "task=%s: worker name contains a NUL byte", spw_id_hex(id, hex));
+        return SPW_EINVAL;
+    }
     size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob +
                   (placelen > 0 ? placelen + 1 : 0);
-    sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
-    if (t == NULL) {
+    sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
+                                         rec[R_TASK_SITE].bin.len, size);
+    if (out == NULL) {
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
         return SPW_ENOMEM;
     }
-    memset(t, 0, sizeof *t + (size_t)nargs * sizeof(sched_arg));
+    sched_task *t = sched__obj_task(out);
     t->args = (sched_arg *)(t + 1);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
     if (placelen > 0) {
@@ -245,8 +260,6 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    sched_obj *out = sched__obj_new(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
-                                    rec[R_TASK_SITE].bin.len);
     out->producer = t;
     t->out = out;
     hold_for_graph(ss, out);
