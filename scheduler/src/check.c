@@ -100,12 +100,14 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     CHECK(t->state != T_WAITING || t->ndeps > 0, id, "waiting task has nothing to wait for");
     CHECK(t->state == T_WAITING || t->ndeps == 0, id, "task in state %u waits for %u inputs",
           t->state, t->ndeps);
+    bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
     if (t->state == T_READY)
         CHECK(t->depth < SCHED_DEPTHS, id, "ready task at depth %u", t->depth);
+    else if (assigned)
+        CHECK(t->wprev != NULL, id, "assigned task is not on its worker's list");
     else
         CHECK(t->qprev == NULL && t->qnext == NULL, id,
-              "task in state %u is linked on a ready queue", t->state);
-    bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
+              "task in state %u is linked on a ready queue or a worker's list", t->state);
     CHECK(assigned == (t->worker != NULL), id, "task in state %u %s a worker", t->state,
           t->worker != NULL ? "has" : "lacks");
     if (assigned)

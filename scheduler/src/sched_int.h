@@ -142,8 +142,16 @@ struct sched_task {
     char *place;          /* run only on the worker of this name, or NULL */
     uint64_t place_missing_ns; /* since when no connected worker has that name (0: one has) */
     uint64_t submitted_ms;
-    sched_task *qprev, *qnext; /* ready bucket */
-    sched_task *wprev, *wnext; /* worker's assigned list */
+    /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING),
+     * never both: the two links share their bytes, and are NULL in every other state. */
+    union {
+        struct {
+            sched_task *qprev, *qnext; /* ready bucket */
+        };
+        struct {
+            sched_task *wprev, *wnext; /* worker's assigned list */
+        };
+    };
 };
 
 /* A LOCATE waiting for a pending object to become ready (or fail), until its deadline. */

@@ -701,6 +701,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         return;
     }
     DL_DELETE2(w->tasks, t, wprev, wnext);
+    t->wprev = t->wnext = NULL; /* shared with the ready links */
     w->assigned--;
     t->worker = NULL;
     t->graph->inflight--;
@@ -847,6 +848,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
     DL_FOREACH_SAFE2(w->tasks, t, tmp, wnext)
     {
         DL_DELETE2(w->tasks, t, wprev, wnext);
+        t->wprev = t->wnext = NULL; /* shared with the ready links */
         w->assigned--;
         t->worker = NULL;
         t->graph->inflight--;
