@@ -329,6 +329,11 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               w->id);
         for (uint32_t j = 0; j < i; j++)
             CHECK(s->workers[j]->id != w->id, NOID, "worker id %u used twice", w->id);
+        CHECK(sched__worker_by_id(s, w->id) == w, NOID, "worker %u not indexed by its id", w->id);
+        CHECK(w->heap_at < s->nworkers && s->wheap[w->heap_at] == w, NOID,
+              "worker %u not at its place in the load heap", w->id);
+        CHECK(w->heap_at == 0 || !sched__worker_less(w, s->wheap[(w->heap_at - 1) / 2]), NOID,
+              "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
             CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
@@ -345,6 +350,8 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         assigned += n;
         reserved += w->reserved;
     }
+    CHECK(HASH_COUNT(s->wbyid) == s->nworkers, NOID, "%u workers indexed by id, %u connected",
+          HASH_COUNT(s->wbyid), s->nworkers);
     CHECK(assigned == tstate[T_ASSIGNED] + tstate[T_RUNNING], NOID,
           "workers' lists hold %llu tasks, %llu are assigned or running",
           (unsigned long long)assigned,

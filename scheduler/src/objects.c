@@ -94,14 +94,6 @@ static uint64_t total_refs(const sched_obj *o)
     return n;
 }
 
-sched_worker *sched__worker_by_id(sched *s, uint32_t id)
-{
-    for (uint32_t i = 0; i < s->nworkers; i++)
-        if (s->workers[i]->id == id)
-            return s->workers[i];
-    return NULL;
-}
-
 void sched__worker_delete(sched_worker *w, spw_id id)
 {
     proto_send_obj_delete(w->conn, 0, &(proto_obj_delete_msg){.ids = {&id, 1}});

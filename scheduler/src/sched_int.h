@@ -220,6 +220,9 @@ struct sched_worker {
     uint64_t reserved; /* bytes of uploads placed here and not yet sealed */
     uint64_t last_hb_ns;
     sched_task *tasks; /* assigned tasks */
+    UT_hash_handle hh; /* in s->wbyid */
+    uint32_t heap_at;  /* index in s->wheap (UINT32_MAX: gone) */
+    uint64_t assign_seq; /* s->assign_seq when it was last given a task */
 };
 
 struct sched_session {
@@ -266,6 +269,9 @@ struct sched {
     uint64_t next_session;
     sched_worker **workers;
     uint32_t nworkers, capworkers;
+    sched_worker *wbyid;    /* the workers by id (workers.c) */
+    sched_worker **wheap;   /* the workers as a min-heap by load (workers.c), nworkers of them */
+    uint64_t assign_seq;
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
     spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
@@ -342,7 +348,19 @@ typedef struct sched_locs {
 proto_loc_recs sched__locs(sched_locs *l, sched *s, const sched_obj *o);
 /** Tells a worker to drop its copy of an object (OBJ_DELETE). */
 void sched__worker_delete(sched_worker *w, spw_id id);
+
+/* workers.c: the workers by id and by load. */
 sched_worker *sched__worker_by_id(sched *s, uint32_t id);
+void sched__workers_add(sched *s, sched_worker *w);
+void sched__workers_remove(sched *s, sched_worker *w);
+/* w->assigned changed: restores its place in the load heap. */
+void sched__worker_load(sched *s, sched_worker *w);
+/* The least loaded worker (assigned / slots; between equals, the least recently given a task),
+ * paused or closing ones included, or NULL when there is none. */
+sched_worker *sched__worker_least_loaded(sched *s);
+/* Whether a is less loaded than b, in the heap's order. */
+bool sched__worker_less(const sched_worker *a, const sched_worker *b);
+void sched__workers_free(sched *s);
 
 /* tasks.c */
 void sched__live_uncount(sched *s, sched_obj *o);

@@ -440,6 +440,63 @@ static sched_worker *home_worker(sched *s, const sched_task *t)
     return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
 }
 
+static bool worker_takes(const sched_worker *w, uint32_t depth)
+{
+    return !worker_paused(w) && w->assigned < (uint64_t)w->slots * depth &&
+           !proto_conn_is_closing(w->conn);
+}
+
+/* Bytes of the task's stored (not inline) inputs that worker id holds. */
+static uint64_t local_bytes(const sched_task *t, uint32_t id)
+{
+    uint64_t local = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o == NULL || o->inline_data != NULL)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++)
+            if (o->locs[j] == id)
+                local += o->size;
+    }
+    return local;
+}
+
+/* Without a scan over the workers: only those holding an input are looked at (the inputs'
+ * location lists are short), then the least loaded worker is the load heap's top. Returns
+ * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
+static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
+{
+    sched_worker *best = NULL;
+    uint64_t best_local = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o == NULL || o->inline_data != NULL || o->size == 0)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++) {
+            sched_worker *w = sched__worker_by_id(s, o->locs[j]);
+            if (w == NULL || w == best || !worker_takes(w, depth))
+                continue;
+            uint64_t local = local_bytes(t, w->id);
+            if (best == NULL || local > best_local ||
+                (local == best_local && sched__worker_less(w, best))) {
+                best = w;
+                best_local = local;
+            }
+        }
+    }
+    if (best != NULL)
+        return best;
+    sched_worker *w = sched__worker_least_loaded(s);
+    if (w == NULL)
+        return NULL;
+    if (worker_paused(w) || proto_conn_is_closing(w->conn)) {
+        *scan = true;
+        return NULL;
+    }
+    /* The least loaded worker's queue is full: so is every other's. */
+    return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
+}
+
 /* Placement. Locality first: a task goes to the worker that computed its (largest) input when
  * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
  * worker whatever the cluster's size and its inline results never move. Otherwise the worker
@@ -453,7 +510,12 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
             !proto_conn_is_closing(h->conn))
             return h;
+        bool scan = false;
+        sched_worker *w = pick_indexed(s, t, depth, &scan);
+        if (!scan)
+            return w;
     }
+    /* A task placed by name, or a paused or closing worker at the top of the load heap. */
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
@@ -464,15 +526,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
             continue;
         if (t->place != NULL && strcmp(t->place, w->name) != 0)
             continue;
-        uint64_t local = 0;
-        for (uint32_t i = 0; i < t->nargs; i++) {
-            const sched_obj *o = t->args[i].obj;
-            if (o == NULL || o->inline_data != NULL)
-                continue;
-            for (uint32_t j = 0; j < o->nlocs; j++)
-                if (o->locs[j] == w->id)
-                    local += o->size;
-        }
+        uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
         if (best == NULL || local > best_local || (local == best_local && load < best_load)) {
             best = w;
@@ -552,6 +606,8 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     t->worker = w;
     t->graph->inflight++;
     w->assigned++;
+    w->assign_seq = ++s->assign_seq;
+    sched__worker_load(s, w);
     DL_APPEND2(w->tasks, t, wprev, wnext);
 }
 
@@ -703,6 +759,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     DL_DELETE2(w->tasks, t, wprev, wnext);
     t->wprev = t->wnext = NULL; /* shared with the ready links */
     w->assigned--;
+    sched__worker_load(s, w);
     t->worker = NULL;
     t->graph->inflight--;
     sched__kick(s);
