@@ -226,6 +226,10 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     if (o->inline_data != NULL)
         CHECK(o->inline_len == o->size && o->size > 0, id, "inline value of %u bytes, size %llu",
               o->inline_len, (unsigned long long)o->size);
+    if (o->inline_data == o->inline_small)
+        CHECK(o->inline_len <= sizeof o->inline_small && o->state == OBJ_READY, id,
+              "inline value of %u bytes in the record of an object in state %u", o->inline_len,
+              o->state);
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
         CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || o->producer == NULL,

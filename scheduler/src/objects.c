@@ -117,8 +117,10 @@ void sched__waiter_free(sched_waiter *w)
 /* Frees the record and what it owns; it is out of the directory. */
 static void obj_release(sched *s, sched_obj *o, size_t bytes)
 {
-    spw_free(o->inline_data);
-    spw_free(o->errmsg);
+    if (o->inline_data != o->inline_small) {
+        spw_free(o->inline_data);
+        spw_free(o->errmsg);
+    }
     sched__site_unref(s, o->site);
     spw_free(o->locs);
     rec_free(s, o, bytes);
@@ -399,6 +401,13 @@ void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 {
     o->state = OBJ_FAILED;
     o->err = err;
+    if (o->inline_data == o->inline_small) {
+        /* Its message takes those bytes: the result moves to the heap. */
+        uint8_t *p = spw_malloc(SPW_MOD_SCHED, o->inline_len);
+        memcpy(p, o->inline_small, o->inline_len);
+        o->inline_data = p;
+        o->errmsg = NULL;
+    }
     spw_free(o->errmsg);
     o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
     o->graph_hold++;

@@ -184,8 +184,14 @@ struct sched_obj {
      * session's nrefs), and the object is then on that session's kept list. */
     uint8_t kept;
     int err;
-    char *errmsg;
-    uint8_t *inline_data;  /* small results live here, not in a store */
+    /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
+     * inline_data points there), larger ones on the heap. errmsg and inline_small share their
+     * bytes: an object with a message (it failed) keeps any result on the heap. */
+    union {
+        char *errmsg;
+        uint8_t inline_small[8];
+    };
+    uint8_t *inline_data;
     uint32_t inline_len;
     uint32_t refs[REF_KINDS];
     uint32_t *locs;        /* worker ids holding a copy */

@@ -794,7 +794,9 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         }
         o->inline_len = v->bin.len;
         if (v->bin.len > 0) {
-            o->inline_data = spw_malloc(SPW_MOD_SCHED, v->bin.len);
+            o->inline_data = v->bin.len <= sizeof o->inline_small && o->errmsg == NULL
+                                 ? o->inline_small
+                                 : spw_malloc(SPW_MOD_SCHED, v->bin.len);
             memcpy(o->inline_data, v->bin.ptr, v->bin.len);
         }
     } else if (o->size > 0) {
