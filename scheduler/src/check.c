@@ -437,9 +437,10 @@ void sched__check_full(sched *s)
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
         CHECK(o->producer == NULL || o->producer == sched__obj_task(o), o->id,
               "task record is not in its object's record");
-        size_t bytes = sizeof *o + (o->producer != NULL ? sched__task_bytes(o->producer) : 0);
-        if (bytes <= SCHED_REC_SLAB)
-            per_class[(bytes - 1) / 16]++;
+        CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
+              "record class %u unknown", o->rec_class);
+        if (o->rec_class != SCHED_REC_HEAP)
+            per_class[o->rec_class]++;
     }
     for (int k = 0; k < SCHED_REC_CLASSES; k++) {
         why = spw_slab_check(&s->recs[k]);

@@ -24,37 +24,41 @@ sched_obj *sched__obj_find(sched *s, spw_id id)
 
 /* A zeroed record of `size` bytes: a slab's for sizes up to SCHED_REC_SLAB. NULL if out of
  * memory. */
-static void *rec_alloc(sched *s, size_t size)
+static sched_obj *rec_alloc(sched *s, size_t size)
 {
+    sched_obj *o;
     if (size > SCHED_REC_SLAB) {
-        void *p = spw_try_malloc(SPW_MOD_SCHED, size);
-        if (p != NULL)
-            memset(p, 0, size);
-        return p;
+        o = spw_try_malloc(SPW_MOD_SCHED, size);
+        if (o != NULL) {
+            memset(o, 0, size);
+            o->rec_class = SCHED_REC_HEAP;
+        }
+        return o;
     }
-    spw_slab *sl = &s->recs[(size - 1) / 16];
+    uint8_t k = (uint8_t)((size - 1) / 16);
+    spw_slab *sl = &s->recs[k];
     if (sl->size == 0)
-        spw_slab_init(sl, size, SPW_MOD_SCHED);
-    return spw_slab_alloc(sl);
+        spw_slab_init(sl, (size_t)(k + 1) * 16, SPW_MOD_SCHED);
+    o = spw_slab_alloc(sl);
+    if (o != NULL)
+        o->rec_class = k;
+    return o;
 }
 
-static void rec_free(sched *s, void *p, size_t size)
+/* The record's class is kept in it: its size cannot be recomputed from the task once that
+ * changes (a lineage re-run drops the task's place). */
+static void rec_free(sched *s, sched_obj *o)
 {
-    if (size > SCHED_REC_SLAB)
-        spw_free(p);
+    if (o->rec_class == SCHED_REC_HEAP)
+        spw_free(o);
     else
-        spw_slab_free(&s->recs[(size - 1) / 16], p);
+        spw_slab_free(&s->recs[o->rec_class], o);
 }
 
 void sched__recs_trim(sched *s)
 {
     for (int k = 0; k < SCHED_REC_CLASSES; k++)
         spw_slab_trim(&s->recs[k]);
-}
-
-static size_t obj_rec_bytes(const sched_obj *o)
-{
-    return sizeof *o + (o->producer != NULL ? sched__task_bytes(o->producer) : 0);
 }
 
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
@@ -115,7 +119,7 @@ void sched__waiter_free(sched_waiter *w)
 }
 
 /* Frees the record and what it owns; it is out of the directory. */
-static void obj_release(sched *s, sched_obj *o, size_t bytes)
+static void obj_release(sched *s, sched_obj *o)
 {
     if (o->inline_data != o->inline_small) {
         spw_free(o->inline_data);
@@ -123,7 +127,7 @@ static void obj_release(sched *s, sched_obj *o, size_t bytes)
     }
     sched__site_unref(s, o->site);
     spw_free(o->locs);
-    rec_free(s, o, bytes);
+    rec_free(s, o);
     if (s->objects.n == 0)
         sched__recs_trim(s); /* idle: back to the baseline */
 }
@@ -131,7 +135,6 @@ static void obj_release(sched *s, sched_obj *o, size_t bytes)
 static void obj_free(sched *s, sched_obj *o)
 {
     char hex[33];
-    size_t bytes = obj_rec_bytes(o); /* before its task is released */
     spw_log(SPW_LOG_DEBUG, "obj=%s released", spw_id_hex(o->id, hex));
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
@@ -159,7 +162,7 @@ static void obj_free(sched *s, sched_obj *o)
         sched__task_free(s, o->producer);
     SPW_ASSERT(!o->kept);
     spw_idmap_del(&s->objects, o);
-    obj_release(s, o, bytes);
+    obj_release(s, o);
 }
 
 void sched__obj_maybe_free(sched *s, sched_obj *o)
@@ -587,12 +590,11 @@ void sched__objects_purge(sched *s)
     /* Their tasks' arguments were released above: freeing one record touches no other. */
     pos = 0;
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
-        size_t bytes = obj_rec_bytes(o);
         if (o->producer != NULL) {
             sched__task_free(s, o->producer);
             o->producer = NULL;
         }
-        obj_release(s, o, bytes);
+        obj_release(s, o);
     }
     spw_idmap_free(&s->objects);
     if (n > 0)

@@ -113,6 +113,7 @@ typedef struct sched_graph {
  * slabs of 16-byte size classes up to SCHED_REC_SLAB bytes; larger ones from the heap. */
 #define SCHED_REC_SLAB 1024
 #define SCHED_REC_CLASSES (SCHED_REC_SLAB / 16)
+#define SCHED_REC_HEAP 0xFF /* sched_obj.rec_class of a record on the heap */
 
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
@@ -138,10 +139,10 @@ struct sched_task {
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     sched_graph *graph;
     sched_worker *worker; /* while assigned */
-    uint64_t owner;       /* session id of the submitter */
-    char *place;          /* run only on the worker of this name, or NULL */
-    uint64_t place_missing_ns; /* since when no connected worker has that name (0: one has) */
-    uint64_t submitted_ms;
+    /* Run only on the worker of this name, or NULL. The name is in the record after the
+     * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
+     * has; sched__place_missing). The submitter is out->owner, the submit time out->created_ms. */
+    char *place;
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING),
      * never both: the two links share their bytes, and are NULL in every other state. */
     union {
@@ -183,6 +184,7 @@ struct sched_obj {
      * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
      * session's nrefs), and the object is then on that session's kept list. */
     uint8_t kept;
+    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
     int err;
     /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
      * inline_data points there), larger ones on the heap. errmsg and inline_small share their
@@ -313,8 +315,15 @@ static inline sched_task *sched__obj_task(sched_obj *o)
 {
     return (sched_task *)(o + 1);
 }
-/* Bytes of a task record: its sched_task, arguments, inline argument bytes and place name. */
-size_t sched__task_bytes(const sched_task *t);
+static inline uint64_t *sched__place_missing(sched_task *t)
+{
+    return (uint64_t *)(void *)(t->place - sizeof(uint64_t));
+}
+/* Offset of a task's place field (its uint64_t, then the name) after `n` bytes of record. */
+static inline size_t sched__place_at(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
 /* Releases the slabs' spare chunks (the directory emptied, or shutdown). */
 void sched__recs_trim(sched *s);
 void sched__ref(sched *s, sched_obj *o, int kind);

@@ -100,7 +100,7 @@ static void send_result(sched *s, sched_task *t)
 {
     if (!(t->flags & PROTO_TASK_KEEP))
         return;
-    sched_session *ss = session_by_id(s, t->owner);
+    sched_session *ss = session_by_id(s, t->out->owner);
     if (ss == NULL)
         return;
     sched_obj *o = t->out;
@@ -148,14 +148,6 @@ void sched__task_free(sched *s, sched_task *t)
     /* Its memory is its output object's record, freed with it. */
 }
 
-size_t sched__task_bytes(const sched_task *t)
-{
-    size_t n = sizeof *t + (size_t)t->nargs * sizeof(sched_arg);
-    for (uint32_t i = 0; i < t->nargs; i++)
-        if (t->args[i].kind == PROTO_ARG_INLINE)
-            n += t->args[i].inline_len;
-    return n + (t->place != NULL ? strlen(t->place) + 1 : 0);
-}
 
 void sched__dep_ready(sched *s, sched_arg *a)
 {
@@ -226,13 +218,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
     }
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    if (placelen > 0 && memchr(rec[R_TASK_WORKER].bin.ptr, '\0', placelen) != NULL) {
-        /* No worker has such a name; sched__task_bytes also counts the name by its strlen. */
-        snprintf(err, errlen, "task=%s: worker name contains a NUL byte", spw_id_hex(id, hex));
-        return SPW_EINVAL;
-    }
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob +
-                  (placelen > 0 ? placelen + 1 : 0);
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob;
+    if (placelen > 0)
+        size = sched__place_at(size) + sizeof(uint64_t) + placelen + 1;
     sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
                                          rec[R_TASK_SITE].bin.len, size);
     if (out == NULL) {
@@ -243,15 +231,15 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     t->args = (sched_arg *)(t + 1);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
     if (placelen > 0) {
-        t->place = (char *)bp + blob;
+        t->place = (char *)t +
+                   sched__place_at(sizeof *t + (size_t)nargs * sizeof(sched_arg) + blob) +
+                   sizeof(uint64_t);
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
     t->id = id;
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u;
-    t->owner = ss->id;
-    t->submitted_ms = spw_wall_ms();
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
     t->graph = ss->cur_graph;
     t->graph->ntasks++;
@@ -632,14 +620,14 @@ static bool place_expired(sched *s, sched_task *t)
 {
     for (uint32_t i = 0; i < s->nworkers; i++)
         if (strcmp(s->workers[i]->name, t->place) == 0) {
-            t->place_missing_ns = 0;
+            *sched__place_missing(t) = 0;
             return false;
         }
     uint64_t now = spw_now_ns();
-    if (t->place_missing_ns == 0)
-        t->place_missing_ns = now;
+    if (*sched__place_missing(t) == 0)
+        *sched__place_missing(t) = now;
     if (s->opts.place_wait_ms == 0 ||
-        now - t->place_missing_ns < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+        now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
     snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
@@ -816,7 +804,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t now_ms = spw_wall_ms();
-    uint64_t lat_ms = now_ms > t->submitted_ms ? now_ms - t->submitted_ms : 0;
+    uint64_t lat_ms = now_ms > t->out->created_ms ? now_ms - t->out->created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
     int b = 0;
     while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
