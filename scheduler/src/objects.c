@@ -128,8 +128,6 @@ static void obj_release(sched *s, sched_obj *o)
     sched__site_unref(s, o->site);
     spw_free(o->locs);
     rec_free(s, o);
-    if (s->objects.n == 0)
-        sched__recs_trim(s); /* idle: back to the baseline */
 }
 
 static void obj_free(sched *s, sched_obj *o)

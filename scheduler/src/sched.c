@@ -391,6 +391,9 @@ static void on_close(proto_conn *c, int status)
 static void timer_cb(uv_timer_t *t)
 {
     sched *s = t->data;
+    if (s->objects.n == 0)
+        sched__recs_trim(s); /* idle: the slabs' spare chunks go (not per object: a client
+                              * running one task at a time would map a chunk per task) */
     sched__memory_tick(s);
     sched__kick(s); /* tasks waiting for a named worker are timed out by dispatch */
     uint64_t now = spw_now_ns();
