@@ -100,110 +100,40 @@ spw_id spillway__new_id(spillway *c)
     return (spw_id){z, c->id_lo};
 }
 
-static inline uint64_t handle_key(spw_id id)
-{
-    /* Ids from other clients or the scheduler need not be mixed: mix both halves here. */
-    uint64_t z = (id.hi ^ (id.lo * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
-    return z ^ (z >> 31);
-}
-
 handle *spillway__handle_find(spillway *c, spw_id id)
 {
-    handle_map *m = &c->handles;
-    if (m->n == 0)
-        return NULL;
-    uint64_t key = handle_key(id);
-    for (uint32_t i = (uint32_t)key & m->mask;; i = (i + 1) & m->mask) {
-        handle_slot *s = &m->slots[i];
-        if (s->h == NULL)
-            return NULL;
-        if (s->key == key && spw_id_eq(s->h->id, id))
-            return s->h;
-    }
-}
-
-static void map_put(handle_map *m, uint64_t key, handle *h)
-{
-    uint32_t i = (uint32_t)key & m->mask;
-    while (m->slots[i].h != NULL)
-        i = (i + 1) & m->mask;
-    m->slots[i] = (handle_slot){key, h};
-}
-
-static void map_grow(handle_map *m)
-{
-    uint32_t ncap = m->mask == 0 ? 64 : (m->mask + 1) * 2;
-    if (ncap == 0 || ncap > UINT32_MAX / 2)
-        SPW_PANIC("more than 2^31 references held by one client");
-    handle_slot *old = m->slots;
-    uint32_t ocap = m->mask == 0 ? 0 : m->mask + 1;
-    m->slots = spw_calloc(SPW_MOD_CLIENT, ncap, sizeof *m->slots);
-    m->mask = ncap - 1;
-    for (uint32_t i = 0; i < ocap; i++)
-        if (old[i].h != NULL)
-            map_put(m, old[i].key, old[i].h);
-    spw_free(old);
+    return spw_idmap_find(&c->handles, id);
 }
 
 handle *spillway__handle_add(spillway *c, spw_id id, int kind)
 {
-    handle_map *m = &c->handles;
-    SPW_ASSERT(spillway__handle_find(c, id) == NULL);
-    if (m->mask == 0 || (uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1)
-        map_grow(m);
     handle *h = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *h);
     h->id = id;
     h->kind = (uint8_t)kind;
     h->state = H_PENDING;
-    map_put(m, handle_key(id), h);
-    m->n++;
+    spw_idmap_add(&c->handles, h); /* checks that id is not held yet */
     return h;
 }
 
-void spillway__handle_free(spillway *c, handle *h)
+static void handle_release(handle *h)
 {
-    handle_map *m = &c->handles;
-    uint64_t key = handle_key(h->id);
-    uint32_t i = (uint32_t)key & m->mask;
-    while (m->slots[i].h != h) {
-        SPW_ASSERT(m->slots[i].h != NULL);
-        i = (i + 1) & m->mask;
-    }
-    /* Backward shift: move later members of the run into the hole when their home slot allows,
-     * so that no tombstones are needed and probes stop at the first empty slot. */
-    for (uint32_t j = i;;) {
-        m->slots[i].h = NULL;
-        for (;;) {
-            j = (j + 1) & m->mask;
-            if (m->slots[j].h == NULL)
-                goto shifted;
-            uint32_t home = (uint32_t)m->slots[j].key & m->mask;
-            /* Stays unless its home lies cyclically outside (i, j]. */
-            if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
-                continue;
-            break;
-        }
-        m->slots[i] = m->slots[j];
-        i = j;
-    }
-shifted:
-    m->n--;
     spw_free(h->inl);
     spw_free(h->err);
     spw_free(h);
 }
 
+void spillway__handle_free(spillway *c, handle *h)
+{
+    spw_idmap_del(&c->handles, h);
+    handle_release(h);
+}
+
 void spillway__handles_free_all(spillway *c)
 {
-    handle_map *m = &c->handles;
-    for (uint32_t i = 0; m->mask != 0 && i <= m->mask; i++)
-        if (m->slots[i].h != NULL) {
-            spw_free(m->slots[i].h->inl);
-            spw_free(m->slots[i].h->err);
-            spw_free(m->slots[i].h);
-        }
-    spw_free(m->slots);
-    *m = (handle_map){0};
+    uint32_t pos = 0;
+    for (handle *h; (h = spw_idmap_next(&c->handles, &pos)) != NULL;)
+        handle_release(h);
+    spw_idmap_free(&c->handles);
 }
 
 /* ------------------------------------------------------------- the loop */
@@ -416,6 +346,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
             return rc;
     }
     spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
+    c->handles = SPW_IDMAP_INIT(handle, id, SPW_MOD_CLIENT);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->inline_limit = o->inline_limit;
     c->auto_put = !o->no_auto_put;

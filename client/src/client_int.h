@@ -5,6 +5,7 @@
 #include <uthash.h>
 
 #include "spillway/conn.h"
+#include "spillway/idmap.h"
 #include "spillway/spillway.h"
 
 enum handle_kind { H_SMALL, H_PUT, H_TASK };
@@ -22,20 +23,6 @@ typedef struct handle {
     uint32_t graph_uses; /* an automatic put of a large argument: graphs still using it */
 } handle;
 
-/* The references this client holds, by id: open addressing with linear probing (a power-of-two
- * table at most half full, deletion by backward shift), so that finding one of a million
- * results costs one probe of a 16-byte slot, not uthash's walk of a bucket chain through the
- * handles themselves (the client's largest cost per task at N = 1M). */
-typedef struct handle_slot {
-    uint64_t key; /* the id's mixed bits, compared before the handle is touched */
-    handle *h;    /* NULL: empty */
-} handle_slot;
-
-typedef struct handle_map {
-    handle_slot *slots;
-    uint32_t mask; /* slots - 1 (0 while nothing is allocated) */
-    uint32_t n;
-} handle_map;
 
 typedef struct peer {
     char addr[SPW_ADDR_MAX];
@@ -97,7 +84,7 @@ struct spillway {
     bool no_local;
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
-    handle_map handles;
+    spw_idmap handles; /* the references this client holds, by id (spillway/idmap.h) */
     peer *peers;
     local *locals;
     char host_id[128];

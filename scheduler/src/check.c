@@ -100,12 +100,14 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     CHECK(t->state != T_WAITING || t->ndeps > 0, id, "waiting task has nothing to wait for");
     CHECK(t->state == T_WAITING || t->ndeps == 0, id, "task in state %u waits for %u inputs",
           t->state, t->ndeps);
+    bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
     if (t->state == T_READY)
         CHECK(t->depth < SCHED_DEPTHS, id, "ready task at depth %u", t->depth);
+    else if (assigned)
+        CHECK(t->wprev != NULL, id, "assigned task is not on its worker's list");
     else
         CHECK(t->qprev == NULL && t->qnext == NULL, id,
-              "task in state %u is linked on a ready queue", t->state);
-    bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
+              "task in state %u is linked on a ready queue or a worker's list", t->state);
     CHECK(assigned == (t->worker != NULL), id, "task in state %u %s a worker", t->state,
           t->worker != NULL ? "has" : "lacks");
     if (assigned)
@@ -224,6 +226,10 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     if (o->inline_data != NULL)
         CHECK(o->inline_len == o->size && o->size > 0, id, "inline value of %u bytes, size %llu",
               o->inline_len, (unsigned long long)o->size);
+    if (o->inline_data == o->inline_small)
+        CHECK(o->inline_len <= sizeof o->inline_small && o->state == OBJ_READY, id,
+              "inline value of %u bytes in the record of an object in state %u", o->inline_len,
+              o->state);
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
         CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || o->producer == NULL,
@@ -309,7 +315,8 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
         }
     }
     /* Every graph_hold left after an event is a session's building entry. */
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         CHECK(o->graph_hold == 0, o->id, "graph_hold %u left over after an event", o->graph_hold);
     HASH_ITER(hh, s->sessions, ss, tmp)
         for (uint32_t i = 0; i < ss->nbuilding; i++)
@@ -326,6 +333,11 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               w->id);
         for (uint32_t j = 0; j < i; j++)
             CHECK(s->workers[j]->id != w->id, NOID, "worker id %u used twice", w->id);
+        CHECK(sched__worker_by_id(s, w->id) == w, NOID, "worker %u not indexed by its id", w->id);
+        CHECK(w->heap_at < s->nworkers && s->wheap[w->heap_at] == w, NOID,
+              "worker %u not at its place in the load heap", w->id);
+        CHECK(w->heap_at == 0 || !sched__worker_less(w, s->wheap[(w->heap_at - 1) / 2]), NOID,
+              "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
             CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
@@ -342,6 +354,8 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         assigned += n;
         reserved += w->reserved;
     }
+    CHECK(HASH_COUNT(s->wbyid) == s->nworkers, NOID, "%u workers indexed by id, %u connected",
+          HASH_COUNT(s->wbyid), s->nworkers);
     CHECK(assigned == tstate[T_ASSIGNED] + tstate[T_RUNNING], NOID,
           "workers' lists hold %llu tasks, %llu are assigned or running",
           (unsigned long long)assigned,
@@ -415,7 +429,29 @@ void sched__check_full(sched *s)
     }
     uint64_t tstate[PROTO_TSTATE_COUNT] = {0}, refs[REF_KINDS] = {0};
     uint64_t obj_bytes = 0, linked = 0, consumers = 0, holders = 0, reserved = 0;
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    const char *why = spw_idmap_check(&s->objects);
+    CHECK(why == NULL, NOID, "object directory: %s", why != NULL ? why : "");
+    /* Every object record is in the slab of its size class, or on the heap when larger. */
+    uint64_t per_class[SCHED_REC_CLASSES] = {0};
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
+        CHECK(o->producer == NULL || o->producer == sched__obj_task(o), o->id,
+              "task record is not in its object's record");
+        CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
+              "record class %u unknown", o->rec_class);
+        if (o->rec_class != SCHED_REC_HEAP)
+            per_class[o->rec_class]++;
+    }
+    for (int k = 0; k < SCHED_REC_CLASSES; k++) {
+        why = spw_slab_check(&s->recs[k]);
+        CHECK(why == NULL, NOID, "record slab of %u bytes: %s", s->recs[k].size,
+              why != NULL ? why : "");
+        CHECK(s->recs[k].nused == per_class[k], NOID,
+              "record slab %d hands out %llu records, %llu objects of its size", k,
+              (unsigned long long)s->recs[k].nused, (unsigned long long)per_class[k]);
+    }
+    pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
                      &reserved);
     CHECK(linked == consumers, NOID, "%llu linked arguments, %llu on consumer lists",
@@ -430,8 +466,8 @@ void sched__check_full(sched *s)
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
     uint64_t nsites, siterefs;
     sched__sites_count(s, &nsites, &siterefs);
-    CHECK(siterefs == HASH_COUNT(s->objects), NOID, "call sites counted %llu times, %llu objects",
-          (unsigned long long)siterefs, (unsigned long long)HASH_COUNT(s->objects));
+    CHECK(siterefs == s->objects.n, NOID, "call sites counted %llu times, %llu objects",
+          (unsigned long long)siterefs, (unsigned long long)s->objects.n);
     CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
           (unsigned long long)(nsites - siterefs));
     check_sessions(s, &holders, graphs);
@@ -454,7 +490,7 @@ void sched__check(sched *s)
     /* Amortised: see the comment at the top. One scheduler per process in practice; with more,
      * they share these, which only changes which events check. */
     static uint64_t next_ns;
-    uint64_t units = HASH_COUNT(s->objects) + HASH_COUNT(s->sessions) + s->nworkers;
+    uint64_t units = s->objects.n + HASH_COUNT(s->sessions) + s->nworkers;
     if (units > SCHED_CHECK_SMALL) {
         uint64_t now = spw_now_ns();
         if (now < next_ns)

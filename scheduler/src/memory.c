@@ -327,10 +327,11 @@ void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m)
     q->ss = ss;
     q->req = m->req;
     q->s = s;
-    q->nids = HASH_COUNT(s->objects);
+    q->nids = s->objects.n;
     q->ids = spw_malloc(SPW_MOD_SCHED, (q->nids > 0 ? q->nids : 1) * sizeof *q->ids);
     size_t i = 0;
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         q->ids[i++] = o->id;
     q->nnodes = s->nworkers;
     q->nodes = spw_calloc(SPW_MOD_SCHED, q->nnodes > 0 ? q->nnodes : 1, sizeof *q->nodes);

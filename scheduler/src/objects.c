@@ -19,15 +19,64 @@
 
 sched_obj *sched__obj_find(sched *s, spw_id id)
 {
+    return spw_idmap_find(&s->objects, id);
+}
+
+/* A zeroed record of `size` bytes: a slab's for sizes up to SCHED_REC_SLAB. NULL if out of
+ * memory. */
+static sched_obj *rec_alloc(sched *s, size_t size)
+{
     sched_obj *o;
-    HASH_FIND(hh, s->objects, &id, sizeof id, o);
+    if (size > SCHED_REC_SLAB) {
+        o = spw_try_malloc(SPW_MOD_SCHED, size);
+        if (o != NULL) {
+            memset(o, 0, size);
+            o->rec_class = SCHED_REC_HEAP;
+        }
+        return o;
+    }
+    uint8_t k = (uint8_t)((size - 1) / 16);
+    spw_slab *sl = &s->recs[k];
+    if (sl->size == 0)
+        spw_slab_init(sl, (size_t)(k + 1) * 16, SPW_MOD_SCHED);
+    o = spw_slab_alloc(sl);
+    if (o != NULL)
+        o->rec_class = k;
     return o;
+}
+
+/* The record's class is kept in it: its size cannot be recomputed from the task once that
+ * changes (a lineage re-run drops the task's place). */
+static void rec_free(sched *s, sched_obj *o)
+{
+    if (o->rec_class == SCHED_REC_HEAP)
+        spw_free(o);
+    else
+        spw_slab_free(&s->recs[o->rec_class], o);
+}
+
+void sched__recs_trim(sched *s)
+{
+    for (int k = 0; k < SCHED_REC_CLASSES; k++)
+        spw_slab_trim(&s->recs[k]);
 }
 
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
                           size_t sitelen)
 {
-    sched_obj *o = spw_calloc(SPW_MOD_SCHED, 1, sizeof *o);
+    sched_obj *o = sched__obj_new_task(s, id, ss, site, sitelen, 0);
+    if (o == NULL)
+        SPW_PANIC("out of memory for an object record");
+    return o;
+}
+
+sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const char *site,
+                               size_t sitelen, size_t task)
+{
+    _Static_assert(sizeof(sched_obj) % _Alignof(sched_task) == 0, "a task can follow its object");
+    sched_obj *o = rec_alloc(s, sizeof *o + task);
+    if (o == NULL)
+        return NULL;
     o->id = id;
     o->state = OBJ_PENDING;
     o->owner = ss->id;
@@ -37,7 +86,7 @@ sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *si
     o->owner_pid = ss->pid;
     o->site = sched__site_intern(s, site != NULL ? site : "", site != NULL ? sitelen : 0);
     o->created_ms = spw_wall_ms();
-    HASH_ADD(hh, s->objects, id, sizeof o->id, o);
+    spw_idmap_add(&s->objects, o);
     return o;
 }
 
@@ -47,14 +96,6 @@ static uint64_t total_refs(const sched_obj *o)
     for (int k = 0; k < REF_KINDS; k++)
         n += o->refs[k];
     return n;
-}
-
-sched_worker *sched__worker_by_id(sched *s, uint32_t id)
-{
-    for (uint32_t i = 0; i < s->nworkers; i++)
-        if (s->workers[i]->id == id)
-            return s->workers[i];
-    return NULL;
 }
 
 void sched__worker_delete(sched_worker *w, spw_id id)
@@ -75,6 +116,18 @@ void sched__waiter_free(sched_waiter *w)
         DL_DELETE(w->obj->waiters, w);
     DL_DELETE2(w->sess->waiters, w, sprev, snext);
     spw_free(w);
+}
+
+/* Frees the record and what it owns; it is out of the directory. */
+static void obj_release(sched *s, sched_obj *o)
+{
+    if (o->inline_data != o->inline_small) {
+        spw_free(o->inline_data);
+        spw_free(o->errmsg);
+    }
+    sched__site_unref(s, o->site);
+    spw_free(o->locs);
+    rec_free(s, o);
 }
 
 static void obj_free(sched *s, sched_obj *o)
@@ -106,12 +159,8 @@ static void obj_free(sched *s, sched_obj *o)
     if (o->producer != NULL)
         sched__task_free(s, o->producer);
     SPW_ASSERT(!o->kept);
-    HASH_DEL(s->objects, o);
-    spw_free(o->inline_data);
-    spw_free(o->errmsg);
-    sched__site_unref(s, o->site);
-    spw_free(o->locs);
-    spw_free(o);
+    spw_idmap_del(&s->objects, o);
+    obj_release(s, o);
 }
 
 void sched__obj_maybe_free(sched *s, sched_obj *o)
@@ -353,6 +402,13 @@ void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 {
     o->state = OBJ_FAILED;
     o->err = err;
+    if (o->inline_data == o->inline_small) {
+        /* Its message takes those bytes: the result moves to the heap. */
+        uint8_t *p = spw_malloc(SPW_MOD_SCHED, o->inline_len);
+        memcpy(p, o->inline_small, o->inline_len);
+        o->inline_data = p;
+        o->errmsg = NULL;
+    }
     spw_free(o->errmsg);
     o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
     o->graph_hold++;
@@ -513,10 +569,10 @@ void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs)
 
 void sched__objects_purge(sched *s)
 {
-    sched_obj *o, *tmp;
+    sched_obj *o;
     uint64_t n = 0;
-    HASH_ITER(hh, s->objects, o, tmp)
-    {
+    uint32_t pos = 0;
+    while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         /* Only objects whose references were never taken back remain; report, then free. */
         n++;
         if (o->producer != NULL) {
@@ -529,19 +585,16 @@ void sched__objects_purge(sched *s)
         o->holders = NULL;
         o->kept = 0;
     }
-    HASH_ITER(hh, s->objects, o, tmp)
-    {
+    /* Their tasks' arguments were released above: freeing one record touches no other. */
+    pos = 0;
+    while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         if (o->producer != NULL) {
             sched__task_free(s, o->producer);
             o->producer = NULL;
         }
-        HASH_DEL(s->objects, o);
-        spw_free(o->inline_data);
-        spw_free(o->errmsg);
-        sched__site_unref(s, o->site);
-        spw_free(o->locs);
-        spw_free(o);
+        obj_release(s, o);
     }
+    spw_idmap_free(&s->objects);
     if (n > 0)
         spw_log(SPW_LOG_WARN, "shutdown freed %llu objects that were still referenced",
                 (unsigned long long)n);

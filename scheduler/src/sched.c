@@ -35,12 +35,7 @@ void sched_opts_default(sched_opts *o)
 
 static void worker_remove(sched *s, sched_worker *w)
 {
-    for (uint32_t i = 0; i < s->nworkers; i++) {
-        if (s->workers[i] == w) {
-            s->workers[i] = s->workers[--s->nworkers];
-            break;
-        }
-    }
+    sched__workers_remove(s, w);
     spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
     sched__memory_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
@@ -327,11 +322,7 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
         w->capacity = wi[R_WINFO_CAPACITY].u;
         w->stats[PROTO_STAT_CAPACITY] = w->capacity;
         w->last_hb_ns = spw_now_ns();
-        if (s->nworkers == s->capworkers) {
-            s->capworkers = s->capworkers ? s->capworkers * 2 : 8;
-            s->workers = spw_realloc(SPW_MOD_SCHED, s->workers, s->capworkers * sizeof *s->workers);
-        }
-        s->workers[s->nworkers++] = w;
+        sched__workers_add(s, w);
         tag->kind = 1;
         tag->w = w;
         spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s slots=%u capacity=%llu joined", w->id, w->addr,
@@ -400,6 +391,9 @@ static void on_close(proto_conn *c, int status)
 static void timer_cb(uv_timer_t *t)
 {
     sched *s = t->data;
+    if (s->objects.n == 0)
+        sched__recs_trim(s); /* idle: the slabs' spare chunks go (not per object: a client
+                              * running one task at a time would map a chunk per task) */
     sched__memory_tick(s);
     sched__kick(s); /* tasks waiting for a named worker are timed out by dispatch */
     uint64_t now = spw_now_ns();
@@ -440,6 +434,7 @@ static const proto_conn_cbs conn_cbs = {
 int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, size_t boundlen)
 {
     sched *s = spw_calloc(SPW_MOD_SCHED, 1, sizeof *s);
+    s->objects = SPW_IDMAP_INIT(sched_obj, id, SPW_MOD_SCHED);
     s->loop = loop;
     s->opts = *o;
     s->opts.listen = NULL;
@@ -492,6 +487,8 @@ static void sched_maybe_done(sched *s)
         spw_free(f);
     }
     sched__objects_purge(s);
+    sched__recs_trim(s);
+    sched__workers_free(s);
     sched__graphs_free_all(s);
     sched__hosts_free(s);
     spw_free(s->workers);

@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "spillway/conn.h"
+#include "spillway/idmap.h"
+#include "spillway/slab.h"
 #include "spillway/sched.h"
 
-/* Every table keyed by an object id (the directory, sessions' references) hashes it with
+/* Every uthash table keyed by an object id (sessions' references) hashes it with
  * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, which was a quarter
  * of the scheduler's instructions per task. Other keys (strings, session ids) keep Jenkins. Every
  * scheduler file includes uthash through this header, so one table never meets two functions. */
@@ -107,6 +109,12 @@ typedef struct sched_graph {
 
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
 
+/* Object records (a sched_obj, and a task's sched_task with its arguments after it) come from
+ * slabs of 16-byte size classes up to SCHED_REC_SLAB bytes; larger ones from the heap. */
+#define SCHED_REC_SLAB 1024
+#define SCHED_REC_CLASSES (SCHED_REC_SLAB / 16)
+#define SCHED_REC_HEAP 0xFF /* sched_obj.rec_class of a record on the heap */
+
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
     T_READY = PROTO_TSTATE_READY,
@@ -131,12 +139,20 @@ struct sched_task {
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     sched_graph *graph;
     sched_worker *worker; /* while assigned */
-    uint64_t owner;       /* session id of the submitter */
-    char *place;          /* run only on the worker of this name, or NULL */
-    uint64_t place_missing_ns; /* since when no connected worker has that name (0: one has) */
-    uint64_t submitted_ms;
-    sched_task *qprev, *qnext; /* ready bucket */
-    sched_task *wprev, *wnext; /* worker's assigned list */
+    /* Run only on the worker of this name, or NULL. The name is in the record after the
+     * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
+     * has; sched__place_missing). The submitter is out->owner, the submit time out->created_ms. */
+    char *place;
+    /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING),
+     * never both: the two links share their bytes, and are NULL in every other state. */
+    union {
+        struct {
+            sched_task *qprev, *qnext; /* ready bucket */
+        };
+        struct {
+            sched_task *wprev, *wnext; /* worker's assigned list */
+        };
+    };
 };
 
 /* A LOCATE waiting for a pending object to become ready (or fail), until its deadline. */
@@ -160,8 +176,7 @@ typedef struct sched_ref {
 } sched_ref;
 
 struct sched_obj {
-    spw_id id;
-    UT_hash_handle hh;
+    spw_id id; /* key of s->objects */
     uint64_t size;
     uint8_t state;         /* enum obj_state */
     uint8_t orphan;        /* released while its task runs: free when it finishes */
@@ -169,9 +184,16 @@ struct sched_obj {
      * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
      * session's nrefs), and the object is then on that session's kept list. */
     uint8_t kept;
+    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
     int err;
-    char *errmsg;
-    uint8_t *inline_data;  /* small results live here, not in a store */
+    /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
+     * inline_data points there), larger ones on the heap. errmsg and inline_small share their
+     * bytes: an object with a message (it failed) keeps any result on the heap. */
+    union {
+        char *errmsg;
+        uint8_t inline_small[8];
+    };
+    uint8_t *inline_data;
     uint32_t inline_len;
     uint32_t refs[REF_KINDS];
     uint32_t *locs;        /* worker ids holding a copy */
@@ -206,6 +228,9 @@ struct sched_worker {
     uint64_t reserved; /* bytes of uploads placed here and not yet sealed */
     uint64_t last_hb_ns;
     sched_task *tasks; /* assigned tasks */
+    UT_hash_handle hh; /* in s->wbyid */
+    uint32_t heap_at;  /* index in s->wheap (UINT32_MAX: gone) */
+    uint64_t assign_seq; /* s->assign_seq when it was last given a task */
 };
 
 struct sched_session {
@@ -252,9 +277,13 @@ struct sched {
     uint64_t next_session;
     sched_worker **workers;
     uint32_t nworkers, capworkers;
+    sched_worker *wbyid;    /* the workers by id (workers.c) */
+    sched_worker **wheap;   /* the workers as a min-heap by load (workers.c), nworkers of them */
+    uint64_t assign_seq;
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
-    sched_obj *objects; /* directory by id */
+    spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
+    spw_slab recs[SCHED_REC_CLASSES]; /* object records by size class (sched__rec_alloc) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     struct sched_site *sites; /* interned call sites, counted by the objects naming them */
@@ -277,6 +306,26 @@ sched_obj *sched__obj_find(sched *s, spw_id id);
 /* site: the call site, sitelen bytes (not NUL-terminated), interned. */
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
                           size_t sitelen);
+/* Like sched__obj_new, with `task` zeroed bytes after the object in its record, for the task
+ * that computes it (its sched_task, arguments and blob: sched__obj_task). A task lives exactly
+ * as long as its output object, so the two are one allocation. NULL if out of memory. */
+sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *owner, const char *site,
+                               size_t sitelen, size_t task);
+static inline sched_task *sched__obj_task(sched_obj *o)
+{
+    return (sched_task *)(o + 1);
+}
+static inline uint64_t *sched__place_missing(sched_task *t)
+{
+    return (uint64_t *)(void *)(t->place - sizeof(uint64_t));
+}
+/* Offset of a task's place field (its uint64_t, then the name) after `n` bytes of record. */
+static inline size_t sched__place_at(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+/* Releases the slabs' spare chunks (the directory emptied, or shutdown). */
+void sched__recs_trim(sched *s);
 void sched__ref(sched *s, sched_obj *o, int kind);
 void sched__unref(sched *s, sched_obj *o, int kind);
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
@@ -314,7 +363,19 @@ typedef struct sched_locs {
 proto_loc_recs sched__locs(sched_locs *l, sched *s, const sched_obj *o);
 /** Tells a worker to drop its copy of an object (OBJ_DELETE). */
 void sched__worker_delete(sched_worker *w, spw_id id);
+
+/* workers.c: the workers by id and by load. */
 sched_worker *sched__worker_by_id(sched *s, uint32_t id);
+void sched__workers_add(sched *s, sched_worker *w);
+void sched__workers_remove(sched *s, sched_worker *w);
+/* w->assigned changed: restores its place in the load heap. */
+void sched__worker_load(sched *s, sched_worker *w);
+/* The least loaded worker (assigned / slots; between equals, the least recently given a task),
+ * paused or closing ones included, or NULL when there is none. */
+sched_worker *sched__worker_least_loaded(sched *s);
+/* Whether a is less loaded than b, in the heap's order. */
+bool sched__worker_less(const sched_worker *a, const sched_worker *b);
+void sched__workers_free(sched *s);
 
 /* tasks.c */
 void sched__live_uncount(sched *s, sched_obj *o);

@@ -57,7 +57,7 @@ void sched__status(sched *s, proto_conn *c, uint64_t req)
             .workers = {.n = s->nworkers, .put = put_worker, .arg = s},
             .clients = {.n = HASH_COUNT(s->sessions), .put = put_session, .arg = &cursor},
             .tasks = {s->tstate, PROTO_TSTATE_COUNT},
-            .objects = HASH_COUNT(s->objects),
+            .objects = s->objects.n,
             .obj_bytes = s->obj_bytes,
             .refs = {s->refs, REF_KINDS},
             .conns = {conns, PROTO_ROLE_PEER + 1},

@@ -100,7 +100,7 @@ static void send_result(sched *s, sched_task *t)
 {
     if (!(t->flags & PROTO_TASK_KEEP))
         return;
-    sched_session *ss = session_by_id(s, t->owner);
+    sched_session *ss = session_by_id(s, t->out->owner);
     if (ss == NULL)
         return;
     sched_obj *o = t->out;
@@ -145,8 +145,9 @@ void sched__task_free(sched *s, sched_task *t)
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING);
     s->tstate[t->state]--;
     sched__graph_release(s, t->graph);
-    spw_free(t);
+    /* Its memory is its output object's record, freed with it. */
 }
+
 
 void sched__dep_ready(sched *s, sched_arg *a)
 {
@@ -217,26 +218,28 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
     }
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob +
-                  (placelen > 0 ? placelen + 1 : 0);
-    sched_task *t = spw_try_malloc(SPW_MOD_SCHED, size);
-    if (t == NULL) {
+    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob;
+    if (placelen > 0)
+        size = sched__place_at(size) + sizeof(uint64_t) + placelen + 1;
+    sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
+                                         rec[R_TASK_SITE].bin.len, size);
+    if (out == NULL) {
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
         return SPW_ENOMEM;
     }
-    memset(t, 0, sizeof *t + (size_t)nargs * sizeof(sched_arg));
+    sched_task *t = sched__obj_task(out);
     t->args = (sched_arg *)(t + 1);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
     if (placelen > 0) {
-        t->place = (char *)bp + blob;
+        t->place = (char *)t +
+                   sched__place_at(sizeof *t + (size_t)nargs * sizeof(sched_arg) + blob) +
+                   sizeof(uint64_t);
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
     t->id = id;
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u;
-    t->owner = ss->id;
-    t->submitted_ms = spw_wall_ms();
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
     t->graph = ss->cur_graph;
     t->graph->ntasks++;
@@ -245,8 +248,6 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    sched_obj *out = sched__obj_new(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
-                                    rec[R_TASK_SITE].bin.len);
     out->producer = t;
     t->out = out;
     hold_for_graph(ss, out);
@@ -427,6 +428,63 @@ static sched_worker *home_worker(sched *s, const sched_task *t)
     return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
 }
 
+static bool worker_takes(const sched_worker *w, uint32_t depth)
+{
+    return !worker_paused(w) && w->assigned < (uint64_t)w->slots * depth &&
+           !proto_conn_is_closing(w->conn);
+}
+
+/* Bytes of the task's stored (not inline) inputs that worker id holds. */
+static uint64_t local_bytes(const sched_task *t, uint32_t id)
+{
+    uint64_t local = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o == NULL || o->inline_data != NULL)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++)
+            if (o->locs[j] == id)
+                local += o->size;
+    }
+    return local;
+}
+
+/* Without a scan over the workers: only those holding an input are looked at (the inputs'
+ * location lists are short), then the least loaded worker is the load heap's top. Returns
+ * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
+static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
+{
+    sched_worker *best = NULL;
+    uint64_t best_local = 0;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_obj *o = t->args[i].obj;
+        if (o == NULL || o->inline_data != NULL || o->size == 0)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++) {
+            sched_worker *w = sched__worker_by_id(s, o->locs[j]);
+            if (w == NULL || w == best || !worker_takes(w, depth))
+                continue;
+            uint64_t local = local_bytes(t, w->id);
+            if (best == NULL || local > best_local ||
+                (local == best_local && sched__worker_less(w, best))) {
+                best = w;
+                best_local = local;
+            }
+        }
+    }
+    if (best != NULL)
+        return best;
+    sched_worker *w = sched__worker_least_loaded(s);
+    if (w == NULL)
+        return NULL;
+    if (worker_paused(w) || proto_conn_is_closing(w->conn)) {
+        *scan = true;
+        return NULL;
+    }
+    /* The least loaded worker's queue is full: so is every other's. */
+    return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
+}
+
 /* Placement. Locality first: a task goes to the worker that computed its (largest) input when
  * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
  * worker whatever the cluster's size and its inline results never move. Otherwise the worker
@@ -440,7 +498,12 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
             !proto_conn_is_closing(h->conn))
             return h;
+        bool scan = false;
+        sched_worker *w = pick_indexed(s, t, depth, &scan);
+        if (!scan)
+            return w;
     }
+    /* A task placed by name, or a paused or closing worker at the top of the load heap. */
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
@@ -451,15 +514,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
             continue;
         if (t->place != NULL && strcmp(t->place, w->name) != 0)
             continue;
-        uint64_t local = 0;
-        for (uint32_t i = 0; i < t->nargs; i++) {
-            const sched_obj *o = t->args[i].obj;
-            if (o == NULL || o->inline_data != NULL)
-                continue;
-            for (uint32_t j = 0; j < o->nlocs; j++)
-                if (o->locs[j] == w->id)
-                    local += o->size;
-        }
+        uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
         if (best == NULL || local > best_local || (local == best_local && load < best_load)) {
             best = w;
@@ -539,6 +594,8 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     t->worker = w;
     t->graph->inflight++;
     w->assigned++;
+    w->assign_seq = ++s->assign_seq;
+    sched__worker_load(s, w);
     DL_APPEND2(w->tasks, t, wprev, wnext);
 }
 
@@ -563,14 +620,14 @@ static bool place_expired(sched *s, sched_task *t)
 {
     for (uint32_t i = 0; i < s->nworkers; i++)
         if (strcmp(s->workers[i]->name, t->place) == 0) {
-            t->place_missing_ns = 0;
+            *sched__place_missing(t) = 0;
             return false;
         }
     uint64_t now = spw_now_ns();
-    if (t->place_missing_ns == 0)
-        t->place_missing_ns = now;
+    if (*sched__place_missing(t) == 0)
+        *sched__place_missing(t) = now;
     if (s->opts.place_wait_ms == 0 ||
-        now - t->place_missing_ns < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+        now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
     snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
@@ -688,7 +745,9 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         return;
     }
     DL_DELETE2(w->tasks, t, wprev, wnext);
+    t->wprev = t->wnext = NULL; /* shared with the ready links */
     w->assigned--;
+    sched__worker_load(s, w);
     t->worker = NULL;
     t->graph->inflight--;
     sched__kick(s);
@@ -723,7 +782,9 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         }
         o->inline_len = v->bin.len;
         if (v->bin.len > 0) {
-            o->inline_data = spw_malloc(SPW_MOD_SCHED, v->bin.len);
+            o->inline_data = v->bin.len <= sizeof o->inline_small && o->errmsg == NULL
+                                 ? o->inline_small
+                                 : spw_malloc(SPW_MOD_SCHED, v->bin.len);
             memcpy(o->inline_data, v->bin.ptr, v->bin.len);
         }
     } else if (o->size > 0) {
@@ -743,7 +804,7 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t now_ms = spw_wall_ms();
-    uint64_t lat_ms = now_ms > t->submitted_ms ? now_ms - t->submitted_ms : 0;
+    uint64_t lat_ms = now_ms > t->out->created_ms ? now_ms - t->out->created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
     int b = 0;
     while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
@@ -834,6 +895,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
     DL_FOREACH_SAFE2(w->tasks, t, tmp, wnext)
     {
         DL_DELETE2(w->tasks, t, wprev, wnext);
+        t->wprev = t->wnext = NULL; /* shared with the ready links */
         w->assigned--;
         t->worker = NULL;
         t->graph->inflight--;
@@ -852,9 +914,10 @@ void sched__worker_lost(sched *s, sched_worker *w)
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */
-    size_t n = HASH_COUNT(s->objects), k = 0;
+    size_t n = s->objects.n, k = 0;
     spw_id *ids = spw_malloc(SPW_MOD_SCHED, (n > 0 ? n : 1) * sizeof *ids);
-    for (sched_obj *o = s->objects; o != NULL; o = o->hh.next)
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         ids[k++] = o->id;
     for (size_t i = 0; i < k; i++) {
         sched_obj *o = sched__obj_find(s, ids[i]);

@@ -508,6 +508,35 @@ static void task_placed_where_its_input_is(void **state)
     assert_ptr_equal(obj(e, 2)->producer->worker, e->s->workers[0]);
 }
 
+/* Independent tasks go to the least loaded workers (the load heap, workers.c): three 1-slot
+ * workers get one task each; the next task goes to the one that finished. */
+static void tasks_go_to_the_least_loaded(void **state)
+{
+    env *e = *state;
+    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1, .flags = PROTO_TASK_KEEP},
+                  {.id = 2, .flags = PROTO_TASK_KEEP},
+                  {.id = 3, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    STEP_UNTIL(e, count(w[0], PROTO_TASK_RUN) + count(w[1], PROTO_TASK_RUN) +
+                          count(w[2], PROTO_TASK_RUN) ==
+                      3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(count(w[i], PROTO_TASK_RUN), 1);
+    /* w2 finishes: the next task goes to it (load 0), not to a worker with load 1. */
+    uint64_t r2 = nth_run(w[1], 0);
+    done(w[1], r2, 0, 0, true);
+    STEP_UNTIL(e, tstate(e, r2) == T_DONE);
+    tspec more[] = {{.id = 4, .flags = PROTO_TASK_KEEP}};
+    submit(c, 2, 0, 0, more, 1);
+    STEP_UNTIL(e, got(w[1], PROTO_TASK_RUN, tid(4)));
+    for (uint32_t i = 0; i < e->s->nworkers; i++)
+        assert_int_equal(e->s->workers[i]->assigned, 1);
+}
+
 /* A chain of inline results stays on the worker that ran its first task while that worker has a
  * free slot, though two other workers are idle (locality: a hop never lands on a cold worker). */
 static void chain_stays_on_its_worker(void **state)
@@ -561,13 +590,13 @@ static void client_disconnect_cancels_its_tasks(void **state)
     STEP_UNTIL(e, count(w, PROTO_TASK_CANCEL) >= 1 && e->s->tstate[T_READY] == 0);
     assert_true(got(w, PROTO_TASK_CANCEL, tid(r1)) && got(w, PROTO_TASK_CANCEL, tid(r2)));
     assert_true(obj(e, r1)->orphan && obj(e, r2)->orphan);
-    assert_int_equal(HASH_COUNT(e->s->objects), 2);
+    assert_int_equal(e->s->objects.n, 2);
     assert_int_equal(HASH_COUNT(e->s->sessions), 0);
 
     done(w, r2, SPW_ECANCELED, 0, false); /* not started: dropped by the worker */
     done(w, r1, 0, 100, false);           /* was running: it finishes */
     /* The stored result nobody wants is deleted on the worker. */
-    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 0 && got(w, PROTO_OBJ_DELETE, tid(r1)));
+    STEP_UNTIL(e, e->s->objects.n == 0 && got(w, PROTO_OBJ_DELETE, tid(r1)));
     assert_int_equal(e->s->workers[0]->assigned, 0);
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
         assert_int_equal(e->s->tstate[k], 0);
@@ -604,7 +633,7 @@ static void worker_death_requeues_and_recomputes(void **state)
     done(w2, 3, 0, 4, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
-    STEP_UNTIL(e, HASH_COUNT(e->s->objects) == 1); /* only the kept result */
+    STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
 }
 
 /* Releasing an id the client does not hold changes nothing; a put's CLIENT reference goes
@@ -669,6 +698,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
     cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
+    cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),

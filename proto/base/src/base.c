@@ -338,6 +338,12 @@ static void *heap_wrap(heap_hdr *h, enum spw_mod mod, size_t n)
     return h + 1;
 }
 
+void spw_heap_charge(enum spw_mod mod, int64_t delta)
+{
+    SPW_ASSERT(mod < SPW_MOD_COUNT);
+    atomic_fetch_add_explicit(&heap_used[mod], delta, memory_order_relaxed);
+}
+
 void *spw_try_malloc(enum spw_mod mod, size_t n)
 {
     SPW_ASSERT(mod < SPW_MOD_COUNT);

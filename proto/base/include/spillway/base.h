@@ -155,6 +155,8 @@ char *spw_strdup(enum spw_mod mod, const char *s);
 char *spw_strndup(enum spw_mod mod, const char *s, size_t n);
 /** Bytes currently allocated by a module, or by all when mod == SPW_MOD_COUNT. */
 int64_t spw_heap_used(enum spw_mod mod);
+/** Charges delta bytes to mod's counter for memory it holds outside spw_malloc (slab chunks). */
+void spw_heap_charge(enum spw_mod mod, int64_t delta);
 /** Makes the next n-th allocation through spw_try_malloc/realloc fail (test hook); 0 disables. */
 void spw_heap_fail_after(uint64_t n);
 
