@@ -99,6 +99,7 @@ static proto_bytes fill_bytes(filler *f, size_t n)
             fill_##arg##_rec(f, &r[k]);                                                            \
         (dst_) = (proto_##arg##_recs){.n = RECS_N, .v = r};                                        \
     } while (0)
+#define FILL_BATCH FILL_RECS
 #define FILL_LIST_U(dst_, arg)                                                                     \
     do {                                                                                           \
         uint32_t n = (arg) > LIST_N ? (arg) : LIST_N;                                              \
@@ -173,6 +174,7 @@ static bool bytes_eq(const proto_val *v, const void *p, size_t n)
         for (uint32_t k = 0; k < (src_).n; k++)                                                    \
             check_##arg##_rec(PROTO_REC((dst_), k), &(src_).v[k]);                                 \
     } while (0)
+#define CHK_BATCH CHK_RECS
 #define CHK_LIST_U(dst_, src_, member, arg)                                                        \
     do {                                                                                           \
         CHECK(!(dst_)->nil && (dst_)->arr.n == (src_).n, member);                                  \
