@@ -52,27 +52,38 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
     return 0;
 }
 
+/* Logs one message, or one record of a batched one as the single message it stands for. */
+static void log_rx(env *e, uint32_t type, const proto_val *f)
+{
+    assert_true(e->n < sizeof e->log / sizeof e->log[0]);
+    rx *r = &e->log[e->n++];
+    memset(r, 0, sizeof *r);
+    r->type = type;
+    if (type == PROTO_TASK_DONE) {
+        r->id = f[F_DONE_ID].id;
+        r->status = f[F_DONE_STATUS].i;
+        r->size = f[F_DONE_SIZE].u;
+        r->inl_nil = f[F_DONE_INLINE].nil;
+        if (!r->inl_nil && f[F_DONE_INLINE].bin.len <= sizeof r->inl) {
+            r->inl_len = f[F_DONE_INLINE].bin.len;
+            memcpy(r->inl, f[F_DONE_INLINE].bin.ptr, r->inl_len);
+        }
+    } else if (type == PROTO_TASK_STARTED && f[F_STARTED_IDS].arr.n > 0) {
+        r->id = f[F_STARTED_IDS].arr.v[0].id;
+    }
+}
+
 static void on_msg(proto_conn *c, const proto_msg *m)
 {
     env *e = proto_ctx_data(proto_conn_ctx(c));
     if (m->type == PROTO_HEARTBEAT)
         return;
-    assert_true(e->n < sizeof e->log / sizeof e->log[0]);
-    rx *r = &e->log[e->n++];
-    memset(r, 0, sizeof *r);
-    r->type = m->type;
-    if (m->type == PROTO_TASK_DONE) {
-        r->id = m->f[F_DONE_ID].id;
-        r->status = m->f[F_DONE_STATUS].i;
-        r->size = m->f[F_DONE_SIZE].u;
-        r->inl_nil = m->f[F_DONE_INLINE].nil;
-        if (!r->inl_nil && m->f[F_DONE_INLINE].bin.len <= sizeof r->inl) {
-            r->inl_len = m->f[F_DONE_INLINE].bin.len;
-            memcpy(r->inl, m->f[F_DONE_INLINE].bin.ptr, r->inl_len);
-        }
-    } else if (m->type == PROTO_TASK_STARTED && m->f[F_STARTED_IDS].arr.n > 0) {
-        r->id = m->f[F_STARTED_IDS].arr.v[0].id;
+    if (m->type == PROTO_TASK_DONES) {
+        for (uint32_t i = 0; i < m->f[F_DONES_RECS].arr.n; i++)
+            log_rx(e, PROTO_TASK_DONE, PROTO_REC(&m->f[F_DONES_RECS], i));
+        return;
     }
+    log_rx(e, m->type, m->f);
 }
 
 static void on_close(proto_conn *c, int status)

@@ -113,13 +113,14 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
     else
         w->tasks_failed++;
     if (w->sched != NULL && t->gen == w->gen) {
-        proto_send_task_done(w->sched, 0,
-                             &(proto_task_done_msg){.id = t->id,
-                                                    .status = status,
-                                                    .size = size,
-                                                    .value = {inl, inl != NULL ? size : 0},
-                                                    .err = err,
-                                                    .run_us = run_us});
+        /* Completions of one loop iteration share a TASK_DONES frame. */
+        proto_batch_done(w->sched, PROTO_TASK_DONES,
+                         &(proto_done_rec){.id = t->id,
+                                           .status = status,
+                                           .size = size,
+                                           .value = {inl, inl != NULL ? size : 0},
+                                           .err = err,
+                                           .run_us = run_us});
     }
     task_free(w, t);
 }
