@@ -523,12 +523,12 @@ static int check_inputs(const sched_task *t, char *err, size_t errlen)
 static void assign(sched *s, sched_task *t, sched_worker *w)
 {
     warg_iter it = {.s = s, .t = t};
-    int rc = proto_send_task_run(
-        w->conn, 0,
-        &(proto_task_run_msg){.id = t->id,
-                              .fn = t->fn->name,
-                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
-                              .flags = t->flags});
+    /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
+    int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
+                             &(proto_run_rec){.id = t->id,
+                                              .fn = t->fn->name,
+                                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
+                                              .flags = t->flags});
     if (rc != 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));

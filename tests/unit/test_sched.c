@@ -55,40 +55,54 @@ static void on_ready(proto_conn *c, const proto_welcome *w)
     p->session = w->session;
 }
 
-static void on_msg(proto_conn *c, const proto_msg *m)
+/* Logs one message, or one record of a batched one as the single message it stands for. */
+static void log_rx(peer *p, uint32_t type, const proto_val *f)
 {
-    peer *p = proto_conn_data(c);
     assert_true(p->n < sizeof p->log / sizeof p->log[0]);
     rx *r = &p->log[p->n++];
     memset(r, 0, sizeof *r);
-    r->type = m->type;
-    switch (m->type) {
+    r->type = type;
+    switch (type) {
     case PROTO_TASK_RUN:
-        r->id = m->f[0].id;
+        r->id = f[0].id;
         break;
     case PROTO_PUT_TARGET:
-        r->id = m->f[0].id;
-        r->u = m->f[1].u; /* the worker receiving the upload */
+        r->id = f[0].id;
+        r->u = f[1].u; /* the worker receiving the upload */
         break;
     case PROTO_TASK_RESULT:
     case PROTO_LOCATION:
-        r->id = m->f[0].id;
-        r->code = m->f[1].i;
+        r->id = f[0].id;
+        r->code = f[1].i;
         break;
     case PROTO_SUBMIT_ACK:
-        r->u = m->f[1].u;
+        r->u = f[1].u;
         break;
     case PROTO_ERROR:
-        r->code = m->f[F_ERROR_CODE].i;
+        r->code = f[F_ERROR_CODE].i;
         break;
     case PROTO_OBJ_DELETE:
     case PROTO_TASK_CANCEL:
-        for (uint32_t i = 0; i < m->f[0].arr.n && r->nids < 16; i++)
-            r->ids[r->nids++] = m->f[0].arr.v[i].id;
+        for (uint32_t i = 0; i < f[0].arr.n && r->nids < 16; i++)
+            r->ids[r->nids++] = f[0].arr.v[i].id;
         break;
     default:
         break;
     }
+}
+
+static void on_msg(proto_conn *c, const proto_msg *m)
+{
+    peer *p = proto_conn_data(c);
+    uint32_t single = m->type == PROTO_TASK_RUNS      ? PROTO_TASK_RUN
+                      : m->type == PROTO_TASK_RESULTS ? PROTO_TASK_RESULT
+                                                      : 0;
+    if (single == 0) {
+        log_rx(p, m->type, m->f);
+        return;
+    }
+    for (uint32_t i = 0; i < m->f[0].arr.n; i++)
+        log_rx(p, single, PROTO_REC(&m->f[0], i));
 }
 
 static void on_close(proto_conn *c, int status)

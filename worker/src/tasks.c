@@ -200,18 +200,34 @@ static void input_done(void *arg, int status, ost_obj *o)
 
 /* ---------------------------------------------------------------- intake */
 
-void wrk__task_run(wrk *w, const proto_msg *m)
+/* One task to run: the fields of a TASK_RUN, or record i of a TASK_RUNS (f[0].bad: the record
+ * did not match the schema; answered as a failed task when its id is readable). */
+static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_rec)
 {
     char hex[33];
-    spw_id id = m->f[F_RUN_ID].id;
+    if (f[F_RUN_ID].bad) {
+        if (f[F_RUN_ID].nil) {
+            proto_conn_error(w->sched, req, SPW_EMALFORMED,
+                             "TASK_RUNS record %u is malformed and names no task", i_rec);
+            return;
+        }
+        char msg[96];
+        snprintf(msg, sizeof msg, "TASK_RUNS record %u does not match the schema", i_rec);
+        spw_log(SPW_LOG_WARN, "task=%s: %s", spw_id_hex(f[F_RUN_ID].id, hex), msg);
+        proto_batch_done(w->sched, PROTO_TASK_DONES,
+                         &(proto_done_rec){.id = f[F_RUN_ID].id, .status = SPW_EMALFORMED,
+                                           .err = msg});
+        return;
+    }
+    spw_id id = f[F_RUN_ID].id;
     wtask *t;
     HASH_FIND(hh, w->tasks, &id, sizeof id, t);
     if (t != NULL) {
-        proto_conn_error(w->sched, m->req, SPW_EDUPLICATE, "task=%s is already here",
+        proto_conn_error(w->sched, req, SPW_EDUPLICATE, "task=%s is already here",
                          spw_id_hex(id, hex));
         return;
     }
-    const proto_val *args = &m->f[F_RUN_ARGS];
+    const proto_val *args = &f[F_RUN_ARGS];
     uint32_t nargs = args->arr.n;
     size_t blob = 0;
     for (uint32_t i = 0; i < nargs; i++) {
@@ -221,7 +237,7 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     }
     t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
     if (t == NULL) {
-        proto_conn_error(w->sched, m->req, SPW_ENOMEM, "task=%s: out of memory",
+        proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory",
                          spw_id_hex(id, hex));
         return;
     }
@@ -230,10 +246,10 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     t->args = (warg *)(t + 1);
     memset(t->args, 0, nargs * sizeof(warg));
     t->nargs = nargs;
-    t->flags = (uint32_t)m->f[F_RUN_FLAGS].u;
+    t->flags = (uint32_t)f[F_RUN_FLAGS].u;
     t->state = WT_INPUTS;
     t->gen = w->gen;
-    proto_str(&m->f[F_RUN_FN], t->fn, sizeof t->fn);
+    proto_str(&f[F_RUN_FN], t->fn, sizeof t->fn);
     HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
 
@@ -312,6 +328,18 @@ void wrk__task_run(wrk *w, const proto_msg *m)
         t->missing = 1;
         wrk__input_ready(w, t, 0, 0, NULL);
     }
+}
+
+void wrk__task_run(wrk *w, const proto_msg *m)
+{
+    task_run_rec(w, m->req, m->f, 0);
+}
+
+void wrk__task_runs(wrk *w, const proto_msg *m)
+{
+    const proto_val *recs = &m->f[F_RUNS_RECS];
+    for (uint32_t i = 0; i < recs->arr.n; i++)
+        task_run_rec(w, m->req, PROTO_REC(recs, i), i);
 }
 
 /* -------------------------------------------------------------- executors */
