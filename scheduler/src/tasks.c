@@ -104,7 +104,7 @@ static void send_result(sched *s, sched_task *t)
     if (ss == NULL)
         return;
     sched_obj *o = t->out;
-    proto_task_result_msg r = {.id = t->id};
+    proto_tres_rec r = {.id = t->id};
     if (o->state == OBJ_READY) {
         r.size = o->size;
         if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
@@ -114,7 +114,8 @@ static void send_result(sched *s, sched_task *t)
         r.status = o->err != 0 ? o->err : SPW_ETASKFAILED;
         r.err = o->errmsg;
     }
-    proto_send_task_result(ss->conn, 0, &r);
+    /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
+    proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
 }
 
 static void task_fail(sched *s, sched_task *t, int err, const char *msg)
