@@ -275,18 +275,23 @@ int spillway__call_wait(spillway *c, int timeout_ms)
 /* --------------------------------------------------------- scheduler side */
 
 /* One result: the fields of a TASK_RESULT, or a record of a TASK_RESULTS (a bad record is
- * logged: its task stays pending, as if its result had not come). */
+ * logged, and fails its task when its id is readable). */
 static void on_task_result(spillway *c, const proto_val *f)
 {
-    if (f[F_TRES_ID].bad) {
-        char hex[33];
-        spw_log(SPW_LOG_WARN, "scheduler: a TASK_RESULTS record does not match the schema (task=%s)",
+    char hex[33];
+    if (f[F_TRES_ID].bad)
+        spw_log(SPW_LOG_WARN, "scheduler: a TASK_RESULTS record does not match the schema "
+                              "(task=%s)",
                 f[F_TRES_ID].nil ? "?" : spw_id_hex(f[F_TRES_ID].id, hex));
-        return;
-    }
-    handle *h = spillway__handle_find(c, f[F_TRES_ID].id);
+    handle *h = f[F_TRES_ID].nil ? NULL : spillway__handle_find(c, f[F_TRES_ID].id);
     if (h == NULL || h->kind != H_TASK)
         return; /* released before it finished */
+    if (f[F_TRES_ID].bad) {
+        h->status = SPW_EMALFORMED;
+        h->state = H_FAILED;
+        h->err = spw_strdup(SPW_MOD_CLIENT, "the scheduler sent a malformed result");
+        return;
+    }
     int status = (int)f[F_TRES_STATUS].i;
     h->status = status;
     h->state = status == 0 ? H_DONE : H_FAILED;
