@@ -361,11 +361,12 @@ static void put_earg(proto_enc *e, uint32_t i, void *arg)
 
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
-    proto_send_exec(ex->conn, 0,
-                    &(proto_exec_msg){.id = t->id,
-                                      .fn = t->fn,
-                                      .args = {.n = t->nargs, .put = put_earg, .arg = t},
-                                      .inline_limit = w->inline_limit});
+    /* The tasks one dispatch gives an executor share an EXECS frame. */
+    proto_batch_exec(ex->conn, PROTO_EXECS,
+                     &(proto_exec_rec){.id = t->id,
+                                       .fn = t->fn,
+                                       .args = {.n = t->nargs, .put = put_earg, .arg = t},
+                                       .inline_limit = w->inline_limit});
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
@@ -499,20 +500,22 @@ void wrk__exec_maintain(wrk *w)
             exec_check(w, &w->execs[i], true);
 }
 
-static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
+/* One completion from an executor: the fields of an EXEC_DONE, or a record of an EXEC_DONES
+ * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor). */
+static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
 {
     char hex[33];
     wtask *t = ex->head;
-    if (t == NULL || !spw_id_eq(t->id, m->f[F_DONE_ID].id)) {
+    if (t == NULL || f[F_DONE_ID].nil || !spw_id_eq(t->id, f[F_DONE_ID].id)) {
         spw_log(SPW_LOG_ERR, "executor pid=%d reported task=%s out of order: restarting it",
-                ex->pid, spw_id_hex(m->f[F_DONE_ID].id, hex));
+                ex->pid, f[F_DONE_ID].nil ? "?" : spw_id_hex(f[F_DONE_ID].id, hex));
         proto_conn_close(ex->conn, SPW_EPROTO);
         return;
     }
     exec_pop(w, ex);
     if (ex->head != NULL)
         started_note(w, ex->head); /* the next queued task begins now */
-    uint64_t run_us = m->f[F_DONE_RUN_US].u;
+    uint64_t run_us = f[F_DONE_RUN_US].u;
     if (t->gen != w->gen) {
         /* Its scheduler is gone: nobody holds a reference to the output (aborted with it). */
         task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", run_us);
@@ -520,12 +523,16 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
         return;
     }
     w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
-    int status = (int)m->f[F_DONE_STATUS].i;
-    uint64_t size = m->f[F_DONE_SIZE].u;
+    int status = (int)f[F_DONE_STATUS].i;
+    uint64_t size = f[F_DONE_SIZE].u;
     char err[PROTO_MAX_STR + 1];
-    proto_str(&m->f[F_DONE_ERR], err, sizeof err);
+    proto_str(&f[F_DONE_ERR], err, sizeof err);
+    if (f[F_DONE_ID].bad) {
+        status = SPW_EPROTO;
+        snprintf(err, sizeof err, "the executor's EXEC_DONES record does not match the schema");
+    }
     if (status == 0 && t->out != NULL) {
-        if (!m->f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
+        if (!f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
             status = SPW_EPROTO;
             snprintf(err, sizeof err, "executor reported %llu bytes for an output of %llu",
                      (unsigned long long)size, (unsigned long long)ost_obj_size(t->out));
@@ -534,7 +541,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
             t->out = NULL;
             ost_obj_seal(w->store, o);
         }
-    } else if (status == 0 && m->f[F_DONE_INLINE].nil && size != 0) {
+    } else if (status == 0 && f[F_DONE_INLINE].nil && size != 0) {
         status = SPW_EPROTO;
         snprintf(err, sizeof err, "executor reported an output it never allocated");
     }
@@ -545,8 +552,8 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
     }
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
-    } else if (!m->f[F_DONE_INLINE].nil) {
-        task_report(w, t, 0, m->f[F_DONE_INLINE].bin.len, m->f[F_DONE_INLINE].bin.ptr, NULL,
+    } else if (!f[F_DONE_INLINE].nil) {
+        task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL,
                     run_us);
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);
@@ -561,8 +568,16 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
     wrk *w = ex->w;
     switch (m->type) {
     case PROTO_EXEC_DONE:
-        exec_done(w, ex, m);
+        exec_done(w, ex, m->f);
         return;
+    case PROTO_EXEC_DONES: {
+        const proto_val *recs = &m->f[F_DONES_RECS];
+        for (uint32_t i = 0; i < recs->arr.n && ex->conn != NULL &&
+                             !proto_conn_is_closing(ex->conn);
+             i++)
+            exec_done(w, ex, PROTO_REC(recs, i));
+        return;
+    }
     case PROTO_EXEC_ALLOC: {
         wtask *t = ex->head;
         if (t == NULL || !spw_id_eq(t->id, m->f[F_EALLOC_ID].id) || t->out != NULL) {
