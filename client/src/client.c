@@ -280,8 +280,9 @@ static void on_task_result(spillway *c, const proto_val *f)
 {
     char hex[33];
     if (f[F_TRES_ID].bad)
-        spw_log(SPW_LOG_WARN, "scheduler: a TASK_RESULTS record does not match the schema "
-                              "(task=%s)",
+        spw_log(SPW_LOG_WARN,
+                "scheduler: a TASK_RESULTS record does not match the schema "
+                "(task=%s)",
                 f[F_TRES_ID].nil ? "?" : spw_id_hex(f[F_TRES_ID].id, hex));
     handle *h = f[F_TRES_ID].nil ? NULL : spillway__handle_find(c, f[F_TRES_ID].id);
     if (h == NULL || h->kind != H_TASK)

@@ -77,7 +77,7 @@ int proto_conn_batch_commit(proto_conn *c)
 }
 
 #define DEF_BATCH(NAME, name)                                                                      \
-    int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r)             \
+    int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r)              \
     {                                                                                              \
         proto_put_##name##_rec(proto_conn_batch_rec(c, type), r);                                  \
         return proto_conn_batch_commit(c);                                                         \

@@ -102,56 +102,56 @@ typedef struct pschema {
 #pragma clang diagnostic ignored "-Wmissing-field-initializers"
 #endif
 #define ROW_U(arg)                                                                                 \
-    { \
-        PF_U, 0, 0, 0, 0, 0                                                                           \
+    {                                                                                              \
+        PF_U, 0, 0, 0, 0, 0                                                                        \
     }
 #define ROW_I(arg)                                                                                 \
-    { \
-        PF_I, 0, 0, 0, 0, 0                                                                           \
+    {                                                                                              \
+        PF_I, 0, 0, 0, 0, 0                                                                        \
     }
 #define ROW_ID(arg)                                                                                \
-    { \
-        PF_ID, 0, 0, 16, 16, 0                                                                        \
+    {                                                                                              \
+        PF_ID, 0, 0, 16, 16, 0                                                                     \
     }
 #define ROW_OPT_ID(arg)                                                                            \
-    { \
-        PF_ID, 1, 0, 16, 16, 0                                                                        \
+    {                                                                                              \
+        PF_ID, 1, 0, 16, 16, 0                                                                     \
     }
 #define ROW_BIN(arg)                                                                               \
-    { \
-        PF_BIN, 0, 0, (arg), (arg), 0                                                                 \
+    {                                                                                              \
+        PF_BIN, 0, 0, (arg), (arg), 0                                                              \
     }
 #define ROW_OPT_BIN(arg)                                                                           \
-    { \
-        PF_BIN, 1, 0, 0, UINT32_MAX, 0                                                                \
+    {                                                                                              \
+        PF_BIN, 1, 0, 0, UINT32_MAX, 0                                                             \
     }
 #define ROW_DATA(arg)                                                                              \
-    { \
-        PF_BIN, 0, 0, 0, UINT32_MAX, 0                                                                \
+    {                                                                                              \
+        PF_BIN, 0, 0, 0, UINT32_MAX, 0                                                             \
     }
 #define ROW_STR(arg)                                                                               \
-    { \
-        PF_STR, 0, 0, 0, (arg), 0                                                                     \
+    {                                                                                              \
+        PF_STR, 0, 0, 0, (arg), 0                                                                  \
     }
 #define ROW_REC(arg)                                                                               \
-    { \
-        PF_REC, 1, REC_##arg, 0, 0, 0                                                                 \
+    {                                                                                              \
+        PF_REC, 1, REC_##arg, 0, 0, 0                                                              \
     }
 #define ROW_RECS(arg)                                                                              \
-    { \
-        PF_RECS, 0, REC_##arg, 0, UINT32_MAX, 0                                                       \
+    {                                                                                              \
+        PF_RECS, 0, REC_##arg, 0, UINT32_MAX, 0                                                    \
     }
 #define ROW_BATCH(arg)                                                                             \
     {                                                                                              \
         PF_RECS, 0, REC_##arg, 0, UINT32_MAX, 1                                                    \
     }
 #define ROW_LIST_U(arg)                                                                            \
-    { \
-        PF_LIST_U, 0, 0, (arg), UINT32_MAX, 0                                                         \
+    {                                                                                              \
+        PF_LIST_U, 0, 0, (arg), UINT32_MAX, 0                                                      \
     }
 #define ROW_LIST_ID(arg)                                                                           \
-    { \
-        PF_LIST_ID, 0, 0, 0, UINT32_MAX, 0                                                            \
+    {                                                                                              \
+        PF_LIST_ID, 0, 0, 0, UINT32_MAX, 0                                                         \
     }
 #define ROW_FIELD(index, member, kind, arg) ROW_##kind(arg),
 #define COUNT_REQ(index, member, kind, arg) +1

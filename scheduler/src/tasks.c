@@ -703,8 +703,8 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
 
     if (f[F_DONE_ID].bad) {
         proto_conn_error(w->conn, req, SPW_EMALFORMED,
-                         "TASK_DONES record %u (task=%s) does not match the schema: task failed",
-                         i, spw_id_hex(id, hex));
+                         "TASK_DONES record %u (task=%s) does not match the schema: task failed", i,
+                         spw_id_hex(id, hex));
         task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
         return;
     }

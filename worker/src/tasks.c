@@ -214,9 +214,9 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         char msg[96];
         snprintf(msg, sizeof msg, "TASK_RUNS record %u does not match the schema", i_rec);
         spw_log(SPW_LOG_WARN, "task=%s: %s", spw_id_hex(f[F_RUN_ID].id, hex), msg);
-        proto_batch_done(w->sched, PROTO_TASK_DONES,
-                         &(proto_done_rec){.id = f[F_RUN_ID].id, .status = SPW_EMALFORMED,
-                                           .err = msg});
+        proto_batch_done(
+            w->sched, PROTO_TASK_DONES,
+            &(proto_done_rec){.id = f[F_RUN_ID].id, .status = SPW_EMALFORMED, .err = msg});
         return;
     }
     spw_id id = f[F_RUN_ID].id;
@@ -237,8 +237,7 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     }
     t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
     if (t == NULL) {
-        proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory",
-                         spw_id_hex(id, hex));
+        proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory", spw_id_hex(id, hex));
         return;
     }
     memset(t, 0, sizeof *t);
@@ -553,8 +552,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!f[F_DONE_INLINE].nil) {
-        task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL,
-                    run_us);
+        task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us);
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);
     }
@@ -572,9 +570,8 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
         return;
     case PROTO_EXEC_DONES: {
         const proto_val *recs = &m->f[F_DONES_RECS];
-        for (uint32_t i = 0; i < recs->arr.n && ex->conn != NULL &&
-                             !proto_conn_is_closing(ex->conn);
-             i++)
+        for (uint32_t i = 0;
+             i < recs->arr.n && ex->conn != NULL && !proto_conn_is_closing(ex->conn); i++)
             exec_done(w, ex, PROTO_REC(recs, i));
         return;
     }

@@ -409,9 +409,9 @@ _Static_assert((int)PROTO_NF_REC_RUN == (int)PROTO_NF_TASK_RUN &&
 typedef struct proto_batch {
     proto_enc e;
     uint32_t type;
-    uint32_t n;     /* records in the open frame */
-    size_t arr_at;  /* offset of its record array's header */
-    size_t rec_at;  /* offset of its last record */
+    uint32_t n;    /* records in the open frame */
+    size_t arr_at; /* offset of its record array's header */
+    size_t rec_at; /* offset of its last record */
 } proto_batch;
 
 /** Starts one more record of batched message type at the end of buf, opening a frame there
