@@ -204,17 +204,31 @@ int spillway__call_wait(spillway *c, int timeout_ms)
 
 /* --------------------------------------------------------- scheduler side */
 
-static void on_task_result(spillway *c, const proto_msg *m)
+/* One result: the fields of a TASK_RESULT, or a record of a TASK_RESULTS (a bad record is
+ * logged, and fails its task when its id is readable). */
+static void on_task_result(spillway *c, const proto_val *f)
 {
-    handle *h = spillway__handle_find(c, m->f[F_TRES_ID].id);
+    char hex[33];
+    if (f[F_TRES_ID].bad)
+        spw_log(SPW_LOG_WARN,
+                "scheduler: a TASK_RESULTS record does not match the schema "
+                "(task=%s)",
+                f[F_TRES_ID].nil ? "?" : spw_id_hex(f[F_TRES_ID].id, hex));
+    handle *h = f[F_TRES_ID].nil ? NULL : spillway__handle_find(c, f[F_TRES_ID].id);
     if (h == NULL || h->kind != H_TASK)
         return; /* released before it finished */
-    int status = (int)m->f[F_TRES_STATUS].i;
+    if (f[F_TRES_ID].bad) {
+        h->status = SPW_EMALFORMED;
+        h->state = H_FAILED;
+        h->err = spw_strdup(SPW_MOD_CLIENT, "the scheduler sent a malformed result");
+        return;
+    }
+    int status = (int)f[F_TRES_STATUS].i;
     h->status = status;
     h->state = status == 0 ? H_DONE : H_FAILED;
-    h->size = m->f[F_TRES_SIZE].u;
-    if (!m->f[F_TRES_INLINE].nil) {
-        const proto_val *v = &m->f[F_TRES_INLINE];
+    h->size = f[F_TRES_SIZE].u;
+    if (!f[F_TRES_INLINE].nil) {
+        const proto_val *v = &f[F_TRES_INLINE];
         h->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len > 0 ? v->bin.len : 1);
         memcpy(h->inl, v->bin.ptr, v->bin.len);
         h->size = v->bin.len;
@@ -222,7 +236,7 @@ static void on_task_result(spillway *c, const proto_msg *m)
     }
     if (status != 0) {
         char err[PROTO_MAX_STR + 1];
-        h->err = spw_strdup(SPW_MOD_CLIENT, proto_str(&m->f[F_TRES_ERR], err, sizeof err));
+        h->err = spw_strdup(SPW_MOD_CLIENT, proto_str(&f[F_TRES_ERR], err, sizeof err));
     }
 }
 
@@ -230,7 +244,12 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
 {
     spillway *c = proto_ctx_data(proto_conn_ctx(conn));
     if (m->type == PROTO_TASK_RESULT) {
-        on_task_result(c, m);
+        on_task_result(c, m->f);
+        return;
+    }
+    if (m->type == PROTO_TASK_RESULTS) {
+        for (uint32_t i = 0; i < m->f[F_TRESS_RECS].arr.n; i++)
+            on_task_result(c, PROTO_REC(&m->f[F_TRESS_RECS], i));
         return;
     }
     call *k = &c->call;

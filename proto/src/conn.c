@@ -299,6 +299,7 @@ void conn__do_close(proto_conn *c)
     c->state = ST_CLOSED;
     c->deadline_ns = 0;
     c->sink = NULL;
+    c->batch.n = 0; /* its bytes go with the output */
     if (c->dirty) {
         /* Unlink from the dirty list so the flusher never sees a closed connection. */
         proto_conn **pp = &c->ctx->dirty;
@@ -328,6 +329,7 @@ void proto_conn_close(proto_conn *c, int status)
 {
     if (c->state == ST_CLOSING || c->state == ST_CLOSED)
         return;
+    conn__batch_close(c);
     if (c->close_status == 0)
         c->close_status = status;
     if (c->state == ST_CONNECTING) {

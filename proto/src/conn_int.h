@@ -116,6 +116,7 @@ struct proto_conn {
     uint8_t sink_head[SINK_HEAD_MAX];
     msgpack_zone zone;
     outq out;  /* being filled */
+    proto_batch batch; /* an open batched frame at the end of out.buf (batch.n > 0) */
     outq wout; /* being written */
     size_t queued;
     uv_buf_t *wbufs;
@@ -192,6 +193,8 @@ void conn__mark_dirty(proto_conn *c);
 uint32_t conn__send_limit(const proto_conn *c);
 void conn__after_enqueue(proto_conn *c, size_t bytes);
 void conn__flush(proto_conn *c);
+/* Closes the open batched frame (proto_conn_batch_rec), if any, queueing it. */
+void conn__batch_close(proto_conn *c);
 void conn__process_input(proto_conn *c);
 void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);

@@ -19,10 +19,70 @@ void conn__mark_dirty(proto_conn *c)
         uv_idle_start(&ctx->flusher, conn__flusher_cb);
 }
 
+/* Closes the open batched frame, if any: it is complete and queued like any other. */
+void conn__batch_close(proto_conn *c)
+{
+    if (c->batch.n > 0)
+        (void)proto_conn_send(c, proto_batch_seal(&c->batch));
+}
+
 spw_buf *proto_conn_out(proto_conn *c)
 {
+    conn__batch_close(c);
     return &c->out.buf;
 }
+
+proto_enc *proto_conn_batch_rec(proto_conn *c, uint32_t type)
+{
+    if (c->batch.n > 0 && c->batch.type != type)
+        conn__batch_close(c);
+    if (c->batch.n == 0)
+        conn__mark_dirty(c); /* the flusher closes and writes it in this loop iteration */
+    return proto_batch_rec(&c->batch, &c->out.buf, type);
+}
+
+int proto_conn_batch_commit(proto_conn *c)
+{
+    proto_batch *b = &c->batch;
+    spw_buf *buf = &c->out.buf;
+    if (c->state == ST_CLOSED) {
+        buf->len = b->e.start;
+        b->n = 0;
+        return SPW_ECLOSED;
+    }
+    uint32_t limit = conn__send_limit(c);
+    if (buf->len - b->e.start - PROTO_HDR_LEN > limit) {
+        /* The last record does not fit: the others go as they are, it goes alone if it can. */
+        uint32_t type = b->type;
+        size_t len = buf->len - b->rec_at;
+        uint8_t *rec = b->n > 1 ? spw_malloc(SPW_MOD_PROTO, len) : NULL;
+        if (rec != NULL)
+            memcpy(rec, buf->data + b->rec_at, len);
+        buf->len = b->rec_at;
+        b->n--;
+        if (b->n > 0)
+            conn__batch_close(c);
+        else
+            buf->len = b->e.start;
+        if (rec == NULL)
+            return SPW_EFRAMESIZE;
+        proto_batch_rec(b, buf, type);
+        spw_buf_append(buf, rec, len);
+        spw_free(rec);
+        return proto_conn_batch_commit(c);
+    }
+    if (proto_batch_full(b))
+        conn__batch_close(c);
+    return 0;
+}
+
+#define DEF_BATCH(NAME, name)                                                                      \
+    int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r)              \
+    {                                                                                              \
+        proto_put_##name##_rec(proto_conn_batch_rec(c, type), r);                                  \
+        return proto_conn_batch_commit(c);                                                         \
+    }
+PROTO_SCHEMA(DEF_BATCH, PROTO__NONE, PROTO__NONE, PROTO__NONE)
 
 uint32_t conn__send_limit(const proto_conn *c)
 {
@@ -75,6 +135,7 @@ PROTO_SCHEMA(PROTO__NONE, DEF_SEND, DEF_SEND0, DEF_SEND_ALIAS)
 int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
 {
     PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
+    conn__batch_close(c);
     if (c->state == ST_CLOSED)
         return SPW_ECLOSED;
     /* Count the whole frames in the batch by their length prefixes. */
@@ -197,6 +258,7 @@ void conn__flush(proto_conn *c)
         return;
     if (c->out.buf.len == 0 && c->out.nb == 0)
         return;
+    conn__batch_close(c);
     outq tmp = c->wout;
     c->wout = c->out;
     c->out = tmp;

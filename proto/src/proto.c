@@ -86,6 +86,7 @@ typedef struct pfield {
     uint8_t sub; /* record schema for PF_REC / PF_RECS */
     uint32_t min;
     uint32_t max;
+    uint8_t lenient; /* PF_RECS: a bad record is marked (proto_val.bad), not fatal */
 } pfield;
 
 typedef struct pschema {
@@ -102,51 +103,55 @@ typedef struct pschema {
 #endif
 #define ROW_U(arg)                                                                                 \
     {                                                                                              \
-        PF_U, 0, 0, 0, 0                                                                           \
+        PF_U, 0, 0, 0, 0, 0                                                                        \
     }
 #define ROW_I(arg)                                                                                 \
     {                                                                                              \
-        PF_I, 0, 0, 0, 0                                                                           \
+        PF_I, 0, 0, 0, 0, 0                                                                        \
     }
 #define ROW_ID(arg)                                                                                \
     {                                                                                              \
-        PF_ID, 0, 0, 16, 16                                                                        \
+        PF_ID, 0, 0, 16, 16, 0                                                                     \
     }
 #define ROW_OPT_ID(arg)                                                                            \
     {                                                                                              \
-        PF_ID, 1, 0, 16, 16                                                                        \
+        PF_ID, 1, 0, 16, 16, 0                                                                     \
     }
 #define ROW_BIN(arg)                                                                               \
     {                                                                                              \
-        PF_BIN, 0, 0, (arg), (arg)                                                                 \
+        PF_BIN, 0, 0, (arg), (arg), 0                                                              \
     }
 #define ROW_OPT_BIN(arg)                                                                           \
     {                                                                                              \
-        PF_BIN, 1, 0, 0, UINT32_MAX                                                                \
+        PF_BIN, 1, 0, 0, UINT32_MAX, 0                                                             \
     }
 #define ROW_DATA(arg)                                                                              \
     {                                                                                              \
-        PF_BIN, 0, 0, 0, UINT32_MAX                                                                \
+        PF_BIN, 0, 0, 0, UINT32_MAX, 0                                                             \
     }
 #define ROW_STR(arg)                                                                               \
     {                                                                                              \
-        PF_STR, 0, 0, 0, (arg)                                                                     \
+        PF_STR, 0, 0, 0, (arg), 0                                                                  \
     }
 #define ROW_REC(arg)                                                                               \
     {                                                                                              \
-        PF_REC, 1, REC_##arg, 0, 0                                                                 \
+        PF_REC, 1, REC_##arg, 0, 0, 0                                                              \
     }
 #define ROW_RECS(arg)                                                                              \
     {                                                                                              \
-        PF_RECS, 0, REC_##arg, 0, UINT32_MAX                                                       \
+        PF_RECS, 0, REC_##arg, 0, UINT32_MAX, 0                                                    \
+    }
+#define ROW_BATCH(arg)                                                                             \
+    {                                                                                              \
+        PF_RECS, 0, REC_##arg, 0, UINT32_MAX, 1                                                    \
     }
 #define ROW_LIST_U(arg)                                                                            \
     {                                                                                              \
-        PF_LIST_U, 0, 0, (arg), UINT32_MAX                                                         \
+        PF_LIST_U, 0, 0, (arg), UINT32_MAX, 0                                                      \
     }
 #define ROW_LIST_ID(arg)                                                                           \
     {                                                                                              \
-        PF_LIST_ID, 0, 0, 0, UINT32_MAX                                                            \
+        PF_LIST_ID, 0, 0, 0, UINT32_MAX, 0                                                         \
     }
 #define ROW_FIELD(index, member, kind, arg) ROW_##kind(arg),
 #define COUNT_REQ(index, member, kind, arg) +1
@@ -273,6 +278,8 @@ static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
 
 static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
                         msgpack_zone *zone, const proto_limits *lim);
+static int mark_bad(const pschema *s, const msgpack_object *o, proto_val *out, msgpack_zone *zone,
+                    const proto_limits *lim);
 
 static int check_scalar(uint8_t kind, const pfield *fd, const msgpack_object *o, proto_val *v)
 {
@@ -348,7 +355,7 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
         uint32_t nf = sub != NULL ? sub->nf : 1;
         /* Every item must be a record of the right arity before room for n * nf values is
          * taken: n zero bytes must not buy an allocation nf * 24 times their size. */
-        if (sub != NULL) {
+        if (sub != NULL && !fd->lenient) {
             uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
             for (uint32_t i = 0; i < n; i++)
                 if (items[i].type != MSGPACK_OBJECT_ARRAY || items[i].via.array.size < nreq ||
@@ -365,8 +372,10 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
             int rc;
             if (sub != NULL) {
                 rc = check_fields(sub, &items[i], vals + (size_t)i * nf, zone, lim);
+                if (rc == SPW_EMALFORMED && fd->lenient)
+                    rc = mark_bad(sub, &items[i], vals + (size_t)i * nf, zone, lim);
             } else {
-                pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16};
+                pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16, 0};
                 memset(&vals[i], 0, sizeof vals[i]);
                 rc = check_scalar(efd.kind, &efd, &items[i], &vals[i]);
             }
@@ -381,6 +390,29 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
     default:
         return check_scalar(fd->kind, fd, o, v);
     }
+}
+
+/* A record of a BATCH array that does not match its kind: all fields nil, the first marked bad
+ * and holding the record's first value when that one is right (a task id, to answer by). Every
+ * item took at least one byte of the frame, so the n * nf values stay bounded. */
+static int mark_bad(const pschema *s, const msgpack_object *o, proto_val *out, msgpack_zone *zone,
+                    const proto_limits *lim)
+{
+    for (uint32_t i = 0; i < s->nf; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].nil = 1;
+    }
+    if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size > 0) {
+        int rc = check_value(&s->f[0], &o->via.array.ptr[0], &out[0], zone, lim);
+        if (rc == SPW_ENOMEM)
+            return rc;
+        if (rc != 0) {
+            memset(&out[0], 0, sizeof out[0]);
+            out[0].nil = 1;
+        }
+    }
+    out[0].bad = 1;
+    return 0;
 }
 
 static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
@@ -754,6 +786,7 @@ static void put_list_id(proto_enc *e, proto_ids l)
             proto_put_nil(e);                                                                      \
     } while (0)
 #define PUT_RECS(e, v, arg) put_recs_##arg((e), &(v))
+#define PUT_BATCH(e, v, arg) put_recs_##arg((e), &(v))
 #define PUT_LIST_U(e, v, arg) put_list_u((e), (v))
 #define PUT_LIST_ID(e, v, arg) put_list_id((e), (v))
 
@@ -819,6 +852,45 @@ PROTO_SCHEMA(DECL_PUT_RECS, PROTO__NONE, PROTO__NONE, PROTO__NONE)
         fields_##of(e, m);                                                                         \
     }
 PROTO_SCHEMA(DEF_REC, DEF_MSG, DEF_MSG0, DEF_ALIAS)
+
+/* ------------------------------------------------------------ batched frames */
+
+proto_enc *proto_batch_rec(proto_batch *b, spw_buf *buf, uint32_t type)
+{
+    if (b->n == 0) {
+        enc_head(&b->e, buf, type, 0);
+        proto_put_arr(&b->e, 1);
+        /* The record array's header with a 32-bit count, patched when the frame closes. */
+        b->arr_at = buf->len;
+        static const uint8_t arr32[5] = {0xdd, 0, 0, 0, 0};
+        spw_buf_append(buf, arr32, sizeof arr32);
+        b->type = type;
+    }
+    b->rec_at = buf->len;
+    b->n++;
+    return &b->e;
+}
+
+bool proto_batch_full(const proto_batch *b)
+{
+    return b->n >= PROTO_BATCH_MAX_RECS || b->e.buf->len - b->e.start >= PROTO_BATCH_MAX_BYTES;
+}
+
+proto_enc *proto_batch_seal(proto_batch *b)
+{
+    uint8_t *h = b->e.buf->data + b->arr_at + 1;
+    h[0] = (uint8_t)(b->n >> 24);
+    h[1] = (uint8_t)(b->n >> 16);
+    h[2] = (uint8_t)(b->n >> 8);
+    h[3] = (uint8_t)b->n;
+    b->n = 0;
+    return &b->e;
+}
+
+int proto_batch_end(proto_batch *b, uint32_t max_frame)
+{
+    return b->n == 0 ? 0 : proto_enc_end(proto_batch_seal(b), max_frame);
+}
 
 /* ------------------------------------------------------ checking sent frames */
 

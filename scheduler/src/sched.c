@@ -50,6 +50,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_TASK_DONE:
         sched__task_done(s, w, m);
         return;
+    case PROTO_TASK_DONES:
+        sched__task_dones(s, w, m);
+        return;
     case PROTO_TASK_STARTED:
         sched__task_started(s, w, m);
         return;

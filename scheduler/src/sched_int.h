@@ -381,6 +381,8 @@ void sched__workers_free(sched *s);
 void sched__live_uncount(sched *s, sched_obj *o);
 void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);
+/** TASK_DONES: each record as one TASK_DONE; a bad record is answered alone. */
+void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m);
 void sched__task_free(sched *s, sched_task *t);
 void sched__task_cancel(sched *s, sched_task *t);
 void sched__dep_ready(sched *s, sched_arg *a);

@@ -104,7 +104,7 @@ static void send_result(sched *s, sched_task *t)
     if (ss == NULL)
         return;
     sched_obj *o = t->out;
-    proto_task_result_msg r = {.id = t->id};
+    proto_tres_rec r = {.id = t->id};
     if (o->state == OBJ_READY) {
         r.size = o->size;
         if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
@@ -114,7 +114,8 @@ static void send_result(sched *s, sched_task *t)
         r.status = o->err != 0 ? o->err : SPW_ETASKFAILED;
         r.err = o->errmsg;
     }
-    proto_send_task_result(ss->conn, 0, &r);
+    /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
+    proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
 }
 
 static void task_fail(sched *s, sched_task *t, int err, const char *msg)
@@ -578,12 +579,12 @@ static int check_inputs(const sched_task *t, char *err, size_t errlen)
 static void assign(sched *s, sched_task *t, sched_worker *w)
 {
     warg_iter it = {.s = s, .t = t};
-    int rc = proto_send_task_run(
-        w->conn, 0,
-        &(proto_task_run_msg){.id = t->id,
-                              .fn = t->fn->name,
-                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
-                              .flags = t->flags});
+    /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
+    int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
+                             &(proto_run_rec){.id = t->id,
+                                              .fn = t->fn->name,
+                                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
+                                              .flags = t->flags});
     if (rc != 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));
@@ -733,14 +734,21 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
     return true;
 }
 
-void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
+/* One completion: the fields of a TASK_DONE, or record i of a TASK_DONES (f[0].bad: the record
+ * did not match the schema; its id, if readable, fails that task). */
+static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_val *f, uint32_t i)
 {
     char hex[33];
-    spw_id id = m->f[F_DONE_ID].id;
+    if (f[F_DONE_ID].bad && f[F_DONE_ID].nil) {
+        proto_conn_error(w->conn, req, SPW_EMALFORMED,
+                         "TASK_DONES record %u is malformed and names no task", i);
+        return;
+    }
+    spw_id id = f[F_DONE_ID].id;
     sched_obj *o = sched__obj_find(s, id);
     sched_task *t = o != NULL ? o->producer : NULL;
     if (t == NULL || t->worker != w || (t->state != T_ASSIGNED && t->state != T_RUNNING)) {
-        proto_conn_error(w->conn, m->req, SPW_ENOOBJ, "task=%s is not assigned to this worker",
+        proto_conn_error(w->conn, req, SPW_ENOOBJ, "task=%s is not assigned to this worker",
                          spw_id_hex(id, hex));
         return;
     }
@@ -752,15 +760,22 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     t->graph->inflight--;
     sched__kick(s);
 
-    double us = (double)m->f[F_DONE_RUN_US].u;
-    sched_fn *f = t->fn;
-    f->ewma_us = f->runs == 0 ? us : f->ewma_us * 0.9 + us * 0.1;
-    f->runs++;
+    if (f[F_DONE_ID].bad) {
+        proto_conn_error(w->conn, req, SPW_EMALFORMED,
+                         "TASK_DONES record %u (task=%s) does not match the schema: task failed", i,
+                         spw_id_hex(id, hex));
+        task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
+        return;
+    }
+    double us = (double)f[F_DONE_RUN_US].u;
+    sched_fn *fn = t->fn;
+    fn->ewma_us = fn->runs == 0 ? us : fn->ewma_us * 0.9 + us * 0.1;
+    fn->runs++;
 
-    int status = (int)m->f[F_DONE_STATUS].i;
+    int status = (int)f[F_DONE_STATUS].i;
     if (status != 0) {
         char msg[PROTO_MAX_STR + 1];
-        proto_str(&m->f[F_DONE_ERR], msg, sizeof msg);
+        proto_str(&f[F_DONE_ERR], msg, sizeof msg);
         if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
             spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
             sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
@@ -769,12 +784,12 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
         task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
         return;
     }
-    o->size = m->f[F_DONE_SIZE].u;
+    o->size = f[F_DONE_SIZE].u;
     o->home = w->id;
-    if (!m->f[F_DONE_INLINE].nil) {
-        const proto_val *v = &m->f[F_DONE_INLINE];
+    if (!f[F_DONE_INLINE].nil) {
+        const proto_val *v = &f[F_DONE_INLINE];
         if (v->bin.len != o->size) {
-            proto_conn_error(w->conn, m->req, SPW_EMALFORMED,
+            proto_conn_error(w->conn, req, SPW_EMALFORMED,
                              "task=%s: inline result of %u bytes for a size of %llu",
                              spw_id_hex(id, hex), v->bin.len, (unsigned long long)o->size);
             task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
@@ -818,6 +833,18 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
+}
+
+void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
+{
+    task_done_rec(s, w, m->req, m->f, 0);
+}
+
+void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
+{
+    const proto_val *recs = &m->f[F_DONES_RECS];
+    for (uint32_t i = 0; i < recs->arr.n; i++)
+        task_done_rec(s, w, m->req, PROTO_REC(recs, i), i);
 }
 
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)

@@ -194,19 +194,30 @@ static int wire_read(wire *w)
     }
 }
 
-static void stash_result(wire *w, const proto_msg *m)
+static void stash_one(wire *w, const proto_val *f)
 {
     if (w->nstash == MAX_STASH)
         fail_msg("too many unclaimed TASK_RESULT frames");
     stashed_result *r = &w->stash[w->nstash++];
     memset(r, 0, sizeof *r);
-    r->id = m->f[F_TRES_ID].id;
-    r->status = m->f[F_TRES_STATUS].i;
-    r->size = m->f[F_TRES_SIZE].u;
-    if (!m->f[F_TRES_INLINE].nil && m->f[F_TRES_INLINE].bin.len == 8) {
+    r->id = f[F_TRES_ID].id;
+    r->status = f[F_TRES_STATUS].i;
+    r->size = f[F_TRES_SIZE].u;
+    if (!f[F_TRES_INLINE].nil && f[F_TRES_INLINE].bin.len == 8) {
         r->has_inline = true;
-        memcpy(r->inl, m->f[F_TRES_INLINE].bin.ptr, 8);
+        memcpy(r->inl, f[F_TRES_INLINE].bin.ptr, 8);
     }
+}
+
+/* Keeps the results of a TASK_RESULT or a TASK_RESULTS for wire_task_result. */
+static void stash_result(wire *w, const proto_msg *m)
+{
+    if (m->type == PROTO_TASK_RESULT) {
+        stash_one(w, m->f);
+        return;
+    }
+    for (uint32_t i = 0; i < m->f[F_TRESS_RECS].arr.n; i++)
+        stash_one(w, PROTO_REC(&m->f[F_TRESS_RECS], i));
 }
 
 /* Waits for the frame of this type and request id. TASK_RESULTs met meanwhile are kept for
@@ -228,7 +239,7 @@ static const proto_msg *wire_await(wire *w, uint32_t type, uint64_t req)
                      err_name(m->f[F_ERROR_CODE].i),
                      proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         }
-        if (m->type == PROTO_TASK_RESULT) {
+        if (m->type == PROTO_TASK_RESULT || m->type == PROTO_TASK_RESULTS) {
             stash_result(w, m);
             continue;
         }
@@ -524,7 +535,7 @@ static stashed_result wire_task_result(wire *w, spw_id id)
         int rc = wire_read(w);
         if (rc <= 0)
             fail_msg("waiting for a TASK_RESULT: %s", rc == 0 ? "connection closed" : "timed out");
-        if (w->m.type != PROTO_TASK_RESULT)
+        if (w->m.type != PROTO_TASK_RESULT && w->m.type != PROTO_TASK_RESULTS)
             fail_msg("waiting for a TASK_RESULT: got %s req=%llu (code %s)",
                      proto_type_name(w->m.type), (unsigned long long)w->m.req,
                      w->m.type == PROTO_ERROR ? err_name(w->m.f[F_ERROR_CODE].i) : "-");

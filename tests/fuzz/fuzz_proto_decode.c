@@ -37,7 +37,7 @@
 
 /* ------------------------------------------------------------ schema mirror */
 
-enum fk { K_NONE, K_U, K_I, K_BIN, K_STR, K_ID, K_REC, K_RECS, K_LIST_U, K_LIST_ID };
+enum fk { K_NONE, K_U, K_I, K_BIN, K_STR, K_ID, K_REC, K_RECS, K_LIST_U, K_LIST_ID, K_BATCH };
 
 typedef struct fspec {
     uint8_t kind;
@@ -64,6 +64,7 @@ typedef struct sspec {
 #define NAME {K_STR, 0, 0, 0, PROTO_MAX_NAME}
 #define TEXT {K_STR, 0, 0, 0, PROTO_MAX_STR}
 #define RECS(sub) {K_RECS, 0, (sub), 0, UINT32_MAX}
+#define BATCH(sub) {K_BATCH, 0, (sub), 0, UINT32_MAX}
 #define OPT_REC(sub) {K_REC, 1, (sub), 0, 0}
 #define LIST_U(mn) {K_LIST_U, 0, 0, (mn), UINT32_MAX}
 #define LIST_ID {K_LIST_ID, 0, 0, 0, UINT32_MAX}
@@ -84,6 +85,10 @@ enum {
     S_MNODE,
     S_OLOBJ,
     S_GRAPH,
+    S_RUN,
+    S_DONE,
+    S_TRES,
+    S_EXEC,
     S_COUNT
 };
 
@@ -105,6 +110,10 @@ static const sspec rec_specs[S_COUNT] = {
     [S_MNODE] = {5, {U, NAME, NAME, LIST_U(0), U}, 0},
     [S_OLOBJ] = {5, {ID, U, U, U, U}, 0},
     [S_GRAPH] = {10, {U, U, NAME, U, NAME, U, LIST_U(PROTO_TSTATE_COUNT), U, U, U}, 0},
+    [S_RUN] = {4, {ID, NAME, RECS(S_WARG), U}, 0},
+    [S_DONE] = {6, {ID, I, U, OPT_BIN, TEXT, U}, 0},
+    [S_TRES] = {5, {ID, I, U, OPT_BIN, TEXT}, 0},
+    [S_EXEC] = {4, {ID, NAME, RECS(S_EARG), U}, 0},
 };
 
 static const sspec msg_specs[PROTO_TYPE_MAX] = {
@@ -163,6 +172,11 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_GRAPHS_REQ] = {2, {U, U}, 0},
     [PROTO_GRAPHS] = {1, {RECS(S_GRAPH)}, 0},
     [PROTO_TASK_CANCEL] = {1, {LIST_ID}, 0},
+    [PROTO_TASK_RUNS] = {1, {BATCH(S_RUN)}, 0},
+    [PROTO_TASK_DONES] = {1, {BATCH(S_DONE)}, 0},
+    [PROTO_TASK_RESULTS] = {1, {BATCH(S_TRES)}, 0},
+    [PROTO_EXECS] = {1, {BATCH(S_EXEC)}, 0},
+    [PROTO_EXEC_DONES] = {1, {BATCH(S_DONE)}, 0},
 };
 
 /* ------------------------------------------------------------------ walking */
@@ -222,7 +236,8 @@ static void walk_value(const frame_ctx *fc, const fspec *fs, const proto_val *v,
         touch_bytes(fc, v, fs, fs->kind == K_STR);
         break;
     case K_REC:
-    case K_RECS: {
+    case K_RECS:
+    case K_BATCH: {
         const sspec *sub = &rec_specs[fs->sub];
         CHECK(v->arr.nf == sub->nf, "record of %u fields, schema has %u", v->arr.nf, sub->nf);
         if (fs->kind == K_REC)
@@ -231,8 +246,18 @@ static void walk_value(const frame_ctx *fc, const fspec *fs, const proto_val *v,
             CHECK(v->arr.n <= fc->lim->max_list, "%u records over max_list %u", v->arr.n,
                   fc->lim->max_list);
         CHECK(v->arr.n == 0 || sub->nf == 0 || v->arr.v != NULL, "records without storage");
-        for (uint32_t i = 0; i < v->arr.n; i++)
-            walk_fields(fc, sub, PROTO_REC(v, i), sub->nf, depth + 1);
+        for (uint32_t i = 0; i < v->arr.n; i++) {
+            const proto_val *r = PROTO_REC(v, i);
+            if (fs->kind == K_BATCH && r[0].bad) {
+                /* A bad record of a batch: all nil but its first value, if that one is right. */
+                for (uint32_t k = 1; k < sub->nf; k++)
+                    CHECK(r[k].nil, "bad batch record with field %u set", k);
+                walk_value(fc, &sub->f[0], &r[0], true, depth + 1);
+                continue;
+            }
+            CHECK(!r[0].bad, "bad mark outside a batch");
+            walk_fields(fc, sub, r, sub->nf, depth + 1);
+        }
         break;
     }
     case K_LIST_U:

@@ -131,6 +131,26 @@ static void encode_variants(void)
     write_file("seed-opt-task-done-inline", b.data, b.len);
     spw_buf_reset(&b);
 
+    /* A batch whose second record is bad (a string status), third not a record at all. */
+    proto_enc_begin(&e, &b, PROTO_TASK_DONES, 6, 1);
+    proto_put_arr(&e, 3);
+    for (int i = 0; i < 2; i++) {
+        proto_put_arr(&e, 6);
+        proto_put_id(&e, SAMPLE_ID1);
+        if (i == 0)
+            proto_put_i(&e, 0);
+        else
+            proto_put_str(&e, "x");
+        proto_put_u(&e, 0);
+        proto_put_nil(&e);
+        proto_put_str(&e, "");
+        proto_put_u(&e, 7);
+    }
+    proto_put_u(&e, 1);
+    proto_enc_end(&e, UINT32_MAX);
+    write_file("seed-opt-task-dones-bad-record", b.data, b.len);
+    spw_buf_reset(&b);
+
     proto_enc_begin(&e, &b, PROTO_LOCATION, 3, 6); /* not ready: no inline value, no locations */
     proto_put_id(&e, SAMPLE_ID1);
     proto_put_i(&e, SPW_ENOOBJ);
@@ -286,8 +306,8 @@ static void gen_proto(const char *root)
         }
         spw_buf_release(&b);
     }
-    if (samples != 48)
-        fail("expected a sample of each of the 48 message types");
+    if (samples != 53)
+        fail("expected a sample of each of the 53 message types");
     encode_variants();
     encode_bad();
     encode_streams();

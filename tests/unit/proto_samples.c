@@ -19,6 +19,29 @@ static void put_loc(proto_enc *e)
     proto_put_str(e, "");
 }
 
+/* A batched message: two records, each the fields of the single message's sample (whose frame
+ * is [type, req, fields] with type and request id of one byte each). */
+static bool batch_sample(uint32_t type, spw_buf *b)
+{
+    uint32_t single = type == PROTO_TASK_RUNS      ? PROTO_TASK_RUN
+                      : type == PROTO_TASK_DONES   ? PROTO_TASK_DONE
+                      : type == PROTO_TASK_RESULTS ? PROTO_TASK_RESULT
+                      : type == PROTO_EXECS        ? PROTO_EXEC
+                                                   : PROTO_EXEC_DONE;
+    spw_buf one = {0};
+    proto_sample_encode(single, &one);
+    const size_t skip = PROTO_HDR_LEN + 3;
+    proto_enc e;
+    proto_enc_begin(&e, b, type, 13, 1);
+    proto_put_arr(&e, 2);
+    for (int i = 0; i < 2; i++)
+        spw_buf_append(b, one.data + skip, one.len - skip);
+    spw_buf_release(&one);
+    if (proto_enc_end(&e, UINT32_MAX) <= 0)
+        abort();
+    return true;
+}
+
 /* Encodes a valid sample of message `type` into b. Returns false for a type with no sample. */
 bool proto_sample_encode(uint32_t type, spw_buf *b)
 {
@@ -364,6 +387,12 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_u(&e, 1 << 20);
         proto_put_u(&e, 0);
         break;
+    case PROTO_TASK_RUNS:
+    case PROTO_TASK_DONES:
+    case PROTO_TASK_RESULTS:
+    case PROTO_EXECS:
+    case PROTO_EXEC_DONES:
+        return batch_sample(type, b);
     default:
         return false;
     }

@@ -41,7 +41,67 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 48);
+    assert_int_equal(samples, 53);
+}
+
+/* A batched frame with a malformed record in the middle decodes: that record is marked bad
+ * (with its task id when the id itself is fine), the others are whole; a record that is not
+ * even an array is marked bad with no id. A frame-level fault still fails the whole frame. */
+static void batch_marks_a_bad_record_and_keeps_the_rest(void **state)
+{
+    (void)state;
+    spw_buf b = {0};
+    proto_enc e;
+    proto_enc_begin(&e, &b, PROTO_TASK_DONES, 9, 1);
+    proto_put_arr(&e, 4);
+    for (int i = 0; i < 4; i++) {
+        if (i == 3) {
+            proto_put_u(&e, 7); /* not a record at all */
+            continue;
+        }
+        proto_put_arr(&e, 6);
+        proto_put_id(&e, (spw_id){(uint64_t)i + 1, 0});
+        if (i == 1)
+            proto_put_str(&e, "not a status"); /* the bad field */
+        else
+            proto_put_i(&e, 0);
+        proto_put_u(&e, 3);
+        proto_put_bin(&e, "abc", 3);
+        proto_put_str(&e, "");
+        proto_put_u(&e, 5);
+    }
+    assert_true(proto_enc_end(&e, UINT32_MAX) > 0);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    proto_msg m;
+    assert_int_equal(decode_all(&b, &m, &z), (int)b.len);
+    const proto_val *recs = &m.f[F_DONES_RECS];
+    assert_int_equal(recs->arr.n, 4);
+    for (uint32_t i = 0; i < 3; i++) {
+        const proto_val *r = PROTO_REC(recs, i);
+        assert_int_equal(r[R_DONE_ID].bad, i == 1);
+        assert_false(r[R_DONE_ID].nil);
+        assert_true(spw_id_eq(r[R_DONE_ID].id, (spw_id){i + 1, 0}));
+        if (i != 1)
+            assert_int_equal(r[R_DONE_SIZE].u, 3);
+    }
+    const proto_val *r3 = PROTO_REC(recs, 3);
+    assert_true(r3[R_DONE_ID].bad && r3[R_DONE_ID].nil);
+    /* The same record in a single TASK_DONE fails the frame. */
+    spw_buf one = {0};
+    proto_enc_begin(&e, &one, PROTO_TASK_DONE, 9, 6);
+    proto_put_id(&e, SAMPLE_ID1);
+    proto_put_str(&e, "not a status");
+    proto_put_u(&e, 0);
+    proto_put_nil(&e);
+    proto_put_str(&e, "");
+    proto_put_u(&e, 0);
+    proto_enc_end(&e, UINT32_MAX);
+    msgpack_zone_clear(&z);
+    assert_int_equal(decode_all(&one, &m, &z), SPW_EMALFORMED);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&one);
+    spw_buf_release(&b);
 }
 
 static void fields_survive_round_trip(void **state)
@@ -570,6 +630,7 @@ static void payload_splits_off_every_data_frame(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
+    cmocka_unit_test(batch_marks_a_bad_record_and_keeps_the_rest),
     cmocka_unit_test(every_prefix_needs_more),
     cmocka_unit_test(byte_at_a_time_stream),
     cmocka_unit_test(malformed_table),

@@ -25,6 +25,7 @@ typedef struct rx {
     uint64_t u;       /* SUBMIT_ACK accepted, PUT_TARGET worker */
     spw_id ids[16];   /* OBJ_DELETE, TASK_CANCEL */
     uint32_t nids;
+    uint32_t frame; /* which frame it came in (records of one batch share it) */
 } rx;
 
 typedef struct peer {
@@ -35,6 +36,7 @@ typedef struct peer {
     proto_hello_worker hw;
     rx log[256];
     uint32_t n;
+    uint32_t frames; /* frames received; rx.frame is the one each message came in */
 } peer;
 
 typedef struct env {
@@ -55,40 +57,56 @@ static void on_ready(proto_conn *c, const proto_welcome *w)
     p->session = w->session;
 }
 
-static void on_msg(proto_conn *c, const proto_msg *m)
+/* Logs one message, or one record of a batched one as the single message it stands for. */
+static void log_rx(peer *p, uint32_t type, const proto_val *f)
 {
-    peer *p = proto_conn_data(c);
     assert_true(p->n < sizeof p->log / sizeof p->log[0]);
     rx *r = &p->log[p->n++];
     memset(r, 0, sizeof *r);
-    r->type = m->type;
-    switch (m->type) {
+    r->type = type;
+    r->frame = p->frames;
+    switch (type) {
     case PROTO_TASK_RUN:
-        r->id = m->f[0].id;
+        r->id = f[0].id;
         break;
     case PROTO_PUT_TARGET:
-        r->id = m->f[0].id;
-        r->u = m->f[1].u; /* the worker receiving the upload */
+        r->id = f[0].id;
+        r->u = f[1].u; /* the worker receiving the upload */
         break;
     case PROTO_TASK_RESULT:
     case PROTO_LOCATION:
-        r->id = m->f[0].id;
-        r->code = m->f[1].i;
+        r->id = f[0].id;
+        r->code = f[1].i;
         break;
     case PROTO_SUBMIT_ACK:
-        r->u = m->f[1].u;
+        r->u = f[1].u;
         break;
     case PROTO_ERROR:
-        r->code = m->f[F_ERROR_CODE].i;
+        r->code = f[F_ERROR_CODE].i;
         break;
     case PROTO_OBJ_DELETE:
     case PROTO_TASK_CANCEL:
-        for (uint32_t i = 0; i < m->f[0].arr.n && r->nids < 16; i++)
-            r->ids[r->nids++] = m->f[0].arr.v[i].id;
+        for (uint32_t i = 0; i < f[0].arr.n && r->nids < 16; i++)
+            r->ids[r->nids++] = f[0].arr.v[i].id;
         break;
     default:
         break;
     }
+}
+
+static void on_msg(proto_conn *c, const proto_msg *m)
+{
+    peer *p = proto_conn_data(c);
+    p->frames++;
+    uint32_t single = m->type == PROTO_TASK_RUNS      ? PROTO_TASK_RUN
+                      : m->type == PROTO_TASK_RESULTS ? PROTO_TASK_RESULT
+                                                      : 0;
+    if (single == 0) {
+        log_rx(p, m->type, m->f);
+        return;
+    }
+    for (uint32_t i = 0; i < m->f[0].arr.n; i++)
+        log_rx(p, single, PROTO_REC(&m->f[0], i));
 }
 
 static void on_close(proto_conn *c, int status)
@@ -343,6 +361,96 @@ static int teardown(void **state)
 }
 
 /* ------------------------------------------------------------------ tests */
+
+/* The message received for task id (of any type), or NULL. */
+static const rx *find_rx(const peer *p, uint32_t type, spw_id id)
+{
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->log[i].type == type && spw_id_eq(p->log[i].id, id))
+            return &p->log[i];
+    return NULL;
+}
+
+/* One record of a TASK_DONES: ok (stored result of 8 bytes), or with a malformed status. */
+static void put_done_rec(proto_enc *en, uint64_t id, bool bad)
+{
+    proto_put_arr(en, 6);
+    proto_put_id(en, tid(id));
+    if (bad)
+        proto_put_str(en, "not a status");
+    else
+        proto_put_i(en, 0);
+    proto_put_u(en, 8);
+    proto_put_nil(en);
+    proto_put_str(en, "");
+    proto_put_u(en, 10);
+}
+
+/* One dispatch pass sends a worker its tasks in one TASK_RUNS frame. A TASK_DONES with a bad
+ * record (its task fails with SPW_EMALFORMED), a record for a task the worker does not run
+ * (ERROR SPW_ENOOBJ) and one that is not a record (ERROR SPW_EMALFORMED) still completes its
+ * good records, and the client gets all results. */
+static void batch_with_bad_records_answers_them_and_takes_the_rest(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 4);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t[3] = {{.id = 1, .flags = PROTO_TASK_KEEP},
+                  {.id = 2, .flags = PROTO_TASK_KEEP},
+                  {.id = 3, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, t, 3);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
+    assert_int_equal(find_rx(w, PROTO_TASK_RUN, tid(1))->frame,
+                     find_rx(w, PROTO_TASK_RUN, tid(3))->frame);
+
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONES, 0, 1);
+    proto_put_arr(&en, 5);
+    put_done_rec(&en, 1, false);
+    put_done_rec(&en, 2, true);
+    put_done_rec(&en, 99, false);
+    proto_put_u(&en, 5);
+    put_done_rec(&en, 3, false);
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(1)) && got(c, PROTO_TASK_RESULT, tid(2)) &&
+                      got(c, PROTO_TASK_RESULT, tid(3)) && count(w, PROTO_ERROR) == 3);
+    assert_int_equal(find_rx(c, PROTO_TASK_RESULT, tid(1))->code, 0);
+    assert_int_equal(find_rx(c, PROTO_TASK_RESULT, tid(2))->code, SPW_EMALFORMED);
+    assert_int_equal(find_rx(c, PROTO_TASK_RESULT, tid(3))->code, 0);
+    assert_int_equal(tstate(e, 1), T_DONE);
+    assert_int_equal(tstate(e, 2), T_FAILED);
+    assert_int_equal(tstate(e, 3), T_DONE);
+    assert_int_equal(e->s->workers[0]->assigned, 0);
+    uint32_t codes[3] = {0}, k = 0;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->log[i].type == PROTO_ERROR && k < 3)
+            codes[k++] = (uint32_t)-w->log[i].code;
+    /* In record order: the bad one, the unknown task, the non-record. */
+    assert_int_equal(codes[0], (uint32_t)-SPW_EMALFORMED);
+    assert_int_equal(codes[1], (uint32_t)-SPW_ENOOBJ);
+    assert_int_equal(codes[2], (uint32_t)-SPW_EMALFORMED);
+}
+
+/* A lone completion is not held back for company: its result reaches the client within a few
+ * loop iterations that never block (UV_RUN_NOWAIT), so no timer can be what sends it. */
+static void lone_result_goes_out_in_the_same_iteration(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, &t, 1);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
+    done(w, 1, 0, 3, true);
+    int steps = 0;
+    while (!got(c, PROTO_TASK_RESULT, tid(1)) && steps < 64) {
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        steps++;
+    }
+    assert_true(got(c, PROTO_TASK_RESULT, tid(1)));
+    sched__check_full(e->s);
+}
 
 /* WAITING -> READY -> ASSIGNED (TASK_RUN) -> RUNNING (TASK_STARTED) -> DONE, with the counts by
  * state, the OUTPUT reference of a kept result, and its release. */
@@ -692,6 +800,9 @@ static void released_put_frees_its_reservation(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
+    cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(lone_result_goes_out_in_the_same_iteration, setup, teardown),
     cmocka_unit_test_setup_teardown(input_is_released_after_its_consumer, setup, teardown),
     cmocka_unit_test_setup_teardown(failure_propagates_to_consumers, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),

@@ -52,27 +52,38 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
     return 0;
 }
 
+/* Logs one message, or one record of a batched one as the single message it stands for. */
+static void log_rx(env *e, uint32_t type, const proto_val *f)
+{
+    assert_true(e->n < sizeof e->log / sizeof e->log[0]);
+    rx *r = &e->log[e->n++];
+    memset(r, 0, sizeof *r);
+    r->type = type;
+    if (type == PROTO_TASK_DONE) {
+        r->id = f[F_DONE_ID].id;
+        r->status = f[F_DONE_STATUS].i;
+        r->size = f[F_DONE_SIZE].u;
+        r->inl_nil = f[F_DONE_INLINE].nil;
+        if (!r->inl_nil && f[F_DONE_INLINE].bin.len <= sizeof r->inl) {
+            r->inl_len = f[F_DONE_INLINE].bin.len;
+            memcpy(r->inl, f[F_DONE_INLINE].bin.ptr, r->inl_len);
+        }
+    } else if (type == PROTO_TASK_STARTED && f[F_STARTED_IDS].arr.n > 0) {
+        r->id = f[F_STARTED_IDS].arr.v[0].id;
+    }
+}
+
 static void on_msg(proto_conn *c, const proto_msg *m)
 {
     env *e = proto_ctx_data(proto_conn_ctx(c));
     if (m->type == PROTO_HEARTBEAT)
         return;
-    assert_true(e->n < sizeof e->log / sizeof e->log[0]);
-    rx *r = &e->log[e->n++];
-    memset(r, 0, sizeof *r);
-    r->type = m->type;
-    if (m->type == PROTO_TASK_DONE) {
-        r->id = m->f[F_DONE_ID].id;
-        r->status = m->f[F_DONE_STATUS].i;
-        r->size = m->f[F_DONE_SIZE].u;
-        r->inl_nil = m->f[F_DONE_INLINE].nil;
-        if (!r->inl_nil && m->f[F_DONE_INLINE].bin.len <= sizeof r->inl) {
-            r->inl_len = m->f[F_DONE_INLINE].bin.len;
-            memcpy(r->inl, m->f[F_DONE_INLINE].bin.ptr, r->inl_len);
-        }
-    } else if (m->type == PROTO_TASK_STARTED && m->f[F_STARTED_IDS].arr.n > 0) {
-        r->id = m->f[F_STARTED_IDS].arr.v[0].id;
+    if (m->type == PROTO_TASK_DONES) {
+        for (uint32_t i = 0; i < m->f[F_DONES_RECS].arr.n; i++)
+            log_rx(e, PROTO_TASK_DONE, PROTO_REC(&m->f[F_DONES_RECS], i));
+        return;
     }
+    log_rx(e, m->type, m->f);
 }
 
 static void on_close(proto_conn *c, int status)
@@ -182,32 +193,79 @@ static int teardown(void **state)
 }
 
 /* TASK_RUN with one argument: an inline u64, or an object with no location. */
+static void put_run_fields(proto_enc *en, uint64_t id, const char *fn, bool inline_arg,
+                           uint64_t value);
+
 static void task_run(env *e, uint64_t id, const char *fn, bool inline_arg, uint64_t value)
 {
     proto_enc en;
     proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
-    proto_put_id(&en, tid(id));
-    proto_put_str(&en, fn);
-    proto_put_arr(&en, 1);
-    proto_put_arr(&en, 7);
-    if (inline_arg) {
-        proto_put_u(&en, PROTO_ARG_INLINE);
-        proto_put_bin(&en, &value, sizeof value);
-        proto_put_nil(&en);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 0);
-    } else {
-        proto_put_u(&en, PROTO_ARG_OBJ);
-        proto_put_nil(&en);
-        proto_put_id(&en, tid(1000 + id));
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 8);
-        proto_put_u(&en, 8);
-    }
-    proto_put_arr(&en, 0); /* locations */
-    proto_put_u(&en, 0);
+    put_run_fields(&en, id, fn, inline_arg, value);
     assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* The four fields of a TASK_RUN (or a TASK_RUNS record). */
+static void put_run_fields(proto_enc *en, uint64_t id, const char *fn, bool inline_arg,
+                           uint64_t value)
+{
+    proto_put_id(en, tid(id));
+    proto_put_str(en, fn);
+    proto_put_arr(en, 1);
+    proto_put_arr(en, 7);
+    if (inline_arg) {
+        proto_put_u(en, PROTO_ARG_INLINE);
+        proto_put_bin(en, &value, sizeof value);
+        proto_put_nil(en);
+        proto_put_u(en, 0);
+        proto_put_u(en, 0);
+        proto_put_u(en, 0);
+    } else {
+        proto_put_u(en, PROTO_ARG_OBJ);
+        proto_put_nil(en);
+        proto_put_id(en, tid(1000 + id));
+        proto_put_u(en, 0);
+        proto_put_u(en, 8);
+        proto_put_u(en, 8);
+    }
+    proto_put_arr(en, 0); /* locations */
+    proto_put_u(en, 0);
+}
+
+/* A TASK_RUNS whose second record is malformed (its function name an integer) and fourth not a
+ * record: the good ones run, the bad one is answered as a failed task (SPW_EMALFORMED) and the
+ * non-record with an ERROR. */
+static void worker_batch_answers_a_bad_record_and_runs_the_rest(void **state)
+{
+    env *e = *state;
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUNS, 0, 1);
+    proto_put_arr(&en, 4);
+    proto_put_arr(&en, 4);
+    put_run_fields(&en, 1, "inc", true, 41);
+    proto_put_arr(&en, 4);
+    proto_put_id(&en, tid(2));
+    proto_put_u(&en, 17); /* not a name */
+    proto_put_arr(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_arr(&en, 4);
+    put_run_fields(&en, 3, "inc", true, 9);
+    proto_put_u(&en, 5);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL && find(e, PROTO_TASK_DONE, 2) != NULL &&
+                      find(e, PROTO_TASK_DONE, 3) != NULL);
+    uint64_t v;
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    memcpy(&v, find(e, PROTO_TASK_DONE, 1)->inl, sizeof v);
+    assert_int_equal(v, 42);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EMALFORMED);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
+    memcpy(&v, find(e, PROTO_TASK_DONE, 3)->inl, sizeof v);
+    assert_int_equal(v, 10);
+    uint32_t errors = 0;
+    for (uint32_t i = 0; i < e->n; i++)
+        errors += e->log[i].type == PROTO_ERROR;
+    assert_int_equal(errors, 1);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
 /* Intake, the ready queue, an executor, no TASK_STARTED after TASK_DONE (a task that ends
@@ -308,6 +366,8 @@ static void worker_input_nowhere_fails_the_task(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(worker_announces_a_running_task, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_input_nowhere_fails_the_task, setup, teardown),
 };

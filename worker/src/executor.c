@@ -53,7 +53,9 @@ typedef struct executor {
     spw_buf in;      /* bytes from the worker, processed in order */
     spw_buf backlog; /* frames read while waiting for an allocation reply */
     spw_buf out;     /* frames to the worker */
+    proto_batch done; /* the open EXEC_DONES frame at the end of out */
     msgpack_zone zone;
+    msgpack_zone alloc_zone; /* for allocation replies: zone holds the EXECS frame being run */
     proto_limits lim;
     uint64_t next_req;
     uint64_t mem_limit; /* bytes a task may use (0 = none) */
@@ -102,6 +104,7 @@ static int write_all(int fd, const uint8_t *p, size_t n)
  * are dropped and the main loop ends (ex->gone). */
 static void flush_out(executor *ex)
 {
+    proto_batch_end(&ex->done, UINT32_MAX);
     if (ex->out.len == 0)
         return;
     PROTO_CHECK_SENT(ex->out.data, ex->out.len, "executor");
@@ -146,6 +149,7 @@ static int task_output_error(spw_task_ctx *ctx)
 static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *off)
 {
     uint64_t req = ++ex->next_req;
+    proto_batch_end(&ex->done, UINT32_MAX); /* the frames before it stay before it */
     proto_enc e;
     proto_enc_exec_alloc(&e, &ex->out, req, &(proto_exec_alloc_msg){.id = t->id, .size = size});
     proto_enc_end(&e, UINT32_MAX);
@@ -158,7 +162,7 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
         size_t pos = 0;
         for (;;) {
             proto_msg m;
-            int rc = proto_decode(rb.data + pos, rb.len - pos, &ex->lim, &ex->zone, &m);
+            int rc = proto_decode(rb.data + pos, rb.len - pos, &ex->lim, &ex->alloc_zone, &m);
             if (rc == 0)
                 break;
             if (rc < 0)
@@ -173,7 +177,7 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
             } else {
                 spw_buf_append(&ex->backlog, rb.data + pos, (size_t)rc);
             }
-            msgpack_zone_clear(&ex->zone);
+            msgpack_zone_clear(&ex->alloc_zone);
             pos += (size_t)rc;
         }
         if (result == 1) {
@@ -243,7 +247,7 @@ static const spw_task_api task_api = {
 
 static void send_done(executor *ex, const exec_task *t, int status, uint64_t run_us)
 {
-    proto_exec_done_msg d = {.id = t->id, .status = status, .run_us = run_us};
+    proto_done_rec d = {.id = t->id, .status = status, .run_us = run_us};
     if (status != 0) {
         d.err = t->err[0] ? t->err : spw_strerror(status);
     } else if (t->mapped != NULL) {
@@ -252,20 +256,26 @@ static void send_done(executor *ex, const exec_task *t, int status, uint64_t run
         d.size = t->inline_out != NULL ? t->out_size : 0;
         d.value = (proto_bytes){t->inline_out != NULL ? (const void *)t->inline_out : "", d.size};
     }
-    proto_enc e;
-    proto_enc_exec_done(&e, &ex->out, 0, &d);
-    proto_enc_end(&e, UINT32_MAX);
+    /* The completions of one batch read go back as one EXEC_DONES frame (flush_out). */
+    proto_put_done_rec(proto_batch_rec(&ex->done, &ex->out, PROTO_EXEC_DONES), &d);
+    if (proto_batch_full(&ex->done))
+        proto_batch_end(&ex->done, UINT32_MAX);
 }
 
-static void run_exec(executor *ex, const proto_msg *m)
+/* One task: the fields of an EXEC, or a record of an EXECS. A malformed record (rec[0].bad) is
+ * answered as a failed task when its id is readable; without one the worker would wait on it
+ * forever, so the executor stops (the worker restarts it and requeues its tasks). */
+static void run_exec(executor *ex, const proto_val *rec)
 {
+    if (rec[F_EXEC_ID].bad && rec[F_EXEC_ID].nil)
+        SPW_PANIC("an EXECS record from the worker is malformed and names no task");
     exec_task t;
     memset(&t, 0, sizeof t);
     t.ctx.api = &task_api;
     t.ex = ex;
-    t.id = m->f[F_EXEC_ID].id;
-    t.inline_limit = m->f[F_EXEC_INLINE_LIMIT].u;
-    const proto_val *args = &m->f[F_EXEC_ARGS];
+    t.id = rec[F_EXEC_ID].id;
+    t.inline_limit = rec[F_EXEC_INLINE_LIMIT].u;
+    const proto_val *args = &rec[F_EXEC_ARGS];
     uint32_t nargs = args->arr.n;
     spw_task_arg stackargs[16];
     spw_task_arg *targs = nargs <= 16 ? stackargs : calloc(nargs, sizeof *targs);
@@ -273,6 +283,11 @@ static void run_exec(executor *ex, const proto_msg *m)
     if (targs == NULL) {
         status = SPW_ENOMEM;
         snprintf(t.err, sizeof t.err, "no memory for %u arguments", nargs);
+        nargs = 0;
+    }
+    if (rec[F_EXEC_ID].bad) {
+        status = SPW_EPROTO;
+        snprintf(t.err, sizeof t.err, "the EXECS record of this task does not match the schema");
         nargs = 0;
     }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
@@ -294,7 +309,7 @@ static void run_exec(executor *ex, const proto_msg *m)
     uint64_t t0 = spw_now_ns();
     if (status == 0) {
         char name[PROTO_MAX_NAME + 1];
-        proto_str(&m->f[F_EXEC_FN], name, sizeof name);
+        proto_str(&rec[F_EXEC_FN], name, sizeof name);
         fn_entry *f;
         HASH_FIND_STR(ex->fns, name, f);
         if (f == NULL) {
@@ -413,10 +428,12 @@ int wrk_executor_main(int argc, char **argv)
     ex.page = (size_t)sysconf(_SC_PAGESIZE);
     proto_limits_default(&ex.lim);
     msgpack_zone_init(&ex.zone, 64 * 1024);
+    msgpack_zone_init(&ex.alloc_zone, 4096);
     void *arena = mmap(NULL, ex.capacity, PROT_READ, MAP_SHARED, EXEC_ARENA_FD, 0);
     if (arena == MAP_FAILED) {
         spw_log(SPW_LOG_ERR, "cannot map the arena: %s", strerror(errno));
         msgpack_zone_destroy(&ex.zone);
+        msgpack_zone_destroy(&ex.alloc_zone);
         return 1;
     }
     ex.arena = arena;
@@ -461,9 +478,13 @@ int wrk_executor_main(int argc, char **argv)
                 break;
             if (drc < 0)
                 SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
-            if (m.type == PROTO_EXEC)
-                run_exec(&ex, &m);
-            else
+            if (m.type == PROTO_EXEC) {
+                run_exec(&ex, m.f);
+            } else if (m.type == PROTO_EXECS) {
+                const proto_val *recs = &m.f[F_EXECS_RECS];
+                for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop; i++)
+                    run_exec(&ex, PROTO_REC(recs, i)); /* the rest stays unrun: requeued */
+            } else
                 spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
             msgpack_zone_clear(&ex.zone);
             pos += (size_t)drc;
@@ -501,6 +522,7 @@ out:;
     spw_buf_release(&ex.out);
     spw_buf_release(&ex.backlog);
     msgpack_zone_destroy(&ex.zone);
+    msgpack_zone_destroy(&ex.alloc_zone);
     munmap(arena, ex.capacity);
     return rc;
 }

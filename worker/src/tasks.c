@@ -113,13 +113,14 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
     else
         w->tasks_failed++;
     if (w->sched != NULL && t->gen == w->gen) {
-        proto_send_task_done(w->sched, 0,
-                             &(proto_task_done_msg){.id = t->id,
-                                                    .status = status,
-                                                    .size = size,
-                                                    .value = {inl, inl != NULL ? size : 0},
-                                                    .err = err,
-                                                    .run_us = run_us});
+        /* Completions of one loop iteration share a TASK_DONES frame. */
+        proto_batch_done(w->sched, PROTO_TASK_DONES,
+                         &(proto_done_rec){.id = t->id,
+                                           .status = status,
+                                           .size = size,
+                                           .value = {inl, inl != NULL ? size : 0},
+                                           .err = err,
+                                           .run_us = run_us});
     }
     task_free(w, t);
 }
@@ -199,18 +200,34 @@ static void input_done(void *arg, int status, ost_obj *o)
 
 /* ---------------------------------------------------------------- intake */
 
-void wrk__task_run(wrk *w, const proto_msg *m)
+/* One task to run: the fields of a TASK_RUN, or record i of a TASK_RUNS (f[0].bad: the record
+ * did not match the schema; answered as a failed task when its id is readable). */
+static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_rec)
 {
     char hex[33];
-    spw_id id = m->f[F_RUN_ID].id;
+    if (f[F_RUN_ID].bad) {
+        if (f[F_RUN_ID].nil) {
+            proto_conn_error(w->sched, req, SPW_EMALFORMED,
+                             "TASK_RUNS record %u is malformed and names no task", i_rec);
+            return;
+        }
+        char msg[96];
+        snprintf(msg, sizeof msg, "TASK_RUNS record %u does not match the schema", i_rec);
+        spw_log(SPW_LOG_WARN, "task=%s: %s", spw_id_hex(f[F_RUN_ID].id, hex), msg);
+        proto_batch_done(
+            w->sched, PROTO_TASK_DONES,
+            &(proto_done_rec){.id = f[F_RUN_ID].id, .status = SPW_EMALFORMED, .err = msg});
+        return;
+    }
+    spw_id id = f[F_RUN_ID].id;
     wtask *t;
     HASH_FIND(hh, w->tasks, &id, sizeof id, t);
     if (t != NULL) {
-        proto_conn_error(w->sched, m->req, SPW_EDUPLICATE, "task=%s is already here",
+        proto_conn_error(w->sched, req, SPW_EDUPLICATE, "task=%s is already here",
                          spw_id_hex(id, hex));
         return;
     }
-    const proto_val *args = &m->f[F_RUN_ARGS];
+    const proto_val *args = &f[F_RUN_ARGS];
     uint32_t nargs = args->arr.n;
     size_t blob = 0;
     for (uint32_t i = 0; i < nargs; i++) {
@@ -220,8 +237,7 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     }
     t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
     if (t == NULL) {
-        proto_conn_error(w->sched, m->req, SPW_ENOMEM, "task=%s: out of memory",
-                         spw_id_hex(id, hex));
+        proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory", spw_id_hex(id, hex));
         return;
     }
     memset(t, 0, sizeof *t);
@@ -229,10 +245,10 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     t->args = (warg *)(t + 1);
     memset(t->args, 0, nargs * sizeof(warg));
     t->nargs = nargs;
-    t->flags = (uint32_t)m->f[F_RUN_FLAGS].u;
+    t->flags = (uint32_t)f[F_RUN_FLAGS].u;
     t->state = WT_INPUTS;
     t->gen = w->gen;
-    proto_str(&m->f[F_RUN_FN], t->fn, sizeof t->fn);
+    proto_str(&f[F_RUN_FN], t->fn, sizeof t->fn);
     HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
 
@@ -313,6 +329,18 @@ void wrk__task_run(wrk *w, const proto_msg *m)
     }
 }
 
+void wrk__task_run(wrk *w, const proto_msg *m)
+{
+    task_run_rec(w, m->req, m->f, 0);
+}
+
+void wrk__task_runs(wrk *w, const proto_msg *m)
+{
+    const proto_val *recs = &m->f[F_RUNS_RECS];
+    for (uint32_t i = 0; i < recs->arr.n; i++)
+        task_run_rec(w, m->req, PROTO_REC(recs, i), i);
+}
+
 /* -------------------------------------------------------------- executors */
 
 /* Argument i of a task as its executor sees it: inline bytes, or a range of the arena. */
@@ -332,11 +360,12 @@ static void put_earg(proto_enc *e, uint32_t i, void *arg)
 
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
-    proto_send_exec(ex->conn, 0,
-                    &(proto_exec_msg){.id = t->id,
-                                      .fn = t->fn,
-                                      .args = {.n = t->nargs, .put = put_earg, .arg = t},
-                                      .inline_limit = w->inline_limit});
+    /* The tasks one dispatch gives an executor share an EXECS frame. */
+    proto_batch_exec(ex->conn, PROTO_EXECS,
+                     &(proto_exec_rec){.id = t->id,
+                                       .fn = t->fn,
+                                       .args = {.n = t->nargs, .put = put_earg, .arg = t},
+                                       .inline_limit = w->inline_limit});
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
@@ -470,20 +499,22 @@ void wrk__exec_maintain(wrk *w)
             exec_check(w, &w->execs[i], true);
 }
 
-static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
+/* One completion from an executor: the fields of an EXEC_DONE, or a record of an EXEC_DONES
+ * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor). */
+static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
 {
     char hex[33];
     wtask *t = ex->head;
-    if (t == NULL || !spw_id_eq(t->id, m->f[F_DONE_ID].id)) {
+    if (t == NULL || f[F_DONE_ID].nil || !spw_id_eq(t->id, f[F_DONE_ID].id)) {
         spw_log(SPW_LOG_ERR, "executor pid=%d reported task=%s out of order: restarting it",
-                ex->pid, spw_id_hex(m->f[F_DONE_ID].id, hex));
+                ex->pid, f[F_DONE_ID].nil ? "?" : spw_id_hex(f[F_DONE_ID].id, hex));
         proto_conn_close(ex->conn, SPW_EPROTO);
         return;
     }
     exec_pop(w, ex);
     if (ex->head != NULL)
         started_note(w, ex->head); /* the next queued task begins now */
-    uint64_t run_us = m->f[F_DONE_RUN_US].u;
+    uint64_t run_us = f[F_DONE_RUN_US].u;
     if (t->gen != w->gen) {
         /* Its scheduler is gone: nobody holds a reference to the output (aborted with it). */
         task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", run_us);
@@ -491,12 +522,16 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
         return;
     }
     w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
-    int status = (int)m->f[F_DONE_STATUS].i;
-    uint64_t size = m->f[F_DONE_SIZE].u;
+    int status = (int)f[F_DONE_STATUS].i;
+    uint64_t size = f[F_DONE_SIZE].u;
     char err[PROTO_MAX_STR + 1];
-    proto_str(&m->f[F_DONE_ERR], err, sizeof err);
+    proto_str(&f[F_DONE_ERR], err, sizeof err);
+    if (f[F_DONE_ID].bad) {
+        status = SPW_EPROTO;
+        snprintf(err, sizeof err, "the executor's EXEC_DONES record does not match the schema");
+    }
     if (status == 0 && t->out != NULL) {
-        if (!m->f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
+        if (!f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
             status = SPW_EPROTO;
             snprintf(err, sizeof err, "executor reported %llu bytes for an output of %llu",
                      (unsigned long long)size, (unsigned long long)ost_obj_size(t->out));
@@ -505,7 +540,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
             t->out = NULL;
             ost_obj_seal(w->store, o);
         }
-    } else if (status == 0 && m->f[F_DONE_INLINE].nil && size != 0) {
+    } else if (status == 0 && f[F_DONE_INLINE].nil && size != 0) {
         status = SPW_EPROTO;
         snprintf(err, sizeof err, "executor reported an output it never allocated");
     }
@@ -516,9 +551,8 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_msg *m)
     }
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
-    } else if (!m->f[F_DONE_INLINE].nil) {
-        task_report(w, t, 0, m->f[F_DONE_INLINE].bin.len, m->f[F_DONE_INLINE].bin.ptr, NULL,
-                    run_us);
+    } else if (!f[F_DONE_INLINE].nil) {
+        task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us);
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);
     }
@@ -532,8 +566,15 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
     wrk *w = ex->w;
     switch (m->type) {
     case PROTO_EXEC_DONE:
-        exec_done(w, ex, m);
+        exec_done(w, ex, m->f);
         return;
+    case PROTO_EXEC_DONES: {
+        const proto_val *recs = &m->f[F_DONES_RECS];
+        for (uint32_t i = 0;
+             i < recs->arr.n && ex->conn != NULL && !proto_conn_is_closing(ex->conn); i++)
+            exec_done(w, ex, PROTO_REC(recs, i));
+        return;
+    }
     case PROTO_EXEC_ALLOC: {
         wtask *t = ex->head;
         if (t == NULL || !spw_id_eq(t->id, m->f[F_EALLOC_ID].id) || t->out != NULL) {

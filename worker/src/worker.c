@@ -301,6 +301,9 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     case PROTO_TASK_RUN:
         wrk__task_run(w, m);
         return;
+    case PROTO_TASK_RUNS:
+        wrk__task_runs(w, m);
+        return;
     case PROTO_REPLICATE:
         wrk__replicate(w, m);
         return;

@@ -252,6 +252,8 @@ void wrk__mem_check(wrk *w);
 /* tasks.c */
 void wrk__respawn_closed(uv_handle_t *h);
 void wrk__task_run(wrk *w, const proto_msg *m);
+/** TASK_RUNS: each record as one TASK_RUN; a bad record is answered alone. */
+void wrk__task_runs(wrk *w, const proto_msg *m);
 void wrk__exec_msg(wrk_exec *ex, const proto_msg *m);
 void wrk__exec_lost(wrk_exec *ex, const char *why);
 void wrk__dispatch(wrk *w);

@@ -198,6 +198,22 @@ int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd);
 #define PROTO__DECL_SEND_ALIAS(NAME, name, OF, of) PROTO__DECL_SEND(NAME, name)
 PROTO_SCHEMA(PROTO__NONE, PROTO__DECL_SEND, PROTO__DECL_SEND0, PROTO__DECL_SEND_ALIAS)
 
+/* Batched messages (TASK_RUNS, TASK_DONES, TASK_RESULTS, EXECS, EXEC_DONES): records are added
+ * to the connection's open frame of that type, which closes when it is full
+ * (PROTO_BATCH_MAX_RECS, PROTO_BATCH_MAX_BYTES), when any other frame is queued on the
+ * connection (order is kept), and at the latest when the output is written, once per loop
+ * iteration: a lone record goes out as soon as a single message would.
+ * proto_conn_batch_rec(c, type) returns the encoder to write exactly one record into
+ * (proto_put_kind_rec); proto_conn_batch_commit(c) then checks its size. */
+proto_enc *proto_conn_batch_rec(proto_conn *c, uint32_t type);
+/** @return 0; SPW_EFRAMESIZE if the record alone exceeds the peer's max_frame (it is dropped,
+ * the others kept); SPW_ECLOSED. */
+int proto_conn_batch_commit(proto_conn *c);
+/* proto_batch_kind(c, type, &rec) for each record kind: one record of batched message type. */
+#define PROTO__DECL_BATCH(NAME, name)                                                              \
+    int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r);
+PROTO_SCHEMA(PROTO__DECL_BATCH, PROTO__NONE, PROTO__NONE, PROTO__NONE)
+
 /** Sends an ERROR frame. */
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -122,7 +122,12 @@ const char *proto_role_name(int role);
     X(TASK_STARTED, 70)                                                                            \
     X(GRAPHS_REQ, 71)                                                                              \
     X(GRAPHS, 72)                                                                                  \
-    X(TASK_CANCEL, 73)
+    X(TASK_CANCEL, 73)                                                                             \
+    X(TASK_RUNS, 74)                                                                               \
+    X(TASK_DONES, 75)                                                                              \
+    X(TASK_RESULTS, 76)                                                                            \
+    X(EXECS, 77)                                                                                   \
+    X(EXEC_DONES, 78)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
@@ -242,6 +247,7 @@ typedef struct proto_val proto_val;
  * optional field that was sent as nil. */
 struct proto_val {
     uint8_t nil;
+    uint8_t bad; /* on the first field of a BATCH record that did not match its kind */
     union {
         uint64_t u;
         int64_t i;
@@ -348,6 +354,7 @@ typedef struct proto_ids {
 #define PROTO__TYPE_STR(arg) const char *
 #define PROTO__TYPE_REC(arg) const proto_##arg##_rec *
 #define PROTO__TYPE_RECS(arg) proto_##arg##_recs
+#define PROTO__TYPE_BATCH(arg) proto_##arg##_recs
 #define PROTO__TYPE_LIST_U(arg) proto_u64s
 #define PROTO__TYPE_LIST_ID(arg) proto_ids
 #define PROTO__MEMBER(index, member, kind, arg) PROTO__TYPE_##kind(arg) member;
@@ -383,6 +390,42 @@ PROTO_SCHEMA(PROTO__DECL_RECS, PROTO__NONE, PROTO__NONE, PROTO__NONE)
     typedef proto_##of##_msg proto_##name##_msg;                                                   \
     void proto_enc_##name(proto_enc *e, spw_buf *buf, uint64_t req, const proto_##name##_msg *m);
 PROTO_SCHEMA(PROTO__DECL_REC, PROTO__DECL_MSG, PROTO__DECL_MSG0, PROTO__DECL_ALIAS)
+
+/* The single messages and the records of their batched forms share field lists (see
+ * proto_schema.h): the same index reads either. */
+_Static_assert((int)PROTO_NF_REC_RUN == (int)PROTO_NF_TASK_RUN &&
+                   (int)PROTO_NF_REC_DONE == (int)PROTO_NF_TASK_DONE &&
+                   (int)PROTO_NF_REC_TRES == (int)PROTO_NF_TASK_RESULT &&
+                   (int)PROTO_NF_REC_EXEC == (int)PROTO_NF_EXEC,
+               "batched records and single messages differ");
+
+/** Most records in one batched frame, and the size past which the sender closes it: far under
+ * any frame limit, and the receiver's zone for one frame stays small. */
+#define PROTO_BATCH_MAX_RECS 1024u
+#define PROTO_BATCH_MAX_BYTES (256u << 10)
+
+/** A batched frame (TASK_RUNS, ...) being built at the end of a buffer: records are appended
+ * one at a time and the record count patched when it is closed. n == 0: none open. */
+typedef struct proto_batch {
+    proto_enc e;
+    uint32_t type;
+    uint32_t n;    /* records in the open frame */
+    size_t arr_at; /* offset of its record array's header */
+    size_t rec_at; /* offset of its last record */
+} proto_batch;
+
+/** Starts one more record of batched message type at the end of buf, opening a frame there
+ * when none is open (the caller closes an open frame of another type, or one in another buffer,
+ * first). Write exactly one record with proto_put_kind_rec(&b->e, ...) next. */
+proto_enc *proto_batch_rec(proto_batch *b, spw_buf *buf, uint32_t type);
+/** Whether the open frame has reached PROTO_BATCH_MAX_RECS or PROTO_BATCH_MAX_BYTES. */
+bool proto_batch_full(const proto_batch *b);
+/** Closes the open frame (patches the count and the length; see proto_enc_end). @return the
+ * frame's size, 0 if none was open, or SPW_EFRAMESIZE (frame removed). */
+int proto_batch_end(proto_batch *b, uint32_t max_frame);
+/** Patches the open frame's record count and returns its encoder, for the caller to finish
+ * with proto_enc_end or proto_conn_send; the batch is then closed. Needs b->n > 0. */
+proto_enc *proto_batch_seal(proto_batch *b);
 
 /** Patches the length. @return the frame's total size, or SPW_EFRAMESIZE (frame removed)
  * if the body exceeds max_frame. */

@@ -24,6 +24,10 @@
  *                                                          cut to max)
  *   REC (kind)      one record of that kind, or nil     C: const proto_kind_rec * (NULL: nil)
  *   RECS (kind)     array of records of that kind       C: proto_kind_recs
+ *   BATCH (kind)    RECS, for the batched messages (TASK_RUNS...): a record that does not
+ *                   match its kind is marked bad (proto_val.bad on its first field, which
+ *                   holds the record's first value if that one could be read) instead of
+ *                   failing the whole frame, so each record is answered on its own
  *   LIST_U (min)    array of at least min u64           C: proto_u64s
  *   LIST_ID (0)     array of ids                        C: proto_ids
  * proto.h and proto.c expand this table into the index enums, the typed structs, the decoder's
@@ -53,6 +57,10 @@
     REC(MNODE, mnode)                                                                              \
     REC(OLOBJ, olobj)                                                                              \
     REC(GRAPH, graph)                                                                              \
+    REC(RUN, run)                                                                                  \
+    REC(DONE, done)                                                                                \
+    REC(TRES, tres)                                                                                \
+    REC(EXEC, exec)                                                                                \
     MSG(CHALLENGE, challenge)                                                                      \
     MSG(HELLO, hello)                                                                              \
     MSG(WELCOME, welcome)                                                                          \
@@ -100,7 +108,12 @@
     MSG(TASK_STARTED, task_started)                                                                \
     MSG(GRAPHS_REQ, graphs_req)                                                                    \
     MSG(GRAPHS, graphs)                                                                            \
-    MSG(TASK_CANCEL, task_cancel)
+    MSG(TASK_CANCEL, task_cancel)                                                                  \
+    MSG(TASK_RUNS, task_runs)                                                                      \
+    MSG(TASK_DONES, task_dones)                                                                    \
+    MSG(TASK_RESULTS, task_results)                                                                \
+    MSG(EXECS, execs)                                                                              \
+    ALIAS(EXEC_DONES, exec_dones, TASK_DONES, task_dones)
 
 /* ------------------------------------------------------------------ records */
 
@@ -297,27 +310,38 @@
     F(F_SUBACK_GRAPH, graph, U, 0)                                                                 \
     F(F_SUBACK_NTASKS, ntasks, U, 0)
 
-#define PROTO_FIELDS_TASK_RESULT(F, N)                                                             \
-    F(F_TRES_ID, id, ID, 0)                                                                        \
-    F(F_TRES_STATUS, status, I, 0)                                                                 \
-    F(F_TRES_SIZE, size, U, 0)                                                                     \
-    F(F_TRES_INLINE, value, OPT_BIN, 0)                                                            \
-    F(F_TRES_ERR, err, STR, PROTO_MAX_STR)
+/* The per-task messages TASK_RESULT, TASK_RUN, TASK_DONE (and EXEC_DONE) and EXEC each have a
+ * record kind with the same fields in the same order (TRES, RUN, DONE, EXEC), of which the
+ * batched messages (TASK_RESULTS, TASK_RUNS, TASK_DONES, EXEC_DONES, EXECS) carry an array: one
+ * field list, PROTO__FIELDS_x(F, N, P), gives both, with index prefix P (F_x_ for the message,
+ * R_x_ for the record), so F_DONE_ID == R_DONE_ID and a handler reads either with F_*. */
+#define PROTO__FIELDS_TRES(F, N, P)                                                                \
+    F(P##ID, id, ID, 0)                                                                            \
+    F(P##STATUS, status, I, 0)                                                                     \
+    F(P##SIZE, size, U, 0)                                                                         \
+    F(P##INLINE, value, OPT_BIN, 0)                                                                \
+    F(P##ERR, err, STR, PROTO_MAX_STR)
+#define PROTO_FIELDS_TASK_RESULT(F, N) PROTO__FIELDS_TRES(F, N, F_TRES_)
+#define PROTO_REC_FIELDS_TRES(F, N) PROTO__FIELDS_TRES(F, N, R_TRES_)
 
-#define PROTO_FIELDS_TASK_RUN(F, N)                                                                \
-    F(F_RUN_ID, id, ID, 0)                                                                         \
-    F(F_RUN_FN, fn, STR, PROTO_MAX_NAME)                                                           \
-    F(F_RUN_ARGS, args, RECS, warg)                                                                \
-    F(F_RUN_FLAGS, flags, U, 0)
+#define PROTO__FIELDS_RUN(F, N, P)                                                                 \
+    F(P##ID, id, ID, 0)                                                                            \
+    F(P##FN, fn, STR, PROTO_MAX_NAME)                                                              \
+    F(P##ARGS, args, RECS, warg)                                                                   \
+    F(P##FLAGS, flags, U, 0)
+#define PROTO_FIELDS_TASK_RUN(F, N) PROTO__FIELDS_RUN(F, N, F_RUN_)
+#define PROTO_REC_FIELDS_RUN(F, N) PROTO__FIELDS_RUN(F, N, R_RUN_)
 
 /* TASK_DONE, worker -> scheduler; EXEC_DONE, executor -> worker, has the same fields. */
-#define PROTO_FIELDS_TASK_DONE(F, N)                                                               \
-    F(F_DONE_ID, id, ID, 0)                                                                        \
-    F(F_DONE_STATUS, status, I, 0)                                                                 \
-    F(F_DONE_SIZE, size, U, 0)                                                                     \
-    F(F_DONE_INLINE, value, OPT_BIN, 0)                                                            \
-    F(F_DONE_ERR, err, STR, PROTO_MAX_STR)                                                         \
-    F(F_DONE_RUN_US, run_us, U, 0)
+#define PROTO__FIELDS_DONE(F, N, P)                                                                \
+    F(P##ID, id, ID, 0)                                                                            \
+    F(P##STATUS, status, I, 0)                                                                     \
+    F(P##SIZE, size, U, 0)                                                                         \
+    F(P##INLINE, value, OPT_BIN, 0)                                                                \
+    F(P##ERR, err, STR, PROTO_MAX_STR)                                                             \
+    F(P##RUN_US, run_us, U, 0)
+#define PROTO_FIELDS_TASK_DONE(F, N) PROTO__FIELDS_DONE(F, N, F_DONE_)
+#define PROTO_REC_FIELDS_DONE(F, N) PROTO__FIELDS_DONE(F, N, R_DONE_)
 
 #define PROTO_FIELDS_OBJ_ADDED(F, N)                                                               \
     F(F_ADDED_ID, id, ID, 0)                                                                       \
@@ -413,11 +437,13 @@
     F(F_REPL_LOCS, locs, RECS, loc)
 
 /* Worker <-> executor. */
-#define PROTO_FIELDS_EXEC(F, N)                                                                    \
-    F(F_EXEC_ID, id, ID, 0)                                                                        \
-    F(F_EXEC_FN, fn, STR, PROTO_MAX_NAME)                                                          \
-    F(F_EXEC_ARGS, args, RECS, earg)                                                               \
-    F(F_EXEC_INLINE_LIMIT, inline_limit, U, 0)
+#define PROTO__FIELDS_EXEC(F, N, P)                                                                \
+    F(P##ID, id, ID, 0)                                                                            \
+    F(P##FN, fn, STR, PROTO_MAX_NAME)                                                              \
+    F(P##ARGS, args, RECS, earg)                                                                   \
+    F(P##INLINE_LIMIT, inline_limit, U, 0)
+#define PROTO_FIELDS_EXEC(F, N) PROTO__FIELDS_EXEC(F, N, F_EXEC_)
+#define PROTO_REC_FIELDS_EXEC(F, N) PROTO__FIELDS_EXEC(F, N, R_EXEC_)
 #define PROTO_FIELDS_EXEC_ALLOC(F, N)                                                              \
     F(F_EALLOC_ID, id, ID, 0)                                                                      \
     F(F_EALLOC_SIZE, size, U, 0)
@@ -433,6 +459,14 @@
 /* TASK_CANCEL (scheduler -> worker): tasks of a client that went away; those not started are
  * dropped and answered TASK_DONE with SPW_ECANCELED. */
 #define PROTO_FIELDS_TASK_CANCEL(F, N) F(F_CANCEL_IDS, ids, LIST_ID, 0)
+/* Batched per-task messages: what one loop iteration of the sender produces for one peer, up to
+ * PROTO_BATCH_MAX_RECS records or about PROTO_BATCH_MAX_BYTES per frame (proto_batch, conn.h
+ * proto_conn_batch_*). Each record is handled as the single message of the same fields would
+ * be, and answered on its own when bad. */
+#define PROTO_FIELDS_TASK_RUNS(F, N) F(F_RUNS_RECS, recs, BATCH, run)
+#define PROTO_FIELDS_TASK_DONES(F, N) F(F_DONES_RECS, recs, BATCH, done)
+#define PROTO_FIELDS_TASK_RESULTS(F, N) F(F_TRESS_RECS, recs, BATCH, tres)
+#define PROTO_FIELDS_EXECS(F, N) F(F_EXECS_RECS, recs, BATCH, exec)
 /* clang-format on */
 
 #endif /* SPW_PROTO_SCHEMA_H */
