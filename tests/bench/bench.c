@@ -1046,6 +1046,9 @@ typedef struct spill_limit {
     double zstd_1t_gbps;      /* the same, one thread */
     double zstd_ratio;        /* raw / compressed for the sample */
     double zstd_chunked_gbps; /* the same in 4 MiB calls, as the store compresses */
+    double zstd_all_gbps;     /* all stores' lanes at once: workers x threads threads */
+    double unzstd_1t_gbps;    /* raw bytes per second decompressed from 4 MiB records, one
+                                 thread, best of 5 */
     double xxh3_gbps;         /* the record checksum the store also computes */
     double lmdb_write_gbps;   /* stored bytes written per second (0 if not measured) */
     double limit_gbps;        /* raw bytes per second of compress + write, one after the other */
@@ -1135,7 +1138,7 @@ static void *zstd_thread_run(void *arg)
  * warm-up run): what `threads` spill lanes could reach on this data. */
 static double zstd_parallel_gbps(const uint8_t *raw, int threads)
 {
-    zstd_thread t[64];
+    zstd_thread t[128]; /* --spill-threads (at most 64) x --spill-workers (at most 2) */
     double best = 0;
     for (int r = 0; r < 6; r++) {
         double t0 = now_s();
@@ -1150,6 +1153,17 @@ static double zstd_parallel_gbps(const uint8_t *raw, int threads)
             best = g;
     }
     return best;
+}
+
+/* zstd_gbps and zstd_all_gbps measured again, on a sample of the kind as the first time:
+ * the machine's load may have changed during the write. */
+static void spill_zstd_again(const spill_kind *k, int threads, double *gbps, double *all_gbps)
+{
+    uint8_t *raw = malloc(SPILL_OBJ);
+    spill_gen(k, k->seed0 - 1, raw);
+    *gbps = zstd_parallel_gbps(raw, threads);
+    *all_gbps = spill_workers > 1 ? zstd_parallel_gbps(raw, threads * spill_workers) : *gbps;
+    free(raw);
 }
 
 static void spill_measure_limit(const spill_kind *k, const char *dir, int threads,
@@ -1174,6 +1188,8 @@ static void spill_measure_limit(const spill_kind *k, const char *dir, int thread
             out->zstd_1t_gbps = SPILL_OBJ / t / 1e9;
     }
     out->zstd_gbps = zstd_parallel_gbps(raw, threads);
+    out->zstd_all_gbps =
+        spill_workers > 1 ? zstd_parallel_gbps(raw, threads * spill_workers) : out->zstd_gbps;
     out->zstd_ratio = ZSTD_isError(zlen) || zlen == 0 ? 0 : (double)SPILL_OBJ / (double)zlen;
     /* Chunked, as the store calls it, keeping each chunk's record for the LMDB write. */
     enum { NCH = SPILL_OBJ / SPILL_CHUNK };
@@ -1195,6 +1211,24 @@ static void spill_measure_limit(const spill_kind *k, const char *dir, int thread
         if (r > 0 && SPILL_OBJ / t / 1e9 > out->zstd_chunked_gbps)
             out->zstd_chunked_gbps = SPILL_OBJ / t / 1e9;
     }
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    uint8_t *back = malloc(SPILL_OBJ);
+    for (int r = 0; r < 6; r++) {
+        double t0 = now_s();
+        for (int c = 0; c < NCH; c++) {
+            if (lens[c] < SPILL_CHUNK)
+                ZSTD_decompressDCtx(dctx, back + (size_t)c * SPILL_CHUNK, SPILL_CHUNK,
+                                    recs[c] + 32, lens[c]);
+            else
+                memcpy(back + (size_t)c * SPILL_CHUNK, raw + (size_t)c * SPILL_CHUNK,
+                       SPILL_CHUNK);
+        }
+        double t = now_s() - t0;
+        if (r > 0 && SPILL_OBJ / t / 1e9 > out->unzstd_1t_gbps)
+            out->unzstd_1t_gbps = SPILL_OBJ / t / 1e9;
+    }
+    free(back);
+    ZSTD_freeDCtx(dctx);
     uint64_t stored = 0;
     for (int c = 0; c < NCH; c++) {
         if (lens[c] == SPILL_CHUNK)
@@ -1327,6 +1361,15 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     double t_write = now_s() - t0;
     bool settled_w = spill_settle(&r->cluster, cond_tasks_done, base, r->nobj, wrote, &waited);
     double settle_w = waited;
+    wcpu cpu_w[SPILL_WORKERS];
+    for (int i = 0; i < spill_workers; i++)
+        worker_cpu(&r->probe, i, &cpu_w[i]);
+    /* The reference again, right after the spills it is compared with: use the mean. */
+    double zstd_before = lim.zstd_gbps, zstd_all_before = lim.zstd_all_gbps, zstd_after,
+           zstd_all_after;
+    spill_zstd_again(k, r->b->spill_threads, &zstd_after, &zstd_all_after);
+    lim.zstd_gbps = (zstd_before + zstd_after) / 2;
+    lim.zstd_all_gbps = (zstd_all_before + zstd_all_after) / 2;
 
     /* Read back in creation order, oldest (spilled first) first; check every byte. */
     bool ok = true;
@@ -1367,7 +1410,8 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
 
     /* Figures: deltas over this kind's write and read; bytes on disk as they stood after the
      * read (nothing is deleted from disk before the release). */
-    uint64_t sp_bytes = 0, sp_ns = 0, rs_bytes = 0, rs_ns = 0;
+    uint64_t sp_bytes = 0, sp_ns = 0, rs_bytes = 0, rs_ns = 0, w_bytes = 0;
+    double spill_all_gbps = 0, w_pool_s = 0;
     json_t *per = json_array();
     pthread_mutex_lock(&r->probe.mu);
     double peak = 0, peak_file = 0;
@@ -1378,6 +1422,9 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
         uint64_t rn = rd[i].v[WS_RESTORE_NS] - base[i].v[WS_RESTORE_NS];
         sp_bytes += sb;
         sp_ns += sn;
+        spill_all_gbps += gbps_of(sb, sn); /* the stores spill at the same time */
+        w_bytes += wrote[i].v[WS_SPILL_BYTES] - base[i].v[WS_SPILL_BYTES];
+        w_pool_s += cpu_w[i].pool_s - cpu0[i].pool_s;
         rs_bytes += rb;
         rs_ns += rn;
         probe_worker *pw = &r->probe.w[i];
@@ -1461,6 +1508,23 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     json_object_set_new(extra, "limit_gbps", json_real(r3(lim.limit_gbps)));
     json_object_set_new(extra, "spill_vs_zstd",
                         json_real(r3(lim.zstd_gbps > 0 ? spill_gbps / lim.zstd_gbps : 0)));
+    json_object_set_new(extra, "zstd_gbps_before", json_real(r3(zstd_before)));
+    json_object_set_new(extra, "zstd_gbps_after", json_real(r3(zstd_after)));
+    json_object_set_new(extra, "spill_all_gbps", json_real(r3(spill_all_gbps)));
+    json_object_set_new(extra, "zstd_all_gbps", json_real(r3(lim.zstd_all_gbps)));
+    json_object_set_new(
+        extra, "spill_vs_zstd_all",
+        json_real(r3(lim.zstd_all_gbps > 0 ? spill_all_gbps / lim.zstd_all_gbps : 0)));
+    double cpu_gbps = w_pool_s > 0 ? (double)w_bytes / w_pool_s / 1e9 : 0;
+    json_object_set_new(extra, "spill_write_pool_cpu_s", json_real(r3(w_pool_s)));
+    json_object_set_new(extra, "spill_cpu_gbps", json_real(r3(cpu_gbps)));
+    json_object_set_new(
+        extra, "spill_cpu_vs_zstd_1t",
+        json_real(r3(lim.zstd_1t_gbps > 0 ? cpu_gbps / lim.zstd_1t_gbps : 0)));
+    json_object_set_new(extra, "unzstd_1t_gbps", json_real(r3(lim.unzstd_1t_gbps)));
+    json_object_set_new(
+        extra, "restore_vs_unzstd_1t",
+        json_real(r3(lim.unzstd_1t_gbps > 0 ? restore_gbps / lim.unzstd_1t_gbps : 0)));
     json_object_set_new(extra, "spill_vs_limit",
                         json_real(r3(lim.limit_gbps > 0 ? spill_gbps / lim.limit_gbps : 0)));
     json_object_set_new(extra, "peak_unique_mib_note",

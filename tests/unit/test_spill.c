@@ -380,6 +380,19 @@ static void spill_file_is_compacted_when_mostly_free(void **state)
     done(s);
 }
 
+/* Once the deletions queued are done nothing is counted on disk; ends the test's store. */
+static void gone_from_disk(ost_store *s)
+{
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spilled_raw, 0);
+    assert_int_equal(st.spilled_stored, 0);
+    assert_int_equal(st.spill_entries, 0);
+    lanes = 0;
+    done(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -430,12 +443,59 @@ static void parallel_lanes_keep_order_and_accounting(void **state)
     }
     for (uint64_t i = 0; i < n; i++)
         assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    gone_from_disk(s);
+}
+
+/* One object of many chunks is spilled and restored by all four lanes at once (each part
+ * takes the next chunk): every byte comes back, one record per chunk, the last one short. */
+static void one_large_object_takes_every_lane(void **state)
+{
+    (void)state;
+    lanes = 4;
+    const size_t big = (37u << 20) + 5, rnd = 9u << 20;
+    ost_store *s = mk(64u << 20, 8u << 20, 0, 30000);
+    put(s, 1, big, true);
+    put(s, 2, rnd, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
-    st = stats(s);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, 2);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.spilled_raw, big + rnd);
+    assert_int_equal(st.spill_entries, 10 + 3);
+    assert_true(st.spilled_stored < big + rnd); /* the walk compresses */
+    check(s, 1, big, true);
+    check(s, 2, rnd, false);
+    /* Evicted again (no write), restored again by a get. */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    assert_int_equal(stats(s).spill_count, 2);
+    check(s, 1, big, true);
+    ost_obj_delete(s, id(1));
+    ost_obj_delete(s, id(2));
+    gone_from_disk(s);
+}
+
+/* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
+ * wrote is taken back, the map grows and the spill is tried again until the map is at its
+ * limit; the object stays in memory, whole, and nothing is counted on disk. */
+static void large_spill_past_the_map_limit_is_taken_back(void **state)
+{
+    (void)state;
+    lanes = 4;
+    const size_t size = 24u << 20;
+    ost_store *s = mk(32u << 20, 4u << 20, 12u << 20, 0);
+    put(s, 1, size, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
     assert_int_equal(st.objs_disk, 0);
-    assert_int_equal(st.spilled_raw, 0);
-    assert_int_equal(st.spilled_stored, 0);
     assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(st.spilled_stored, 0);
+    assert_int_equal(st.used, size);
+    check(s, 1, size, false);
+    ost_obj_delete(s, id(1));
     lanes = 0;
     done(s);
 }
@@ -507,6 +567,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
+    cmocka_unit_test(one_large_object_takes_every_lane),
+    cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
 };
