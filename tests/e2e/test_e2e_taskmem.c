@@ -520,7 +520,8 @@ static void dead_client_queued_tasks_never_run(void **state)
     h_cluster c;
     h_cluster_start(&c, false, NULL);
     const char *const a0[] = {"--slots", "1", "--store-capacity", "16M", "--name", "prime", NULL};
-    const char *const a1[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w1", NULL};
+    const char *const a1[] = {"--slots",  "1",  "--store-capacity", "16M", "--name",
+                              "w1",       "--plugin", SPW_TEST_PLUGIN,  NULL};
     h_worker_start(&c, a0);
     h_worker_start(&c, a1);
     /* `inc` runs once elsewhere, so the scheduler knows it is short and queues it deeply. */
@@ -534,6 +535,8 @@ static void dead_client_queued_tasks_never_run(void **state)
     spillway_graph_free(g);
     assert_int_equal(e2e_get_u64(cl, r), 2);
     assert_int_equal(spillway_release(cl, r), 0);
+    char go[512];
+    snprintf(go, sizeof go, "%s/go", c.dir);
     fflush(NULL);
     int ready[2];
     assert_int_equal(pipe(ready), 0);
@@ -547,8 +550,10 @@ static void dead_client_queued_tasks_never_run(void **state)
             _exit(1);
         spillway_graph *kg = spillway_graph_new(kc);
         spillway_graph_place(kg, "w1");
-        spillway_arg s = spillway_arg_u64(getenv("SPW_SLOW") != NULL ? 6000 : 2000);
-        spillway_task(kg, "sleep_ms", &s, 1, SPILLWAY_KEEP, NULL);
+        /* Runs until the test creates `go`, after it saw the queued ones dropped: however slow
+         * the machine, it cannot end before the client is killed. */
+        spillway_arg s[2] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000)};
+        spillway_task(kg, "wait_file", s, 2, SPILLWAY_KEEP, NULL);
         for (int i = 0; i < 2; i++) {
             spillway_arg x = spillway_arg_u64((uint64_t)i);
             spillway_task(kg, "inc", &x, 1, SPILLWAY_KEEP, NULL);
@@ -571,10 +576,13 @@ static void dead_client_queued_tasks_never_run(void **state)
     assert_true(h_eventually(one_on_w1, &c, 20000));
     fig_arg fa = {&c, "w1", "tasks_cancelled", 2};
     assert_true(h_eventually(figure_is, &fa, 20000));
+    FILE *f = fopen(go, "w");
+    assert_non_null(f);
+    fclose(f);
     assert_true(h_eventually(none_on_w1, &c, 30000));
     assert_true(e2e_cluster_idle(&c, 20000));
     fa.field = "tasks_done";
-    fa.want = 1; /* only the sleep ran */
+    fa.want = 1; /* only the waiting one ran */
     assert_true(h_eventually(figure_is, &fa, 20000));
     assert_int_equal(figure(&c, "w1", true, "tasks_cancelled"), 2);
     spillway_close(cl);
