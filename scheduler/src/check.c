@@ -29,7 +29,7 @@ typedef struct gacc {
     const sched_graph *g;
     UT_hash_handle hh;
     uint64_t ntasks;   /* task records naming it, + 1 per session submitting it */
-    uint64_t inflight; /* of those, ASSIGNED or RUNNING */
+    uint64_t inflight; /* of those, on a worker's list (assigned, or sent ahead) */
     uint64_t live_bytes;
     uint64_t counts[PROTO_TSTATE_COUNT];
 } gacc;
@@ -101,17 +101,31 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     CHECK(t->state == T_WAITING || t->ndeps == 0, id, "task in state %u waits for %u inputs",
           t->state, t->ndeps);
     bool assigned = t->state == T_ASSIGNED || t->state == T_RUNNING;
+    bool ahead = sched__task_ahead(t);
     if (t->state == T_READY)
         CHECK(t->depth < SCHED_DEPTHS, id, "ready task at depth %u", t->depth);
-    else if (assigned)
-        CHECK(t->wprev != NULL, id, "assigned task is not on its worker's list");
+    else if (assigned || ahead)
+        CHECK(t->wprev != NULL, id, "task in state %u (%s) is not on its worker's list",
+              t->state, ahead ? "sent ahead" : "assigned");
     else
         CHECK(t->qprev == NULL && t->qnext == NULL, id,
               "task in state %u is linked on a ready queue or a worker's list", t->state);
-    CHECK(assigned == (t->worker != NULL), id, "task in state %u %s a worker", t->state,
+    CHECK(assigned == (t->worker != NULL) || ahead, id, "task in state %u %s a worker", t->state,
           t->worker != NULL ? "has" : "lacks");
-    if (assigned)
-        CHECK(worker_live(s, t->worker->id), id, "task assigned to a worker that left");
+    CHECK(!ahead || t->state == T_WAITING || t->state == T_FAILED, id,
+          "task sent ahead is in state %u", t->state);
+    CHECK(!ahead || (t->flags & PROTO_TASK_AHEAD), id,
+          "task sent ahead lacks PROTO_TASK_AHEAD (its SPW_EAHEAD would be refused)");
+    if (t->worker != NULL)
+        CHECK(worker_live(s, t->worker->id), id, "task on a worker that left");
+    if (ahead) {
+        /* Sent ahead: it waits only for whole objects (the worker takes their size from the
+         * result it makes), and is bound to no worker name. */
+        CHECK(t->place == NULL, id, "task bound to a worker name was sent ahead");
+        for (uint32_t i = 0; i < t->nargs; i++)
+            CHECK(!t->args[i].waiting || t->args[i].kind == PROTO_ARG_OBJ, id,
+                  "task sent ahead waits for a view (argument %u)", i);
+    }
     /* Object state follows its producer's. */
     switch (t->state) {
     case T_DONE:
@@ -130,7 +144,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     CHECK(ga != NULL, id, "task's graph is not on the graph list");
     ga->ntasks++;
     ga->counts[t->state]++;
-    ga->inflight += assigned;
+    ga->inflight += t->worker != NULL;
     if (o->live_graph != NULL)
         CHECK(o->live_graph == t->graph, id, "output counted in another graph's live bytes");
 }
@@ -209,7 +223,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         total += o->refs[k];
     const sched_task *t = o->producer;
     if (total == 0)
-        CHECK(t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING) && o->orphan, id,
+        CHECK(t != NULL && t->worker != NULL && o->orphan, id,
               "object with no reference left was not freed (task state %d, orphan %u)",
               t != NULL ? t->state : -1, o->orphan);
 
@@ -338,17 +352,26 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               "worker %u not at its place in the load heap", w->id);
         CHECK(w->heap_at == 0 || !sched__worker_less(w, s->wheap[(w->heap_at - 1) / 2]), NOID,
               "worker %u less loaded than its parent in the load heap", w->id);
-        uint32_t n = 0, running = 0;
+        uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
             CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
-            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING, t->id,
+            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t), t->id,
                   "task in state %u on worker %u's list", t->state, w->id);
+            if (sched__task_ahead(t)) {
+                ahead++;
+                continue;
+            }
             n++;
             running += t->state == T_RUNNING;
         }
         CHECK(n == w->assigned, NOID, "worker %u: assigned %u, its list holds %u", w->id,
               w->assigned, n);
-        CHECK(w->assigned <= (uint64_t)w->slots * depth_max, NOID,
+        CHECK(ahead == w->ahead, NOID, "worker %u: %u tasks ahead, its list holds %u", w->id,
+              w->ahead, ahead);
+        CHECK(w->ahead <= w->slots * SCHED_AHEAD_PER_SLOT, NOID,
+              "worker %u: %u tasks sent ahead to %u slots", w->id, w->ahead, w->slots);
+        /* Tasks sent ahead join the queue when their inputs are ready. */
+        CHECK(w->assigned <= (uint64_t)w->slots * (depth_max + SCHED_AHEAD_PER_SLOT), NOID,
               "worker %u: %u tasks assigned to %u slots", w->id, w->assigned, w->slots);
         CHECK(running <= w->assigned, NOID, "worker %u: more running than assigned", w->id);
         assigned += n;

@@ -168,7 +168,7 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
     if (total_refs(o) > 0)
         return;
     sched_task *t = o->producer;
-    if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING)) {
+    if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t))) {
         if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
             /* Nobody wants it any more: if it has not started, its worker drops it now and
              * answers SPW_ECANCELED (its slot is free at once); if it runs, it finishes. */

@@ -64,6 +64,10 @@ typedef struct sched_fn {
     UT_hash_handle hh;
     double ewma_us; /* exponentially weighted mean run time, microseconds */
     uint64_t runs;
+    /* Its last task's output was inline (or empty): a chain of its tasks is sent ahead several
+     * hops deep; one of outputs in stores only one hop, so that a worker running ahead of the
+     * scheduler's releases never holds more than a few of them (tasks.c). */
+    bool inline_out;
 } sched_fn;
 
 /* One task argument. For object arguments the node links the task into the object's list of
@@ -108,6 +112,7 @@ typedef struct sched_graph {
 #define SCHED_GRAPHS_KEPT 32
 
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
+#define SCHED_AHEAD_PER_SLOT 8 /* tasks sent ahead to a worker at once, per slot (tasks.c) */
 
 /* Object records (a sched_obj, and a task's sched_task with its arguments after it) come from
  * slabs of 16-byte size classes up to SCHED_REC_SLAB bytes; larger ones from the heap. */
@@ -138,19 +143,20 @@ struct sched_task {
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     sched_graph *graph;
-    sched_worker *worker; /* while assigned */
+    sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
     /* Run only on the worker of this name, or NULL. The name is in the record after the
      * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
      * has; sched__place_missing). The submitter is out->owner, the submit time out->created_ms. */
     char *place;
-    /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING),
-     * never both: the two links share their bytes, and are NULL in every other state. */
+    /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
+     * sent ahead: sched__task_ahead), never both: the two links share their bytes, and are NULL
+     * in every other state. */
     union {
         struct {
             sched_task *qprev, *qnext; /* ready bucket */
         };
         struct {
-            sched_task *wprev, *wnext; /* worker's assigned list */
+            sched_task *wprev, *wnext; /* worker's list */
         };
     };
 };
@@ -224,10 +230,11 @@ struct sched_worker {
     uint32_t slots;
     uint64_t capacity;
     uint32_t assigned; /* tasks sent and not finished */
+    uint32_t ahead;    /* tasks sent ahead of their inputs (tasks.c): on tasks, not assigned */
     uint64_t stats[PROTO_STAT_COUNT];
     uint64_t reserved; /* bytes of uploads placed here and not yet sealed */
     uint64_t last_hb_ns;
-    sched_task *tasks; /* assigned tasks */
+    sched_task *tasks; /* assigned tasks, and those sent ahead */
     UT_hash_handle hh; /* in s->wbyid */
     uint32_t heap_at;  /* index in s->wheap (UINT32_MAX: gone) */
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
@@ -378,6 +385,14 @@ bool sched__worker_less(const sched_worker *a, const sched_worker *b);
 void sched__workers_free(sched *s);
 
 /* tasks.c */
+/* Whether t was sent ahead to t->worker: that worker holds it until the inputs it makes for it
+ * are there (state T_WAITING), or the scheduler failed it meanwhile (T_FAILED) and waits for the
+ * worker's TASK_DONE that drops it. Either way it stays on the worker's list until that report,
+ * and its output is not freed before. */
+static inline bool sched__task_ahead(const sched_task *t)
+{
+    return t->worker != NULL && t->state != T_ASSIGNED && t->state != T_RUNNING;
+}
 void sched__live_uncount(sched *s, sched_obj *o);
 void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);

@@ -143,12 +143,14 @@ void sched__task_cancel(sched *s, sched_task *t)
 void sched__task_free(sched *s, sched_task *t)
 {
     release_args(s, t);
-    SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING);
+    SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING &&
+               t->worker == NULL);
     s->tstate[t->state]--;
     sched__graph_release(s, t->graph);
     /* Its memory is its output object's record, freed with it. */
 }
 
+static void ahead_promote(sched *s, sched_task *t);
 
 void sched__dep_ready(sched *s, sched_arg *a)
 {
@@ -157,8 +159,12 @@ void sched__dep_ready(sched *s, sched_arg *a)
         return;
     a->waiting = 0;
     t->ndeps--;
-    if (t->ndeps == 0 && t->state == T_WAITING)
-        ready_push(s, t);
+    if (t->ndeps == 0 && t->state == T_WAITING) {
+        if (t->worker != NULL)
+            ahead_promote(s, t); /* sent ahead: its worker starts it on its own */
+        else
+            ready_push(s, t);
+    }
 }
 
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
@@ -240,7 +246,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     }
     t->id = id;
     t->nargs = nargs;
-    t->flags = (uint32_t)rec[R_TASK_FLAGS].u;
+    t->flags = (uint32_t)rec[R_TASK_FLAGS].u & ~PROTO_TASK_AHEAD; /* ours to set */
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
     t->graph = ss->cur_graph;
     t->graph->ntasks++;
@@ -540,7 +546,8 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
     warg_iter *it = arg;
     const sched_arg *a = &it->t->args[i];
     const sched_obj *o = a->obj;
-    if (a->kind == PROTO_ARG_INLINE || (o != NULL && (o->inline_data != NULL || o->size == 0))) {
+    if (a->kind == PROTO_ARG_INLINE ||
+        (o != NULL && o->state != OBJ_PENDING && (o->inline_data != NULL || o->size == 0))) {
         const uint8_t *p = a->kind == PROTO_ARG_INLINE ? a->inline_data : o->inline_data;
         uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->inline_len;
         if (a->kind == PROTO_ARG_VIEW) {
@@ -576,9 +583,12 @@ static int check_inputs(const sched_task *t, char *err, size_t errlen)
     return 0;
 }
 
+static void ahead_walk(sched *s, sched_task *p, sched_worker *w);
+
 static void assign(sched *s, sched_task *t, sched_worker *w)
 {
     warg_iter it = {.s = s, .t = t};
+    t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
     /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
     int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
                              &(proto_run_rec){.id = t->id,
@@ -598,6 +608,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     w->assign_seq = ++s->assign_seq;
     sched__worker_load(s, w);
     DL_APPEND2(w->tasks, t, wprev, wnext);
+    ahead_walk(s, t, w);
 }
 
 /* Whether the task's graph lets it start now. The byte cap holds back sources (tasks that
@@ -700,6 +711,158 @@ void sched__kick(sched *s)
         uv_idle_start(&s->kick, dispatch);
 }
 
+/* ---------------------------------------------------------- sending ahead */
+
+/* A chain's dependent is sent to the worker that runs its producer before the producer ends, as
+ * Ray and Dask pipeline chains: that worker starts it the moment the producer's result is there,
+ * so a hop costs executor -> worker -> executor, not two more wake-ups through the scheduler.
+ * A task goes ahead to worker w when it waits only for outputs of tasks on w (assigned there, or
+ * themselves sent ahead), as whole objects; every other object argument is inline here or in
+ * w's store (a task with inputs from two workers is dispatched as usual); and its graph admits
+ * it. At most SCHED_AHEAD_PER_SLOT x slots tasks are ahead on a worker at once, and a walk looks
+ * at SCHED_AHEAD_VISITS consumers, so a wide graph is not pushed onto one worker and the cost per
+ * event stays constant.
+ * A task ahead stays T_WAITING (it still waits for its input) until its inputs are ready, then
+ * becomes T_ASSIGNED with no message: its worker starts it by itself. It counts in its graph's
+ * inflight from the moment it is sent. Its worker answers it with exactly one TASK_DONE: a
+ * result, a failure, or SPW_EAHEAD (dropped unrun: its producer failed there, or the producer's
+ * inline result was gone when it arrived), after which it is dispatched as if never sent ahead.
+ * Until that answer it stays on w->tasks, even if the scheduler failed it meanwhile (a producer
+ * failed) or it was released (orphaned, as an assigned task is). */
+#define SCHED_AHEAD_VISITS 64
+
+/* Whether t may be sent ahead to w now. */
+static bool ahead_eligible(const sched_task *t, const sched_worker *w)
+{
+    if (t->state != T_WAITING || t->worker != NULL || t->place != NULL)
+        return false;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const sched_arg *a = &t->args[i];
+        const sched_obj *o = a->obj;
+        if (a->kind == PROTO_ARG_INLINE)
+            continue;
+        if (o == NULL)
+            return false;
+        if (a->waiting) {
+            const sched_task *p = o->producer;
+            if (a->kind != PROTO_ARG_OBJ || p == NULL || p->worker != w || p->state == T_FAILED)
+                return false;
+            continue;
+        }
+        if (o->state != OBJ_READY ||
+            (a->kind == PROTO_ARG_VIEW && (a->off > o->size || a->len > o->size - a->off)))
+            return false; /* a bad view fails in dispatch, with its message */
+        if (o->inline_data != NULL || o->size == 0)
+            continue;
+        bool here = false;
+        for (uint32_t j = 0; j < o->nlocs && !here; j++)
+            here = o->locs[j] == w->id;
+        if (!here)
+            return false;
+    }
+    return graph_admits(t->graph, t);
+}
+
+static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
+{
+    warg_iter it = {.s = s, .t = t};
+    /* In the same TASK_RUNS frame as assign()'s: the worker reads its producer first. */
+    int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
+                             &(proto_run_rec){.id = t->id,
+                                              .fn = t->fn->name,
+                                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
+                                              .flags = t->flags | PROTO_TASK_AHEAD});
+    if (rc != 0)
+        return false; /* too large for the wire: dispatch fails it, with the reason */
+    t->flags |= PROTO_TASK_AHEAD; /* until assign() sends it as usual: SPW_EAHEAD is valid */
+    t->worker = w;
+    w->ahead++;
+    t->graph->inflight++;
+    DL_APPEND2(w->tasks, t, wprev, wnext);
+    return true;
+}
+
+/* Sends ahead to w what waits for p's output (p is on w), and down from there: through tasks
+ * already ahead to the first that are not, while w has room and the visits last. Past a task
+ * ahead only if its function's outputs are inline: each hop of a chain of stored outputs holds
+ * one more in w's store until the scheduler hears of it and releases its input. */
+static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int *visits)
+{
+    for (sched_arg *c = p->out->consumers; c != NULL; c = c->cnext) {
+        if (w->ahead >= w->slots * SCHED_AHEAD_PER_SLOT || --*visits < 0)
+            return;
+        sched_task *d = c->task;
+        bool on = d->worker == w && d->state == T_WAITING;
+        if (!on)
+            on = ahead_eligible(d, w) && ahead_send(s, d, w);
+        if (on && d->fn->inline_out)
+            ahead_walk_from(s, d, w, visits);
+    }
+}
+
+/* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
+static void ahead_walk(sched *s, sched_task *p, sched_worker *w)
+{
+    if (p->out->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
+        return;
+    int visits = SCHED_AHEAD_VISITS;
+    ahead_walk_from(s, p, w, &visits);
+}
+
+/* Every input of t, sent ahead to t->worker, is ready: that worker has started it (or will, or
+ * answers SPW_EAHEAD). */
+static void ahead_promote(sched *s, sched_task *t)
+{
+    sched_worker *w = t->worker;
+    w->ahead--;
+    w->assigned++;
+    sched__worker_load(s, w);
+    sched__task_set_state(s, t, T_ASSIGNED);
+    /* Refilled when half empty: the worker then takes several in one read, not one a hop. */
+    if (w->ahead <= w->slots * SCHED_AHEAD_PER_SLOT / 2)
+        ahead_walk(s, t, w);
+}
+
+/* Takes t, assigned or ahead, off its worker. */
+static void worker_unlink(sched *s, sched_task *t)
+{
+    sched_worker *w = t->worker;
+    DL_DELETE2(w->tasks, t, wprev, wnext);
+    t->wprev = t->wnext = NULL; /* shared with the ready links */
+    if (t->state == T_ASSIGNED || t->state == T_RUNNING) {
+        w->assigned--;
+        sched__worker_load(s, w);
+    } else {
+        w->ahead--;
+    }
+    t->worker = NULL;
+    t->graph->inflight--;
+    sched__kick(s);
+}
+
+/* The worker's TASK_DONE for a task ahead there that never started (its inputs are not all
+ * ready here): it waits on as if never sent, or, failed or released meanwhile, goes now. */
+static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t req,
+                           const proto_val *f)
+{
+    char hex[33];
+    int status = (int)f[F_DONE_STATUS].i;
+    worker_unlink(s, t);
+    if (status == 0)
+        proto_conn_error(w->conn, req, SPW_EPROTO,
+                         "task=%s was sent ahead and reported done before its inputs were",
+                         spw_id_hex(t->id, hex));
+    sched__obj_maybe_free(s, t->out);
+}
+
+/* A task ahead on a worker that is gone: back to waiting (it never ran: no retry counted), or,
+ * failed or released meanwhile, freed. */
+static void ahead_lost(sched *s, sched_task *t)
+{
+    worker_unlink(s, t);
+    sched__obj_maybe_free(s, t->out);
+}
+
 /* ------------------------------------------------------------- completion */
 
 static bool lineage_recompute(sched *s, sched_obj *o, int depth);
@@ -747,6 +910,10 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     spw_id id = f[F_DONE_ID].id;
     sched_obj *o = sched__obj_find(s, id);
     sched_task *t = o != NULL ? o->producer : NULL;
+    if (t != NULL && t->worker == w && sched__task_ahead(t)) {
+        ahead_answered(s, w, t, req, f);
+        return;
+    }
     if (t == NULL || t->worker != w || (t->state != T_ASSIGNED && t->state != T_RUNNING)) {
         proto_conn_error(w->conn, req, SPW_ENOOBJ, "task=%s is not assigned to this worker",
                          spw_id_hex(id, hex));
@@ -759,6 +926,23 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     t->worker = NULL;
     t->graph->inflight--;
     sched__kick(s);
+    if (!f[F_DONE_ID].bad && (int)f[F_DONE_STATUS].i == SPW_EAHEAD) {
+        if (!(t->flags & PROTO_TASK_AHEAD)) {
+            /* Only a task sent ahead may be dropped so: requeueing any other would let a worker
+             * bounce it for ever. */
+            proto_conn_error(w->conn, req, SPW_EPROTO,
+                             "task=%s was not sent ahead, but answered SPW_EAHEAD: task failed",
+                             spw_id_hex(id, hex));
+            task_fail(s, t, SPW_EPROTO, "the worker answered SPW_EAHEAD for a task not sent ahead");
+            return;
+        }
+        /* Sent ahead; its producer's inline result was gone when it got there: it runs now as
+         * if it had never been sent ahead (it did not run: no retry counted). */
+        t->flags &= ~PROTO_TASK_AHEAD;
+        ready_push(s, t);
+        sched__obj_maybe_free(s, o);
+        return;
+    }
 
     if (f[F_DONE_ID].bad) {
         proto_conn_error(w->conn, req, SPW_EMALFORMED,
@@ -786,6 +970,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     o->size = f[F_DONE_SIZE].u;
     o->home = w->id;
+    fn->inline_out = !f[F_DONE_INLINE].nil || o->size == 0;
     if (!f[F_DONE_INLINE].nil) {
         const proto_val *v = &f[F_DONE_INLINE];
         if (v->bin.len != o->size) {
@@ -921,6 +1106,10 @@ void sched__worker_lost(sched *s, sched_worker *w)
     sched_task *t, *tmp;
     DL_FOREACH_SAFE2(w->tasks, t, tmp, wnext)
     {
+        if (sched__task_ahead(t)) {
+            ahead_lost(s, t);
+            continue;
+        }
         DL_DELETE2(w->tasks, t, wprev, wnext);
         t->wprev = t->wnext = NULL; /* shared with the ready links */
         w->assigned--;

@@ -22,7 +22,7 @@ typedef struct rx {
     uint32_t type;
     spw_id id;        /* TASK_RUN, TASK_RESULT, PUT_TARGET, LOCATION */
     int64_t code;     /* ERROR code, TASK_RESULT / LOCATION status */
-    uint64_t u;       /* SUBMIT_ACK accepted, PUT_TARGET worker */
+    uint64_t u;       /* SUBMIT_ACK accepted, PUT_TARGET worker, TASK_RUN flags */
     spw_id ids[16];   /* OBJ_DELETE, TASK_CANCEL */
     uint32_t nids;
     uint32_t frame; /* which frame it came in (records of one batch share it) */
@@ -68,6 +68,7 @@ static void log_rx(peer *p, uint32_t type, const proto_val *f)
     switch (type) {
     case PROTO_TASK_RUN:
         r->id = f[0].id;
+        r->u = f[F_RUN_FLAGS].u; /* a TASK_RUNS record has TASK_RUN's fields */
         break;
     case PROTO_PUT_TARGET:
         r->id = f[0].id;
@@ -215,6 +216,19 @@ static spw_id tid(uint64_t n)
 {
     spw_id id = {0x5eed000000000000ULL, n};
     return id;
+}
+
+/* How many TASK_RUN p got for task id, and the flags of the last. */
+static uint32_t runs(const peer *p, uint64_t id, uint64_t *flags)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->log[i].type == PROTO_TASK_RUN && spw_id_eq(p->log[i].id, tid(id))) {
+            n++;
+            if (flags != NULL)
+                *flags = p->log[i].u;
+        }
+    return n;
 }
 
 /* A task for submit(): object arguments (none: one inline value). */
@@ -504,14 +518,14 @@ static void input_is_released_after_its_consumer(void **state)
     tspec ts[] = {{.id = 1}, {.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
     submit(c, 1, 0, 0, ts, 2);
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
-    assert_int_equal(tstate(e, 2), T_WAITING);
+    assert_int_equal(tstate(e, 2), T_WAITING); /* sent ahead, but waiting all the same */
     assert_int_equal(obj(e, 2)->producer->ndeps, 1);
     assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
     assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 0);
     assert_int_equal(obj(e, 2)->refs[REF_OUTPUT], 1);
 
     done(w, 1, 0, 1000, false); /* stored on the worker, not inline */
-    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(2)));
+    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
     sched_obj *a = obj(e, 1);
     assert_non_null(a);
     assert_int_equal(a->nlocs, 1);
@@ -541,7 +555,10 @@ static void failure_propagates_to_consumers(void **state)
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EDEPFAILED);
     assert_int_equal(tstate(e, 2), T_FAILED);
     assert_null(obj(e, 1)); /* nobody holds the failed input */
-    assert_false(got(w, PROTO_TASK_RUN, tid(2)));
+    assert_int_equal(count(w, PROTO_TASK_RUN), 2); /* 2 was sent ahead, never again */
+    /* The worker drops what it held for 1 (test_ahead_* below). */
+    done(w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, e->s->workers[0]->ahead == 0);
 }
 
 /* A graph's cap on tasks in flight holds the rest back although the worker has room. */
@@ -587,7 +604,7 @@ static void graph_byte_cap_holds_back_sources(void **state)
     /* 1000 live + 2 x 1000 expected > 1500: the third source waits although a slot is free. */
     assert_int_equal(count(w, PROTO_TASK_RUN), 2);
     done(w, nth_run(w, 1), 0, 1000, false);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(3)));
     done(w, 3, 0, 1000, false);
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(4)));
     done(w, 4, 0, 8, true);
@@ -744,6 +761,249 @@ static void worker_death_requeues_and_recomputes(void **state)
     STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
 }
 
+/* ---------------------------------------------------- sending ahead (tasks.c) */
+
+/* Submits the chain 1 -> 2 -> ... -> n (the last kept) and returns the worker of peers w[0..nw)
+ * that got task 1. */
+static peer *submit_chain(env *e, peer *c, peer **w, int nw, uint64_t n)
+{
+    tspec ts[8];
+    for (uint64_t i = 0; i < n; i++)
+        ts[i] = (tspec){.id = i + 1,
+                        .args = {i},
+                        .nargs = i > 0 ? 1 : 0,
+                        .flags = i == n - 1 ? PROTO_TASK_KEEP : 0};
+    submit(c, 1, 0, 0, ts, (uint32_t)n);
+    peer *home = NULL;
+    for (int step = 0; step < STEPS && home == NULL; step++) {
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        for (int i = 0; i < nw; i++)
+            if (got(w[i], PROTO_TASK_RUN, tid(1)))
+                home = w[i];
+    }
+    assert_non_null(home);
+    return home;
+}
+
+/* A chain's dependents go to the worker of their producer with it, flagged PROTO_TASK_AHEAD, and
+ * wait there (still T_WAITING, counted in the graph's inflight); each becomes T_ASSIGNED when
+ * its producer's result is in, with no second TASK_RUN. One hop ahead while nothing is known of
+ * the function's outputs, several once they are known to be inline. */
+static void ahead_chain_goes_with_its_producer(void **state)
+{
+    env *e = *state;
+    peer *w[2] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1)};
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    peer *home = submit_chain(e, c, w, 2, 4);
+    peer *other = home == w[0] ? w[1] : w[0];
+    STEP_UNTIL(e, count(home, PROTO_TASK_RUN) == 2);
+    settle(e);
+    assert_int_equal(count(home, PROTO_TASK_RUN), 2);
+    uint64_t flags = 0;
+    assert_int_equal(runs(home, 1, &flags), 1);
+    assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
+    assert_int_equal(runs(home, 2, &flags), 1);
+    assert_int_equal(flags & PROTO_TASK_AHEAD, PROTO_TASK_AHEAD);
+    sched_worker *sw = obj(e, 1)->producer->worker;
+    assert_int_equal(sw->assigned, 1);
+    assert_int_equal(sw->ahead, 1);
+    assert_int_equal(tstate(e, 2), T_WAITING);
+    sched_graph *g = obj(e, 1)->producer->graph;
+    assert_int_equal(g->inflight, 2);
+    assert_int_equal(g->counts[T_WAITING], 3);
+
+    done(home, 1, 0, 8, true); /* inline: the rest of the chain goes ahead */
+    STEP_UNTIL(e, count(home, PROTO_TASK_RUN) == 4);
+    assert_int_equal(tstate(e, 2), T_ASSIGNED);
+    assert_int_equal(tstate(e, 3), T_WAITING);
+    assert_int_equal(tstate(e, 4), T_WAITING);
+    assert_int_equal(sw->ahead, 2);
+    assert_int_equal(sw->assigned, 1);
+    assert_int_equal(runs(home, 4, &flags), 1);
+    assert_int_equal(flags & PROTO_TASK_AHEAD, PROTO_TASK_AHEAD);
+    for (uint64_t id = 2; id <= 4; id++) {
+        done(home, id, 0, 8, true);
+        if (id < 4)
+            STEP_UNTIL(e, tstate(e, id + 1) == T_ASSIGNED);
+    }
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    assert_int_equal(count(home, PROTO_TASK_RUN), 4);
+    assert_int_equal(count(other, PROTO_TASK_RUN), 0);
+    assert_int_equal(sw->ahead, 0);
+    assert_int_equal(sw->assigned, 0);
+    assert_int_equal(g->inflight, 0);
+}
+
+/* A chain of outputs in stores goes one hop ahead only: each hop ahead would hold one more
+ * output in the worker's store before the scheduler releases its input. */
+static void ahead_stored_chain_goes_one_hop(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w, 1, 4);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    done(w, 1, 0, 1000, false);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
+    settle(e);
+    assert_int_equal(count(w, PROTO_TASK_RUN), 3);
+    assert_int_equal(e->s->workers[0]->ahead, 1);
+    done(w, 2, 0, 1000, false);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 4);
+    done(w, 3, 0, 1000, false);
+    done(w, 4, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+}
+
+/* A producer that fails fails what was sent ahead for it, as if it had been dispatched after:
+ * the client hears SPW_EDEPFAILED at once. Those tasks stay on the worker's list (orphaned if
+ * nobody wants them) until the worker answers that it dropped them; nothing is sent again. */
+static void ahead_failing_producer_fails_its_dependents(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w, 1, 3);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    sched_worker *sw = e->s->workers[0];
+    done(w, 1, 1, 0, false);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EDEPFAILED);
+    assert_int_equal(tstate(e, 2), T_FAILED);
+    assert_int_equal(tstate(e, 3), T_FAILED);
+    assert_true(obj(e, 2)->orphan); /* only 3 wanted it */
+    assert_int_equal(sw->ahead, 1);
+    done(w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, sw->ahead == 0 && obj(e, 2) == NULL);
+    assert_int_equal(count(w, PROTO_TASK_RUN), 2);
+    assert_int_equal(count(c, PROTO_TASK_RESULT), 1);
+    assert_int_equal(obj(e, 3)->producer->graph->inflight, 0);
+}
+
+/* The worker answers SPW_EAHEAD when a dependent arrives after its producer's inline result
+ * left: it is dispatched again as usual (no retry counted) and its result is right. */
+static void ahead_dropped_dependent_is_dispatched_again(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w, 1, 2);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    done(w, 1, 0, 8, true);
+    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
+    done(w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, runs(w, 2, NULL) == 2);
+    uint64_t flags = 0;
+    runs(w, 2, &flags);
+    assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
+    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_false(got(c, PROTO_TASK_RESULT, tid(2)));
+    done(w, 2, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+}
+
+/* SPW_EAHEAD is an answer only for a task sent ahead: a worker that gives it for a task sent as
+ * usual (here the dropped dependent, dispatched again) fails that task with SPW_EPROTO and is
+ * told why, instead of the task bouncing between scheduler and worker for ever. */
+static void ahead_refusal_of_a_task_not_sent_ahead_fails_it(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w, 1, 2);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    done(w, 1, 0, 8, true);
+    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
+    done(w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, runs(w, 2, NULL) == 2);
+    done(w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EPROTO);
+    STEP_UNTIL(e, count(w, PROTO_ERROR) == 1);
+    assert_int_equal(last(w, PROTO_ERROR)->code, SPW_EPROTO);
+    assert_int_equal(runs(w, 2, NULL), 2);
+    assert_false(w->closed);
+}
+
+/* The worker of a producer and its dependent dies: the producer is retried elsewhere (a retry
+ * counted), the dependent, which never ran, waits again and goes ahead with it there. */
+static void ahead_worker_death_retries_both(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w1, 1, 2);
+    STEP_UNTIL(e, count(w1, PROTO_TASK_RUN) == 2);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer_close(e, w1);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
+    assert_int_equal(obj(e, 1)->producer->retries, 1);
+    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_int_equal(tstate(e, 2), T_WAITING);
+    done(w2, 1, 0, 8, true);
+    done(w2, 2, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+}
+
+/* A task whose inputs are made on two workers is not sent ahead: it is dispatched when both
+ * are done. */
+static void ahead_not_for_inputs_of_two_workers(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1}, {.id = 2}, {.id = 3, .args = {1, 2}, .nargs = 2, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    STEP_UNTIL(e, runs(w1, 1, NULL) + runs(w2, 1, NULL) == 1 &&
+                      runs(w1, 2, NULL) + runs(w2, 2, NULL) == 1);
+    /* Least loaded first: one source on each worker. */
+    peer *p1 = got(w1, PROTO_TASK_RUN, tid(1)) ? w1 : w2;
+    peer *p2 = got(w1, PROTO_TASK_RUN, tid(2)) ? w1 : w2;
+    assert_ptr_not_equal(p1, p2);
+    settle(e);
+    assert_int_equal(runs(w1, 3, NULL) + runs(w2, 3, NULL), 0);
+    assert_int_equal(e->s->workers[0]->ahead + e->s->workers[1]->ahead, 0);
+    done(p1, 1, 0, 100, false);
+    done(p2, 2, 0, 100, false);
+    STEP_UNTIL(e, runs(w1, 3, NULL) + runs(w2, 3, NULL) == 1);
+    peer *p3 = runs(w1, 3, NULL) ? w1 : w2;
+    uint64_t flags = 0;
+    runs(p3, 3, &flags);
+    assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
+    done(p3, 3, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+}
+
+/* A client that goes away while its task waits ahead on a worker: the worker is told to cancel
+ * it (TASK_CANCEL) and its record goes when the worker answers, as for an assigned task. */
+static void ahead_cancelled_with_its_client(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, c, &w, 1, 2);
+    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    peer_close(e, c);
+    STEP_UNTIL(e, got(w, PROTO_TASK_CANCEL, tid(2)));
+    assert_true(obj(e, 2)->orphan);
+    assert_int_equal(tstate(e, 2), T_WAITING);
+    assert_int_equal(e->s->workers[0]->ahead, 1);
+    done(w, 2, SPW_ECANCELED, 0, false);
+    STEP_UNTIL(e, obj(e, 2) == NULL && got(w, PROTO_TASK_CANCEL, tid(1)));
+    done(w, 1, SPW_ECANCELED, 0, false);
+    STEP_UNTIL(e, e->s->objects.n == 0);
+    assert_int_equal(e->s->workers[0]->ahead, 0);
+    assert_int_equal(e->s->workers[0]->assigned, 0);
+    for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
+        assert_int_equal(e->s->tstate[k], 0);
+}
+
 /* Releasing an id the client does not hold changes nothing; a put's CLIENT reference goes
  * with RELEASE. */
 static void release_of_unheld_id_is_refused(void **state)
@@ -812,6 +1072,15 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_chain_goes_with_its_producer, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_stored_chain_goes_one_hop, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_failing_producer_fails_its_dependents, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_dropped_dependent_is_dispatched_again, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_refusal_of_a_task_not_sent_ahead_fails_it, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(ahead_worker_death_retries_both, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_not_for_inputs_of_two_workers, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_cancelled_with_its_client, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
 };

@@ -364,12 +364,144 @@ static void worker_input_nowhere_fails_the_task(void **state)
     assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
 }
 
+/* TASK_RUN of a task sent ahead (PROTO_TASK_AHEAD): fn of the output of task `producer`, which
+ * the scheduler sent here earlier (no size, no location: it is not made yet). */
+static void task_run_ahead(env *e, uint64_t id, const char *fn, uint64_t producer)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, fn);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    proto_put_u(&en, PROTO_ARG_OBJ);
+    proto_put_nil(&en);
+    proto_put_id(&en, tid(producer));
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_arr(&en, 0); /* locations */
+    proto_put_u(&en, PROTO_TASK_AHEAD);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+static uint64_t done_u64(const env *e, uint64_t id)
+{
+    const rx *d = find(e, PROTO_TASK_DONE, id);
+    assert_non_null(d);
+    assert_int_equal(d->status, 0);
+    assert_int_equal(d->inl_len, 8);
+    uint64_t v;
+    memcpy(&v, d->inl, sizeof v);
+    return v;
+}
+
+/* A chain sent ahead: each task waits for its producer here and runs on its result, an inline
+ * value (copied for it: the producer's TASK_DONE still carries it) or a stored object; every
+ * task is answered once, in chain order, and nothing is left waiting. */
+static void worker_runs_a_chain_sent_ahead(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "inc", true, 41);
+    task_run_ahead(e, 2, "inc", 1);
+    task_run_ahead(e, 3, "inc", 2);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
+    assert_int_equal(done_u64(e, 1), 42);
+    assert_int_equal(done_u64(e, 2), 43);
+    assert_int_equal(done_u64(e, 3), 44);
+    assert_true(find(e, PROTO_TASK_DONE, 1) < find(e, PROTO_TASK_DONE, 2));
+    assert_true(find(e, PROTO_TASK_DONE, 2) < find(e, PROTO_TASK_DONE, 3));
+
+    /* Two dependents of one producer both get its value. */
+    task_run(e, 10, "inc", true, 9);
+    task_run_ahead(e, 11, "inc", 10);
+    task_run_ahead(e, 12, "inc", 10);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 11) != NULL && find(e, PROTO_TASK_DONE, 12) != NULL);
+    assert_int_equal(done_u64(e, 11), 11);
+    assert_int_equal(done_u64(e, 12), 11);
+
+    /* A stored result (over the inline limit): pinned in the store for its consumer, with the
+     * size the consumer's TASK_RUN could not tell. */
+    uint64_t n = 100000;
+    task_run(e, 4, "fill", true, n);
+    task_run_ahead(e, 5, "len", 4);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 5) != NULL);
+    assert_true(find(e, PROTO_TASK_DONE, 4)->inl_nil);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 4)->size, n);
+    assert_int_equal(done_u64(e, 5), n);
+    assert_null(e->w->ahead);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
+/* A producer that fails takes what waits for it here along: each is answered SPW_EAHEAD after
+ * the producer's own TASK_DONE, without running; so is a task sent ahead whose producer is
+ * neither here nor in the store. */
+static void worker_drops_what_waits_for_a_failed_producer(void **state)
+{
+    env *e = *state;
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(1));
+    proto_put_str(&en, "fail");
+    proto_put_arr(&en, 0);
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    task_run_ahead(e, 2, "inc", 1);
+    task_run_ahead(e, 3, "inc", 2);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_ETASKFAILED);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EAHEAD);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, SPW_EAHEAD);
+    assert_true(find(e, PROTO_TASK_DONE, 1) < find(e, PROTO_TASK_DONE, 2));
+    assert_true(find(e, PROTO_TASK_DONE, 2) < find(e, PROTO_TASK_DONE, 3));
+    assert_int_equal(e->w->tasks_done, 0);
+
+    task_run_ahead(e, 4, "inc", 77); /* never sent here */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 4) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 4)->status, SPW_EAHEAD);
+    assert_null(e->w->ahead);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
+/* TASK_CANCEL of a task waiting for its producer here answers it SPW_ECANCELED at once, while
+ * the producer runs on and finishes. */
+static void worker_cancels_a_task_waiting_ahead(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    task_run_ahead(e, 2, "len", 1);
+    STEP_UNTIL(e, e->w->ahead != NULL);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_CANCEL, 0, 1);
+    proto_put_arr(&en, 1);
+    proto_put_id(&en, tid(2));
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_ECANCELED);
+    assert_null(find(e, PROTO_TASK_DONE, 1));
+    assert_null(e->w->ahead);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(worker_announces_a_running_task, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_input_nowhere_fails_the_task, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_chain_sent_ahead, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)

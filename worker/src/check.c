@@ -40,16 +40,40 @@ static void check_tasks(const wrk *w, uint64_t n[3])
         CHECK(t->state <= WT_SENT, id, "task state %u unknown", t->state);
         n[t->state]++;
         CHECK(t->gen <= w->gen, id, "task of generation %u, the worker is at %u", t->gen, w->gen);
-        uint32_t unpinned = 0;
+        uint32_t unpinned = 0, local = 0;
         for (uint32_t i = 0; i < t->nargs; i++) {
             const warg *a = &t->args[i];
+            CHECK(!a->owned || a->kind == PROTO_ARG_INLINE, id,
+                  "argument %u owns an inline copy, but is not inline", i);
             if (a->kind == PROTO_ARG_INLINE) {
-                CHECK(!a->pinned, id, "inline argument %u pinned", i);
+                CHECK(!a->pinned && !a->local, id, "inline argument %u pinned or waiting", i);
                 continue;
+            }
+            if (a->local) {
+                /* Sent ahead: its producer is here, and has not ended (ahead_settle), unless the
+                 * worker is closing (tasks are then freed with no answer, in any order). */
+                const wtask *p;
+                HASH_FIND(hh, w->tasks, &a->id, sizeof a->id, p);
+                CHECK((p != NULL && p != t) || w->closing, id,
+                      "argument %u waits for a producer not here", i);
+                CHECK(a->kind == PROTO_ARG_OBJ && !a->pinned && (t->flags & PROTO_TASK_AHEAD), id,
+                      "argument %u waits for a producer here, but is not a whole object of a "
+                      "task sent ahead",
+                      i);
+                local++;
             }
             CHECK(a->nlocs <= WRK_MAX_LOCS, id, "argument %u: %u locations", i, a->nlocs);
             CHECK(!a->pinned || a->obj != NULL, id, "argument %u pinned without an object", i);
             unpinned += !a->pinned;
+        }
+        CHECK(local == t->local, id, "%u arguments wait for producers here, local %u", local,
+              t->local);
+        if (local > 0) {
+            bool listed = false;
+            for (const wtask *y = w->ahead; y != NULL && !listed; y = y->anext)
+                listed = y == t;
+            CHECK(listed && t->state == WT_INPUTS && t->missing >= local, id,
+                  "task waiting for producers here is not on the ahead list, or not waiting");
         }
         if (t->state == WT_INPUTS) {
             /* Inputs that failed are counted off without a pin, so missing may be fewer. */
@@ -71,6 +95,17 @@ static void check_tasks(const wrk *w, uint64_t n[3])
             CHECK(t->ex == NULL, id, "queued task has an executor");
         if (t->state == WT_SENT)
             CHECK(t->ex != NULL && is_exec(w, t->ex), id, "sent task without its executor");
+    }
+}
+
+static void check_ahead(const wrk *w)
+{
+    for (const wtask *t = w->ahead; t != NULL; t = t->anext) {
+        const wtask *found;
+        HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, found);
+        CHECK(found == t && t->local > 0, t->id, "ahead list holds a task %s",
+              found != t ? "not in the table" : "waiting for no producer here");
+        CHECK(t->anext == NULL || t->anext->aprev == t, t->id, "ahead list links broken");
     }
 }
 
@@ -160,6 +195,7 @@ void wrk__check_full(wrk *w)
     uint64_t n[3] = {0, 0, 0};
     check_tasks(w, n);
     check_queues(w, n);
+    check_ahead(w);
     check_fetches(w);
 }
 

@@ -37,7 +37,13 @@ static void task_free(wrk *w, wtask *t)
             ost_obj_unpin(w->store, a->obj);
             a->pinned = 0;
         }
+        if (a->owned) {
+            spw_free((void *)a->inline_data);
+            a->owned = 0;
+        }
     }
+    if (t->local > 0)
+        DL_DELETE2(w->ahead, t, aprev, anext);
     if (t->out != NULL) {
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
@@ -101,6 +107,8 @@ void wrk__started_timer_cb(uv_timer_t *h)
     wrk__started_flush(h->data);
 }
 
+static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uint8_t *inl);
+
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
  * sealed by the caller. */
 static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
@@ -122,7 +130,16 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
                                            .err = err,
                                            .run_us = run_us});
     }
+    spw_id id = t->id;
+    if (status == 0 && inl != NULL && size <= WRK_KEPT_MAX && t->gen == w->gen) {
+        uint32_t k = w->kept_next++ % WRK_KEPT_N;
+        w->kept[k].id = id;
+        w->kept[k].len = (uint32_t)size;
+        memcpy(w->kept[k].v, inl, size);
+    }
     task_free(w, t);
+    if (w->ahead != NULL)
+        ahead_settle(w, id, status, size, inl);
 }
 
 static void ready_push(wrk *w, wtask *t, bool front)
@@ -166,7 +183,7 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
         task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", 0);
         return;
     }
-    ready_push(w, t, false);
+    ready_push(w, t, (t->flags & PROTO_TASK_AHEAD) != 0); /* a chain's next hop goes first */
     wrk__dispatch(w);
 }
 
@@ -196,6 +213,148 @@ static void input_done(void *arg, int status, ost_obj *o)
         t->args[idx].pinned = 1;
     }
     wrk__input_ready(w, t, idx, status, NULL);
+}
+
+/* ------------------------------------------------------- tasks sent ahead */
+
+/* A task the scheduler sends ahead (PROTO_TASK_AHEAD) names, among its whole-object arguments,
+ * outputs of tasks it sent here earlier that have not finished. Such an argument waits (local)
+ * for its producer instead of being fetched: the moment the producer ends here, its result
+ * becomes the argument (its inline value copied, or its sealed object pinned) and the task joins
+ * the front of the ready queue, so a chain's hop costs executor -> worker -> executor. A
+ * producer that fails here, for whatever reason, takes its waiting dependents along: each is
+ * answered SPW_EAHEAD (dropped unrun), and the scheduler then dispatches it as usual. So is a
+ * task whose producer is neither here nor sealed in the store when it arrives (its inline result
+ * went to the scheduler already). Every task sent ahead is answered with one TASK_DONE. */
+
+/* A producer here ended (status 0: with this result, inline or in the store): the arguments
+ * waiting for it get it, or their tasks are dropped. All of them stop waiting first, so that no
+ * check in between (a dispatch) sees one waiting for a producer that is gone. */
+static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uint8_t *inl)
+{
+    input_req *todo = NULL;
+    uint32_t n = 0, cap = 0;
+    wtask *d, *tmp;
+    DL_FOREACH_SAFE2(w->ahead, d, tmp, anext)
+    {
+        for (uint32_t i = 0; i < d->nargs; i++) {
+            if (!d->args[i].local || !spw_id_eq(d->args[i].id, id))
+                continue;
+            d->args[i].local = 0;
+            if (--d->local == 0)
+                DL_DELETE2(w->ahead, d, aprev, anext);
+            if (n == cap) {
+                cap = cap ? cap * 2 : 4;
+                todo = spw_realloc(SPW_MOD_WORKER, todo, cap * sizeof *todo);
+            }
+            todo[n++] = (input_req){w, d->id, i};
+        }
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        /* Each step may free tasks (a drop cascades): find it again by id. */
+        HASH_FIND(hh, w->tasks, &todo[k].task, sizeof todo[k].task, d);
+        if (d == NULL)
+            continue;
+        uint32_t i = todo[k].arg;
+        warg *a = &d->args[i];
+        ost_obj *o = NULL;
+        if (status != 0) {
+            wrk__input_ready(w, d, i, SPW_EAHEAD, "sent ahead; its producer failed here");
+        } else if (inl != NULL || size == 0) {
+            a->kind = PROTO_ARG_INLINE;
+            a->inline_len = (uint32_t)size;
+            a->inline_data = NULL;
+            if (size > 0) {
+                uint8_t *copy = spw_malloc(SPW_MOD_WORKER, size);
+                memcpy(copy, inl, size);
+                a->inline_data = copy;
+                a->owned = 1;
+            }
+            wrk__input_ready(w, d, i, 0, NULL);
+        } else if ((o = ost_obj_find(w->store, id)) == NULL || ost_obj_state(o) != OST_SEALED) {
+            wrk__input_ready(w, d, i, SPW_EAHEAD, "sent ahead; its producer's output is gone");
+        } else {
+            a->len = a->objsize = ost_obj_size(o);
+            input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+            *r = todo[k];
+            ost_obj_get_async(w->store, o, input_done, r);
+        }
+    }
+    spw_free(todo);
+}
+
+/* Whether a's object is a small result kept here (WRK_KEPT_N): then a is that value now. */
+static bool ahead_kept(wrk *w, warg *a)
+{
+    for (uint32_t k = 0; k < WRK_KEPT_N; k++) {
+        if (!spw_id_eq(w->kept[k].id, a->id) || spw_id_is_nil(a->id))
+            continue;
+        a->kind = PROTO_ARG_INLINE;
+        a->inline_len = w->kept[k].len;
+        a->inline_data = NULL;
+        if (a->inline_len > 0) {
+            uint8_t *copy = spw_malloc(SPW_MOD_WORKER, a->inline_len);
+            memcpy(copy, w->kept[k].v, a->inline_len);
+            a->inline_data = copy;
+            a->owned = 1;
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Intake of a task sent ahead: marks the arguments its producers here will make. Returns 0, or
+ * -1 when it was answered SPW_EAHEAD (and freed): an input is neither here nor being made. */
+static int ahead_intake(wrk *w, wtask *t)
+{
+    char hex[33], msg[128];
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        warg *a = &t->args[i];
+        if (a->kind == PROTO_ARG_INLINE)
+            continue;
+        ost_obj *o = ost_obj_find(w->store, a->id);
+        if (o != NULL && ost_obj_state(o) == OST_SEALED) {
+            if (a->kind == PROTO_ARG_OBJ) /* made since it was sent: its size was unknown */
+                a->len = a->objsize = ost_obj_size(o);
+            continue;
+        }
+        wtask *p;
+        HASH_FIND(hh, w->tasks, &a->id, sizeof a->id, p);
+        if (p == NULL && a->kind == PROTO_ARG_OBJ && ahead_kept(w, a)) {
+            t->missing--; /* ended here already: its small result was kept */
+            continue;
+        }
+        if (p == NULL || p == t || p->gen != t->gen || a->kind != PROTO_ARG_OBJ) {
+            t->local = 0; /* not listed yet */
+            snprintf(msg, sizeof msg, "sent ahead; input %u (obj=%s) is not here", i,
+                     spw_id_hex(a->id, hex));
+            task_report(w, t, SPW_EAHEAD, 0, NULL, msg, 0);
+            return -1;
+        }
+        a->local = 1;
+        t->local++;
+    }
+    if (t->local > 0)
+        DL_APPEND2(w->ahead, t, aprev, anext);
+    return 0;
+}
+
+/* A task sent ahead stops waiting for its producers here (it was cancelled): each such argument
+ * counts as failed with status, which may answer and free the task. */
+static void ahead_unwait(wrk *w, wtask *t, int status, const char *msg)
+{
+    uint32_t n = t->local;
+    if (n == 0)
+        return;
+    DL_DELETE2(w->ahead, t, aprev, anext);
+    t->local = 0;
+    for (uint32_t i = 0; n > 0; i++) {
+        if (!t->args[i].local)
+            continue;
+        t->args[i].local = 0;
+        n--;
+        wrk__input_ready(w, t, i, status, msg); /* frees t at the last input, if n is 0 */
+    }
 }
 
 /* ---------------------------------------------------------------- intake */
@@ -299,6 +458,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         task_report(w, t, bad, 0, NULL, badmsg, 0);
         return;
     }
+    if ((t->flags & PROTO_TASK_AHEAD) && t->missing > 0 && ahead_intake(w, t) != 0)
+        return;
     if (t->missing == 0) {
         ready_push(w, t, false);
         wrk__dispatch(w);
@@ -312,6 +473,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         if (wa->kind == PROTO_ARG_INLINE)
             continue;
         nobj--;
+        if (wa->local)
+            continue; /* its producer here makes it (ahead_settle) */
         ost_obj *o = ost_obj_find(w->store, wa->id);
         if (o != NULL && ost_obj_state(o) == OST_SEALED) {
             input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
@@ -876,6 +1039,7 @@ void wrk__tasks_free_all(wrk *w)
     w->ready_head = w->ready_tail = NULL;
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+    w->ahead = NULL;
     spw_free(w->started);
     w->started = NULL;
     spw_free(w->started_ids);
@@ -900,6 +1064,7 @@ void wrk__task_cancel(wrk *w, const proto_msg *m)
                 t->fail_status = SPW_ECANCELED;
                 t->fail_msg = spw_strdup(SPW_MOD_WORKER, "cancelled: its client went away");
             }
+            ahead_unwait(w, t, SPW_ECANCELED, NULL); /* it waits for nothing of its own */
             continue;
         }
         /* Queued for an executor: off the ready queue, and reported now (its slot is free). */

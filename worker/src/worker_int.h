@@ -22,6 +22,13 @@
  * tasks costs the scheduler one wake-up per hop (TASK_DONE), not two, and a burst of them no
  * notices at all; a long task shows as running this much later. */
 #define WRK_STARTED_DELAY_MS 1
+/* The last WRK_KEPT_N small task results (at most WRK_KEPT_MAX bytes, inline) are kept after
+ * their TASK_DONE, for a task sent ahead that arrives after its producer ended: it runs on the
+ * kept value instead of going back to the scheduler (SPW_EAHEAD), which would also drop what
+ * was sent ahead after it. A chain's value is small; a scheduler lagging a few hops behind its
+ * worker is what this covers. */
+#define WRK_KEPT_N 16
+#define WRK_KEPT_MAX 64
 
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
@@ -31,6 +38,9 @@ typedef struct wfetch wfetch;
 typedef struct warg {
     uint8_t kind;         /* PROTO_ARG_* (INLINE for values the scheduler inlined) */
     uint8_t pinned;       /* obj is pinned for this task */
+    uint8_t local;        /* waits for the output of the task of that id here (sent ahead) */
+    uint8_t owned;        /* inline_data is a copy of such a task's inline result: freed with
+                             the task */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
     spw_id id;
@@ -64,7 +74,9 @@ struct wtask {
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
     uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
+    uint32_t local;       /* arguments with local set: on w->ahead while there are any */
     wtask *next;          /* ready queue, or the executor's FIFO */
+    wtask *aprev, *anext; /* w->ahead */
 };
 
 struct wrk_exec {
@@ -205,6 +217,13 @@ struct wrk {
     uint32_t nexec;
     wtask *tasks;          /* by id */
     wtask *ready_head, *ready_tail;
+    wtask *ahead;          /* tasks sent ahead, waiting for outputs of tasks here (tasks.c) */
+    struct {
+        spw_id id;
+        uint32_t len;
+        uint8_t v[WRK_KEPT_MAX];
+    } kept[WRK_KEPT_N];    /* recent small results (WRK_KEPT_N), a ring; len 0 and nil id: none */
+    uint32_t kept_next;
     wfetch *fetches;       /* by id */
     wupload *uploads;      /* uploads under way on any connection, by id (hh_all) */
     struct wread *parked;  /* FOLLOW reads of objects not here yet */

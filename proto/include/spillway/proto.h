@@ -190,6 +190,12 @@ enum proto_arg_kind {
 #define PROTO_SUBMIT_END 1u /* last frame of this graph */
 /** Task flags (R_TASK_FLAGS). */
 #define PROTO_TASK_KEEP 1u /* the client wants the result: an OUTPUT reference */
+/* TASK_RUN only (the scheduler strips it from SUBMIT): the task is sent ahead of its inputs. Each
+ * whole-object argument that is not sealed in the worker's store is the output of a task the
+ * worker was sent earlier; the task waits for those and starts the moment they finish there. The
+ * worker answers every such task with one TASK_DONE; SPW_EAHEAD says it dropped it unrun (an
+ * input failed there or is gone), and the scheduler then dispatches it as usual. */
+#define PROTO_TASK_AHEAD 0x100u
 /** OBJ_WRITE / OBJ_DATA flags. */
 #define PROTO_CHUNK_LAST 1u
 /** PUT_PLACE flags. */

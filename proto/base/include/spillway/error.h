@@ -68,7 +68,8 @@ extern "C" {
     XX(EPLUGIN, -1024, "plugin rejected")                                                          \
     XX(ESHUTDOWN, -1025, "shutting down")                                                          \
     XX(ETASKMEM, -1026, "task exceeded its memory limit")                                         \
-    XX(ENONAME, -1027, "host name does not resolve")
+    XX(ENONAME, -1027, "host name does not resolve")                                              \
+    XX(EAHEAD, -1028, "sent ahead, but its input made on that worker is not there")
 
 typedef enum spw_err {
     SPW_OK = 0,
