@@ -132,13 +132,9 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
 #define DEF_SEND_ALIAS(NAME, name, OF, of) DEF_SEND(NAME, name)
 PROTO_SCHEMA(PROTO__NONE, DEF_SEND, DEF_SEND0, DEF_SEND_ALIAS)
 
-int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+/* Counts the whole frames in len bytes of frames by their length prefixes. */
+static void count_raw_frames(proto_conn *c, const void *frames, size_t len)
 {
-    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
-    conn__batch_close(c);
-    if (c->state == ST_CLOSED)
-        return SPW_ECLOSED;
-    /* Count the whole frames in the batch by their length prefixes. */
     const uint8_t *fp = frames;
     for (size_t at = 0; len - at >= PROTO_HDR_LEN;) {
         uint64_t body = ((uint64_t)fp[at] << 24) | ((uint64_t)fp[at + 1] << 16) |
@@ -148,7 +144,38 @@ int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
             break;
         at += PROTO_HDR_LEN + (size_t)body;
     }
+}
+
+int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+{
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
+    conn__batch_close(c);
+    if (c->state == ST_CLOSED)
+        return SPW_ECLOSED;
+    count_raw_frames(c, frames, len);
     spw_buf_append(&c->out.buf, frames, len);
+    conn__after_enqueue(c, len);
+    return 0;
+}
+
+int proto_conn_send_raw_borrowed(proto_conn *c, const void *frames, size_t len,
+                                 void (*release)(void *arg), void *arg)
+{
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw_borrowed");
+    conn__batch_close(c);
+    if (c->state == ST_CLOSED) {
+        if (release != NULL)
+            release(arg);
+        return SPW_ECLOSED;
+    }
+    count_raw_frames(c, frames, len);
+    outq *q = &c->out;
+    if (q->nb == q->capb) {
+        q->capb = q->capb ? q->capb * 2 : 8;
+        q->b = spw_realloc(SPW_MOD_PROTO, q->b, q->capb * sizeof *q->b);
+    }
+    q->b[q->nb++] = (borrow){q->buf.len, frames, len, release, arg};
+    q->borrowed_bytes += len;
     conn__after_enqueue(c, len);
     return 0;
 }
