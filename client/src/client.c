@@ -115,9 +115,14 @@ handle *spillway__handle_add(spillway *c, spw_id id, int kind)
     return h;
 }
 
+/* The value of every empty inline result: no allocation for the many tasks that return
+ * nothing. Never freed (handle_release). */
+static uint8_t handle_empty[1];
+
 static void handle_release(handle *h)
 {
-    spw_free(h->inl);
+    if (h->inl != handle_empty)
+        spw_free(h->inl);
     spw_free(h->err);
     spw_free(h);
 }
@@ -229,14 +234,47 @@ static void on_task_result(spillway *c, const proto_val *f)
     h->size = f[F_TRES_SIZE].u;
     if (!f[F_TRES_INLINE].nil) {
         const proto_val *v = &f[F_TRES_INLINE];
-        h->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len > 0 ? v->bin.len : 1);
-        memcpy(h->inl, v->bin.ptr, v->bin.len);
+        if (v->bin.len == 0) {
+            h->inl = handle_empty;
+        } else {
+            h->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len);
+            memcpy(h->inl, v->bin.ptr, v->bin.len);
+        }
         h->size = v->bin.len;
         h->has_inl = true;
     }
     if (status != 0) {
         char err[PROTO_MAX_STR + 1];
         h->err = spw_strdup(SPW_MOD_CLIENT, proto_str(&f[F_TRES_ERR], err, sizeof err));
+    }
+}
+
+/* How many records ahead on_task_results prefetches a record's handle; its table slot is
+ * prefetched twice as far ahead. */
+#define RESULTS_AHEAD 8
+
+static void results_prefetch(spillway *c, const proto_val *recs, uint32_t i, int stage)
+{
+    const proto_val *f = PROTO_REC(recs, i);
+    if (!f[F_TRES_ID].nil)
+        spw_idmap_prefetch(&c->handles, f[F_TRES_ID].id, stage);
+}
+
+/* The records of a TASK_RESULTS. Each looks up a slot of the reference table and the handle it
+ * points to, both at random places in memory once many tasks are out: two cache misses per
+ * record when taken one by one, a sixth of the client's CPU in scale_tiny. The slots and then
+ * the handles of the records a few places ahead are prefetched, so those misses overlap. */
+static void on_task_results(spillway *c, const proto_val *recs)
+{
+    uint32_t n = recs->arr.n;
+    for (uint32_t i = 0; i < n && i < 2 * RESULTS_AHEAD; i++)
+        results_prefetch(c, recs, i, i < RESULTS_AHEAD ? 1 : 0);
+    for (uint32_t i = 0; i < n; i++) {
+        if (i + 2 * RESULTS_AHEAD < n)
+            results_prefetch(c, recs, i + 2 * RESULTS_AHEAD, 0);
+        if (i + RESULTS_AHEAD < n)
+            results_prefetch(c, recs, i + RESULTS_AHEAD, 1);
+        on_task_result(c, PROTO_REC(recs, i));
     }
 }
 
@@ -248,8 +286,7 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
         return;
     }
     if (m->type == PROTO_TASK_RESULTS) {
-        for (uint32_t i = 0; i < m->f[F_TRESS_RECS].arr.n; i++)
-            on_task_result(c, PROTO_REC(&m->f[F_TRESS_RECS], i));
+        on_task_results(c, &m->f[F_TRESS_RECS]);
         return;
     }
     call *k = &c->call;

@@ -115,6 +115,22 @@ void spillway__flush(spillway *c);
 spw_id spillway__new_id(spillway *c);
 handle *spillway__handle_find(spillway *c, spw_id id);
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
+/* How far ahead a walk over many references prefetches: the table slot of refs[i + 2 * AHEAD]
+ * and the handle of refs[i + AHEAD] (spw_idmap_prefetch), so that the cache misses of looking
+ * up one after another overlap. */
+#define SPILLWAY__AHEAD 8
+static inline void spillway__refs_prefetch(spillway *c, const spillway_ref *refs, size_t n,
+                                           size_t i)
+{
+    if (i + 2 * SPILLWAY__AHEAD < n)
+        spw_idmap_prefetch(&c->handles,
+                           (spw_id){refs[i + 2 * SPILLWAY__AHEAD].hi, refs[i + 2 * SPILLWAY__AHEAD].lo},
+                           0);
+    if (i + SPILLWAY__AHEAD < n)
+        spw_idmap_prefetch(&c->handles,
+                           (spw_id){refs[i + SPILLWAY__AHEAD].hi, refs[i + SPILLWAY__AHEAD].lo}, 1);
+}
+
 void spillway__handle_free(spillway *c, handle *h);
 /* Frees every handle and the table (spillway_close). */
 void spillway__handles_free_all(spillway *c);

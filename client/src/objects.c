@@ -843,6 +843,7 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
     spw_id *remote = spw_malloc(SPW_MOD_CLIENT, (n > 0 ? n : 1) * sizeof *remote);
     size_t nremote = 0;
     for (size_t i = 0; i < n; i++) {
+        spillway__refs_prefetch(c, refs, n, i);
         spw_id id = {refs[i].hi, refs[i].lo};
         handle *h = spillway__handle_find(c, id);
         if (h == NULL) {
@@ -883,6 +884,7 @@ static bool all_settled(spillway *c, void *arg)
 {
     wait_set *ws = arg;
     while (ws->next < ws->n) {
+        spillway__refs_prefetch(c, ws->refs, ws->n, ws->next);
         spw_id id = {ws->refs[ws->next].hi, ws->refs[ws->next].lo};
         handle *h = spillway__handle_find(c, id);
         if (h != NULL && h->state == H_PENDING)
@@ -898,6 +900,7 @@ static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeo
         return SPW_EINVAL;
     char hex[33];
     for (size_t i = 0; i < n; i++) {
+        spillway__refs_prefetch(c, refs, n, i);
         if (spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo}) == NULL) {
             spillway__set_err(c, "obj=%s is not held by this client",
                               spw_id_hex((spw_id){refs[i].hi, refs[i].lo}, hex));
@@ -912,6 +915,7 @@ static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeo
         return rc;
     }
     for (size_t i = 0; i < n; i++) {
+        spillway__refs_prefetch(c, refs, n, i);
         handle *h = spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo});
         if (h != NULL && h->state == H_FAILED) {
             spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),

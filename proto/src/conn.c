@@ -243,7 +243,8 @@ proto_conn *conn__new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data)
     c->cbs = *cbs;
     c->data = data;
     c->h.handle.data = c;
-    msgpack_zone_init(&c->zone, 64 * 1024);
+    msgpack_zone_init(&c->zone, ZONE_FIRST);
+    c->zone_first = c->zone.chunk_list.head;
     snprintf(c->peer, sizeof c->peer, "?");
     DL_APPEND(ctx->conns, c);
     ctx->handles++;

@@ -39,6 +39,8 @@
 #define OUT_HIGH_WATER (32u << 20)
 #define OUT_LOW_WATER (8u << 20)
 #define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
+#define ZONE_FIRST (64u << 10)  /* a connection's decode zone starts with this much, */
+#define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (frame.c zone_reset) */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -115,6 +117,7 @@ struct proto_conn {
     bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
     uint8_t sink_head[SINK_HEAD_MAX];
     msgpack_zone zone;
+    const void *zone_first; /* the zone's first chunk: another head means a frame overflowed it */
     outq out;  /* being filled */
     proto_batch batch; /* an open batched frame at the end of out.buf (batch.n > 0) */
     outq wout; /* being written */

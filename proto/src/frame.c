@@ -132,13 +132,9 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
 #define DEF_SEND_ALIAS(NAME, name, OF, of) DEF_SEND(NAME, name)
 PROTO_SCHEMA(PROTO__NONE, DEF_SEND, DEF_SEND0, DEF_SEND_ALIAS)
 
-int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+/* Counts the whole frames in len bytes of frames by their length prefixes. */
+static void count_raw_frames(proto_conn *c, const void *frames, size_t len)
 {
-    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
-    conn__batch_close(c);
-    if (c->state == ST_CLOSED)
-        return SPW_ECLOSED;
-    /* Count the whole frames in the batch by their length prefixes. */
     const uint8_t *fp = frames;
     for (size_t at = 0; len - at >= PROTO_HDR_LEN;) {
         uint64_t body = ((uint64_t)fp[at] << 24) | ((uint64_t)fp[at + 1] << 16) |
@@ -148,7 +144,38 @@ int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
             break;
         at += PROTO_HDR_LEN + (size_t)body;
     }
+}
+
+int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len)
+{
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw");
+    conn__batch_close(c);
+    if (c->state == ST_CLOSED)
+        return SPW_ECLOSED;
+    count_raw_frames(c, frames, len);
     spw_buf_append(&c->out.buf, frames, len);
+    conn__after_enqueue(c, len);
+    return 0;
+}
+
+int proto_conn_send_raw_borrowed(proto_conn *c, const void *frames, size_t len,
+                                 void (*release)(void *arg), void *arg)
+{
+    PROTO_CHECK_SENT(frames, len, "proto_conn_send_raw_borrowed");
+    conn__batch_close(c);
+    if (c->state == ST_CLOSED) {
+        if (release != NULL)
+            release(arg);
+        return SPW_ECLOSED;
+    }
+    count_raw_frames(c, frames, len);
+    outq *q = &c->out;
+    if (q->nb == q->capb) {
+        q->capb = q->capb ? q->capb * 2 : 8;
+        q->b = spw_realloc(SPW_MOD_PROTO, q->b, q->capb * sizeof *q->b);
+    }
+    q->b[q->nb++] = (borrow){q->buf.len, frames, len, release, arg};
+    q->borrowed_bytes += len;
     conn__after_enqueue(c, len);
     return 0;
 }
@@ -352,6 +379,26 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     }
 }
 
+/* Makes the decode zone ready for the next frame. msgpack_zone_clear keeps only the zone's
+ * first chunk and frees the others, so a frame that outgrew it (a batch of records needs a few
+ * hundred KiB) would malloc its memory afresh, and the kernel fault it in, for every frame: about
+ * a third of the client's CPU in scale_tiny. When a frame overflowed, the zone is made again
+ * with a first chunk twice as large, up to ZONE_KEEP_MAX, so steady batched traffic decodes into
+ * memory that is already there; a connection keeps at most that much between frames. */
+static void zone_reset(proto_conn *c)
+{
+    msgpack_zone *z = &c->zone;
+    if ((const void *)z->chunk_list.head == c->zone_first || z->chunk_size >= ZONE_KEEP_MAX) {
+        msgpack_zone_clear(z);
+        return;
+    }
+    size_t size = z->chunk_size * 2;
+    msgpack_zone_destroy(z);
+    if (!msgpack_zone_init(z, size))
+        SPW_PANIC("out of memory for a %zu byte decode zone", size);
+    c->zone_first = z->chunk_list.head;
+}
+
 /* The frame at pos in `in` is incomplete and large: if it ends with a payload the owner has
  * room for, the rest of the payload is read straight there (conn__alloc_cb), and the bytes of the
  * frame received so far leave `in`. */
@@ -376,7 +423,7 @@ static void try_sink(proto_conn *c, size_t pos)
     if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &head) ==
         (int)c->sink_head_len)
         dest = c->cbs.on_sink(c, &head, data_len);
-    msgpack_zone_clear(&c->zone);
+    zone_reset(c);
     if (dest == NULL) {
         c->sink_declined = true; /* a malformed head is reported when the frame is complete */
         return;
@@ -401,7 +448,7 @@ static void sink_finish(proto_conn *c)
     c->sink = NULL;
     c->sink_declined = false;
     dispatch(c, &m);
-    msgpack_zone_clear(&c->zone);
+    zone_reset(c);
 }
 
 /* The limits for the next frame: the configured ones once the handshake is done, before that
@@ -437,7 +484,7 @@ void conn__process_input(proto_conn *c)
             break;
         }
         if (rc < 0) {
-            msgpack_zone_clear(&c->zone);
+            zone_reset(c);
             if (rc == SPW_EMALFORMED && c->state == ST_READY) {
                 /* The length prefix is sound, so skip just this frame and go on. */
                 size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
@@ -464,7 +511,7 @@ void conn__process_input(proto_conn *c)
         pos += (size_t)rc;
         c->sink_declined = false;
         dispatch(c, &m);
-        msgpack_zone_clear(&c->zone);
+        zone_reset(c);
     }
     if (c->state == ST_CLOSED)
         return;

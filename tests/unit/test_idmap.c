@@ -139,6 +139,42 @@ static void test_idmap_grow_shrink(void **state)
     free(r);
 }
 
+/* spw_idmap_reserve sizes the table once for what comes: no resize while those records are
+ * added, and the table is the one the adds alone would have grown to. */
+static void test_idmap_reserve(void **state)
+{
+    (void)state;
+    enum { N = 200000 };
+    rec *r = calloc(N, sizeof *r);
+    assert_non_null(r);
+    spw_idmap m = SPW_IDMAP_INIT(rec, id, SPW_MOD_BASE);
+    int64_t before = spw_heap_used(SPW_MOD_BASE);
+    spw_idmap_reserve(&m, 0);
+    assert_null(m.slots); /* nothing asked, nothing allocated */
+    spw_idmap_reserve(&m, N);
+    assert_non_null(spw_idmap_check(&m)); /* transient: an empty map holds a table */
+    assert_true(m.mask + 1 == 1u << 19);
+    const spw_idmap_slot *slots = m.slots;
+    for (uint32_t i = 0; i < N; i++) {
+        r[i].id = (spw_id){i, 7};
+        spw_idmap_add(&m, &r[i]);
+    }
+    assert_ptr_equal(m.slots, slots); /* never resized */
+    check(&m);
+    spw_idmap_reserve(&m, 100); /* fits already */
+    assert_ptr_equal(m.slots, slots);
+    spw_idmap_reserve(&m, N); /* 400k: doubles */
+    assert_true(m.mask + 1 == 1u << 20);
+    check(&m);
+    for (uint32_t i = 0; i < N; i++)
+        assert_ptr_equal(spw_idmap_find(&m, r[i].id), &r[i]);
+    for (uint32_t i = 0; i < N; i++) /* by pointer: spw_idmap_any would scan from slot 0 */
+        spw_idmap_del(&m, &r[i]);
+    assert_null(m.slots);
+    assert_int_equal(spw_heap_used(SPW_MOD_BASE), before);
+    free(r);
+}
+
 static void test_idmap_random(void **state)
 {
     (void)state;
@@ -197,6 +233,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_idmap_basic),
     cmocka_unit_test(test_idmap_collisions),
     cmocka_unit_test(test_idmap_grow_shrink),
+    cmocka_unit_test(test_idmap_reserve),
     cmocka_unit_test(test_idmap_random),
     cmocka_unit_test(test_idmap_check_finds_damage),
 };

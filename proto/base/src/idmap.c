@@ -40,16 +40,25 @@ static bool fits(uint64_t n, uint64_t cap)
     return n * 10 <= cap * 7;
 }
 
+void spw_idmap_reserve(spw_idmap *m, uint32_t more)
+{
+    uint64_t need = (uint64_t)m->n + more;
+    uint64_t cap = m->slots == NULL ? 0 : (uint64_t)m->mask + 1;
+    if (more == 0 || (cap != 0 && fits(need, cap)))
+        return;
+    uint64_t ncap = cap != 0 ? cap * 2 : IDMAP_MIN;
+    while (!fits(need, ncap))
+        ncap *= 2;
+    if (ncap > (1ull << 31))
+        SPW_PANIC("more than 2^30 records in one id map");
+    resize(m, (uint32_t)ncap);
+}
+
 void spw_idmap_add(spw_idmap *m, void *p)
 {
     spw_id id = spw_idmap__id(m, p);
     SPW_ASSERT(spw_idmap_find(m, id) == NULL);
-    if (m->slots == NULL || !fits((uint64_t)m->n + 1, (uint64_t)m->mask + 1)) {
-        uint64_t ncap = m->slots == NULL ? IDMAP_MIN : ((uint64_t)m->mask + 1) * 2;
-        if (ncap > (1ull << 31))
-            SPW_PANIC("more than 2^30 records in one id map");
-        resize(m, (uint32_t)ncap);
-    }
+    spw_idmap_reserve(m, 1);
     place(m, spw_id_hash(id), p);
     m->n++;
 }

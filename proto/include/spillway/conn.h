@@ -186,6 +186,11 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
 /** Queues complete frames built elsewhere (len bytes of whole frames). @return 0 or
  * SPW_ECLOSED. */
 int proto_conn_send_raw(proto_conn *c, const void *frames, size_t len);
+/** Like proto_conn_send_raw without the copy: the bytes are written from frames, which must
+ * stay unchanged until release(arg) runs (once they are written or the connection is gone;
+ * also on error). @return 0 or SPW_ECLOSED. */
+int proto_conn_send_raw_borrowed(proto_conn *c, const void *frames, size_t len,
+                                 void (*release)(void *arg), void *arg);
 /** Sends a frame with a file descriptor attached (SCM_RIGHTS) on a Unix-socket connection.
  * Needs an idle connection (nothing queued or in flight), which a request/reply exchange has.
  * @return 0, SPW_EAGAIN if output is pending, SPW_ENOTSUP on a TCP connection, or -errno. */

@@ -56,8 +56,37 @@ static inline void *spw_idmap_find(const spw_idmap *m, spw_id id)
     }
 }
 
+/** A hint that id is looked up soon, for callers that know their next ids (a batch of
+ * records): stage 0 prefetches the id's home slot; stage 1, issued a few lookups later when that
+ * slot is likely cached, prefetches the record of the first slot of the run whose hash matches.
+ * Reads only slots, never records, and changes nothing. */
+static inline void spw_idmap_prefetch(const spw_idmap *m, spw_id id, int stage)
+{
+    if (m->n == 0)
+        return;
+    uint64_t key = spw_id_hash(id);
+    uint32_t i = (uint32_t)key & m->mask;
+    if (stage == 0) {
+        __builtin_prefetch(&m->slots[i]);
+        return;
+    }
+    for (;; i = (i + 1) & m->mask) {
+        const spw_idmap_slot *s = &m->slots[i];
+        if (s->p == NULL)
+            return;
+        if (s->key == key) {
+            __builtin_prefetch((const char *)s->p + m->id_off);
+            return;
+        }
+    }
+}
 /** Adds record p, whose id must not be in the map yet (checked). Aborts past 2^31 records. */
 void spw_idmap_add(spw_idmap *m, void *p);
+/** Grows the table at once so that `more` records beyond the present ones fit without a
+ * resize (one copy instead of one per doubling, for a caller about to add many). Add them
+ * right away: until then an empty map holds a table, which spw_idmap_check reports. A later
+ * deletion may still shrink it. Aborts past 2^31 slots. */
+void spw_idmap_reserve(spw_idmap *m, uint32_t more);
 /** Removes record p, which must be in the map (checked). May shrink the table. */
 void spw_idmap_del(spw_idmap *m, const void *p);
 /** Frees the table (not the records); the map is empty and reusable. */
