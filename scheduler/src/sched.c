@@ -224,6 +224,7 @@ static void release(sched *s, sched_session *ss, const proto_msg *m)
     uint32_t bad = 0;
     spw_id first_bad = {0, 0};
     for (uint32_t i = 0; i < ids->arr.n; i++) {
+        sched__objs_prefetch(s, ids, -1, i);
         int rc = sched__session_release(s, ss, ids->arr.v[i].id);
         if (rc != 0 && bad++ == 0)
             first_bad = ids->arr.v[i].id;

@@ -310,6 +310,33 @@ struct sched {
 
 /* objects.c */
 sched_obj *sched__obj_find(sched *s, spw_id id);
+/* How far ahead a batch loop prefetches (sched__objs_prefetch): the directory slot of the id
+ * of element i + 2 * AHEAD and the record of element i + AHEAD. */
+#define SCHED_PREFETCH_AHEAD 8
+/* Called at element i of a batch loop over arr (a frame's array) that looks each element's id up
+ * in the directory: prefetches for the elements ahead (spw_idmap_prefetch), so that the cache
+ * misses on slots and records of consecutive lookups overlap instead of following one another.
+ * field: the id's field in arr's records, or -1 for an array of ids. Only a hint: changes
+ * nothing, and an element with no valid id costs one useless prefetch. At i = 0 it also
+ * prefetches for the first elements. */
+static inline spw_id sched__objs_id_at(const proto_val *arr, int field, uint32_t j)
+{
+    return field < 0 ? arr->arr.v[j].id : PROTO_REC(arr, j)[field].id;
+}
+static inline void sched__objs_prefetch(const sched *s, const proto_val *arr, int field,
+                                        uint32_t i)
+{
+    uint32_t n = arr->arr.n;
+    /* At the start, the first elements: records of those that come at once, slots of the next. */
+    for (uint32_t j = 0; i == 0 && j < n && j < 2 * SCHED_PREFETCH_AHEAD; j++)
+        spw_idmap_prefetch(&s->objects, sched__objs_id_at(arr, field, j),
+                           j < SCHED_PREFETCH_AHEAD ? 1 : 0);
+    for (int stage = 0; stage < 2; stage++) {
+        uint32_t j = i + (stage == 0 ? 2 : 1) * SCHED_PREFETCH_AHEAD;
+        if (j < n)
+            spw_idmap_prefetch(&s->objects, sched__objs_id_at(arr, field, j), stage);
+    }
+}
 /* site: the call site, sitelen bytes (not NUL-terminated), interned. */
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
                           size_t sitelen);

@@ -357,6 +357,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
     uint64_t max_total = s->opts.graph_max_total;
     for (uint32_t i = 0; i < tasks->arr.n; i++) {
         char err[512];
+        sched__objs_prefetch(s, tasks, R_TASK_ID, i); /* for task_intake's duplicate check */
         if (max_total != 0 && ss->cur_graph->total >= max_total) {
             /* Over the cap: refused. A kept one is named, so the client settles its handle. */
             const proto_val *rec = PROTO_REC(tasks, i);
@@ -1028,8 +1029,10 @@ void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
 void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
 {
     const proto_val *recs = &m->f[F_DONES_RECS];
-    for (uint32_t i = 0; i < recs->arr.n; i++)
+    for (uint32_t i = 0; i < recs->arr.n; i++) {
+        sched__objs_prefetch(s, recs, F_DONE_ID, i);
         task_done_rec(s, w, m->req, PROTO_REC(recs, i), i);
+    }
 }
 
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
