@@ -785,6 +785,27 @@ static peer *submit_chain(env *e, peer *c, peer **w, int nw, uint64_t n)
     return home;
 }
 
+/* One worker of one slot and a client whose chain of n tasks (see submit_chain) has reached
+ * the worker: the first task and, sent ahead, its dependent. */
+static void ahead_chain_on_one_worker(env *e, peer **w, peer **c, uint64_t n)
+{
+    *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    submit_chain(e, *c, w, 1, n);
+    STEP_UNTIL(e, count(*w, PROTO_TASK_RUN) == 2);
+}
+
+/* ahead_chain_on_one_worker with a chain of two, whose dependent the worker drops when its
+ * producer is done (SPW_EAHEAD): it has been sent a second time, as usual. */
+static void ahead_chain_dropped_once(env *e, peer **w, peer **c)
+{
+    ahead_chain_on_one_worker(e, w, c, 2);
+    done(*w, 1, 0, 8, true);
+    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
+    done(*w, 2, SPW_EAHEAD, 0, false);
+    STEP_UNTIL(e, runs(*w, 2, NULL) == 2);
+}
+
 /* A chain's dependents go to the worker of their producer with it, flagged PROTO_TASK_AHEAD, and
  * wait there (still T_WAITING, counted in the graph's inflight); each becomes T_ASSIGNED when
  * its producer's result is in, with no second TASK_RUN. One hop ahead while nothing is known of
@@ -841,10 +862,8 @@ static void ahead_chain_goes_with_its_producer(void **state)
 static void ahead_stored_chain_goes_one_hop(void **state)
 {
     env *e = *state;
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    submit_chain(e, c, &w, 1, 4);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    peer *w, *c;
+    ahead_chain_on_one_worker(e, &w, &c, 4);
     done(w, 1, 0, 1000, false);
     STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
     settle(e);
@@ -864,10 +883,8 @@ static void ahead_stored_chain_goes_one_hop(void **state)
 static void ahead_failing_producer_fails_its_dependents(void **state)
 {
     env *e = *state;
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    submit_chain(e, c, &w, 1, 3);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    peer *w, *c;
+    ahead_chain_on_one_worker(e, &w, &c, 3);
     sched_worker *sw = e->s->workers[0];
     done(w, 1, 1, 0, false);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
@@ -888,14 +905,8 @@ static void ahead_failing_producer_fails_its_dependents(void **state)
 static void ahead_dropped_dependent_is_dispatched_again(void **state)
 {
     env *e = *state;
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    submit_chain(e, c, &w, 1, 2);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
-    done(w, 1, 0, 8, true);
-    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
-    done(w, 2, SPW_EAHEAD, 0, false);
-    STEP_UNTIL(e, runs(w, 2, NULL) == 2);
+    peer *w, *c;
+    ahead_chain_dropped_once(e, &w, &c);
     uint64_t flags = 0;
     runs(w, 2, &flags);
     assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
@@ -912,14 +923,8 @@ static void ahead_dropped_dependent_is_dispatched_again(void **state)
 static void ahead_refusal_of_a_task_not_sent_ahead_fails_it(void **state)
 {
     env *e = *state;
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    submit_chain(e, c, &w, 1, 2);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
-    done(w, 1, 0, 8, true);
-    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
-    done(w, 2, SPW_EAHEAD, 0, false);
-    STEP_UNTIL(e, runs(w, 2, NULL) == 2);
+    peer *w, *c;
+    ahead_chain_dropped_once(e, &w, &c);
     done(w, 2, SPW_EAHEAD, 0, false);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EPROTO);
@@ -985,10 +990,8 @@ static void ahead_not_for_inputs_of_two_workers(void **state)
 static void ahead_cancelled_with_its_client(void **state)
 {
     env *e = *state;
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    submit_chain(e, c, &w, 1, 2);
-    STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 2);
+    peer *w, *c;
+    ahead_chain_on_one_worker(e, &w, &c, 2);
     peer_close(e, c);
     STEP_UNTIL(e, got(w, PROTO_TASK_CANCEL, tid(2)));
     assert_true(obj(e, 2)->orphan);
