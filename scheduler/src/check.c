@@ -58,7 +58,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
                        uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t *linked)
 {
     spw_id id = o->id;
-    CHECK(t->out == o && spw_id_eq(t->id, o->id), id, "task and its output object disagree");
+    CHECK(o->has_task == 1 && sched__task_out(t) == o, id, "task and its output object disagree");
     CHECK(t->state <= T_FAILED, id, "task state %u unknown", t->state);
     tstate[t->state]++;
     bool live = t->state == T_WAITING || t->state == T_READY || t->state == T_ASSIGNED ||
@@ -68,8 +68,9 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
           t->args_released ? "released" : "still held");
     uint32_t waiting = 0;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
-        CHECK(a->task == t, id, "argument %u does not point back to its task", i);
+        const sched_arg *a = &sched__task_args(t)[i];
+        CHECK(a->idx == i && sched__arg_task(a) == t, id,
+              "argument %u does not point back to its task", i);
         if (a->kind == PROTO_ARG_INLINE) {
             CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
                   "inline argument %u names an object", i);
@@ -123,7 +124,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
          * result it makes), and is bound to no worker name. */
         CHECK(t->place == NULL, id, "task bound to a worker name was sent ahead");
         for (uint32_t i = 0; i < t->nargs; i++)
-            CHECK(!t->args[i].waiting || t->args[i].kind == PROTO_ARG_OBJ, id,
+            CHECK(!sched__task_args(t)[i].waiting || sched__task_args(t)[i].kind == PROTO_ARG_OBJ, id,
                   "task sent ahead waits for a view (argument %u)", i);
     }
     /* Object state follows its producer's. */
@@ -166,7 +167,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     uint32_t nconsumers = 0;
     for (const sched_arg *a = o->consumers; a != NULL; a = a->cnext) {
         CHECK(a->obj == o && a->linked, id, "consumer list holds an argument of another object");
-        CHECK(!a->task->args_released, id, "consumer list holds a finished task's argument");
+        CHECK(!sched__arg_task(a)->args_released, id, "consumer list holds a finished task's argument");
         CHECK(a->waiting == 0 || o->state == OBJ_PENDING, id, "consumer waits for a %s object",
               "non-pending");
         nconsumers++;
@@ -204,7 +205,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         HASH_FIND(hh, s->sessions, &o->owner, sizeof o->owner, owner);
         CHECK(owner != NULL, id, "kept for session %llu, which is gone",
               (unsigned long long)o->owner);
-        CHECK(o->producer != NULL && (o->producer->flags & PROTO_TASK_KEEP), id,
+        CHECK(o->has_task && (sched__obj_producer(o)->flags & PROTO_TASK_KEEP), id,
               "kept, but not the output of a task that keeps it");
         (*holders)++;
     } else {
@@ -221,7 +222,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     uint64_t total = o->graph_hold;
     for (int k = 0; k < REF_KINDS; k++)
         total += o->refs[k];
-    const sched_task *t = o->producer;
+    const sched_task *t = sched__obj_producer(o);
     if (total == 0)
         CHECK(t != NULL && t->worker != NULL && o->orphan, id,
               "object with no reference left was not freed (task state %d, orphan %u)",
@@ -246,7 +247,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
               o->state);
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
-        CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || o->producer == NULL,
+        CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || sched__obj_producer(o) == NULL,
               id, "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL)
@@ -354,8 +355,8 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
-            CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
-            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t), t->id,
+            CHECK(t->worker == w, sched__task_out(t)->id, "task on worker %u's list names another worker", w->id);
+            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t), sched__task_out(t)->id,
                   "task in state %u on worker %u's list", t->state, w->id);
             if (sched__task_ahead(t)) {
                 ahead++;
@@ -393,9 +394,9 @@ static void check_ready(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT])
     uint64_t n = 0;
     for (int d = 0; d < SCHED_DEPTHS; d++)
         for (const sched_task *t = s->ready[d]; t != NULL; t = t->qnext) {
-            CHECK(t->state == T_READY, t->id, "task in state %u on the ready queue", t->state);
-            CHECK(t->depth == d, t->id, "task of depth %u on ready queue %d", t->depth, d);
-            CHECK(sched__obj_find(s, t->id) == t->out, t->id, "freed task on the ready queue");
+            CHECK(t->state == T_READY, sched__task_out(t)->id, "task in state %u on the ready queue", t->state);
+            CHECK(t->depth == d, sched__task_out(t)->id, "task of depth %u on ready queue %d", t->depth, d);
+            CHECK(sched__obj_find(s, sched__task_out(t)->id) == sched__task_out(t), sched__task_out(t)->id, "freed task on the ready queue");
             n++;
         }
     CHECK(n == s->nready, NOID, "nready %llu, ready queues hold %llu",
@@ -458,8 +459,7 @@ void sched__check_full(sched *s)
     uint64_t per_class[SCHED_REC_CLASSES] = {0};
     uint32_t pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
-        CHECK(o->producer == NULL || o->producer == sched__obj_task(o), o->id,
-              "task record is not in its object's record");
+        CHECK(o->has_task <= 1, o->id, "has_task is %u", o->has_task);
         CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
               "record class %u unknown", o->rec_class);
         if (o->rec_class != SCHED_REC_HEAP)

@@ -166,8 +166,8 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
     }
     uint32_t i = 0;
     for (const sched_arg *a = o->consumers; a != NULL && i < shown_tasks; a = a->cnext, i++) {
-        const sched_task *t = a->task;
-        spw_id_hex(t->id, hex);
+        const sched_task *t = sched__arg_task(a);
+        spw_id_hex(sched__task_out(t)->id, hex);
         snprintf(who, sizeof who, "task %.12s %s %s", hex, t->fn->name,
                  task_state_name(t->state));
         put_holder(&he, REF_TASK_ARG, 1, who);
@@ -193,7 +193,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         .owner_host = o->owner_host,
         .owner_pid = o->owner_pid,
         .age_ms = now > o->created_ms ? now - o->created_ms : 0,
-        .task_fn = o->producer != NULL ? o->producer->fn->name : "",
+        .task_fn = sched__obj_producer(o) != NULL ? sched__obj_producer(o)->fn->name : "",
         .refs = {refs, PROTO_REF_KINDS},
         .holders = {.n = nh + shown_tasks + (ntask > shown_tasks) + npin, .pre = &holders},
         /* Locations: what the stores said, else the directory's (their worker did not answer). */

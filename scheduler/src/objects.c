@@ -156,8 +156,8 @@ static void obj_free(sched *s, sched_obj *o)
     if (o->state == OBJ_READY)
         s->obj_bytes -= o->size;
     sched__live_uncount(s, o);
-    if (o->producer != NULL)
-        sched__task_free(s, o->producer);
+    if (sched__obj_producer(o) != NULL)
+        sched__task_free(s, sched__obj_producer(o));
     SPW_ASSERT(!o->kept);
     spw_idmap_del(&s->objects, o);
     obj_release(s, o);
@@ -167,13 +167,13 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
 {
     if (total_refs(o) > 0)
         return;
-    sched_task *t = o->producer;
+    sched_task *t = sched__obj_producer(o);
     if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t))) {
         if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
             /* Nobody wants it any more: if it has not started, its worker drops it now and
              * answers SPW_ECANCELED (its slot is free at once); if it runs, it finishes. */
             proto_send_task_cancel(t->worker->conn, 0,
-                                   &(proto_task_cancel_msg){.ids = {&t->id, 1}});
+                                   &(proto_task_cancel_msg){.ids = {&sched__task_out(t)->id, 1}});
         }
         o->orphan = 1; /* freed when the task reports back */
         return;
@@ -460,7 +460,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         send_delete(s, w->id, m->f[F_ADDED_ID].id);
         return;
     }
-    if (o->state == OBJ_PENDING && o->producer == NULL) {
+    if (o->state == OBJ_PENDING && sched__obj_producer(o) == NULL) {
         if (m->f[F_ADDED_SIZE].u != o->size) {
             proto_conn_error(w->conn, m->req, SPW_EINVAL,
                              "obj=%s: sealed %llu bytes, %llu announced", spw_id_hex(o->id, hex),
@@ -575,11 +575,11 @@ void sched__objects_purge(sched *s)
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         /* Only objects whose references were never taken back remain; report, then free. */
         n++;
-        if (o->producer != NULL) {
-            if (o->producer->state == T_READY || o->producer->state == T_ASSIGNED ||
-                o->producer->state == T_RUNNING)
-                sched__task_set_state(s, o->producer, T_FAILED);
-            o->producer->args_released = 1;
+        sched_task *t = sched__obj_producer(o);
+        if (t != NULL) {
+            if (t->state == T_READY || t->state == T_ASSIGNED || t->state == T_RUNNING)
+                sched__task_set_state(s, t, T_FAILED);
+            t->args_released = 1;
         }
         o->consumers = NULL;
         o->holders = NULL;
@@ -588,9 +588,9 @@ void sched__objects_purge(sched *s)
     /* Their tasks' arguments were released above: freeing one record touches no other. */
     pos = 0;
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
-        if (o->producer != NULL) {
-            sched__task_free(s, o->producer);
-            o->producer = NULL;
+        if (o->has_task) {
+            sched__task_free(s, sched__obj_producer(o));
+            o->has_task = 0;
         }
         obj_release(s, o);
     }

@@ -154,7 +154,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
     uint64_t exists = 0;
     if (o != NULL) {
         if (!(m->f[F_PUTP_FLAGS].u & PROTO_PUT_CONTENT_ID) || o->size != size ||
-            o->producer != NULL || (o->state != OBJ_READY && o->state != OBJ_PENDING)) {
+            sched__obj_producer(o) != NULL || (o->state != OBJ_READY && o->state != OBJ_PENDING)) {
             proto_conn_error(ss->conn, m->req, SPW_EDUPLICATE, "obj=%s already exists",
                              spw_id_hex(id, hex));
             return;

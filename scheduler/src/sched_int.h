@@ -70,20 +70,32 @@ typedef struct sched_fn {
     bool inline_out;
 } sched_fn;
 
-/* One task argument. For object arguments the node links the task into the object's list of
- * consumers until the task finishes, which is how spillway-ctl memory names TASK_ARG holders. */
+/* One task argument, 64 bytes whatever its kind. For object arguments the node links the task
+ * into the object's list of consumers until the task finishes, which is how spillway-ctl memory
+ * names TASK_ARG holders. The task is found from the argument's index (sched__arg_task): the
+ * arguments follow their task in its record. obj is NULL for inline arguments (and for object
+ * arguments once their task finished); the rest is by kind. */
+#define SCHED_ARG_SMALL 32 /* inline values up to this many bytes live in the argument itself */
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
     uint8_t linked;       /* on obj->consumers */
-    uint32_t inline_len;
-    const uint8_t *inline_data; /* into the task's blob */
+    uint32_t idx;         /* its index in the task's arguments */
     sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
-    spw_id id;            /* the object's id, kept for lineage after the task finished */
-    uint64_t off, len;    /* views */
-    sched_task *task;
-    struct sched_arg *cprev, *cnext;
+    union {
+        struct {          /* PROTO_ARG_OBJ, PROTO_ARG_VIEW */
+            struct sched_arg *cprev, *cnext;
+            spw_id id;    /* the object's id, kept for lineage after the task finished */
+            uint64_t off, len; /* views */
+        };
+        struct {          /* PROTO_ARG_INLINE */
+            uint32_t inline_len;
+            const uint8_t *inline_data; /* inline_small, or into the task's blob */
+            uint8_t inline_small[SCHED_ARG_SMALL];
+        };
+    };
 } sched_arg;
+_Static_assert(sizeof(sched_arg) == 64, "sched_arg stays 64 bytes");
 
 /* A submitted graph: its caps and what it has in flight. Freed with its last task. */
 typedef struct sched_graph {
@@ -130,11 +142,11 @@ enum task_state {
 };
 _Static_assert(T_FAILED + 1 == PROTO_TSTATE_COUNT, "enum task_state mirrors PROTO_TSTATE_*");
 
+/* A task: in its output object's record, right after the sched_obj (sched__obj_task), its
+ * arguments right after it (sched__task_args). Its id is its output's, and the submitter and
+ * submit time are the output's too (sched__task_out). */
 struct sched_task {
-    spw_id id;            /* equals its output object's id */
     sched_fn *fn;
-    sched_obj *out;       /* owns this task */
-    sched_arg *args;
     uint32_t nargs;
     uint32_t ndeps;       /* pending object arguments */
     uint32_t flags;       /* PROTO_TASK_* */
@@ -146,7 +158,7 @@ struct sched_task {
     sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
     /* Run only on the worker of this name, or NULL. The name is in the record after the
      * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
-     * has; sched__place_missing). The submitter is out->owner, the submit time out->created_ms. */
+     * has; sched__place_missing). */
     char *place;
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
      * sent ahead: sched__task_ahead), never both: the two links share their bytes, and are NULL
@@ -191,6 +203,7 @@ struct sched_obj {
      * session's nrefs), and the object is then on that session's kept list. */
     uint8_t kept;
     uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
+    uint8_t has_task;      /* a task computing it follows in its record (sched__obj_producer) */
     int err;
     /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
      * inline_data points there), larger ones on the heap. errmsg and inline_small share their
@@ -204,7 +217,6 @@ struct sched_obj {
     uint32_t refs[REF_KINDS];
     uint32_t *locs;        /* worker ids holding a copy */
     uint32_t nlocs, caplocs;
-    sched_task *producer;  /* the task computing it, or NULL for a put */
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
@@ -348,6 +360,24 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *owner, const 
 static inline sched_task *sched__obj_task(sched_obj *o)
 {
     return (sched_task *)(o + 1);
+}
+/* The task computing o, or NULL for a put. */
+static inline sched_task *sched__obj_producer(const sched_obj *o)
+{
+    return o->has_task ? (sched_task *)(uintptr_t)(o + 1) : NULL;
+}
+/* A task's output object, whose record holds it; the task's id is the object's. */
+static inline sched_obj *sched__task_out(const sched_task *t)
+{
+    return (sched_obj *)(uintptr_t)t - 1;
+}
+static inline sched_arg *sched__task_args(const sched_task *t)
+{
+    return (sched_arg *)(uintptr_t)(t + 1);
+}
+static inline sched_task *sched__arg_task(const sched_arg *a)
+{
+    return (sched_task *)(uintptr_t)(a - a->idx) - 1;
 }
 static inline uint64_t *sched__place_missing(sched_task *t)
 {

@@ -1,7 +1,7 @@
 /*
  * Tasks: graph intake, dependency tracking, placement and completion.
  *
- * A task is owned by its output object (o->producer) and lives as long as that object, so its
+ * A task is owned by its output object (sched__obj_producer(o)) and lives as long as that object, so its
  * specification stays known for lineage. States move waiting -> ready -> assigned -> done |
  * failed; a waiting or ready task whose output nobody references any more is cancelled.
  * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
@@ -72,7 +72,7 @@ static void release_args(sched *s, sched_task *t)
         return;
     t->args_released = 1;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
+        sched_arg *a = &sched__task_args(t)[i];
         if (a->obj == NULL)
             continue;
         if (a->linked) {
@@ -100,11 +100,11 @@ static void send_result(sched *s, sched_task *t)
 {
     if (!(t->flags & PROTO_TASK_KEEP))
         return;
-    sched_session *ss = session_by_id(s, t->out->owner);
+    sched_session *ss = session_by_id(s, sched__task_out(t)->owner);
     if (ss == NULL)
         return;
-    sched_obj *o = t->out;
-    proto_tres_rec r = {.id = t->id};
+    sched_obj *o = sched__task_out(t);
+    proto_tres_rec r = {.id = sched__task_out(t)->id};
     if (o->state == OBJ_READY) {
         r.size = o->size;
         if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
@@ -124,7 +124,7 @@ static void task_fail(sched *s, sched_task *t, int err, const char *msg)
         ready_remove(s, t);
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
-    sched_obj *o = t->out;
+    sched_obj *o = sched__task_out(t);
     o->graph_hold++;
     sched__obj_fail(s, o, err, msg);
     send_result(s, t);
@@ -154,7 +154,7 @@ static void ahead_promote(sched *s, sched_task *t);
 
 void sched__dep_ready(sched *s, sched_arg *a)
 {
-    sched_task *t = a->task;
+    sched_task *t = sched__arg_task(a);
     if (!a->waiting)
         return;
     a->waiting = 0;
@@ -169,7 +169,7 @@ void sched__dep_ready(sched *s, sched_arg *a)
 
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 {
-    sched_task *t = a->task;
+    sched_task *t = sched__arg_task(a);
     char hex[33], buf[PROTO_MAX_STR];
     snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
     (void)err;
@@ -218,7 +218,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
                 snprintf(err, errlen, "task=%s arg %u: inline value missing", spw_id_hex(id, hex), i);
                 return SPW_EINVAL;
             }
-            blob += a[R_ARG_INLINE].bin.len;
+            if (a[R_ARG_INLINE].bin.len > SCHED_ARG_SMALL)
+                blob += a[R_ARG_INLINE].bin.len;
         } else if (a[R_ARG_OBJ].nil) {
             snprintf(err, errlen, "task=%s arg %u: object id missing", spw_id_hex(id, hex), i);
             return SPW_EINVAL;
@@ -235,8 +236,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         return SPW_ENOMEM;
     }
     sched_task *t = sched__obj_task(out);
-    t->args = (sched_arg *)(t + 1);
-    uint8_t *bp = (uint8_t *)(t->args + nargs);
+    uint8_t *bp = (uint8_t *)(sched__task_args(t) + nargs);
     if (placelen > 0) {
         t->place = (char *)t +
                    sched__place_at(sizeof *t + (size_t)nargs * sizeof(sched_arg) + blob) +
@@ -244,7 +244,6 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
-    t->id = id;
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u & ~PROTO_TASK_AHEAD; /* ours to set */
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
@@ -255,8 +254,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    out->producer = t;
-    t->out = out;
+    out->has_task = 1;
     hold_for_graph(ss, out);
     if (t->flags & PROTO_TASK_KEEP)
         sched__session_ref(s, ss, out, REF_OUTPUT);
@@ -266,14 +264,18 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     char badbuf[256];
     for (uint32_t i = 0; i < nargs; i++) {
         const proto_val *a = PROTO_REC(args, i);
-        sched_arg *sa = &t->args[i];
-        sa->task = t;
+        sched_arg *sa = &sched__task_args(t)[i];
+        sa->idx = i;
         sa->kind = (uint8_t)a[R_ARG_KIND].u;
         if (sa->kind == PROTO_ARG_INLINE) {
+            uint8_t *dst = bp; /* a small value lives in the argument, a larger one in the blob */
             sa->inline_len = a[R_ARG_INLINE].bin.len;
-            memcpy(bp, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
-            sa->inline_data = bp;
-            bp += sa->inline_len;
+            if (sa->inline_len <= SCHED_ARG_SMALL)
+                dst = sa->inline_small;
+            else
+                bp += sa->inline_len;
+            memcpy(dst, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
+            sa->inline_data = dst;
             continue;
         }
         sa->off = a[R_ARG_OFF].u;
@@ -300,8 +302,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
-        if (o->producer != NULL && o->producer->depth + 1 > t->depth)
-            t->depth = (uint8_t)(o->producer->depth + 1 < SCHED_DEPTHS ? o->producer->depth + 1
+        if (sched__obj_producer(o) != NULL && sched__obj_producer(o)->depth + 1 > t->depth)
+            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS ? sched__obj_producer(o)->depth + 1
                                                                       : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
@@ -429,7 +431,7 @@ static sched_worker *home_worker(sched *s, const sched_task *t)
 {
     const sched_obj *best = NULL;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
+        const sched_obj *o = sched__task_args(t)[i].obj;
         if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
             best = o;
     }
@@ -447,7 +449,7 @@ static uint64_t local_bytes(const sched_task *t, uint32_t id)
 {
     uint64_t local = 0;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
+        const sched_obj *o = sched__task_args(t)[i].obj;
         if (o == NULL || o->inline_data != NULL)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++)
@@ -465,7 +467,7 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
+        const sched_obj *o = sched__task_args(t)[i].obj;
         if (o == NULL || o->inline_data != NULL || o->size == 0)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++) {
@@ -545,7 +547,7 @@ typedef struct warg_iter {
 static void put_warg(proto_enc *e, uint32_t i, void *arg)
 {
     warg_iter *it = arg;
-    const sched_arg *a = &it->t->args[i];
+    const sched_arg *a = &sched__task_args(it->t)[i];
     const sched_obj *o = a->obj;
     if (a->kind == PROTO_ARG_INLINE ||
         (o != NULL && o->state != OBJ_PENDING && (o->inline_data != NULL || o->size == 0))) {
@@ -571,7 +573,7 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
 static int check_inputs(const sched_task *t, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+        const sched_arg *a = &sched__task_args(t)[i];
         if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
             continue;
         if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
@@ -592,7 +594,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
     /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
     int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = t->id,
+                             &(proto_run_rec){.id = sched__task_out(t)->id,
                                               .fn = t->fn->name,
                                               .args = {.n = t->nargs, .put = put_warg, .arg = &it},
                                               .flags = t->flags});
@@ -738,14 +740,14 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
     if (t->state != T_WAITING || t->worker != NULL || t->place != NULL)
         return false;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+        const sched_arg *a = &sched__task_args(t)[i];
         const sched_obj *o = a->obj;
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         if (o == NULL)
             return false;
         if (a->waiting) {
-            const sched_task *p = o->producer;
+            const sched_task *p = sched__obj_producer(o);
             if (a->kind != PROTO_ARG_OBJ || p == NULL || p->worker != w || p->state == T_FAILED)
                 return false;
             continue;
@@ -769,7 +771,7 @@ static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
     warg_iter it = {.s = s, .t = t};
     /* In the same TASK_RUNS frame as assign()'s: the worker reads its producer first. */
     int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = t->id,
+                             &(proto_run_rec){.id = sched__task_out(t)->id,
                                               .fn = t->fn->name,
                                               .args = {.n = t->nargs, .put = put_warg, .arg = &it},
                                               .flags = t->flags | PROTO_TASK_AHEAD});
@@ -789,10 +791,10 @@ static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
  * one more in w's store until the scheduler hears of it and releases its input. */
 static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int *visits)
 {
-    for (sched_arg *c = p->out->consumers; c != NULL; c = c->cnext) {
+    for (sched_arg *c = sched__task_out(p)->consumers; c != NULL; c = c->cnext) {
         if (w->ahead >= w->slots * SCHED_AHEAD_PER_SLOT || --*visits < 0)
             return;
-        sched_task *d = c->task;
+        sched_task *d = sched__arg_task(c);
         bool on = d->worker == w && d->state == T_WAITING;
         if (!on)
             on = ahead_eligible(d, w) && ahead_send(s, d, w);
@@ -804,7 +806,7 @@ static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int 
 /* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
 static void ahead_walk(sched *s, sched_task *p, sched_worker *w)
 {
-    if (p->out->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
+    if (sched__task_out(p)->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
         return;
     int visits = SCHED_AHEAD_VISITS;
     ahead_walk_from(s, p, w, &visits);
@@ -852,8 +854,8 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
     if (status == 0)
         proto_conn_error(w->conn, req, SPW_EPROTO,
                          "task=%s was sent ahead and reported done before its inputs were",
-                         spw_id_hex(t->id, hex));
-    sched__obj_maybe_free(s, t->out);
+                         spw_id_hex(sched__task_out(t)->id, hex));
+    sched__obj_maybe_free(s, sched__task_out(t));
 }
 
 /* A task ahead on a worker that is gone: back to waiting (it never ran: no retry counted), or,
@@ -861,7 +863,7 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
 static void ahead_lost(sched *s, sched_task *t)
 {
     worker_unlink(s, t);
-    sched__obj_maybe_free(s, t->out);
+    sched__obj_maybe_free(s, sched__task_out(t));
 }
 
 /* ------------------------------------------------------------- completion */
@@ -877,8 +879,8 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
     if (t->retries >= s->opts.task_retries)
         return false;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_obj *in = t->args[i].obj;
-        if (t->args[i].kind == PROTO_ARG_INLINE || in == NULL)
+        sched_obj *in = sched__task_args(t)[i].obj;
+        if (sched__task_args(t)[i].kind == PROTO_ARG_INLINE || in == NULL)
             continue;
         if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in, 0)))
             return false;
@@ -886,7 +888,7 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
     t->retries++;
     sched__task_set_state(s, t, T_WAITING);
     for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
+        sched_arg *a = &sched__task_args(t)[i];
         if (a->kind != PROTO_ARG_INLINE && a->obj != NULL && a->obj->state == OBJ_PENDING &&
             !a->waiting) {
             a->waiting = 1;
@@ -910,7 +912,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     spw_id id = f[F_DONE_ID].id;
     sched_obj *o = sched__obj_find(s, id);
-    sched_task *t = o != NULL ? o->producer : NULL;
+    sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
     if (t != NULL && t->worker == w && sched__task_ahead(t)) {
         ahead_answered(s, w, t, req, f);
         return;
@@ -1005,7 +1007,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t now_ms = spw_wall_ms();
-    uint64_t lat_ms = now_ms > t->out->created_ms ? now_ms - t->out->created_ms : 0;
+    uint64_t lat_ms = now_ms > sched__task_out(t)->created_ms ? now_ms - sched__task_out(t)->created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
     int b = 0;
     while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
@@ -1042,7 +1044,7 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
     const proto_val *ids = &m->f[F_STARTED_IDS];
     for (uint32_t i = 0; i < ids->arr.n; i++) {
         sched_obj *o = sched__obj_find(s, ids->arr.v[i].id);
-        sched_task *t = o != NULL ? o->producer : NULL;
+        sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
         if (t != NULL && t->worker == w && t->state == T_ASSIGNED)
             sched__task_set_state(s, t, T_RUNNING);
     }
@@ -1053,11 +1055,11 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
  * ready wait for it again. Returns whether it will be recomputed. */
 static bool lineage_recompute(sched *s, sched_obj *o, int depth)
 {
-    sched_task *t = o->producer;
+    sched_task *t = sched__obj_producer(o);
     if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
         return false;
     for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+        const sched_arg *a = &sched__task_args(t)[i];
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         sched_obj *in = sched__obj_find(s, a->id);
@@ -1070,7 +1072,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     t->args_released = 0;
     t->place = NULL; /* its output is what matters now, not where it was made */
     for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
+        sched_arg *a = &sched__task_args(t)[i];
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         sched_obj *in = sched__obj_find(s, a->id);
@@ -1086,7 +1088,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     o->state = OBJ_PENDING;
     /* Consumers that counted on it wait again. */
     for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
-        sched_task *ct = c->task;
+        sched_task *ct = sched__arg_task(c);
         if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
             continue;
         if (ct->state == T_READY) {
@@ -1126,10 +1128,10 @@ void sched__worker_lost(sched *s, sched_worker *w)
             task_fail(s, t, SPW_EWORKERLOST, msg);
             continue;
         }
-        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(t->id, hex),
+        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(sched__task_out(t)->id, hex),
                 w->addr);
         ready_push(s, t);
-        sched__obj_maybe_free(s, t->out); /* an orphan (nobody wants it) is dropped, not rerun */
+        sched__obj_maybe_free(s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */

@@ -326,7 +326,7 @@ static sched_obj *obj(env *e, uint64_t id)
 static int tstate(env *e, uint64_t id)
 {
     sched_obj *o = obj(e, id);
-    return o != NULL && o->producer != NULL ? o->producer->state : -1;
+    return o != NULL && sched__obj_producer(o) != NULL ? sched__obj_producer(o)->state : -1;
 }
 
 /* ---------------------------------------------------------------- fixture */
@@ -481,7 +481,7 @@ static void task_moves_through_its_states(void **state)
     assert_int_equal(e->s->tstate[T_ASSIGNED], 1);
     assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 1);
     assert_int_equal(e->s->workers[0]->assigned, 1);
-    assert_int_equal(obj(e, 1)->producer->graph->inflight, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->graph->inflight, 1);
 
     uint64_t ids[] = {1};
     send_ids(w, PROTO_TASK_STARTED, ids, 1);
@@ -519,7 +519,7 @@ static void input_is_released_after_its_consumer(void **state)
     submit(c, 1, 0, 0, ts, 2);
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
     assert_int_equal(tstate(e, 2), T_WAITING); /* sent ahead, but waiting all the same */
-    assert_int_equal(obj(e, 2)->producer->ndeps, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->ndeps, 1);
     assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
     assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 0);
     assert_int_equal(obj(e, 2)->refs[REF_OUTPUT], 1);
@@ -530,7 +530,7 @@ static void input_is_released_after_its_consumer(void **state)
     assert_non_null(a);
     assert_int_equal(a->nlocs, 1);
     assert_int_equal(a->locs[0], w->session);
-    sched_graph *g = obj(e, 2)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 2))->graph;
     assert_int_equal(g->live_bytes, 1000);
 
     done(w, 2, 0, 8, true);
@@ -576,7 +576,7 @@ static void graph_task_cap_holds_back(void **state)
     settle(e);
     assert_int_equal(count(w, PROTO_TASK_RUN), 2);
     assert_int_equal(e->s->tstate[T_READY], 2);
-    sched_graph *g = obj(e, 1)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 1))->graph;
     assert_int_equal(g->inflight, 2);
     done(w, nth_run(w, 0), 0, 1, true);
     STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
@@ -609,7 +609,7 @@ static void graph_byte_cap_holds_back_sources(void **state)
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(4)));
     done(w, 4, 0, 8, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
-    assert_int_equal(obj(e, 4)->producer->graph->live_bytes, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 4))->graph->live_bytes, 0);
 }
 
 /* Tasks go to the worker that holds their input. */
@@ -630,7 +630,7 @@ static void task_placed_where_its_input_is(void **state)
     submit(c, 2, 0, 0, b, 2);
     STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(2)) && got(w1, PROTO_TASK_RUN, tid(3)));
     assert_int_equal(count(w2, PROTO_TASK_RUN), 0);
-    assert_ptr_equal(obj(e, 2)->producer->worker, e->s->workers[0]);
+    assert_ptr_equal(sched__obj_producer(obj(e, 2))->worker, e->s->workers[0]);
 }
 
 /* Independent tasks go to the least loaded workers (the load heap, workers.c): three 1-slot
@@ -747,11 +747,11 @@ static void worker_death_requeues_and_recomputes(void **state)
     peer_close(e, w1);
     /* Task 2 was assigned there: retried; task 1's output was only there: recomputed. */
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
-    assert_int_equal(obj(e, 1)->producer->retries, 1);
-    assert_int_equal(obj(e, 2)->producer->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 1);
     assert_int_equal(obj(e, 1)->nlocs, 0);
     assert_int_equal(tstate(e, 3), T_WAITING);
-    assert_int_equal(obj(e, 3)->producer->ndeps, 2);
+    assert_int_equal(sched__obj_producer(obj(e, 3))->ndeps, 2);
     done(w2, 1, 0, 2000, false);
     done(w2, 2, 0, 2000, false);
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(3)));
@@ -826,11 +826,11 @@ static void ahead_chain_goes_with_its_producer(void **state)
     assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
     assert_int_equal(runs(home, 2, &flags), 1);
     assert_int_equal(flags & PROTO_TASK_AHEAD, PROTO_TASK_AHEAD);
-    sched_worker *sw = obj(e, 1)->producer->worker;
+    sched_worker *sw = sched__obj_producer(obj(e, 1))->worker;
     assert_int_equal(sw->assigned, 1);
     assert_int_equal(sw->ahead, 1);
     assert_int_equal(tstate(e, 2), T_WAITING);
-    sched_graph *g = obj(e, 1)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 1))->graph;
     assert_int_equal(g->inflight, 2);
     assert_int_equal(g->counts[T_WAITING], 3);
 
@@ -897,7 +897,7 @@ static void ahead_failing_producer_fails_its_dependents(void **state)
     STEP_UNTIL(e, sw->ahead == 0 && obj(e, 2) == NULL);
     assert_int_equal(count(w, PROTO_TASK_RUN), 2);
     assert_int_equal(count(c, PROTO_TASK_RESULT), 1);
-    assert_int_equal(obj(e, 3)->producer->graph->inflight, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 3))->graph->inflight, 0);
 }
 
 /* The worker answers SPW_EAHEAD when a dependent arrives after its producer's inline result
@@ -910,7 +910,7 @@ static void ahead_dropped_dependent_is_dispatched_again(void **state)
     uint64_t flags = 0;
     runs(w, 2, &flags);
     assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
-    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 0);
     assert_false(got(c, PROTO_TASK_RESULT, tid(2)));
     done(w, 2, 0, 8, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
@@ -946,8 +946,8 @@ static void ahead_worker_death_retries_both(void **state)
     peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
     peer_close(e, w1);
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
-    assert_int_equal(obj(e, 1)->producer->retries, 1);
-    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 0);
     assert_int_equal(tstate(e, 2), T_WAITING);
     done(w2, 1, 0, 8, true);
     done(w2, 2, 0, 8, true);
