@@ -146,8 +146,6 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     ga->ntasks++;
     ga->counts[t->state]++;
     ga->inflight += t->worker != NULL;
-    if (o->live_graph != NULL)
-        CHECK(o->live_graph == t->graph, id, "output counted in another graph's live bytes");
 }
 
 static void check_object(sched *s, sched_obj *o, gacc *graphs,
@@ -198,13 +196,13 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         (*holders)++;
     }
     /* The submitter's OUTPUT reference is inline: its session lists the object as kept. */
-    CHECK(o->kept <= 1, id, "kept is %u", o->kept);
+    CHECK(o->origin != NULL && o->origin->refs > 0, id, "names no live origin");
     if (o->kept) {
         held[REF_OUTPUT]++;
         sched_session *owner;
-        HASH_FIND(hh, s->sessions, &o->owner, sizeof o->owner, owner);
+        HASH_FIND(hh, s->sessions, &o->origin->owner, sizeof o->origin->owner, owner);
         CHECK(owner != NULL, id, "kept for session %llu, which is gone",
-              (unsigned long long)o->owner);
+              (unsigned long long)o->origin->owner);
         CHECK(o->has_task && (sched__obj_producer(o)->flags & PROTO_TASK_KEEP), id,
               "kept, but not the output of a task that keeps it");
         (*holders)++;
@@ -265,10 +263,10 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         CHECK(o->state == OBJ_PENDING, id, "LOCATE waits for an object in state %u", o->state);
     }
 
-    if (o->live_graph != NULL) {
+    if (o->live) {
         CHECK(o->refs[REF_TASK_ARG] > 0, id, "counted in live bytes with no consumer left");
         CHECK(t != NULL, id, "a put counted in a graph's live bytes");
-        gacc *ga = gacc_find(graphs, o->live_graph);
+        gacc *ga = gacc_find(graphs, t->graph);
         CHECK(ga != NULL, id, "counted in a graph that is not on the list");
         ga->live_bytes += o->size;
     }
@@ -297,7 +295,7 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
             (*holders)--;
         }
         for (const sched_obj *o = ss->kept; o != NULL; o = o->knext) {
-            CHECK(o->kept && o->owner == ss->id, o->id,
+            CHECK(o->kept && o->origin->owner == ss->id, o->id,
                   "on session %llu's kept list, but not kept by it", (unsigned long long)ss->id);
             CHECK(sched__obj_find(s, o->id) == o, o->id, "a freed object on a kept list");
             n++;
@@ -487,12 +485,14 @@ void sched__check_full(sched *s)
               (unsigned long long)s->refs[k], (unsigned long long)refs[k]);
     CHECK(obj_bytes == s->obj_bytes, NOID, "obj_bytes %llu, ready objects total %llu",
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
-    uint64_t nsites, siterefs;
-    sched__sites_count(s, &nsites, &siterefs);
-    CHECK(siterefs == s->objects.n, NOID, "call sites counted %llu times, %llu objects",
-          (unsigned long long)siterefs, (unsigned long long)s->objects.n);
-    CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
-          (unsigned long long)(nsites - siterefs));
+    /* Every object names a live origin; the hashed ones are counted here, and those replaced by
+     * a newer one (after ~49 days) only by their objects. */
+    uint64_t norigins, originrefs;
+    sched__origins_count(s, &norigins, &originrefs);
+    CHECK(originrefs <= s->objects.n, NOID, "origins counted %llu times, %llu objects",
+          (unsigned long long)originrefs, (unsigned long long)s->objects.n);
+    CHECK(norigins <= originrefs, NOID, "%llu origins interned with no object naming them",
+          (unsigned long long)(norigins - originrefs));
     check_sessions(s, &holders, graphs);
     CHECK(holders == 0, NOID, "objects' holder lists and sessions' tables differ by %lld",
           (long long)holders);

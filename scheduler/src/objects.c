@@ -79,13 +79,10 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const cha
         return NULL;
     o->id = id;
     o->state = OBJ_PENDING;
-    o->owner = ss->id;
-    if (ss->ihost == NULL)
-        ss->ihost = sched__host_intern(s, ss->host);
-    o->owner_host = ss->ihost;
-    o->owner_pid = ss->pid;
-    o->site = sched__site_intern(s, site != NULL ? site : "", site != NULL ? sitelen : 0);
-    o->created_ms = spw_wall_ms();
+    uint64_t now = spw_wall_ms();
+    o->origin = sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0,
+                                     now);
+    o->created = (uint32_t)(now - o->origin->base_ms);
     spw_idmap_add(&s->objects, o);
     return o;
 }
@@ -125,7 +122,7 @@ static void obj_release(sched *s, sched_obj *o)
         spw_free(o->inline_data);
         spw_free(o->errmsg);
     }
-    sched__site_unref(s, o->site);
+    sched__origin_unref(s, o->origin);
     spw_free(o->locs);
     rec_free(s, o);
 }
@@ -203,7 +200,7 @@ int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
 {
     if (kind == REF_OUTPUT) {
         /* Only a task's submitter takes it, once, at intake: held inline (sched_obj.kept). */
-        SPW_ASSERT(o->owner == ss->id && !o->kept);
+        SPW_ASSERT(o->origin->owner == ss->id && !o->kept);
         o->kept = 1;
         DL_APPEND2(ss->kept, o, kprev, knext);
         ss->nrefs++;
@@ -244,7 +241,7 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
     /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
     sched_obj *ko = sched__obj_find(s, id);
-    if (ko != NULL && ko->kept && ko->owner == ss->id) {
+    if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
         kept_unlink(ss, ko);
         ss->nrefs--;
         sched__unref(s, ko, REF_OUTPUT);
@@ -520,49 +517,65 @@ void sched__hosts_free(sched *s)
     }
 }
 
-typedef struct sched_site {
-    UT_hash_handle hh;
-    uint64_t refs;
-    uint32_t len;
-    char name[]; /* NUL-terminated */
-} sched_site;
+/* An origin's hash key: the owner's id, then the site's bytes. */
+#define ORIGIN_KEY(e) ((const void *)&(e)->owner)
+#define ORIGIN_KEYLEN(e) (sizeof(uint64_t) + (e)->len)
 
-const char *sched__site_intern(sched *s, const char *site, size_t len)
+sched_origin *sched__origin_intern(sched *s, sched_session *ss, const char *site, size_t len,
+                                   uint64_t now_ms)
 {
-    sched_site *e = s->last_site;
-    if (e == NULL || e->len != len || memcmp(e->name, site, len) != 0) {
-        HASH_FIND(hh, s->sites, site, len, e);
-        if (e == NULL) {
-            e = spw_malloc(SPW_MOD_SCHED, sizeof *e + len + 1);
-            memset(e, 0, sizeof *e);
-            e->len = (uint32_t)len;
-            memcpy(e->name, site, len);
-            e->name[len] = '\0';
-            HASH_ADD_KEYPTR(hh, s->sites, e->name, len, e);
-        }
-        s->last_site = e;
+    sched_origin *e = s->last_origin;
+    if (len > PROTO_MAX_NAME)
+        len = PROTO_MAX_NAME; /* the schema's bound: not reached */
+    if (e == NULL || e->owner != ss->id || e->len != len || memcmp(e->site, site, len) != 0) {
+        char key[sizeof(uint64_t) + PROTO_MAX_NAME];
+        memcpy(key, &ss->id, sizeof ss->id);
+        memcpy(key + sizeof ss->id, site, len);
+        HASH_FIND(hh, s->origins, key, sizeof ss->id + len, e);
     }
+    /* Objects count their creation time from base_ms in 32 bits: about 49 days. */
+    if (e != NULL && (now_ms < e->base_ms || now_ms - e->base_ms >= UINT32_MAX)) {
+        HASH_DEL(s->origins, e);
+        e->hashed = false; /* freed with its last object */
+        e = NULL;
+    }
+    if (e == NULL) {
+        e = spw_malloc(SPW_MOD_SCHED, sizeof *e + len + 1);
+        memset(e, 0, sizeof *e);
+        if (ss->ihost == NULL)
+            ss->ihost = sched__host_intern(s, ss->host);
+        e->host = ss->ihost;
+        e->pid = ss->pid;
+        e->owner = ss->id;
+        e->base_ms = now_ms;
+        e->len = (uint32_t)len;
+        memcpy(e->site, site, len);
+        e->site[len] = '\0';
+        e->hashed = true;
+        HASH_ADD_KEYPTR(hh, s->origins, ORIGIN_KEY(e), ORIGIN_KEYLEN(e), e);
+    }
+    s->last_origin = e;
     e->refs++;
-    return e->name;
+    return e;
 }
 
-void sched__site_unref(sched *s, const char *site)
+void sched__origin_unref(sched *s, sched_origin *e)
 {
-    sched_site *e = (sched_site *)(void *)(site - offsetof(sched_site, name));
     SPW_ASSERT(e->refs > 0);
     if (--e->refs > 0)
         return;
-    HASH_DEL(s->sites, e);
-    if (s->last_site == e)
-        s->last_site = NULL;
+    if (e->hashed)
+        HASH_DEL(s->origins, e);
+    if (s->last_origin == e)
+        s->last_origin = NULL;
     spw_free(e);
 }
 
-void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs)
+void sched__origins_count(const sched *s, uint64_t *norigins, uint64_t *nrefs)
 {
-    *nsites = *nrefs = 0;
-    for (const sched_site *e = s->sites; e != NULL; e = e->hh.next) {
-        ++*nsites;
+    *norigins = *nrefs = 0;
+    for (const sched_origin *e = s->origins; e != NULL; e = e->hh.next) {
+        ++*norigins;
         *nrefs += e->refs;
     }
 }

@@ -193,18 +193,37 @@ typedef struct sched_ref {
     struct sched_ref *oprev, *onext; /* on obj->holders */
 } sched_ref;
 
+/* Where objects come from: the session that created them (its id, host and pid, kept after it
+ * disconnects) and the call site, with the time its objects' creation times count from. Interned
+ * (sched__origin_intern) and counted by the objects naming it: the tasks of one submit share
+ * one, so an object carries a pointer and a 32-bit time instead of the five fields. */
+typedef struct sched_origin {
+    UT_hash_handle hh;  /* in s->origins, keyed by owner and site together (while hashed) */
+    uint64_t refs;      /* objects naming it */
+    uint64_t base_ms;   /* wall clock time its objects' created offsets count from */
+    const char *host;   /* the owner's, interned (sched__host_intern) */
+    uint32_t pid;       /* the owner's */
+    uint32_t len;       /* of site */
+    bool hashed;        /* false once a newer origin of the same key replaced it */
+    uint64_t owner;     /* session; the key is its 8 bytes, then site's len bytes */
+    char site[];        /* the call site, NUL-terminated */
+} sched_origin;
+
 struct sched_obj {
     spw_id id; /* key of s->objects */
     uint64_t size;
     uint8_t state;         /* enum obj_state */
-    uint8_t orphan;        /* released while its task runs: free when it finishes */
+    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
+    uint8_t orphan : 1;    /* released while its task runs: free when it finishes */
     /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
      * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
      * session's nrefs), and the object is then on that session's kept list. */
-    uint8_t kept;
-    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
-    uint8_t has_task;      /* a task computing it follows in its record (sched__obj_producer) */
+    uint8_t kept : 1;
+    uint8_t has_task : 1;  /* a task computing it follows in its record (sched__obj_producer) */
+    uint8_t live : 1;      /* counted in its task's graph's live_bytes */
+    uint32_t created;      /* ms after origin->base_ms (sched__obj_created_ms) */
     int err;
+    uint32_t inline_len;
     /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
      * inline_data points there), larger ones on the heap. errmsg and inline_small share their
      * bytes: an object with a message (it failed) keeps any result on the heap. */
@@ -213,23 +232,17 @@ struct sched_obj {
         uint8_t inline_small[8];
     };
     uint8_t *inline_data;
-    uint32_t inline_len;
     uint32_t refs[REF_KINDS];
+    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t *locs;        /* worker ids holding a copy */
     uint32_t nlocs, caplocs;
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
     sched_waiter *waiters; /* LOCATE requests waiting for it */
-    sched_graph *live_graph; /* counted in that graph's live_bytes */
-    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
-    uint32_t owner_pid;
     sched_obj *kprev, *knext; /* on the owner session's kept list */
-    uint64_t owner;        /* session that created it */
-    const char *owner_host; /* interned; the session may be gone */
-    const char *site;      /* call site that created it; interned (sched__site_intern) */
-    uint64_t created_ms;
+    sched_origin *origin;  /* who created it, where, when (sched_origin) */
 };
 
 struct sched_worker {
@@ -305,8 +318,8 @@ struct sched {
     spw_slab recs[SCHED_REC_CLASSES]; /* object records by size class (sched__rec_alloc) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
-    struct sched_site *sites; /* interned call sites, counted by the objects naming them */
-    struct sched_site *last_site; /* the last one interned: a graph's tasks share one site */
+    sched_origin *origins;     /* interned origins, counted by the objects naming them */
+    sched_origin *last_origin; /* the last one interned: a graph's tasks share one */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
@@ -404,12 +417,18 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
-/* Call sites are interned and counted: every object of a call site shares one string, freed with
- * the last of them. Returns the interned NUL-terminated copy of site[0..len). */
-const char *sched__site_intern(sched *s, const char *site, size_t len);
-void sched__site_unref(sched *s, const char *site);
-/* The interned call sites (for the checker): how many, and the references they count. */
-void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs);
+/* Origins are interned and counted: every object of one session and call site shares one (a new
+ * one when the last is older than a 32-bit millisecond offset reaches), freed with the last of
+ * them. Returns it with one more reference; site[0..len) need not be NUL-terminated. */
+sched_origin *sched__origin_intern(sched *s, sched_session *ss, const char *site, size_t len,
+                                   uint64_t now_ms);
+void sched__origin_unref(sched *s, sched_origin *e);
+/* The interned origins (for the checker): how many, and the references they count. */
+void sched__origins_count(const sched *s, uint64_t *norigins, uint64_t *nrefs);
+static inline uint64_t sched__obj_created_ms(const sched_obj *o)
+{
+    return o->origin->base_ms + o->created;
+}
 void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);

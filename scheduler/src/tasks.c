@@ -57,11 +57,11 @@ static void ready_remove(sched *s, sched_task *t)
 /* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
 void sched__live_uncount(sched *s, sched_obj *o)
 {
-    sched_graph *g = o->live_graph;
-    if (g == NULL)
+    if (!o->live)
         return;
+    sched_graph *g = sched__obj_producer(o)->graph;
     g->live_bytes -= o->size < g->live_bytes ? o->size : g->live_bytes;
-    o->live_graph = NULL;
+    o->live = 0;
     sched__kick(s);
 }
 
@@ -100,7 +100,7 @@ static void send_result(sched *s, sched_task *t)
 {
     if (!(t->flags & PROTO_TASK_KEEP))
         return;
-    sched_session *ss = session_by_id(s, sched__task_out(t)->owner);
+    sched_session *ss = session_by_id(s, sched__task_out(t)->origin->owner);
     if (ss == NULL)
         return;
     sched_obj *o = sched__task_out(t);
@@ -999,7 +999,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         }
         if (o->refs[REF_TASK_ARG] > 0) {
             /* Produced, not yet consumed: counts against the graph's byte cap. */
-            o->live_graph = g;
+            o->live = 1;
             g->live_bytes += o->size;
             if (g->live_bytes > g->peak_live)
                 g->peak_live = g->live_bytes;
@@ -1007,7 +1007,8 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t now_ms = spw_wall_ms();
-    uint64_t lat_ms = now_ms > sched__task_out(t)->created_ms ? now_ms - sched__task_out(t)->created_ms : 0;
+    uint64_t created_ms = sched__obj_created_ms(o);
+    uint64_t lat_ms = now_ms > created_ms ? now_ms - created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
     int b = 0;
     while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
