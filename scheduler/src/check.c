@@ -67,10 +67,16 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
           "task in state %u has its arguments %s", t->state,
           t->args_released ? "released" : "still held");
     uint32_t waiting = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &sched__task_args(t)[i];
-        CHECK(a->idx == i && sched__arg_task(a) == t, id,
-              "argument %u does not point back to its task", i);
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        CHECK(a->kind <= PROTO_ARG_VIEW, id, "argument %u of unknown kind %u", i, a->kind);
+        /* Slab records: the arguments end within the record (heap ones are larger). */
+        CHECK(o->rec_class == SCHED_REC_HEAP ||
+                  (const char *)a + sched__arg_size(a) <=
+                      (const char *)o + ((size_t)o->rec_class + 1) * 16,
+              id, "argument %u runs past the record", i);
+        if (a->kind != PROTO_ARG_INLINE)
+            CHECK(sched__arg_task(a) == t, id, "argument %u does not point back to its task", i);
         if (a->kind == PROTO_ARG_INLINE) {
             CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
                   "inline argument %u names an object", i);
@@ -123,8 +129,9 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
         /* Sent ahead: it waits only for whole objects (the worker takes their size from the
          * result it makes), and is bound to no worker name. */
         CHECK(t->place == NULL, id, "task bound to a worker name was sent ahead");
-        for (uint32_t i = 0; i < t->nargs; i++)
-            CHECK(!sched__task_args(t)[i].waiting || sched__task_args(t)[i].kind == PROTO_ARG_OBJ, id,
+        const sched_arg *v = sched__task_args(t);
+        for (uint32_t i = 0; i < t->nargs; i++, v = sched__arg_next(v))
+            CHECK(!v->waiting || v->kind == PROTO_ARG_OBJ, id,
                   "task sent ahead waits for a view (argument %u)", i);
     }
     /* Object state follows its producer's. */

@@ -70,32 +70,53 @@ typedef struct sched_fn {
     bool inline_out;
 } sched_fn;
 
-/* One task argument, 64 bytes whatever its kind. For object arguments the node links the task
- * into the object's list of consumers until the task finishes, which is how spillway-ctl memory
- * names TASK_ARG holders. The task is found from the argument's index (sched__arg_task): the
- * arguments follow their task in its record. obj is NULL for inline arguments (and for object
- * arguments once their task finished); the rest is by kind. */
-#define SCHED_ARG_SMALL 32 /* inline values up to this many bytes live in the argument itself */
+/* One task argument. The arguments follow their task in its record, each as long as its kind
+ * needs (sched__arg_size; walk them with sched__arg_next): an inline value is 16 bytes and the
+ * value's bytes, padded to 8; an object reference 48 bytes, a view 64. For object arguments the
+ * node links the task into the object's list of consumers until the task finishes, which is how
+ * spillway-ctl memory names TASK_ARG holders; the task is found from the argument's offset in
+ * its record (sched__arg_task). obj is NULL for inline arguments (and for object arguments once
+ * their task finished). The fields after obj exist only for the kinds that say so: read them
+ * after checking kind. */
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
     uint8_t linked;       /* on obj->consumers */
-    uint32_t idx;         /* its index in the task's arguments */
-    sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
     union {
-        struct {          /* PROTO_ARG_OBJ, PROTO_ARG_VIEW */
-            struct sched_arg *cprev, *cnext;
-            spw_id id;    /* the object's id, kept for lineage after the task finished */
-            uint64_t off, len; /* views */
-        };
-        struct {          /* PROTO_ARG_INLINE */
-            uint32_t inline_len;
-            const uint8_t *inline_data; /* inline_small, or into the task's blob */
-            uint8_t inline_small[SCHED_ARG_SMALL];
-        };
+        uint32_t task_off; /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
+        uint32_t inline_len; /* PROTO_ARG_INLINE: the value's bytes, which follow obj */
     };
+    sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
+    /* PROTO_ARG_OBJ and PROTO_ARG_VIEW only: */
+    struct sched_arg *cprev, *cnext;
+    spw_id id;            /* the object's id, kept for lineage after the task finished */
+    /* PROTO_ARG_VIEW only: */
+    uint64_t off, len;
 } sched_arg;
-_Static_assert(sizeof(sched_arg) == 64, "sched_arg stays 64 bytes");
+#define SCHED_ARG_INLINE_HDR offsetof(sched_arg, cprev)
+#define SCHED_ARG_OBJ_SIZE offsetof(sched_arg, off)
+_Static_assert(SCHED_ARG_INLINE_HDR == 16 && SCHED_ARG_OBJ_SIZE == 48 && sizeof(sched_arg) == 64,
+               "sched_arg's sizes by kind");
+static inline size_t sched__arg_size_of(uint64_t kind, size_t inline_len)
+{
+    if (kind == PROTO_ARG_INLINE)
+        return SCHED_ARG_INLINE_HDR + ((inline_len + 7) & ~(size_t)7);
+    return kind == PROTO_ARG_VIEW ? sizeof(sched_arg) : SCHED_ARG_OBJ_SIZE;
+}
+static inline size_t sched__arg_size(const sched_arg *a)
+{
+    return sched__arg_size_of(a->kind, a->kind == PROTO_ARG_INLINE ? a->inline_len : 0);
+}
+/* The argument after a. */
+static inline sched_arg *sched__arg_next(const sched_arg *a)
+{
+    return (sched_arg *)(uintptr_t)((const char *)a + sched__arg_size(a));
+}
+/* An inline argument's value (inline_len bytes). */
+static inline const uint8_t *sched__arg_value(const sched_arg *a)
+{
+    return (const uint8_t *)a + SCHED_ARG_INLINE_HDR;
+}
 
 /* A submitted graph: its caps and what it has in flight. Freed with its last task. */
 typedef struct sched_graph {
@@ -384,13 +405,15 @@ static inline sched_obj *sched__task_out(const sched_task *t)
 {
     return (sched_obj *)(uintptr_t)t - 1;
 }
+/* Its first argument (walk them with sched__arg_next). */
 static inline sched_arg *sched__task_args(const sched_task *t)
 {
     return (sched_arg *)(uintptr_t)(t + 1);
 }
+/* The task of an object argument. */
 static inline sched_task *sched__arg_task(const sched_arg *a)
 {
-    return (sched_task *)(uintptr_t)(a - a->idx) - 1;
+    return (sched_task *)(uintptr_t)((const char *)a - a->task_off);
 }
 static inline uint64_t *sched__place_missing(sched_task *t)
 {

@@ -71,8 +71,8 @@ static void release_args(sched *s, sched_task *t)
     if (t->args_released)
         return;
     t->args_released = 1;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &sched__task_args(t)[i];
+    sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->obj == NULL)
             continue;
         if (a->linked) {
@@ -205,7 +205,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     }
     const proto_val *args = &rec[R_TASK_ARGS];
     uint32_t nargs = args->arr.n;
-    size_t blob = 0;
+    size_t argbytes = 0; /* of the arguments, each as long as its kind needs */
     for (uint32_t i = 0; i < nargs; i++) {
         const proto_val *a = PROTO_REC(args, i);
         if (a[R_ARG_KIND].u > PROTO_ARG_VIEW) {
@@ -218,15 +218,14 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
                 snprintf(err, errlen, "task=%s arg %u: inline value missing", spw_id_hex(id, hex), i);
                 return SPW_EINVAL;
             }
-            if (a[R_ARG_INLINE].bin.len > SCHED_ARG_SMALL)
-                blob += a[R_ARG_INLINE].bin.len;
         } else if (a[R_ARG_OBJ].nil) {
             snprintf(err, errlen, "task=%s arg %u: object id missing", spw_id_hex(id, hex), i);
             return SPW_EINVAL;
         }
+        argbytes += sched__arg_size_of(a[R_ARG_KIND].u, a[R_ARG_INLINE].bin.len);
     }
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob;
+    size_t size = sizeof(sched_task) + argbytes;
     if (placelen > 0)
         size = sched__place_at(size) + sizeof(uint64_t) + placelen + 1;
     sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
@@ -236,11 +235,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         return SPW_ENOMEM;
     }
     sched_task *t = sched__obj_task(out);
-    uint8_t *bp = (uint8_t *)(sched__task_args(t) + nargs);
     if (placelen > 0) {
-        t->place = (char *)t +
-                   sched__place_at(sizeof *t + (size_t)nargs * sizeof(sched_arg) + blob) +
-                   sizeof(uint64_t);
+        t->place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
         memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
         t->place[placelen] = '\0';
     }
@@ -262,24 +258,20 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     const char *bad = NULL;
     int bad_err = 0;
     char badbuf[256];
-    for (uint32_t i = 0; i < nargs; i++) {
+    sched_arg *sa = sched__task_args(t);
+    for (uint32_t i = 0; i < nargs; i++, sa = sched__arg_next(sa)) {
         const proto_val *a = PROTO_REC(args, i);
-        sched_arg *sa = &sched__task_args(t)[i];
-        sa->idx = i;
         sa->kind = (uint8_t)a[R_ARG_KIND].u;
         if (sa->kind == PROTO_ARG_INLINE) {
-            uint8_t *dst = bp; /* a small value lives in the argument, a larger one in the blob */
             sa->inline_len = a[R_ARG_INLINE].bin.len;
-            if (sa->inline_len <= SCHED_ARG_SMALL)
-                dst = sa->inline_small;
-            else
-                bp += sa->inline_len;
-            memcpy(dst, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
-            sa->inline_data = dst;
+            memcpy((uint8_t *)sa + SCHED_ARG_INLINE_HDR, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
             continue;
         }
-        sa->off = a[R_ARG_OFF].u;
-        sa->len = a[R_ARG_LEN].u;
+        sa->task_off = (uint32_t)((const char *)sa - (const char *)t);
+        if (sa->kind == PROTO_ARG_VIEW) {
+            sa->off = a[R_ARG_OFF].u;
+            sa->len = a[R_ARG_LEN].u;
+        }
         sa->id = a[R_ARG_OBJ].id;
         sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
         if (o == out) {
@@ -430,8 +422,9 @@ static bool worker_paused(const sched_worker *w)
 static sched_worker *home_worker(sched *s, const sched_task *t)
 {
     const sched_obj *best = NULL;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = sched__task_args(t)[i].obj;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
         if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
             best = o;
     }
@@ -448,8 +441,9 @@ static bool worker_takes(const sched_worker *w, uint32_t depth)
 static uint64_t local_bytes(const sched_task *t, uint32_t id)
 {
     uint64_t local = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = sched__task_args(t)[i].obj;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
         if (o == NULL || o->inline_data != NULL)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++)
@@ -466,8 +460,9 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
 {
     sched_worker *best = NULL;
     uint64_t best_local = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = sched__task_args(t)[i].obj;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
         if (o == NULL || o->inline_data != NULL || o->size == 0)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++) {
@@ -540,6 +535,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
 typedef struct warg_iter {
     sched *s;
     const sched_task *t;
+    const sched_arg *next; /* argument i (the encoder asks for them in order) */
     sched_locs locs;
 } warg_iter;
 
@@ -547,11 +543,14 @@ typedef struct warg_iter {
 static void put_warg(proto_enc *e, uint32_t i, void *arg)
 {
     warg_iter *it = arg;
-    const sched_arg *a = &sched__task_args(it->t)[i];
+    if (i == 0)
+        it->next = sched__task_args(it->t);
+    const sched_arg *a = it->next;
+    it->next = sched__arg_next(a);
     const sched_obj *o = a->obj;
     if (a->kind == PROTO_ARG_INLINE ||
         (o != NULL && o->state != OBJ_PENDING && (o->inline_data != NULL || o->size == 0))) {
-        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? a->inline_data : o->inline_data;
+        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? sched__arg_value(a) : o->inline_data;
         uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->inline_len;
         if (a->kind == PROTO_ARG_VIEW) {
             p += a->off;
@@ -572,8 +571,8 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
 /* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
 static int check_inputs(const sched_task *t, char *err, size_t errlen)
 {
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &sched__task_args(t)[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
             continue;
         if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
@@ -739,8 +738,8 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
 {
     if (t->state != T_WAITING || t->worker != NULL || t->place != NULL)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &sched__task_args(t)[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         const sched_obj *o = a->obj;
         if (a->kind == PROTO_ARG_INLINE)
             continue;
@@ -878,20 +877,21 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
 {
     if (t->retries >= s->opts.task_retries)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_obj *in = sched__task_args(t)[i].obj;
-        if (sched__task_args(t)[i].kind == PROTO_ARG_INLINE || in == NULL)
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        sched_obj *in = a->obj;
+        if (a->kind == PROTO_ARG_INLINE || in == NULL)
             continue;
         if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in, 0)))
             return false;
     }
     t->retries++;
     sched__task_set_state(s, t, T_WAITING);
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &sched__task_args(t)[i];
-        if (a->kind != PROTO_ARG_INLINE && a->obj != NULL && a->obj->state == OBJ_PENDING &&
-            !a->waiting) {
-            a->waiting = 1;
+    sched_arg *wa = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, wa = sched__arg_next(wa)) {
+        if (wa->kind != PROTO_ARG_INLINE && wa->obj != NULL && wa->obj->state == OBJ_PENDING &&
+            !wa->waiting) {
+            wa->waiting = 1;
             t->ndeps++;
         }
     }
@@ -1059,8 +1059,8 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     sched_task *t = sched__obj_producer(o);
     if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &sched__task_args(t)[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         sched_obj *in = sched__obj_find(s, a->id);
@@ -1072,17 +1072,17 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     t->retries++;
     t->args_released = 0;
     t->place = NULL; /* its output is what matters now, not where it was made */
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &sched__task_args(t)[i];
-        if (a->kind == PROTO_ARG_INLINE)
+    sched_arg *ra = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, ra = sched__arg_next(ra)) {
+        if (ra->kind == PROTO_ARG_INLINE)
             continue;
-        sched_obj *in = sched__obj_find(s, a->id);
-        a->obj = in;
+        sched_obj *in = sched__obj_find(s, ra->id);
+        ra->obj = in;
         sched__ref(s, in, REF_TASK_ARG);
-        DL_APPEND2(in->consumers, a, cprev, cnext);
-        a->linked = 1;
+        DL_APPEND2(in->consumers, ra, cprev, cnext);
+        ra->linked = 1;
         if (in->state == OBJ_PENDING) {
-            a->waiting = 1;
+            ra->waiting = 1;
             t->ndeps++;
         }
     }
