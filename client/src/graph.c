@@ -112,11 +112,11 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
     return 0;
 }
 
-/* SUBMIT frames are cut past 1 MiB of records (a record larger than that goes alone). The
+/* SUBMIT frames are cut past 256 KiB of records (a record larger than that goes alone). The
  * scheduler decodes a frame whole into its connection's zone, about ten times the frame's size
  * for tiny tasks: 8 MiB frames cost it ~100 MiB of transient memory (90 bytes per task at N = 1M
- * in scale_tiny), 1 MiB frames ~12 MiB, for the same CPU. */
-#define SUBMIT_FRAME_BUDGET (1u << 20)
+ * in scale_tiny), 1 MiB frames ~12 MiB, 256 KiB ~3 MiB, for the same CPU. */
+#define SUBMIT_FRAME_BUDGET (256u << 10)
 static uint32_t frame_budget(const spillway *c)
 {
     uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
