@@ -165,6 +165,16 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
     if (total_refs(o) > 0)
         return;
     sched_task *t = sched__obj_producer(o);
+    if (t != NULL && !t->graph->submitted) {
+        /* Its graph is still being submitted: its session holds it until the last frame, as it
+         * holds every output that has no reference when it is made (sched__graph_hold). */
+        sched_session *ss;
+        HASH_FIND(hh, s->sessions, &o->origin->owner, sizeof o->origin->owner, ss);
+        if (ss != NULL && ss->graph != 0 && ss->cur_graph == t->graph) {
+            sched__graph_hold(ss, o);
+            return;
+        }
+    }
     if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t))) {
         if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
             /* Nobody wants it any more: if it has not started, its worker drops it now and
@@ -275,6 +285,10 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
 
 void sched__session_drop_all(sched *s, sched_session *ss)
 {
+    /* Its graph being submitted, if any, ends here: outputs freed below are not held for it. */
+    sched_graph *cur = ss->cur_graph;
+    ss->cur_graph = NULL;
+    ss->graph = 0;
     sched_waiter *w, *wtmp;
     DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
     sched_obj *ko, *kotmp;
@@ -311,9 +325,8 @@ void sched__session_drop_all(sched *s, sched_session *ss)
         sched__obj_maybe_free(s, held[i]);
     }
     spw_free(held);
-    if (ss->cur_graph != NULL)
-        sched__graph_release(s, ss->cur_graph);
-    ss->cur_graph = NULL;
+    if (cur != NULL)
+        sched__graph_release(s, cur);
 }
 
 proto_loc_rec sched__loc_rec(const sched_worker *w)

@@ -494,6 +494,9 @@ static inline bool sched__task_ahead(const sched_task *t)
 }
 void sched__live_uncount(sched *s, sched_obj *o);
 void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
+/* Holds o (one graph_hold, an entry on ss->building) until ss's graph being submitted is: an
+ * output nothing references yet, which later frames may consume. */
+void sched__graph_hold(sched_session *ss, sched_obj *o);
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);
 /** TASK_DONES: each record as one TASK_DONE; a bad record is answered alone. */
 void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m);

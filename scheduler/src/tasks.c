@@ -178,7 +178,7 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 
 /* ----------------------------------------------------------------- intake */
 
-static void hold_for_graph(sched_session *ss, sched_obj *o)
+void sched__graph_hold(sched_session *ss, sched_obj *o)
 {
     if (ss->nbuilding == ss->capbuilding) {
         ss->capbuilding = ss->capbuilding ? ss->capbuilding * 2 : 64;
@@ -251,9 +251,13 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     ss->tasks_submitted++;
 
     out->has_task = 1;
-    hold_for_graph(ss, out);
+    /* An output the client keeps needs no hold while its OUTPUT reference lasts: it gets one if
+     * that goes before the graph's last frame (sched__obj_maybe_free), so the session's building
+     * list holds only the outputs that would otherwise go, not one pointer per task. */
     if (t->flags & PROTO_TASK_KEEP)
         sched__session_ref(s, ss, out, REF_OUTPUT);
+    else
+        sched__graph_hold(ss, out);
 
     const char *bad = NULL;
     int bad_err = 0;

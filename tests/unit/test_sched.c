@@ -239,13 +239,14 @@ typedef struct tspec {
     uint32_t flags;
 } tspec;
 
-static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes,
-                   const tspec *ts, uint32_t n)
+/* One SUBMIT frame of graph; the last one of it if end. */
+static void submit_frame(peer *c, uint64_t graph, bool end, uint64_t max_tasks, uint64_t max_bytes,
+                         const tspec *ts, uint32_t n)
 {
     proto_enc en;
     proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
     proto_put_u(&en, graph);
-    proto_put_u(&en, PROTO_SUBMIT_END);
+    proto_put_u(&en, end ? PROTO_SUBMIT_END : 0);
     proto_put_u(&en, max_tasks);
     proto_put_u(&en, max_bytes);
     proto_put_arr(&en, n);
@@ -277,6 +278,12 @@ static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_byt
     }
     proto_put_str(&en, "test_sched.c:2");
     assert_int_equal(proto_conn_send(c->conn, &en), 0);
+}
+
+static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes,
+                   const tspec *ts, uint32_t n)
+{
+    submit_frame(c, graph, true, max_tasks, max_bytes, ts, n);
 }
 
 static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
@@ -539,6 +546,37 @@ static void input_is_released_after_its_consumer(void **state)
     assert_int_equal(g->live_bytes, 0);
     assert_int_equal(e->s->refs[REF_TASK_ARG], 0);
     assert_int_equal(g->counts[T_DONE], 2);
+}
+
+/* A kept output is not on its session's building list (its OUTPUT reference holds it), but if
+ * the client releases it before the graph's last frame, the graph holds it from then on, so a
+ * task of a later frame may still consume it. */
+static void kept_output_released_mid_graph_is_held_for_it(void **state)
+{
+    env *e = *state;
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t1 = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit_frame(c, 1, false, 0, 0, &t1, 1);
+    STEP_UNTIL(e, obj(e, 1) != NULL);
+    sched_session *ss = e->s->sessions;
+    assert_int_equal(ss->nbuilding, 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 0);
+    uint64_t ids[] = {1};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 1)->refs[REF_OUTPUT] == 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 1);
+    assert_int_equal(ss->nbuilding, 1);
+    tspec t2 = {.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP};
+    submit_frame(c, 1, true, 0, 0, &t2, 1);
+    STEP_UNTIL(e, count(c, PROTO_SUBMIT_ACK) == 1);
+    assert_int_equal(count(c, PROTO_ERROR), 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 0);
+    assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
+    assert_int_equal(ss->nbuilding, 0);
+    /* Releasing the consumer frees both (neither ran). */
+    uint64_t ids2[] = {2};
+    send_ids(c, PROTO_RELEASE, ids2, 1);
+    STEP_UNTIL(e, obj(e, 2) == NULL && obj(e, 1) == NULL);
 }
 
 /* A failed input fails its consumer, whose client hears why. */
@@ -1067,6 +1105,7 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(lone_result_goes_out_in_the_same_iteration, setup, teardown),
     cmocka_unit_test_setup_teardown(input_is_released_after_its_consumer, setup, teardown),
+    cmocka_unit_test_setup_teardown(kept_output_released_mid_graph_is_held_for_it, setup, teardown),
     cmocka_unit_test_setup_teardown(failure_propagates_to_consumers, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
