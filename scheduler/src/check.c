@@ -128,7 +128,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     if (ahead) {
         /* Sent ahead: it waits only for whole objects (the worker takes their size from the
          * result it makes), and is bound to no worker name. */
-        CHECK(t->place == NULL, id, "task bound to a worker name was sent ahead");
+        CHECK(!t->placed, id, "task bound to a worker name was sent ahead");
         const sched_arg *v = sched__task_args(t);
         for (uint32_t i = 0; i < t->nargs; i++, v = sched__arg_next(v))
             CHECK(!v->waiting || v->kind == PROTO_ARG_OBJ, id,
@@ -158,7 +158,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
 static void check_object(sched *s, sched_obj *o, gacc *graphs,
                          uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t refs[REF_KINDS],
                          uint64_t *obj_bytes, uint64_t *linked, uint64_t *consumers,
-                         uint64_t *holders, uint64_t *reserved_total)
+                         uint64_t *holders, uint64_t *reserved_total, uint64_t *waited)
 {
     spw_id id = o->id;
     CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
@@ -265,7 +265,11 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         if (worker_live(s, o->put_worker))
             *reserved_total += o->size;
     }
-    for (const sched_waiter *w = o->waiters; w != NULL; w = w->next) {
+    if (o->has_waiters) {
+        (*waited)++;
+        CHECK(sched__obj_waiters(s, o) != NULL, id, "marked waited for, with no waiter");
+    }
+    for (const sched_waiter *w = sched__obj_waiters(s, o); w != NULL; w = w->next) {
         CHECK(w->obj == o, id, "waiter for another object");
         CHECK(o->state == OBJ_PENDING, id, "LOCATE waits for an object in state %u", o->state);
     }
@@ -479,9 +483,13 @@ void sched__check_full(sched *s)
               (unsigned long long)s->recs[k].nused, (unsigned long long)per_class[k]);
     }
     pos = 0;
+    uint64_t waited = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
-                     &reserved);
+                     &reserved, &waited);
+    CHECK(waited == sched__waitqs_count(s), NOID,
+          "%llu objects waited for, %u listed in the waiters' table", (unsigned long long)waited,
+          sched__waitqs_count(s));
     CHECK(linked == consumers, NOID, "%llu linked arguments, %llu on consumer lists",
           (unsigned long long)linked, (unsigned long long)consumers);
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)

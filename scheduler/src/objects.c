@@ -107,10 +107,57 @@ static void send_delete(sched *s, uint32_t worker, spw_id id)
         sched__worker_delete(w, id);
 }
 
-void sched__waiter_free(sched_waiter *w)
+/* The waiters of one object. */
+typedef struct sched_waitq {
+    const sched_obj *obj; /* the key: its address */
+    sched_waiter *head;
+    UT_hash_handle hh;
+} sched_waitq;
+
+static sched_waitq *waitq_find(const sched *s, const sched_obj *o)
 {
-    if (w->obj != NULL)
-        DL_DELETE(w->obj->waiters, w);
+    sched_waitq *q;
+    HASH_FIND(hh, s->waitqs, &o, sizeof o, q);
+    return q;
+}
+
+void sched__waiter_add(sched *s, sched_waiter *w)
+{
+    sched_obj *o = w->obj;
+    sched_waitq *q = o->has_waiters ? waitq_find(s, o) : NULL;
+    if (q == NULL) {
+        q = spw_calloc(SPW_MOD_SCHED, 1, sizeof *q);
+        q->obj = o;
+        HASH_ADD(hh, s->waitqs, obj, sizeof q->obj, q);
+        o->has_waiters = 1;
+    }
+    DL_APPEND(q->head, w);
+}
+
+sched_waiter *sched__obj_waiters(const sched *s, const sched_obj *o)
+{
+    if (!o->has_waiters)
+        return NULL;
+    sched_waitq *q = waitq_find(s, o);
+    return q != NULL ? q->head : NULL;
+}
+
+uint32_t sched__waitqs_count(const sched *s)
+{
+    return HASH_COUNT(s->waitqs);
+}
+
+void sched__waiter_free(sched *s, sched_waiter *w)
+{
+    sched_waitq *q = w->obj != NULL ? waitq_find(s, w->obj) : NULL;
+    if (q != NULL) {
+        DL_DELETE(q->head, w);
+        if (q->head == NULL) {
+            HASH_DEL(s->waitqs, q);
+            w->obj->has_waiters = 0;
+            spw_free(q);
+        }
+    }
     DL_DELETE2(w->sess->waiters, w, sprev, snext);
     spw_free(w);
 }
@@ -143,12 +190,10 @@ static void obj_free(sched *s, sched_obj *o)
                 send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
     }
-    sched_waiter *w, *wtmp;
-    DL_FOREACH_SAFE(o->waiters, w, wtmp)
-    {
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
         proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
                          spw_id_hex(o->id, hex));
-        sched__waiter_free(w);
+        sched__waiter_free(s, w);
     }
     if (o->state == OBJ_READY)
         s->obj_bytes -= o->size;
@@ -290,7 +335,7 @@ void sched__session_drop_all(sched *s, sched_session *ss)
     ss->cur_graph = NULL;
     ss->graph = 0;
     sched_waiter *w, *wtmp;
-    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
+    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(s, w);
     sched_obj *ko, *kotmp;
     DL_FOREACH_SAFE2(ss->kept, ko, kotmp, knext)
     {
@@ -387,11 +432,9 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
 
 static void wake_waiters(sched *s, sched_obj *o)
 {
-    sched_waiter *w, *tmp;
-    DL_FOREACH_SAFE(o->waiters, w, tmp)
-    {
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
         sched__locate_reply(s, w->sess, w->req, o);
-        sched__waiter_free(w);
+        sched__waiter_free(s, w);
     }
 }
 

@@ -172,15 +172,15 @@ struct sched_task {
     uint32_t ndeps;       /* pending object arguments */
     uint32_t flags;       /* PROTO_TASK_* */
     uint8_t state;        /* enum task_state */
-    uint8_t args_released;
+    uint8_t args_released : 1;
+    /* Run only on the worker of a name, which is in the record after the arguments, preceded by
+     * a uint64_t: since when no connected worker has that name (0: one has). sched__task_place,
+     * sched__place_missing. */
+    uint8_t placed : 1;
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     sched_graph *graph;
     sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
-    /* Run only on the worker of this name, or NULL. The name is in the record after the
-     * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
-     * has; sched__place_missing). */
-    char *place;
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
      * sent ahead: sched__task_ahead), never both: the two links share their bytes, and are NULL
      * in every other state. */
@@ -242,6 +242,7 @@ struct sched_obj {
     uint8_t kept : 1;
     uint8_t has_task : 1;  /* a task computing it follows in its record (sched__obj_producer) */
     uint8_t live : 1;      /* counted in its task's graph's live_bytes */
+    uint8_t has_waiters : 1; /* LOCATE requests wait for it (sched__obj_waiters) */
     uint32_t created;      /* ms after origin->base_ms (sched__obj_created_ms) */
     int err;
     uint32_t inline_len;
@@ -259,7 +260,6 @@ struct sched_obj {
     uint32_t nlocs, caplocs;
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
-    sched_waiter *waiters; /* LOCATE requests waiting for it */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
     sched_obj *kprev, *knext; /* on the owner session's kept list */
@@ -340,6 +340,7 @@ struct sched {
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
     sched_origin *origins;     /* interned origins, counted by the objects naming them */
+    struct sched_waitq *waitqs; /* LOCATE requests waiting, by object (sched__obj_waiters) */
     sched_origin *last_origin; /* the last one interned: a graph's tasks share one */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
@@ -415,14 +416,28 @@ static inline sched_task *sched__arg_task(const sched_arg *a)
 {
     return (sched_task *)(uintptr_t)((const char *)a - a->task_off);
 }
-static inline uint64_t *sched__place_missing(sched_task *t)
-{
-    return (uint64_t *)(void *)(t->place - sizeof(uint64_t));
-}
 /* Offset of a task's place field (its uint64_t, then the name) after `n` bytes of record. */
 static inline size_t sched__place_at(size_t n)
 {
     return (n + 7) & ~(size_t)7;
+}
+/* Where a placed task's place field is: after its arguments. */
+static inline char *sched__place_field(const sched_task *t)
+{
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++)
+        a = sched__arg_next(a);
+    return (char *)(uintptr_t)t + sched__place_at((size_t)((const char *)a - (const char *)t));
+}
+/* The name of the worker t must run on, or NULL. */
+static inline char *sched__task_place(const sched_task *t)
+{
+    return t->placed ? sched__place_field(t) + sizeof(uint64_t) : NULL;
+}
+/* Of a placed task. */
+static inline uint64_t *sched__place_missing(sched_task *t)
+{
+    return (uint64_t *)(void *)sched__place_field(t);
 }
 /* Releases the slabs' spare chunks (the directory emptied, or shutdown). */
 void sched__recs_trim(sched *s);
@@ -456,7 +471,14 @@ void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);
 void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o);
-void sched__waiter_free(sched_waiter *w);
+/* Few objects are waited for: their waiters are listed in a table by object, not in every
+ * object. sched__waiter_add puts w (w->obj set) on its object's list; sched__obj_waiters is the
+ * first waiter of o (follow ->next), or NULL; sched__waiter_free takes w off both its lists. */
+void sched__waiter_add(sched *s, sched_waiter *w);
+sched_waiter *sched__obj_waiters(const sched *s, const sched_obj *o);
+/* The objects with waiters, for the checker. */
+uint32_t sched__waitqs_count(const sched *s);
+void sched__waiter_free(sched *s, sched_waiter *w);
 /** The location record of a worker. */
 proto_loc_rec sched__loc_rec(const sched_worker *w);
 /** Where an object is, as a LOCATION / TASK_RUN field: its locations on workers still connected.

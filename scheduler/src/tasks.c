@@ -236,9 +236,10 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     }
     sched_task *t = sched__obj_task(out);
     if (placelen > 0) {
-        t->place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
-        memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
-        t->place[placelen] = '\0';
+        char *place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
+        memcpy(place, rec[R_TASK_WORKER].bin.ptr, placelen);
+        place[placelen] = '\0';
+        t->placed = 1;
     }
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u & ~PROTO_TASK_AHEAD; /* ours to set */
@@ -502,7 +503,7 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
-    if (t->place == NULL) {
+    if (!t->placed) {
         sched_worker *h = home_worker(s, t);
         if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
             !proto_conn_is_closing(h->conn))
@@ -521,7 +522,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
             proto_conn_is_closing(w->conn))
             continue;
-        if (t->place != NULL && strcmp(t->place, w->name) != 0)
+        if (t->placed && strcmp(sched__task_place(t), w->name) != 0)
             continue;
         uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
@@ -637,7 +638,7 @@ static bool graph_admits(const sched_graph *g, const sched_task *t)
 static bool place_expired(sched *s, sched_task *t)
 {
     for (uint32_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i]->name, t->place) == 0) {
+        if (strcmp(s->workers[i]->name, sched__task_place(t)) == 0) {
             *sched__place_missing(t) = 0;
             return false;
         }
@@ -650,7 +651,7 @@ static bool place_expired(sched *s, sched_task *t)
     char msg[256];
     snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
                               "connected for %u ms",
-             t->place, s->opts.place_wait_ms);
+             sched__task_place(t), s->opts.place_wait_ms);
     task_fail(s, t, SPW_ENOWORKER, msg);
     return true;
 }
@@ -688,7 +689,7 @@ static void dispatch(uv_idle_t *h)
             }
             sched_worker *w = pick_worker(s, t);
             if (w == NULL) {
-                if (t->place == NULL) {
+                if (!t->placed) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
                 }
@@ -740,7 +741,7 @@ void sched__kick(sched *s)
 /* Whether t may be sent ahead to w now. */
 static bool ahead_eligible(const sched_task *t, const sched_worker *w)
 {
-    if (t->state != T_WAITING || t->worker != NULL || t->place != NULL)
+    if (t->state != T_WAITING || t->worker != NULL || t->placed)
         return false;
     const sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
@@ -1075,7 +1076,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     }
     t->retries++;
     t->args_released = 0;
-    t->place = NULL; /* its output is what matters now, not where it was made */
+    t->placed = 0; /* its output is what matters now, not where it was made */
     sched_arg *ra = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, ra = sched__arg_next(ra)) {
         if (ra->kind == PROTO_ARG_INLINE)
