@@ -158,7 +158,8 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
 static void check_object(sched *s, sched_obj *o, gacc *graphs,
                          uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t refs[REF_KINDS],
                          uint64_t *obj_bytes, uint64_t *linked, uint64_t *consumers,
-                         uint64_t *holders, uint64_t *reserved_total, uint64_t *waited)
+                         uint64_t *holders, uint64_t *reserved_total, uint64_t *waited,
+                         uint64_t *failed)
 {
     spw_id id = o->id;
     CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
@@ -243,16 +244,18 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     if (o->nlocs > 0)
         CHECK(o->state == OBJ_READY, id, "object in state %u has %u locations", o->state,
               o->nlocs);
-    if (o->inline_data != NULL)
-        CHECK(o->inline_len == o->size && o->size > 0, id, "inline value of %u bytes, size %llu",
-              o->inline_len, (unsigned long long)o->size);
-    if (o->inline_data == o->inline_small)
-        CHECK(o->inline_len <= sizeof o->inline_small && o->state == OBJ_READY, id,
-              "inline value of %u bytes in the record of an object in state %u", o->inline_len,
-              o->state);
+    if (o->has_inline)
+        CHECK(o->size > 0 && o->has_task, id, "inline value of %llu bytes, for a %s",
+              (unsigned long long)o->size, o->has_task ? "task" : "put");
+    if (o->has_failure) {
+        (*failed)++;
+        CHECK(sched__obj_failure(s, o) != NULL, id, "marked failed, with no failure recorded");
+        CHECK(o->state == OBJ_FAILED || o->state == OBJ_LOST, id,
+              "failure recorded for an object in state %u", o->state);
+    }
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
-        CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || sched__obj_producer(o) == NULL,
+        CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL,
               id, "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL)
@@ -483,10 +486,13 @@ void sched__check_full(sched *s)
               (unsigned long long)s->recs[k].nused, (unsigned long long)per_class[k]);
     }
     pos = 0;
-    uint64_t waited = 0;
+    uint64_t waited = 0, failed = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
-                     &reserved, &waited);
+                     &reserved, &waited, &failed);
+    CHECK(failed == sched__failures_count(s), NOID,
+          "%llu objects failed, %u failures recorded", (unsigned long long)failed,
+          sched__failures_count(s));
     CHECK(waited == sched__waitqs_count(s), NOID,
           "%llu objects waited for, %u listed in the waiters' table", (unsigned long long)waited,
           sched__waitqs_count(s));

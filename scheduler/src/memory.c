@@ -199,7 +199,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         /* Locations: what the stores said, else the directory's (their worker did not answer). */
         .locs = m != NULL ? (proto_mloc_recs){.n = m->n, .put = put_mloc, .arg = m}
                           : (proto_mloc_recs){.n = o->nlocs, .put = put_dir_loc, .arg = (void *)o},
-        .is_inline = o->inline_data != NULL ? 1 : 0};
+        .is_inline = o->has_inline};
     proto_put_mobj_rec(e, &r);
     spw_buf_release(&holders);
 }

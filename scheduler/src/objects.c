@@ -165,9 +165,13 @@ void sched__waiter_free(sched *s, sched_waiter *w)
 /* Frees the record and what it owns; it is out of the directory. */
 static void obj_release(sched *s, sched_obj *o)
 {
-    if (o->inline_data != o->inline_small) {
-        spw_free(o->inline_data);
-        spw_free(o->errmsg);
+    if (o->has_inline && o->size > sizeof o->inline_small)
+        spw_free(o->inline_heap);
+    if (o->has_failure) {
+        sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
+        HASH_DEL(s->failures, f);
+        spw_free(f->msg);
+        spw_free(f);
     }
     sched__origin_unref(s, o->origin);
     spw_free(o->locs);
@@ -409,15 +413,16 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
     int status = 0;
     const char *msg = "";
     if (o->state == OBJ_FAILED) {
-        status = o->err;
-        msg = o->errmsg != NULL ? o->errmsg : "";
+        const sched_failure *f = sched__obj_failure(s, o);
+        status = f != NULL ? f->err : SPW_ETASKFAILED;
+        msg = f != NULL ? f->msg : "";
     } else if (o->state == OBJ_LOST) {
         status = SPW_EOBJLOST;
         msg = "every copy was on workers that died";
     }
     proto_bytes value = {NULL, 0}; /* nil: not here */
-    if (o->state == OBJ_READY && o->inline_data != NULL)
-        value = (proto_bytes){o->inline_data, o->inline_len};
+    if (o->state == OBJ_READY && o->has_inline)
+        value = (proto_bytes){sched__obj_inline(o), (uint32_t)o->size};
     else if (o->state == OBJ_READY && o->size == 0)
         value = (proto_bytes){"", 0};
     sched_locs l;
@@ -451,19 +456,33 @@ void sched__obj_ready(sched *s, sched_obj *o)
     sched__obj_maybe_free(s, o);
 }
 
+const sched_failure *sched__obj_failure(const sched *s, const sched_obj *o)
+{
+    if (!o->has_failure)
+        return NULL;
+    sched_failure *f;
+    HASH_FIND(hh, s->failures, &o, sizeof o, f);
+    return f;
+}
+
+uint32_t sched__failures_count(const sched *s)
+{
+    return HASH_COUNT(s->failures);
+}
+
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 {
     o->state = OBJ_FAILED;
-    o->err = err;
-    if (o->inline_data == o->inline_small) {
-        /* Its message takes those bytes: the result moves to the heap. */
-        uint8_t *p = spw_malloc(SPW_MOD_SCHED, o->inline_len);
-        memcpy(p, o->inline_small, o->inline_len);
-        o->inline_data = p;
-        o->errmsg = NULL;
+    sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
+    if (f == NULL) {
+        f = spw_calloc(SPW_MOD_SCHED, 1, sizeof *f);
+        f->obj = o;
+        HASH_ADD(hh, s->failures, obj, sizeof f->obj, f);
+        o->has_failure = 1;
     }
-    spw_free(o->errmsg);
-    o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
+    f->err = err;
+    spw_free(f->msg);
+    f->msg = spw_strdup(SPW_MOD_SCHED, msg);
     o->graph_hold++;
     /* Failing a consumer unlinks all of its arguments, possibly the next one on this list: take
      * the list's first waiting argument each time. */

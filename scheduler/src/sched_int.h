@@ -243,17 +243,15 @@ struct sched_obj {
     uint8_t has_task : 1;  /* a task computing it follows in its record (sched__obj_producer) */
     uint8_t live : 1;      /* counted in its task's graph's live_bytes */
     uint8_t has_waiters : 1; /* LOCATE requests wait for it (sched__obj_waiters) */
+    uint8_t has_inline : 1; /* its result (size > 0 bytes) is here (sched__obj_inline) */
+    uint8_t has_failure : 1; /* why it failed is in s->failures (sched__obj_failure) */
     uint32_t created;      /* ms after origin->base_ms (sched__obj_created_ms) */
-    int err;
-    uint32_t inline_len;
-    /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
-     * inline_data points there), larger ones on the heap. errmsg and inline_small share their
-     * bytes: an object with a message (it failed) keeps any result on the heap. */
+    /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
+     * in inline_small, larger ones on the heap. */
     union {
-        char *errmsg;
         uint8_t inline_small[8];
+        uint8_t *inline_heap;
     };
-    uint8_t *inline_data;
     uint32_t refs[REF_KINDS];
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t *locs;        /* worker ids holding a copy */
@@ -341,6 +339,7 @@ struct sched {
     struct sched_host *hosts; /* interned host names */
     sched_origin *origins;     /* interned origins, counted by the objects naming them */
     struct sched_waitq *waitqs; /* LOCATE requests waiting, by object (sched__obj_waiters) */
+    struct sched_failure *failures; /* why objects failed, by object (sched__obj_failure) */
     sched_origin *last_origin; /* the last one interned: a graph's tasks share one */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
@@ -447,7 +446,25 @@ int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
 int sched__session_release(sched *s, sched_session *ss, spw_id id);
 void sched__session_drop_all(sched *s, sched_session *ss);
 void sched__obj_ready(sched *s, sched_obj *o);
+/* Marks o failed: err and msg (copied) say why. */
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);
+/* Why an object failed: few fail, so this is in a table by object, not in every object. */
+typedef struct sched_failure {
+    const sched_obj *obj; /* the key: its address */
+    int err;
+    char *msg;
+    UT_hash_handle hh;
+} sched_failure;
+/* o's failure, or NULL. */
+const sched_failure *sched__obj_failure(const sched *s, const sched_obj *o);
+uint32_t sched__failures_count(const sched *s);
+/* o's inline result (size bytes), or NULL. */
+static inline const uint8_t *sched__obj_inline(const sched_obj *o)
+{
+    if (!o->has_inline)
+        return NULL;
+    return o->size <= sizeof o->inline_small ? o->inline_small : o->inline_heap;
+}
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */

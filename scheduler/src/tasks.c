@@ -107,12 +107,13 @@ static void send_result(sched *s, sched_task *t)
     proto_tres_rec r = {.id = sched__task_out(t)->id};
     if (o->state == OBJ_READY) {
         r.size = o->size;
-        if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
-            r.value = (proto_bytes){o->inline_data != NULL ? (const void *)o->inline_data : "",
-                                    o->inline_len};
+        if (o->has_inline || o->size == 0) /* else nil: in a store */
+            r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
+                                    (uint32_t)o->size};
     } else {
-        r.status = o->err != 0 ? o->err : SPW_ETASKFAILED;
-        r.err = o->errmsg;
+        const sched_failure *f = sched__obj_failure(s, o);
+        r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
+        r.err = f != NULL ? f->msg : NULL;
     }
     /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
     proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
@@ -309,7 +310,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
             snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST ? "object lost" : (o->errmsg ? o->errmsg : "?"));
+                     o->state == OBJ_LOST ? "object lost"
+                     : sched__obj_failure(s, o) != NULL ? sched__obj_failure(s, o)->msg
+                                                         : "?");
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
@@ -449,7 +452,7 @@ static uint64_t local_bytes(const sched_task *t, uint32_t id)
     const sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         const sched_obj *o = a->obj;
-        if (o == NULL || o->inline_data != NULL)
+        if (o == NULL || o->has_inline)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++)
             if (o->locs[j] == id)
@@ -468,7 +471,7 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
     const sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         const sched_obj *o = a->obj;
-        if (o == NULL || o->inline_data != NULL || o->size == 0)
+        if (o == NULL || o->has_inline || o->size == 0)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++) {
             sched_worker *w = sched__worker_by_id(s, o->locs[j]);
@@ -554,9 +557,9 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
     it->next = sched__arg_next(a);
     const sched_obj *o = a->obj;
     if (a->kind == PROTO_ARG_INLINE ||
-        (o != NULL && o->state != OBJ_PENDING && (o->inline_data != NULL || o->size == 0))) {
-        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? sched__arg_value(a) : o->inline_data;
-        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->inline_len;
+        (o != NULL && o->state != OBJ_PENDING && (o->has_inline || o->size == 0))) {
+        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? sched__arg_value(a) : sched__obj_inline(o);
+        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->size;
         if (a->kind == PROTO_ARG_VIEW) {
             p += a->off;
             len = a->len;
@@ -759,7 +762,7 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
         if (o->state != OBJ_READY ||
             (a->kind == PROTO_ARG_VIEW && (a->off > o->size || a->len > o->size - a->off)))
             return false; /* a bad view fails in dispatch, with its message */
-        if (o->inline_data != NULL || o->size == 0)
+        if (o->has_inline || o->size == 0)
             continue;
         bool here = false;
         for (uint32_t j = 0; j < o->nlocs && !here; j++)
@@ -988,12 +991,12 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
             return;
         }
-        o->inline_len = v->bin.len;
         if (v->bin.len > 0) {
-            o->inline_data = v->bin.len <= sizeof o->inline_small && o->errmsg == NULL
-                                 ? o->inline_small
-                                 : spw_malloc(SPW_MOD_SCHED, v->bin.len);
-            memcpy(o->inline_data, v->bin.ptr, v->bin.len);
+            uint8_t *dst = o->inline_small;
+            if (v->bin.len > sizeof o->inline_small)
+                dst = o->inline_heap = spw_malloc(SPW_MOD_SCHED, v->bin.len);
+            memcpy(dst, v->bin.ptr, v->bin.len);
+            o->has_inline = 1;
         }
     } else if (o->size > 0) {
         sched__obj_add_loc(s, o, w->id);
@@ -1161,7 +1164,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         }
         uint32_t before = o->nlocs;
         sched__obj_drop_loc(s, o, w->id);
-        if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
+        if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && !o->has_inline) {
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
             sched__live_uncount(s, o); /* counted again if it is made again */
