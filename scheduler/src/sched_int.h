@@ -49,7 +49,7 @@ _Static_assert(SCHED_SAME_REF(CLIENT) && SCHED_SAME_REF(TASK_ARG) && SCHED_SAME_
 enum obj_state {
     OBJ_PENDING, /* its task has not finished, or its upload is not sealed */
     OBJ_READY,   /* sealed: inline here or in one or more stores */
-    OBJ_FAILED,  /* its task failed; err and errmsg say why */
+    OBJ_FAILED,  /* its task failed; its sched_failure says why */
     OBJ_LOST,    /* every copy was on workers that died */
 };
 

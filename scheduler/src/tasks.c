@@ -1,7 +1,7 @@
 /*
  * Tasks: graph intake, dependency tracking, placement and completion.
  *
- * A task is owned by its output object (sched__obj_producer(o)) and lives as long as that object, so its
+ * A task is in its output object's record (sched__obj_producer) and lives as long as that object, so its
  * specification stays known for lineage. States move waiting -> ready -> assigned -> done |
  * failed; a waiting or ready task whose output nobody references any more is cancelled.
  * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
