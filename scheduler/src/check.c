@@ -471,7 +471,9 @@ void sched__check_full(sched *s)
     uint64_t per_class[SCHED_REC_CLASSES] = {0};
     uint32_t pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
-        CHECK(o->has_task <= 1, o->id, "has_task is %u", o->has_task);
+        CHECK(!o->has_task || o->rec_class == SCHED_REC_HEAP ||
+                  ((size_t)o->rec_class + 1) * 16 >= sizeof(sched_obj) + sizeof(sched_task),
+              o->id, "task in a record of %u bytes", (o->rec_class + 1) * 16);
         CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
               "record class %u unknown", o->rec_class);
         if (o->rec_class != SCHED_REC_HEAP)
