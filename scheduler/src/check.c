@@ -155,11 +155,10 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     ga->inflight += t->worker != NULL;
 }
 
-static void check_object(sched *s, sched_obj *o, gacc *graphs,
-                         uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t refs[REF_KINDS],
-                         uint64_t *obj_bytes, uint64_t *linked, uint64_t *consumers,
-                         uint64_t *holders, uint64_t *reserved_total, uint64_t *waited,
-                         uint64_t *failed)
+static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[PROTO_TSTATE_COUNT],
+                         uint64_t refs[REF_KINDS], uint64_t *obj_bytes, uint64_t *linked,
+                         uint64_t *consumers, uint64_t *holders, uint64_t *reserved_total,
+                         uint64_t *waited, uint64_t *failed)
 {
     spw_id id = o->id;
     CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
@@ -173,7 +172,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     uint32_t nconsumers = 0;
     for (const sched_arg *a = o->consumers; a != NULL; a = a->cnext) {
         CHECK(a->obj == o && a->linked, id, "consumer list holds an argument of another object");
-        CHECK(!sched__arg_task(a)->args_released, id, "consumer list holds a finished task's argument");
+        CHECK(!sched__arg_task(a)->args_released, id,
+              "consumer list holds a finished task's argument");
         CHECK(a->waiting == 0 || o->state == OBJ_PENDING, id, "consumer waits for a %s object",
               "non-pending");
         nconsumers++;
@@ -255,8 +255,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     }
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
-        CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL,
-              id, "ready task output with no copy anywhere");
+        CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL, id,
+              "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL)
         CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
@@ -367,9 +367,10 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
-            CHECK(t->worker == w, sched__task_out(t)->id, "task on worker %u's list names another worker", w->id);
-            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t), sched__task_out(t)->id,
-                  "task in state %u on worker %u's list", t->state, w->id);
+            CHECK(t->worker == w, sched__task_out(t)->id,
+                  "task on worker %u's list names another worker", w->id);
+            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t),
+                  sched__task_out(t)->id, "task in state %u on worker %u's list", t->state, w->id);
             if (sched__task_ahead(t)) {
                 ahead++;
                 continue;
@@ -406,9 +407,12 @@ static void check_ready(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT])
     uint64_t n = 0;
     for (int d = 0; d < SCHED_DEPTHS; d++)
         for (const sched_task *t = s->ready[d]; t != NULL; t = t->qnext) {
-            CHECK(t->state == T_READY, sched__task_out(t)->id, "task in state %u on the ready queue", t->state);
-            CHECK(t->depth == d, sched__task_out(t)->id, "task of depth %u on ready queue %d", t->depth, d);
-            CHECK(sched__obj_find(s, sched__task_out(t)->id) == sched__task_out(t), sched__task_out(t)->id, "freed task on the ready queue");
+            CHECK(t->state == T_READY, sched__task_out(t)->id,
+                  "task in state %u on the ready queue", t->state);
+            CHECK(t->depth == d, sched__task_out(t)->id, "task of depth %u on ready queue %d",
+                  t->depth, d);
+            CHECK(sched__obj_find(s, sched__task_out(t)->id) == sched__task_out(t),
+                  sched__task_out(t)->id, "freed task on the ready queue");
             n++;
         }
     CHECK(n == s->nready, NOID, "nready %llu, ready queues hold %llu",
@@ -492,9 +496,8 @@ void sched__check_full(sched *s)
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
                      &reserved, &waited, &failed);
-    CHECK(failed == sched__failures_count(s), NOID,
-          "%llu objects failed, %u failures recorded", (unsigned long long)failed,
-          sched__failures_count(s));
+    CHECK(failed == sched__failures_count(s), NOID, "%llu objects failed, %u failures recorded",
+          (unsigned long long)failed, sched__failures_count(s));
     CHECK(waited == sched__waitqs_count(s), NOID,
           "%llu objects waited for, %u listed in the waiters' table", (unsigned long long)waited,
           sched__waitqs_count(s));

@@ -151,8 +151,8 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         npin += m->l[i].pins > 0;
     uint32_t shown_tasks = ntask > MAX_HOLDERS ? MAX_HOLDERS : ntask;
     if (o->kept) { /* the submitter's OUTPUT reference, held in the object */
-        snprintf(who, sizeof who, "client %s pid %u session %llu", o->origin->host,
-                 o->origin->pid, (unsigned long long)o->origin->owner);
+        snprintf(who, sizeof who, "client %s pid %u session %llu", o->origin->host, o->origin->pid,
+                 (unsigned long long)o->origin->owner);
         put_holder(&he, REF_OUTPUT, 1, who);
     }
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {

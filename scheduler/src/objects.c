@@ -80,8 +80,8 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const cha
     o->id = id;
     o->state = OBJ_PENDING;
     uint64_t now = spw_wall_ms();
-    o->origin = sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0,
-                                     now);
+    o->origin =
+        sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0, now);
     o->created = (uint32_t)(now - o->origin->base_ms);
     spw_idmap_add(&s->objects, o);
     return o;

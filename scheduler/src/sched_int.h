@@ -83,13 +83,13 @@ typedef struct sched_arg {
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
     uint8_t linked;       /* on obj->consumers */
     union {
-        uint32_t task_off; /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
+        uint32_t task_off;   /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
         uint32_t inline_len; /* PROTO_ARG_INLINE: the value's bytes, which follow obj */
     };
     sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
     /* PROTO_ARG_OBJ and PROTO_ARG_VIEW only: */
     struct sched_arg *cprev, *cnext;
-    spw_id id;            /* the object's id, kept for lineage after the task finished */
+    spw_id id; /* the object's id, kept for lineage after the task finished */
     /* PROTO_ARG_VIEW only: */
     uint64_t off, len;
 } sched_arg;
@@ -219,15 +219,15 @@ typedef struct sched_ref {
  * (sched__origin_intern) and counted by the objects naming it: the tasks of one submit share
  * one, so an object carries a pointer and a 32-bit time instead of the five fields. */
 typedef struct sched_origin {
-    UT_hash_handle hh;  /* in s->origins, keyed by owner and site together (while hashed) */
-    uint64_t refs;      /* objects naming it */
-    uint64_t base_ms;   /* wall clock time its objects' created offsets count from */
-    const char *host;   /* the owner's, interned (sched__host_intern) */
-    uint32_t pid;       /* the owner's */
-    uint32_t len;       /* of site */
-    bool hashed;        /* false once a newer origin of the same key replaced it */
-    uint64_t owner;     /* session; the key is its 8 bytes, then site's len bytes */
-    char site[];        /* the call site, NUL-terminated */
+    UT_hash_handle hh; /* in s->origins, keyed by owner and site together (while hashed) */
+    uint64_t refs;     /* objects naming it */
+    uint64_t base_ms;  /* wall clock time its objects' created offsets count from */
+    const char *host;  /* the owner's, interned (sched__host_intern) */
+    uint32_t pid;      /* the owner's */
+    uint32_t len;      /* of site */
+    bool hashed;       /* false once a newer origin of the same key replaced it */
+    uint64_t owner;    /* session; the key is its 8 bytes, then site's len bytes */
+    char site[];       /* the call site, NUL-terminated */
 } sched_origin;
 
 struct sched_obj {
@@ -240,12 +240,12 @@ struct sched_obj {
      * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
      * session's nrefs), and the object is then on that session's kept list. */
     uint8_t kept : 1;
-    uint8_t has_task : 1;  /* a task computing it follows in its record (sched__obj_producer) */
-    uint8_t live : 1;      /* counted in its task's graph's live_bytes */
+    uint8_t has_task : 1;    /* a task computing it follows in its record (sched__obj_producer) */
+    uint8_t live : 1;        /* counted in its task's graph's live_bytes */
     uint8_t has_waiters : 1; /* LOCATE requests wait for it (sched__obj_waiters) */
-    uint8_t has_inline : 1; /* its result (size > 0 bytes) is here (sched__obj_inline) */
+    uint8_t has_inline : 1;  /* its result (size > 0 bytes) is here (sched__obj_inline) */
     uint8_t has_failure : 1; /* why it failed is in s->failures (sched__obj_failure) */
-    uint32_t created;      /* ms after origin->base_ms (sched__obj_created_ms) */
+    uint32_t created;        /* ms after origin->base_ms (sched__obj_created_ms) */
     /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
      * in inline_small, larger ones on the heap. */
     union {
@@ -261,7 +261,7 @@ struct sched_obj {
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
     sched_obj *kprev, *knext; /* on the owner session's kept list */
-    sched_origin *origin;  /* who created it, where, when (sched_origin) */
+    sched_origin *origin;     /* who created it, where, when (sched_origin) */
 };
 
 struct sched_worker {
@@ -337,10 +337,10 @@ struct sched {
     spw_slab recs[SCHED_REC_CLASSES]; /* object records by size class (sched__rec_alloc) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
-    sched_origin *origins;     /* interned origins, counted by the objects naming them */
-    struct sched_waitq *waitqs; /* LOCATE requests waiting, by object (sched__obj_waiters) */
+    sched_origin *origins;    /* interned origins, counted by the objects naming them */
+    struct sched_waitq *waitqs;     /* LOCATE requests waiting, by object (sched__obj_waiters) */
     struct sched_failure *failures; /* why objects failed, by object (sched__obj_failure) */
-    sched_origin *last_origin; /* the last one interned: a graph's tasks share one */
+    sched_origin *last_origin;      /* the last one interned: a graph's tasks share one */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */

@@ -1,8 +1,8 @@
 /*
  * Tasks: graph intake, dependency tracking, placement and completion.
  *
- * A task is in its output object's record (sched__obj_producer) and lives as long as that object, so its
- * specification stays known for lineage. States move waiting -> ready -> assigned -> done |
+ * A task is in its output object's record (sched__obj_producer) and lives as long as that object,
+ * so its specification stays known for lineage. States move waiting -> ready -> assigned -> done |
  * failed; a waiting or ready task whose output nobody references any more is cancelled.
  * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
  * is on the ready queue iff its state is T_READY; w->assigned equals the length of w->tasks;
@@ -301,8 +301,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
         if (sched__obj_producer(o) != NULL && sched__obj_producer(o)->depth + 1 > t->depth)
-            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS ? sched__obj_producer(o)->depth + 1
-                                                                      : SCHED_DEPTHS - 1);
+            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS
+                                     ? sched__obj_producer(o)->depth + 1
+                                     : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
         if (o->state == OBJ_PENDING) {
@@ -310,9 +311,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
             snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST ? "object lost"
+                     o->state == OBJ_LOST               ? "object lost"
                      : sched__obj_failure(s, o) != NULL ? sched__obj_failure(s, o)->msg
-                                                         : "?");
+                                                        : "?");
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
@@ -652,8 +653,9 @@ static bool place_expired(sched *s, sched_task *t)
         now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
-    snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
-                              "connected for %u ms",
+    snprintf(msg, sizeof msg,
+             "bound to worker '%s', and no worker of that name has been "
+             "connected for %u ms",
              sched__task_place(t), s->opts.place_wait_ms);
     task_fail(s, t, SPW_ENOWORKER, msg);
     return true;
@@ -1137,10 +1139,11 @@ void sched__worker_lost(sched *s, sched_worker *w)
             task_fail(s, t, SPW_EWORKERLOST, msg);
             continue;
         }
-        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(sched__task_out(t)->id, hex),
-                w->addr);
+        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost",
+                spw_id_hex(sched__task_out(t)->id, hex), w->addr);
         ready_push(s, t);
-        sched__obj_maybe_free(s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
+        sched__obj_maybe_free(
+            s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */

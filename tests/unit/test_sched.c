@@ -280,8 +280,8 @@ static void submit_frame(peer *c, uint64_t graph, bool end, uint64_t max_tasks, 
     assert_int_equal(proto_conn_send(c->conn, &en), 0);
 }
 
-static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes,
-                   const tspec *ts, uint32_t n)
+static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes, const tspec *ts,
+                   uint32_t n)
 {
     submit_frame(c, graph, true, max_tasks, max_bytes, ts, n);
 }
