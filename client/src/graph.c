@@ -112,10 +112,15 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
     return 0;
 }
 
+/* SUBMIT frames are cut past 256 KiB of records (a record larger than that goes alone). The
+ * scheduler decodes a frame whole into its connection's zone, about ten times the frame's size
+ * for tiny tasks: 8 MiB frames cost it ~100 MiB of transient memory (90 bytes per task at N = 1M
+ * in scale_tiny), 1 MiB frames ~12 MiB, 256 KiB ~3 MiB, for the same CPU. */
+#define SUBMIT_FRAME_BUDGET (256u << 10)
 static uint32_t frame_budget(const spillway *c)
 {
     uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
-    return mf / 2 < (8u << 20) ? mf / 2 : (8u << 20);
+    return mf / 2 < SUBMIT_FRAME_BUDGET ? mf / 2 : SUBMIT_FRAME_BUDGET;
 }
 
 /* Wraps the pending records into a SUBMIT frame; the last one names the submit's call site. */

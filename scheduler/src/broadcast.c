@@ -120,7 +120,7 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
     char hex[33];
     spw_id id = m->f[F_BCAST_ID].id;
     sched_obj *o = sched__obj_find(s, id);
-    bool pending_put = o != NULL && o->state == OBJ_PENDING && o->producer == NULL;
+    bool pending_put = o != NULL && o->state == OBJ_PENDING && sched__obj_producer(o) == NULL;
     if (o == NULL || (!pending_put && (o->state != OBJ_READY || o->nlocs == 0))) {
         proto_conn_error(ss->conn, m->req, o == NULL ? SPW_ENOOBJ : SPW_ENOTSEALED,
                          "obj=%s cannot be broadcast: %s", spw_id_hex(id, hex),

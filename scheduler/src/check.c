@@ -58,7 +58,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
                        uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t *linked)
 {
     spw_id id = o->id;
-    CHECK(t->out == o && spw_id_eq(t->id, o->id), id, "task and its output object disagree");
+    CHECK(o->has_task == 1 && sched__task_out(t) == o, id, "task and its output object disagree");
     CHECK(t->state <= T_FAILED, id, "task state %u unknown", t->state);
     tstate[t->state]++;
     bool live = t->state == T_WAITING || t->state == T_READY || t->state == T_ASSIGNED ||
@@ -67,9 +67,16 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
           "task in state %u has its arguments %s", t->state,
           t->args_released ? "released" : "still held");
     uint32_t waiting = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
-        CHECK(a->task == t, id, "argument %u does not point back to its task", i);
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        CHECK(a->kind <= PROTO_ARG_VIEW, id, "argument %u of unknown kind %u", i, a->kind);
+        /* Slab records: the arguments end within the record (heap ones are larger). */
+        CHECK(o->rec_class == SCHED_REC_HEAP ||
+                  (const char *)a + sched__arg_size(a) <=
+                      (const char *)o + ((size_t)o->rec_class + 1) * 16,
+              id, "argument %u runs past the record", i);
+        if (a->kind != PROTO_ARG_INLINE)
+            CHECK(sched__arg_task(a) == t, id, "argument %u does not point back to its task", i);
         if (a->kind == PROTO_ARG_INLINE) {
             CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
                   "inline argument %u names an object", i);
@@ -121,9 +128,10 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     if (ahead) {
         /* Sent ahead: it waits only for whole objects (the worker takes their size from the
          * result it makes), and is bound to no worker name. */
-        CHECK(t->place == NULL, id, "task bound to a worker name was sent ahead");
-        for (uint32_t i = 0; i < t->nargs; i++)
-            CHECK(!t->args[i].waiting || t->args[i].kind == PROTO_ARG_OBJ, id,
+        CHECK(!t->placed, id, "task bound to a worker name was sent ahead");
+        const sched_arg *v = sched__task_args(t);
+        for (uint32_t i = 0; i < t->nargs; i++, v = sched__arg_next(v))
+            CHECK(!v->waiting || v->kind == PROTO_ARG_OBJ, id,
                   "task sent ahead waits for a view (argument %u)", i);
     }
     /* Object state follows its producer's. */
@@ -145,14 +153,12 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     ga->ntasks++;
     ga->counts[t->state]++;
     ga->inflight += t->worker != NULL;
-    if (o->live_graph != NULL)
-        CHECK(o->live_graph == t->graph, id, "output counted in another graph's live bytes");
 }
 
-static void check_object(sched *s, sched_obj *o, gacc *graphs,
-                         uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t refs[REF_KINDS],
-                         uint64_t *obj_bytes, uint64_t *linked, uint64_t *consumers,
-                         uint64_t *holders, uint64_t *reserved_total)
+static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[PROTO_TSTATE_COUNT],
+                         uint64_t refs[REF_KINDS], uint64_t *obj_bytes, uint64_t *linked,
+                         uint64_t *consumers, uint64_t *holders, uint64_t *reserved_total,
+                         uint64_t *waited, uint64_t *failed)
 {
     spw_id id = o->id;
     CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
@@ -166,7 +172,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     uint32_t nconsumers = 0;
     for (const sched_arg *a = o->consumers; a != NULL; a = a->cnext) {
         CHECK(a->obj == o && a->linked, id, "consumer list holds an argument of another object");
-        CHECK(!a->task->args_released, id, "consumer list holds a finished task's argument");
+        CHECK(!sched__arg_task(a)->args_released, id,
+              "consumer list holds a finished task's argument");
         CHECK(a->waiting == 0 || o->state == OBJ_PENDING, id, "consumer waits for a %s object",
               "non-pending");
         nconsumers++;
@@ -197,14 +204,14 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         (*holders)++;
     }
     /* The submitter's OUTPUT reference is inline: its session lists the object as kept. */
-    CHECK(o->kept <= 1, id, "kept is %u", o->kept);
+    CHECK(o->origin != NULL && o->origin->refs > 0, id, "names no live origin");
     if (o->kept) {
         held[REF_OUTPUT]++;
         sched_session *owner;
-        HASH_FIND(hh, s->sessions, &o->owner, sizeof o->owner, owner);
+        HASH_FIND(hh, s->sessions, &o->origin->owner, sizeof o->origin->owner, owner);
         CHECK(owner != NULL, id, "kept for session %llu, which is gone",
-              (unsigned long long)o->owner);
-        CHECK(o->producer != NULL && (o->producer->flags & PROTO_TASK_KEEP), id,
+              (unsigned long long)o->origin->owner);
+        CHECK(o->has_task && (sched__obj_producer(o)->flags & PROTO_TASK_KEEP), id,
               "kept, but not the output of a task that keeps it");
         (*holders)++;
     } else {
@@ -221,7 +228,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     uint64_t total = o->graph_hold;
     for (int k = 0; k < REF_KINDS; k++)
         total += o->refs[k];
-    const sched_task *t = o->producer;
+    const sched_task *t = sched__obj_producer(o);
     if (total == 0)
         CHECK(t != NULL && t->worker != NULL && o->orphan, id,
               "object with no reference left was not freed (task state %d, orphan %u)",
@@ -237,17 +244,19 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
     if (o->nlocs > 0)
         CHECK(o->state == OBJ_READY, id, "object in state %u has %u locations", o->state,
               o->nlocs);
-    if (o->inline_data != NULL)
-        CHECK(o->inline_len == o->size && o->size > 0, id, "inline value of %u bytes, size %llu",
-              o->inline_len, (unsigned long long)o->size);
-    if (o->inline_data == o->inline_small)
-        CHECK(o->inline_len <= sizeof o->inline_small && o->state == OBJ_READY, id,
-              "inline value of %u bytes in the record of an object in state %u", o->inline_len,
-              o->state);
+    if (o->has_inline)
+        CHECK(o->size > 0 && o->has_task, id, "inline value of %llu bytes, for a %s",
+              (unsigned long long)o->size, o->has_task ? "task" : "put");
+    if (o->has_failure) {
+        (*failed)++;
+        CHECK(sched__obj_failure(s, o) != NULL, id, "marked failed, with no failure recorded");
+        CHECK(o->state == OBJ_FAILED || o->state == OBJ_LOST, id,
+              "failure recorded for an object in state %u", o->state);
+    }
     if (o->state == OBJ_READY) {
         *obj_bytes += o->size;
-        CHECK(o->nlocs > 0 || o->inline_data != NULL || o->size == 0 || o->producer == NULL,
-              id, "ready task output with no copy anywhere");
+        CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL, id,
+              "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL)
         CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
@@ -259,15 +268,19 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs,
         if (worker_live(s, o->put_worker))
             *reserved_total += o->size;
     }
-    for (const sched_waiter *w = o->waiters; w != NULL; w = w->next) {
+    if (o->has_waiters) {
+        (*waited)++;
+        CHECK(sched__obj_waiters(s, o) != NULL, id, "marked waited for, with no waiter");
+    }
+    for (const sched_waiter *w = sched__obj_waiters(s, o); w != NULL; w = w->next) {
         CHECK(w->obj == o, id, "waiter for another object");
         CHECK(o->state == OBJ_PENDING, id, "LOCATE waits for an object in state %u", o->state);
     }
 
-    if (o->live_graph != NULL) {
+    if (o->live) {
         CHECK(o->refs[REF_TASK_ARG] > 0, id, "counted in live bytes with no consumer left");
         CHECK(t != NULL, id, "a put counted in a graph's live bytes");
-        gacc *ga = gacc_find(graphs, o->live_graph);
+        gacc *ga = gacc_find(graphs, t->graph);
         CHECK(ga != NULL, id, "counted in a graph that is not on the list");
         ga->live_bytes += o->size;
     }
@@ -296,7 +309,7 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
             (*holders)--;
         }
         for (const sched_obj *o = ss->kept; o != NULL; o = o->knext) {
-            CHECK(o->kept && o->owner == ss->id, o->id,
+            CHECK(o->kept && o->origin->owner == ss->id, o->id,
                   "on session %llu's kept list, but not kept by it", (unsigned long long)ss->id);
             CHECK(sched__obj_find(s, o->id) == o, o->id, "a freed object on a kept list");
             n++;
@@ -354,9 +367,10 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
-            CHECK(t->worker == w, t->id, "task on worker %u's list names another worker", w->id);
-            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t), t->id,
-                  "task in state %u on worker %u's list", t->state, w->id);
+            CHECK(t->worker == w, sched__task_out(t)->id,
+                  "task on worker %u's list names another worker", w->id);
+            CHECK(t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t),
+                  sched__task_out(t)->id, "task in state %u on worker %u's list", t->state, w->id);
             if (sched__task_ahead(t)) {
                 ahead++;
                 continue;
@@ -393,9 +407,12 @@ static void check_ready(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT])
     uint64_t n = 0;
     for (int d = 0; d < SCHED_DEPTHS; d++)
         for (const sched_task *t = s->ready[d]; t != NULL; t = t->qnext) {
-            CHECK(t->state == T_READY, t->id, "task in state %u on the ready queue", t->state);
-            CHECK(t->depth == d, t->id, "task of depth %u on ready queue %d", t->depth, d);
-            CHECK(sched__obj_find(s, t->id) == t->out, t->id, "freed task on the ready queue");
+            CHECK(t->state == T_READY, sched__task_out(t)->id,
+                  "task in state %u on the ready queue", t->state);
+            CHECK(t->depth == d, sched__task_out(t)->id, "task of depth %u on ready queue %d",
+                  t->depth, d);
+            CHECK(sched__obj_find(s, sched__task_out(t)->id) == sched__task_out(t),
+                  sched__task_out(t)->id, "freed task on the ready queue");
             n++;
         }
     CHECK(n == s->nready, NOID, "nready %llu, ready queues hold %llu",
@@ -458,8 +475,9 @@ void sched__check_full(sched *s)
     uint64_t per_class[SCHED_REC_CLASSES] = {0};
     uint32_t pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
-        CHECK(o->producer == NULL || o->producer == sched__obj_task(o), o->id,
-              "task record is not in its object's record");
+        CHECK(!o->has_task || o->rec_class == SCHED_REC_HEAP ||
+                  ((size_t)o->rec_class + 1) * 16 >= sizeof(sched_obj) + sizeof(sched_task),
+              o->id, "task in a record of %u bytes", (o->rec_class + 1) * 16);
         CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
               "record class %u unknown", o->rec_class);
         if (o->rec_class != SCHED_REC_HEAP)
@@ -474,9 +492,15 @@ void sched__check_full(sched *s)
               (unsigned long long)s->recs[k].nused, (unsigned long long)per_class[k]);
     }
     pos = 0;
+    uint64_t waited = 0, failed = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
-                     &reserved);
+                     &reserved, &waited, &failed);
+    CHECK(failed == sched__failures_count(s), NOID, "%llu objects failed, %u failures recorded",
+          (unsigned long long)failed, sched__failures_count(s));
+    CHECK(waited == sched__waitqs_count(s), NOID,
+          "%llu objects waited for, %u listed in the waiters' table", (unsigned long long)waited,
+          sched__waitqs_count(s));
     CHECK(linked == consumers, NOID, "%llu linked arguments, %llu on consumer lists",
           (unsigned long long)linked, (unsigned long long)consumers);
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
@@ -487,12 +511,14 @@ void sched__check_full(sched *s)
               (unsigned long long)s->refs[k], (unsigned long long)refs[k]);
     CHECK(obj_bytes == s->obj_bytes, NOID, "obj_bytes %llu, ready objects total %llu",
           (unsigned long long)s->obj_bytes, (unsigned long long)obj_bytes);
-    uint64_t nsites, siterefs;
-    sched__sites_count(s, &nsites, &siterefs);
-    CHECK(siterefs == s->objects.n, NOID, "call sites counted %llu times, %llu objects",
-          (unsigned long long)siterefs, (unsigned long long)s->objects.n);
-    CHECK(nsites <= siterefs, NOID, "%llu call sites interned with no object naming them",
-          (unsigned long long)(nsites - siterefs));
+    /* Every object names a live origin; the hashed ones are counted here, and those replaced by
+     * a newer one (after ~49 days) only by their objects. */
+    uint64_t norigins, originrefs;
+    sched__origins_count(s, &norigins, &originrefs);
+    CHECK(originrefs <= s->objects.n, NOID, "origins counted %llu times, %llu objects",
+          (unsigned long long)originrefs, (unsigned long long)s->objects.n);
+    CHECK(norigins <= originrefs, NOID, "%llu origins interned with no object naming them",
+          (unsigned long long)(norigins - originrefs));
     check_sessions(s, &holders, graphs);
     CHECK(holders == 0, NOID, "objects' holder lists and sessions' tables differ by %lld",
           (long long)holders);

@@ -151,8 +151,8 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         npin += m->l[i].pins > 0;
     uint32_t shown_tasks = ntask > MAX_HOLDERS ? MAX_HOLDERS : ntask;
     if (o->kept) { /* the submitter's OUTPUT reference, held in the object */
-        snprintf(who, sizeof who, "client %s pid %u session %llu", o->owner_host, o->owner_pid,
-                 (unsigned long long)o->owner);
+        snprintf(who, sizeof who, "client %s pid %u session %llu", o->origin->host, o->origin->pid,
+                 (unsigned long long)o->origin->owner);
         put_holder(&he, REF_OUTPUT, 1, who);
     }
     for (const sched_ref *r = o->holders; r != NULL; r = r->onext) {
@@ -166,8 +166,8 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
     }
     uint32_t i = 0;
     for (const sched_arg *a = o->consumers; a != NULL && i < shown_tasks; a = a->cnext, i++) {
-        const sched_task *t = a->task;
-        spw_id_hex(t->id, hex);
+        const sched_task *t = sched__arg_task(a);
+        spw_id_hex(sched__task_out(t)->id, hex);
         snprintf(who, sizeof who, "task %.12s %s %s", hex, t->fn->name,
                  task_state_name(t->state));
         put_holder(&he, REF_TASK_ARG, 1, who);
@@ -189,17 +189,17 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         .id = o->id,
         .size = o->size,
         .state = state_of(o),
-        .site = o->site,
-        .owner_host = o->owner_host,
-        .owner_pid = o->owner_pid,
-        .age_ms = now > o->created_ms ? now - o->created_ms : 0,
-        .task_fn = o->producer != NULL ? o->producer->fn->name : "",
+        .site = o->origin->site,
+        .owner_host = o->origin->host,
+        .owner_pid = o->origin->pid,
+        .age_ms = now > sched__obj_created_ms(o) ? now - sched__obj_created_ms(o) : 0,
+        .task_fn = sched__obj_producer(o) != NULL ? sched__obj_producer(o)->fn->name : "",
         .refs = {refs, PROTO_REF_KINDS},
         .holders = {.n = nh + shown_tasks + (ntask > shown_tasks) + npin, .pre = &holders},
         /* Locations: what the stores said, else the directory's (their worker did not answer). */
         .locs = m != NULL ? (proto_mloc_recs){.n = m->n, .put = put_mloc, .arg = m}
                           : (proto_mloc_recs){.n = o->nlocs, .put = put_dir_loc, .arg = (void *)o},
-        .is_inline = o->inline_data != NULL ? 1 : 0};
+        .is_inline = o->has_inline};
     proto_put_mobj_rec(e, &r);
     spw_buf_release(&holders);
 }

@@ -79,13 +79,10 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const cha
         return NULL;
     o->id = id;
     o->state = OBJ_PENDING;
-    o->owner = ss->id;
-    if (ss->ihost == NULL)
-        ss->ihost = sched__host_intern(s, ss->host);
-    o->owner_host = ss->ihost;
-    o->owner_pid = ss->pid;
-    o->site = sched__site_intern(s, site != NULL ? site : "", site != NULL ? sitelen : 0);
-    o->created_ms = spw_wall_ms();
+    uint64_t now = spw_wall_ms();
+    o->origin =
+        sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0, now);
+    o->created = (uint32_t)(now - o->origin->base_ms);
     spw_idmap_add(&s->objects, o);
     return o;
 }
@@ -110,10 +107,57 @@ static void send_delete(sched *s, uint32_t worker, spw_id id)
         sched__worker_delete(w, id);
 }
 
-void sched__waiter_free(sched_waiter *w)
+/* The waiters of one object. */
+typedef struct sched_waitq {
+    const sched_obj *obj; /* the key: its address */
+    sched_waiter *head;
+    UT_hash_handle hh;
+} sched_waitq;
+
+static sched_waitq *waitq_find(const sched *s, const sched_obj *o)
 {
-    if (w->obj != NULL)
-        DL_DELETE(w->obj->waiters, w);
+    sched_waitq *q;
+    HASH_FIND(hh, s->waitqs, &o, sizeof o, q);
+    return q;
+}
+
+void sched__waiter_add(sched *s, sched_waiter *w)
+{
+    sched_obj *o = w->obj;
+    sched_waitq *q = o->has_waiters ? waitq_find(s, o) : NULL;
+    if (q == NULL) {
+        q = spw_calloc(SPW_MOD_SCHED, 1, sizeof *q);
+        q->obj = o;
+        HASH_ADD(hh, s->waitqs, obj, sizeof q->obj, q);
+        o->has_waiters = 1;
+    }
+    DL_APPEND(q->head, w);
+}
+
+sched_waiter *sched__obj_waiters(const sched *s, const sched_obj *o)
+{
+    if (!o->has_waiters)
+        return NULL;
+    sched_waitq *q = waitq_find(s, o);
+    return q != NULL ? q->head : NULL;
+}
+
+uint32_t sched__waitqs_count(const sched *s)
+{
+    return HASH_COUNT(s->waitqs);
+}
+
+void sched__waiter_free(sched *s, sched_waiter *w)
+{
+    sched_waitq *q = w->obj != NULL ? waitq_find(s, w->obj) : NULL;
+    if (q != NULL) {
+        DL_DELETE(q->head, w);
+        if (q->head == NULL) {
+            HASH_DEL(s->waitqs, q);
+            w->obj->has_waiters = 0;
+            spw_free(q);
+        }
+    }
     DL_DELETE2(w->sess->waiters, w, sprev, snext);
     spw_free(w);
 }
@@ -121,11 +165,15 @@ void sched__waiter_free(sched_waiter *w)
 /* Frees the record and what it owns; it is out of the directory. */
 static void obj_release(sched *s, sched_obj *o)
 {
-    if (o->inline_data != o->inline_small) {
-        spw_free(o->inline_data);
-        spw_free(o->errmsg);
+    if (o->has_inline && o->size > sizeof o->inline_small)
+        spw_free(o->inline_heap);
+    if (o->has_failure) {
+        sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
+        HASH_DEL(s->failures, f);
+        spw_free(f->msg);
+        spw_free(f);
     }
-    sched__site_unref(s, o->site);
+    sched__origin_unref(s, o->origin);
     spw_free(o->locs);
     rec_free(s, o);
 }
@@ -146,18 +194,16 @@ static void obj_free(sched *s, sched_obj *o)
                 send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
     }
-    sched_waiter *w, *wtmp;
-    DL_FOREACH_SAFE(o->waiters, w, wtmp)
-    {
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
         proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
                          spw_id_hex(o->id, hex));
-        sched__waiter_free(w);
+        sched__waiter_free(s, w);
     }
     if (o->state == OBJ_READY)
         s->obj_bytes -= o->size;
     sched__live_uncount(s, o);
-    if (o->producer != NULL)
-        sched__task_free(s, o->producer);
+    if (sched__obj_producer(o) != NULL)
+        sched__task_free(s, sched__obj_producer(o));
     SPW_ASSERT(!o->kept);
     spw_idmap_del(&s->objects, o);
     obj_release(s, o);
@@ -167,13 +213,23 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
 {
     if (total_refs(o) > 0)
         return;
-    sched_task *t = o->producer;
+    sched_task *t = sched__obj_producer(o);
+    if (t != NULL && !t->graph->submitted) {
+        /* Its graph is still being submitted: its session holds it until the last frame, as it
+         * holds every output that has no reference when it is made (sched__graph_hold). */
+        sched_session *ss;
+        HASH_FIND(hh, s->sessions, &o->origin->owner, sizeof o->origin->owner, ss);
+        if (ss != NULL && ss->graph != 0 && ss->cur_graph == t->graph) {
+            sched__graph_hold(ss, o);
+            return;
+        }
+    }
     if (t != NULL && (t->state == T_ASSIGNED || t->state == T_RUNNING || sched__task_ahead(t))) {
         if (!o->orphan && t->worker != NULL && t->worker->conn != NULL) {
             /* Nobody wants it any more: if it has not started, its worker drops it now and
              * answers SPW_ECANCELED (its slot is free at once); if it runs, it finishes. */
             proto_send_task_cancel(t->worker->conn, 0,
-                                   &(proto_task_cancel_msg){.ids = {&t->id, 1}});
+                                   &(proto_task_cancel_msg){.ids = {&sched__task_out(t)->id, 1}});
         }
         o->orphan = 1; /* freed when the task reports back */
         return;
@@ -203,7 +259,7 @@ int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
 {
     if (kind == REF_OUTPUT) {
         /* Only a task's submitter takes it, once, at intake: held inline (sched_obj.kept). */
-        SPW_ASSERT(o->owner == ss->id && !o->kept);
+        SPW_ASSERT(o->origin->owner == ss->id && !o->kept);
         o->kept = 1;
         DL_APPEND2(ss->kept, o, kprev, knext);
         ss->nrefs++;
@@ -244,7 +300,7 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
     /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
     sched_obj *ko = sched__obj_find(s, id);
-    if (ko != NULL && ko->kept && ko->owner == ss->id) {
+    if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
         kept_unlink(ss, ko);
         ss->nrefs--;
         sched__unref(s, ko, REF_OUTPUT);
@@ -278,8 +334,12 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
 
 void sched__session_drop_all(sched *s, sched_session *ss)
 {
+    /* Its graph being submitted, if any, ends here: outputs freed below are not held for it. */
+    sched_graph *cur = ss->cur_graph;
+    ss->cur_graph = NULL;
+    ss->graph = 0;
     sched_waiter *w, *wtmp;
-    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(w);
+    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(s, w);
     sched_obj *ko, *kotmp;
     DL_FOREACH_SAFE2(ss->kept, ko, kotmp, knext)
     {
@@ -314,9 +374,8 @@ void sched__session_drop_all(sched *s, sched_session *ss)
         sched__obj_maybe_free(s, held[i]);
     }
     spw_free(held);
-    if (ss->cur_graph != NULL)
-        sched__graph_release(s, ss->cur_graph);
-    ss->cur_graph = NULL;
+    if (cur != NULL)
+        sched__graph_release(s, cur);
 }
 
 proto_loc_rec sched__loc_rec(const sched_worker *w)
@@ -354,15 +413,16 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
     int status = 0;
     const char *msg = "";
     if (o->state == OBJ_FAILED) {
-        status = o->err;
-        msg = o->errmsg != NULL ? o->errmsg : "";
+        const sched_failure *f = sched__obj_failure(s, o);
+        status = f != NULL ? f->err : SPW_ETASKFAILED;
+        msg = f != NULL ? f->msg : "";
     } else if (o->state == OBJ_LOST) {
         status = SPW_EOBJLOST;
         msg = "every copy was on workers that died";
     }
     proto_bytes value = {NULL, 0}; /* nil: not here */
-    if (o->state == OBJ_READY && o->inline_data != NULL)
-        value = (proto_bytes){o->inline_data, o->inline_len};
+    if (o->state == OBJ_READY && o->has_inline)
+        value = (proto_bytes){sched__obj_inline(o), (uint32_t)o->size};
     else if (o->state == OBJ_READY && o->size == 0)
         value = (proto_bytes){"", 0};
     sched_locs l;
@@ -377,11 +437,9 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
 
 static void wake_waiters(sched *s, sched_obj *o)
 {
-    sched_waiter *w, *tmp;
-    DL_FOREACH_SAFE(o->waiters, w, tmp)
-    {
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
         sched__locate_reply(s, w->sess, w->req, o);
-        sched__waiter_free(w);
+        sched__waiter_free(s, w);
     }
 }
 
@@ -398,19 +456,33 @@ void sched__obj_ready(sched *s, sched_obj *o)
     sched__obj_maybe_free(s, o);
 }
 
+const sched_failure *sched__obj_failure(const sched *s, const sched_obj *o)
+{
+    if (!o->has_failure)
+        return NULL;
+    sched_failure *f;
+    HASH_FIND(hh, s->failures, &o, sizeof o, f);
+    return f;
+}
+
+uint32_t sched__failures_count(const sched *s)
+{
+    return HASH_COUNT(s->failures);
+}
+
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 {
     o->state = OBJ_FAILED;
-    o->err = err;
-    if (o->inline_data == o->inline_small) {
-        /* Its message takes those bytes: the result moves to the heap. */
-        uint8_t *p = spw_malloc(SPW_MOD_SCHED, o->inline_len);
-        memcpy(p, o->inline_small, o->inline_len);
-        o->inline_data = p;
-        o->errmsg = NULL;
+    sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
+    if (f == NULL) {
+        f = spw_calloc(SPW_MOD_SCHED, 1, sizeof *f);
+        f->obj = o;
+        HASH_ADD(hh, s->failures, obj, sizeof f->obj, f);
+        o->has_failure = 1;
     }
-    spw_free(o->errmsg);
-    o->errmsg = spw_strdup(SPW_MOD_SCHED, msg);
+    f->err = err;
+    spw_free(f->msg);
+    f->msg = spw_strdup(SPW_MOD_SCHED, msg);
     o->graph_hold++;
     /* Failing a consumer unlinks all of its arguments, possibly the next one on this list: take
      * the list's first waiting argument each time. */
@@ -460,7 +532,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         send_delete(s, w->id, m->f[F_ADDED_ID].id);
         return;
     }
-    if (o->state == OBJ_PENDING && o->producer == NULL) {
+    if (o->state == OBJ_PENDING && sched__obj_producer(o) == NULL) {
         if (m->f[F_ADDED_SIZE].u != o->size) {
             proto_conn_error(w->conn, m->req, SPW_EINVAL,
                              "obj=%s: sealed %llu bytes, %llu announced", spw_id_hex(o->id, hex),
@@ -520,49 +592,65 @@ void sched__hosts_free(sched *s)
     }
 }
 
-typedef struct sched_site {
-    UT_hash_handle hh;
-    uint64_t refs;
-    uint32_t len;
-    char name[]; /* NUL-terminated */
-} sched_site;
+/* An origin's hash key: the owner's id, then the site's bytes. */
+#define ORIGIN_KEY(e) ((const void *)&(e)->owner)
+#define ORIGIN_KEYLEN(e) (sizeof(uint64_t) + (e)->len)
 
-const char *sched__site_intern(sched *s, const char *site, size_t len)
+sched_origin *sched__origin_intern(sched *s, sched_session *ss, const char *site, size_t len,
+                                   uint64_t now_ms)
 {
-    sched_site *e = s->last_site;
-    if (e == NULL || e->len != len || memcmp(e->name, site, len) != 0) {
-        HASH_FIND(hh, s->sites, site, len, e);
-        if (e == NULL) {
-            e = spw_malloc(SPW_MOD_SCHED, sizeof *e + len + 1);
-            memset(e, 0, sizeof *e);
-            e->len = (uint32_t)len;
-            memcpy(e->name, site, len);
-            e->name[len] = '\0';
-            HASH_ADD_KEYPTR(hh, s->sites, e->name, len, e);
-        }
-        s->last_site = e;
+    sched_origin *e = s->last_origin;
+    if (len > PROTO_MAX_NAME)
+        len = PROTO_MAX_NAME; /* the schema's bound: not reached */
+    if (e == NULL || e->owner != ss->id || e->len != len || memcmp(e->site, site, len) != 0) {
+        char key[sizeof(uint64_t) + PROTO_MAX_NAME];
+        memcpy(key, &ss->id, sizeof ss->id);
+        memcpy(key + sizeof ss->id, site, len);
+        HASH_FIND(hh, s->origins, key, sizeof ss->id + len, e);
     }
+    /* Objects count their creation time from base_ms in 32 bits: about 49 days. */
+    if (e != NULL && (now_ms < e->base_ms || now_ms - e->base_ms >= UINT32_MAX)) {
+        HASH_DEL(s->origins, e);
+        e->hashed = false; /* freed with its last object */
+        e = NULL;
+    }
+    if (e == NULL) {
+        e = spw_malloc(SPW_MOD_SCHED, sizeof *e + len + 1);
+        memset(e, 0, sizeof *e);
+        if (ss->ihost == NULL)
+            ss->ihost = sched__host_intern(s, ss->host);
+        e->host = ss->ihost;
+        e->pid = ss->pid;
+        e->owner = ss->id;
+        e->base_ms = now_ms;
+        e->len = (uint32_t)len;
+        memcpy(e->site, site, len);
+        e->site[len] = '\0';
+        e->hashed = true;
+        HASH_ADD_KEYPTR(hh, s->origins, ORIGIN_KEY(e), ORIGIN_KEYLEN(e), e);
+    }
+    s->last_origin = e;
     e->refs++;
-    return e->name;
+    return e;
 }
 
-void sched__site_unref(sched *s, const char *site)
+void sched__origin_unref(sched *s, sched_origin *e)
 {
-    sched_site *e = (sched_site *)(void *)(site - offsetof(sched_site, name));
     SPW_ASSERT(e->refs > 0);
     if (--e->refs > 0)
         return;
-    HASH_DEL(s->sites, e);
-    if (s->last_site == e)
-        s->last_site = NULL;
+    if (e->hashed)
+        HASH_DEL(s->origins, e);
+    if (s->last_origin == e)
+        s->last_origin = NULL;
     spw_free(e);
 }
 
-void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs)
+void sched__origins_count(const sched *s, uint64_t *norigins, uint64_t *nrefs)
 {
-    *nsites = *nrefs = 0;
-    for (const sched_site *e = s->sites; e != NULL; e = e->hh.next) {
-        ++*nsites;
+    *norigins = *nrefs = 0;
+    for (const sched_origin *e = s->origins; e != NULL; e = e->hh.next) {
+        ++*norigins;
         *nrefs += e->refs;
     }
 }
@@ -575,11 +663,11 @@ void sched__objects_purge(sched *s)
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
         /* Only objects whose references were never taken back remain; report, then free. */
         n++;
-        if (o->producer != NULL) {
-            if (o->producer->state == T_READY || o->producer->state == T_ASSIGNED ||
-                o->producer->state == T_RUNNING)
-                sched__task_set_state(s, o->producer, T_FAILED);
-            o->producer->args_released = 1;
+        sched_task *t = sched__obj_producer(o);
+        if (t != NULL) {
+            if (t->state == T_READY || t->state == T_ASSIGNED || t->state == T_RUNNING)
+                sched__task_set_state(s, t, T_FAILED);
+            t->args_released = 1;
         }
         o->consumers = NULL;
         o->holders = NULL;
@@ -588,9 +676,9 @@ void sched__objects_purge(sched *s)
     /* Their tasks' arguments were released above: freeing one record touches no other. */
     pos = 0;
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
-        if (o->producer != NULL) {
-            sched__task_free(s, o->producer);
-            o->producer = NULL;
+        if (o->has_task) {
+            sched__task_free(s, sched__obj_producer(o));
+            o->has_task = 0;
         }
         obj_release(s, o);
     }

@@ -154,7 +154,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
     uint64_t exists = 0;
     if (o != NULL) {
         if (!(m->f[F_PUTP_FLAGS].u & PROTO_PUT_CONTENT_ID) || o->size != size ||
-            o->producer != NULL || (o->state != OBJ_READY && o->state != OBJ_PENDING)) {
+            sched__obj_producer(o) != NULL || (o->state != OBJ_READY && o->state != OBJ_PENDING)) {
             proto_conn_error(ss->conn, m->req, SPW_EDUPLICATE, "obj=%s already exists",
                              spw_id_hex(id, hex));
             return;
@@ -214,7 +214,7 @@ static void locate(sched *s, sched_session *ss, const proto_msg *m)
     if (ms > 365ULL * 24 * 3600 * 1000)
         ms = 365ULL * 24 * 3600 * 1000;
     w->deadline_ns = spw_now_ns() + ms * 1000000ULL;
-    DL_APPEND(o->waiters, w);
+    sched__waiter_add(s, w);
     DL_APPEND2(ss->waiters, w, sprev, snext);
 }
 
@@ -420,7 +420,7 @@ static void timer_cb(uv_timer_t *t)
                 char hex[33];
                 proto_conn_error(ss->conn, w->req, SPW_ETIMEDOUT, "obj=%s not ready in time",
                                  spw_id_hex(w->obj->id, hex));
-                sched__waiter_free(w);
+                sched__waiter_free(s, w);
             }
         }
     }

@@ -49,7 +49,7 @@ _Static_assert(SCHED_SAME_REF(CLIENT) && SCHED_SAME_REF(TASK_ARG) && SCHED_SAME_
 enum obj_state {
     OBJ_PENDING, /* its task has not finished, or its upload is not sealed */
     OBJ_READY,   /* sealed: inline here or in one or more stores */
-    OBJ_FAILED,  /* its task failed; err and errmsg say why */
+    OBJ_FAILED,  /* its task failed; its sched_failure says why */
     OBJ_LOST,    /* every copy was on workers that died */
 };
 
@@ -70,20 +70,53 @@ typedef struct sched_fn {
     bool inline_out;
 } sched_fn;
 
-/* One task argument. For object arguments the node links the task into the object's list of
- * consumers until the task finishes, which is how spillway-ctl memory names TASK_ARG holders. */
+/* One task argument. The arguments follow their task in its record, each as long as its kind
+ * needs (sched__arg_size; walk them with sched__arg_next): an inline value is 16 bytes and the
+ * value's bytes, padded to 8; an object reference 48 bytes, a view 64. For object arguments the
+ * node links the task into the object's list of consumers until the task finishes, which is how
+ * spillway-ctl memory names TASK_ARG holders; the task is found from the argument's offset in
+ * its record (sched__arg_task). obj is NULL for inline arguments (and for object arguments once
+ * their task finished). The fields after obj exist only for the kinds that say so: read them
+ * after checking kind. */
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
     uint8_t linked;       /* on obj->consumers */
-    uint32_t inline_len;
-    const uint8_t *inline_data; /* into the task's blob */
+    union {
+        uint32_t task_off;   /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
+        uint32_t inline_len; /* PROTO_ARG_INLINE: the value's bytes, which follow obj */
+    };
     sched_obj *obj;       /* object arguments: holds a TASK_ARG reference until finished */
-    spw_id id;            /* the object's id, kept for lineage after the task finished */
-    uint64_t off, len;    /* views */
-    sched_task *task;
+    /* PROTO_ARG_OBJ and PROTO_ARG_VIEW only: */
     struct sched_arg *cprev, *cnext;
+    spw_id id; /* the object's id, kept for lineage after the task finished */
+    /* PROTO_ARG_VIEW only: */
+    uint64_t off, len;
 } sched_arg;
+#define SCHED_ARG_INLINE_HDR offsetof(sched_arg, cprev)
+#define SCHED_ARG_OBJ_SIZE offsetof(sched_arg, off)
+_Static_assert(SCHED_ARG_INLINE_HDR == 16 && SCHED_ARG_OBJ_SIZE == 48 && sizeof(sched_arg) == 64,
+               "sched_arg's sizes by kind");
+static inline size_t sched__arg_size_of(uint64_t kind, size_t inline_len)
+{
+    if (kind == PROTO_ARG_INLINE)
+        return SCHED_ARG_INLINE_HDR + ((inline_len + 7) & ~(size_t)7);
+    return kind == PROTO_ARG_VIEW ? sizeof(sched_arg) : SCHED_ARG_OBJ_SIZE;
+}
+static inline size_t sched__arg_size(const sched_arg *a)
+{
+    return sched__arg_size_of(a->kind, a->kind == PROTO_ARG_INLINE ? a->inline_len : 0);
+}
+/* The argument after a. */
+static inline sched_arg *sched__arg_next(const sched_arg *a)
+{
+    return (sched_arg *)(uintptr_t)((const char *)a + sched__arg_size(a));
+}
+/* An inline argument's value (inline_len bytes). */
+static inline const uint8_t *sched__arg_value(const sched_arg *a)
+{
+    return (const uint8_t *)a + SCHED_ARG_INLINE_HDR;
+}
 
 /* A submitted graph: its caps and what it has in flight. Freed with its last task. */
 typedef struct sched_graph {
@@ -130,24 +163,24 @@ enum task_state {
 };
 _Static_assert(T_FAILED + 1 == PROTO_TSTATE_COUNT, "enum task_state mirrors PROTO_TSTATE_*");
 
+/* A task: in its output object's record, right after the sched_obj (sched__obj_task), its
+ * arguments right after it (sched__task_args). Its id is its output's, and the submitter and
+ * submit time are the output's too (sched__task_out). */
 struct sched_task {
-    spw_id id;            /* equals its output object's id */
     sched_fn *fn;
-    sched_obj *out;       /* owns this task */
-    sched_arg *args;
     uint32_t nargs;
     uint32_t ndeps;       /* pending object arguments */
     uint32_t flags;       /* PROTO_TASK_* */
     uint8_t state;        /* enum task_state */
-    uint8_t args_released;
+    uint8_t args_released : 1;
+    /* Run only on the worker of a name, which is in the record after the arguments, preceded by
+     * a uint64_t: since when no connected worker has that name (0: one has). sched__task_place,
+     * sched__place_missing. */
+    uint8_t placed : 1;
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     sched_graph *graph;
     sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
-    /* Run only on the worker of this name, or NULL. The name is in the record after the
-     * arguments, preceded by a uint64_t: since when no connected worker has that name (0: one
-     * has; sched__place_missing). The submitter is out->owner, the submit time out->created_ms. */
-    char *place;
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
      * sent ahead: sched__task_ahead), never both: the two links share their bytes, and are NULL
      * in every other state. */
@@ -181,43 +214,54 @@ typedef struct sched_ref {
     struct sched_ref *oprev, *onext; /* on obj->holders */
 } sched_ref;
 
+/* Where objects come from: the session that created them (its id, host and pid, kept after it
+ * disconnects) and the call site, with the time its objects' creation times count from. Interned
+ * (sched__origin_intern) and counted by the objects naming it: the tasks of one submit share
+ * one, so an object carries a pointer and a 32-bit time instead of the five fields. */
+typedef struct sched_origin {
+    UT_hash_handle hh; /* in s->origins, keyed by owner and site together (while hashed) */
+    uint64_t refs;     /* objects naming it */
+    uint64_t base_ms;  /* wall clock time its objects' created offsets count from */
+    const char *host;  /* the owner's, interned (sched__host_intern) */
+    uint32_t pid;      /* the owner's */
+    uint32_t len;      /* of site */
+    bool hashed;       /* false once a newer origin of the same key replaced it */
+    uint64_t owner;    /* session; the key is its 8 bytes, then site's len bytes */
+    char site[];       /* the call site, NUL-terminated */
+} sched_origin;
+
 struct sched_obj {
     spw_id id; /* key of s->objects */
     uint64_t size;
     uint8_t state;         /* enum obj_state */
-    uint8_t orphan;        /* released while its task runs: free when it finishes */
+    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
+    uint8_t orphan : 1;    /* released while its task runs: free when it finishes */
     /* The submitter's OUTPUT reference of a PROTO_TASK_KEEP task is held here, not in a
      * sched_ref of its own: kept is 1 while it is (counted in refs[REF_OUTPUT] and the owner
      * session's nrefs), and the object is then on that session's kept list. */
-    uint8_t kept;
-    uint8_t rec_class;     /* its record's slab (s->recs[rec_class]), or SCHED_REC_HEAP */
-    int err;
-    /* Small results live in inline_data, not in a store: up to 8 bytes in inline_small (then
-     * inline_data points there), larger ones on the heap. errmsg and inline_small share their
-     * bytes: an object with a message (it failed) keeps any result on the heap. */
+    uint8_t kept : 1;
+    uint8_t has_task : 1;    /* a task computing it follows in its record (sched__obj_producer) */
+    uint8_t live : 1;        /* counted in its task's graph's live_bytes */
+    uint8_t has_waiters : 1; /* LOCATE requests wait for it (sched__obj_waiters) */
+    uint8_t has_inline : 1;  /* its result (size > 0 bytes) is here (sched__obj_inline) */
+    uint8_t has_failure : 1; /* why it failed is in s->failures (sched__obj_failure) */
+    uint32_t created;        /* ms after origin->base_ms (sched__obj_created_ms) */
+    /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
+     * in inline_small, larger ones on the heap. */
     union {
-        char *errmsg;
         uint8_t inline_small[8];
+        uint8_t *inline_heap;
     };
-    uint8_t *inline_data;
-    uint32_t inline_len;
     uint32_t refs[REF_KINDS];
+    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t *locs;        /* worker ids holding a copy */
     uint32_t nlocs, caplocs;
-    sched_task *producer;  /* the task computing it, or NULL for a put */
     sched_ref *holders;    /* sessions holding references */
     sched_arg *consumers;  /* arguments of unfinished tasks that use it */
-    sched_waiter *waiters; /* LOCATE requests waiting for it */
-    sched_graph *live_graph; /* counted in that graph's live_bytes */
-    uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
     uint32_t put_worker;   /* worker receiving the upload of a put, while pending */
     uint32_t home;         /* worker whose task computed it (0: a put, or not computed yet) */
-    uint32_t owner_pid;
     sched_obj *kprev, *knext; /* on the owner session's kept list */
-    uint64_t owner;        /* session that created it */
-    const char *owner_host; /* interned; the session may be gone */
-    const char *site;      /* call site that created it; interned (sched__site_intern) */
-    uint64_t created_ms;
+    sched_origin *origin;     /* who created it, where, when (sched_origin) */
 };
 
 struct sched_worker {
@@ -293,8 +337,10 @@ struct sched {
     spw_slab recs[SCHED_REC_CLASSES]; /* object records by size class (sched__rec_alloc) */
     sched_fn *fns;
     struct sched_host *hosts; /* interned host names */
-    struct sched_site *sites; /* interned call sites, counted by the objects naming them */
-    struct sched_site *last_site; /* the last one interned: a graph's tasks share one site */
+    sched_origin *origins;    /* interned origins, counted by the objects naming them */
+    struct sched_waitq *waitqs;     /* LOCATE requests waiting, by object (sched__obj_waiters) */
+    struct sched_failure *failures; /* why objects failed, by object (sched__obj_failure) */
+    sched_origin *last_origin;      /* the last one interned: a graph's tasks share one */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
@@ -349,14 +395,48 @@ static inline sched_task *sched__obj_task(sched_obj *o)
 {
     return (sched_task *)(o + 1);
 }
-static inline uint64_t *sched__place_missing(sched_task *t)
+/* The task computing o, or NULL for a put. */
+static inline sched_task *sched__obj_producer(const sched_obj *o)
 {
-    return (uint64_t *)(void *)(t->place - sizeof(uint64_t));
+    return o->has_task ? (sched_task *)(uintptr_t)(o + 1) : NULL;
+}
+/* A task's output object, whose record holds it; the task's id is the object's. */
+static inline sched_obj *sched__task_out(const sched_task *t)
+{
+    return (sched_obj *)(uintptr_t)t - 1;
+}
+/* Its first argument (walk them with sched__arg_next). */
+static inline sched_arg *sched__task_args(const sched_task *t)
+{
+    return (sched_arg *)(uintptr_t)(t + 1);
+}
+/* The task of an object argument. */
+static inline sched_task *sched__arg_task(const sched_arg *a)
+{
+    return (sched_task *)(uintptr_t)((const char *)a - a->task_off);
 }
 /* Offset of a task's place field (its uint64_t, then the name) after `n` bytes of record. */
 static inline size_t sched__place_at(size_t n)
 {
     return (n + 7) & ~(size_t)7;
+}
+/* Where a placed task's place field is: after its arguments. */
+static inline char *sched__place_field(const sched_task *t)
+{
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++)
+        a = sched__arg_next(a);
+    return (char *)(uintptr_t)t + sched__place_at((size_t)((const char *)a - (const char *)t));
+}
+/* The name of the worker t must run on, or NULL. */
+static inline char *sched__task_place(const sched_task *t)
+{
+    return t->placed ? sched__place_field(t) + sizeof(uint64_t) : NULL;
+}
+/* Of a placed task. */
+static inline uint64_t *sched__place_missing(sched_task *t)
+{
+    return (uint64_t *)(void *)sched__place_field(t);
 }
 /* Releases the slabs' spare chunks (the directory emptied, or shutdown). */
 void sched__recs_trim(sched *s);
@@ -366,7 +446,25 @@ int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
 int sched__session_release(sched *s, sched_session *ss, spw_id id);
 void sched__session_drop_all(sched *s, sched_session *ss);
 void sched__obj_ready(sched *s, sched_obj *o);
+/* Marks o failed: err and msg (copied) say why. */
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);
+/* Why an object failed: few fail, so this is in a table by object, not in every object. */
+typedef struct sched_failure {
+    const sched_obj *obj; /* the key: its address */
+    int err;
+    char *msg;
+    UT_hash_handle hh;
+} sched_failure;
+/* o's failure, or NULL. */
+const sched_failure *sched__obj_failure(const sched *s, const sched_obj *o);
+uint32_t sched__failures_count(const sched *s);
+/* o's inline result (size bytes), or NULL. */
+static inline const uint8_t *sched__obj_inline(const sched_obj *o)
+{
+    if (!o->has_inline)
+        return NULL;
+    return o->size <= sizeof o->inline_small ? o->inline_small : o->inline_heap;
+}
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
@@ -374,17 +472,30 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
-/* Call sites are interned and counted: every object of a call site shares one string, freed with
- * the last of them. Returns the interned NUL-terminated copy of site[0..len). */
-const char *sched__site_intern(sched *s, const char *site, size_t len);
-void sched__site_unref(sched *s, const char *site);
-/* The interned call sites (for the checker): how many, and the references they count. */
-void sched__sites_count(const sched *s, uint64_t *nsites, uint64_t *nrefs);
+/* Origins are interned and counted: every object of one session and call site shares one (a new
+ * one when the last is older than a 32-bit millisecond offset reaches), freed with the last of
+ * them. Returns it with one more reference; site[0..len) need not be NUL-terminated. */
+sched_origin *sched__origin_intern(sched *s, sched_session *ss, const char *site, size_t len,
+                                   uint64_t now_ms);
+void sched__origin_unref(sched *s, sched_origin *e);
+/* The interned origins (for the checker): how many, and the references they count. */
+void sched__origins_count(const sched *s, uint64_t *norigins, uint64_t *nrefs);
+static inline uint64_t sched__obj_created_ms(const sched_obj *o)
+{
+    return o->origin->base_ms + o->created;
+}
 void sched__obj_maybe_free(sched *s, sched_obj *o);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);
 void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o);
-void sched__waiter_free(sched_waiter *w);
+/* Few objects are waited for: their waiters are listed in a table by object, not in every
+ * object. sched__waiter_add puts w (w->obj set) on its object's list; sched__obj_waiters is the
+ * first waiter of o (follow ->next), or NULL; sched__waiter_free takes w off both its lists. */
+void sched__waiter_add(sched *s, sched_waiter *w);
+sched_waiter *sched__obj_waiters(const sched *s, const sched_obj *o);
+/* The objects with waiters, for the checker. */
+uint32_t sched__waitqs_count(const sched *s);
+void sched__waiter_free(sched *s, sched_waiter *w);
 /** The location record of a worker. */
 proto_loc_rec sched__loc_rec(const sched_worker *w);
 /** Where an object is, as a LOCATION / TASK_RUN field: its locations on workers still connected.
@@ -422,6 +533,9 @@ static inline bool sched__task_ahead(const sched_task *t)
 }
 void sched__live_uncount(sched *s, sched_obj *o);
 void sched__submit(sched *s, sched_session *ss, const proto_msg *m);
+/* Holds o (one graph_hold, an entry on ss->building) until ss's graph being submitted is: an
+ * output nothing references yet, which later frames may consume. */
+void sched__graph_hold(sched_session *ss, sched_obj *o);
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m);
 /** TASK_DONES: each record as one TASK_DONE; a bad record is answered alone. */
 void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m);

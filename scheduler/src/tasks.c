@@ -1,8 +1,8 @@
 /*
  * Tasks: graph intake, dependency tracking, placement and completion.
  *
- * A task is owned by its output object (o->producer) and lives as long as that object, so its
- * specification stays known for lineage. States move waiting -> ready -> assigned -> done |
+ * A task is in its output object's record (sched__obj_producer) and lives as long as that object,
+ * so its specification stays known for lineage. States move waiting -> ready -> assigned -> done |
  * failed; a waiting or ready task whose output nobody references any more is cancelled.
  * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
  * is on the ready queue iff its state is T_READY; w->assigned equals the length of w->tasks;
@@ -57,11 +57,11 @@ static void ready_remove(sched *s, sched_task *t)
 /* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
 void sched__live_uncount(sched *s, sched_obj *o)
 {
-    sched_graph *g = o->live_graph;
-    if (g == NULL)
+    if (!o->live)
         return;
+    sched_graph *g = sched__obj_producer(o)->graph;
     g->live_bytes -= o->size < g->live_bytes ? o->size : g->live_bytes;
-    o->live_graph = NULL;
+    o->live = 0;
     sched__kick(s);
 }
 
@@ -71,8 +71,8 @@ static void release_args(sched *s, sched_task *t)
     if (t->args_released)
         return;
     t->args_released = 1;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
+    sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->obj == NULL)
             continue;
         if (a->linked) {
@@ -100,19 +100,20 @@ static void send_result(sched *s, sched_task *t)
 {
     if (!(t->flags & PROTO_TASK_KEEP))
         return;
-    sched_session *ss = session_by_id(s, t->out->owner);
+    sched_session *ss = session_by_id(s, sched__task_out(t)->origin->owner);
     if (ss == NULL)
         return;
-    sched_obj *o = t->out;
-    proto_tres_rec r = {.id = t->id};
+    sched_obj *o = sched__task_out(t);
+    proto_tres_rec r = {.id = sched__task_out(t)->id};
     if (o->state == OBJ_READY) {
         r.size = o->size;
-        if (o->inline_data != NULL || o->size == 0) /* else nil: in a store */
-            r.value = (proto_bytes){o->inline_data != NULL ? (const void *)o->inline_data : "",
-                                    o->inline_len};
+        if (o->has_inline || o->size == 0) /* else nil: in a store */
+            r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
+                                    (uint32_t)o->size};
     } else {
-        r.status = o->err != 0 ? o->err : SPW_ETASKFAILED;
-        r.err = o->errmsg;
+        const sched_failure *f = sched__obj_failure(s, o);
+        r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
+        r.err = f != NULL ? f->msg : NULL;
     }
     /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
     proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
@@ -124,7 +125,7 @@ static void task_fail(sched *s, sched_task *t, int err, const char *msg)
         ready_remove(s, t);
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
-    sched_obj *o = t->out;
+    sched_obj *o = sched__task_out(t);
     o->graph_hold++;
     sched__obj_fail(s, o, err, msg);
     send_result(s, t);
@@ -154,7 +155,7 @@ static void ahead_promote(sched *s, sched_task *t);
 
 void sched__dep_ready(sched *s, sched_arg *a)
 {
-    sched_task *t = a->task;
+    sched_task *t = sched__arg_task(a);
     if (!a->waiting)
         return;
     a->waiting = 0;
@@ -169,7 +170,7 @@ void sched__dep_ready(sched *s, sched_arg *a)
 
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 {
-    sched_task *t = a->task;
+    sched_task *t = sched__arg_task(a);
     char hex[33], buf[PROTO_MAX_STR];
     snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
     (void)err;
@@ -178,7 +179,7 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 
 /* ----------------------------------------------------------------- intake */
 
-static void hold_for_graph(sched_session *ss, sched_obj *o)
+void sched__graph_hold(sched_session *ss, sched_obj *o)
 {
     if (ss->nbuilding == ss->capbuilding) {
         ss->capbuilding = ss->capbuilding ? ss->capbuilding * 2 : 64;
@@ -205,7 +206,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     }
     const proto_val *args = &rec[R_TASK_ARGS];
     uint32_t nargs = args->arr.n;
-    size_t blob = 0;
+    size_t argbytes = 0; /* of the arguments, each as long as its kind needs */
     for (uint32_t i = 0; i < nargs; i++) {
         const proto_val *a = PROTO_REC(args, i);
         if (a[R_ARG_KIND].u > PROTO_ARG_VIEW) {
@@ -218,14 +219,14 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
                 snprintf(err, errlen, "task=%s arg %u: inline value missing", spw_id_hex(id, hex), i);
                 return SPW_EINVAL;
             }
-            blob += a[R_ARG_INLINE].bin.len;
         } else if (a[R_ARG_OBJ].nil) {
             snprintf(err, errlen, "task=%s arg %u: object id missing", spw_id_hex(id, hex), i);
             return SPW_EINVAL;
         }
+        argbytes += sched__arg_size_of(a[R_ARG_KIND].u, a[R_ARG_INLINE].bin.len);
     }
     size_t placelen = rec[R_TASK_WORKER].nil ? 0 : rec[R_TASK_WORKER].bin.len;
-    size_t size = sizeof(sched_task) + (size_t)nargs * sizeof(sched_arg) + blob;
+    size_t size = sizeof(sched_task) + argbytes;
     if (placelen > 0)
         size = sched__place_at(size) + sizeof(uint64_t) + placelen + 1;
     sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
@@ -235,16 +236,12 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         return SPW_ENOMEM;
     }
     sched_task *t = sched__obj_task(out);
-    t->args = (sched_arg *)(t + 1);
-    uint8_t *bp = (uint8_t *)(t->args + nargs);
     if (placelen > 0) {
-        t->place = (char *)t +
-                   sched__place_at(sizeof *t + (size_t)nargs * sizeof(sched_arg) + blob) +
-                   sizeof(uint64_t);
-        memcpy(t->place, rec[R_TASK_WORKER].bin.ptr, placelen);
-        t->place[placelen] = '\0';
+        char *place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
+        memcpy(place, rec[R_TASK_WORKER].bin.ptr, placelen);
+        place[placelen] = '\0';
+        t->placed = 1;
     }
-    t->id = id;
     t->nargs = nargs;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u & ~PROTO_TASK_AHEAD; /* ours to set */
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
@@ -255,29 +252,32 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    out->producer = t;
-    t->out = out;
-    hold_for_graph(ss, out);
+    out->has_task = 1;
+    /* An output the client keeps needs no hold while its OUTPUT reference lasts: it gets one if
+     * that goes before the graph's last frame (sched__obj_maybe_free), so the session's building
+     * list holds only the outputs that would otherwise go, not one pointer per task. */
     if (t->flags & PROTO_TASK_KEEP)
         sched__session_ref(s, ss, out, REF_OUTPUT);
+    else
+        sched__graph_hold(ss, out);
 
     const char *bad = NULL;
     int bad_err = 0;
     char badbuf[256];
-    for (uint32_t i = 0; i < nargs; i++) {
+    sched_arg *sa = sched__task_args(t);
+    for (uint32_t i = 0; i < nargs; i++, sa = sched__arg_next(sa)) {
         const proto_val *a = PROTO_REC(args, i);
-        sched_arg *sa = &t->args[i];
-        sa->task = t;
         sa->kind = (uint8_t)a[R_ARG_KIND].u;
         if (sa->kind == PROTO_ARG_INLINE) {
             sa->inline_len = a[R_ARG_INLINE].bin.len;
-            memcpy(bp, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
-            sa->inline_data = bp;
-            bp += sa->inline_len;
+            memcpy((uint8_t *)sa + SCHED_ARG_INLINE_HDR, a[R_ARG_INLINE].bin.ptr, sa->inline_len);
             continue;
         }
-        sa->off = a[R_ARG_OFF].u;
-        sa->len = a[R_ARG_LEN].u;
+        sa->task_off = (uint32_t)((const char *)sa - (const char *)t);
+        if (sa->kind == PROTO_ARG_VIEW) {
+            sa->off = a[R_ARG_OFF].u;
+            sa->len = a[R_ARG_LEN].u;
+        }
         sa->id = a[R_ARG_OBJ].id;
         sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
         if (o == out) {
@@ -300,9 +300,10 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
-        if (o->producer != NULL && o->producer->depth + 1 > t->depth)
-            t->depth = (uint8_t)(o->producer->depth + 1 < SCHED_DEPTHS ? o->producer->depth + 1
-                                                                      : SCHED_DEPTHS - 1);
+        if (sched__obj_producer(o) != NULL && sched__obj_producer(o)->depth + 1 > t->depth)
+            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS
+                                     ? sched__obj_producer(o)->depth + 1
+                                     : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
         if (o->state == OBJ_PENDING) {
@@ -310,7 +311,9 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
             snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST ? "object lost" : (o->errmsg ? o->errmsg : "?"));
+                     o->state == OBJ_LOST               ? "object lost"
+                     : sched__obj_failure(s, o) != NULL ? sched__obj_failure(s, o)->msg
+                                                        : "?");
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
@@ -428,8 +431,9 @@ static bool worker_paused(const sched_worker *w)
 static sched_worker *home_worker(sched *s, const sched_task *t)
 {
     const sched_obj *best = NULL;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
         if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
             best = o;
     }
@@ -446,9 +450,10 @@ static bool worker_takes(const sched_worker *w, uint32_t depth)
 static uint64_t local_bytes(const sched_task *t, uint32_t id)
 {
     uint64_t local = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
-        if (o == NULL || o->inline_data != NULL)
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
+        if (o == NULL || o->has_inline)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++)
             if (o->locs[j] == id)
@@ -464,9 +469,10 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
 {
     sched_worker *best = NULL;
     uint64_t best_local = 0;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_obj *o = t->args[i].obj;
-        if (o == NULL || o->inline_data != NULL || o->size == 0)
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
+        if (o == NULL || o->has_inline || o->size == 0)
             continue;
         for (uint32_t j = 0; j < o->nlocs; j++) {
             sched_worker *w = sched__worker_by_id(s, o->locs[j]);
@@ -501,7 +507,7 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
-    if (t->place == NULL) {
+    if (!t->placed) {
         sched_worker *h = home_worker(s, t);
         if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
             !proto_conn_is_closing(h->conn))
@@ -520,7 +526,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
             proto_conn_is_closing(w->conn))
             continue;
-        if (t->place != NULL && strcmp(t->place, w->name) != 0)
+        if (t->placed && strcmp(sched__task_place(t), w->name) != 0)
             continue;
         uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
@@ -538,6 +544,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
 typedef struct warg_iter {
     sched *s;
     const sched_task *t;
+    const sched_arg *next; /* argument i (the encoder asks for them in order) */
     sched_locs locs;
 } warg_iter;
 
@@ -545,12 +552,15 @@ typedef struct warg_iter {
 static void put_warg(proto_enc *e, uint32_t i, void *arg)
 {
     warg_iter *it = arg;
-    const sched_arg *a = &it->t->args[i];
+    if (i == 0)
+        it->next = sched__task_args(it->t);
+    const sched_arg *a = it->next;
+    it->next = sched__arg_next(a);
     const sched_obj *o = a->obj;
     if (a->kind == PROTO_ARG_INLINE ||
-        (o != NULL && o->state != OBJ_PENDING && (o->inline_data != NULL || o->size == 0))) {
-        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? a->inline_data : o->inline_data;
-        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->inline_len;
+        (o != NULL && o->state != OBJ_PENDING && (o->has_inline || o->size == 0))) {
+        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? sched__arg_value(a) : sched__obj_inline(o);
+        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->size;
         if (a->kind == PROTO_ARG_VIEW) {
             p += a->off;
             len = a->len;
@@ -570,8 +580,8 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
 /* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
 static int check_inputs(const sched_task *t, char *err, size_t errlen)
 {
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
             continue;
         if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
@@ -592,7 +602,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
     /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
     int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = t->id,
+                             &(proto_run_rec){.id = sched__task_out(t)->id,
                                               .fn = t->fn->name,
                                               .args = {.n = t->nargs, .put = put_warg, .arg = &it},
                                               .flags = t->flags});
@@ -632,7 +642,7 @@ static bool graph_admits(const sched_graph *g, const sched_task *t)
 static bool place_expired(sched *s, sched_task *t)
 {
     for (uint32_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i]->name, t->place) == 0) {
+        if (strcmp(s->workers[i]->name, sched__task_place(t)) == 0) {
             *sched__place_missing(t) = 0;
             return false;
         }
@@ -643,9 +653,10 @@ static bool place_expired(sched *s, sched_task *t)
         now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
-    snprintf(msg, sizeof msg, "bound to worker '%s', and no worker of that name has been "
-                              "connected for %u ms",
-             t->place, s->opts.place_wait_ms);
+    snprintf(msg, sizeof msg,
+             "bound to worker '%s', and no worker of that name has been "
+             "connected for %u ms",
+             sched__task_place(t), s->opts.place_wait_ms);
     task_fail(s, t, SPW_ENOWORKER, msg);
     return true;
 }
@@ -683,7 +694,7 @@ static void dispatch(uv_idle_t *h)
             }
             sched_worker *w = pick_worker(s, t);
             if (w == NULL) {
-                if (t->place == NULL) {
+                if (!t->placed) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
                 }
@@ -735,17 +746,17 @@ void sched__kick(sched *s)
 /* Whether t may be sent ahead to w now. */
 static bool ahead_eligible(const sched_task *t, const sched_worker *w)
 {
-    if (t->state != T_WAITING || t->worker != NULL || t->place != NULL)
+    if (t->state != T_WAITING || t->worker != NULL || t->placed)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         const sched_obj *o = a->obj;
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         if (o == NULL)
             return false;
         if (a->waiting) {
-            const sched_task *p = o->producer;
+            const sched_task *p = sched__obj_producer(o);
             if (a->kind != PROTO_ARG_OBJ || p == NULL || p->worker != w || p->state == T_FAILED)
                 return false;
             continue;
@@ -753,7 +764,7 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
         if (o->state != OBJ_READY ||
             (a->kind == PROTO_ARG_VIEW && (a->off > o->size || a->len > o->size - a->off)))
             return false; /* a bad view fails in dispatch, with its message */
-        if (o->inline_data != NULL || o->size == 0)
+        if (o->has_inline || o->size == 0)
             continue;
         bool here = false;
         for (uint32_t j = 0; j < o->nlocs && !here; j++)
@@ -769,7 +780,7 @@ static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
     warg_iter it = {.s = s, .t = t};
     /* In the same TASK_RUNS frame as assign()'s: the worker reads its producer first. */
     int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = t->id,
+                             &(proto_run_rec){.id = sched__task_out(t)->id,
                                               .fn = t->fn->name,
                                               .args = {.n = t->nargs, .put = put_warg, .arg = &it},
                                               .flags = t->flags | PROTO_TASK_AHEAD});
@@ -789,10 +800,10 @@ static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
  * one more in w's store until the scheduler hears of it and releases its input. */
 static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int *visits)
 {
-    for (sched_arg *c = p->out->consumers; c != NULL; c = c->cnext) {
+    for (sched_arg *c = sched__task_out(p)->consumers; c != NULL; c = c->cnext) {
         if (w->ahead >= w->slots * SCHED_AHEAD_PER_SLOT || --*visits < 0)
             return;
-        sched_task *d = c->task;
+        sched_task *d = sched__arg_task(c);
         bool on = d->worker == w && d->state == T_WAITING;
         if (!on)
             on = ahead_eligible(d, w) && ahead_send(s, d, w);
@@ -804,7 +815,7 @@ static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int 
 /* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
 static void ahead_walk(sched *s, sched_task *p, sched_worker *w)
 {
-    if (p->out->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
+    if (sched__task_out(p)->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
         return;
     int visits = SCHED_AHEAD_VISITS;
     ahead_walk_from(s, p, w, &visits);
@@ -852,8 +863,8 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
     if (status == 0)
         proto_conn_error(w->conn, req, SPW_EPROTO,
                          "task=%s was sent ahead and reported done before its inputs were",
-                         spw_id_hex(t->id, hex));
-    sched__obj_maybe_free(s, t->out);
+                         spw_id_hex(sched__task_out(t)->id, hex));
+    sched__obj_maybe_free(s, sched__task_out(t));
 }
 
 /* A task ahead on a worker that is gone: back to waiting (it never ran: no retry counted), or,
@@ -861,7 +872,7 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
 static void ahead_lost(sched *s, sched_task *t)
 {
     worker_unlink(s, t);
-    sched__obj_maybe_free(s, t->out);
+    sched__obj_maybe_free(s, sched__task_out(t));
 }
 
 /* ------------------------------------------------------------- completion */
@@ -876,20 +887,21 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
 {
     if (t->retries >= s->opts.task_retries)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_obj *in = t->args[i].obj;
-        if (t->args[i].kind == PROTO_ARG_INLINE || in == NULL)
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        sched_obj *in = a->obj;
+        if (a->kind == PROTO_ARG_INLINE || in == NULL)
             continue;
         if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in, 0)))
             return false;
     }
     t->retries++;
     sched__task_set_state(s, t, T_WAITING);
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
-        if (a->kind != PROTO_ARG_INLINE && a->obj != NULL && a->obj->state == OBJ_PENDING &&
-            !a->waiting) {
-            a->waiting = 1;
+    sched_arg *wa = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, wa = sched__arg_next(wa)) {
+        if (wa->kind != PROTO_ARG_INLINE && wa->obj != NULL && wa->obj->state == OBJ_PENDING &&
+            !wa->waiting) {
+            wa->waiting = 1;
             t->ndeps++;
         }
     }
@@ -910,7 +922,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     spw_id id = f[F_DONE_ID].id;
     sched_obj *o = sched__obj_find(s, id);
-    sched_task *t = o != NULL ? o->producer : NULL;
+    sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
     if (t != NULL && t->worker == w && sched__task_ahead(t)) {
         ahead_answered(s, w, t, req, f);
         return;
@@ -981,12 +993,12 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
             return;
         }
-        o->inline_len = v->bin.len;
         if (v->bin.len > 0) {
-            o->inline_data = v->bin.len <= sizeof o->inline_small && o->errmsg == NULL
-                                 ? o->inline_small
-                                 : spw_malloc(SPW_MOD_SCHED, v->bin.len);
-            memcpy(o->inline_data, v->bin.ptr, v->bin.len);
+            uint8_t *dst = o->inline_small;
+            if (v->bin.len > sizeof o->inline_small)
+                dst = o->inline_heap = spw_malloc(SPW_MOD_SCHED, v->bin.len);
+            memcpy(dst, v->bin.ptr, v->bin.len);
+            o->has_inline = 1;
         }
     } else if (o->size > 0) {
         sched__obj_add_loc(s, o, w->id);
@@ -997,7 +1009,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         }
         if (o->refs[REF_TASK_ARG] > 0) {
             /* Produced, not yet consumed: counts against the graph's byte cap. */
-            o->live_graph = g;
+            o->live = 1;
             g->live_bytes += o->size;
             if (g->live_bytes > g->peak_live)
                 g->peak_live = g->live_bytes;
@@ -1005,7 +1017,8 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t now_ms = spw_wall_ms();
-    uint64_t lat_ms = now_ms > t->out->created_ms ? now_ms - t->out->created_ms : 0;
+    uint64_t created_ms = sched__obj_created_ms(o);
+    uint64_t lat_ms = now_ms > created_ms ? now_ms - created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
     int b = 0;
     while (b < PROTO_LATENCY_NBOUNDS && lat_ms > bounds[b])
@@ -1042,7 +1055,7 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
     const proto_val *ids = &m->f[F_STARTED_IDS];
     for (uint32_t i = 0; i < ids->arr.n; i++) {
         sched_obj *o = sched__obj_find(s, ids->arr.v[i].id);
-        sched_task *t = o != NULL ? o->producer : NULL;
+        sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
         if (t != NULL && t->worker == w && t->state == T_ASSIGNED)
             sched__task_set_state(s, t, T_RUNNING);
     }
@@ -1053,11 +1066,11 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
  * ready wait for it again. Returns whether it will be recomputed. */
 static bool lineage_recompute(sched *s, sched_obj *o, int depth)
 {
-    sched_task *t = o->producer;
+    sched_task *t = sched__obj_producer(o);
     if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
         return false;
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        const sched_arg *a = &t->args[i];
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->kind == PROTO_ARG_INLINE)
             continue;
         sched_obj *in = sched__obj_find(s, a->id);
@@ -1068,25 +1081,25 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     }
     t->retries++;
     t->args_released = 0;
-    t->place = NULL; /* its output is what matters now, not where it was made */
-    for (uint32_t i = 0; i < t->nargs; i++) {
-        sched_arg *a = &t->args[i];
-        if (a->kind == PROTO_ARG_INLINE)
+    t->placed = 0; /* its output is what matters now, not where it was made */
+    sched_arg *ra = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, ra = sched__arg_next(ra)) {
+        if (ra->kind == PROTO_ARG_INLINE)
             continue;
-        sched_obj *in = sched__obj_find(s, a->id);
-        a->obj = in;
+        sched_obj *in = sched__obj_find(s, ra->id);
+        ra->obj = in;
         sched__ref(s, in, REF_TASK_ARG);
-        DL_APPEND2(in->consumers, a, cprev, cnext);
-        a->linked = 1;
+        DL_APPEND2(in->consumers, ra, cprev, cnext);
+        ra->linked = 1;
         if (in->state == OBJ_PENDING) {
-            a->waiting = 1;
+            ra->waiting = 1;
             t->ndeps++;
         }
     }
     o->state = OBJ_PENDING;
     /* Consumers that counted on it wait again. */
     for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
-        sched_task *ct = c->task;
+        sched_task *ct = sched__arg_task(c);
         if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
             continue;
         if (ct->state == T_READY) {
@@ -1126,10 +1139,11 @@ void sched__worker_lost(sched *s, sched_worker *w)
             task_fail(s, t, SPW_EWORKERLOST, msg);
             continue;
         }
-        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost", spw_id_hex(t->id, hex),
-                w->addr);
+        spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost",
+                spw_id_hex(sched__task_out(t)->id, hex), w->addr);
         ready_push(s, t);
-        sched__obj_maybe_free(s, t->out); /* an orphan (nobody wants it) is dropped, not rerun */
+        sched__obj_maybe_free(
+            s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
      * producing task can run again (lineage). Ids first: handling one may free others. */
@@ -1153,7 +1167,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
         }
         uint32_t before = o->nlocs;
         sched__obj_drop_loc(s, o, w->id);
-        if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && o->inline_data == NULL) {
+        if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && !o->has_inline) {
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
             sched__live_uncount(s, o); /* counted again if it is made again */

@@ -239,13 +239,14 @@ typedef struct tspec {
     uint32_t flags;
 } tspec;
 
-static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes,
-                   const tspec *ts, uint32_t n)
+/* One SUBMIT frame of graph; the last one of it if end. */
+static void submit_frame(peer *c, uint64_t graph, bool end, uint64_t max_tasks, uint64_t max_bytes,
+                         const tspec *ts, uint32_t n)
 {
     proto_enc en;
     proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
     proto_put_u(&en, graph);
-    proto_put_u(&en, PROTO_SUBMIT_END);
+    proto_put_u(&en, end ? PROTO_SUBMIT_END : 0);
     proto_put_u(&en, max_tasks);
     proto_put_u(&en, max_bytes);
     proto_put_arr(&en, n);
@@ -277,6 +278,12 @@ static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_byt
     }
     proto_put_str(&en, "test_sched.c:2");
     assert_int_equal(proto_conn_send(c->conn, &en), 0);
+}
+
+static void submit(peer *c, uint64_t graph, uint64_t max_tasks, uint64_t max_bytes, const tspec *ts,
+                   uint32_t n)
+{
+    submit_frame(c, graph, true, max_tasks, max_bytes, ts, n);
 }
 
 static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
@@ -326,7 +333,7 @@ static sched_obj *obj(env *e, uint64_t id)
 static int tstate(env *e, uint64_t id)
 {
     sched_obj *o = obj(e, id);
-    return o != NULL && o->producer != NULL ? o->producer->state : -1;
+    return o != NULL && sched__obj_producer(o) != NULL ? sched__obj_producer(o)->state : -1;
 }
 
 /* ---------------------------------------------------------------- fixture */
@@ -481,7 +488,7 @@ static void task_moves_through_its_states(void **state)
     assert_int_equal(e->s->tstate[T_ASSIGNED], 1);
     assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 1);
     assert_int_equal(e->s->workers[0]->assigned, 1);
-    assert_int_equal(obj(e, 1)->producer->graph->inflight, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->graph->inflight, 1);
 
     uint64_t ids[] = {1};
     send_ids(w, PROTO_TASK_STARTED, ids, 1);
@@ -519,7 +526,7 @@ static void input_is_released_after_its_consumer(void **state)
     submit(c, 1, 0, 0, ts, 2);
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)));
     assert_int_equal(tstate(e, 2), T_WAITING); /* sent ahead, but waiting all the same */
-    assert_int_equal(obj(e, 2)->producer->ndeps, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->ndeps, 1);
     assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
     assert_int_equal(obj(e, 1)->refs[REF_OUTPUT], 0);
     assert_int_equal(obj(e, 2)->refs[REF_OUTPUT], 1);
@@ -530,7 +537,7 @@ static void input_is_released_after_its_consumer(void **state)
     assert_non_null(a);
     assert_int_equal(a->nlocs, 1);
     assert_int_equal(a->locs[0], w->session);
-    sched_graph *g = obj(e, 2)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 2))->graph;
     assert_int_equal(g->live_bytes, 1000);
 
     done(w, 2, 0, 8, true);
@@ -539,6 +546,37 @@ static void input_is_released_after_its_consumer(void **state)
     assert_int_equal(g->live_bytes, 0);
     assert_int_equal(e->s->refs[REF_TASK_ARG], 0);
     assert_int_equal(g->counts[T_DONE], 2);
+}
+
+/* A kept output is not on its session's building list (its OUTPUT reference holds it), but if
+ * the client releases it before the graph's last frame, the graph holds it from then on, so a
+ * task of a later frame may still consume it. */
+static void kept_output_released_mid_graph_is_held_for_it(void **state)
+{
+    env *e = *state;
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t1 = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit_frame(c, 1, false, 0, 0, &t1, 1);
+    STEP_UNTIL(e, obj(e, 1) != NULL);
+    sched_session *ss = e->s->sessions;
+    assert_int_equal(ss->nbuilding, 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 0);
+    uint64_t ids[] = {1};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 1)->refs[REF_OUTPUT] == 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 1);
+    assert_int_equal(ss->nbuilding, 1);
+    tspec t2 = {.id = 2, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP};
+    submit_frame(c, 1, true, 0, 0, &t2, 1);
+    STEP_UNTIL(e, count(c, PROTO_SUBMIT_ACK) == 1);
+    assert_int_equal(count(c, PROTO_ERROR), 0);
+    assert_int_equal(obj(e, 1)->graph_hold, 0);
+    assert_int_equal(obj(e, 1)->refs[REF_TASK_ARG], 1);
+    assert_int_equal(ss->nbuilding, 0);
+    /* Releasing the consumer frees both (neither ran). */
+    uint64_t ids2[] = {2};
+    send_ids(c, PROTO_RELEASE, ids2, 1);
+    STEP_UNTIL(e, obj(e, 2) == NULL && obj(e, 1) == NULL);
 }
 
 /* A failed input fails its consumer, whose client hears why. */
@@ -576,7 +614,7 @@ static void graph_task_cap_holds_back(void **state)
     settle(e);
     assert_int_equal(count(w, PROTO_TASK_RUN), 2);
     assert_int_equal(e->s->tstate[T_READY], 2);
-    sched_graph *g = obj(e, 1)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 1))->graph;
     assert_int_equal(g->inflight, 2);
     done(w, nth_run(w, 0), 0, 1, true);
     STEP_UNTIL(e, count(w, PROTO_TASK_RUN) == 3);
@@ -609,7 +647,7 @@ static void graph_byte_cap_holds_back_sources(void **state)
     STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(4)));
     done(w, 4, 0, 8, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
-    assert_int_equal(obj(e, 4)->producer->graph->live_bytes, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 4))->graph->live_bytes, 0);
 }
 
 /* Tasks go to the worker that holds their input. */
@@ -630,7 +668,7 @@ static void task_placed_where_its_input_is(void **state)
     submit(c, 2, 0, 0, b, 2);
     STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(2)) && got(w1, PROTO_TASK_RUN, tid(3)));
     assert_int_equal(count(w2, PROTO_TASK_RUN), 0);
-    assert_ptr_equal(obj(e, 2)->producer->worker, e->s->workers[0]);
+    assert_ptr_equal(sched__obj_producer(obj(e, 2))->worker, e->s->workers[0]);
 }
 
 /* Independent tasks go to the least loaded workers (the load heap, workers.c): three 1-slot
@@ -747,11 +785,11 @@ static void worker_death_requeues_and_recomputes(void **state)
     peer_close(e, w1);
     /* Task 2 was assigned there: retried; task 1's output was only there: recomputed. */
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
-    assert_int_equal(obj(e, 1)->producer->retries, 1);
-    assert_int_equal(obj(e, 2)->producer->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 1);
     assert_int_equal(obj(e, 1)->nlocs, 0);
     assert_int_equal(tstate(e, 3), T_WAITING);
-    assert_int_equal(obj(e, 3)->producer->ndeps, 2);
+    assert_int_equal(sched__obj_producer(obj(e, 3))->ndeps, 2);
     done(w2, 1, 0, 2000, false);
     done(w2, 2, 0, 2000, false);
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(3)));
@@ -826,11 +864,11 @@ static void ahead_chain_goes_with_its_producer(void **state)
     assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
     assert_int_equal(runs(home, 2, &flags), 1);
     assert_int_equal(flags & PROTO_TASK_AHEAD, PROTO_TASK_AHEAD);
-    sched_worker *sw = obj(e, 1)->producer->worker;
+    sched_worker *sw = sched__obj_producer(obj(e, 1))->worker;
     assert_int_equal(sw->assigned, 1);
     assert_int_equal(sw->ahead, 1);
     assert_int_equal(tstate(e, 2), T_WAITING);
-    sched_graph *g = obj(e, 1)->producer->graph;
+    sched_graph *g = sched__obj_producer(obj(e, 1))->graph;
     assert_int_equal(g->inflight, 2);
     assert_int_equal(g->counts[T_WAITING], 3);
 
@@ -897,7 +935,7 @@ static void ahead_failing_producer_fails_its_dependents(void **state)
     STEP_UNTIL(e, sw->ahead == 0 && obj(e, 2) == NULL);
     assert_int_equal(count(w, PROTO_TASK_RUN), 2);
     assert_int_equal(count(c, PROTO_TASK_RESULT), 1);
-    assert_int_equal(obj(e, 3)->producer->graph->inflight, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 3))->graph->inflight, 0);
 }
 
 /* The worker answers SPW_EAHEAD when a dependent arrives after its producer's inline result
@@ -910,7 +948,7 @@ static void ahead_dropped_dependent_is_dispatched_again(void **state)
     uint64_t flags = 0;
     runs(w, 2, &flags);
     assert_int_equal(flags & PROTO_TASK_AHEAD, 0);
-    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 0);
     assert_false(got(c, PROTO_TASK_RESULT, tid(2)));
     done(w, 2, 0, 8, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)));
@@ -946,8 +984,8 @@ static void ahead_worker_death_retries_both(void **state)
     peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
     peer_close(e, w1);
     STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2)));
-    assert_int_equal(obj(e, 1)->producer->retries, 1);
-    assert_int_equal(obj(e, 2)->producer->retries, 0);
+    assert_int_equal(sched__obj_producer(obj(e, 1))->retries, 1);
+    assert_int_equal(sched__obj_producer(obj(e, 2))->retries, 0);
     assert_int_equal(tstate(e, 2), T_WAITING);
     done(w2, 1, 0, 8, true);
     done(w2, 2, 0, 8, true);
@@ -1067,6 +1105,7 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(lone_result_goes_out_in_the_same_iteration, setup, teardown),
     cmocka_unit_test_setup_teardown(input_is_released_after_its_consumer, setup, teardown),
+    cmocka_unit_test_setup_teardown(kept_output_released_mid_graph_is_held_for_it, setup, teardown),
     cmocka_unit_test_setup_teardown(failure_propagates_to_consumers, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
