@@ -532,7 +532,6 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
-    t->sent_ns = spw_now_ns();
     if (ex->tail != NULL)
         ex->tail->next = t;
     else
@@ -548,8 +547,15 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 void wrk__dispatch(wrk *w)
 {
     /* Short tasks are queued deeply so an executor never waits for a round trip; long ones go
-     * one at a time so no executor hoards work another could start. */
-    uint32_t limit = w->ewma_us > 0 && w->ewma_us < 1000.0 ? 64 : 1;
+     * one at a time so no executor hoards work another could start. Tiny ones go up to
+     * WRK_EXEC_DEPTH_MAX deep (about WRK_EXEC_QUEUE_US of work): an executor then takes a
+     * scheduler's whole batch in one read and answers it in one write, rather than waking
+     * once for every 64. */
+    uint32_t limit = 1;
+    if (w->ewma_us > 0 && w->ewma_us < 1000.0) {
+        double d = WRK_EXEC_QUEUE_US / w->ewma_us;
+        limit = d >= WRK_EXEC_DEPTH_MAX ? WRK_EXEC_DEPTH_MAX : d > 64 ? (uint32_t)d : 64;
+    }
     while (w->ready_head != NULL && !w->closing) {
         wrk_exec *best = NULL;
         for (uint32_t i = 0; i < w->nexec; i++) {

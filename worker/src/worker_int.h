@@ -30,6 +30,11 @@
 #define WRK_KEPT_N 16
 #define WRK_KEPT_MAX 64
 
+/* Tasks queued on one executor at most (wrk__dispatch): 64 for short tasks (under 1 ms), up
+ * to WRK_EXEC_DEPTH_MAX for tiny ones, as many as make WRK_EXEC_QUEUE_US of work. */
+#define WRK_EXEC_DEPTH_MAX 256
+#define WRK_EXEC_QUEUE_US 2000.0
+
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
 typedef struct wfetch wfetch;
@@ -70,7 +75,6 @@ struct wtask {
     char *fail_msg;
     ost_obj *out;         /* output object allocated for the executor */
     wrk_exec *ex;
-    uint64_t sent_ns;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
     uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
