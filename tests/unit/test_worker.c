@@ -6,6 +6,7 @@
  * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
  * tables after every step.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +494,55 @@ static void worker_cancels_a_task_waiting_ahead(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+static const wtask *task_of(const env *e, uint64_t id)
+{
+    spw_id k = tid(id);
+    const wtask *t;
+    HASH_FIND(hh, e->w->tasks, &k, sizeof k, t);
+    return t;
+}
+
+/* A task sent ahead whose producer is already on an executor goes to that executor at once,
+ * behind it, and runs there on the output the executor kept (PROTO_ARG_PREV): no round trip
+ * through the worker. If that executor dies first, its replacement has no such output and
+ * answers SPW_EAHEAD; the worker takes the task in again, and with its producer failed here
+ * answers it SPW_EAHEAD, after the producer. */
+static void worker_queues_a_chain_behind_its_producer(void **state)
+{
+    env *e = *state;
+    task_run(e, 9, "inc", true, 1); /* a short task first: tasks then queue on the executor */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 9) != NULL);
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    task_run_ahead(e, 2, "len", 1);
+    STEP_UNTIL(e, task_of(e, 2) != NULL && task_of(e, 2)->state == WT_SENT);
+    assert_int_equal(task_of(e, 2)->prev, 1);
+    assert_ptr_equal(task_of(e, 2)->ex, task_of(e, 1)->ex);
+    assert_null(e->w->ahead);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    assert_int_equal(done_u64(e, 2), 0); /* len of wait_file's empty result */
+    assert_int_equal(unlink(path), 0);
+
+    task_run_wait(e, 3, path);
+    task_run_ahead(e, 4, "len", 3);
+    STEP_UNTIL(e, task_of(e, 4) != NULL && task_of(e, 4)->state == WT_SENT);
+    assert_int_equal(task_of(e, 4)->prev, 1);
+    assert_int_equal(kill(task_of(e, 3)->ex->pid, SIGKILL), 0);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 4) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, SPW_EEXECCRASH);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 4)->status, SPW_EAHEAD);
+    assert_true(find(e, PROTO_TASK_DONE, 3) < find(e, PROTO_TASK_DONE, 4));
+    assert_null(e->w->ahead);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -502,6 +552,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_chain_sent_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)

@@ -36,6 +36,10 @@
 
 #define EXEC_SOCK_FD 3
 #define EXEC_ARENA_FD 4
+/* Inline outputs kept for tasks queued behind their producer (PROTO_ARG_PREV, README "Chains on
+ * one executor"). The worker sends such a task right behind its producer, so a few suffice; a
+ * task that misses is answered SPW_EAHEAD and the worker gets its input itself. */
+#define EXEC_KEPT_N 16
 
 typedef struct fn_entry {
     const char *name;
@@ -61,6 +65,13 @@ typedef struct executor {
     uint64_t next_req;
     uint64_t mem_limit; /* bytes a task may use (0 = none) */
     fn_entry *last_fn;  /* the function the last task ran: a burst names one over and over */
+    struct {
+        spw_id id;
+        uint8_t *v; /* heap, len bytes; NULL for an empty output */
+        uint64_t len;
+        bool used;
+    } kept[EXEC_KEPT_N]; /* the last EXEC_KEPT_N inline outputs, a ring: PROTO_ARG_PREV */
+    uint32_t kept_next;
     uint64_t clock_ns;  /* when the task about to run starts: the end of the one before it in
                            the batch, so a task costs one clock read, not two */
     bool gone;          /* the worker closed the socket or a write to it failed */
@@ -266,6 +277,30 @@ static void send_done(executor *ex, const exec_task *t, int status, uint64_t run
         proto_batch_end(&ex->done, UINT32_MAX);
 }
 
+/* Keeps task id's inline output v (heap, len bytes; the ring takes it) for tasks queued behind
+ * it, in place of the oldest kept. */
+static void kept_put(executor *ex, spw_id id, uint8_t *v, uint64_t len)
+{
+    uint32_t k = ex->kept_next++ % EXEC_KEPT_N;
+    free(ex->kept[k].v);
+    ex->kept[k].id = id;
+    ex->kept[k].v = v;
+    ex->kept[k].len = v != NULL ? len : 0;
+    ex->kept[k].used = true;
+}
+
+static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t *len)
+{
+    for (uint32_t k = 0; k < EXEC_KEPT_N; k++) {
+        if (ex->kept[k].used && spw_id_eq(ex->kept[k].id, id)) {
+            *v = ex->kept[k].v;
+            *len = ex->kept[k].len;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One task: the fields of an EXEC, or a record of an EXECS. A malformed record (rec[0].bad) is
  * answered as a failed task when its id is readable; without one the worker would wait on it
  * forever, so the executor stops (the worker restarts it and requeues its tasks). */
@@ -299,7 +334,19 @@ static void run_exec(executor *ex, const proto_val *rec)
     }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
         const proto_val *a = PROTO_REC(args, i);
-        if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
+        if (a[R_EARG_KIND].u == PROTO_ARG_PREV) {
+            const uint8_t *v;
+            uint64_t len;
+            if (a[R_EARG_INLINE].nil || a[R_EARG_INLINE].bin.len != 16 ||
+                !kept_find(ex, spw_id_from_bytes(a[R_EARG_INLINE].bin.ptr), &v, &len)) {
+                status = SPW_EAHEAD;
+                snprintf(t.err, sizeof t.err, "argument %u: its producer's output is not kept in "
+                                              "this executor", i);
+                break;
+            }
+            targs[i].data = len ? v : NULL;
+            targs[i].len = len;
+        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
             targs[i].data = a[R_EARG_INLINE].bin.len ? a[R_EARG_INLINE].bin.ptr : NULL;
             targs[i].len = a[R_EARG_INLINE].bin.len;
         } else {
@@ -364,7 +411,10 @@ static void run_exec(executor *ex, const proto_val *rec)
     send_done(ex, &t, status, run_us);
     if (t.mapped != NULL)
         munmap(t.mapped, t.mapped_len);
-    free(t.inline_out);
+    if (status == 0 && t.mapped == NULL)
+        kept_put(ex, t.id, t.inline_out, t.out_size); /* takes it (NULL: an empty output) */
+    else
+        free(t.inline_out);
 }
 
 static void register_fns(executor *ex, const spw_plugin *p)
@@ -534,6 +584,8 @@ out:;
     }
     for (uint32_t i = 0; i < ex.nplugins; i++)
         dlclose(ex.plugins[i]);
+    for (uint32_t k = 0; k < EXEC_KEPT_N; k++)
+        free(ex.kept[k].v);
     spw_buf_release(&ex.in);
     spw_buf_release(&ex.out);
     spw_buf_release(&ex.backlog);

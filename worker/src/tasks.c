@@ -310,8 +310,8 @@ static int ahead_intake(wrk *w, wtask *t)
     char hex[33], msg[128];
     for (uint32_t i = 0; i < t->nargs; i++) {
         warg *a = &t->args[i];
-        if (a->kind == PROTO_ARG_INLINE)
-            continue;
+        if (a->kind == PROTO_ARG_INLINE || a->pinned)
+            continue; /* pinned: got already (prev_fallback takes a task in again) */
         ost_obj *o = ost_obj_find(w->store, a->id);
         if (o != NULL && ost_obj_state(o) == OST_SEALED) {
             if (a->kind == PROTO_ARG_OBJ) /* made since it was sent: its size was unknown */
@@ -337,6 +337,115 @@ static int ahead_intake(wrk *w, wtask *t)
     if (t->local > 0)
         DL_APPEND2(w->ahead, t, aprev, anext);
     return 0;
+}
+
+/* Chains on one executor. A task sent ahead whose every missing input is the output of tasks
+ * already sent to one executor goes to that executor at once, queued behind them, each such
+ * argument as PROTO_ARG_PREV: the executor runs it on the output it kept from its producer, so a
+ * chain's hop costs no round trip through the worker. An executor that does not have the output
+ * (the producer failed, its output went to the store, or the task was requeued to another
+ * executor) answers SPW_EAHEAD without running it, and prev_fallback takes the task in again
+ * the usual way. Both ends are this binary (the worker starts its executors), so the kind needs
+ * no negotiation. */
+
+/* Tasks an executor may have queued: 64 deep for short ones, up to WRK_EXEC_DEPTH_MAX for tiny
+ * ones, one at a time for long ones (wrk__dispatch). */
+static uint32_t exec_depth(const wrk *w)
+{
+    if (w->ewma_us <= 0 || w->ewma_us >= 1000.0)
+        return 1;
+    double d = WRK_EXEC_QUEUE_US / w->ewma_us;
+    return d >= WRK_EXEC_DEPTH_MAX ? WRK_EXEC_DEPTH_MAX : d > 64 ? (uint32_t)d : 64;
+}
+
+/* Whether ex takes new tasks now, up to limit queued. */
+static bool exec_open(const wrk *w, const wrk_exec *ex, uint32_t limit)
+{
+    return ex->conn != NULL && ex->inflight < limit && !ex->recycle &&
+           (w->opts.exec_max_tasks == 0 || ex->tasks_sent < w->opts.exec_max_tasks);
+}
+
+static void exec_send(wrk *w, wrk_exec *ex, wtask *t);
+
+/* The executor that all of d's missing inputs are being made on, or NULL. */
+static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
+{
+    if (d->missing != d->local || d->fail_status != 0)
+        return NULL; /* other inputs still to come */
+    wrk_exec *ex = NULL;
+    for (uint32_t i = 0; i < d->nargs; i++) {
+        const warg *a = &d->args[i];
+        if (!a->local)
+            continue;
+        wtask *p;
+        HASH_FIND(hh, w->tasks, &a->id, sizeof a->id, p);
+        if (p == NULL || p->state != WT_SENT || p->gen != d->gen || (ex != NULL && p->ex != ex))
+            return NULL;
+        ex = p->ex;
+    }
+    return ex;
+}
+
+/* Sends each task sent ahead that can run on its producers' executor there now. */
+static void ahead_chain(wrk *w)
+{
+    uint32_t limit = exec_depth(w);
+    bool again = true;
+    while (again && !w->closing) {
+        again = false;
+        for (wtask *d = w->ahead; d != NULL; d = d->anext) {
+            wrk_exec *ex = ahead_chain_exec(w, d);
+            if (ex == NULL || !exec_open(w, ex, limit))
+                continue;
+            for (uint32_t i = 0; i < d->nargs; i++) {
+                if (!d->args[i].local)
+                    continue;
+                d->args[i].local = 0;
+                d->args[i].prev = 1;
+                d->prev++;
+            }
+            DL_DELETE2(w->ahead, d, aprev, anext);
+            d->local = 0;
+            d->missing = 0;
+            exec_send(w, ex, d);
+            again = true; /* the list changed under the walk: from the top */
+            break;
+        }
+    }
+}
+
+/* The executor answered t SPW_EAHEAD: it did not have a PROTO_ARG_PREV input. Its producers
+ * have ended (they were before it in the executor's queue) or were requeued: t is taken in
+ * again as a task sent ahead, its inputs from the store, the kept small results or producers
+ * still here, or it is answered SPW_EAHEAD as one whose input is gone. */
+static void prev_fallback(wrk *w, wtask *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->nargs; i++)
+        n += t->args[i].prev;
+    t->prev = 0;
+    t->state = WT_INPUTS;
+    t->ex = NULL;
+    t->next = NULL;
+    t->missing = n;
+    if (ahead_intake(w, t) != 0)
+        return; /* answered */
+    t->missing++; /* the gets below may complete at once */
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        warg *a = &t->args[i];
+        if (!a->prev)
+            continue;
+        a->prev = 0;
+        if (a->kind == PROTO_ARG_INLINE || a->local)
+            continue; /* a kept result, or its producer is here again */
+        input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (input_req){w, t->id, i};
+        ost_obj_get_async(w->store, ost_obj_find(w->store, a->id), input_done, r);
+    }
+    if (--t->missing == 0) {
+        t->missing = 1;
+        wrk__input_ready(w, t, 0, 0, NULL);
+    }
 }
 
 /* A task sent ahead stops waiting for its producers here (it was cancelled): each such argument
@@ -489,6 +598,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     if (t->missing == 0) {
         t->missing = 1;
         wrk__input_ready(w, t, 0, 0, NULL);
+    } else if (w->ahead != NULL) {
+        ahead_chain(w); /* it may go behind its producers now */
     }
 }
 
@@ -510,7 +621,11 @@ void wrk__task_runs(wrk *w, const proto_msg *m)
 static void put_earg(proto_enc *e, uint32_t i, void *arg)
 {
     const warg *a = &((const wtask *)arg)->args[i];
-    if (a->kind == PROTO_ARG_INLINE)
+    if (a->prev) {
+        uint8_t idb[16];
+        spw_id_to_bytes(a->id, idb);
+        proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_PREV, .value = {idb, 16}});
+    } else if (a->kind == PROTO_ARG_INLINE)
         proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_INLINE,
                                                 .value = {a->inline_data != NULL ? a->inline_data
                                                                                  : (const void *)"",
@@ -551,17 +666,12 @@ void wrk__dispatch(wrk *w)
      * WRK_EXEC_DEPTH_MAX deep (about WRK_EXEC_QUEUE_US of work): an executor then takes a
      * scheduler's whole batch in one read and answers it in one write, rather than waking
      * once for every 64. */
-    uint32_t limit = 1;
-    if (w->ewma_us > 0 && w->ewma_us < 1000.0) {
-        double d = WRK_EXEC_QUEUE_US / w->ewma_us;
-        limit = d >= WRK_EXEC_DEPTH_MAX ? WRK_EXEC_DEPTH_MAX : d > 64 ? (uint32_t)d : 64;
-    }
+    uint32_t limit = exec_depth(w);
     while (w->ready_head != NULL && !w->closing) {
         wrk_exec *best = NULL;
         for (uint32_t i = 0; i < w->nexec; i++) {
             wrk_exec *ex = &w->execs[i];
-            if (ex->conn == NULL || ex->inflight >= limit || ex->recycle ||
-                (w->opts.exec_max_tasks != 0 && ex->tasks_sent >= w->opts.exec_max_tasks))
+            if (!exec_open(w, ex, limit))
                 continue;
             if (best == NULL || ex->inflight < best->inflight)
                 best = ex;
@@ -574,6 +684,8 @@ void wrk__dispatch(wrk *w)
             w->ready_tail = NULL;
         exec_send(w, best, t);
     }
+    if (w->ahead != NULL)
+        ahead_chain(w);
     wrk__check(w);
 }
 
@@ -690,8 +802,15 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
         wrk__dispatch(w);
         return;
     }
-    w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     int status = (int)f[F_DONE_STATUS].i;
+    if (status == SPW_EAHEAD && t->prev > 0 && !f[F_DONE_ID].bad) {
+        prev_fallback(w, t); /* it did not run */
+        if (ex->inflight == 0)
+            exec_check(w, ex, false);
+        wrk__dispatch(w);
+        return;
+    }
+    w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     uint64_t size = f[F_DONE_SIZE].u;
     char err[PROTO_MAX_STR + 1];
     proto_str(&f[F_DONE_ERR], err, sizeof err);

@@ -46,6 +46,8 @@ typedef struct warg {
     uint8_t local;        /* waits for the output of the task of that id here (sent ahead) */
     uint8_t owned;        /* inline_data is a copy of such a task's inline result: freed with
                              the task */
+    uint8_t prev;         /* sent to the executor as the output of its producer, queued before
+                             it there (PROTO_ARG_PREV): the executor keeps that output */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
     spw_id id;
@@ -79,6 +81,7 @@ struct wtask {
     uint32_t gen;         /* w->gen when the scheduler sent it */
     uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
     uint32_t local;       /* arguments with local set: on w->ahead while there are any */
+    uint32_t prev;        /* arguments with prev set (only while sent to an executor) */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
 };
