@@ -391,6 +391,19 @@ static void rd_skip(rd *r)
 
 static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
 
+/* A big-endian 64-bit value at p (unaligned). */
+static inline uint64_t be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#elif !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    v = be_read(p, 8);
+#endif
+    return v;
+}
+
 static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val *v)
 {
     switch (kind) {
@@ -420,7 +433,8 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
         if (o->t != MO_BIN || o->u < fd->min || o->u > fd->max)
             return SPW_EMALFORMED;
         if (kind == PF_ID) {
-            v->id = spw_id_from_bytes(o->ptr);
+            v->id.hi = be64(o->ptr); /* spw_id_from_bytes, inline: ids are in every record */
+            v->id.lo = be64(o->ptr + 8);
         } else {
             v->bin.ptr = o->ptr;
             v->bin.len = (uint32_t)o->u;
