@@ -58,7 +58,10 @@ static void task_free(wrk *w, wtask *t)
     }
     HASH_DEL(w->tasks, t);
     spw_free(t->fail_msg);
-    spw_free(t);
+    if (t->slab)
+        spw_slab_free(&w->task_slab, t);
+    else
+        spw_free(t);
 }
 
 /* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
@@ -503,15 +506,20 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         if (!a[R_WARG_INLINE].nil)
             blob += a[R_WARG_INLINE].bin.len;
     }
-    t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
+    size_t need = sizeof *t + nargs * sizeof(warg) + blob;
+    bool slab = need <= WRK_TASK_REC;
+    t = slab ? spw_slab_alloc(&w->task_slab) : spw_try_malloc(SPW_MOD_WORKER, need);
     if (t == NULL) {
         proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory", spw_id_hex(id, hex));
         return;
     }
-    memset(t, 0, sizeof *t);
+    if (!slab) { /* a slab record comes zeroed */
+        memset(t, 0, sizeof *t);
+        memset(t + 1, 0, nargs * sizeof(warg));
+    }
+    t->slab = slab;
     t->id = id;
     t->args = (warg *)(t + 1);
-    memset(t->args, 0, nargs * sizeof(warg));
     t->nargs = nargs;
     t->flags = (uint32_t)f[F_RUN_FLAGS].u;
     t->state = WT_INPUTS;
@@ -1164,6 +1172,7 @@ void wrk__tasks_free_all(wrk *w)
     w->ready_head = w->ready_tail = NULL;
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+    spw_slab_trim(&w->task_slab);
     w->ahead = NULL;
     spw_free(w->started);
     w->started = NULL;

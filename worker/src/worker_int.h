@@ -5,6 +5,7 @@
 #include <uthash.h>
 
 #include "spillway/conn.h"
+#include "spillway/slab.h"
 #include "spillway/task.h"
 #include "spillway/worker.h"
 
@@ -82,6 +83,7 @@ struct wtask {
     uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
     uint32_t local;       /* arguments with local set: on w->ahead while there are any */
     uint32_t prev;        /* arguments with prev set (only while sent to an executor) */
+    bool slab;            /* from w->task_slab (else spw_malloc) */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
 };
@@ -223,6 +225,7 @@ struct wrk {
     wrk_exec *execs;
     uint32_t nexec;
     wtask *tasks;          /* by id */
+    spw_slab task_slab;    /* tasks of at most WRK_TASK_REC bytes (task_run_rec) */
     wtask *ready_head, *ready_tail;
     wtask *ahead;          /* tasks sent ahead, waiting for outputs of tasks here (tasks.c) */
     struct {
@@ -267,6 +270,11 @@ struct wrk {
     uint32_t nstarted_live; /* entries not struck out */
     uv_timer_t started_timer;
 };
+
+/* A task with at most one argument and 64 bytes of inline arguments (a noop, a chain's hop)
+ * comes from the worker's slab: a burst costs no malloc per task. */
+#define WRK_TASK_REC (sizeof(wtask) + sizeof(warg) + 64)
+_Static_assert(WRK_TASK_REC <= SPW_SLAB_MAX, "a task record fits a slab");
 
 /* worker.c */
 /* Tells the scheduler an object is stored here (OBJ_ADDED), if it is connected. */
