@@ -39,6 +39,7 @@ typedef struct env {
     int ready_status;
     rx log[256];
     uint32_t n;
+    uint32_t dones_frames; /* TASK_DONES frames received */
 } env;
 
 static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
@@ -80,6 +81,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     if (m->type == PROTO_HEARTBEAT)
         return;
     if (m->type == PROTO_TASK_DONES) {
+        e->dones_frames++;
         for (uint32_t i = 0; i < m->f[F_DONES_RECS].arr.n; i++)
             log_rx(e, PROTO_TASK_DONE, PROTO_REC(&m->f[F_DONES_RECS], i));
         return;
@@ -494,6 +496,32 @@ static void worker_cancels_a_task_waiting_ahead(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* A burst of tiny tasks in one TASK_RUNS goes to the executor in one EXECS frame (tiny tasks
+ * queue up to WRK_EXEC_DEPTH_MAX deep), which the executor answers in one EXEC_DONES write, and
+ * the worker in one TASK_DONES frame: one wake-up of each for the whole burst (at most two, if
+ * a read splits the answer), where 64 at a time took three rounds for 150 tasks. */
+static void worker_runs_a_burst_in_one_executor_batch(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "noop", true, 0); /* its run time makes the worker queue tiny tasks deep */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    enum { BURST = 150 };
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUNS, 0, 1);
+    proto_put_arr(&en, BURST);
+    for (uint64_t i = 0; i < BURST; i++) {
+        proto_put_arr(&en, 4);
+        put_run_fields(&en, 100 + i, "noop", true, i);
+    }
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    uint32_t frames0 = e->dones_frames;
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 100 + BURST - 1) != NULL);
+    for (uint64_t i = 0; i < BURST; i++)
+        assert_int_equal(find(e, PROTO_TASK_DONE, 100 + i)->status, 0);
+    assert_true(e->dones_frames - frames0 <= 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 static const wtask *task_of(const env *e, uint64_t id)
 {
     spw_id k = tid(id);
@@ -554,6 +582,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)
