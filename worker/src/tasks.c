@@ -29,6 +29,20 @@ static void respawn_cb(uv_timer_t *t);
 
 /* ------------------------------------------------------------ completion */
 
+/* Takes t's start notice, if one is waiting, off the next TASK_STARTED frame. */
+static void started_strike(wrk *w, wtask *t)
+{
+    if (t->started_slot == 0)
+        return;
+    w->started[t->started_slot - 1] = NULL;
+    t->started_slot = 0;
+    if (--w->nstarted_live == 0) {
+        w->nstarted = 0; /* nothing left to tell */
+        if (!w->closing)
+            uv_timer_stop(&w->started_timer);
+    }
+}
+
 static void task_free(wrk *w, wtask *t)
 {
     for (uint32_t i = 0; i < t->nargs; i++) {
@@ -48,14 +62,7 @@ static void task_free(wrk *w, wtask *t)
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
     }
-    if (t->started_slot != 0) {
-        w->started[t->started_slot - 1] = NULL; /* its end tells the scheduler */
-        if (--w->nstarted_live == 0) {
-            w->nstarted = 0; /* nothing left to tell */
-            if (!w->closing)
-                uv_timer_stop(&w->started_timer);
-        }
-    }
+    started_strike(w, t); /* its end tells the scheduler */
     HASH_DEL(w->tasks, t);
     spw_free(t->fail_msg);
     if (t->slab)
@@ -370,7 +377,38 @@ static bool exec_open(const wrk *w, const wrk_exec *ex, uint32_t limit)
 
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t);
 
-/* The executor that all of d's missing inputs are being made on, or NULL. */
+/* Notes whether a task of function fn just stored its output (else it was inline). */
+static void stored_note(wrk *w, const char *fn, bool stored)
+{
+    if (!stored && w->nstored == 0)
+        return; /* the common case: no function stores */
+    for (uint32_t k = 0; k < WRK_STORED_FNS; k++) {
+        if (w->stored_fns[k][0] == '\0' || strcmp(w->stored_fns[k], fn) != 0)
+            continue;
+        if (!stored) {
+            w->stored_fns[k][0] = '\0';
+            w->nstored--;
+        }
+        return;
+    }
+    if (!stored)
+        return;
+    uint32_t k = w->stored_next++ % WRK_STORED_FNS;
+    w->nstored += w->stored_fns[k][0] == '\0';
+    snprintf(w->stored_fns[k], sizeof w->stored_fns[k], "%s", fn);
+}
+
+static bool stored_fn(const wrk *w, const char *fn)
+{
+    for (uint32_t k = 0; k < WRK_STORED_FNS && w->nstored > 0; k++)
+        if (w->stored_fns[k][0] != '\0' && strcmp(w->stored_fns[k], fn) == 0)
+            return true;
+    return false;
+}
+
+/* The executor that all of d's missing inputs are being made on, or NULL. Not when a producer's
+ * function last stored its output: the executor would not have it, and the task would go there
+ * and back for nothing. */
 static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
 {
     if (d->missing != d->local || d->fail_status != 0)
@@ -382,7 +420,8 @@ static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
             continue;
         wtask *p;
         HASH_FIND(hh, w->tasks, &a->id, sizeof a->id, p);
-        if (p == NULL || p->state != WT_SENT || p->gen != d->gen || (ex != NULL && p->ex != ex))
+        if (p == NULL || p->state != WT_SENT || p->gen != d->gen || (ex != NULL && p->ex != ex) ||
+            stored_fn(w, p->fn))
             return NULL;
         ex = p->ex;
     }
@@ -431,6 +470,7 @@ static void prev_fallback(wrk *w, wtask *t)
     t->ex = NULL;
     t->next = NULL;
     t->missing = n;
+    started_strike(w, t); /* it did not start after all */
     if (ahead_intake(w, t) != 0)
         return; /* answered */
     t->missing++; /* the gets below may complete at once */
@@ -835,6 +875,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
             ost_obj *o = t->out;
             t->out = NULL;
             ost_obj_seal(w->store, o);
+            stored_note(w, t->fn, true);
         }
     } else if (status == 0 && f[F_DONE_INLINE].nil && size != 0) {
         status = SPW_EPROTO;
@@ -848,6 +889,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!f[F_DONE_INLINE].nil) {
+        stored_note(w, t->fn, false);
         task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us);
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);

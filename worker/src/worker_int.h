@@ -34,6 +34,7 @@
 /* Tasks queued on one executor at most (wrk__dispatch): 64 for short tasks (under 1 ms), up
  * to WRK_EXEC_DEPTH_MAX for tiny ones, as many as make WRK_EXEC_QUEUE_US of work. */
 #define WRK_EXEC_DEPTH_MAX 256
+#define WRK_STORED_FNS 4
 #define WRK_EXEC_QUEUE_US 2000.0
 
 typedef struct wrk_exec wrk_exec;
@@ -226,6 +227,11 @@ struct wrk {
     uint32_t nexec;
     wtask *tasks;          /* by id */
     spw_slab task_slab;    /* tasks of at most WRK_TASK_REC bytes (task_run_rec) */
+    /* Functions whose last output went to the store (WRK_STORED_FNS, a ring; "" = none): a task
+     * sent ahead waits for such a producer here rather than on its executor (tasks.c), since
+     * an executor keeps only inline outputs. */
+    char stored_fns[WRK_STORED_FNS][PROTO_MAX_NAME + 1];
+    uint32_t stored_next, nstored;
     wtask *ready_head, *ready_tail;
     wtask *ahead;          /* tasks sent ahead, waiting for outputs of tasks here (tasks.c) */
     struct {
