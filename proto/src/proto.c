@@ -4,9 +4,9 @@
  * Decoding runs in three steps, each bounded: (1) the length prefix is checked against the
  * limit; (2) a structural scan walks the msgpack body without allocating, rejecting types we
  * never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH, containers that declare
- * more elements than bytes remain, and bodies with trailing bytes — this keeps msgpack-c from
- * reserving memory for counts a peer merely claims; (3) msgpack-c unpacks into the caller's zone
- * and the schema check turns the object tree into typed proto_val fields.
+ * more elements than bytes remain, and bodies with trailing bytes; (3) one pass reads the body
+ * straight into typed proto_val fields (record arrays in the caller's zone), checking it against
+ * the message's schema. msgpack-c is used for its zone only.
  * Nothing here keeps state between calls.
  */
 #include "spillway/proto.h"
@@ -276,64 +276,194 @@ static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
 
 /* ------------------------------------------------------------- schema check */
 
-static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
-                        msgpack_zone *zone, const proto_limits *lim);
-static int mark_bad(const pschema *s, const msgpack_object *o, proto_val *out, msgpack_zone *zone,
-                    const proto_limits *lim);
+/* The body, once scanned, is read in one pass straight into proto_val fields, following the
+ * schema: no msgpack object tree is built first. The scan has checked every header, length and
+ * count, so the reader trusts them; what it checks is the schema, with the same rules (and the
+ * same results) as msgpack-c's unpacker followed by a check of its tree. */
 
-static int check_scalar(uint8_t kind, const pfield *fd, const msgpack_object *o, proto_val *v)
+enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR };
+
+/* One msgpack value's header: an integer as msgpack-c classifies it (any integer >= 0 is
+ * positive, whichever form it came in), a string's or bin's bytes (already skipped), or an
+ * array's count (its elements follow). */
+typedef struct mobj {
+    uint8_t t;
+    bool b;
+    uint64_t u; /* MO_POS value; MO_STR/MO_BIN length; MO_ARR count */
+    int64_t i;  /* MO_NEG value */
+    const uint8_t *ptr;
+} mobj;
+
+typedef struct rd {
+    const uint8_t *p, *end;
+    msgpack_zone *zone;
+    const proto_limits *lim;
+} rd;
+
+static void rd_next(rd *r, mobj *o)
+{
+    uint8_t t = *r->p++;
+    int n = 0;
+    if (t <= 0x7f) {
+        o->t = MO_POS;
+        o->u = t;
+        return;
+    }
+    if (t >= 0xe0) {
+        o->t = MO_NEG;
+        o->i = (int8_t)t;
+        return;
+    }
+    if (t >= 0xa0 && t <= 0xbf) {
+        o->t = MO_STR;
+        o->u = t & 0x1f;
+        o->ptr = r->p;
+        r->p += o->u;
+        return;
+    }
+    if (t >= 0x90 && t <= 0x9f) {
+        o->t = MO_ARR;
+        o->u = t & 0x0f;
+        return;
+    }
+    switch (t) {
+    case 0xc0:
+        o->t = MO_NIL;
+        return;
+    case 0xc2:
+    case 0xc3:
+        o->t = MO_BOOL;
+        o->b = t == 0xc3;
+        return;
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+        n = 1 << (t - 0xcc);
+        o->t = MO_POS;
+        o->u = be_read(r->p, n);
+        r->p += n;
+        return;
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        n = 1 << (t - 0xd0);
+        uint64_t v = be_read(r->p, n);
+        r->p += n;
+        int64_t d = n == 1   ? (int8_t)v
+                    : n == 2 ? (int16_t)v
+                    : n == 4 ? (int32_t)v
+                             : (int64_t)v;
+        if (d >= 0) {
+            o->t = MO_POS;
+            o->u = (uint64_t)d;
+        } else {
+            o->t = MO_NEG;
+            o->i = d;
+        }
+        return;
+    }
+    case 0xd9: case 0xda: case 0xdb:
+    case 0xc4: case 0xc5: case 0xc6:
+        n = t == 0xd9 || t == 0xc4 ? 1 : t == 0xda || t == 0xc5 ? 2 : 4;
+        o->t = t >= 0xd9 ? MO_STR : MO_BIN;
+        o->u = be_read(r->p, n);
+        r->p += n;
+        o->ptr = r->p;
+        r->p += o->u;
+        return;
+    default: /* 0xdc, 0xdd: the scan lets nothing else through */
+        n = t == 0xdc ? 2 : 4;
+        o->t = MO_ARR;
+        o->u = be_read(r->p, n);
+        r->p += n;
+        return;
+    }
+}
+
+/* Skips one whole value, nested arrays included. */
+static void rd_skip(rd *r)
+{
+    uint64_t left = 1;
+    while (left > 0) {
+        mobj o;
+        rd_next(r, &o);
+        left--;
+        if (o.t == MO_ARR)
+            left += o.u;
+    }
+}
+
+static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
+
+/* A big-endian 64-bit value at p (unaligned). */
+static inline uint64_t be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#elif !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    v = be_read(p, 8);
+#endif
+    return v;
+}
+
+static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val *v)
 {
     switch (kind) {
     case PF_U:
-        if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        if (o->t != MO_POS)
             return SPW_EMALFORMED;
-        v->u = o->via.u64;
+        v->u = o->u;
         return 0;
     case PF_I:
-        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-            if (o->via.u64 > INT64_MAX)
+        if (o->t == MO_POS) {
+            if (o->u > INT64_MAX)
                 return SPW_EMALFORMED;
-            v->i = (int64_t)o->via.u64;
-        } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-            v->i = o->via.i64;
+            v->i = (int64_t)o->u;
+        } else if (o->t == MO_NEG) {
+            v->i = o->i;
         } else {
             return SPW_EMALFORMED;
         }
         return 0;
     case PF_BOOL:
-        if (o->type != MSGPACK_OBJECT_BOOLEAN)
+        if (o->t != MO_BOOL)
             return SPW_EMALFORMED;
-        v->b = o->via.boolean;
+        v->b = o->b;
         return 0;
     case PF_BIN:
     case PF_ID:
-        if (o->type != MSGPACK_OBJECT_BIN || o->via.bin.size < fd->min ||
-            o->via.bin.size > fd->max)
+        if (o->t != MO_BIN || o->u < fd->min || o->u > fd->max)
             return SPW_EMALFORMED;
         if (kind == PF_ID) {
-            v->id = spw_id_from_bytes((const uint8_t *)o->via.bin.ptr);
+            v->id.hi = be64(o->ptr); /* spw_id_from_bytes, inline: ids are in every record */
+            v->id.lo = be64(o->ptr + 8);
         } else {
-            v->bin.ptr = (const uint8_t *)o->via.bin.ptr;
-            v->bin.len = o->via.bin.size;
+            v->bin.ptr = o->ptr;
+            v->bin.len = (uint32_t)o->u;
         }
         return 0;
     case PF_STR:
-        if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > fd->max ||
-            (o->via.str.size > 0 && memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL))
+        if (o->t != MO_STR || o->u > fd->max || (o->u > 0 && memchr(o->ptr, '\0', o->u) != NULL))
             return SPW_EMALFORMED;
-        v->bin.ptr = (const uint8_t *)o->via.str.ptr;
-        v->bin.len = o->via.str.size;
+        v->bin.ptr = o->ptr;
+        v->bin.len = (uint32_t)o->u;
         return 0;
     default:
         return SPW_EMALFORMED;
     }
 }
 
-static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
-                       msgpack_zone *zone, const proto_limits *lim)
+/* A record of a BATCH array that does not match its kind (r at its start): all fields nil, the
+ * first marked bad and holding the record's first value when that one is right (a task id, to
+ * answer by); r ends past the record. Every item took at least one byte of the frame, so the
+ * n * nf values stay bounded. */
+static int mark_bad(rd *r, const pschema *s, proto_val *out);
+
+/* The value at r for field fd, into v. */
+static int dec_value(rd *r, const pfield *fd, proto_val *v)
 {
     memset(v, 0, sizeof *v);
-    if (o->type == MSGPACK_OBJECT_NIL) {
+    mobj o;
+    rd_next(r, &o);
+    if (o.t == MO_NIL) {
         if (!fd->opt)
             return SPW_EMALFORMED;
         v->nil = 1;
@@ -344,85 +474,96 @@ static int check_value(const pfield *fd, const msgpack_object *o, proto_val *v,
     case PF_RECS:
     case PF_LIST_U:
     case PF_LIST_ID: {
-        if (o->type != MSGPACK_OBJECT_ARRAY)
+        if (o.t != MO_ARR)
             return SPW_EMALFORMED;
         const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub]
                                                                         : NULL;
-        uint32_t n = fd->kind == PF_REC ? 1 : o->via.array.size;
-        const msgpack_object *items = fd->kind == PF_REC ? o : o->via.array.ptr;
-        if (fd->kind != PF_REC && (n > fd->max || n > lim->max_list || n < fd->min))
+        uint64_t n = fd->kind == PF_REC ? 1 : o.u;
+        if (fd->kind != PF_REC && (n > fd->max || n > r->lim->max_list || n < fd->min))
             return SPW_EMALFORMED;
         uint32_t nf = sub != NULL ? sub->nf : 1;
         /* Every item must be a record of the right arity before room for n * nf values is
-         * taken: n zero bytes must not buy an allocation nf * 24 times their size. */
+         * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
+         * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
+         * remain for cannot all be right. */
         if (sub != NULL && !fd->lenient) {
             uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
-            for (uint32_t i = 0; i < n; i++)
-                if (items[i].type != MSGPACK_OBJECT_ARRAY || items[i].via.array.size < nreq ||
-                    items[i].via.array.size > nf)
-                    return SPW_EMALFORMED;
+            if (fd->kind == PF_REC ? o.u < nreq || o.u > nf
+                                   : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
+                return SPW_EMALFORMED;
         }
         proto_val *vals = NULL;
-        if ((uint64_t)n * nf > 0) {
-            vals = msgpack_zone_malloc(zone, (size_t)n * nf * sizeof(proto_val));
+        if (n * nf > 0) {
+            vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
             if (vals == NULL)
                 return SPW_ENOMEM;
         }
         for (uint32_t i = 0; i < n; i++) {
             int rc;
-            if (sub != NULL) {
-                rc = check_fields(sub, &items[i], vals + (size_t)i * nf, zone, lim);
-                if (rc == SPW_EMALFORMED && fd->lenient)
-                    rc = mark_bad(sub, &items[i], vals + (size_t)i * nf, zone, lim);
+            if (fd->kind == PF_REC) {
+                rc = dec_fields(r, sub, &o, vals);
+            } else if (sub != NULL) {
+                const uint8_t *at = r->p;
+                mobj ro;
+                rd_next(r, &ro);
+                rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
+                if (rc == SPW_EMALFORMED && fd->lenient) {
+                    r->p = at;
+                    rc = mark_bad(r, sub, vals + (size_t)i * nf);
+                }
             } else {
                 pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16, 0};
+                mobj eo;
+                rd_next(r, &eo);
                 memset(&vals[i], 0, sizeof vals[i]);
-                rc = check_scalar(efd.kind, &efd, &items[i], &vals[i]);
+                rc = check_scalar(efd.kind, &efd, &eo, &vals[i]);
             }
             if (rc != 0)
                 return rc;
         }
         v->arr.v = vals;
-        v->arr.n = n;
+        v->arr.n = (uint32_t)n;
         v->arr.nf = nf;
         return 0;
     }
     default:
-        return check_scalar(fd->kind, fd, o, v);
+        return check_scalar(fd->kind, fd, &o, v);
     }
 }
 
-/* A record of a BATCH array that does not match its kind: all fields nil, the first marked bad
- * and holding the record's first value when that one is right (a task id, to answer by). Every
- * item took at least one byte of the frame, so the n * nf values stay bounded. */
-static int mark_bad(const pschema *s, const msgpack_object *o, proto_val *out, msgpack_zone *zone,
-                    const proto_limits *lim)
+static int mark_bad(rd *r, const pschema *s, proto_val *out)
 {
     for (uint32_t i = 0; i < s->nf; i++) {
         memset(&out[i], 0, sizeof out[i]);
         out[i].nil = 1;
     }
-    if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size > 0) {
-        int rc = check_value(&s->f[0], &o->via.array.ptr[0], &out[0], zone, lim);
+    mobj o;
+    rd_next(r, &o);
+    if (o.t == MO_ARR && o.u > 0) {
+        const uint8_t *at = r->p;
+        int rc = dec_value(r, &s->f[0], &out[0]);
         if (rc == SPW_ENOMEM)
             return rc;
         if (rc != 0) {
             memset(&out[0], 0, sizeof out[0]);
             out[0].nil = 1;
+            r->p = at;
+            rd_skip(r);
         }
+        for (uint64_t i = 1; i < o.u; i++)
+            rd_skip(r);
     }
     out[0].bad = 1;
     return 0;
 }
 
-static int check_fields(const pschema *s, const msgpack_object *o, proto_val *out,
-                        msgpack_zone *zone, const proto_limits *lim)
+/* The fields of a record whose header o was just read. */
+static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
 {
     uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < nreq ||
-        o->via.array.size > s->nf)
+    if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
         return SPW_EMALFORMED;
-    uint32_t n = o->via.array.size;
+    uint32_t n = (uint32_t)o->u;
     for (uint32_t i = 0; i < s->nf; i++) {
         if (i >= n) {
             /* A field newer than the sender: absent, as if sent as nil. */
@@ -430,7 +571,7 @@ static int check_fields(const pschema *s, const msgpack_object *o, proto_val *ou
             out[i].nil = 1;
             continue;
         }
-        int rc = check_value(&s->f[i], &o->via.array.ptr[i], &out[i], zone, lim);
+        int rc = dec_value(r, &s->f[i], &out[i]);
         if (rc != 0)
             return rc;
     }
@@ -454,28 +595,27 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     if (span != (int64_t)body)
         return SPW_EMALFORMED; /* malformed, or trailing bytes after the object */
 
-    msgpack_object root;
-    size_t off = 0;
-    msgpack_unpack_return ur = msgpack_unpack((const char *)p, (size_t)body, &off, zone, &root);
-    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
-        return SPW_ENOMEM;
-    if (ur != MSGPACK_UNPACK_SUCCESS || off != body)
+    rd r = {p, p + body, zone, lim};
+    mobj root, type, req;
+    rd_next(&r, &root);
+    if (root.t != MO_ARR || root.u != 3)
         return SPW_EMALFORMED;
-    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size != 3)
+    rd_next(&r, &type);
+    if (type.t != MO_POS || type.u >= PROTO_TYPE_MAX)
         return SPW_EMALFORMED;
-    const msgpack_object *top = root.via.array.ptr;
-    if (top[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || top[0].via.u64 >= PROTO_TYPE_MAX ||
-        top[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+    rd_next(&r, &req);
+    if (req.t != MO_POS)
         return SPW_EMALFORMED;
-    uint32_t type = (uint32_t)top[0].via.u64;
-    const pschema *s = msg_schemas[type];
+    const pschema *s = msg_schemas[type.u];
     if (s == NULL)
         return SPW_EMALFORMED; /* unknown message type */
     proto_msg m;
-    m.type = type;
-    m.req = top[1].via.u64;
+    m.type = (uint32_t)type.u;
+    m.req = req.u;
     m.nf = s->nf;
-    int rc = check_fields(s, &top[2], m.f, zone, lim);
+    mobj fields;
+    rd_next(&r, &fields);
+    int rc = dec_fields(&r, s, &fields, m.f);
     if (rc != 0)
         return rc;
     memcpy(out, &m, offsetof(proto_msg, f) + sizeof(proto_val) * s->nf);
@@ -612,10 +752,84 @@ char *proto_str(const proto_val *v, char *out, size_t outlen)
 
 /* ----------------------------------------------------------------- encoding */
 
+/* Values are written straight into the frame's buffer, in the same (smallest) forms msgpack-c's
+ * packer chooses, so frames are byte for byte what they were; the packer's callback per value
+ * (and a spw_buf_append call behind it) cost more than a whole small record. e->pk stays
+ * initialised for source compatibility but is not used here. */
+
 static int enc_write(void *data, const char *p, size_t len)
 {
     spw_buf_append((spw_buf *)data, p, len);
     return 0;
+}
+
+/* Room for n more bytes at the end of e's buffer (aborting on OOM, as spw_buf_append). */
+static inline uint8_t *enc_room(proto_enc *e, size_t n)
+{
+    spw_buf *b = e->buf;
+    if (b->cap - b->len < n && spw_buf_reserve(b, n) != 0)
+        SPW_PANIC("out of memory growing a buffer by %zu bytes", n);
+    return b->data + b->len;
+}
+
+static inline void be_store(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+/* A type byte followed by an n-byte big-endian value. */
+static inline void enc_tagged(proto_enc *e, uint8_t tag, uint64_t v, int n)
+{
+    uint8_t *p = enc_room(e, 9);
+    p[0] = tag;
+    be_store(p + 1, v, n);
+    e->buf->len += 1 + (size_t)n;
+}
+
+static inline void enc_byte(proto_enc *e, uint8_t v)
+{
+    *enc_room(e, 1) = v;
+    e->buf->len++;
+}
+
+static inline void enc_bytes(proto_enc *e, const void *p, size_t len)
+{
+    if (len == 0)
+        return;
+    memcpy(enc_room(e, len), p, len);
+    e->buf->len += len;
+}
+
+static inline void enc_uint(proto_enc *e, uint64_t v)
+{
+    if (v < 0x80)
+        enc_byte(e, (uint8_t)v);
+    else if (v < 0x100)
+        enc_tagged(e, 0xcc, v, 1);
+    else if (v < 0x10000)
+        enc_tagged(e, 0xcd, v, 2);
+    else if (v < 0x100000000ULL)
+        enc_tagged(e, 0xce, v, 4);
+    else
+        enc_tagged(e, 0xcf, v, 8);
+}
+
+/* A str, bin or array header: fix form (fix != 0, below fixmax), else 8-bit (tag8 != 0),
+ * 16-bit or 32-bit length. */
+static inline void enc_len(proto_enc *e, uint8_t fix, size_t fixmax, uint8_t tag8, uint8_t tag16,
+                           uint8_t tag32, size_t n)
+{
+    if (fix != 0 && n < fixmax)
+        enc_byte(e, (uint8_t)(fix | n));
+    else if (tag8 != 0 && n < 0x100)
+        enc_tagged(e, tag8, n, 1);
+    else if (n < 0x10000)
+        enc_tagged(e, tag16, n, 2);
+    else
+        enc_tagged(e, tag32, (uint32_t)n, 4);
 }
 
 static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req);
@@ -623,7 +837,7 @@ static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req);
 void proto_enc_begin(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req, uint32_t nfields)
 {
     enc_head(e, buf, type, req);
-    msgpack_pack_array(&e->pk, nfields);
+    proto_put_arr(e, nfields);
 }
 
 void proto_enc_raw(proto_enc *e, spw_buf *buf)
@@ -650,45 +864,54 @@ int proto_enc_end(proto_enc *e, uint32_t max_frame)
 
 void proto_put_u(proto_enc *e, uint64_t v)
 {
-    msgpack_pack_uint64(&e->pk, v);
+    enc_uint(e, v);
 }
 
 void proto_put_i(proto_enc *e, int64_t v)
 {
-    msgpack_pack_int64(&e->pk, v);
+    if (v >= 0)
+        enc_uint(e, (uint64_t)v);
+    else if (v >= -32)
+        enc_byte(e, (uint8_t)v);
+    else if (v >= INT8_MIN)
+        enc_tagged(e, 0xd0, (uint64_t)v, 1);
+    else if (v >= INT16_MIN)
+        enc_tagged(e, 0xd1, (uint64_t)v, 2);
+    else if (v >= INT32_MIN)
+        enc_tagged(e, 0xd2, (uint64_t)v, 4);
+    else
+        enc_tagged(e, 0xd3, (uint64_t)v, 8);
 }
 
 void proto_put_bool(proto_enc *e, bool v)
 {
-    if (v)
-        msgpack_pack_true(&e->pk);
-    else
-        msgpack_pack_false(&e->pk);
+    enc_byte(e, v ? 0xc3 : 0xc2);
 }
 
 void proto_put_nil(proto_enc *e)
 {
-    msgpack_pack_nil(&e->pk);
+    enc_byte(e, 0xc0);
 }
 
 void proto_put_id(proto_enc *e, spw_id id)
 {
-    uint8_t b[16];
-    spw_id_to_bytes(id, b);
-    msgpack_pack_bin(&e->pk, 16);
-    msgpack_pack_bin_body(&e->pk, b, 16);
+    uint8_t *p = enc_room(e, 18);
+    p[0] = 0xc4;
+    p[1] = 16;
+    be_store(p + 2, id.hi, 8);
+    be_store(p + 10, id.lo, 8);
+    e->buf->len += 18;
 }
 
 void proto_put_bin(proto_enc *e, const void *p, size_t len)
 {
-    msgpack_pack_bin(&e->pk, len);
-    if (len > 0)
-        msgpack_pack_bin_body(&e->pk, p, len);
+    proto_put_bin_hdr(e, len);
+    enc_bytes(e, p, len);
 }
 
 void proto_put_bin_hdr(proto_enc *e, size_t len)
 {
-    msgpack_pack_bin(&e->pk, len);
+    enc_len(e, 0, 0, 0xc4, 0xc5, 0xc6, len);
 }
 
 void proto_put_str(proto_enc *e, const char *s)
@@ -698,14 +921,13 @@ void proto_put_str(proto_enc *e, const char *s)
 
 void proto_put_strn(proto_enc *e, const char *s, size_t len)
 {
-    msgpack_pack_str(&e->pk, len);
-    if (len > 0)
-        msgpack_pack_str_body(&e->pk, s, len);
+    enc_len(e, 0xa0, 32, 0xd9, 0xda, 0xdb, len);
+    enc_bytes(e, s, len);
 }
 
 void proto_put_arr(proto_enc *e, uint32_t n)
 {
-    msgpack_pack_array(&e->pk, n);
+    enc_len(e, 0x90, 16, 0, 0xdc, 0xdd, n);
 }
 
 /* ------------------------------------------------------------ typed builders */
@@ -716,12 +938,13 @@ static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req)
 {
     e->buf = buf;
     e->start = buf->len;
-    static const uint8_t zero[PROTO_HDR_LEN] = {0};
-    spw_buf_append(buf, zero, sizeof zero);
     msgpack_packer_init(&e->pk, buf, enc_write);
-    msgpack_pack_array(&e->pk, 3);
-    msgpack_pack_uint32(&e->pk, type);
-    msgpack_pack_uint64(&e->pk, req);
+    uint8_t *p = enc_room(e, PROTO_HDR_LEN + 1);
+    memset(p, 0, PROTO_HDR_LEN);
+    p[PROTO_HDR_LEN] = 0x93; /* [type, req, fields] */
+    buf->len += PROTO_HDR_LEN + 1;
+    enc_uint(e, type);
+    enc_uint(e, req);
 }
 
 static void put_opt_id(proto_enc *e, const spw_id *id)
@@ -743,8 +966,8 @@ static void put_opt_bin(proto_enc *e, proto_bytes b)
 static void put_data(proto_enc *e, proto_bytes b)
 {
     proto_put_bin_hdr(e, b.len);
-    if (b.ptr != NULL && b.len > 0)
-        msgpack_pack_bin_body(&e->pk, b.ptr, b.len);
+    if (b.ptr != NULL)
+        enc_bytes(e, b.ptr, b.len);
 }
 
 /* A string field: NULL is "", and one longer than the schema allows is cut to its limit, so a

@@ -2,7 +2,8 @@
  * type's production encoder, filled with distinct values by a filler generated from the same
  * table, must decode with proto_decode to exactly those values, field by field; and every type
  * of PROTO_MSG_MAP must have been covered. Also: fields a sender omits, the three ways to give
- * an array of records, strings cut to their limit, borrowed payloads, and the sent-frame check. */
+ * an array of records, strings cut to their limit, borrowed payloads, the sent-frame check, and
+ * values written in exactly msgpack-c's forms. */
 #include "spillway/proto.h"
 
 #include <signal.h>
@@ -498,6 +499,69 @@ static void sent_frame_check_catches_a_wrong_frame(void **state)
     spw_buf_release(&b);
 }
 
+/* proto_put_* write values straight into the buffer: the bytes must be those msgpack-c's packer
+ * makes for the same values (the smallest form of each), at every size boundary. */
+static int pk_write(void *data, const char *p, size_t len)
+{
+    spw_buf_append(data, p, len);
+    return 0;
+}
+
+static void values_match_msgpack_c_packer(void **state)
+{
+    (void)state;
+    static const uint64_t us[] = {0, 1, 127, 128, 255, 256, 65535, 65536, 0xffffffffULL,
+                                  0x100000000ULL, UINT64_MAX};
+    static const int64_t is[] = {0, 1, -1, -31, -32, -33, 127, 128, -127, -128, -129, 32767,
+                                 -32768, -32769, 65536, INT32_MIN, (int64_t)INT32_MIN - 1,
+                                 INT64_MIN, INT64_MAX};
+    static const size_t lens[] = {0, 1, 15, 16, 31, 32, 255, 256, 65535, 65536, 70000};
+    uint8_t *blob = calloc(1, 70000);
+    assert_non_null(blob);
+    for (size_t i = 0; i < 70000; i++)
+        blob[i] = (uint8_t)(i * 31);
+    spw_buf ours = {0}, theirs = {0};
+    proto_enc e;
+    proto_enc_raw(&e, &ours);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &theirs, pk_write);
+    for (size_t i = 0; i < sizeof us / sizeof us[0]; i++) {
+        proto_put_u(&e, us[i]);
+        msgpack_pack_uint64(&pk, us[i]);
+    }
+    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) {
+        proto_put_i(&e, is[i]);
+        msgpack_pack_int64(&pk, is[i]);
+    }
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        proto_put_strn(&e, (const char *)blob, lens[i]);
+        msgpack_pack_str(&pk, lens[i]);
+        msgpack_pack_str_body(&pk, blob, lens[i]);
+        proto_put_bin(&e, blob, lens[i]);
+        msgpack_pack_bin(&pk, lens[i]);
+        msgpack_pack_bin_body(&pk, blob, lens[i]);
+        proto_put_arr(&e, (uint32_t)lens[i]);
+        msgpack_pack_array(&pk, lens[i]);
+    }
+    proto_put_bool(&e, true);
+    msgpack_pack_true(&pk);
+    proto_put_bool(&e, false);
+    msgpack_pack_false(&pk);
+    proto_put_nil(&e);
+    msgpack_pack_nil(&pk);
+    spw_id id = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+    uint8_t idb[16];
+    spw_id_to_bytes(id, idb);
+    proto_put_id(&e, id);
+    msgpack_pack_bin(&pk, 16);
+    msgpack_pack_bin_body(&pk, idb, 16);
+    assert_int_equal(ours.len, theirs.len);
+    assert_memory_equal(ours.data, theirs.data, ours.len);
+    spw_buf_release(&ours);
+    spw_buf_release(&theirs);
+    free(blob);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_production_encoder_round_trips),
     cmocka_unit_test(omitted_fields_decode_as_absent),
@@ -506,6 +570,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(long_strings_are_cut_to_the_schema_limit),
     cmocka_unit_test(borrowed_payload_header_matches_full_frame),
     cmocka_unit_test(sent_frame_check_catches_a_wrong_frame),
+    cmocka_unit_test(values_match_msgpack_c_packer),
 };
 
 SPW_TEST_MAIN(tests)

@@ -6,6 +6,7 @@
  * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
  * tables after every step.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ typedef struct env {
     int ready_status;
     rx log[256];
     uint32_t n;
+    uint32_t dones_frames; /* TASK_DONES frames received */
 } env;
 
 static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
@@ -79,6 +81,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     if (m->type == PROTO_HEARTBEAT)
         return;
     if (m->type == PROTO_TASK_DONES) {
+        e->dones_frames++;
         for (uint32_t i = 0; i < m->f[F_DONES_RECS].arr.n; i++)
             log_rx(e, PROTO_TASK_DONE, PROTO_REC(&m->f[F_DONES_RECS], i));
         return;
@@ -493,6 +496,82 @@ static void worker_cancels_a_task_waiting_ahead(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* A burst of tiny tasks in one TASK_RUNS goes to the executor in one EXECS frame (tiny tasks
+ * queue up to WRK_EXEC_DEPTH_MAX deep), which the executor answers in one EXEC_DONES write, and
+ * the worker in one TASK_DONES frame: one wake-up of each for the whole burst (at most two, if
+ * a read splits the answer), where 64 at a time took three rounds for 150 tasks. */
+static void worker_runs_a_burst_in_one_executor_batch(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "noop", true, 0); /* its run time makes the worker queue tiny tasks deep */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    enum { BURST = 150 };
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUNS, 0, 1);
+    proto_put_arr(&en, BURST);
+    for (uint64_t i = 0; i < BURST; i++) {
+        proto_put_arr(&en, 4);
+        put_run_fields(&en, 100 + i, "noop", true, i);
+    }
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    uint32_t frames0 = e->dones_frames;
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 100 + BURST - 1) != NULL);
+    for (uint64_t i = 0; i < BURST; i++)
+        assert_int_equal(find(e, PROTO_TASK_DONE, 100 + i)->status, 0);
+    assert_true(e->dones_frames - frames0 <= 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
+static const wtask *task_of(const env *e, uint64_t id)
+{
+    spw_id k = tid(id);
+    const wtask *t;
+    HASH_FIND(hh, e->w->tasks, &k, sizeof k, t);
+    return t;
+}
+
+/* A task sent ahead whose producer is already on an executor goes to that executor at once,
+ * behind it, and runs there on the output the executor kept (PROTO_ARG_PREV): no round trip
+ * through the worker. If that executor dies first, its replacement has no such output and
+ * answers SPW_EAHEAD; the worker takes the task in again, and with its producer failed here
+ * answers it SPW_EAHEAD, after the producer. */
+static void worker_queues_a_chain_behind_its_producer(void **state)
+{
+    env *e = *state;
+    task_run(e, 9, "inc", true, 1); /* a short task first: tasks then queue on the executor */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 9) != NULL);
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    task_run_ahead(e, 2, "len", 1);
+    STEP_UNTIL(e, task_of(e, 2) != NULL && task_of(e, 2)->state == WT_SENT);
+    assert_int_equal(task_of(e, 2)->prev, 1);
+    assert_ptr_equal(task_of(e, 2)->ex, task_of(e, 1)->ex);
+    assert_null(e->w->ahead);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    assert_int_equal(done_u64(e, 2), 0); /* len of wait_file's empty result */
+    assert_int_equal(unlink(path), 0);
+
+    task_run_wait(e, 3, path);
+    task_run_ahead(e, 4, "len", 3);
+    STEP_UNTIL(e, task_of(e, 4) != NULL && task_of(e, 4)->state == WT_SENT);
+    assert_int_equal(task_of(e, 4)->prev, 1);
+    signal(SIGPIPE, SIG_IGN); /* as the daemon: the worker may write to the dead executor */
+    assert_int_equal(kill(task_of(e, 3)->ex->pid, SIGKILL), 0);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 4) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, SPW_EEXECCRASH);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 4)->status, SPW_EAHEAD);
+    assert_true(find(e, PROTO_TASK_DONE, 3) < find(e, PROTO_TASK_DONE, 4));
+    assert_null(e->w->ahead);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -502,6 +581,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_chain_sent_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)

@@ -40,7 +40,7 @@ static void check_tasks(const wrk *w, uint64_t n[3])
         CHECK(t->state <= WT_SENT, id, "task state %u unknown", t->state);
         n[t->state]++;
         CHECK(t->gen <= w->gen, id, "task of generation %u, the worker is at %u", t->gen, w->gen);
-        uint32_t unpinned = 0, local = 0;
+        uint32_t unpinned = 0, local = 0, prev = 0;
         for (uint32_t i = 0; i < t->nargs; i++) {
             const warg *a = &t->args[i];
             CHECK(!a->owned || a->kind == PROTO_ARG_INLINE, id,
@@ -62,12 +62,24 @@ static void check_tasks(const wrk *w, uint64_t n[3])
                       i);
                 local++;
             }
+            if (a->prev) {
+                /* Made by a task before it in its executor's queue, which keeps it (or back in
+                 * the ready queue, its executor gone: the next one answers SPW_EAHEAD). */
+                CHECK(a->kind == PROTO_ARG_OBJ && !a->pinned && !a->local &&
+                          t->state != WT_INPUTS && (t->flags & PROTO_TASK_AHEAD),
+                      id, "argument %u is its producer's output on the executor, but not a whole "
+                          "object of a task sent ahead and sent to an executor", i);
+                prev++;
+                continue;
+            }
             CHECK(a->nlocs <= WRK_MAX_LOCS, id, "argument %u: %u locations", i, a->nlocs);
             CHECK(!a->pinned || a->obj != NULL, id, "argument %u pinned without an object", i);
             unpinned += !a->pinned;
         }
         CHECK(local == t->local, id, "%u arguments wait for producers here, local %u", local,
               t->local);
+        CHECK(prev == t->prev, id, "%u arguments are outputs on the executor, prev %u", prev,
+              t->prev);
         if (local > 0) {
             bool listed = false;
             for (const wtask *y = w->ahead; y != NULL && !listed; y = y->anext)

@@ -21,8 +21,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +36,14 @@
 
 #define EXEC_SOCK_FD 3
 #define EXEC_ARENA_FD 4
+/* Inline outputs kept for tasks queued behind their producer (PROTO_ARG_PREV, README "Chains on
+ * one executor"). The worker sends such a task right behind its producer, so a few suffice; a
+ * task that misses is answered SPW_EAHEAD and the worker gets its input itself. */
+#define EXEC_KEPT_N 16
 
 typedef struct fn_entry {
     const char *name;
+    size_t len; /* strlen(name) */
     spw_task_fn fn;
     UT_hash_handle hh;
 } fn_entry;
@@ -59,6 +64,16 @@ typedef struct executor {
     proto_limits lim;
     uint64_t next_req;
     uint64_t mem_limit; /* bytes a task may use (0 = none) */
+    fn_entry *last_fn;  /* the function the last task ran: a burst names one over and over */
+    struct {
+        spw_id id;
+        uint8_t *v; /* heap, len bytes; NULL for an empty output */
+        uint64_t len;
+        bool used;
+    } kept[EXEC_KEPT_N]; /* the last EXEC_KEPT_N inline outputs, a ring: PROTO_ARG_PREV */
+    uint32_t kept_next;
+    uint64_t clock_ns;  /* when the task about to run starts: the end of the one before it in
+                           the batch, so a task costs one clock read, not two */
     bool gone;          /* the worker closed the socket or a write to it failed */
 } executor;
 
@@ -83,7 +98,7 @@ typedef struct exec_task {
     uint8_t *mapped;     /* large output, mapped from the arena */
     size_t mapped_len;
     uint64_t out_size;
-    char err[PROTO_MAX_STR];
+    char err[PROTO_MAX_STR]; /* last: run_exec zeroes the fields before it */
 } exec_task;
 
 static int write_all(int fd, const uint8_t *p, size_t n)
@@ -262,6 +277,30 @@ static void send_done(executor *ex, const exec_task *t, int status, uint64_t run
         proto_batch_end(&ex->done, UINT32_MAX);
 }
 
+/* Keeps task id's inline output v (heap, len bytes; the ring takes it) for tasks queued behind
+ * it, in place of the oldest kept. */
+static void kept_put(executor *ex, spw_id id, uint8_t *v, uint64_t len)
+{
+    uint32_t k = ex->kept_next++ % EXEC_KEPT_N;
+    free(ex->kept[k].v);
+    ex->kept[k].id = id;
+    ex->kept[k].v = v;
+    ex->kept[k].len = v != NULL ? len : 0;
+    ex->kept[k].used = true;
+}
+
+static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t *len)
+{
+    for (uint32_t k = 0; k < EXEC_KEPT_N; k++) {
+        if (ex->kept[k].used && spw_id_eq(ex->kept[k].id, id)) {
+            *v = ex->kept[k].v;
+            *len = ex->kept[k].len;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One task: the fields of an EXEC, or a record of an EXECS. A malformed record (rec[0].bad) is
  * answered as a failed task when its id is readable; without one the worker would wait on it
  * forever, so the executor stops (the worker restarts it and requeues its tasks). */
@@ -270,7 +309,10 @@ static void run_exec(executor *ex, const proto_val *rec)
     if (rec[F_EXEC_ID].bad && rec[F_EXEC_ID].nil)
         SPW_PANIC("an EXECS record from the worker is malformed and names no task");
     exec_task t;
-    memset(&t, 0, sizeof t);
+    /* Not memset whole: err alone is PROTO_MAX_STR bytes, and a task of a burst is cheaper
+     * than that. Every field but err is zeroed; err is a string, empty. */
+    memset(&t, 0, offsetof(exec_task, err));
+    t.err[0] = '\0';
     t.ctx.api = &task_api;
     t.ex = ex;
     t.id = rec[F_EXEC_ID].id;
@@ -292,7 +334,19 @@ static void run_exec(executor *ex, const proto_val *rec)
     }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
         const proto_val *a = PROTO_REC(args, i);
-        if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
+        if (a[R_EARG_KIND].u == PROTO_ARG_PREV) {
+            const uint8_t *v;
+            uint64_t len;
+            if (a[R_EARG_INLINE].nil || a[R_EARG_INLINE].bin.len != 16 ||
+                !kept_find(ex, spw_id_from_bytes(a[R_EARG_INLINE].bin.ptr), &v, &len)) {
+                status = SPW_EAHEAD;
+                snprintf(t.err, sizeof t.err, "argument %u: its producer's output is not kept in "
+                                              "this executor", i);
+                break;
+            }
+            targs[i].data = len ? v : NULL;
+            targs[i].len = len;
+        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
             targs[i].data = a[R_EARG_INLINE].bin.len ? a[R_EARG_INLINE].bin.ptr : NULL;
             targs[i].len = a[R_EARG_INLINE].bin.len;
         } else {
@@ -306,12 +360,20 @@ static void run_exec(executor *ex, const proto_val *rec)
             targs[i].len = len;
         }
     }
-    uint64_t t0 = spw_now_ns();
+    uint64_t t0 = ex->clock_ns;
     if (status == 0) {
-        char name[PROTO_MAX_NAME + 1];
-        proto_str(&rec[F_EXEC_FN], name, sizeof name);
-        fn_entry *f;
-        HASH_FIND_STR(ex->fns, name, f);
+        char namebuf[PROTO_MAX_NAME + 1];
+        const char *name = namebuf;
+        const proto_val *fv = &rec[F_EXEC_FN];
+        fn_entry *f = ex->last_fn;
+        if (f != NULL && f->len == fv->bin.len && memcmp(f->name, fv->bin.ptr, f->len) == 0) {
+            name = f->name;
+        } else {
+            proto_str(fv, namebuf, sizeof namebuf);
+            HASH_FIND_STR(ex->fns, namebuf, f);
+            if (f != NULL)
+                ex->last_fn = f;
+        }
         if (f == NULL) {
             status = SPW_ENOFUNC;
             snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
@@ -342,13 +404,17 @@ static void run_exec(executor *ex, const proto_val *rec)
             }
         }
     }
-    uint64_t run_us = (spw_now_ns() - t0) / 1000;
+    ex->clock_ns = spw_now_ns();
+    uint64_t run_us = (ex->clock_ns - t0) / 1000;
     if (targs != stackargs)
         free(targs); /* NULL when its calloc failed */
     send_done(ex, &t, status, run_us);
     if (t.mapped != NULL)
         munmap(t.mapped, t.mapped_len);
-    free(t.inline_out);
+    if (status == 0 && t.mapped == NULL)
+        kept_put(ex, t.id, t.inline_out, t.out_size); /* takes it (NULL: an empty output) */
+    else
+        free(t.inline_out);
 }
 
 static void register_fns(executor *ex, const spw_plugin *p)
@@ -364,6 +430,7 @@ static void register_fns(executor *ex, const spw_plugin *p)
         if (f == NULL)
             SPW_PANIC("executor out of memory");
         f->name = p->fns[i].name;
+        f->len = strlen(f->name);
         f->fn = p->fns[i].fn;
         HASH_ADD_KEYPTR(hh, ex->fns, f->name, strlen(f->name), f);
     }
@@ -478,6 +545,7 @@ int wrk_executor_main(int argc, char **argv)
                 break;
             if (drc < 0)
                 SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
+            ex.clock_ns = spw_now_ns(); /* run_exec: the first task's start */
             if (m.type == PROTO_EXEC) {
                 run_exec(&ex, m.f);
             } else if (m.type == PROTO_EXECS) {
@@ -500,12 +568,10 @@ int wrk_executor_main(int argc, char **argv)
         pos = 0;
         if (ex.gone || exec_stop)
             break;
-        /* Answer the whole batch before blocking for more. */
-        struct pollfd pfd = {EXEC_SOCK_FD, POLLIN, 0};
-        if (ex.out.len > 0 && poll(&pfd, 1, 0) <= 0)
-            flush_out(&ex);
-        else if (ex.out.len > 64 * 1024)
-            flush_out(&ex);
+        /* Answer the whole batch, in one write, before blocking for more: two syscalls a
+         * batch (no poll for more input first: when more is there, the read below returns at
+         * once and its answers go in the next write). */
+        flush_out(&ex);
         open = read_more(&ex.in);
     }
     flush_out(&ex);
@@ -518,6 +584,8 @@ out:;
     }
     for (uint32_t i = 0; i < ex.nplugins; i++)
         dlclose(ex.plugins[i]);
+    for (uint32_t k = 0; k < EXEC_KEPT_N; k++)
+        free(ex.kept[k].v);
     spw_buf_release(&ex.in);
     spw_buf_release(&ex.out);
     spw_buf_release(&ex.backlog);

@@ -29,6 +29,20 @@ static void respawn_cb(uv_timer_t *t);
 
 /* ------------------------------------------------------------ completion */
 
+/* Takes t's start notice, if one is waiting, off the next TASK_STARTED frame. */
+static void started_strike(wrk *w, wtask *t)
+{
+    if (t->started_slot == 0)
+        return;
+    w->started[t->started_slot - 1] = NULL;
+    t->started_slot = 0;
+    if (--w->nstarted_live == 0) {
+        w->nstarted = 0; /* nothing left to tell */
+        if (!w->closing)
+            uv_timer_stop(&w->started_timer);
+    }
+}
+
 static void task_free(wrk *w, wtask *t)
 {
     for (uint32_t i = 0; i < t->nargs; i++) {
@@ -48,17 +62,13 @@ static void task_free(wrk *w, wtask *t)
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
     }
-    if (t->started_slot != 0) {
-        w->started[t->started_slot - 1] = NULL; /* its end tells the scheduler */
-        if (--w->nstarted_live == 0) {
-            w->nstarted = 0; /* nothing left to tell */
-            if (!w->closing)
-                uv_timer_stop(&w->started_timer);
-        }
-    }
+    started_strike(w, t); /* its end tells the scheduler */
     HASH_DEL(w->tasks, t);
     spw_free(t->fail_msg);
-    spw_free(t);
+    if (t->slab)
+        spw_slab_free(&w->task_slab, t);
+    else
+        spw_free(t);
 }
 
 /* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
@@ -310,8 +320,8 @@ static int ahead_intake(wrk *w, wtask *t)
     char hex[33], msg[128];
     for (uint32_t i = 0; i < t->nargs; i++) {
         warg *a = &t->args[i];
-        if (a->kind == PROTO_ARG_INLINE)
-            continue;
+        if (a->kind == PROTO_ARG_INLINE || a->pinned)
+            continue; /* pinned: got already (prev_fallback takes a task in again) */
         ost_obj *o = ost_obj_find(w->store, a->id);
         if (o != NULL && ost_obj_state(o) == OST_SEALED) {
             if (a->kind == PROTO_ARG_OBJ) /* made since it was sent: its size was unknown */
@@ -337,6 +347,148 @@ static int ahead_intake(wrk *w, wtask *t)
     if (t->local > 0)
         DL_APPEND2(w->ahead, t, aprev, anext);
     return 0;
+}
+
+/* Chains on one executor. A task sent ahead whose every missing input is the output of tasks
+ * already sent to one executor goes to that executor at once, queued behind them, each such
+ * argument as PROTO_ARG_PREV: the executor runs it on the output it kept from its producer, so a
+ * chain's hop costs no round trip through the worker. An executor that does not have the output
+ * (the producer failed, its output went to the store, or the task was requeued to another
+ * executor) answers SPW_EAHEAD without running it, and prev_fallback takes the task in again
+ * the usual way. Both ends are this binary (the worker starts its executors), so the kind needs
+ * no negotiation. */
+
+/* Tasks an executor may have queued: 64 deep for short ones, up to WRK_EXEC_DEPTH_MAX for tiny
+ * ones, one at a time for long ones (wrk__dispatch). */
+static uint32_t exec_depth(const wrk *w)
+{
+    if (w->ewma_us <= 0 || w->ewma_us >= 1000.0)
+        return 1;
+    double d = WRK_EXEC_QUEUE_US / w->ewma_us;
+    return d >= WRK_EXEC_DEPTH_MAX ? WRK_EXEC_DEPTH_MAX : d > 64 ? (uint32_t)d : 64;
+}
+
+/* Whether ex takes new tasks now, up to limit queued. */
+static bool exec_open(const wrk *w, const wrk_exec *ex, uint32_t limit)
+{
+    return ex->conn != NULL && ex->inflight < limit && !ex->recycle &&
+           (w->opts.exec_max_tasks == 0 || ex->tasks_sent < w->opts.exec_max_tasks);
+}
+
+static void exec_send(wrk *w, wrk_exec *ex, wtask *t);
+
+/* Notes whether a task of function fn just stored its output (else it was inline). */
+static void stored_note(wrk *w, const char *fn, bool stored)
+{
+    if (!stored && w->nstored == 0)
+        return; /* the common case: no function stores */
+    for (uint32_t k = 0; k < WRK_STORED_FNS; k++) {
+        if (w->stored_fns[k][0] == '\0' || strcmp(w->stored_fns[k], fn) != 0)
+            continue;
+        if (!stored) {
+            w->stored_fns[k][0] = '\0';
+            w->nstored--;
+        }
+        return;
+    }
+    if (!stored)
+        return;
+    uint32_t k = w->stored_next++ % WRK_STORED_FNS;
+    w->nstored += w->stored_fns[k][0] == '\0';
+    snprintf(w->stored_fns[k], sizeof w->stored_fns[k], "%s", fn);
+}
+
+static bool stored_fn(const wrk *w, const char *fn)
+{
+    for (uint32_t k = 0; k < WRK_STORED_FNS && w->nstored > 0; k++)
+        if (w->stored_fns[k][0] != '\0' && strcmp(w->stored_fns[k], fn) == 0)
+            return true;
+    return false;
+}
+
+/* The executor that all of d's missing inputs are being made on, or NULL. Not when a producer's
+ * function last stored its output: the executor would not have it, and the task would go there
+ * and back for nothing. */
+static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
+{
+    if (d->missing != d->local || d->fail_status != 0)
+        return NULL; /* other inputs still to come */
+    wrk_exec *ex = NULL;
+    for (uint32_t i = 0; i < d->nargs; i++) {
+        const warg *a = &d->args[i];
+        if (!a->local)
+            continue;
+        wtask *p;
+        HASH_FIND(hh, w->tasks, &a->id, sizeof a->id, p);
+        if (p == NULL || p->state != WT_SENT || p->gen != d->gen || (ex != NULL && p->ex != ex) ||
+            stored_fn(w, p->fn))
+            return NULL;
+        ex = p->ex;
+    }
+    return ex;
+}
+
+/* Sends each task sent ahead that can run on its producers' executor there now. */
+static void ahead_chain(wrk *w)
+{
+    uint32_t limit = exec_depth(w);
+    bool again = true;
+    while (again && !w->closing) {
+        again = false;
+        for (wtask *d = w->ahead; d != NULL; d = d->anext) {
+            wrk_exec *ex = ahead_chain_exec(w, d);
+            if (ex == NULL || !exec_open(w, ex, limit))
+                continue;
+            for (uint32_t i = 0; i < d->nargs; i++) {
+                if (!d->args[i].local)
+                    continue;
+                d->args[i].local = 0;
+                d->args[i].prev = 1;
+                d->prev++;
+            }
+            DL_DELETE2(w->ahead, d, aprev, anext);
+            d->local = 0;
+            d->missing = 0;
+            exec_send(w, ex, d);
+            again = true; /* the list changed under the walk: from the top */
+            break;
+        }
+    }
+}
+
+/* The executor answered t SPW_EAHEAD: it did not have a PROTO_ARG_PREV input. Its producers
+ * have ended (they were before it in the executor's queue) or were requeued: t is taken in
+ * again as a task sent ahead, its inputs from the store, the kept small results or producers
+ * still here, or it is answered SPW_EAHEAD as one whose input is gone. */
+static void prev_fallback(wrk *w, wtask *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->nargs; i++)
+        n += t->args[i].prev;
+    t->prev = 0;
+    t->state = WT_INPUTS;
+    t->ex = NULL;
+    t->next = NULL;
+    t->missing = n;
+    started_strike(w, t); /* it did not start after all */
+    if (ahead_intake(w, t) != 0)
+        return; /* answered */
+    t->missing++; /* the gets below may complete at once */
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        warg *a = &t->args[i];
+        if (!a->prev)
+            continue;
+        a->prev = 0;
+        if (a->kind == PROTO_ARG_INLINE || a->local)
+            continue; /* a kept result, or its producer is here again */
+        input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+        *r = (input_req){w, t->id, i};
+        ost_obj_get_async(w->store, ost_obj_find(w->store, a->id), input_done, r);
+    }
+    if (--t->missing == 0) {
+        t->missing = 1;
+        wrk__input_ready(w, t, 0, 0, NULL);
+    }
 }
 
 /* A task sent ahead stops waiting for its producers here (it was cancelled): each such argument
@@ -394,15 +546,20 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         if (!a[R_WARG_INLINE].nil)
             blob += a[R_WARG_INLINE].bin.len;
     }
-    t = spw_try_malloc(SPW_MOD_WORKER, sizeof *t + nargs * sizeof(warg) + blob);
+    size_t need = sizeof *t + nargs * sizeof(warg) + blob;
+    bool slab = need <= WRK_TASK_REC;
+    t = slab ? spw_slab_alloc(&w->task_slab) : spw_try_malloc(SPW_MOD_WORKER, need);
     if (t == NULL) {
         proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory", spw_id_hex(id, hex));
         return;
     }
-    memset(t, 0, sizeof *t);
+    if (!slab) { /* a slab record comes zeroed */
+        memset(t, 0, sizeof *t);
+        memset(t + 1, 0, nargs * sizeof(warg));
+    }
+    t->slab = slab;
     t->id = id;
     t->args = (warg *)(t + 1);
-    memset(t->args, 0, nargs * sizeof(warg));
     t->nargs = nargs;
     t->flags = (uint32_t)f[F_RUN_FLAGS].u;
     t->state = WT_INPUTS;
@@ -489,6 +646,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     if (t->missing == 0) {
         t->missing = 1;
         wrk__input_ready(w, t, 0, 0, NULL);
+    } else if (w->ahead != NULL) {
+        ahead_chain(w); /* it may go behind its producers now */
     }
 }
 
@@ -510,7 +669,11 @@ void wrk__task_runs(wrk *w, const proto_msg *m)
 static void put_earg(proto_enc *e, uint32_t i, void *arg)
 {
     const warg *a = &((const wtask *)arg)->args[i];
-    if (a->kind == PROTO_ARG_INLINE)
+    if (a->prev) {
+        uint8_t idb[16];
+        spw_id_to_bytes(a->id, idb);
+        proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_PREV, .value = {idb, 16}});
+    } else if (a->kind == PROTO_ARG_INLINE)
         proto_put_earg_rec(e, &(proto_earg_rec){.kind = PROTO_ARG_INLINE,
                                                 .value = {a->inline_data != NULL ? a->inline_data
                                                                                  : (const void *)"",
@@ -532,7 +695,6 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
-    t->sent_ns = spw_now_ns();
     if (ex->tail != NULL)
         ex->tail->next = t;
     else
@@ -548,14 +710,16 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 void wrk__dispatch(wrk *w)
 {
     /* Short tasks are queued deeply so an executor never waits for a round trip; long ones go
-     * one at a time so no executor hoards work another could start. */
-    uint32_t limit = w->ewma_us > 0 && w->ewma_us < 1000.0 ? 64 : 1;
+     * one at a time so no executor hoards work another could start. Tiny ones go up to
+     * WRK_EXEC_DEPTH_MAX deep (about WRK_EXEC_QUEUE_US of work): an executor then takes a
+     * scheduler's whole batch in one read and answers it in one write, rather than waking
+     * once for every 64. */
+    uint32_t limit = exec_depth(w);
     while (w->ready_head != NULL && !w->closing) {
         wrk_exec *best = NULL;
         for (uint32_t i = 0; i < w->nexec; i++) {
             wrk_exec *ex = &w->execs[i];
-            if (ex->conn == NULL || ex->inflight >= limit || ex->recycle ||
-                (w->opts.exec_max_tasks != 0 && ex->tasks_sent >= w->opts.exec_max_tasks))
+            if (!exec_open(w, ex, limit))
                 continue;
             if (best == NULL || ex->inflight < best->inflight)
                 best = ex;
@@ -568,6 +732,8 @@ void wrk__dispatch(wrk *w)
             w->ready_tail = NULL;
         exec_send(w, best, t);
     }
+    if (w->ahead != NULL)
+        ahead_chain(w);
     wrk__check(w);
 }
 
@@ -684,8 +850,15 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
         wrk__dispatch(w);
         return;
     }
-    w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     int status = (int)f[F_DONE_STATUS].i;
+    if (status == SPW_EAHEAD && t->prev > 0 && !f[F_DONE_ID].bad) {
+        prev_fallback(w, t); /* it did not run */
+        if (ex->inflight == 0)
+            exec_check(w, ex, false);
+        wrk__dispatch(w);
+        return;
+    }
+    w->ewma_us = w->ewma_us == 0 ? (double)run_us + 0.5 : w->ewma_us * 0.9 + 0.1 * (double)run_us;
     uint64_t size = f[F_DONE_SIZE].u;
     char err[PROTO_MAX_STR + 1];
     proto_str(&f[F_DONE_ERR], err, sizeof err);
@@ -702,6 +875,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
             ost_obj *o = t->out;
             t->out = NULL;
             ost_obj_seal(w->store, o);
+            stored_note(w, t->fn, true);
         }
     } else if (status == 0 && f[F_DONE_INLINE].nil && size != 0) {
         status = SPW_EPROTO;
@@ -715,6 +889,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!f[F_DONE_INLINE].nil) {
+        stored_note(w, t->fn, false);
         task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us);
     } else {
         task_report(w, t, 0, size, NULL, NULL, run_us);
@@ -1039,6 +1214,7 @@ void wrk__tasks_free_all(wrk *w)
     w->ready_head = w->ready_tail = NULL;
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+    spw_slab_trim(&w->task_slab);
     w->ahead = NULL;
     spw_free(w->started);
     w->started = NULL;

@@ -387,6 +387,7 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
             return rc;
     }
     wrk *w = spw_calloc(SPW_MOD_WORKER, 1, sizeof *w);
+    spw_slab_init(&w->task_slab, WRK_TASK_REC, SPW_MOD_WORKER);
     w->loop = loop;
     w->opts = *o;
     w->ready = ready;

@@ -5,6 +5,7 @@
 #include <uthash.h>
 
 #include "spillway/conn.h"
+#include "spillway/slab.h"
 #include "spillway/task.h"
 #include "spillway/worker.h"
 
@@ -30,6 +31,12 @@
 #define WRK_KEPT_N 16
 #define WRK_KEPT_MAX 64
 
+/* Tasks queued on one executor at most (wrk__dispatch): 64 for short tasks (under 1 ms), up
+ * to WRK_EXEC_DEPTH_MAX for tiny ones, as many as make WRK_EXEC_QUEUE_US of work. */
+#define WRK_EXEC_DEPTH_MAX 256
+#define WRK_STORED_FNS 4
+#define WRK_EXEC_QUEUE_US 2000.0
+
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
 typedef struct wfetch wfetch;
@@ -41,6 +48,8 @@ typedef struct warg {
     uint8_t local;        /* waits for the output of the task of that id here (sent ahead) */
     uint8_t owned;        /* inline_data is a copy of such a task's inline result: freed with
                              the task */
+    uint8_t prev;         /* sent to the executor as the output of its producer, queued before
+                             it there (PROTO_ARG_PREV): the executor keeps that output */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
     spw_id id;
@@ -70,11 +79,12 @@ struct wtask {
     char *fail_msg;
     ost_obj *out;         /* output object allocated for the executor */
     wrk_exec *ex;
-    uint64_t sent_ns;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
     uint32_t started_slot; /* 1 + its index in w->started while its start notice is unsent */
     uint32_t local;       /* arguments with local set: on w->ahead while there are any */
+    uint32_t prev;        /* arguments with prev set (only while sent to an executor) */
+    bool slab;            /* from w->task_slab (else spw_malloc) */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
 };
@@ -216,6 +226,12 @@ struct wrk {
     wrk_exec *execs;
     uint32_t nexec;
     wtask *tasks;          /* by id */
+    spw_slab task_slab;    /* tasks of at most WRK_TASK_REC bytes (task_run_rec) */
+    /* Functions whose last output went to the store (WRK_STORED_FNS, a ring; "" = none): a task
+     * sent ahead waits for such a producer here rather than on its executor (tasks.c), since
+     * an executor keeps only inline outputs. */
+    char stored_fns[WRK_STORED_FNS][PROTO_MAX_NAME + 1];
+    uint32_t stored_next, nstored;
     wtask *ready_head, *ready_tail;
     wtask *ahead;          /* tasks sent ahead, waiting for outputs of tasks here (tasks.c) */
     struct {
@@ -260,6 +276,11 @@ struct wrk {
     uint32_t nstarted_live; /* entries not struck out */
     uv_timer_t started_timer;
 };
+
+/* A task with at most one argument and 64 bytes of inline arguments (a noop, a chain's hop)
+ * comes from the worker's slab: a burst costs no malloc per task. */
+#define WRK_TASK_REC (sizeof(wtask) + sizeof(warg) + 64)
+_Static_assert(WRK_TASK_REC <= SPW_SLAB_MAX, "a task record fits a slab");
 
 /* worker.c */
 /* Tells the scheduler an object is stored here (OBJ_ADDED), if it is connected. */

@@ -184,6 +184,9 @@ enum proto_arg_kind {
     PROTO_ARG_INLINE = 0, /* bytes carried in the message */
     PROTO_ARG_OBJ = 1,    /* a whole object (or a task's output) */
     PROTO_ARG_VIEW = 2,   /* a byte range [off, off+len) of an object */
+    /* R_EARG_KIND only (worker to its executor): the output of an earlier task in the same
+     * executor's queue, whose 16-byte id is the value (README "Chains on one executor"). */
+    PROTO_ARG_PREV = 3,
 };
 
 /** SUBMIT flags. */
