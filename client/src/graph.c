@@ -278,7 +278,6 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     if (c->sched == NULL)
         return SPW_ECLOSED;
     cut_frame(g, true, site);
-    spw_idmap_reserve(&c->handles, g->nkept < UINT32_MAX ? (uint32_t)g->nkept : UINT32_MAX);
     for (size_t i = 0; i < g->nkept; i++)
         spillway__handle_add(c, g->kept[i], H_TASK);
     spillway__call_begin(c, PROTO_SUBMIT_ACK);
