@@ -582,12 +582,22 @@ static bool task_settled(spillway *c, void *arg)
     return h == NULL || h->state != H_PENDING;
 }
 
+/* A heap copy of n bytes for the caller (spillway_free); an empty value is spillway__empty,
+ * neither allocated nor freed: most task results are empty. */
 static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
 {
-    uint8_t *d = spw_try_malloc(SPW_MOD_CLIENT, n > 0 ? n : 1);
-    if (d != NULL && n > 0)
+    if (n == 0)
+        return spillway__empty;
+    uint8_t *d = spw_try_malloc(SPW_MOD_CLIENT, n);
+    if (d != NULL)
         memcpy(d, p, n);
     return d;
+}
+
+static void bytes_free(void *p)
+{
+    if (p != spillway__empty)
+        spw_free(p);
 }
 
 /* Finds where an object is, waiting up to timeout_ms for it to exist. On success loc holds
@@ -596,7 +606,14 @@ static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
 static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 {
     char hex[33];
-    memset(loc, 0, sizeof *loc);
+    /* Not a memset: err is 4 KiB, and a fetch of an inline result needs none of it. */
+    loc->status = 0;
+    loc->size = 0;
+    loc->inl = NULL;
+    loc->has_inl = false;
+    loc->nlocs = 0;
+    loc->srcs = NULL;
+    loc->err[0] = '\0';
     uint64_t deadline = timeout_ms < 0 ? 0 : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     handle *h = spillway__handle_find(c, id);
     if (h != NULL && h->kind == H_TASK && h->state == H_PENDING) {
@@ -638,7 +655,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
         spillway__set_err(c, "%s", loc->err);
     }
     if (rc != 0) {
-        spw_free(loc->inl);
+        bytes_free(loc->inl);
         loc->inl = NULL;
         loc->has_inl = false;
     }
@@ -705,7 +722,7 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
     int rc = resolve(c, id, -1, &loc);
     if (rc == 0)
         *size = loc.size;
-    spw_free(loc.inl);
+    bytes_free(loc.inl);
     spw_free(loc.srcs);
     return rc;
 }
@@ -749,7 +766,7 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
 
 void spillway_free(void *p)
 {
-    spw_free(p);
+    bytes_free(p);
 }
 
 typedef struct view_priv {
@@ -802,7 +819,7 @@ void spillway_view_release(spillway *c, spillway_view *view)
     if (vp != NULL) {
         if (vp->l != NULL)
             local_unpin(c, vp->l, vp->id);
-        spw_free(vp->copy);
+        bytes_free(vp->copy);
         spw_free(vp);
     }
     memset(view, 0, sizeof *view);
