@@ -171,6 +171,10 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
 
 
+/** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments
+ * are an array (r->args.v). */
+void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r);
+
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);
 /** The secret file a connection uses: opts->secret_file; else $SPILLWAY_SECRET_FILE if set and
