@@ -14,98 +14,97 @@
 
 #include "client_int.h"
 
-/* A cursor into room reserved beforehand. */
-typedef struct rec_w {
-    uint8_t *p;
-} rec_w;
-
-static inline void w_be(rec_w *w, uint8_t tag, uint64_t v, int bytes)
+/* Each writer stores at p, in room reserved beforehand, and returns the end of what it
+ * wrote (a local cursor, which the compiler keeps in a register). */
+static inline uint8_t *w_be(uint8_t *p, uint8_t tag, uint64_t v, int bytes)
 {
-    *w->p++ = tag;
+    *p++ = tag;
     for (int i = bytes - 1; i >= 0; i--)
-        *w->p++ = (uint8_t)(v >> (8 * i));
+        *p++ = (uint8_t)(v >> (8 * i));
+    return p;
 }
 
 /* msgpack's smallest forms, as msgpack-c's packers choose them. */
-static inline void w_uint(rec_w *w, uint64_t v)
+static inline uint8_t *w_uint(uint8_t *p, uint64_t v)
 {
-    if (v < 128)
-        *w->p++ = (uint8_t)v;
-    else if (v < 256)
-        w_be(w, 0xcc, v, 1);
-    else if (v < 65536)
-        w_be(w, 0xcd, v, 2);
-    else if (v <= UINT32_MAX)
-        w_be(w, 0xce, v, 4);
-    else
-        w_be(w, 0xcf, v, 8);
+    if (v < 128) {
+        *p = (uint8_t)v;
+        return p + 1;
+    }
+    if (v < 256)
+        return w_be(p, 0xcc, v, 1);
+    if (v < 65536)
+        return w_be(p, 0xcd, v, 2);
+    if (v <= UINT32_MAX)
+        return w_be(p, 0xce, v, 4);
+    return w_be(p, 0xcf, v, 8);
 }
 
-static inline void w_arr(rec_w *w, uint32_t n)
+static inline uint8_t *w_arr(uint8_t *p, uint32_t n)
 {
-    if (n < 16)
-        *w->p++ = (uint8_t)(0x90 | n);
-    else if (n < 65536)
-        w_be(w, 0xdc, n, 2);
-    else
-        w_be(w, 0xdd, n, 4);
+    if (n < 16) {
+        *p = (uint8_t)(0x90 | n);
+        return p + 1;
+    }
+    return n < 65536 ? w_be(p, 0xdc, n, 2) : w_be(p, 0xdd, n, 4);
 }
 
-static inline void w_nil(rec_w *w)
+static inline uint8_t *w_nil(uint8_t *p)
 {
-    *w->p++ = 0xc0;
+    *p = 0xc0;
+    return p + 1;
 }
 
-static inline void w_body(rec_w *w, const void *p, size_t n)
+static inline uint8_t *w_body(uint8_t *p, const void *s, size_t n)
 {
     if (n > 0)
-        memcpy(w->p, p, n);
-    w->p += n;
+        memcpy(p, s, n);
+    return p + n;
 }
 
-static inline void w_bin(rec_w *w, const void *p, size_t n)
+static inline uint8_t *w_bin(uint8_t *p, const void *s, size_t n)
 {
     if (n < 256)
-        w_be(w, 0xc4, n, 1);
+        p = w_be(p, 0xc4, n, 1);
     else if (n < 65536)
-        w_be(w, 0xc5, n, 2);
+        p = w_be(p, 0xc5, n, 2);
     else
-        w_be(w, 0xc6, n, 4);
-    w_body(w, p, n);
+        p = w_be(p, 0xc6, n, 4);
+    return w_body(p, s, n);
 }
 
 /* A string field: NULL is "", one longer than max is cut to max (as proto's put_str_max). */
-static inline void w_str(rec_w *w, const char *s, size_t max)
+static inline uint8_t *w_str(uint8_t *p, const char *s, size_t max)
 {
     size_t n = s != NULL ? strnlen(s, max) : 0;
     if (n < 32)
-        *w->p++ = (uint8_t)(0xa0 | n);
+        *p++ = (uint8_t)(0xa0 | n);
     else if (n < 256)
-        w_be(w, 0xd9, n, 1);
+        p = w_be(p, 0xd9, n, 1);
     else if (n < 65536)
-        w_be(w, 0xda, n, 2);
+        p = w_be(p, 0xda, n, 2);
     else
-        w_be(w, 0xdb, n, 4);
-    w_body(w, s, n);
+        p = w_be(p, 0xdb, n, 4);
+    return w_body(p, s, n);
 }
 
-static inline void w_id(rec_w *w, spw_id id)
+/* 16 bytes, big-endian halves (spw_id_to_bytes). */
+static inline uint8_t *w_id(uint8_t *p, spw_id id)
 {
-    *w->p++ = 0xc4;
-    *w->p++ = 16;
-    for (int i = 7; i >= 0; i--)
-        *w->p++ = (uint8_t)(id.hi >> (8 * i));
-    for (int i = 7; i >= 0; i--)
-        *w->p++ = (uint8_t)(id.lo >> (8 * i));
+    uint64_t be[2] = {__builtin_bswap64(id.hi), __builtin_bswap64(id.lo)};
+    p[0] = 0xc4;
+    p[1] = 16;
+    memcpy(p + 2, be, 16);
+    return p + 18;
 }
 
 /* Writers and room (upper bounds, in bytes) of each field kind the two records use. */
-#define W_U(w, v, arg) w_uint((w), (v))
-#define W_ID(w, v, arg) w_id((w), (v))
-#define W_OPT_ID(w, v, arg) ((v) != NULL ? w_id((w), *(v)) : w_nil(w))
-#define W_OPT_BIN(w, v, arg) ((v).ptr != NULL ? w_bin((w), (v).ptr, (v).len) : w_nil(w))
-#define W_STR(w, v, arg) w_str((w), (v), (arg))
-#define W_RECS(w, v, arg) w_recs_##arg((w), &(v))
+#define W_U(p, v, arg) w_uint((p), (v))
+#define W_ID(p, v, arg) w_id((p), (v))
+#define W_OPT_ID(p, v, arg) ((v) != NULL ? w_id((p), *(v)) : w_nil(p))
+#define W_OPT_BIN(p, v, arg) ((v).ptr != NULL ? w_bin((p), (v).ptr, (v).len) : w_nil(p))
+#define W_STR(p, v, arg) w_str((p), (v), (arg))
+#define W_RECS(p, v, arg) w_recs_##arg((p), &(v))
 #define ROOM_U(v, arg) 9
 #define ROOM_ID(v, arg) 18
 #define ROOM_OPT_ID(v, arg) 18
@@ -121,10 +120,10 @@ static inline void w_id(rec_w *w, spw_id id)
 #define GROW_N(index, member, kind, arg)                                                           \
     if (nf == (index) && !m->omit_##member)                                                        \
         nf++;
-#define WRITE_F(index, member, kind, arg) W_##kind(w, m->member, arg);
+#define WRITE_F(index, member, kind, arg) p = W_##kind(p, m->member, arg);
 #define WRITE_N(index, member, kind, arg)                                                          \
     if ((index) < nf)                                                                              \
-        W_##kind(w, m->member, arg);
+        p = W_##kind(p, m->member, arg);
 #define ROOM_F(index, member, kind, arg) +ROOM_##kind(m->member, arg)
 #define ROOM_N(index, member, kind, arg) ROOM_F(index, member, kind, arg)
 
@@ -133,12 +132,13 @@ static inline void w_id(rec_w *w, spw_id id)
     {                                                                                              \
         return 5 FIELDS(ROOM_F, ROOM_N);                                                           \
     }                                                                                              \
-    static void w_##name(rec_w *w, const proto_##name##_rec *m)                                    \
+    static uint8_t *w_##name(uint8_t *p, const proto_##name##_rec *m)                              \
     {                                                                                              \
         uint32_t nf = 0 FIELDS(COUNT_F, COUNT_N);                                                  \
         FIELDS(GROW_F, GROW_N)                                                                     \
-        w_arr(w, nf);                                                                              \
+        p = w_arr(p, nf);                                                                          \
         FIELDS(WRITE_F, WRITE_N)                                                                   \
+        return p;                                                                                  \
     }                                                                                              \
     __attribute__((unused)) static size_t room_recs_##name(const proto_##name##_recs *r)           \
     {                                                                                              \
@@ -147,11 +147,13 @@ static inline void w_id(rec_w *w, spw_id id)
             n += room_##name(&r->v[i]);                                                            \
         return n;                                                                                  \
     }                                                                                              \
-    __attribute__((unused)) static void w_recs_##name(rec_w *w, const proto_##name##_recs *r)      \
+    __attribute__((unused)) static uint8_t *w_recs_##name(uint8_t *p,                              \
+                                                          const proto_##name##_recs *r)            \
     {                                                                                              \
-        w_arr(w, r->n);                                                                            \
+        p = w_arr(p, r->n);                                                                        \
         for (uint32_t i = 0; i < r->n; i++)                                                        \
-            w_##name(w, &r->v[i]);                                                                 \
+            p = w_##name(p, &r->v[i]);                                                             \
+        return p;                                                                                  \
     }
 
 DEF_REC_WRITER(arg, PROTO_REC_FIELDS_ARG)
@@ -163,8 +165,7 @@ void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r)
     size_t room = room_task(r);
     if (spw_buf_reserve(out, room) != 0)
         SPW_PANIC("out of memory growing a graph by %zu bytes", room);
-    rec_w w = {out->data + out->len};
-    w_task(&w, r);
-    out->len = (size_t)(w.p - out->data);
+    uint8_t *end = w_task(out->data + out->len, r);
+    out->len = (size_t)(end - out->data);
     SPW_ASSERT(out->len <= out->cap);
 }
