@@ -894,7 +894,8 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
 typedef struct wait_set {
     const spillway_ref *refs;
     size_t n;
-    size_t next; /* refs before this are settled */
+    size_t next;   /* refs before this are settled */
+    handle *failed; /* the first of those that failed, or NULL */
 } wait_set;
 
 static bool all_settled(spillway *c, void *arg)
@@ -906,6 +907,8 @@ static bool all_settled(spillway *c, void *arg)
         handle *h = spillway__handle_find(c, id);
         if (h != NULL && h->state == H_PENDING)
             return false;
+        if (h != NULL && h->state == H_FAILED && ws->failed == NULL)
+            ws->failed = h; /* settled for good: nothing releases it while we wait */
         ws->next++;
     }
     return true;
@@ -924,21 +927,18 @@ static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeo
             return SPW_ENOTHELD;
         }
     }
-    wait_set ws = {refs, n, 0};
+    wait_set ws = {refs, n, 0, NULL};
     int rc = spillway__run_until(c, all_settled, &ws, timeout_ms);
     if (rc != 0) {
         spillway__set_err(c, "%zu of %zu results not ready: %s", n - ws.next, n,
                           spw_strerror(rc));
         return rc;
     }
-    for (size_t i = 0; i < n; i++) {
-        spillway__refs_prefetch(c, refs, n, i);
-        handle *h = spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo});
-        if (h != NULL && h->state == H_FAILED) {
-            spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),
-                              h->err != NULL ? h->err : "?");
-            return h->status;
-        }
+    handle *h = ws.failed;
+    if (h != NULL) {
+        spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),
+                          h->err != NULL ? h->err : "?");
+        return h->status;
     }
     return 0;
 }
