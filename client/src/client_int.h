@@ -38,6 +38,8 @@ typedef struct reftab {
     ref_chunk **chunks; /* by counter >> SPILLWAY__CHUNK_BITS; NULL: none held there */
     size_t nchunks;
     ref_chunk *spare;   /* a freed chunk kept for the next one needed */
+    size_t nalloc;      /* chunks in the directory */
+    uint64_t ndense;    /* handles held in chunks */
     uint64_t n;         /* handles held, both kinds */
     spw_idmap other;    /* handles of ids not made by this client */
 } reftab;
@@ -136,7 +138,8 @@ spw_id spillway__new_id(spillway *c);
 uint64_t spillway__id_counter(const spillway *c, spw_id id);
 void spillway__refs_init(spillway *c);
 handle *spillway__handle_find(spillway *c, spw_id id);
-/* Adds a held reference (aborts if id is held already). */
+/* Adds a held reference (aborts if id is held already). A pointer to a handle is valid until
+ * the next spillway__handle_add or spillway__handle_free: adding may move handles (refs.c). */
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
 /* How far ahead a walk over many references prefetches the handles of ids not made here (in
  * refs.other, a hash table): the table slot of refs[i + 2 * AHEAD] and the handle of

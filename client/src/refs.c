@@ -11,9 +11,17 @@
  * Every other id (an automatic put is named by a hash of its bytes) lives in an spw_idmap of
  * separately allocated handles.
  *
+ * A chunk costs 56 KiB however few of its references are held: a program that keeps one
+ * result of each large graph would pin a chunk per result. So when a chunk is needed while
+ * at least SWEEP_MIN chunks are allocated and under 1/8 of their slots are held, the chunks
+ * holding at most 1/16 of theirs hand their handles to refs.other and are freed: memory stays
+ * within a small factor of what the held references need, and a graph's results, held
+ * together, are never moved. The directory costs 8 bytes per 1,024 ids ever made.
+ *
  * Invariants: a handle is held iff it is found; a dense handle (h->dense) sits in the chunk of
- * its counter, whose `live` counts its held handles; a chunk with none held is freed (one is
- * kept as a spare, so a loop that puts and releases one value does not allocate each time).
+ * its counter, whose `live` counts its held handles; ndense counts them all, nalloc the chunks
+ * in the directory; a chunk with none held is freed (one is kept as a spare, so a loop that
+ * puts and releases one value does not allocate each time).
  */
 #include <string.h>
 
@@ -78,6 +86,31 @@ handle *spillway__handle_find(spillway *c, spw_id id)
     return spw_idmap_find(&c->refs.other, id);
 }
 
+/* Chunks allocated before a sweep is considered (~900 KiB). */
+#define SWEEP_MIN 16
+
+/* Moves the handles of sparse chunks to refs.other and frees those chunks (see the top). */
+static void sweep(reftab *t)
+{
+    for (size_t ci = 0; ci < t->nchunks; ci++) {
+        ref_chunk *ch = t->chunks[ci];
+        if (ch == NULL || ch->live > SPILLWAY__CHUNK / 16)
+            continue;
+        for (size_t i = 0; i < SPILLWAY__CHUNK; i++) {
+            if (!ch->h[i].held)
+                continue;
+            handle *h = spw_malloc(SPW_MOD_CLIENT, sizeof *h);
+            *h = ch->h[i];
+            h->dense = 0;
+            spw_idmap_add(&t->other, h);
+        }
+        t->ndense -= ch->live;
+        t->chunks[ci] = NULL;
+        t->nalloc--;
+        spw_free(ch);
+    }
+}
+
 handle *spillway__handle_add(spillway *c, spw_id id, int kind)
 {
     reftab *t = &c->refs;
@@ -94,7 +127,11 @@ handle *spillway__handle_add(spillway *c, spw_id id, int kind)
             t->nchunks = n;
         }
         ref_chunk *ch = t->chunks[ci];
+        if (ch == NULL && t->nalloc >= SWEEP_MIN &&
+            (uint64_t)t->nalloc * SPILLWAY__CHUNK > 8 * t->ndense)
+            sweep(t);
         if (ch == NULL) {
+            t->nalloc++;
             if (t->spare != NULL) {
                 ch = t->spare; /* every slot of it is free: its live count reached 0 */
                 t->spare = NULL;
@@ -111,6 +148,7 @@ handle *spillway__handle_add(spillway *c, spw_id id, int kind)
         memset(h, 0, sizeof *h);
         h->dense = 1;
         ch->live++;
+        t->ndense++;
     } else {
         h = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *h);
     }
@@ -147,8 +185,10 @@ void spillway__handle_free(spillway *c, handle *h)
     }
     uint64_t ci = spillway__id_counter(c, h->id) >> SPILLWAY__CHUNK_BITS;
     handle_clear(h);
+    t->ndense--;
     ref_chunk *ch = t->chunks[ci];
     if (--ch->live == 0) {
+        t->nalloc--;
         t->chunks[ci] = NULL;
         if (t->spare == NULL)
             t->spare = ch;

@@ -123,6 +123,49 @@ static void test_refs_dense_and_other(void **state)
     client_free(c);
 }
 
+/* A program that keeps one reference out of each chunk's worth of ids (one result of each large
+ * graph) must not pin a 56 KiB chunk per reference: sparse chunks hand their handles to the
+ * hash table once they are most of the memory. */
+static void test_refs_sparse_chunks_are_swept(void **state)
+{
+    (void)state;
+    spillway *c = client_new(99, 5);
+    int64_t before = spw_heap_used(SPW_MOD_CLIENT);
+    enum { GRAPHS = 200 };
+    spw_id kept[GRAPHS];
+    for (size_t g = 0; g < GRAPHS; g++) {
+        /* A graph of 3,000 tasks of which all are kept until it is done, then one stays. */
+        spw_id ids[3000];
+        for (size_t i = 0; i < 3000; i++) {
+            ids[i] = spillway__new_id(c);
+            spillway__handle_add(c, ids[i], H_TASK)->size = g;
+        }
+        for (size_t i = 0; i < 2999; i++)
+            spillway__handle_free(c, spillway__handle_find(c, ids[i]));
+        kept[g] = ids[2999];
+        assert_true(c->refs.nalloc <= 16 + 4);
+    }
+    assert_int_equal(c->refs.n, GRAPHS);
+    assert_true(c->refs.other.n >= GRAPHS - 20); /* swept into the hash table */
+    /* Memory: the table and a few chunks, not one chunk per kept reference. */
+    assert_true(spw_heap_used(SPW_MOD_CLIENT) - before < 24 * 60000);
+    for (size_t g = 0; g < GRAPHS; g++) {
+        handle *h = spillway__handle_find(c, kept[g]);
+        assert_non_null(h);
+        assert_int_equal(h->size, g);
+        assert_true(spw_id_eq(h->id, kept[g]));
+    }
+    /* Dense and swept handles side by side in one range: a new reference there is added to a
+     * new chunk, the swept ones are still found. */
+    for (size_t g = 0; g < GRAPHS; g += 2)
+        spillway__handle_free(c, spillway__handle_find(c, kept[g]));
+    for (size_t g = 0; g < GRAPHS; g++)
+        assert_true((spillway__handle_find(c, kept[g]) != NULL) == (g % 2 == 1));
+    spillway__handles_free_all(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    client_free(c);
+}
+
 /* Compares spillway__put_task_rec with proto_put_task_rec on record r (appended after `pre`
  * bytes already in the buffer, as in a graph). */
 static void same_bytes(const proto_task_rec *r, size_t pre)
@@ -228,6 +271,7 @@ int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
     cmocka_unit_test(test_refs_dense_and_other),
+    cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
     cmocka_unit_test(test_release_matches_proto),
 };
