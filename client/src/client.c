@@ -5,8 +5,8 @@
  * cache of connections to workers' peer ports. The public calls are blocking: they queue
  * frames and run the loop until their answer arrives (run_until). One request is outstanding
  * at a time (the `call` slot); TASK_RESULT frames arrive at any time and update the table of
- * references this client holds (c->handles).
- * Invariants: a handle is in c->handles iff the client holds its reference (held); small puts
+ * references this client holds (c->refs, refs.c).
+ * Invariants: a handle is in c->refs iff the client holds its reference (held); small puts
  * live only here (never at the scheduler); everything allocated is freed by spillway_close.
  */
 #include "client_int.h"
@@ -86,59 +86,6 @@ char *spillway_ref_hex(spillway_ref ref, char out[33])
 const char *spillway__addr(const spillway *c)
 {
     return c->addr;
-}
-
-spw_id spillway__new_id(spillway *c)
-{
-    /* hi: a bijective mix of (seed + counter), so ids differ in their first digits (the short
-     * form spillway-ctl prints) and never repeat within this client; lo: this client's random
-     * tag, so two clients' ids do not meet. */
-    uint64_t z = c->id_hi + ++c->next_id * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (spw_id){z, c->id_lo};
-}
-
-handle *spillway__handle_find(spillway *c, spw_id id)
-{
-    return spw_idmap_find(&c->handles, id);
-}
-
-handle *spillway__handle_add(spillway *c, spw_id id, int kind)
-{
-    handle *h = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *h);
-    h->id = id;
-    h->kind = (uint8_t)kind;
-    h->state = H_PENDING;
-    spw_idmap_add(&c->handles, h); /* checks that id is not held yet */
-    return h;
-}
-
-/* The value of every empty inline result: no allocation for the many tasks that return
- * nothing. Never freed (handle_release). */
-static uint8_t handle_empty[1];
-
-static void handle_release(handle *h)
-{
-    if (h->inl != handle_empty)
-        spw_free(h->inl);
-    spw_free(h->err);
-    spw_free(h);
-}
-
-void spillway__handle_free(spillway *c, handle *h)
-{
-    spw_idmap_del(&c->handles, h);
-    handle_release(h);
-}
-
-void spillway__handles_free_all(spillway *c)
-{
-    uint32_t pos = 0;
-    for (handle *h; (h = spw_idmap_next(&c->handles, &pos)) != NULL;)
-        handle_release(h);
-    spw_idmap_free(&c->handles);
 }
 
 /* ------------------------------------------------------------- the loop */
@@ -235,7 +182,7 @@ static void on_task_result(spillway *c, const proto_val *f)
     if (!f[F_TRES_INLINE].nil) {
         const proto_val *v = &f[F_TRES_INLINE];
         if (v->bin.len == 0) {
-            h->inl = handle_empty;
+            h->inl = spillway__empty;
         } else {
             h->inl = spw_malloc(SPW_MOD_CLIENT, v->bin.len);
             memcpy(h->inl, v->bin.ptr, v->bin.len);
@@ -257,22 +204,24 @@ static void results_prefetch(spillway *c, const proto_val *recs, uint32_t i, int
 {
     const proto_val *f = PROTO_REC(recs, i);
     if (!f[F_TRES_ID].nil)
-        spw_idmap_prefetch(&c->handles, f[F_TRES_ID].id, stage);
+        spw_idmap_prefetch(&c->refs.other, f[F_TRES_ID].id, stage);
 }
 
-/* The records of a TASK_RESULTS. Each looks up a slot of the reference table and the handle it
- * points to, both at random places in memory once many tasks are out: two cache misses per
- * record when taken one by one, a sixth of the client's CPU in scale_tiny. The slots and then
- * the handles of the records a few places ahead are prefetched, so those misses overlap. */
+/* The records of a TASK_RESULTS. A result of this client's own task finds its handle by the
+ * id's counter (refs.c), near the previous one's. A handle in refs.other (none but automatic
+ * puts, which are not task results; kept for ids from elsewhere) is a slot of a hash table and
+ * a record at random places in memory: those are prefetched a few records ahead, so that their
+ * cache misses overlap. */
 static void on_task_results(spillway *c, const proto_val *recs)
 {
     uint32_t n = recs->arr.n;
-    for (uint32_t i = 0; i < n && i < 2 * RESULTS_AHEAD; i++)
+    bool ahead = c->refs.other.n != 0;
+    for (uint32_t i = 0; ahead && i < n && i < 2 * RESULTS_AHEAD; i++)
         results_prefetch(c, recs, i, i < RESULTS_AHEAD ? 1 : 0);
     for (uint32_t i = 0; i < n; i++) {
-        if (i + 2 * RESULTS_AHEAD < n)
+        if (ahead && i + 2 * RESULTS_AHEAD < n)
             results_prefetch(c, recs, i + 2 * RESULTS_AHEAD, 0);
-        if (i + RESULTS_AHEAD < n)
+        if (ahead && i + RESULTS_AHEAD < n)
             results_prefetch(c, recs, i + RESULTS_AHEAD, 1);
         on_task_result(c, PROTO_REC(recs, i));
     }
@@ -402,7 +351,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
             return rc;
     }
     spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
-    c->handles = SPW_IDMAP_INIT(handle, id, SPW_MOD_CLIENT);
+    spillway__refs_init(c);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->inline_limit = o->inline_limit;
     c->auto_put = !o->no_auto_put;

@@ -19,9 +19,30 @@ typedef struct handle {
     uint64_t size;
     uint8_t *inl; /* small value or small result (owned), NULL otherwise */
     bool has_inl;
+    uint8_t held;  /* in the reference table (a free slot of a chunk: 0) */
+    uint8_t dense; /* in a chunk (an id of this client's), not in refs.other */
     char *err;
     uint32_t graph_uses; /* an automatic put of a large argument: graphs still using it */
 } handle;
+
+/* The reference table (refs.c): handles of ids this client made, in chunks indexed by the
+ * id's counter; other ids in an spw_idmap. */
+#define SPILLWAY__CHUNK_BITS 10
+#define SPILLWAY__CHUNK (1u << SPILLWAY__CHUNK_BITS)
+typedef struct ref_chunk {
+    uint32_t live; /* held handles in h */
+    handle h[];
+} ref_chunk;
+
+typedef struct reftab {
+    ref_chunk **chunks; /* by counter >> SPILLWAY__CHUNK_BITS; NULL: none held there */
+    size_t nchunks;
+    ref_chunk *spare;   /* a freed chunk kept for the next one needed */
+    size_t nalloc;      /* chunks in the directory */
+    uint64_t ndense;    /* handles held in chunks */
+    uint64_t n;         /* handles held, both kinds */
+    spw_idmap other;    /* handles of ids not made by this client */
+} reftab;
 
 
 typedef struct peer {
@@ -84,7 +105,7 @@ struct spillway {
     bool no_local;
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
-    spw_idmap handles; /* the references this client holds, by id (spillway/idmap.h) */
+    reftab refs; /* the references this client holds, by id (refs.c) */
     peer *peers;
     local *locals;
     char host_id[128];
@@ -113,32 +134,52 @@ uint64_t spillway__call_begin(spillway *c, uint32_t reply_type);
 int spillway__call_wait(spillway *c, int timeout_ms);
 void spillway__flush(spillway *c);
 spw_id spillway__new_id(spillway *c);
+/* The counter of an id spillway__new_id made (1, 2, ...), or 0 for any other id. */
+uint64_t spillway__id_counter(const spillway *c, spw_id id);
+void spillway__refs_init(spillway *c);
 handle *spillway__handle_find(spillway *c, spw_id id);
+/* Adds a held reference (aborts if id is held already). A pointer to a handle is valid until
+ * the next spillway__handle_add or spillway__handle_free: adding may move handles (refs.c). */
 handle *spillway__handle_add(spillway *c, spw_id id, int kind);
-/* How far ahead a walk over many references prefetches: the table slot of refs[i + 2 * AHEAD]
- * and the handle of refs[i + AHEAD] (spw_idmap_prefetch), so that the cache misses of looking
- * up one after another overlap. */
+/* How far ahead a walk over many references prefetches the handles of ids not made here (in
+ * refs.other, a hash table): the table slot of refs[i + 2 * AHEAD] and the handle of
+ * refs[i + AHEAD] (spw_idmap_prefetch), so that the cache misses of looking up one after
+ * another overlap. This client's own ids need none: their handles lie in the order they were
+ * made. */
 #define SPILLWAY__AHEAD 8
 static inline void spillway__refs_prefetch(spillway *c, const spillway_ref *refs, size_t n,
                                            size_t i)
 {
+    if (c->refs.other.n == 0)
+        return;
     if (i + 2 * SPILLWAY__AHEAD < n)
-        spw_idmap_prefetch(&c->handles,
+        spw_idmap_prefetch(&c->refs.other,
                            (spw_id){refs[i + 2 * SPILLWAY__AHEAD].hi, refs[i + 2 * SPILLWAY__AHEAD].lo},
                            0);
     if (i + SPILLWAY__AHEAD < n)
-        spw_idmap_prefetch(&c->handles,
+        spw_idmap_prefetch(&c->refs.other,
                            (spw_id){refs[i + SPILLWAY__AHEAD].hi, refs[i + SPILLWAY__AHEAD].lo}, 1);
 }
 
+/* Drops a held reference's handle and what it owns. */
 void spillway__handle_free(spillway *c, handle *h);
 /* Frees every handle and the table (spillway_close). */
 void spillway__handles_free_all(spillway *c);
+/* The bytes of every empty value (an inline result of length 0): never allocated, never
+ * freed; spillway_free ignores it. */
+extern uint8_t spillway__empty[1];
 void spillway__locals_free(spillway *c);
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site);
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
 
+
+/** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments
+ * are an array (r->args.v). */
+void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r);
+/** Encodes a RELEASE frame into out, the same bytes as proto_enc_release (enc.c); send it
+ * with proto_conn_send(conn, e) when out is proto_conn_out(conn). */
+void spillway__enc_release(proto_enc *e, spw_buf *out, uint64_t req, const proto_release_msg *m);
 
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);

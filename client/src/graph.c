@@ -140,41 +140,32 @@ static void cut_frame(spillway_graph *g, bool end, const char *site)
     g->nrecs = 0;
 }
 
-/* A task's arguments as the client sends them: bytes travel inline (so does a small value held
- * here, or a view of one), objects by id. */
-typedef struct arg_iter {
-    spillway *c;
-    const spillway_arg *args;
-} arg_iter;
-
-static void put_arg(proto_enc *e, uint32_t i, void *arg)
+/* A task's argument as the client sends it: bytes travel inline (so does a small value held
+ * here, or a view of one), objects by id. r->obj points at *rid. */
+static void arg_rec(spillway *c, const spillway_arg *a, spw_id *rid, proto_arg_rec *r)
 {
-    const arg_iter *it = arg;
-    const spillway_arg *a = &it->args[i];
-    proto_arg_rec r = {.kind = PROTO_ARG_INLINE};
+    *r = (proto_arg_rec){.kind = PROTO_ARG_INLINE};
     if (a->kind == SPILLWAY_ARG_BYTES) {
-        r.value = (proto_bytes){a->data != NULL ? a->data : a->small, a->len};
-        proto_put_arg_rec(e, &r);
+        r->value = (proto_bytes){a->data != NULL ? a->data : a->small, a->len};
         return;
     }
-    spw_id rid = {a->ref.hi, a->ref.lo};
-    handle *h = spillway__handle_find(it->c, rid);
+    *rid = (spw_id){a->ref.hi, a->ref.lo};
+    handle *h = spillway__handle_find(c, *rid);
     if (h != NULL && h->kind == H_SMALL) {
         /* A small value lives here: it travels with the task. */
         if (a->kind == SPILLWAY_ARG_VIEW)
-            r.value = (proto_bytes){h->inl + a->off, a->len};
+            r->value = (proto_bytes){h->inl + a->off, a->len};
         else
-            r.value = (proto_bytes){h->inl, h->size};
-        if (r.value.ptr == NULL)
-            r.value.ptr = ""; /* empty, not nil */
-        proto_put_arg_rec(e, &r);
+            r->value = (proto_bytes){h->inl, h->size};
+        if (r->value.ptr == NULL)
+            r->value.ptr = ""; /* empty, not nil */
         return;
     }
     bool view = a->kind == SPILLWAY_ARG_VIEW;
-    proto_put_arg_rec(e, &(proto_arg_rec){.kind = view ? PROTO_ARG_VIEW : PROTO_ARG_OBJ,
-                                          .obj = &rid,
-                                          .off = view ? a->off : 0,
-                                          .len = view ? a->len : 0});
+    *r = (proto_arg_rec){.kind = view ? PROTO_ARG_VIEW : PROTO_ARG_OBJ,
+                         .obj = rid,
+                         .off = view ? a->off : 0,
+                         .len = view ? a->len : 0};
 }
 
 static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
@@ -234,18 +225,29 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
         av[i] = spillway_arg_ref((spillway_ref){aid.hi, aid.lo});
     }
     args = av;
+    /* The arguments' records, and the ids they point to, beside the values (one allocation
+     * for both when there are more than 16). */
+    proto_arg_rec recs_local[16];
+    spw_id rids_local[16];
+    proto_arg_rec *recs = recs_local;
+    spw_id *rids = rids_local;
+    if (nargs > 16) {
+        recs = spw_malloc(SPW_MOD_CLIENT, nargs * (sizeof *recs + sizeof *rids));
+        rids = (spw_id *)(recs + nargs);
+    }
+    for (size_t i = 0; i < nargs; i++)
+        arg_rec(c, &args[i], &rids[i], &recs[i]);
     spw_id id = spillway__new_id(c);
-    proto_enc e;
-    proto_enc_raw(&e, &g->recs);
-    arg_iter it = {c, args};
-    proto_put_task_rec(&e,
-                       &(proto_task_rec){.id = id,
-                                         .fn = fn,
-                                         .args = {.n = (uint32_t)nargs, .put = put_arg, .arg = &it},
-                                         .flags = flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0,
-                                         .site = site,
-                                         .worker = g->place,
-                                         .omit_worker = g->place[0] == '\0'});
+    spillway__put_task_rec(&g->recs,
+                           &(proto_task_rec){.id = id,
+                                             .fn = fn,
+                                             .args = {.n = (uint32_t)nargs, .v = recs},
+                                             .flags = flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0,
+                                             .site = site,
+                                             .worker = g->place,
+                                             .omit_worker = g->place[0] == '\0'});
+    if (recs != recs_local)
+        spw_free(recs);
     g->nrecs++;
     g->ntasks++;
     if (flags & SPILLWAY_KEEP) {
@@ -283,7 +285,6 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     if (c->sched == NULL)
         return SPW_ECLOSED;
     cut_frame(g, true, site);
-    spw_idmap_reserve(&c->handles, g->nkept < UINT32_MAX ? (uint32_t)g->nkept : UINT32_MAX);
     for (size_t i = 0; i < g->nkept; i++)
         spillway__handle_add(c, g->kept[i], H_TASK);
     spillway__call_begin(c, PROTO_SUBMIT_ACK);

@@ -250,8 +250,12 @@ static local *local_get(spillway *c, const char *host_id, const char *name, bool
 /* Gives the scheduler back our references to n objects, in one RELEASE. */
 static void release_ids(spillway *c, const spw_id *ids, uint32_t n)
 {
-    if (c->sched != NULL)
-        proto_send_release(c->sched, 0, &(proto_release_msg){.ids = {ids, n}});
+    if (c->sched == NULL)
+        return;
+    proto_enc e;
+    spillway__enc_release(&e, proto_conn_out(c->sched), 0,
+                          &(proto_release_msg){.ids = {ids, n}});
+    proto_conn_send(c->sched, &e);
 }
 
 static void release_id(spillway *c, spw_id id);
@@ -582,12 +586,22 @@ static bool task_settled(spillway *c, void *arg)
     return h == NULL || h->state != H_PENDING;
 }
 
+/* A heap copy of n bytes for the caller (spillway_free); an empty value is spillway__empty,
+ * neither allocated nor freed: most task results are empty. */
 static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
 {
-    uint8_t *d = spw_try_malloc(SPW_MOD_CLIENT, n > 0 ? n : 1);
-    if (d != NULL && n > 0)
+    if (n == 0)
+        return spillway__empty;
+    uint8_t *d = spw_try_malloc(SPW_MOD_CLIENT, n);
+    if (d != NULL)
         memcpy(d, p, n);
     return d;
+}
+
+static void bytes_free(void *p)
+{
+    if (p != spillway__empty)
+        spw_free(p);
 }
 
 /* Finds where an object is, waiting up to timeout_ms for it to exist. On success loc holds
@@ -596,7 +610,14 @@ static uint8_t *copy_bytes(const uint8_t *p, uint64_t n)
 static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
 {
     char hex[33];
-    memset(loc, 0, sizeof *loc);
+    /* Not a memset: err is 4 KiB, and a fetch of an inline result needs none of it. */
+    loc->status = 0;
+    loc->size = 0;
+    loc->inl = NULL;
+    loc->has_inl = false;
+    loc->nlocs = 0;
+    loc->srcs = NULL;
+    loc->err[0] = '\0';
     uint64_t deadline = timeout_ms < 0 ? 0 : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     handle *h = spillway__handle_find(c, id);
     if (h != NULL && h->kind == H_TASK && h->state == H_PENDING) {
@@ -638,7 +659,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
         spillway__set_err(c, "%s", loc->err);
     }
     if (rc != 0) {
-        spw_free(loc->inl);
+        bytes_free(loc->inl);
         loc->inl = NULL;
         loc->has_inl = false;
     }
@@ -705,7 +726,7 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
     int rc = resolve(c, id, -1, &loc);
     if (rc == 0)
         *size = loc.size;
-    spw_free(loc.inl);
+    bytes_free(loc.inl);
     spw_free(loc.srcs);
     return rc;
 }
@@ -749,7 +770,7 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
 
 void spillway_free(void *p)
 {
-    spw_free(p);
+    bytes_free(p);
 }
 
 typedef struct view_priv {
@@ -802,7 +823,7 @@ void spillway_view_release(spillway *c, spillway_view *view)
     if (vp != NULL) {
         if (vp->l != NULL)
             local_unpin(c, vp->l, vp->id);
-        spw_free(vp->copy);
+        bytes_free(vp->copy);
         spw_free(vp);
     }
     memset(view, 0, sizeof *view);
@@ -877,7 +898,8 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
 typedef struct wait_set {
     const spillway_ref *refs;
     size_t n;
-    size_t next; /* refs before this are settled */
+    size_t next;   /* refs before this are settled */
+    handle *failed; /* the first of those that failed, or NULL */
 } wait_set;
 
 static bool all_settled(spillway *c, void *arg)
@@ -889,6 +911,8 @@ static bool all_settled(spillway *c, void *arg)
         handle *h = spillway__handle_find(c, id);
         if (h != NULL && h->state == H_PENDING)
             return false;
+        if (h != NULL && h->state == H_FAILED && ws->failed == NULL)
+            ws->failed = h; /* settled for good: nothing releases it while we wait */
         ws->next++;
     }
     return true;
@@ -907,21 +931,18 @@ static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeo
             return SPW_ENOTHELD;
         }
     }
-    wait_set ws = {refs, n, 0};
+    wait_set ws = {refs, n, 0, NULL};
     int rc = spillway__run_until(c, all_settled, &ws, timeout_ms);
     if (rc != 0) {
         spillway__set_err(c, "%zu of %zu results not ready: %s", n - ws.next, n,
                           spw_strerror(rc));
         return rc;
     }
-    for (size_t i = 0; i < n; i++) {
-        spillway__refs_prefetch(c, refs, n, i);
-        handle *h = spillway__handle_find(c, (spw_id){refs[i].hi, refs[i].lo});
-        if (h != NULL && h->state == H_FAILED) {
-            spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),
-                              h->err != NULL ? h->err : "?");
-            return h->status;
-        }
+    handle *h = ws.failed;
+    if (h != NULL) {
+        spillway__set_err(c, "task=%s failed: %s", spw_id_hex(h->id, hex),
+                          h->err != NULL ? h->err : "?");
+        return h->status;
     }
     return 0;
 }

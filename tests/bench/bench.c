@@ -181,10 +181,18 @@ static void emit(const char *name, uint64_t n, double seconds, double tasks_per_
 
 /* ------------------------------------------------------------------- cases */
 
+static double self_cpu_s(void);
+
+/* This process's CPU seconds in each phase of run_independent: adding the tasks, submitting
+ * them (until the scheduler accepted the graph), waiting for the results. */
+typedef struct phase_cpu {
+    double build, submit, wait;
+} phase_cpu;
+
 static void run_independent(bench *b, const char *fn, uint64_t n, spillway_ref *refs,
-                            double *t_submit)
+                            double *t_submit, phase_cpu *cpu)
 {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = self_cpu_s();
     spillway_graph *g = spillway_graph_new(b->cl);
     for (uint64_t i = 0; i < n; i++) {
         spillway_arg a = spillway_arg_u64(i);
@@ -192,15 +200,19 @@ static void run_independent(bench *b, const char *fn, uint64_t n, spillway_ref *
         if (rc != 0)
             die(b, "task", rc);
     }
+    double c1 = self_cpu_s();
     int rc = spillway_submit(g);
     if (rc != 0)
         die(b, "submit", rc);
     spillway_graph_free(g);
+    double c2 = self_cpu_s();
     if (t_submit != NULL)
         *t_submit = now_s() - t0;
     rc = spillway_wait(b->cl, refs, n, -1);
     if (rc != 0)
         die(b, "wait", rc);
+    if (cpu != NULL)
+        *cpu = (phase_cpu){c1 - c0, c2 - c1, self_cpu_s() - c2};
 }
 
 static void case_tiny_tasks(bench *b)
@@ -208,11 +220,11 @@ static void case_tiny_tasks(bench *b)
     uint64_t n = b->quick ? 2000 : 20000;
     spillway_ref *refs = calloc(n, sizeof *refs);
     /* Warm-up: executors started, function timings known, as the Dask peer does. */
-    run_independent(b, "noop", 200, refs, NULL);
+    run_independent(b, "noop", 200, refs, NULL, NULL);
     spillway_release_many(b->cl, refs, 200);
     hwm_reset(b);
     double t0 = now_s(), t_submit;
-    run_independent(b, "noop", n, refs, &t_submit);
+    run_independent(b, "noop", n, refs, &t_submit, NULL);
     uint64_t fetched = 0;
     for (uint64_t i = 0; i < n; i++) {
         void *data;
@@ -1931,7 +1943,7 @@ static void case_scale_tiny(bench *b)
     if (refs == NULL)
         die(b, "calloc", SPW_ENOMEM);
     /* Warm-up: every executor started, as in tiny_tasks. */
-    run_independent(b, "noop", 200, refs, NULL);
+    run_independent(b, "noop", 200, refs, NULL, NULL);
     spillway_release_many(b->cl, refs, 200);
     uint64_t objects0 = 0, tasks0 = 0;
     bool have0 = b->own_cluster && sched_settle(b, 0, 0) && sched_tables(b, &objects0, &tasks0);
@@ -1945,8 +1957,9 @@ static void case_scale_tiny(bench *b)
         double c_sched = sched_cpu_s(b), c_exec, c_work = workers_cpu_s(b, &c_exec);
         double c_self = self_cpu_s(), c_exec1;
         double t0 = now_s(), t_submit;
-        run_independent(b, "noop", n, refs, &t_submit);
-        double t_done = now_s() - t0;
+        phase_cpu pc;
+        run_independent(b, "noop", n, refs, &t_submit, &pc);
+        double t_done = now_s() - t0, c_got = self_cpu_s();
         uint64_t fetched = 0;
         for (uint64_t i = 0; i < n; i++) {
             void *data;
@@ -1957,15 +1970,17 @@ static void case_scale_tiny(bench *b)
             fetched += len == 0;
             spillway_free(data);
         }
-        double t = now_s() - t0;
+        double t = now_s() - t0, c_fetched = self_cpu_s();
         double d_sched = sched_cpu_s(b) - c_sched;
         double d_work = workers_cpu_s(b, &c_exec1) - c_work;
-        double d_exec = c_exec1 - c_exec, d_self = self_cpu_s() - c_self;
+        double d_exec = c_exec1 - c_exec, d_self = c_fetched - c_self;
         json_t *extra = json_object();
         double peak = hwm_total(b, extra);
         long peak_kib = sched_kib(b, "VmHWM");
+        double c_rel = self_cpu_s();
         spillway_release_many(b->cl, refs, n);
         double t_rel = now_s();
+        c_rel = self_cpu_s() - c_rel;
         bool settled = have0 && sched_settle(b, objects0, tasks0);
         double t_settle = now_s() - t_rel;
         long idle_kib = sched_kib(b, "VmRSS");
@@ -1987,6 +2002,13 @@ static void case_scale_tiny(bench *b)
         json_object_set_new(extra, "workers_cpu_us_per_task", json_real(r3(d_work / (double)n * 1e6)));
         json_object_set_new(extra, "executors_cpu_us_per_task", json_real(r3(d_exec / (double)n * 1e6)));
         json_object_set_new(extra, "client_cpu_us_per_task", json_real(r3(d_self / (double)n * 1e6)));
+        json_t *phases = json_object();
+        json_object_set_new(phases, "build", json_real(r3(pc.build / (double)n * 1e6)));
+        json_object_set_new(phases, "submit", json_real(r3(pc.submit / (double)n * 1e6)));
+        json_object_set_new(phases, "wait", json_real(r3(pc.wait / (double)n * 1e6)));
+        json_object_set_new(phases, "get", json_real(r3((c_fetched - c_got) / (double)n * 1e6)));
+        json_object_set_new(phases, "release", json_real(r3(c_rel / (double)n * 1e6)));
+        json_object_set_new(extra, "client_phase_cpu_us_per_task", phases);
         json_object_set_new(extra, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
         emit_with("scale_tiny", n, t, (double)n / t, peak, extra, top);
     }

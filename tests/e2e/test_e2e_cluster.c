@@ -298,6 +298,105 @@ static void release_twice_or_unknown_is_enotheld(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* Many kept results across the client's reference chunks (1,024 handles each), with
+ * failures, automatic puts (ids the client did not make) and releases in between: each is
+ * found, fetched, waited for and released once, and spillway_wait reports the first failure in
+ * the order given. An empty result comes back as a non-NULL pointer of length 0. */
+static void many_kept_results_across_reference_chunks(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_simple(&c, 2);
+    spillway *cl = e2e_connect(&c);
+    enum { N = 3000, BIG = 300000 };
+    uint8_t *big = malloc(BIG);
+    memset(big, 7, BIG);
+    spillway_ref *refs = calloc(N, sizeof *refs);
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < N; i++) {
+        spillway_arg a;
+        const char *fn = "noop";
+        if (i == 1500 || i == 2500) {
+            a = spillway_arg_bytes(i == 1500 ? "first" : "second", i == 1500 ? 5 : 6);
+            fn = "fail";
+        } else if (i % 500 == 7) {
+            a = spillway_arg_bytes(big, BIG); /* one automatic put, shared by these tasks */
+            fn = "len";
+        } else {
+            a = spillway_arg_u64((uint64_t)i);
+        }
+        /* Every third task is not kept: its id takes a slot that stays empty. */
+        unsigned keep = i % 3 == 1 && fn[0] == 'n' ? 0 : SPILLWAY_KEEP;
+        assert_int_equal(spillway_task(g, fn, &a, 1, keep, keep ? &refs[i] : NULL), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    /* The kept ones, in order, except the two failures. */
+    spillway_ref *kept = calloc(N, sizeof *kept);
+    size_t nk = 0;
+    for (int i = 0; i < N; i++)
+        if (refs[i].hi != 0 || refs[i].lo != 0)
+            kept[nk++] = refs[i];
+    assert_int_equal(spillway_wait(cl, kept, nk, 120000), SPW_ETASKFAILED);
+    assert_non_null(strstr(spillway_errmsg(cl), "first"));
+    spillway_ref later[2] = {refs[2500], refs[1500]};
+    assert_int_equal(spillway_wait(cl, later, 2, 1000), SPW_ETASKFAILED);
+    assert_non_null(strstr(spillway_errmsg(cl), "second"));
+    for (int i = 0; i < N; i++) {
+        if (refs[i].hi == 0 && refs[i].lo == 0)
+            continue;
+        void *out = NULL;
+        size_t len = 99;
+        int rc = spillway_get(cl, refs[i], 60000, &out, &len);
+        if (i == 1500 || i == 2500) {
+            assert_int_equal(rc, SPW_ETASKFAILED);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        if (i % 500 == 7) {
+            uint64_t v;
+            assert_int_equal(len, 8);
+            memcpy(&v, out, 8);
+            assert_int_equal(v, BIG);
+        } else {
+            assert_non_null(out);
+            assert_int_equal(len, 0);
+        }
+        spillway_free(out);
+    }
+    spillway_view v;
+    assert_int_equal(spillway_get_view(cl, refs[0], 1000, &v), 0);
+    assert_non_null(v.data);
+    assert_int_equal(v.len, 0);
+    spillway_view_release(cl, &v);
+    /* Release the middle chunk's references one by one, then all of them in one call: those
+     * released already are reported and skipped. */
+    for (int i = 1024; i < 2048; i++)
+        if (refs[i].hi != 0 || refs[i].lo != 0)
+            assert_int_equal(spillway_release(cl, refs[i]), 0);
+    assert_int_equal(spillway_release(cl, refs[1030]), SPW_ENOTHELD);
+    assert_int_equal(spillway_wait(cl, &refs[1030], 1, 1000), SPW_ENOTHELD);
+    assert_int_equal(spillway_release_many(cl, kept, nk), SPW_ENOTHELD);
+    assert_int_equal(spillway_release_many(cl, kept, nk), SPW_ENOTHELD);
+    assert_int_equal(spillway_release(cl, refs[0]), SPW_ENOTHELD);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    /* New references after all that still work. */
+    g = spillway_graph_new(cl);
+    spillway_ref ok;
+    spillway_arg one = spillway_arg_u64(41);
+    assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &ok), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, ok), 42);
+    assert_int_equal(spillway_release(cl, ok), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    free(kept);
+    free(refs);
+    free(big);
+    assert_true(h_cluster_stop(&c));
+}
+
 /* Large outputs made on one worker and consumed on another arrive byte for byte. */
 static void large_outputs_move_between_workers(void **state)
 {
@@ -1024,6 +1123,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_killed_mid_job_leaves_cluster_working),
     cmocka_unit_test(put_get_round_trips_every_size),
     cmocka_unit_test(release_twice_or_unknown_is_enotheld),
+    cmocka_unit_test(many_kept_results_across_reference_chunks),
     cmocka_unit_test(large_outputs_move_between_workers),
     cmocka_unit_test(executor_crash_fails_one_task_and_worker_survives),
     cmocka_unit_test(ctl_status_reports_workers_tasks_and_clients),

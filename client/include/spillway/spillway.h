@@ -140,7 +140,9 @@ SPILLWAY_API int spillway_scatter_at(spillway *c, const void *data, size_t len,
 SPILLWAY_API int spillway_broadcast(spillway *c, spillway_ref ref, unsigned nworkers);
 
 /** Gets an object or a kept task's result, waiting up to timeout_ms (-1: forever) for it to
- * exist. *data is a heap copy the caller frees with spillway_free().
+ * exist. *data is a heap copy the caller frees with spillway_free() (never free(3)); for an
+ * empty value it is a non-NULL pointer to no bytes, *len 0, which spillway_free accepts. A small
+ * result arrived with its task's completion and is copied from the client without a message.
  * @return 0; SPW_ETASKFAILED / SPW_EDEPFAILED (errmsg has the task's text); SPW_ETIMEDOUT;
  *         SPW_ENOOBJ (unknown or released); SPW_EOBJLOST. */
 SPILLWAY_API int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data,

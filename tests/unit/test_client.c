@@ -1,0 +1,278 @@
+/* Unit tests for libspillway's internals that need no cluster: the reference table (refs.c:
+ * ids made here found by their counter, other ids by hash, chunks freed as they empty) and the
+ * encoders of task records and RELEASE frames (enc.c), which must write exactly proto's bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "client_int.h"
+
+#include "test_main.h"
+
+/* A client with no connection: enough for the reference table. */
+static spillway *client_new(uint64_t seed_hi, uint64_t seed_lo)
+{
+    spillway *c = calloc(1, sizeof *c);
+    c->id_hi = seed_hi;
+    c->id_lo = seed_lo | 1;
+    spillway__refs_init(c);
+    return c;
+}
+
+static void client_free(spillway *c)
+{
+    spillway__handles_free_all(c);
+    free(c);
+}
+
+static size_t live_chunks(const spillway *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->refs.nchunks; i++)
+        n += c->refs.chunks[i] != NULL;
+    return n;
+}
+
+static void test_refs_counter(void **state)
+{
+    (void)state;
+    uint64_t seeds[] = {0, 1, 0x9E3779B97F4A7C15ULL, UINT64_MAX, 0x0123456789abcdefULL};
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++) {
+        spillway *c = client_new(seeds[s], seeds[s] * 3);
+        for (uint64_t k = 1; k <= 5000; k++) {
+            spw_id id = spillway__new_id(c);
+            assert_int_equal(spillway__id_counter(c, id), k);
+        }
+        /* Not ours: another tag, a counter not made yet, the nil id. */
+        spw_id id = spillway__new_id(c);
+        assert_int_equal(spillway__id_counter(c, (spw_id){id.hi, id.lo ^ 2}), 0);
+        c->next_id--;
+        assert_int_equal(spillway__id_counter(c, id), 0);
+        assert_int_equal(spillway__id_counter(c, (spw_id){0, 0}), 0);
+        client_free(c);
+    }
+}
+
+static void test_refs_dense_and_other(void **state)
+{
+    (void)state;
+    spillway *c = client_new(42, 7);
+    int64_t before = spw_heap_used(SPW_MOD_CLIENT);
+    enum { N = 5 * SPILLWAY__CHUNK + 17 };
+    spw_id *ids = malloc(N * sizeof *ids);
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = spillway__new_id(c);
+        if (i % 3 != 2) /* some ids have no reference (tasks not kept) */
+            spillway__handle_add(c, ids[i], H_TASK)->size = i;
+    }
+    spw_id foreign = {0x1234, 0x5679}; /* an automatic put's content id */
+    spillway__handle_add(c, foreign, H_PUT)->size = 99;
+    assert_int_equal(c->refs.other.n, 1);
+    assert_int_equal(c->refs.n, N - N / 3 + 1);
+    for (size_t i = 0; i < N; i++) {
+        handle *h = spillway__handle_find(c, ids[i]);
+        if (i % 3 == 2) {
+            assert_null(h);
+            continue;
+        }
+        assert_non_null(h);
+        assert_true(h->dense);
+        assert_int_equal(h->size, i);
+        assert_true(spw_id_eq(h->id, ids[i]));
+    }
+    assert_int_equal(spillway__handle_find(c, foreign)->size, 99);
+    assert_null(spillway__handle_find(c, (spw_id){0x1234, 0x5677}));
+    /* A result with a value and a failure with a text: freed with the handle. */
+    handle *h = spillway__handle_find(c, ids[0]);
+    h->inl = spw_malloc(SPW_MOD_CLIENT, 3);
+    h->err = spw_strdup(SPW_MOD_CLIENT, "boom");
+    spillway__handle_find(c, ids[1])->inl = spillway__empty;
+    /* Releasing a chunk's every reference frees it (one spare is kept). */
+    size_t chunks = live_chunks(c);
+    for (size_t i = 0; i < SPILLWAY__CHUNK; i++) {
+        h = spillway__handle_find(c, ids[i]);
+        if (h != NULL)
+            spillway__handle_free(c, h);
+    }
+    for (size_t i = 0; i < SPILLWAY__CHUNK; i++)
+        assert_null(spillway__handle_find(c, ids[i]));
+    assert_int_equal(live_chunks(c), chunks - 1);
+    assert_non_null(c->refs.spare);
+    /* A reference added again after its release is a fresh handle. */
+    h = spillway__handle_add(c, ids[5], H_SMALL);
+    assert_int_equal(h->size, 0);
+    assert_ptr_equal(spillway__handle_find(c, ids[5]), h);
+    assert_null(c->refs.spare); /* reused */
+    spillway__handle_free(c, h);
+    spillway__handle_free(c, spillway__handle_find(c, foreign));
+    assert_int_equal(c->refs.other.n, 0);
+    for (size_t i = 0; i < N; i++)
+        if ((h = spillway__handle_find(c, ids[i])) != NULL)
+            spillway__handle_free(c, h);
+    assert_int_equal(c->refs.n, 0);
+    assert_int_equal(live_chunks(c), 0);
+    spillway__handles_free_all(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    /* Freeing everything with references still held (spillway_close). */
+    for (size_t i = 0; i < 3000; i++)
+        spillway__handle_add(c, spillway__new_id(c), H_TASK)->inl =
+            i % 2 ? spillway__empty : spw_malloc(SPW_MOD_CLIENT, 8);
+    spillway__handle_add(c, foreign, H_PUT);
+    spillway__handles_free_all(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    free(ids);
+    client_free(c);
+}
+
+/* A program that keeps one reference out of each chunk's worth of ids (one result of each large
+ * graph) must not pin a 56 KiB chunk per reference: sparse chunks hand their handles to the
+ * hash table once they are most of the memory. */
+static void test_refs_sparse_chunks_are_swept(void **state)
+{
+    (void)state;
+    spillway *c = client_new(99, 5);
+    int64_t before = spw_heap_used(SPW_MOD_CLIENT);
+    enum { GRAPHS = 200 };
+    spw_id kept[GRAPHS];
+    for (size_t g = 0; g < GRAPHS; g++) {
+        /* A graph of 3,000 tasks of which all are kept until it is done, then one stays. */
+        spw_id ids[3000];
+        for (size_t i = 0; i < 3000; i++) {
+            ids[i] = spillway__new_id(c);
+            spillway__handle_add(c, ids[i], H_TASK)->size = g;
+        }
+        for (size_t i = 0; i < 2999; i++)
+            spillway__handle_free(c, spillway__handle_find(c, ids[i]));
+        kept[g] = ids[2999];
+        assert_true(c->refs.nalloc <= 16 + 4);
+    }
+    assert_int_equal(c->refs.n, GRAPHS);
+    assert_true(c->refs.other.n >= GRAPHS - 20); /* swept into the hash table */
+    /* Memory: the table and a few chunks, not one chunk per kept reference. */
+    assert_true(spw_heap_used(SPW_MOD_CLIENT) - before < 24 * 60000);
+    for (size_t g = 0; g < GRAPHS; g++) {
+        handle *h = spillway__handle_find(c, kept[g]);
+        assert_non_null(h);
+        assert_int_equal(h->size, g);
+        assert_true(spw_id_eq(h->id, kept[g]));
+    }
+    /* Dense and swept handles side by side in one range: a new reference there is added to a
+     * new chunk, the swept ones are still found. */
+    for (size_t g = 0; g < GRAPHS; g += 2)
+        spillway__handle_free(c, spillway__handle_find(c, kept[g]));
+    for (size_t g = 0; g < GRAPHS; g++)
+        assert_true((spillway__handle_find(c, kept[g]) != NULL) == (g % 2 == 1));
+    spillway__handles_free_all(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    client_free(c);
+}
+
+/* Compares spillway__put_task_rec with proto_put_task_rec on record r (appended after `pre`
+ * bytes already in the buffer, as in a graph). */
+static void same_bytes(const proto_task_rec *r, size_t pre)
+{
+    spw_buf want = {0}, got = {0};
+    static const uint8_t junk[300] = {1};
+    spw_buf_append(&want, junk, pre);
+    spw_buf_append(&got, junk, pre);
+    proto_enc e;
+    proto_enc_raw(&e, &want);
+    proto_task_rec pr = *r;
+    proto_put_task_rec(&e, &pr);
+    spillway__put_task_rec(&got, r);
+    if (got.len != want.len || memcmp(got.data, want.data, got.len) != 0) {
+        size_t at = 0;
+        while (at < got.len && at < want.len && got.data[at] == want.data[at])
+            at++;
+        fail_msg("task record differs from proto_put_task_rec at byte %zu (lengths %zu, %zu; "
+                 "fn %zu bytes, %u args)",
+                 at, got.len, want.len, strlen(r->fn), r->args.n);
+    }
+    spw_buf_release(&want);
+    spw_buf_release(&got);
+}
+
+static void test_task_rec_matches_proto(void **state)
+{
+    (void)state;
+    static char big[70000];
+    memset(big, 'x', sizeof big);
+    char name[300];
+    memset(name, 'f', sizeof name);
+    spw_id objs[4] = {{1, 2}, {UINT64_MAX, 0}, {0x0102030405060708ULL, 0x1112131415161718ULL}};
+    /* Argument shapes: inline values of every msgpack length class, an empty one, objects,
+     * views with offsets and lengths of every integer class. */
+    size_t lens[] = {0, 1, 8, 31, 32, 255, 256, 65535, 65536, 69999};
+    uint64_t nums[] = {0, 1, 127, 128, 255, 256, 65535, 65536, UINT32_MAX,
+                       (uint64_t)UINT32_MAX + 1, UINT64_MAX};
+    proto_arg_rec args[40];
+    size_t na = 0;
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        args[na++] = (proto_arg_rec){.kind = PROTO_ARG_INLINE, .value = {big, lens[i]}};
+    args[na++] = (proto_arg_rec){.kind = PROTO_ARG_INLINE, .value = {"", 0}};
+    args[na++] = (proto_arg_rec){.kind = PROTO_ARG_INLINE}; /* nil value */
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        args[na++] = (proto_arg_rec){.kind = i % 2 ? PROTO_ARG_VIEW : PROTO_ARG_OBJ,
+                                     .obj = &objs[i % 3],
+                                     .off = nums[i],
+                                     .len = nums[sizeof nums / sizeof nums[0] - 1 - i]};
+    size_t fnlens[] = {1, 4, 31, 32, 255, 256, 299};
+    uint32_t nargs[] = {0, 1, 2, 15, 16, (uint32_t)na};
+    for (size_t f = 0; f < sizeof fnlens / sizeof fnlens[0]; f++) {
+        char fn[300];
+        memcpy(fn, name, fnlens[f]);
+        fn[fnlens[f]] = '\0';
+        for (size_t a = 0; a < sizeof nargs / sizeof nargs[0]; a++) {
+            for (int variant = 0; variant < 4; variant++) {
+                proto_task_rec r = {
+                    .id = {0x8000000000000001ULL * (f + 1), 0xfedcba9876543211ULL},
+                    .fn = fn,
+                    .args = {.n = nargs[a], .v = args + (a % 2)},
+                    .flags = variant % 2 ? PROTO_TASK_KEEP : nums[(f + a) % 11],
+                    .site = variant == 0   ? NULL
+                            : variant == 1 ? "tests/bench/bench.c:190"
+                                           : fn,
+                    .worker = variant >= 2 ? (variant == 2 ? "w1" : fn) : "",
+                    .omit_worker = variant < 2,
+                };
+                if (r.args.n + (a % 2) > na)
+                    r.args.n = (uint32_t)(na - (a % 2));
+                same_bytes(&r, (f * 7 + a) % 300);
+            }
+        }
+    }
+}
+
+static void test_release_matches_proto(void **state)
+{
+    (void)state;
+    uint32_t counts[] = {0, 1, 15, 16, 65535, 65536, 70000};
+    spw_id *ids = malloc(70000 * sizeof *ids);
+    for (uint32_t i = 0; i < 70000; i++)
+        ids[i] = (spw_id){0x0123456789abcdefULL * (i + 1), ~(uint64_t)i};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        spw_buf want = {0}, got = {0};
+        spw_buf_append(&want, "xyz", k % 4);
+        spw_buf_append(&got, "xyz", k % 4);
+        proto_release_msg m = {.ids = {ids, counts[k]}};
+        proto_enc e1, e2;
+        proto_enc_release(&e1, &want, 77 * k, &m);
+        spillway__enc_release(&e2, &got, 77 * k, &m);
+        assert_int_equal(e1.start, e2.start);
+        assert_int_equal(proto_enc_end(&e1, UINT32_MAX), proto_enc_end(&e2, UINT32_MAX));
+        assert_int_equal(got.len, want.len);
+        assert_memory_equal(got.data, want.data, got.len);
+        spw_buf_release(&want);
+        spw_buf_release(&got);
+    }
+    free(ids);
+}
+
+int main(int argc, char **argv);
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_refs_counter),
+    cmocka_unit_test(test_refs_dense_and_other),
+    cmocka_unit_test(test_refs_sparse_chunks_are_swept),
+    cmocka_unit_test(test_task_rec_matches_proto),
+    cmocka_unit_test(test_release_matches_proto),
+};
+SPW_TEST_MAIN(tests)
