@@ -95,6 +95,8 @@ typedef struct spill_part {
     spill_job *job;
     uint32_t lane;       /* index into the lanes */
     uint32_t first;      /* SPILL, RESTORE: the chunk claimed for it when it was started */
+    uint64_t t_queued;   /* trace: when the loop queued it */
+    uint64_t t_freed;    /* trace: when the part before it on this lane left its work */
 } spill_part;
 
 typedef struct spill_lane {
@@ -102,6 +104,9 @@ typedef struct spill_lane {
     ZSTD_DCtx *dctx;
     uint8_t *scratch;    /* one compressed chunk */
     bool busy;
+    /* SPW_SPILL_TRACE: where the lane's time goes (written by its part, read at close) */
+    uint64_t tr_busy, tr_trim, tr_loop, tr_pool, tr_end, tr_parts;
+    uint64_t tr_zstd[2], tr_lock[2], tr_txn[2], tr_chunks[2]; /* [1]: stored raw */
 } spill_lane;
 
 struct ost_spill {
@@ -133,6 +138,8 @@ struct ost_spill {
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
+    bool trace;                 /* SPW_SPILL_TRACE set: log where the lanes' time went */
+    uint64_t tr_freed;          /* trace: end of the part whose lane lane_next fills now */
 };
 
 uint32_t ost_spill_lanes(const ost_opts *o)
@@ -303,6 +310,8 @@ int ost__spill_open(ost_store *s, const char *dir)
         sp->map_size = sp->map_max;
     sp->scratch_cap = OST_REC_HDR + ZSTD_compressBound(CHUNK);
     sp->nlanes = ost_spill_lanes(&s->opts);
+    const char *tr = getenv("SPW_SPILL_TRACE");
+    sp->trace = tr != NULL && *tr != '\0' && strcmp(tr, "0") != 0;
     sp->lanes = spw_calloc(SPW_MOD_OBJSTORE, sp->nlanes, sizeof *sp->lanes);
     for (uint32_t i = 0; i < sp->nlanes; i++) {
         /* Its pages become resident only once the lane compresses something. */
@@ -327,6 +336,29 @@ void ost__spill_close(ost_store *s)
     if (sp == NULL)
         return;
     SPW_ASSERT(sp->running == NULL && sp->nrunning == 0);
+    const char *tr = getenv("SPW_SPILL_TRACE");
+    FILE *trf = sp->trace && tr[0] == '/' ? fopen(tr, "a") : NULL;
+    for (uint32_t i = 0; sp->trace && i < sp->nlanes; i++) {
+        spill_lane *ln = &sp->lanes[i];
+        char line[512];
+        snprintf(line, sizeof line,
+                "store=%s spill trace lane=%u parts=%llu chunks=%llu+%llu busy_ms=%.1f "
+                "zstd_ms=%.1f+%.1f lock_ms=%.1f+%.1f txn_ms=%.1f+%.1f trim_ms=%.1f "
+                "handoff_loop_ms=%.1f queue_pool_ms=%.1f store_spill_ms=%.1f",
+                s->name, i, (unsigned long long)ln->tr_parts,
+                (unsigned long long)ln->tr_chunks[0], (unsigned long long)ln->tr_chunks[1],
+                (double)ln->tr_busy / 1e6, (double)ln->tr_zstd[0] / 1e6,
+                (double)ln->tr_zstd[1] / 1e6, (double)ln->tr_lock[0] / 1e6,
+                (double)ln->tr_lock[1] / 1e6, (double)ln->tr_txn[0] / 1e6,
+                (double)ln->tr_txn[1] / 1e6, (double)ln->tr_trim / 1e6, (double)ln->tr_loop / 1e6,
+                (double)ln->tr_pool / 1e6, (double)s->st.spill_ns / 1e6);
+        if (trf != NULL)
+            fprintf(trf, "%s\n", line);
+        else
+            spw_log(SPW_LOG_NOTICE, "%s", line);
+    }
+    if (trf != NULL)
+        fclose(trf);
     spill_job *j, *tmp;
     LL_FOREACH_SAFE(sp->restores, j, tmp) spw_free(j);
     LL_FOREACH_SAFE(sp->work, j, tmp) spw_free(j);
@@ -379,15 +411,18 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
     struct ost_spill *sp = j->s->spill;
     uint64_t off = (uint64_t)i * CHUNK;
     size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
+    uint64_t t0 = sp->trace ? spw_now_ns() : 0;
     int64_t reclen =
         ost_rec_try_zstd(ln->cctx, sp->level, j->src + off, len, ln->scratch, sp->scratch_cap);
     if (reclen < 0)
         return (int)reclen;
+    uint64_t t1 = sp->trace ? spw_now_ns() : 0;
     uint8_t key[KEY_LEN];
     make_key(key, j->id, i);
     MDB_val k = {KEY_LEN, key};
     MDB_txn *txn;
     int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    uint64_t t2 = sp->trace ? spw_now_ns() : 0;
     if (rc == 0) {
         if (reclen > 0) {
             MDB_val v = {(size_t)reclen, ln->scratch};
@@ -406,6 +441,13 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
             rc = mdb_txn_commit(txn);
         else
             mdb_txn_abort(txn);
+    }
+    if (sp->trace) {
+        int raw = reclen == (int64_t)(OST_REC_HDR + len);
+        ln->tr_zstd[raw] += t1 - t0;
+        ln->tr_lock[raw] += t2 - t1;
+        ln->tr_txn[raw] += spw_now_ns() - t2;
+        ln->tr_chunks[raw]++;
     }
     *mdb_rc = rc;
     if (rc != 0) {
@@ -439,7 +481,10 @@ static void spill_work(spill_job *j, spill_part *p)
     /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps such
      * freed blocks in this thread's arena, where they would stay resident memory beyond the
      * store's capacity. Hand them back now, off the event loop. */
+    uint64_t t0 = sp->trace ? spw_now_ns() : 0;
     malloc_trim(0);
+    if (sp->trace)
+        ln->tr_trim += spw_now_ns() - t0;
     if (atomic_fetch_sub(&j->active, 1) != 1 || j->status == 0)
         return;
     MDB_txn *txn;
@@ -548,10 +593,31 @@ static void compact_work(spill_job *j)
     j->size = env_disk_bytes(sp->env);
 }
 
+static void job_work_run(spill_job *j, spill_part *p);
+
 static void job_work(uv_work_t *req)
 {
     spill_part *p = req->data;
     spill_job *j = p->job;
+    struct ost_spill *sp = j->s->spill;
+    uint64_t t0 = sp->trace && j->kind == JOB_SPILL ? spw_now_ns() : 0;
+    if (t0 != 0) {
+        spill_lane *ln = &sp->lanes[p->lane];
+        ln->tr_pool += t0 - p->t_queued;
+        if (p->t_freed != 0)
+            ln->tr_loop += p->t_queued - p->t_freed;
+        ln->tr_parts++;
+    }
+    job_work_run(j, p);
+    if (t0 != 0) {
+        spill_lane *ln = &sp->lanes[p->lane];
+        ln->tr_end = spw_now_ns();
+        ln->tr_busy += ln->tr_end - t0;
+    }
+}
+
+static void job_work_run(spill_job *j, spill_part *p)
+{
     if (j->kind != JOB_RESET && j->s->spill->env == NULL) {
         job_fail(j, SPW_EIO, 0); /* a reset could not open a new environment */
         atomic_fetch_sub(&j->active, 1);
@@ -696,6 +762,7 @@ static void job_after(uv_work_t *req, int status)
     ost_store *s = j->s;
     struct ost_spill *sp = s->spill;
     sp->lanes[p->lane].busy = false;
+    sp->tr_freed = sp->trace && j->kind == JOB_SPILL ? sp->lanes[p->lane].tr_end : 0;
     spw_free(p);
     sp->nrunning--;
     s->busy--;
@@ -877,6 +944,11 @@ static void part_start(ost_store *s, spill_job *j)
                    ? atomic_fetch_add(&j->next_chunk, 1)
                    : UINT32_MAX;
     p->req.data = p;
+    if (sp->trace) {
+        p->t_queued = spw_now_ns();
+        p->t_freed = sp->tr_freed;
+        sp->tr_freed = 0;
+    }
     j->nparts++;
     sp->nrunning++;
     s->busy++;
