@@ -47,6 +47,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -93,19 +94,18 @@ typedef struct spill_job {
 typedef struct spill_part {
     uv_work_t req;
     spill_job *job;
-    uint32_t lane;       /* index into the lanes */
+    uint32_t lane;       /* index into the lanes, taken by the part itself (lane_take) */
     uint32_t first;      /* SPILL, RESTORE: the chunk claimed for it when it was started */
     uint64_t t_queued;   /* trace: when the loop queued it */
-    uint64_t t_freed;    /* trace: when the part before it on this lane left its work */
 } spill_part;
 
 typedef struct spill_lane {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     uint8_t *scratch;    /* one compressed chunk */
-    bool busy;
+    bool busy;           /* a part holds the lane (lane_mu) */
     /* SPW_SPILL_TRACE: where the lane's time goes (written by its part, read at close) */
-    uint64_t tr_busy, tr_trim, tr_loop, tr_pool, tr_end, tr_parts;
+    uint64_t tr_busy, tr_trim, tr_idle, tr_wait, tr_end, tr_parts;
     uint64_t tr_zstd[2], tr_lock[2], tr_txn[2], tr_chunks[2]; /* [1]: stored raw */
 } spill_lane;
 
@@ -139,7 +139,12 @@ struct ost_spill {
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
     bool trace;                 /* SPW_SPILL_TRACE set: log where the lanes' time went */
-    uint64_t tr_freed;          /* trace: end of the part whose lane lane_next fills now */
+    /* Parts take a lane themselves: one part more than lanes may be queued, waiting here for
+     * the first lane to come free, so a lane goes on to the next chunk without a round trip
+     * through the loop thread. */
+    pthread_mutex_t lane_mu;
+    pthread_cond_t lane_cv;
+    uint32_t lane_waiters;      /* parts waiting for a lane (lane_mu) */
 };
 
 uint32_t ost_spill_lanes(const ost_opts *o)
@@ -313,6 +318,8 @@ int ost__spill_open(ost_store *s, const char *dir)
     const char *tr = getenv("SPW_SPILL_TRACE");
     sp->trace = tr != NULL && *tr != '\0' && strcmp(tr, "0") != 0;
     sp->lanes = spw_calloc(SPW_MOD_OBJSTORE, sp->nlanes, sizeof *sp->lanes);
+    pthread_mutex_init(&sp->lane_mu, NULL);
+    pthread_cond_init(&sp->lane_cv, NULL);
     for (uint32_t i = 0; i < sp->nlanes; i++) {
         /* Its pages become resident only once the lane compresses something. */
         sp->lanes[i].scratch = spw_malloc(SPW_MOD_OBJSTORE, sp->scratch_cap);
@@ -344,14 +351,14 @@ void ost__spill_close(ost_store *s)
         snprintf(line, sizeof line,
                 "store=%s spill trace lane=%u parts=%llu chunks=%llu+%llu busy_ms=%.1f "
                 "zstd_ms=%.1f+%.1f lock_ms=%.1f+%.1f txn_ms=%.1f+%.1f trim_ms=%.1f "
-                "handoff_loop_ms=%.1f queue_pool_ms=%.1f store_spill_ms=%.1f",
+                "idle_queued_ms=%.1f lane_wait_ms=%.1f store_spill_ms=%.1f",
                 s->name, i, (unsigned long long)ln->tr_parts,
                 (unsigned long long)ln->tr_chunks[0], (unsigned long long)ln->tr_chunks[1],
                 (double)ln->tr_busy / 1e6, (double)ln->tr_zstd[0] / 1e6,
                 (double)ln->tr_zstd[1] / 1e6, (double)ln->tr_lock[0] / 1e6,
                 (double)ln->tr_lock[1] / 1e6, (double)ln->tr_txn[0] / 1e6,
-                (double)ln->tr_txn[1] / 1e6, (double)ln->tr_trim / 1e6, (double)ln->tr_loop / 1e6,
-                (double)ln->tr_pool / 1e6, (double)s->st.spill_ns / 1e6);
+                (double)ln->tr_txn[1] / 1e6, (double)ln->tr_trim / 1e6, (double)ln->tr_idle / 1e6,
+                (double)ln->tr_wait / 1e6, (double)s->st.spill_ns / 1e6);
         if (trf != NULL)
             fprintf(trf, "%s\n", line);
         else
@@ -370,6 +377,8 @@ void ost__spill_close(ost_store *s)
         spw_free(sp->lanes[i].scratch);
     }
     spw_free(sp->lanes);
+    pthread_mutex_destroy(&sp->lane_mu);
+    pthread_cond_destroy(&sp->lane_cv);
     spw_free(sp->dir);
     spw_free(sp);
     s->spill = NULL;
@@ -478,13 +487,6 @@ static void spill_work(spill_job *j, spill_part *p)
         if (rc != 0)
             job_fail(j, rc, mdb_rc);
     }
-    /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps such
-     * freed blocks in this thread's arena, where they would stay resident memory beyond the
-     * store's capacity. Hand them back now, off the event loop. */
-    uint64_t t0 = sp->trace ? spw_now_ns() : 0;
-    malloc_trim(0);
-    if (sp->trace)
-        ln->tr_trim += spw_now_ns() - t0;
     if (atomic_fetch_sub(&j->active, 1) != 1 || j->status == 0)
         return;
     MDB_txn *txn;
@@ -595,24 +597,72 @@ static void compact_work(spill_job *j)
 
 static void job_work_run(spill_job *j, spill_part *p);
 
+/* Takes the first free lane, waiting for one while all are held (at most one part more than
+ * lanes is queued, so the wait ends when a running part leaves its lane). */
+static uint32_t lane_take(struct ost_spill *sp, spill_part *p, bool trace)
+{
+    uint64_t t0 = trace ? spw_now_ns() : 0;
+    pthread_mutex_lock(&sp->lane_mu);
+    uint32_t lane;
+    for (;;) {
+        for (lane = 0; lane < sp->nlanes && sp->lanes[lane].busy; lane++)
+            ;
+        if (lane < sp->nlanes)
+            break;
+        sp->lane_waiters++;
+        pthread_cond_wait(&sp->lane_cv, &sp->lane_mu);
+        sp->lane_waiters--;
+    }
+    spill_lane *ln = &sp->lanes[lane];
+    ln->busy = true;
+    if (trace) {
+        /* Idle with this part queued: from the later of its queueing and the lane's release. */
+        uint64_t now = spw_now_ns();
+        uint64_t from = p->t_queued > ln->tr_end ? p->t_queued : ln->tr_end;
+        ln->tr_idle += now > from ? now - from : 0;
+        ln->tr_wait += now - t0;
+        ln->tr_parts++;
+    }
+    pthread_mutex_unlock(&sp->lane_mu);
+    return lane;
+}
+
+/* Leaves the lane to a waiting part, if any. @return whether a part waits for it. */
+static bool lane_give(struct ost_spill *sp, uint32_t lane, bool trace)
+{
+    pthread_mutex_lock(&sp->lane_mu);
+    sp->lanes[lane].busy = false;
+    if (trace)
+        sp->lanes[lane].tr_end = spw_now_ns();
+    bool waited = sp->lane_waiters > 0;
+    if (waited)
+        pthread_cond_signal(&sp->lane_cv);
+    pthread_mutex_unlock(&sp->lane_mu);
+    return waited;
+}
+
 static void job_work(uv_work_t *req)
 {
     spill_part *p = req->data;
     spill_job *j = p->job;
     struct ost_spill *sp = j->s->spill;
-    uint64_t t0 = sp->trace && j->kind == JOB_SPILL ? spw_now_ns() : 0;
-    if (t0 != 0) {
-        spill_lane *ln = &sp->lanes[p->lane];
-        ln->tr_pool += t0 - p->t_queued;
-        if (p->t_freed != 0)
-            ln->tr_loop += p->t_queued - p->t_freed;
-        ln->tr_parts++;
-    }
+    bool trace = sp->trace && j->kind == JOB_SPILL;
+    p->lane = lane_take(sp, p, trace);
+    spill_lane *ln = &sp->lanes[p->lane];
+    uint64_t t0 = trace ? spw_now_ns() : 0;
     job_work_run(j, p);
-    if (t0 != 0) {
-        spill_lane *ln = &sp->lanes[p->lane];
-        ln->tr_end = spw_now_ns();
-        ln->tr_busy += ln->tr_end - t0;
+    if (trace)
+        ln->tr_busy += spw_now_ns() - t0;
+    bool next = lane_give(sp, p->lane, trace);
+    if (j->kind == JOB_SPILL && !next) {
+        /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps
+         * such freed blocks in this thread's arena, where they would stay resident memory
+         * beyond the store's capacity. Hand them back, off the event loop, once the lane has
+         * no part waiting (during a run of spills the next one reuses them: no page faults). */
+        uint64_t t1 = trace ? spw_now_ns() : 0;
+        malloc_trim(0);
+        if (trace)
+            ln->tr_trim += spw_now_ns() - t1;
     }
 }
 
@@ -761,8 +811,6 @@ static void job_after(uv_work_t *req, int status)
     spill_job *j = p->job;
     ost_store *s = j->s;
     struct ost_spill *sp = s->spill;
-    sp->lanes[p->lane].busy = false;
-    sp->tr_freed = sp->trace && j->kind == JOB_SPILL ? sp->lanes[p->lane].tr_end : 0;
     spw_free(p);
     sp->nrunning--;
     s->busy--;
@@ -933,22 +981,15 @@ static spill_job *joinable(struct ost_spill *sp, int kind)
 static void part_start(ost_store *s, spill_job *j)
 {
     struct ost_spill *sp = s->spill;
-    uint32_t lane = 0;
-    while (sp->lanes[lane].busy)
-        lane++;
-    sp->lanes[lane].busy = true;
     spill_part *p = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *p);
     p->job = j;
-    p->lane = lane;
+    p->lane = UINT32_MAX;
     p->first = j->kind == JOB_SPILL || j->kind == JOB_RESTORE
                    ? atomic_fetch_add(&j->next_chunk, 1)
                    : UINT32_MAX;
     p->req.data = p;
-    if (sp->trace) {
+    if (sp->trace)
         p->t_queued = spw_now_ns();
-        p->t_freed = sp->tr_freed;
-        sp->tr_freed = 0;
-    }
     j->nparts++;
     sp->nrunning++;
     s->busy++;
@@ -964,7 +1005,8 @@ static void part_start(ost_store *s, spill_job *j)
 static void lane_next(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
-    while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes) {
+    /* One part more than lanes: it waits in lane_take for the first lane a part leaves. */
+    while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes + 1) {
         if (sp->nrunning == 0 && sp->grow_wanted)
             grow_map(s);
         else if (sp->grow_wanted)
