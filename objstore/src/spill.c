@@ -425,6 +425,8 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
         ost_rec_try_zstd(ln->cctx, sp->level, j->src + off, len, ln->scratch, sp->scratch_cap);
     if (reclen < 0)
         return (int)reclen;
+    if (reclen == 0)
+        ost_rec_raw_header(ln->scratch, j->src + off, len); /* its checksum, before the lock */
     uint64_t t1 = sp->trace ? spw_now_ns() : 0;
     uint8_t key[KEY_LEN];
     make_key(key, j->id, i);
@@ -442,7 +444,7 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
             MDB_val v = {(size_t)reclen, NULL};
             rc = mdb_put(txn, sp->dbi, &k, &v, MDB_RESERVE);
             if (rc == 0) {
-                ost_rec_raw_header(v.mv_data, j->src + off, len);
+                memcpy(v.mv_data, ln->scratch, OST_REC_HDR);
                 memcpy((uint8_t *)v.mv_data + OST_REC_HDR, j->src + off, len);
             }
         }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "spill_record.h"
@@ -557,6 +558,43 @@ static void record_codec_round_trips_and_rejects_damage(void **state)
     ZSTD_freeDCtx(dc);
 }
 
+/* Records are written as version 2 (checksum of the stored bytes, checked before decoding);
+ * version 1 records (checksum of the raw bytes) still decode, with their checksum checked. */
+static void record_version_1_is_still_read(void **state)
+{
+    (void)state;
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    size_t n = 1u << 20, cap = OST_REC_HDR + ZSTD_compressBound(n);
+    uint8_t *raw = malloc(n), *out = malloc(cap), *back = malloc(n);
+    fill_obj(raw, n, 9, 1);
+    int64_t len = ost_rec_encode(cc, 1, raw, n, out, cap);
+    assert_true(len > OST_REC_HDR && (size_t)len < n / 2);
+    assert_int_equal(out[4], OST_REC_VERSION);
+    assert_int_equal(out[5], OST_REC_ZSTD);
+    uint64_t sum;
+    memcpy(&sum, out + 16, 8);
+    assert_true(sum == XXH3_64bits(out + OST_REC_HDR, (size_t)len - OST_REC_HDR));
+    /* The same record as version 1 wrote it. */
+    out[4] = OST_REC_VERSION_RAWSUM;
+    sum = XXH3_64bits(raw, n);
+    memcpy(out + 16, &sum, 8);
+    memset(back, 0, n);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    sum ^= 1;
+    memcpy(out + 16, &sum, 8);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), SPW_ECORRUPT);
+    /* An unknown version: refused. */
+    out[4] = 3;
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), SPW_ECORRUPT);
+    free(raw);
+    free(out);
+    free(back);
+    ZSTD_freeCCtx(cc);
+    ZSTD_freeDCtx(dc);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spill_past_threshold_then_restore_every_byte),
     cmocka_unit_test(second_eviction_costs_no_write),
@@ -568,6 +606,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(one_large_object_takes_every_lane),
+    cmocka_unit_test(record_version_1_is_still_read),
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
