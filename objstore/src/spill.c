@@ -145,6 +145,7 @@ struct ost_spill {
     pthread_mutex_t lane_mu;
     pthread_cond_t lane_cv;
     uint32_t lane_waiters;      /* parts waiting for a lane (lane_mu) */
+    uint32_t lanes_held, lanes_peak; /* lanes held now, and at most so far (lane_mu) */
 };
 
 uint32_t ost_spill_lanes(const ost_opts *o)
@@ -163,6 +164,16 @@ bool ost__spill_full(const ost_store *s)
 bool ost__spill_pending(const ost_store *s)
 {
     return s->spill != NULL && s->spill->spilling_bytes > 0 && !s->spill->quiescing;
+}
+
+uint32_t ost__spill_peak_lanes(ost_store *s)
+{
+    if (s->spill == NULL)
+        return 0;
+    pthread_mutex_lock(&s->spill->lane_mu);
+    uint32_t peak = s->spill->lanes_peak;
+    pthread_mutex_unlock(&s->spill->lane_mu);
+    return peak;
 }
 
 const char *ost_store_full_reason(const ost_store *s)
@@ -617,6 +628,8 @@ static uint32_t lane_take(struct ost_spill *sp, spill_part *p, bool trace)
     }
     spill_lane *ln = &sp->lanes[lane];
     ln->busy = true;
+    if (++sp->lanes_held > sp->lanes_peak)
+        sp->lanes_peak = sp->lanes_held;
     if (trace) {
         /* Idle with this part queued: from the later of its queueing and the lane's release. */
         uint64_t now = spw_now_ns();
@@ -634,6 +647,7 @@ static bool lane_give(struct ost_spill *sp, uint32_t lane, bool trace)
 {
     pthread_mutex_lock(&sp->lane_mu);
     sp->lanes[lane].busy = false;
+    sp->lanes_held--;
     if (trace)
         sp->lanes[lane].tr_end = spw_now_ns();
     bool waited = sp->lane_waiters > 0;
