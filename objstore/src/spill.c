@@ -13,10 +13,16 @@
  * compresses a chunk into its lane's buffer outside any transaction and holds LMDB's single
  * writer lock only to put it (one write transaction per chunk), so compression runs in parallel
  * and writes take turns; restores read in parallel (MDB_NOTLS read transactions).
- * Where a lane's time goes (perf and timestamps, bench `spill` case, 2 lanes): 97 % in
- * ZSTD_compressCCtx, 3 % in the write transaction (put + commit: a pwrite of a few dirty pages,
- * no fsync: MDB_NOSYNC | MDB_NOMETASYNC, the file is scratch), 0.3 % waiting for the writer
- * lock. Not MDB_WRITEMAP: with a writable map a full disk is a SIGBUS, not an error.
+ * Parts take their lane themselves (lane_take): the loop keeps one part more than lanes queued
+ * on the pool, which waits there for the first lane a running part leaves, so a lane goes on
+ * to its next chunk with one thread-to-thread wake-up instead of a round trip through the loop
+ * (after-work, then a new uv_queue_work): at most `nlanes` parts work at once all the same.
+ * Where a lane's time goes (SPW_SPILL_TRACE=PATH appends it per lane at close; bench `spill`
+ * case, compressible, 2 lanes): ~97 % in ZSTD_compressCCtx, ~3 % in the write transaction
+ * (put + commit: a pwrite of a few dirty pages, no fsync: MDB_NOSYNC | MDB_NOMETASYNC, the
+ * file is scratch), ~0.1 % waiting for the writer lock, ~2 % idle with a part queued for it
+ * (8 % before the part queued ahead). Not MDB_WRITEMAP: with a writable map a full disk is a
+ * SIGBUS, not an error.
  * Exclusive moments, when no job runs: growing the map (mdb_env_set_mapsize wants no open
  * transaction; a spill that found the map full is queued again first and the lanes drain),
  * and the reset and compaction jobs, which replace the environment (only they write sp->env,
