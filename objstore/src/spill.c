@@ -13,10 +13,16 @@
  * compresses a chunk into its lane's buffer outside any transaction and holds LMDB's single
  * writer lock only to put it (one write transaction per chunk), so compression runs in parallel
  * and writes take turns; restores read in parallel (MDB_NOTLS read transactions).
- * Where a lane's time goes (perf and timestamps, bench `spill` case, 2 lanes): 97 % in
- * ZSTD_compressCCtx, 3 % in the write transaction (put + commit: a pwrite of a few dirty pages,
- * no fsync: MDB_NOSYNC | MDB_NOMETASYNC, the file is scratch), 0.3 % waiting for the writer
- * lock. Not MDB_WRITEMAP: with a writable map a full disk is a SIGBUS, not an error.
+ * Parts take their lane themselves (lane_take): the loop keeps one part more than lanes queued
+ * on the pool, which waits there for the first lane a running part leaves, so a lane goes on
+ * to its next chunk with one thread-to-thread wake-up instead of a round trip through the loop
+ * (after-work, then a new uv_queue_work): at most `nlanes` parts work at once all the same.
+ * Where a lane's time goes (SPW_SPILL_TRACE=PATH appends it per lane at close; bench `spill`
+ * case, compressible, 2 lanes): ~97 % in ZSTD_compressCCtx, ~3 % in the write transaction
+ * (put + commit: a pwrite of a few dirty pages, no fsync: MDB_NOSYNC | MDB_NOMETASYNC, the
+ * file is scratch), ~0.1 % waiting for the writer lock, ~2 % idle with a part queued for it
+ * (8 % before the part queued ahead). Not MDB_WRITEMAP: with a writable map a full disk is a
+ * SIGBUS, not an error.
  * Exclusive moments, when no job runs: growing the map (mdb_env_set_mapsize wants no open
  * transaction; a spill that found the map full is queued again first and the lanes drain),
  * and the reset and compaction jobs, which replace the environment (only they write sp->env,
@@ -47,6 +53,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -93,15 +100,19 @@ typedef struct spill_job {
 typedef struct spill_part {
     uv_work_t req;
     spill_job *job;
-    uint32_t lane;       /* index into the lanes */
+    uint32_t lane;       /* index into the lanes, taken by the part itself (lane_take) */
     uint32_t first;      /* SPILL, RESTORE: the chunk claimed for it when it was started */
+    uint64_t t_queued;   /* trace: when the loop queued it */
 } spill_part;
 
 typedef struct spill_lane {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     uint8_t *scratch;    /* one compressed chunk */
-    bool busy;
+    bool busy;           /* a part holds the lane (lane_mu) */
+    /* SPW_SPILL_TRACE: where the lane's time goes (written by its part, read at close) */
+    uint64_t tr_busy, tr_trim, tr_idle, tr_wait, tr_end, tr_parts;
+    uint64_t tr_zstd[2], tr_lock[2], tr_txn[2], tr_chunks[2]; /* [1]: stored raw */
 } spill_lane;
 
 struct ost_spill {
@@ -133,6 +144,14 @@ struct ost_spill {
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
+    bool trace;                 /* SPW_SPILL_TRACE set: log where the lanes' time went */
+    /* Parts take a lane themselves: one part more than lanes may be queued, waiting here for
+     * the first lane to come free, so a lane goes on to the next chunk without a round trip
+     * through the loop thread. */
+    pthread_mutex_t lane_mu;
+    pthread_cond_t lane_cv;
+    uint32_t lane_waiters;      /* parts waiting for a lane (lane_mu) */
+    uint32_t lanes_held, lanes_peak; /* lanes held now, and at most so far (lane_mu) */
 };
 
 uint32_t ost_spill_lanes(const ost_opts *o)
@@ -151,6 +170,16 @@ bool ost__spill_full(const ost_store *s)
 bool ost__spill_pending(const ost_store *s)
 {
     return s->spill != NULL && s->spill->spilling_bytes > 0 && !s->spill->quiescing;
+}
+
+uint32_t ost__spill_peak_lanes(ost_store *s)
+{
+    if (s->spill == NULL)
+        return 0;
+    pthread_mutex_lock(&s->spill->lane_mu);
+    uint32_t peak = s->spill->lanes_peak;
+    pthread_mutex_unlock(&s->spill->lane_mu);
+    return peak;
 }
 
 const char *ost_store_full_reason(const ost_store *s)
@@ -303,7 +332,11 @@ int ost__spill_open(ost_store *s, const char *dir)
         sp->map_size = sp->map_max;
     sp->scratch_cap = OST_REC_HDR + ZSTD_compressBound(CHUNK);
     sp->nlanes = ost_spill_lanes(&s->opts);
+    const char *tr = getenv("SPW_SPILL_TRACE");
+    sp->trace = tr != NULL && *tr != '\0' && strcmp(tr, "0") != 0;
     sp->lanes = spw_calloc(SPW_MOD_OBJSTORE, sp->nlanes, sizeof *sp->lanes);
+    pthread_mutex_init(&sp->lane_mu, NULL);
+    pthread_cond_init(&sp->lane_cv, NULL);
     for (uint32_t i = 0; i < sp->nlanes; i++) {
         /* Its pages become resident only once the lane compresses something. */
         sp->lanes[i].scratch = spw_malloc(SPW_MOD_OBJSTORE, sp->scratch_cap);
@@ -327,6 +360,29 @@ void ost__spill_close(ost_store *s)
     if (sp == NULL)
         return;
     SPW_ASSERT(sp->running == NULL && sp->nrunning == 0);
+    const char *tr = getenv("SPW_SPILL_TRACE");
+    FILE *trf = sp->trace && tr[0] == '/' ? fopen(tr, "a") : NULL;
+    for (uint32_t i = 0; sp->trace && i < sp->nlanes; i++) {
+        spill_lane *ln = &sp->lanes[i];
+        char line[512];
+        snprintf(line, sizeof line,
+                "store=%s spill trace lane=%u parts=%llu chunks=%llu+%llu busy_ms=%.1f "
+                "zstd_ms=%.1f+%.1f lock_ms=%.1f+%.1f txn_ms=%.1f+%.1f trim_ms=%.1f "
+                "idle_queued_ms=%.1f lane_wait_ms=%.1f store_spill_ms=%.1f",
+                s->name, i, (unsigned long long)ln->tr_parts,
+                (unsigned long long)ln->tr_chunks[0], (unsigned long long)ln->tr_chunks[1],
+                (double)ln->tr_busy / 1e6, (double)ln->tr_zstd[0] / 1e6,
+                (double)ln->tr_zstd[1] / 1e6, (double)ln->tr_lock[0] / 1e6,
+                (double)ln->tr_lock[1] / 1e6, (double)ln->tr_txn[0] / 1e6,
+                (double)ln->tr_txn[1] / 1e6, (double)ln->tr_trim / 1e6, (double)ln->tr_idle / 1e6,
+                (double)ln->tr_wait / 1e6, (double)s->st.spill_ns / 1e6);
+        if (trf != NULL)
+            fprintf(trf, "%s\n", line);
+        else
+            spw_log(SPW_LOG_NOTICE, "%s", line);
+    }
+    if (trf != NULL)
+        fclose(trf);
     spill_job *j, *tmp;
     LL_FOREACH_SAFE(sp->restores, j, tmp) spw_free(j);
     LL_FOREACH_SAFE(sp->work, j, tmp) spw_free(j);
@@ -338,6 +394,8 @@ void ost__spill_close(ost_store *s)
         spw_free(sp->lanes[i].scratch);
     }
     spw_free(sp->lanes);
+    pthread_mutex_destroy(&sp->lane_mu);
+    pthread_cond_destroy(&sp->lane_cv);
     spw_free(sp->dir);
     spw_free(sp);
     s->spill = NULL;
@@ -379,15 +437,20 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
     struct ost_spill *sp = j->s->spill;
     uint64_t off = (uint64_t)i * CHUNK;
     size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
+    uint64_t t0 = sp->trace ? spw_now_ns() : 0;
     int64_t reclen =
         ost_rec_try_zstd(ln->cctx, sp->level, j->src + off, len, ln->scratch, sp->scratch_cap);
     if (reclen < 0)
         return (int)reclen;
+    if (reclen == 0)
+        ost_rec_raw_header(ln->scratch, j->src + off, len); /* its checksum, before the lock */
+    uint64_t t1 = sp->trace ? spw_now_ns() : 0;
     uint8_t key[KEY_LEN];
     make_key(key, j->id, i);
     MDB_val k = {KEY_LEN, key};
     MDB_txn *txn;
     int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+    uint64_t t2 = sp->trace ? spw_now_ns() : 0;
     if (rc == 0) {
         if (reclen > 0) {
             MDB_val v = {(size_t)reclen, ln->scratch};
@@ -398,7 +461,7 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
             MDB_val v = {(size_t)reclen, NULL};
             rc = mdb_put(txn, sp->dbi, &k, &v, MDB_RESERVE);
             if (rc == 0) {
-                ost_rec_raw_header(v.mv_data, j->src + off, len);
+                memcpy(v.mv_data, ln->scratch, OST_REC_HDR);
                 memcpy((uint8_t *)v.mv_data + OST_REC_HDR, j->src + off, len);
             }
         }
@@ -406,6 +469,13 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
             rc = mdb_txn_commit(txn);
         else
             mdb_txn_abort(txn);
+    }
+    if (sp->trace) {
+        int raw = reclen == (int64_t)(OST_REC_HDR + len);
+        ln->tr_zstd[raw] += t1 - t0;
+        ln->tr_lock[raw] += t2 - t1;
+        ln->tr_txn[raw] += spw_now_ns() - t2;
+        ln->tr_chunks[raw]++;
     }
     *mdb_rc = rc;
     if (rc != 0) {
@@ -436,10 +506,6 @@ static void spill_work(spill_job *j, spill_part *p)
         if (rc != 0)
             job_fail(j, rc, mdb_rc);
     }
-    /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps such
-     * freed blocks in this thread's arena, where they would stay resident memory beyond the
-     * store's capacity. Hand them back now, off the event loop. */
-    malloc_trim(0);
     if (atomic_fetch_sub(&j->active, 1) != 1 || j->status == 0)
         return;
     MDB_txn *txn;
@@ -548,10 +614,82 @@ static void compact_work(spill_job *j)
     j->size = env_disk_bytes(sp->env);
 }
 
+static void job_work_run(spill_job *j, spill_part *p);
+
+/* Takes the first free lane, waiting for one while all are held (at most one part more than
+ * lanes is queued, so the wait ends when a running part leaves its lane). */
+static uint32_t lane_take(struct ost_spill *sp, spill_part *p, bool trace)
+{
+    uint64_t t0 = trace ? spw_now_ns() : 0;
+    pthread_mutex_lock(&sp->lane_mu);
+    uint32_t lane;
+    for (;;) {
+        for (lane = 0; lane < sp->nlanes && sp->lanes[lane].busy; lane++)
+            ;
+        if (lane < sp->nlanes)
+            break;
+        sp->lane_waiters++;
+        pthread_cond_wait(&sp->lane_cv, &sp->lane_mu);
+        sp->lane_waiters--;
+    }
+    spill_lane *ln = &sp->lanes[lane];
+    ln->busy = true;
+    if (++sp->lanes_held > sp->lanes_peak)
+        sp->lanes_peak = sp->lanes_held;
+    if (trace) {
+        /* Idle with this part queued: from the later of its queueing and the lane's release. */
+        uint64_t now = spw_now_ns();
+        uint64_t from = p->t_queued > ln->tr_end ? p->t_queued : ln->tr_end;
+        ln->tr_idle += now > from ? now - from : 0;
+        ln->tr_wait += now - t0;
+        ln->tr_parts++;
+    }
+    pthread_mutex_unlock(&sp->lane_mu);
+    return lane;
+}
+
+/* Leaves the lane to a waiting part, if any. @return whether a part waits for it. */
+static bool lane_give(struct ost_spill *sp, uint32_t lane, bool trace)
+{
+    pthread_mutex_lock(&sp->lane_mu);
+    sp->lanes[lane].busy = false;
+    sp->lanes_held--;
+    if (trace)
+        sp->lanes[lane].tr_end = spw_now_ns();
+    bool waited = sp->lane_waiters > 0;
+    if (waited)
+        pthread_cond_signal(&sp->lane_cv);
+    pthread_mutex_unlock(&sp->lane_mu);
+    return waited;
+}
+
 static void job_work(uv_work_t *req)
 {
     spill_part *p = req->data;
     spill_job *j = p->job;
+    struct ost_spill *sp = j->s->spill;
+    bool trace = sp->trace && j->kind == JOB_SPILL;
+    p->lane = lane_take(sp, p, trace);
+    spill_lane *ln = &sp->lanes[p->lane];
+    uint64_t t0 = trace ? spw_now_ns() : 0;
+    job_work_run(j, p);
+    if (trace)
+        ln->tr_busy += spw_now_ns() - t0;
+    bool next = lane_give(sp, p->lane, trace);
+    if (j->kind == JOB_SPILL && !next) {
+        /* LMDB mallocs the transaction's dirty pages and frees them at commit; glibc keeps
+         * such freed blocks in this thread's arena, where they would stay resident memory
+         * beyond the store's capacity. Hand them back, off the event loop, once the lane has
+         * no part waiting (during a run of spills the next one reuses them: no page faults). */
+        uint64_t t1 = trace ? spw_now_ns() : 0;
+        malloc_trim(0);
+        if (trace)
+            ln->tr_trim += spw_now_ns() - t1;
+    }
+}
+
+static void job_work_run(spill_job *j, spill_part *p)
+{
     if (j->kind != JOB_RESET && j->s->spill->env == NULL) {
         job_fail(j, SPW_EIO, 0); /* a reset could not open a new environment */
         atomic_fetch_sub(&j->active, 1);
@@ -695,7 +833,6 @@ static void job_after(uv_work_t *req, int status)
     spill_job *j = p->job;
     ost_store *s = j->s;
     struct ost_spill *sp = s->spill;
-    sp->lanes[p->lane].busy = false;
     spw_free(p);
     sp->nrunning--;
     s->busy--;
@@ -866,17 +1003,15 @@ static spill_job *joinable(struct ost_spill *sp, int kind)
 static void part_start(ost_store *s, spill_job *j)
 {
     struct ost_spill *sp = s->spill;
-    uint32_t lane = 0;
-    while (sp->lanes[lane].busy)
-        lane++;
-    sp->lanes[lane].busy = true;
     spill_part *p = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *p);
     p->job = j;
-    p->lane = lane;
+    p->lane = UINT32_MAX;
     p->first = j->kind == JOB_SPILL || j->kind == JOB_RESTORE
                    ? atomic_fetch_add(&j->next_chunk, 1)
                    : UINT32_MAX;
     p->req.data = p;
+    if (sp->trace)
+        p->t_queued = spw_now_ns();
     j->nparts++;
     sp->nrunning++;
     s->busy++;
@@ -892,7 +1027,8 @@ static void part_start(ost_store *s, spill_job *j)
 static void lane_next(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
-    while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes) {
+    /* One part more than lanes: it waits in lane_take for the first lane a part leaves. */
+    while (!sp->quiescing && !sp->exclusive && sp->nrunning < sp->nlanes + 1) {
         if (sp->nrunning == 0 && sp->grow_wanted)
             grow_map(s);
         else if (sp->grow_wanted)

@@ -2,9 +2,12 @@
  * Spill records: how one chunk of an object is laid out in LMDB (private to objstore).
  *
  * A record is a 32-byte header and the stored bytes. The header holds a magic, a version, the
- * codec (raw or zstd), the raw length, the stored length and an XXH3-64 checksum of the raw
- * bytes. Spill files are untrusted input, like the network: ost_rec_decode checks every field
- * and the checksum before a single byte reaches the arena. Both functions are pure (no I/O, no
+ * codec (raw or zstd), the raw length, the stored length and an XXH3-64 checksum of the stored
+ * bytes (version 2; version 1, still read, summed the raw bytes after decoding: for a zstd
+ * record three times the bytes, and only once they were in the arena). Spill files are
+ * untrusted input, like the network: ost_rec_decode checks every field and the checksum
+ * before a single byte reaches the arena (version 1: before the decoded bytes are used), and
+ * zstd's decoder never writes past the expected length. Both functions are pure (no I/O, no
  * globals) so they can be fuzzed.
  */
 #ifndef SPW_OST_SPILL_RECORD_H
@@ -16,7 +19,8 @@
 #include <zstd.h>
 
 #define OST_REC_MAGIC 0x53505752u /* "SPWR" */
-#define OST_REC_VERSION 1
+#define OST_REC_VERSION 2        /* written: the checksum covers the stored bytes */
+#define OST_REC_VERSION_RAWSUM 1 /* read too: the checksum covers the raw (decoded) bytes */
 #define OST_REC_HDR 32
 #define OST_REC_RAW 0
 #define OST_REC_ZSTD 1
@@ -27,7 +31,9 @@
  *   0  u32 magic OST_REC_MAGIC     4  u8 version      5  u8 codec (OST_REC_RAW, OST_REC_ZSTD)
  *   6  u16 reserved (0)            8  u32 raw_len: bytes after decoding
  *  12  u32 stored_len: bytes after the header
- *  16  u64 checksum: XXH3-64 of the raw bytes        24  u64 reserved (0) */
+ *  16  u64 checksum: XXH3-64 of the stored bytes (version 1: of the raw bytes)
+ *  24  u64 reserved (0)
+ * For a raw record the stored bytes are the raw ones, so both versions sum the same bytes. */
 
 /** Encodes raw into out (capacity outcap, at least OST_REC_HDR + ZSTD_compressBound(len)):
  * zstd at level, or raw when that does not save at least 1/16 of the bytes.

@@ -93,5 +93,7 @@ void ost__restore_fail(ost_store *s, ost_obj *o, int status);
 bool ost__spill_full(const ost_store *s);
 /* Spills queued or running. */
 bool ost__spill_pending(const ost_store *s);
+/* For tests: the most lanes held at once so far (never more than the lanes). */
+uint32_t ost__spill_peak_lanes(ost_store *s);
 
 #endif

@@ -9,7 +9,9 @@
  * per thread; a failed call must not poison it for the next.
  *
  * Checked besides "no crash": the decoder returns 0 or SPW_ECORRUPT and nothing else; on
- * success the header's raw length equals expect_len and dst hashes to the header's checksum.
+ * success the header's raw length equals expect_len and the checksum holds: over dst for a
+ * version 1 record, over the stored bytes for version 2, whose zstd payload must then also
+ * decode, on a context of its own, to exactly dst.
  * Then the record bytes themselves (up to 64 KiB) are used as raw data for a round trip through
  * ost_rec_encode and through ost_rec_try_zstd / ost_rec_raw_header, which must decode back to
  * the same bytes.
@@ -80,6 +82,19 @@ static ZSTD_CCtx *cctx_get(void)
     return cctx;
 }
 
+/* A version 2 zstd record's payload decodes, on a fresh context, to exactly dst. */
+static void check_zstd_payload(const uint8_t *rec, size_t reclen, const uint8_t *dst,
+                               size_t expect_len)
+{
+    uint8_t *again = malloc(expect_len > 0 ? expect_len : 1);
+    CHECK(again != NULL, "malloc(%zu)", expect_len);
+    size_t n = ZSTD_decompress(again, expect_len, rec + OST_REC_HDR, reclen - OST_REC_HDR);
+    CHECK(!ZSTD_isError(n) && n == expect_len, "accepted a payload that decodes to %zu bytes",
+          ZSTD_isError(n) ? 0 : n);
+    CHECK(expect_len == 0 || memcmp(again, dst, expect_len) == 0, "dst differs from the payload");
+    free(again);
+}
+
 /* Decodes rec (reclen bytes) expecting expect_len bytes and checks the outcome. */
 static void decode_one(const uint8_t *rec, size_t reclen, size_t expect_len)
 {
@@ -93,8 +108,16 @@ static void decode_one(const uint8_t *rec, size_t reclen, size_t expect_len)
               hdr32(rec + 8), expect_len);
         CHECK(hdr32(rec + 12) == reclen - OST_REC_HDR, "accepted stored_len %u for %zu bytes",
               hdr32(rec + 12), reclen - OST_REC_HDR);
-        /* Reads every byte of dst: a short write shows up as a checksum mismatch. */
-        CHECK(XXH3_64bits(dst, expect_len) == hdr64(rec + 16), "checksum of dst differs");
+        if (rec[4] == OST_REC_VERSION_RAWSUM) {
+            /* Reads every byte of dst: a short write shows up as a checksum mismatch. */
+            CHECK(XXH3_64bits(dst, expect_len) == hdr64(rec + 16), "checksum of dst differs");
+        } else {
+            CHECK(rec[4] == OST_REC_VERSION, "accepted version %u", rec[4]);
+            CHECK(XXH3_64bits(rec + OST_REC_HDR, reclen - OST_REC_HDR) == hdr64(rec + 16),
+                  "checksum of the stored bytes differs");
+            if (rec[5] == OST_REC_ZSTD)
+                check_zstd_payload(rec, reclen, dst, expect_len);
+        }
         if (rec[5] == OST_REC_RAW && expect_len > 0)
             CHECK(memcmp(dst, rec + OST_REC_HDR, expect_len) == 0, "raw record copied wrong");
         sink += expect_len;

@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "spill_record.h"
+#include "store_int.h"
 #include "test_main.h"
 
 static uv_loop_t loop;
@@ -446,6 +448,58 @@ static void parallel_lanes_keep_order_and_accounting(void **state)
     gone_from_disk(s);
 }
 
+/* Many spills and restores queued at once, with a part queued ahead of the lanes: never more
+ * than `lanes` at work, both lanes used, every byte back, the figures exact at each step. */
+static void queued_ahead_parts_keep_lanes_and_accounting(void **state)
+{
+    (void)state;
+    lanes = 2;
+    const uint64_t n = 10; /* 50 MiB: all restored at once stay under the threshold */
+    const size_t size = (5u << 20) + 3; /* two chunks, the second short */
+    ost_store *s = mk(64u << 20, 0, 0, 30000);
+    uint64_t raw = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        put(s, i, size, i % 3 != 0);
+        raw += size;
+        if (i % 4 == 3) { /* spill while more come */
+            assert_int_equal(ost_store_spill_all(s), 0);
+            uv_run(&loop, UV_RUN_ONCE);
+        }
+    }
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, n);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.spilled_raw, raw);
+    assert_int_equal(st.spill_entries, 2 * n);
+    assert_int_equal(st.spill_count, n);
+    assert_int_equal(st.spill_bytes, raw);
+    assert_int_equal(ost__spill_peak_lanes(s), 2);
+    /* Every object asked for at once: n restores queued, each taking both lanes in turn. */
+    got g[10] = {0};
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(i)), got_cb, &g[i]), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uint8_t *want = malloc(size);
+    for (uint64_t i = 0; i < n; i++) {
+        assert_int_equal(g[i].calls, 1);
+        assert_int_equal(g[i].status, 0);
+        fill_obj(want, size, i, i % 3 != 0);
+        assert_memory_equal(ost_obj_data(g[i].o), want, size);
+        assert_int_equal(ost_obj_unpin(s, g[i].o), 0);
+    }
+    free(want);
+    st = stats(s);
+    assert_int_equal(st.restore_count, n);
+    assert_int_equal(st.restore_bytes, raw);
+    assert_int_equal(st.spilled_raw, raw); /* the copies stay valid */
+    assert_int_equal(ost__spill_peak_lanes(s), 2);
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    gone_from_disk(s);
+}
+
 /* One object of many chunks is spilled and restored by all four lanes at once (each part
  * takes the next chunk): every byte comes back, one record per chunk, the last one short. */
 static void one_large_object_takes_every_lane(void **state)
@@ -557,6 +611,43 @@ static void record_codec_round_trips_and_rejects_damage(void **state)
     ZSTD_freeDCtx(dc);
 }
 
+/* Records are written as version 2 (checksum of the stored bytes, checked before decoding);
+ * version 1 records (checksum of the raw bytes) still decode, with their checksum checked. */
+static void record_version_1_is_still_read(void **state)
+{
+    (void)state;
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    size_t n = 1u << 20, cap = OST_REC_HDR + ZSTD_compressBound(n);
+    uint8_t *raw = malloc(n), *out = malloc(cap), *back = malloc(n);
+    fill_obj(raw, n, 9, 1);
+    int64_t len = ost_rec_encode(cc, 1, raw, n, out, cap);
+    assert_true(len > OST_REC_HDR && (size_t)len < n / 2);
+    assert_int_equal(out[4], OST_REC_VERSION);
+    assert_int_equal(out[5], OST_REC_ZSTD);
+    uint64_t sum;
+    memcpy(&sum, out + 16, 8);
+    assert_true(sum == XXH3_64bits(out + OST_REC_HDR, (size_t)len - OST_REC_HDR));
+    /* The same record as version 1 wrote it. */
+    out[4] = OST_REC_VERSION_RAWSUM;
+    sum = XXH3_64bits(raw, n);
+    memcpy(out + 16, &sum, 8);
+    memset(back, 0, n);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    sum ^= 1;
+    memcpy(out + 16, &sum, 8);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), SPW_ECORRUPT);
+    /* An unknown version: refused. */
+    out[4] = 3;
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), SPW_ECORRUPT);
+    free(raw);
+    free(out);
+    free(back);
+    ZSTD_freeCCtx(cc);
+    ZSTD_freeDCtx(dc);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spill_past_threshold_then_restore_every_byte),
     cmocka_unit_test(second_eviction_costs_no_write),
@@ -568,6 +659,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(one_large_object_takes_every_lane),
+    cmocka_unit_test(record_version_1_is_still_read),
+    cmocka_unit_test(queued_ahead_parts_keep_lanes_and_accounting),
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
