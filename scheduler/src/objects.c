@@ -297,8 +297,11 @@ static void kept_unlink(sched_session *ss, sched_obj *o)
 
 int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
-    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
-    sched_obj *ko = sched__obj_find(s, id);
+    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. A
+     * client mostly releases its kept outputs in the order it made them, which is the order of
+     * ss->kept: its head is checked before the directory is asked (same record: ids are unique). */
+    sched_obj *ko = ss->kept != NULL && spw_id_eq(ss->kept->id, id) ? ss->kept
+                                                                    : sched__obj_find(s, id);
     if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
         kept_unlink(ss, ko);
         ss->nrefs--;
