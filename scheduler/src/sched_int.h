@@ -341,6 +341,7 @@ struct sched {
     struct sched_waitq *waitqs;     /* LOCATE requests waiting, by object (sched__obj_waiters) */
     struct sched_failure *failures; /* why objects failed, by object (sched__obj_failure) */
     sched_origin *last_origin;      /* the last one interned: a graph's tasks share one */
+    sched_session *last_sess;       /* the last session found by id (send_result); NULL when gone */
     sched_fn *last_fn;              /* the last function interned (a graph's tasks share one), */
     size_t last_fn_len;             /* and the length of the name it was found by */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
