@@ -64,14 +64,14 @@ void sched__recs_trim(sched *s)
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *ss, const char *site,
                           size_t sitelen)
 {
-    sched_obj *o = sched__obj_new_task(s, id, ss, site, sitelen, 0);
+    sched_obj *o = sched__obj_new_task(s, id, ss, site, sitelen, 0, spw_wall_ms());
     if (o == NULL)
         SPW_PANIC("out of memory for an object record");
     return o;
 }
 
 sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const char *site,
-                               size_t sitelen, size_t task)
+                               size_t sitelen, size_t task, uint64_t now_ms)
 {
     _Static_assert(sizeof(sched_obj) % _Alignof(sched_task) == 0, "a task can follow its object");
     sched_obj *o = rec_alloc(s, sizeof *o + task);
@@ -79,10 +79,9 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const cha
         return NULL;
     o->id = id;
     o->state = OBJ_PENDING;
-    uint64_t now = spw_wall_ms();
     o->origin =
-        sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0, now);
-    o->created = (uint32_t)(now - o->origin->base_ms);
+        sched__origin_intern(s, ss, site != NULL ? site : "", site != NULL ? sitelen : 0, now_ms);
+    o->created = (uint32_t)(now_ms - o->origin->base_ms);
     spw_idmap_add(&s->objects, o);
     return o;
 }
@@ -298,8 +297,11 @@ static void kept_unlink(sched_session *ss, sched_obj *o)
 
 int sched__session_release(sched *s, sched_session *ss, spw_id id)
 {
-    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. */
-    sched_obj *ko = sched__obj_find(s, id);
+    /* OUTPUT goes first (then CLIENT, then BROADCAST): the inline one, then the table's. A
+     * client mostly releases its kept outputs in the order it made them, which is the order of
+     * ss->kept: its head is checked before the directory is asked (same record: ids are unique). */
+    sched_obj *ko = ss->kept != NULL && spw_id_eq(ss->kept->id, id) ? ss->kept
+                                                                    : sched__obj_find(s, id);
     if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
         kept_unlink(ss, ko);
         ss->nrefs--;

@@ -384,6 +384,8 @@ static void on_close(proto_conn *c, int status)
         sched__broadcast_session_gone(s, ss);
         sched__session_drop_all(s, ss);
         HASH_DEL(s->sessions, ss);
+        if (s->last_sess == ss)
+            s->last_sess = NULL;
         spw_free(ss);
     }
     spw_free(tag);

@@ -341,6 +341,9 @@ struct sched {
     struct sched_waitq *waitqs;     /* LOCATE requests waiting, by object (sched__obj_waiters) */
     struct sched_failure *failures; /* why objects failed, by object (sched__obj_failure) */
     sched_origin *last_origin;      /* the last one interned: a graph's tasks share one */
+    sched_session *last_sess;       /* the last session found by id (send_result); NULL when gone */
+    sched_fn *last_fn;              /* the last function interned (a graph's tasks share one), */
+    size_t last_fn_len;             /* and the length of the name it was found by */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
@@ -388,9 +391,11 @@ sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char 
                           size_t sitelen);
 /* Like sched__obj_new, with `task` zeroed bytes after the object in its record, for the task
  * that computes it (its sched_task, arguments and blob: sched__obj_task). A task lives exactly
- * as long as its output object, so the two are one allocation. NULL if out of memory. */
+ * as long as its output object, so the two are one allocation. now_ms: the wall clock (spw_wall_ms)
+ * as its caller last read it, its creation time: a batch reads it once, not once per record.
+ * NULL if out of memory. */
 sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *owner, const char *site,
-                               size_t sitelen, size_t task);
+                               size_t sitelen, size_t task, uint64_t now_ms);
 static inline sched_task *sched__obj_task(sched_obj *o)
 {
     return (sched_task *)(o + 1);

@@ -29,12 +29,18 @@ void sched__task_set_state(sched *s, sched_task *t, int state)
 
 static sched_fn *fn_intern(sched *s, const uint8_t *name, size_t len)
 {
-    sched_fn *f;
+    sched_fn *f = s->last_fn;
+    if (f != NULL && s->last_fn_len == len && memcmp(f->name, name, len) == 0)
+        return f;
     HASH_FIND(hh, s->fns, name, len, f);
     if (f == NULL) {
         f = spw_calloc(SPW_MOD_SCHED, 1, sizeof *f);
         f->name = spw_strndup(SPW_MOD_SCHED, (const char *)name, len);
         HASH_ADD_KEYPTR(hh, s->fns, f->name, strlen(f->name), f);
+    }
+    if (strlen(f->name) == len) { /* a name with a NUL inside is never matched by memcmp */
+        s->last_fn = f;
+        s->last_fn_len = len;
     }
     return f;
 }
@@ -91,8 +97,12 @@ static void release_args(sched *s, sched_task *t)
 
 static sched_session *session_by_id(sched *s, uint64_t id)
 {
-    sched_session *ss;
+    sched_session *ss = s->last_sess; /* a graph's results mostly go to one client */
+    if (ss != NULL && ss->id == id)
+        return ss;
     HASH_FIND(hh, s->sessions, &id, sizeof id, ss);
+    if (ss != NULL)
+        s->last_sess = ss;
     return ss;
 }
 
@@ -192,7 +202,8 @@ void sched__graph_hold(sched_session *ss, sched_obj *o)
 
 /* Creates one task from its record. Returns 0, or an error for a record that cannot become a
  * task at all (the client hears of it in an ERROR frame). */
-static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *err, size_t errlen)
+static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64_t now_ms,
+                       char *err, size_t errlen)
 {
     char hex[33];
     spw_id id = rec[R_TASK_ID].id;
@@ -230,7 +241,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, char *
     if (placelen > 0)
         size = sched__place_at(size) + sizeof(uint64_t) + placelen + 1;
     sched_obj *out = sched__obj_new_task(s, id, ss, (const char *)rec[R_TASK_SITE].bin.ptr,
-                                         rec[R_TASK_SITE].bin.len, size);
+                                         rec[R_TASK_SITE].bin.len, size, now_ms);
     if (out == NULL) {
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
         return SPW_ENOMEM;
@@ -358,6 +369,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
     const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
     uint32_t accepted = 0, over = 0;
     uint64_t max_total = s->opts.graph_max_total;
+    uint64_t now_ms = spw_wall_ms(); /* the frame's tasks are made at once */
     for (uint32_t i = 0; i < tasks->arr.n; i++) {
         char err[512];
         sched__objs_prefetch(s, tasks, R_TASK_ID, i); /* for task_intake's duplicate check */
@@ -372,7 +384,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
                                  (unsigned long long)max_total);
             continue;
         }
-        int rc = task_intake(s, ss, PROTO_REC(tasks, i), err, sizeof err);
+        int rc = task_intake(s, ss, PROTO_REC(tasks, i), now_ms, err, sizeof err);
         if (rc != 0) {
             spw_log(SPW_LOG_WARN, "session=%llu refused a task: %s err=%s",
                     (unsigned long long)ss->id, err, spw_err_name(rc));
@@ -911,8 +923,10 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
 }
 
 /* One completion: the fields of a TASK_DONE, or record i of a TASK_DONES (f[0].bad: the record
- * did not match the schema; its id, if readable, fails that task). */
-static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_val *f, uint32_t i)
+ * did not match the schema; its id, if readable, fails that task). o: the record of its id, found
+ * by the caller, or NULL to look it up. now_ms: spw_wall_ms() as the caller read it. */
+static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_val *f, uint32_t i,
+                          sched_obj *o, uint64_t now_ms)
 {
     char hex[33];
     if (f[F_DONE_ID].bad && f[F_DONE_ID].nil) {
@@ -921,7 +935,8 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         return;
     }
     spw_id id = f[F_DONE_ID].id;
-    sched_obj *o = sched__obj_find(s, id);
+    if (o == NULL)
+        o = sched__obj_find(s, id);
     sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
     if (t != NULL && t->worker == w && sched__task_ahead(t)) {
         ahead_answered(s, w, t, req, f);
@@ -1016,7 +1031,6 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         }
     }
     /* Submit -> done latency, for /metrics. */
-    uint64_t now_ms = spw_wall_ms();
     uint64_t created_ms = sched__obj_created_ms(o);
     uint64_t lat_ms = now_ms > created_ms ? now_ms - created_ms : 0;
     static const uint64_t bounds[PROTO_LATENCY_NBOUNDS] = PROTO_LATENCY_BOUNDS_MS;
@@ -1036,15 +1050,43 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
 
 void sched__task_done(sched *s, sched_worker *w, const proto_msg *m)
 {
-    task_done_rec(s, w, m->req, m->f, 0);
+    task_done_rec(s, w, m->req, m->f, 0, NULL, spw_wall_ms());
+}
+
+/* How many of a worker's oldest tasks (w->tasks, in the order they were sent) a completion is
+ * matched against before the directory is asked. */
+#define DONE_GUESS 4
+
+/* The record of id if it is one of w's DONE_GUESS oldest tasks, else NULL. A worker mostly
+ * answers in the order it was sent its tasks, so a completion is usually the head of w->tasks:
+ * found there, in records that lie in the order they were made, it costs no directory lookup
+ * (a cache miss on a random slot of a table as large as the graph, and one on the record). */
+static sched_obj *done_guess(const sched_worker *w, spw_id id)
+{
+    const sched_task *t = w->tasks;
+    for (int k = 0; k < DONE_GUESS && t != NULL; k++, t = t->wnext) {
+        sched_obj *o = sched__task_out(t);
+        if (spw_id_eq(o->id, id))
+            return o;
+    }
+    return NULL;
 }
 
 void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
 {
     const proto_val *recs = &m->f[F_DONES_RECS];
+    uint64_t now_ms = spw_wall_ms(); /* the frame's tasks ended at once */
+    bool prefetch = false; /* started at the first completion not found by done_guess */
     for (uint32_t i = 0; i < recs->arr.n; i++) {
-        sched__objs_prefetch(s, recs, F_DONE_ID, i);
-        task_done_rec(s, w, m->req, PROTO_REC(recs, i), i);
+        const proto_val *f = PROTO_REC(recs, i);
+        sched_obj *o = f[F_DONE_ID].nil ? NULL : done_guess(w, f[F_DONE_ID].id);
+        if (o == NULL && !prefetch && i + 1 < recs->arr.n) {
+            prefetch = true;
+            sched__objs_prefetch(s, recs, F_DONE_ID, 0);
+        }
+        if (prefetch && i > 0)
+            sched__objs_prefetch(s, recs, F_DONE_ID, i);
+        task_done_rec(s, w, m->req, f, i, o, now_ms);
     }
 }
 
