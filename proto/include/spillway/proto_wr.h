@@ -24,13 +24,37 @@
 #define PROTO_WR_MAX_LEN 5 /* a str/bin/array header */
 #define PROTO_WR_ID 18     /* bin 8 header and 16 bytes */
 
+/* x (uintN_t) in big-endian byte order. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define PROTO_WR_BE(n, x) (x)
+#else
+#define PROTO_WR_BE(n, x) __builtin_bswap##n(x)
+#endif
+
+/* v in bytes (1, 2, 4 or 8) big-endian bytes at p: one byte swap and one store (byte by byte
+ * stores of an id's halves compile to ~100 instructions). */
+static inline void proto_wr_store_be(uint8_t *p, uint64_t v, int bytes)
+{
+    if (bytes == 1) {
+        *p = (uint8_t)v;
+    } else if (bytes == 2) {
+        uint16_t x = PROTO_WR_BE(16, (uint16_t)v);
+        memcpy(p, &x, 2);
+    } else if (bytes == 4) {
+        uint32_t x = PROTO_WR_BE(32, (uint32_t)v);
+        memcpy(p, &x, 4);
+    } else {
+        uint64_t x = PROTO_WR_BE(64, v);
+        memcpy(p, &x, 8);
+    }
+}
+
 /* A type byte followed by v in bytes big-endian bytes. */
 static inline uint8_t *proto_wr_be(uint8_t *p, uint8_t tag, uint64_t v, int bytes)
 {
-    *p++ = tag;
-    for (int i = bytes - 1; i >= 0; i--)
-        *p++ = (uint8_t)(v >> (8 * i));
-    return p;
+    p[0] = tag;
+    proto_wr_store_be(p + 1, v, bytes);
+    return p + 1 + bytes;
 }
 
 static inline uint8_t *proto_wr_uint(uint8_t *p, uint64_t v)
@@ -134,10 +158,8 @@ static inline uint8_t *proto_wr_id(uint8_t *p, spw_id id)
 {
     p[0] = 0xc4;
     p[1] = 16;
-    for (int i = 0; i < 8; i++) /* each half compiles to a byte swap and one store */
-        p[2 + i] = (uint8_t)(id.hi >> (56 - 8 * i));
-    for (int i = 0; i < 8; i++)
-        p[10 + i] = (uint8_t)(id.lo >> (56 - 8 * i));
+    proto_wr_store_be(p + 2, id.hi, 8);
+    proto_wr_store_be(p + 10, id.lo, 8);
     return p + PROTO_WR_ID;
 }
 
