@@ -2,16 +2,13 @@
  * libspillway: a graph's task records and the RELEASE frames, encoded straight into their
  * buffers.
  *
- * proto_put_task_rec writes through msgpack-c's packer, whose every element (a header, an id,
- * a string) is a call of the packer's callback, which appends to an spw_buf after checking its
- * room: ~1,350 instructions per noop task, three quarters of the client's cost of adding a
- * task in scale_tiny. Here the record's room is reserved once (an upper bound) and its bytes
- * are stored with no call and no check per element. The fields come from the same schema
- * macros (PROTO_REC_FIELDS_TASK, PROTO_REC_FIELDS_ARG, PROTO_FIELDS_RELEASE) in the same
- * order, with the same rules for optional fields, so the bytes are identical to proto's
- * encoders' (test_client checks it over many records and id lists); a field kind the schema
- * gains and this file lacks fails to compile. A release of a million references spent ~220
- * instructions per id in proto_put_id's callbacks.
+ * proto_put_task_rec checks (and may grow) the buffer's room once per value it writes. Here
+ * the record's room is reserved once (an upper bound) and its bytes are stored with no call
+ * and no check per element, by the same writers (spillway/proto_wr.h) that proto_put_* use.
+ * The fields come from the same schema macros (PROTO_REC_FIELDS_TASK, PROTO_REC_FIELDS_ARG,
+ * PROTO_FIELDS_RELEASE) in the same order, with the same rules for optional fields, so the
+ * bytes are identical to proto's encoders' (test_client checks it over many records and id
+ * lists); a field kind the schema gains and this file lacks fails to compile.
  */
 #include <string.h>
 
