@@ -11,8 +11,8 @@
  * Internal to spillway (used by proto/ and client/, not installed). PROTO_WR_MAX_* are the
  * most bytes each writer stores besides a body the caller knows the length of.
  */
-#ifndef SPILLWAY_PROTO_WR_H
-#define SPILLWAY_PROTO_WR_H
+#ifndef SPW_PROTO_WR_H
+#define SPW_PROTO_WR_H
 
 #include <stddef.h>
 #include <stdint.h>
