@@ -158,8 +158,8 @@ static inline uint8_t *proto_wr_id(uint8_t *p, spw_id id)
 {
     p[0] = 0xc4;
     p[1] = 16;
-    proto_wr_store_be(p + 2, id.hi, 8);
-    proto_wr_store_be(p + 10, id.lo, 8);
+    uint64_t be[2] = {PROTO_WR_BE(64, id.hi), PROTO_WR_BE(64, id.lo)};
+    memcpy(p + 2, be, 16);
     return p + PROTO_WR_ID;
 }
 
