@@ -10,6 +10,7 @@
  * Nothing here keeps state between calls.
  */
 #include "spillway/proto.h"
+#include "spillway/proto_wr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -752,16 +753,10 @@ char *proto_str(const proto_val *v, char *out, size_t outlen)
 
 /* ----------------------------------------------------------------- encoding */
 
-/* Values are written straight into the frame's buffer, in the same (smallest) forms msgpack-c's
- * packer chooses, so frames are byte for byte what they were; the packer's callback per value
- * (and a spw_buf_append call behind it) cost more than a whole small record. e->pk stays
- * initialised for source compatibility but is not used here. */
-
-static int enc_write(void *data, const char *p, size_t len)
-{
-    spw_buf_append((spw_buf *)data, p, len);
-    return 0;
-}
+/* Values are written straight into the frame's buffer by proto_wr.h's writers, in the same
+ * (smallest) forms msgpack-c's packer chooses, so frames are byte for byte what they were; the
+ * packer's callback per value (and a spw_buf_append call behind it) cost more than a whole
+ * small record. */
 
 /* Room for n more bytes at the end of e's buffer (aborting on OOM, as spw_buf_append). */
 static inline uint8_t *enc_room(proto_enc *e, size_t n)
@@ -772,64 +767,23 @@ static inline uint8_t *enc_room(proto_enc *e, size_t n)
     return b->data + b->len;
 }
 
-static inline void be_store(uint8_t *p, uint64_t v, int n)
+/* Ends a write into enc_room's room at end. */
+static inline void enc_done(proto_enc *e, uint8_t *end)
 {
-    for (int i = n - 1; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
+    e->buf->len = (size_t)(end - e->buf->data);
 }
 
-/* A type byte followed by an n-byte big-endian value. */
-static inline void enc_tagged(proto_enc *e, uint8_t tag, uint64_t v, int n)
-{
-    uint8_t *p = enc_room(e, 9);
-    p[0] = tag;
-    be_store(p + 1, v, n);
-    e->buf->len += 1 + (size_t)n;
-}
-
-static inline void enc_byte(proto_enc *e, uint8_t v)
-{
-    *enc_room(e, 1) = v;
-    e->buf->len++;
-}
+/* One value of at most room bytes, written by proto_wr_WR(p, ...). */
+#define ENC_WR(e, room, WR, ...) enc_done((e), proto_wr_##WR(enc_room((e), (room)), __VA_ARGS__))
 
 static inline void enc_bytes(proto_enc *e, const void *p, size_t len)
 {
-    if (len == 0)
-        return;
-    memcpy(enc_room(e, len), p, len);
-    e->buf->len += len;
+    ENC_WR(e, len, body, p, len);
 }
 
 static inline void enc_uint(proto_enc *e, uint64_t v)
 {
-    if (v < 0x80)
-        enc_byte(e, (uint8_t)v);
-    else if (v < 0x100)
-        enc_tagged(e, 0xcc, v, 1);
-    else if (v < 0x10000)
-        enc_tagged(e, 0xcd, v, 2);
-    else if (v < 0x100000000ULL)
-        enc_tagged(e, 0xce, v, 4);
-    else
-        enc_tagged(e, 0xcf, v, 8);
-}
-
-/* A str, bin or array header: fix form (fix != 0, below fixmax), else 8-bit (tag8 != 0),
- * 16-bit or 32-bit length. */
-static inline void enc_len(proto_enc *e, uint8_t fix, size_t fixmax, uint8_t tag8, uint8_t tag16,
-                           uint8_t tag32, size_t n)
-{
-    if (fix != 0 && n < fixmax)
-        enc_byte(e, (uint8_t)(fix | n));
-    else if (tag8 != 0 && n < 0x100)
-        enc_tagged(e, tag8, n, 1);
-    else if (n < 0x10000)
-        enc_tagged(e, tag16, n, 2);
-    else
-        enc_tagged(e, tag32, (uint32_t)n, 4);
+    ENC_WR(e, PROTO_WR_MAX_HDR, uint, v);
 }
 
 static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req);
@@ -844,7 +798,6 @@ void proto_enc_raw(proto_enc *e, spw_buf *buf)
 {
     e->buf = buf;
     e->start = buf->len;
-    msgpack_packer_init(&e->pk, buf, enc_write);
 }
 
 int proto_enc_end(proto_enc *e, uint32_t max_frame)
@@ -869,38 +822,22 @@ void proto_put_u(proto_enc *e, uint64_t v)
 
 void proto_put_i(proto_enc *e, int64_t v)
 {
-    if (v >= 0)
-        enc_uint(e, (uint64_t)v);
-    else if (v >= -32)
-        enc_byte(e, (uint8_t)v);
-    else if (v >= INT8_MIN)
-        enc_tagged(e, 0xd0, (uint64_t)v, 1);
-    else if (v >= INT16_MIN)
-        enc_tagged(e, 0xd1, (uint64_t)v, 2);
-    else if (v >= INT32_MIN)
-        enc_tagged(e, 0xd2, (uint64_t)v, 4);
-    else
-        enc_tagged(e, 0xd3, (uint64_t)v, 8);
+    ENC_WR(e, PROTO_WR_MAX_HDR, int, v);
 }
 
 void proto_put_bool(proto_enc *e, bool v)
 {
-    enc_byte(e, v ? 0xc3 : 0xc2);
+    ENC_WR(e, 1, byte, v ? 0xc3 : 0xc2);
 }
 
 void proto_put_nil(proto_enc *e)
 {
-    enc_byte(e, 0xc0);
+    ENC_WR(e, 1, byte, 0xc0);
 }
 
 void proto_put_id(proto_enc *e, spw_id id)
 {
-    uint8_t *p = enc_room(e, 18);
-    p[0] = 0xc4;
-    p[1] = 16;
-    be_store(p + 2, id.hi, 8);
-    be_store(p + 10, id.lo, 8);
-    e->buf->len += 18;
+    ENC_WR(e, PROTO_WR_ID, id, id);
 }
 
 void proto_put_bin(proto_enc *e, const void *p, size_t len)
@@ -911,7 +848,7 @@ void proto_put_bin(proto_enc *e, const void *p, size_t len)
 
 void proto_put_bin_hdr(proto_enc *e, size_t len)
 {
-    enc_len(e, 0, 0, 0xc4, 0xc5, 0xc6, len);
+    ENC_WR(e, PROTO_WR_MAX_HDR, bin_hdr, len);
 }
 
 void proto_put_str(proto_enc *e, const char *s)
@@ -921,13 +858,13 @@ void proto_put_str(proto_enc *e, const char *s)
 
 void proto_put_strn(proto_enc *e, const char *s, size_t len)
 {
-    enc_len(e, 0xa0, 32, 0xd9, 0xda, 0xdb, len);
+    ENC_WR(e, PROTO_WR_MAX_HDR, str_hdr, len);
     enc_bytes(e, s, len);
 }
 
 void proto_put_arr(proto_enc *e, uint32_t n)
 {
-    enc_len(e, 0x90, 16, 0, 0xdc, 0xdd, n);
+    ENC_WR(e, PROTO_WR_MAX_HDR, arr, n);
 }
 
 /* ------------------------------------------------------------ typed builders */
@@ -938,7 +875,6 @@ static void enc_head(proto_enc *e, spw_buf *buf, uint32_t type, uint64_t req)
 {
     e->buf = buf;
     e->start = buf->len;
-    msgpack_packer_init(&e->pk, buf, enc_write);
     uint8_t *p = enc_room(e, PROTO_HDR_LEN + 1);
     memset(p, 0, PROTO_HDR_LEN);
     p[PROTO_HDR_LEN] = 0x93; /* [type, req, fields] */
@@ -974,9 +910,7 @@ static void put_data(proto_enc *e, proto_bytes b)
  * name from configuration can never make a frame the peer refuses. */
 static void put_str_max(proto_enc *e, const char *s, size_t max)
 {
-    if (s == NULL)
-        s = "";
-    proto_put_strn(e, s, strnlen(s, max));
+    ENC_WR(e, PROTO_WR_MAX_HDR + max, str_max, s, max);
 }
 
 static void put_list_u(proto_enc *e, proto_u64s l)
@@ -988,9 +922,7 @@ static void put_list_u(proto_enc *e, proto_u64s l)
 
 static void put_list_id(proto_enc *e, proto_ids l)
 {
-    proto_put_arr(e, l.n);
-    for (uint32_t i = 0; i < l.n; i++)
-        proto_put_id(e, l.v[i]);
+    ENC_WR(e, PROTO_WR_MAX_LEN + PROTO_WR_ID * (size_t)l.n, ids, l.v, l.n);
 }
 
 #define PUT_U(e, v, arg) proto_put_u((e), (v))

@@ -324,7 +324,6 @@ char *proto_str(const proto_val *v, char *out, size_t outlen);
 typedef struct proto_enc {
     spw_buf *buf;
     size_t start; /* offset of the length prefix */
-    msgpack_packer pk;
 } proto_enc;
 
 /* Typed builders, generated from the schema (proto_schema.h). For each message type NAME:
