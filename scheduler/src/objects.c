@@ -161,17 +161,24 @@ void sched__waiter_free(sched *s, sched_waiter *w)
     spw_free(w);
 }
 
+/* Forgets why the object failed: it is being freed, or it was lost and a copy turned up. */
+static void failure_drop(sched *s, sched_obj *o)
+{
+    if (!o->has_failure)
+        return;
+    sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
+    HASH_DEL(s->failures, f);
+    spw_free(f->msg);
+    spw_free(f);
+    o->has_failure = 0;
+}
+
 /* Frees the record and what it owns; it is out of the directory. */
 static void obj_release(sched *s, sched_obj *o)
 {
     if (o->has_inline && o->size > sizeof o->inline_small)
         spw_free(o->inline_heap);
-    if (o->has_failure) {
-        sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
-        HASH_DEL(s->failures, f);
-        spw_free(f->msg);
-        spw_free(f);
-    }
+    failure_drop(s, o);
     sched__origin_unref(s, o->origin);
     spw_free(o->locs);
     rec_free(s, o);
@@ -559,6 +566,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         if (o->state == OBJ_LOST) {
             o->state = OBJ_READY;
             s->obj_bytes += o->size;
+            failure_drop(s, o); /* a put lost with its uploader (sched__worker_lost) */
         }
         sched__obj_add_loc(s, o, w->id);
         sched__broadcast_added(s, w, o->id);
