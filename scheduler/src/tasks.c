@@ -533,12 +533,13 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
+    const char *place = sched__task_place(t); /* walks the arguments: once, not per worker */
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
         if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
             proto_conn_is_closing(w->conn))
             continue;
-        if (t->placed && strcmp(sched__task_place(t), w->name) != 0)
+        if (place != NULL && strcmp(place, w->name) != 0)
             continue;
         uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
@@ -653,22 +654,24 @@ static bool graph_admits(const sched_graph *g, const sched_task *t)
  * a worker (a restart under systemd keeps the name), then fails. Returns whether it failed. */
 static bool place_expired(sched *s, sched_task *t)
 {
+    /* Finding the place field walks the arguments: once. */
+    uint64_t *missing = sched__place_missing(t);
+    const char *place = (const char *)(missing + 1);
     for (uint32_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i]->name, sched__task_place(t)) == 0) {
-            *sched__place_missing(t) = 0;
+        if (strcmp(s->workers[i]->name, place) == 0) {
+            *missing = 0;
             return false;
         }
     uint64_t now = spw_now_ns();
-    if (*sched__place_missing(t) == 0)
-        *sched__place_missing(t) = now;
-    if (s->opts.place_wait_ms == 0 ||
-        now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+    if (*missing == 0)
+        *missing = now;
+    if (s->opts.place_wait_ms == 0 || now - *missing < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
     snprintf(msg, sizeof msg,
              "bound to worker '%s', and no worker of that name has been "
              "connected for %u ms",
-             sched__task_place(t), s->opts.place_wait_ms);
+             place, s->opts.place_wait_ms);
     task_fail(s, t, SPW_ENOWORKER, msg);
     return true;
 }
