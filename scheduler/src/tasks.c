@@ -311,20 +311,21 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
-        if (sched__obj_producer(o) != NULL && sched__obj_producer(o)->depth + 1 > t->depth)
-            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS
-                                     ? sched__obj_producer(o)->depth + 1
-                                     : SCHED_DEPTHS - 1);
+        const sched_task *producer = sched__obj_producer(o);
+        if (producer != NULL && producer->depth + 1 > t->depth)
+            t->depth = (uint8_t)(producer->depth + 1 < SCHED_DEPTHS ? producer->depth + 1
+                                                                    : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
         if (o->state == OBJ_PENDING) {
             sa->waiting = 1;
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
+            const sched_failure *f = o->state == OBJ_LOST ? NULL : sched__obj_failure(s, o);
             snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST               ? "object lost"
-                     : sched__obj_failure(s, o) != NULL ? sched__obj_failure(s, o)->msg
-                                                        : "?");
+                     o->state == OBJ_LOST ? "object lost"
+                     : f != NULL          ? f->msg
+                                          : "?");
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
