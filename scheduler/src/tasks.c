@@ -246,7 +246,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
         return SPW_ENOMEM;
     }
-    sched_task *t = sched__obj_task(out);
+    out->has_task = 1;
+    sched_task *t = sched__obj_producer(out);
     if (placelen > 0) {
         char *place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
         memcpy(place, rec[R_TASK_WORKER].bin.ptr, placelen);
@@ -263,7 +264,6 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    out->has_task = 1;
     /* An output the client keeps needs no hold while its OUTPUT reference lasts: it gets one if
      * that goes before the graph's last frame (sched__obj_maybe_free), so the session's building
      * list holds only the outputs that would otherwise go, not one pointer per task. */
