@@ -152,6 +152,11 @@ typedef struct sched_graph {
 #define SCHED_REC_SLAB 1024
 #define SCHED_REC_CLASSES (SCHED_REC_SLAB / 16)
 #define SCHED_REC_HEAP 0xFF /* sched_obj.rec_class of a record on the heap */
+/* Bytes in a record of slab size class k (not SCHED_REC_HEAP). */
+static inline size_t sched__rec_bytes(unsigned k)
+{
+    return ((size_t)k + 1) * 16;
+}
 
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
