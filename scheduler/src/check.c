@@ -73,7 +73,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
         /* Slab records: the arguments end within the record (heap ones are larger). */
         CHECK(o->rec_class == SCHED_REC_HEAP ||
                   (const char *)a + sched__arg_size(a) <=
-                      (const char *)o + ((size_t)o->rec_class + 1) * 16,
+                      (const char *)o + sched__rec_bytes(o->rec_class),
               id, "argument %u runs past the record", i);
         if (a->kind != PROTO_ARG_INLINE)
             CHECK(sched__arg_task(a) == t, id, "argument %u does not point back to its task", i);
@@ -476,8 +476,8 @@ void sched__check_full(sched *s)
     uint32_t pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;) {
         CHECK(!o->has_task || o->rec_class == SCHED_REC_HEAP ||
-                  ((size_t)o->rec_class + 1) * 16 >= sizeof(sched_obj) + sizeof(sched_task),
-              o->id, "task in a record of %u bytes", (o->rec_class + 1) * 16);
+                  sched__rec_bytes(o->rec_class) >= sizeof(sched_obj) + sizeof(sched_task),
+              o->id, "task in a record of %zu bytes", sched__rec_bytes(o->rec_class));
         CHECK(o->rec_class < SCHED_REC_CLASSES || o->rec_class == SCHED_REC_HEAP, o->id,
               "record class %u unknown", o->rec_class);
         if (o->rec_class != SCHED_REC_HEAP)

@@ -185,6 +185,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         put_holder(&he, REF_PINNED, m->l[j].pins, who);
     }
     uint64_t now = spw_wall_ms();
+    const sched_task *producer = sched__obj_producer(o);
     proto_mobj_rec r = {
         .id = o->id,
         .size = o->size,
@@ -193,7 +194,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, mobj *m)
         .owner_host = o->origin->host,
         .owner_pid = o->origin->pid,
         .age_ms = now > sched__obj_created_ms(o) ? now - sched__obj_created_ms(o) : 0,
-        .task_fn = sched__obj_producer(o) != NULL ? sched__obj_producer(o)->fn->name : "",
+        .task_fn = producer != NULL ? producer->fn->name : "",
         .refs = {refs, PROTO_REF_KINDS},
         .holders = {.n = nh + shown_tasks + (ntask > shown_tasks) + npin, .pre = &holders},
         /* Locations: what the stores said, else the directory's (their worker did not answer). */

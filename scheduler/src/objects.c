@@ -38,7 +38,7 @@ static sched_obj *rec_alloc(sched *s, size_t size)
     uint8_t k = (uint8_t)((size - 1) / 16);
     spw_slab *sl = &s->recs[k];
     if (sl->size == 0)
-        spw_slab_init(sl, (size_t)(k + 1) * 16, SPW_MOD_SCHED);
+        spw_slab_init(sl, sched__rec_bytes(k), SPW_MOD_SCHED);
     o = spw_slab_alloc(sl);
     if (o != NULL)
         o->rec_class = k;

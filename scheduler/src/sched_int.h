@@ -152,6 +152,11 @@ typedef struct sched_graph {
 #define SCHED_REC_SLAB 1024
 #define SCHED_REC_CLASSES (SCHED_REC_SLAB / 16)
 #define SCHED_REC_HEAP 0xFF /* sched_obj.rec_class of a record on the heap */
+/* Bytes in a record of slab size class k (not SCHED_REC_HEAP). */
+static inline size_t sched__rec_bytes(unsigned k)
+{
+    return ((size_t)k + 1) * 16;
+}
 
 enum task_state {
     T_WAITING = PROTO_TSTATE_WAITING,
@@ -163,7 +168,7 @@ enum task_state {
 };
 _Static_assert(T_FAILED + 1 == PROTO_TSTATE_COUNT, "enum task_state mirrors PROTO_TSTATE_*");
 
-/* A task: in its output object's record, right after the sched_obj (sched__obj_task), its
+/* A task: in its output object's record, right after the sched_obj (sched__obj_producer), its
  * arguments right after it (sched__task_args). Its id is its output's, and the submitter and
  * submit time are the output's too (sched__task_out). */
 struct sched_task {
@@ -390,16 +395,12 @@ static inline void sched__objs_prefetch(const sched *s, const proto_val *arr, in
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
                           size_t sitelen);
 /* Like sched__obj_new, with `task` zeroed bytes after the object in its record, for the task
- * that computes it (its sched_task, arguments and blob: sched__obj_task). A task lives exactly
- * as long as its output object, so the two are one allocation. now_ms: the wall clock (spw_wall_ms)
- * as its caller last read it, its creation time: a batch reads it once, not once per record.
- * NULL if out of memory. */
+ * that computes it (its sched_task, arguments and blob: sched__obj_producer, once the caller set
+ * has_task). A task lives exactly as long as its output object, so the two are one allocation.
+ * now_ms: the wall clock (spw_wall_ms) as its caller last read it, its creation time: a batch
+ * reads it once, not once per record. NULL if out of memory. */
 sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *owner, const char *site,
                                size_t sitelen, size_t task, uint64_t now_ms);
-static inline sched_task *sched__obj_task(sched_obj *o)
-{
-    return (sched_task *)(o + 1);
-}
 /* The task computing o, or NULL for a put. */
 static inline sched_task *sched__obj_producer(const sched_obj *o)
 {

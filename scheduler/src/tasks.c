@@ -246,7 +246,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         snprintf(err, errlen, "task=%s: out of memory", spw_id_hex(id, hex));
         return SPW_ENOMEM;
     }
-    sched_task *t = sched__obj_task(out);
+    out->has_task = 1;
+    sched_task *t = sched__obj_producer(out);
     if (placelen > 0) {
         char *place = (char *)t + sched__place_at(sizeof *t + argbytes) + sizeof(uint64_t);
         memcpy(place, rec[R_TASK_WORKER].bin.ptr, placelen);
@@ -263,7 +264,6 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
     sched__graph_count(t->graph, -1, T_WAITING);
     ss->tasks_submitted++;
 
-    out->has_task = 1;
     /* An output the client keeps needs no hold while its OUTPUT reference lasts: it gets one if
      * that goes before the graph's last frame (sched__obj_maybe_free), so the session's building
      * list holds only the outputs that would otherwise go, not one pointer per task. */
@@ -311,20 +311,21 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
-        if (sched__obj_producer(o) != NULL && sched__obj_producer(o)->depth + 1 > t->depth)
-            t->depth = (uint8_t)(sched__obj_producer(o)->depth + 1 < SCHED_DEPTHS
-                                     ? sched__obj_producer(o)->depth + 1
-                                     : SCHED_DEPTHS - 1);
+        const sched_task *producer = sched__obj_producer(o);
+        if (producer != NULL && producer->depth + 1 > t->depth)
+            t->depth = (uint8_t)(producer->depth + 1 < SCHED_DEPTHS ? producer->depth + 1
+                                                                    : SCHED_DEPTHS - 1);
         DL_APPEND2(o->consumers, sa, cprev, cnext);
         sa->linked = 1;
         if (o->state == OBJ_PENDING) {
             sa->waiting = 1;
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
+            const sched_failure *f = o->state == OBJ_LOST ? NULL : sched__obj_failure(s, o);
             snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST               ? "object lost"
-                     : sched__obj_failure(s, o) != NULL ? sched__obj_failure(s, o)->msg
-                                                        : "?");
+                     o->state == OBJ_LOST ? "object lost"
+                     : f != NULL          ? f->msg
+                                          : "?");
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
@@ -533,12 +534,13 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
+    const char *place = sched__task_place(t); /* walks the arguments: once, not per worker */
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
         if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
             proto_conn_is_closing(w->conn))
             continue;
-        if (t->placed && strcmp(sched__task_place(t), w->name) != 0)
+        if (place != NULL && strcmp(place, w->name) != 0)
             continue;
         uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
@@ -653,22 +655,24 @@ static bool graph_admits(const sched_graph *g, const sched_task *t)
  * a worker (a restart under systemd keeps the name), then fails. Returns whether it failed. */
 static bool place_expired(sched *s, sched_task *t)
 {
+    /* Finding the place field walks the arguments: once. */
+    uint64_t *missing = sched__place_missing(t);
+    const char *place = (const char *)(missing + 1);
     for (uint32_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i]->name, sched__task_place(t)) == 0) {
-            *sched__place_missing(t) = 0;
+        if (strcmp(s->workers[i]->name, place) == 0) {
+            *missing = 0;
             return false;
         }
     uint64_t now = spw_now_ns();
-    if (*sched__place_missing(t) == 0)
-        *sched__place_missing(t) = now;
-    if (s->opts.place_wait_ms == 0 ||
-        now - *sched__place_missing(t) < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+    if (*missing == 0)
+        *missing = now;
+    if (s->opts.place_wait_ms == 0 || now - *missing < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
         return false;
     char msg[256];
     snprintf(msg, sizeof msg,
              "bound to worker '%s', and no worker of that name has been "
              "connected for %u ms",
-             sched__task_place(t), s->opts.place_wait_ms);
+             place, s->opts.place_wait_ms);
     task_fail(s, t, SPW_ENOWORKER, msg);
     return true;
 }

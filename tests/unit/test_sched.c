@@ -1099,6 +1099,41 @@ static void released_put_frees_its_reservation(void **state)
     assert_int_equal(tw->reserved, 0);
 }
 
+/* A put whose uploading worker died before sealing it is failed and lost; a copy another
+ * worker reports (a broadcast chain that followed the upload) makes it ready again, and why
+ * it failed is forgotten. */
+static void lost_put_brought_back_by_a_copy_forgets_its_failure(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    put_place(c, 70, 4096);
+    STEP_UNTIL(e, got(c, PROTO_PUT_TARGET, tid(70)));
+    uint64_t target = last(c, PROTO_PUT_TARGET)->u;
+    peer *uploader = target == w1->session ? w1 : w2;
+    peer *other = uploader == w1 ? w2 : w1;
+
+    peer_close(e, uploader);
+    STEP_UNTIL(e, obj(e, 70)->state == OBJ_LOST);
+    assert_true(obj(e, 70)->has_failure);
+
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(other->conn), PROTO_OBJ_ADDED, 0, 2);
+    proto_put_id(&en, tid(70));
+    proto_put_u(&en, 4096);
+    assert_int_equal(proto_conn_send(other->conn, &en), 0);
+    STEP_UNTIL(e, obj(e, 70)->state == OBJ_READY); /* checks every invariant */
+    assert_false(obj(e, 70)->has_failure);
+    assert_null(sched__obj_failure(e->s, obj(e, 70)));
+    assert_int_equal(obj(e, 70)->put_worker, 0);
+    settle(e);
+
+    uint64_t ids[] = {70};
+    send_ids(c, PROTO_RELEASE, ids, 1);
+    STEP_UNTIL(e, obj(e, 70) == NULL && got(other, PROTO_OBJ_DELETE, tid(70)));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -1125,6 +1160,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(ahead_cancelled_with_its_client, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
+    cmocka_unit_test_setup_teardown(lost_put_brought_back_by_a_copy_forgets_its_failure, setup,
+                                    teardown),
 };
 
 SPW_TEST_MAIN(tests)
