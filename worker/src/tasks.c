@@ -431,7 +431,10 @@ static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
 /* Sends each task sent ahead that can run on its producers' executor there now. */
 static void ahead_chain(wrk *w)
 {
+    /* No deeper than the executor keeps outputs: behind more successful tasks, the producer's
+     * would be gone and d answered SPW_EAHEAD. What cannot be chained stays on w->ahead. */
     uint32_t limit = exec_depth(w);
+    limit = limit < EXEC_KEPT_N ? limit : EXEC_KEPT_N;
     bool again = true;
     while (again && !w->closing) {
         again = false;
