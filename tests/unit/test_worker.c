@@ -532,9 +532,9 @@ static const wtask *task_of(const env *e, uint64_t id)
 
 /* A task sent ahead whose producer is already on an executor goes to that executor at once,
  * behind it, and runs there on the output the executor kept (PROTO_ARG_PREV): no round trip
- * through the worker. If that executor dies first, its replacement has no such output and
- * answers SPW_EAHEAD; the worker takes the task in again, and with its producer failed here
- * answers it SPW_EAHEAD, after the producer. */
+ * through the worker. If that executor dies first, the worker takes the task in again at once
+ * (a new executor would not have the output), and with its producer failed here answers it
+ * SPW_EAHEAD, after the producer. */
 static void worker_queues_a_chain_behind_its_producer(void **state)
 {
     env *e = *state;
