@@ -513,6 +513,7 @@ static void worker_runs_a_burst_in_one_executor_batch(void **state)
         proto_put_arr(&en, 4);
         put_run_fields(&en, 100 + i, "noop", true, i);
     }
+    e->w->ewma_us = 1.0; /* tiny, whatever the machine's load made noop's run time */
     assert_int_equal(proto_conn_send(e->conn, &en), 0);
     uint32_t frames0 = e->dones_frames;
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 100 + BURST - 1) != NULL);
@@ -543,6 +544,7 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/go", dir);
+    e->w->ewma_us = 1.0; /* short, whatever the load: the worker queues behind a producer */
     task_run_wait(e, 1, path);
     task_run_ahead(e, 2, "len", 1);
     STEP_UNTIL(e, task_of(e, 2) != NULL && task_of(e, 2)->state == WT_SENT);
@@ -557,6 +559,7 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_int_equal(done_u64(e, 2), 0); /* len of wait_file's empty result */
     assert_int_equal(unlink(path), 0);
 
+    e->w->ewma_us = 1.0; /* wait_file's polls above made it long */
     task_run_wait(e, 3, path);
     task_run_ahead(e, 4, "len", 3);
     STEP_UNTIL(e, task_of(e, 4) != NULL && task_of(e, 4)->state == WT_SENT);
