@@ -293,6 +293,14 @@ static void worker_runs_a_task_and_reports(void **state)
     assert_int_equal(e->w->nstarted_live, 0);
 }
 
+/* Creates the empty file path: the go signal for a wait_file task. */
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
 /* TASK_RUN of the test plugin's wait_file(path, max_ms): the task runs until the test creates
  * `path`, so what the test looks for while it runs is awaited, not timed. */
 static void task_run_wait(env *e, uint64_t id, const char *path)
@@ -332,9 +340,7 @@ static void worker_announces_a_running_task(void **state)
     STEP_UNTIL(e, find(e, PROTO_TASK_STARTED, 3) != NULL);
     assert_null(find(e, PROTO_TASK_DONE, 3));
     assert_int_equal(e->w->nstarted_live, 0);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
     assert_true(find(e, PROTO_TASK_STARTED, 3) < find(e, PROTO_TASK_DONE, 3));
@@ -486,9 +492,7 @@ static void worker_cancels_a_task_waiting_ahead(void **state)
     assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_ECANCELED);
     assert_null(find(e, PROTO_TASK_DONE, 1));
     assert_null(e->w->ahead);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
@@ -551,9 +555,7 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_int_equal(task_of(e, 2)->prev, 1);
     assert_ptr_equal(task_of(e, 2)->ex, task_of(e, 1)->ex);
     assert_null(e->w->ahead);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
     assert_int_equal(done_u64(e, 2), 0); /* len of wait_file's empty result */
