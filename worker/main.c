@@ -500,10 +500,11 @@ int main(int argc0, char **argv0)
         wo.secret_len = secret_len;
     }
     /* The spill lanes run on libuv's threadpool (created at its first use, sized by
-     * UV_THREADPOOL_SIZE, default 4), which also resolves names: room for every lane and two
-     * more, unless the operator set it. */
+     * UV_THREADPOOL_SIZE, default 4), which also resolves names: room for every lane, the one
+     * spill part queued ahead of a free lane (it holds a pool thread while it waits in
+     * lane_take), and two more, unless the operator set it. */
     char pool[16];
-    snprintf(pool, sizeof pool, "%u", ost_spill_lanes(&wo.store) + 2);
+    snprintf(pool, sizeof pool, "%u", ost_spill_lanes(&wo.store) + 3);
     setenv("UV_THREADPOOL_SIZE", pool, 0);
     uv_loop_init(&a.loop);
     char bound[64];

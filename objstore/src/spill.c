@@ -145,6 +145,7 @@ struct ost_spill {
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
     bool trace;                 /* SPW_SPILL_TRACE set: log where the lanes' time went */
+    char *trace_path;           /* its value, read once at open (NULL when off) */
     /* Parts take a lane themselves: one part more than lanes may be queued, waiting here for
      * the first lane to come free, so a lane goes on to the next chunk without a round trip
      * through the loop thread. */
@@ -334,6 +335,7 @@ int ost__spill_open(ost_store *s, const char *dir)
     sp->nlanes = ost_spill_lanes(&s->opts);
     const char *tr = getenv("SPW_SPILL_TRACE");
     sp->trace = tr != NULL && *tr != '\0' && strcmp(tr, "0") != 0;
+    sp->trace_path = sp->trace ? spw_strdup(SPW_MOD_OBJSTORE, tr) : NULL;
     sp->lanes = spw_calloc(SPW_MOD_OBJSTORE, sp->nlanes, sizeof *sp->lanes);
     pthread_mutex_init(&sp->lane_mu, NULL);
     pthread_cond_init(&sp->lane_cv, NULL);
@@ -360,8 +362,8 @@ void ost__spill_close(ost_store *s)
     if (sp == NULL)
         return;
     SPW_ASSERT(sp->running == NULL && sp->nrunning == 0);
-    const char *tr = getenv("SPW_SPILL_TRACE");
-    FILE *trf = sp->trace && tr[0] == '/' ? fopen(tr, "a") : NULL;
+    /* The path read at open: the environment may have changed since. */
+    FILE *trf = sp->trace && sp->trace_path[0] == '/' ? fopen(sp->trace_path, "a") : NULL;
     for (uint32_t i = 0; sp->trace && i < sp->nlanes; i++) {
         spill_lane *ln = &sp->lanes[i];
         char line[512];
@@ -396,6 +398,7 @@ void ost__spill_close(ost_store *s)
     spw_free(sp->lanes);
     pthread_mutex_destroy(&sp->lane_mu);
     pthread_cond_destroy(&sp->lane_cv);
+    spw_free(sp->trace_path);
     spw_free(sp->dir);
     spw_free(sp);
     s->spill = NULL;
@@ -688,8 +691,13 @@ static void job_work(uv_work_t *req)
          * assertion ("a->attached_threads > 0") now and then at libuv's shutdown. */
         malloc_trim(0);
 #endif
-        if (trace)
-            ln->tr_trim += spw_now_ns() - t1;
+        if (trace) {
+            /* The lane is given back: the part that takes it next may trim too. */
+            uint64_t dt = spw_now_ns() - t1;
+            pthread_mutex_lock(&sp->lane_mu);
+            ln->tr_trim += dt;
+            pthread_mutex_unlock(&sp->lane_mu);
+        }
     }
 }
 

@@ -298,6 +298,19 @@ static void release_twice_or_unknown_is_enotheld(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* inc(v) as a kept task of its own graph, bound to the worker named worker (NULL: any). */
+static spillway_ref placed_inc(spillway *cl, const char *worker, uint64_t v)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, worker), 0);
+    spillway_arg a = spillway_arg_u64(v);
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    return r;
+}
+
 /* Many kept results across the client's reference chunks (1,024 handles each), with
  * failures, automatic puts (ids the client did not make) and releases in between: each is
  * found, fetched, waited for and released once, and spillway_wait reports the first failure in
@@ -381,12 +394,7 @@ static void many_kept_results_across_reference_chunks(void **state)
     assert_int_equal(spillway_release(cl, refs[0]), SPW_ENOTHELD);
     assert_true(e2e_cluster_idle(&c, 20000));
     /* New references after all that still work. */
-    g = spillway_graph_new(cl);
-    spillway_ref ok;
-    spillway_arg one = spillway_arg_u64(41);
-    assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &ok), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    spillway_ref ok = placed_inc(cl, NULL, 41);
     assert_int_equal(e2e_get_u64(cl, ok), 42);
     assert_int_equal(spillway_release(cl, ok), 0);
     assert_true(e2e_cluster_idle(&c, 20000));
@@ -1061,18 +1069,6 @@ static void assigned_task_survives_loss_of_its_input(void **state)
     h_worker_kill(&c, 0, SIGKILL);
     assert_int_equal(e2e_get_u64(cl, sum), 4u << 20);
     remade_then_stop(&c, cl, made, first, sum);
-}
-
-static spillway_ref placed_inc(spillway *cl, const char *worker, uint64_t v)
-{
-    spillway_graph *g = spillway_graph_new(cl);
-    assert_int_equal(spillway_graph_place(g, worker), 0);
-    spillway_arg a = spillway_arg_u64(v);
-    spillway_ref r;
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    return r;
 }
 
 /* A task bound to a worker name: it runs when a worker of that name joins later, and fails

@@ -293,6 +293,14 @@ static void worker_runs_a_task_and_reports(void **state)
     assert_int_equal(e->w->nstarted_live, 0);
 }
 
+/* Creates the empty file path: the go signal for a wait_file task. */
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
 /* TASK_RUN of the test plugin's wait_file(path, max_ms): the task runs until the test creates
  * `path`, so what the test looks for while it runs is awaited, not timed. */
 static void task_run_wait(env *e, uint64_t id, const char *path)
@@ -332,9 +340,7 @@ static void worker_announces_a_running_task(void **state)
     STEP_UNTIL(e, find(e, PROTO_TASK_STARTED, 3) != NULL);
     assert_null(find(e, PROTO_TASK_DONE, 3));
     assert_int_equal(e->w->nstarted_live, 0);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
     assert_true(find(e, PROTO_TASK_STARTED, 3) < find(e, PROTO_TASK_DONE, 3));
@@ -486,9 +492,7 @@ static void worker_cancels_a_task_waiting_ahead(void **state)
     assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_ECANCELED);
     assert_null(find(e, PROTO_TASK_DONE, 1));
     assert_null(e->w->ahead);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
@@ -513,6 +517,7 @@ static void worker_runs_a_burst_in_one_executor_batch(void **state)
         proto_put_arr(&en, 4);
         put_run_fields(&en, 100 + i, "noop", true, i);
     }
+    e->w->ewma_us = 1.0; /* tiny, whatever the machine's load made noop's run time */
     assert_int_equal(proto_conn_send(e->conn, &en), 0);
     uint32_t frames0 = e->dones_frames;
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 100 + BURST - 1) != NULL);
@@ -532,9 +537,9 @@ static const wtask *task_of(const env *e, uint64_t id)
 
 /* A task sent ahead whose producer is already on an executor goes to that executor at once,
  * behind it, and runs there on the output the executor kept (PROTO_ARG_PREV): no round trip
- * through the worker. If that executor dies first, its replacement has no such output and
- * answers SPW_EAHEAD; the worker takes the task in again, and with its producer failed here
- * answers it SPW_EAHEAD, after the producer. */
+ * through the worker. If that executor dies first, the worker takes the task in again at once
+ * (a new executor would not have the output), and with its producer failed here answers it
+ * SPW_EAHEAD, after the producer. */
 static void worker_queues_a_chain_behind_its_producer(void **state)
 {
     env *e = *state;
@@ -543,20 +548,20 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/go", dir);
+    e->w->ewma_us = 1.0; /* short, whatever the load: the worker queues behind a producer */
     task_run_wait(e, 1, path);
     task_run_ahead(e, 2, "len", 1);
     STEP_UNTIL(e, task_of(e, 2) != NULL && task_of(e, 2)->state == WT_SENT);
     assert_int_equal(task_of(e, 2)->prev, 1);
     assert_ptr_equal(task_of(e, 2)->ex, task_of(e, 1)->ex);
     assert_null(e->w->ahead);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch(path);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
     assert_int_equal(done_u64(e, 2), 0); /* len of wait_file's empty result */
     assert_int_equal(unlink(path), 0);
 
+    e->w->ewma_us = 1.0; /* wait_file's polls above made it long */
     task_run_wait(e, 3, path);
     task_run_ahead(e, 4, "len", 3);
     STEP_UNTIL(e, task_of(e, 4) != NULL && task_of(e, 4)->state == WT_SENT);

@@ -63,8 +63,8 @@ static void check_tasks(const wrk *w, uint64_t n[3])
                 local++;
             }
             if (a->prev) {
-                /* Made by a task before it in its executor's queue, which keeps it (or back in
-                 * the ready queue, its executor gone: the next one answers SPW_EAHEAD). */
+                /* Made by a task before it in its executor's queue, which keeps it (its
+                 * executor gone, exec_settle takes it in again through prev_fallback). */
                 CHECK(a->kind == PROTO_ARG_OBJ && !a->pinned && !a->local &&
                           t->state != WT_INPUTS && (t->flags & PROTO_TASK_AHEAD),
                       id, "argument %u is its producer's output on the executor, but not a whole "

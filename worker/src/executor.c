@@ -36,10 +36,6 @@
 
 #define EXEC_SOCK_FD 3
 #define EXEC_ARENA_FD 4
-/* Inline outputs kept for tasks queued behind their producer (PROTO_ARG_PREV, README "Chains on
- * one executor"). The worker sends such a task right behind its producer, so a few suffice; a
- * task that misses is answered SPW_EAHEAD and the worker gets its input itself. */
-#define EXEC_KEPT_N 16
 
 typedef struct fn_entry {
     const char *name;

@@ -431,7 +431,10 @@ static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
 /* Sends each task sent ahead that can run on its producers' executor there now. */
 static void ahead_chain(wrk *w)
 {
+    /* No deeper than the executor keeps outputs: behind more successful tasks, the producer's
+     * would be gone and d answered SPW_EAHEAD. What cannot be chained stays on w->ahead. */
     uint32_t limit = exec_depth(w);
+    limit = limit < EXEC_KEPT_N ? limit : EXEC_KEPT_N;
     bool again = true;
     while (again && !w->closing) {
         again = false;
@@ -934,9 +937,9 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
 
 /* Both the socket and the process are gone: settle the executor's tasks and respawn. An
  * executor that stopped cleanly (status 0: told to stop by SIGTERM/SIGINT, its socket closed)
- * or by SIGTERM/SIGINT ran none of the tasks left in its FIFO: they go back to the ready queue
- * (a task a few times at most, in case the task itself makes its executor exit). A recycled
- * executor is replaced at once and is not a restart. */
+ * or by SIGTERM/SIGINT ran none of the tasks left in its FIFO: they go back to the ready queue,
+ * a chained one through prev_fallback (a task a few times at most, in case the task itself
+ * makes its executor exit). A recycled executor is replaced at once and is not a restart. */
 static void exec_settle(wrk *w, wrk_exec *ex)
 {
     if (ex->conn != NULL || ex->proc_running || ex->proc_handle)
@@ -974,7 +977,12 @@ static void exec_settle(wrk *w, wrk_exec *ex)
             }
             if (first)
                 t->requeued++;
-            ready_push(w, t, true);
+            /* A chained task's input was on the dead executor: a new one would only answer
+             * SPW_EAHEAD, so it is taken in again the way that answer would take it in. */
+            if (t->prev > 0)
+                prev_fallback(w, t);
+            else
+                ready_push(w, t, true);
         }
         first = false;
     }

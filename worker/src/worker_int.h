@@ -35,6 +35,11 @@
  * to WRK_EXEC_DEPTH_MAX for tiny ones, as many as make WRK_EXEC_QUEUE_US of work. */
 #define WRK_EXEC_DEPTH_MAX 256
 #define WRK_STORED_FNS 4
+/* Inline outputs an executor keeps for tasks queued behind their producer (PROTO_ARG_PREV,
+ * README "Chains on one executor"). The worker chains a task only onto an executor with fewer
+ * than this many tasks in flight, so its producer's output is still kept when it runs; a task
+ * that misses anyway is answered SPW_EAHEAD and the worker gets its input itself. */
+#define EXEC_KEPT_N 16
 #define WRK_EXEC_QUEUE_US 2000.0
 
 typedef struct wrk_exec wrk_exec;
