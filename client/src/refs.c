@@ -209,13 +209,15 @@ void spillway__handles_free_all(spillway *c)
     }
     spw_free(t->chunks);
     spw_free(t->spare);
-    for (handle *h; (h = spw_idmap_any(&t->other)) != NULL;) {
-        spw_idmap_del(&t->other, h);
+    /* One walk over the slots (handle_clear leaves the map alone); deleting one member at a
+     * time would rescan from slot 0 for each and resize on the way down. */
+    uint32_t pos = 0;
+    for (handle *h; (h = spw_idmap_next(&t->other, &pos)) != NULL;) {
         handle_clear(h);
         spw_free(h);
     }
     spw_idmap_free(&t->other);
-    *t = (reftab){.other = SPW_IDMAP_INIT(handle, id, SPW_MOD_CLIENT)};
+    spillway__refs_init(c);
 }
 
 void spillway__refs_init(spillway *c)
