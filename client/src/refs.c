@@ -13,9 +13,10 @@
  *
  * A chunk costs 56 KiB however few of its references are held: a program that keeps one
  * result of each large graph would pin a chunk per result. So when a chunk is needed while
- * at least SWEEP_MIN chunks are allocated and under 1/8 of their slots are held, the chunks
- * holding at most 1/16 of theirs hand their handles to refs.other and are freed: memory stays
- * within a small factor of what the held references need, and a graph's results, held
+ * at least SWEEP_MIN chunks are allocated and under 1/16 of their slots are held, the chunks
+ * holding at most 1/16 of theirs hand their handles to refs.other and are freed (at least one
+ * does, being under the average, so a sweep never walks the directory for nothing): memory
+ * stays within a small factor of what the held references need, and a graph's results, held
  * together, are never moved. The directory costs 8 bytes per 1,024 ids ever made.
  *
  * Invariants: a handle is held iff it is found; a dense handle (h->dense) sits in the chunk of
@@ -128,7 +129,7 @@ handle *spillway__handle_add(spillway *c, spw_id id, int kind)
         }
         ref_chunk *ch = t->chunks[ci];
         if (ch == NULL && t->nalloc >= SWEEP_MIN &&
-            (uint64_t)t->nalloc * SPILLWAY__CHUNK > 8 * t->ndense)
+            (uint64_t)t->nalloc * SPILLWAY__CHUNK > 16 * t->ndense) /* sweep's cut */
             sweep(t);
         if (ch == NULL) {
             t->nalloc++;
