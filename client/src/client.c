@@ -208,10 +208,10 @@ static void results_prefetch(spillway *c, const proto_val *recs, uint32_t i, int
 }
 
 /* The records of a TASK_RESULTS. A result of this client's own task finds its handle by the
- * id's counter (refs.c), near the previous one's. A handle in refs.other (none but automatic
- * puts, which are not task results; kept for ids from elsewhere) is a slot of a hash table and
- * a record at random places in memory: those are prefetched a few records ahead, so that their
- * cache misses overlap. */
+ * id's counter (refs.c), near the previous one's. A handle in refs.other (automatic puts,
+ * which are not task results, and task handles a sweep moved out of sparse chunks, which may
+ * be) is a slot of a hash table and a record at random places in memory: while it holds any,
+ * results are prefetched a few records ahead, so that their cache misses overlap. */
 static void on_task_results(spillway *c, const proto_val *recs)
 {
     uint32_t n = recs->arr.n;

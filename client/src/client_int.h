@@ -177,9 +177,6 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
 /** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments
  * are an array (r->args.v). */
 void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r);
-/** Encodes a RELEASE frame into out, the same bytes as proto_enc_release (enc.c); send it
- * with proto_conn_send(conn, e) when out is proto_conn_out(conn). */
-void spillway__enc_release(proto_enc *e, spw_buf *out, uint64_t req, const proto_release_msg *m);
 
 /** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
 int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);

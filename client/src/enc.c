@@ -1,14 +1,13 @@
 /*
- * libspillway: a graph's task records and the RELEASE frames, encoded straight into their
- * buffers.
+ * libspillway: a graph's task records, encoded straight into its buffer.
  *
  * proto_put_task_rec checks (and may grow) the buffer's room once per value it writes. Here
  * the record's room is reserved once (an upper bound) and its bytes are stored with no call
  * and no check per element, by the same writers (spillway/proto_wr.h) that proto_put_* use.
- * The fields come from the same schema macros (PROTO_REC_FIELDS_TASK, PROTO_REC_FIELDS_ARG,
- * PROTO_FIELDS_RELEASE) in the same order, with the same rules for optional fields, so the
- * bytes are identical to proto's encoders' (test_client checks it over many records and id
- * lists); a field kind the schema gains and this file lacks fails to compile.
+ * The fields come from the same schema macros (PROTO_REC_FIELDS_TASK, PROTO_REC_FIELDS_ARG)
+ * in the same order, with the same rules for optional fields, so the bytes are identical to
+ * proto's encoders' (test_client checks it over many records); a field kind the schema gains
+ * and this file lacks fails to compile.
  */
 #include <string.h>
 
@@ -24,17 +23,15 @@
     ((v).ptr != NULL ? proto_wr_bin((p), (v).ptr, (v).len) : proto_wr_nil(p))
 #define W_STR(p, v, arg) proto_wr_str_max((p), (v), (arg))
 #define W_RECS(p, v, arg) w_recs_##arg((p), &(v))
-#define W_LIST_ID(p, l, arg) proto_wr_ids((p), (l).v, (l).n)
 #define ROOM_U(v, arg) PROTO_WR_MAX_HDR
 #define ROOM_ID(v, arg) PROTO_WR_ID
 #define ROOM_OPT_ID(v, arg) PROTO_WR_ID
 #define ROOM_OPT_BIN(v, arg) (PROTO_WR_MAX_LEN + (v).len)
 #define ROOM_STR(v, arg) (PROTO_WR_MAX_LEN + (size_t)(arg))
 #define ROOM_RECS(v, arg) room_recs_##arg(&(v))
-#define ROOM_LIST_ID(v, arg) (PROTO_WR_MAX_LEN + PROTO_WR_ID * (size_t)(v).n)
 
-/* The fields of a record or message: every F field, then the N fields up to the first one
- * omitted (proto.c's PUT_FIELDS). */
+/* The fields of a record: every F field, then the N fields up to the first one omitted
+ * (proto.c's PUT_FIELDS). */
 #define COUNT_F(index, member, kind, arg) +1
 #define COUNT_N(index, member, kind, arg)
 #define GROW_F(index, member, kind, arg)
@@ -102,21 +99,11 @@ static uint8_t *room_at_end(spw_buf *out, size_t room)
 
 DEF_REC_WRITER(arg, PROTO_REC_FIELDS_ARG)
 DEF_REC_WRITER(task, PROTO_REC_FIELDS_TASK)
-DEF_FIELDS(release, proto_release_msg, PROTO_FIELDS_RELEASE)
 
 void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r)
 {
     SPW_ASSERT(r->args.put == NULL && r->args.pre == NULL);
     uint8_t *end = w_task(room_at_end(out, room_task(r)), r);
-    out->len = (size_t)(end - out->data);
-    SPW_ASSERT(out->len <= out->cap);
-}
-
-void spillway__enc_release(proto_enc *e, spw_buf *out, uint64_t req, const proto_release_msg *m)
-{
-    uint32_t nf = nf_release(m);
-    proto_enc_begin(e, out, PROTO_RELEASE, req, nf); /* the frame's head and field array */
-    uint8_t *end = w_fields_release(room_at_end(out, room_release(m)), m, nf);
     out->len = (size_t)(end - out->data);
     SPW_ASSERT(out->len <= out->cap);
 }

@@ -250,12 +250,8 @@ static local *local_get(spillway *c, const char *host_id, const char *name, bool
 /* Gives the scheduler back our references to n objects, in one RELEASE. */
 static void release_ids(spillway *c, const spw_id *ids, uint32_t n)
 {
-    if (c->sched == NULL)
-        return;
-    proto_enc e;
-    spillway__enc_release(&e, proto_conn_out(c->sched), 0,
-                          &(proto_release_msg){.ids = {ids, n}});
-    proto_conn_send(c->sched, &e);
+    if (c->sched != NULL)
+        proto_send_release(c->sched, 0, &(proto_release_msg){.ids = {ids, n}});
 }
 
 static void release_id(spillway *c, spw_id id);

@@ -13,9 +13,10 @@
  *
  * A chunk costs 56 KiB however few of its references are held: a program that keeps one
  * result of each large graph would pin a chunk per result. So when a chunk is needed while
- * at least SWEEP_MIN chunks are allocated and under 1/8 of their slots are held, the chunks
- * holding at most 1/16 of theirs hand their handles to refs.other and are freed: memory stays
- * within a small factor of what the held references need, and a graph's results, held
+ * at least SWEEP_MIN chunks are allocated and under 1/16 of their slots are held, the chunks
+ * holding at most 1/16 of theirs hand their handles to refs.other and are freed (at least one
+ * does, being under the average, so a sweep never walks the directory for nothing): memory
+ * stays within a small factor of what the held references need, and a graph's results, held
  * together, are never moved. The directory costs 8 bytes per 1,024 ids ever made.
  *
  * Invariants: a handle is held iff it is found; a dense handle (h->dense) sits in the chunk of
@@ -128,7 +129,7 @@ handle *spillway__handle_add(spillway *c, spw_id id, int kind)
         }
         ref_chunk *ch = t->chunks[ci];
         if (ch == NULL && t->nalloc >= SWEEP_MIN &&
-            (uint64_t)t->nalloc * SPILLWAY__CHUNK > 8 * t->ndense)
+            (uint64_t)t->nalloc * SPILLWAY__CHUNK > 16 * t->ndense) /* sweep's cut */
             sweep(t);
         if (ch == NULL) {
             t->nalloc++;
@@ -209,13 +210,15 @@ void spillway__handles_free_all(spillway *c)
     }
     spw_free(t->chunks);
     spw_free(t->spare);
-    for (handle *h; (h = spw_idmap_any(&t->other)) != NULL;) {
-        spw_idmap_del(&t->other, h);
+    /* One walk over the slots (handle_clear leaves the map alone); deleting one member at a
+     * time would rescan from slot 0 for each and resize on the way down. */
+    uint32_t pos = 0;
+    for (handle *h; (h = spw_idmap_next(&t->other, &pos)) != NULL;) {
         handle_clear(h);
         spw_free(h);
     }
     spw_idmap_free(&t->other);
-    *t = (reftab){.other = SPW_IDMAP_INIT(handle, id, SPW_MOD_CLIENT)};
+    spillway__refs_init(c);
 }
 
 void spillway__refs_init(spillway *c)

@@ -392,17 +392,12 @@ static void rd_skip(rd *r)
 
 static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
 
-/* A big-endian 64-bit value at p (unaligned). */
+/* A big-endian 64-bit value at p (unaligned): the byte order proto_wr.h's writers store. */
 static inline uint64_t be64(const uint8_t *p)
 {
     uint64_t v;
     memcpy(&v, p, sizeof v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap64(v);
-#elif !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
-    v = be_read(p, 8);
-#endif
-    return v;
+    return PROTO_WR_BE(64, v);
 }
 
 static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val *v)

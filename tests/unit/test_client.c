@@ -1,6 +1,6 @@
 /* Unit tests for libspillway's internals that need no cluster: the reference table (refs.c:
  * ids made here found by their counter, other ids by hash, chunks freed as they empty) and the
- * encoders of task records and RELEASE frames (enc.c), which must write exactly proto's bytes. */
+ * encoder of task records (enc.c), which must write exactly proto's bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -242,37 +242,11 @@ static void test_task_rec_matches_proto(void **state)
     }
 }
 
-static void test_release_matches_proto(void **state)
-{
-    (void)state;
-    uint32_t counts[] = {0, 1, 15, 16, 65535, 65536, 70000};
-    spw_id *ids = malloc(70000 * sizeof *ids);
-    for (uint32_t i = 0; i < 70000; i++)
-        ids[i] = (spw_id){0x0123456789abcdefULL * (i + 1), ~(uint64_t)i};
-    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
-        spw_buf want = {0}, got = {0};
-        spw_buf_append(&want, "xyz", k % 4);
-        spw_buf_append(&got, "xyz", k % 4);
-        proto_release_msg m = {.ids = {ids, counts[k]}};
-        proto_enc e1, e2;
-        proto_enc_release(&e1, &want, 77 * k, &m);
-        spillway__enc_release(&e2, &got, 77 * k, &m);
-        assert_int_equal(e1.start, e2.start);
-        assert_int_equal(proto_enc_end(&e1, UINT32_MAX), proto_enc_end(&e2, UINT32_MAX));
-        assert_int_equal(got.len, want.len);
-        assert_memory_equal(got.data, want.data, got.len);
-        spw_buf_release(&want);
-        spw_buf_release(&got);
-    }
-    free(ids);
-}
-
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
     cmocka_unit_test(test_refs_dense_and_other),
     cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
-    cmocka_unit_test(test_release_matches_proto),
 };
 SPW_TEST_MAIN(tests)
