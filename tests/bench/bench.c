@@ -2,12 +2,13 @@
  * spillway-bench: the benchmark cases, one JSON line per case.
  *
  *   spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR] [--secret-file PATH]
- *                  [--workers N] [--slots S] [--n N[,N...]] [--spill-threads N]
+ *                  [--workers N] [--slots S] [--n N[,N...]] [--repeat R] [--spill-threads N]
  *                  [--spill-workers 1|2]
  *
  * Without --scheduler it starts its own cluster on 127.0.0.1 (a scheduler and --workers workers,
  * default two, with --slots slots each, default one, from the binaries beside it) and stops it at
- * the end. --n gives scale_tiny's graph sizes. Each line carries
+ * the end. --n gives scale_tiny's graph sizes, --repeat how many times chain_latency runs its
+ * chain (default 7, 3 with --quick; it reports the median). Each line carries
  * case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this process, the scheduler,
  * the workers and their executors, reset before each case) and extra (case-specific figures).
  * --spill-workers is the spill case's number of workers (2), --spill-threads their
@@ -18,6 +19,7 @@
  * Performance is reported, never asserted: this is not a test.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
@@ -31,10 +33,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+
+#include <linux/perf_event.h>
 
 #include <jansson.h>
 #include <lmdb.h>
@@ -54,6 +59,7 @@ typedef struct bench {
     int slots;            /* per worker (--slots), default 1 */
     int spill_threads;    /* the spill case's workers' --spill-threads (--spill-threads) */
     uint64_t scale_n[8];  /* scale_tiny's graph sizes (--n), 0-terminated */
+    int repeat;           /* chain_latency's runs (--repeat); 0: 7, or 3 with --quick */
     pid_t pids[128];
     int npids;
 } bench;
@@ -1850,11 +1856,47 @@ static long sched_kib(bench *b, const char *field)
     return b->own_cluster ? kib(b->cluster.sched.pid, field) : 0;
 }
 
-static double sched_cpu_s(bench *b)
+/* CPU seconds (user + system) of a whole process, threads that have exited included, in
+ * nanoseconds through its CPU-time clock (clock_getcpuclockid; any process may be read); from
+ * its /proc stat file in clock ticks (10 ms) if that clock cannot be had; 0 if it is gone. */
+static double proc_cpu_s(pid_t pid)
 {
+    clockid_t clk;
+    struct timespec ts;
+    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)b->cluster.sched.pid);
-    return b->own_cluster ? stat_cpu_s(path) : 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return stat_cpu_s(path);
+}
+
+/* CPU seconds of one thread (tid) of process pid: the first field of its schedstat
+ * (nanoseconds on a CPU), or its stat file's clock ticks where the kernel has no schedstat;
+ * 0 if it is gone. */
+static double thread_cpu_s(pid_t pid, pid_t tid)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns;
+    if (f != NULL) {
+        int got = fscanf(f, "%llu", &ns);
+        fclose(f);
+        if (got == 1)
+            return (double)ns / 1e9;
+    }
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    return stat_cpu_s(path);
+}
+
+/* The scheduler's CPU seconds so far: the whole process, and its loop thread (the thread whose
+ * id is the process's: it runs every decision) in *loop_s when loop_s is not NULL. */
+static double sched_cpu_s(bench *b, double *loop_s)
+{
+    pid_t pid = b->cluster.sched.pid;
+    if (loop_s != NULL)
+        *loop_s = b->own_cluster ? thread_cpu_s(pid, pid) : 0;
+    return b->own_cluster ? proc_cpu_s(pid) : 0;
 }
 
 /* CPU seconds of the workers and of their executors (children). */
@@ -1862,22 +1904,143 @@ static double workers_cpu_s(bench *b, double *exec_s)
 {
     double w = 0, e = 0;
     for (int i = 0; b->own_cluster && i < b->cluster.nworkers; i++) {
+        w += proc_cpu_s(b->cluster.workers[i].pid);
         char path[64];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)b->cluster.workers[i].pid);
-        w += stat_cpu_s(path);
         snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)b->cluster.workers[i].pid,
                  (int)b->cluster.workers[i].pid);
         FILE *f = fopen(path, "r");
         int child;
-        while (f != NULL && fscanf(f, "%d", &child) == 1) {
-            snprintf(path, sizeof path, "/proc/%d/stat", child);
-            e += stat_cpu_s(path);
-        }
+        while (f != NULL && fscanf(f, "%d", &child) == 1)
+            e += proc_cpu_s((pid_t)child);
         if (f != NULL)
             fclose(f);
     }
     *exec_s = e;
     return w;
+}
+
+/* Hardware counters (cycles and instructions, one perf_event_open group) on one thread of
+ * another process, counting only while that thread runs. User and kernel time where the kernel
+ * allows it (perf_event_paranoid, CAP_PERFMON), else user time alone; none at all where there is
+ * no PMU (a VM without one) or perf events are forbidden, and then why says so. */
+typedef struct hwc {
+    int fd[2];         /* cycles (the group's leader), instructions; -1 when not open */
+    const char *scope; /* "user+kernel" or "user"; NULL when not counting */
+    char why[160];     /* why not counting, when scope is NULL */
+} hwc;
+
+static int hwc__open(pid_t tid, uint64_t config, int group, bool user_only)
+{
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = config;
+    a.disabled = group == -1; /* the leader starts the group */
+    a.exclude_hv = 1;
+    a.exclude_kernel = user_only;
+    a.read_format =
+        PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+    return (int)syscall(SYS_perf_event_open, &a, tid, -1, group, PERF_FLAG_FD_CLOEXEC);
+}
+
+/* Opens the group on tid, stopped; on failure h->scope is NULL and h->why says why. */
+static void hwc_open(hwc *h, pid_t tid)
+{
+    memset(h, 0, sizeof *h);
+    h->fd[0] = h->fd[1] = -1;
+    if (tid <= 0) {
+        snprintf(h->why, sizeof h->why, "no scheduler of the bench's own (--scheduler)");
+        return;
+    }
+    for (int user_only = 0; user_only <= 1; user_only++) {
+        h->fd[0] = hwc__open(tid, PERF_COUNT_HW_CPU_CYCLES, -1, user_only);
+        int err = errno;
+        if (h->fd[0] >= 0) {
+            h->fd[1] = hwc__open(tid, PERF_COUNT_HW_INSTRUCTIONS, h->fd[0], user_only);
+            err = errno;
+            if (h->fd[1] >= 0) {
+                h->scope = user_only ? "user" : "user+kernel";
+                return;
+            }
+            close(h->fd[0]);
+            h->fd[0] = -1;
+        }
+        /* Only a refusal of kernel counting is worth a second try with user time alone. */
+        if (user_only || (err != EACCES && err != EPERM)) {
+            snprintf(h->why, sizeof h->why, "perf_event_open(%s): %s%s",
+                     user_only ? "user" : "user+kernel", strerror(err),
+                     err == ENOENT || err == EOPNOTSUPP || err == ENODEV
+                         ? " (no hardware counters here: a VM without a PMU?)"
+                     : err == EACCES || err == EPERM ? " (see /proc/sys/kernel/perf_event_paranoid)"
+                                                     : "");
+            return;
+        }
+    }
+}
+
+static void hwc_start(hwc *h)
+{
+    if (h->scope == NULL)
+        return;
+    ioctl(h->fd[0], PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP);
+    ioctl(h->fd[0], PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP);
+}
+
+/* Stops the group and reads it, scaled up if the kernel multiplexed it; false (and h->why
+ * set) if it cannot be read or never ran. */
+static bool hwc_stop(hwc *h, double *cycles, double *instructions)
+{
+    if (h->scope == NULL)
+        return false;
+    ioctl(h->fd[0], PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP);
+    uint64_t v[5]; /* nr, time_enabled, time_running, cycles, instructions */
+    ssize_t got = read(h->fd[0], v, sizeof v);
+    if (got != (ssize_t)sizeof v || v[0] != 2 || v[2] == 0) {
+        snprintf(h->why, sizeof h->why, "perf counters unreadable or never scheduled");
+        h->scope = NULL;
+        return false;
+    }
+    double scale = (double)v[1] / (double)v[2];
+    *cycles = (double)v[3] * scale;
+    *instructions = (double)v[4] * scale;
+    return true;
+}
+
+static void hwc_close(hwc *h)
+{
+    for (int i = 0; i < 2; i++)
+        if (h->fd[i] >= 0)
+            close(h->fd[i]);
+    h->fd[0] = h->fd[1] = -1;
+}
+
+/* A figure rounded to 3 decimals, or JSON null where it could not be measured. */
+static json_t *r3_or_null(bool have, double v)
+{
+    return have ? json_real(r3(v)) : json_null();
+}
+
+/* The scheduler's loop-thread figures per unit (task or hop, named by per): its own CPU
+ * (schedstat), the ceiling that CPU puts on the rate of one loop, and the hardware counters
+ * (null, with sched_counters_why, where there are none). */
+static void sched_loop_extra(json_t *extra, const char *per, uint64_t units, double loop_s, hwc *h,
+                             bool counted, double cycles, double instructions)
+{
+    char key[64];
+    double us = loop_s / (double)units * 1e6;
+    snprintf(key, sizeof key, "sched_loop_cpu_us_per_%s", per);
+    json_object_set_new(extra, key, json_real(r3(us)));
+    snprintf(key, sizeof key, "sched_loop_ceiling_%ss_per_s", per);
+    json_object_set_new(extra, key, r3_or_null(us > 0, 1e6 / us));
+    snprintf(key, sizeof key, "sched_instructions_per_%s", per);
+    json_object_set_new(extra, key, r3_or_null(counted, instructions / (double)units));
+    snprintf(key, sizeof key, "sched_cycles_per_%s", per);
+    json_object_set_new(extra, key, r3_or_null(counted, cycles / (double)units));
+    json_object_set_new(extra, "sched_ipc",
+                        r3_or_null(counted && cycles > 0, instructions / cycles));
+    json_object_set_new(extra, "sched_counters", counted ? json_string(h->scope) : json_null());
+    json_object_set_new(extra, "sched_counters_why", counted ? json_null() : json_string(h->why));
 }
 
 static double self_cpu_s(void)
@@ -1954,8 +2117,12 @@ static void case_scale_tiny(bench *b)
         uint64_t n = b->scale_n[k];
         long base_kib = sched_kib(b, "VmRSS");
         hwm_reset(b);
-        double c_sched = sched_cpu_s(b), c_exec, c_work = workers_cpu_s(b, &c_exec);
+        hwc h;
+        hwc_open(&h, b->own_cluster ? b->cluster.sched.pid : 0);
+        double c_loop, c_loop1, cycles = 0, instructions = 0;
+        double c_sched = sched_cpu_s(b, &c_loop), c_exec, c_work = workers_cpu_s(b, &c_exec);
         double c_self = self_cpu_s(), c_exec1;
+        hwc_start(&h);
         double t0 = now_s(), t_submit;
         phase_cpu pc;
         run_independent(b, "noop", n, refs, &t_submit, &pc);
@@ -1971,7 +2138,8 @@ static void case_scale_tiny(bench *b)
             spillway_free(data);
         }
         double t = now_s() - t0, c_fetched = self_cpu_s();
-        double d_sched = sched_cpu_s(b) - c_sched;
+        bool counted = hwc_stop(&h, &cycles, &instructions);
+        double d_sched = sched_cpu_s(b, &c_loop1) - c_sched;
         double d_work = workers_cpu_s(b, &c_exec1) - c_work;
         double d_exec = c_exec1 - c_exec, d_self = c_fetched - c_self;
         json_t *extra = json_object();
@@ -2009,6 +2177,8 @@ static void case_scale_tiny(bench *b)
         json_object_set_new(phases, "get", json_real(r3((c_fetched - c_got) / (double)n * 1e6)));
         json_object_set_new(phases, "release", json_real(r3(c_rel / (double)n * 1e6)));
         json_object_set_new(extra, "client_phase_cpu_us_per_task", phases);
+        sched_loop_extra(extra, "task", n, c_loop1 - c_loop, &h, counted, cycles, instructions);
+        hwc_close(&h);
         json_object_set_new(extra, "cores", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
         emit_with("scale_tiny", n, t, (double)n / t, peak, extra, top);
     }
@@ -2044,23 +2214,59 @@ static double run_chain(bench *b, uint64_t n, uint64_t *value)
     return t;
 }
 
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, c = *(const double *)y;
+    return (a > c) - (a < c);
+}
+
+/* The chain run b->repeat times (one run of 2,000 hops is ~15 ms and noisy): us_per_hop is the
+ * median run's, the CPU and counter figures are over all runs together. */
 static void case_chain_latency(bench *b)
 {
-    uint64_t n = b->quick ? 200 : 2000, v;
+    uint64_t n = b->quick ? 200 : 2000, v = 0;
+    int reps = b->repeat > 0 ? b->repeat : b->quick ? 3 : 7;
+    double *ts = calloc((size_t)reps, sizeof *ts), *sorted = calloc((size_t)reps, sizeof *sorted);
+    if (ts == NULL || sorted == NULL)
+        die(b, "calloc", SPW_ENOMEM);
     run_chain(b, 50, &v);
     hwm_reset(b);
-    double c_sched = sched_cpu_s(b);
-    double t = run_chain(b, n, &v);
-    double d_sched = sched_cpu_s(b) - c_sched;
+    hwc h;
+    hwc_open(&h, b->own_cluster ? b->cluster.sched.pid : 0);
+    double c_loop, c_loop1, cycles = 0, instructions = 0;
+    double c_sched = sched_cpu_s(b, &c_loop);
+    bool verified = true;
+    hwc_start(&h);
+    for (int r = 0; r < reps; r++) {
+        ts[r] = run_chain(b, n, &v);
+        verified = verified && v == n;
+    }
+    bool counted = hwc_stop(&h, &cycles, &instructions);
+    double d_sched = sched_cpu_s(b, &c_loop1) - c_sched;
+    memcpy(sorted, ts, (size_t)reps * sizeof *ts);
+    qsort(sorted, (size_t)reps, sizeof *sorted, cmp_double);
+    double t = reps % 2 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+    uint64_t hops = n * (uint64_t)reps;
     json_t *extra = json_object();
     double peak = hwm_total(b, extra);
     json_t *top = json_object();
     json_object_set_new(top, "workers", json_integer(b->workers));
     json_object_set_new(top, "slots", json_integer(b->slots));
     json_object_set_new(top, "us_per_hop", json_real(r3(t / (double)n * 1e6)));
-    json_object_set_new(extra, "sched_cpu_us_per_hop", json_real(r3(d_sched / (double)n * 1e6)));
-    json_object_set_new(extra, "verified", json_boolean(v == n));
+    json_t *runs = json_array();
+    for (int r = 0; r < reps; r++)
+        json_array_append_new(runs, json_real(r3(ts[r] / (double)n * 1e6)));
+    json_object_set_new(extra, "repeat", json_integer(reps));
+    json_object_set_new(extra, "us_per_hop_runs", runs);
+    json_object_set_new(extra, "us_per_hop_min", json_real(r3(sorted[0] / (double)n * 1e6)));
+    json_object_set_new(extra, "us_per_hop_max", json_real(r3(sorted[reps - 1] / (double)n * 1e6)));
+    json_object_set_new(extra, "sched_cpu_us_per_hop", json_real(r3(d_sched / (double)hops * 1e6)));
+    sched_loop_extra(extra, "hop", hops, c_loop1 - c_loop, &h, counted, cycles, instructions);
+    hwc_close(&h);
+    json_object_set_new(extra, "verified", json_boolean(verified));
     emit_with("chain_latency", n, t, (double)n / t, peak, extra, top);
+    free(ts);
+    free(sorted);
 }
 
 typedef struct bcase {
@@ -2086,7 +2292,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR]\n"
                "                      [--secret-file PATH] [--workers N] [--slots S]\n"
-               "                      [--n N[,N...]] [--list]\n"
+               "                      [--n N[,N...]] [--repeat R] [--spill-threads N]\n"
+               "                      [--spill-workers 1|2] [--list]\n"
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -2109,7 +2316,7 @@ int main(int argc, char **argv)
         {"list", no_argument, 0, 'l'},         {"help", no_argument, 0, 'h'},
         {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
-        {"spill-workers", required_argument, 0, 'W'},
+        {"spill-workers", required_argument, 0, 'W'}, {"repeat", required_argument, 0, 'R'},
         {0, 0, 0, 0},
     };
     int c;
@@ -2138,6 +2345,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             *(c == 'T' ? &b.spill_threads : &spill_workers) = (int)v;
+            break;
+        }
+        case 'R': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v < 1 || v > 1000) {
+                fprintf(stderr, "spillway-bench: --repeat: '%s' is not a number from 1 to 1000\n",
+                        optarg);
+                return 2;
+            }
+            b.repeat = (int)v;
             break;
         }
         case 'w':
