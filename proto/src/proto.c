@@ -90,10 +90,15 @@ typedef struct pfield {
     uint8_t lenient; /* PF_RECS: a bad record is marked (proto_val.bad), not fatal */
 } pfield;
 
+typedef struct rd rd;
+
 typedef struct pschema {
     uint8_t nf;
     pfield f[PROTO_MAX_FIELDS];
     uint8_t nreq; /* fields a sender must send; later ones were added since (0 = all) */
+    /* Reads the n fields of one record or message (its header read, nreq <= n <= nf): code
+     * generated per schema with each field's kind known at compile time (dec_body_*). */
+    int (*body)(rd *r, uint32_t n, proto_val *out);
 } pschema;
 
 /* Schema rows, generated from the table in proto_schema.h. MSG0's row leaves its fields out,
@@ -161,18 +166,25 @@ typedef struct pschema {
 #define REC_INDEX(NAME, name) REC_##name,
 enum rec_schema { PROTO_SCHEMA(REC_INDEX, PROTO__NONE, PROTO__NONE, PROTO__NONE) REC_COUNT };
 
+#define DECL_BODY_REC(NAME, name) static int dec_body_rec_##name(rd *r, uint32_t n, proto_val *out);
+#define DECL_BODY_MSG(NAME, name) static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out);
+PROTO_SCHEMA(DECL_BODY_REC, DECL_BODY_MSG, DECL_BODY_MSG, PROTO__NONE)
+
 #define REC_ROW(NAME, name)                                                                        \
     [REC_##name] = {PROTO_NF_REC_##NAME,                                                           \
                     {PROTO_REC_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},                               \
-                    0 PROTO_REC_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)},
+                    0 PROTO_REC_FIELDS_##NAME(COUNT_REQ, COUNT_NONE),                              \
+                    dec_body_rec_##name},
 static const pschema rec_schemas[REC_COUNT] = {
     PROTO_SCHEMA(REC_ROW, PROTO__NONE, PROTO__NONE, PROTO__NONE)};
 
 #define MSG_ROW(NAME, name)                                                                        \
     static const pschema schema_##name = {PROTO_NF_##NAME,                                         \
                                           {PROTO_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},             \
-                                          0 PROTO_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)};
-#define MSG0_ROW(NAME, name) static const pschema schema_##name = {0, {{0}}, 0};
+                                          0 PROTO_FIELDS_##NAME(COUNT_REQ, COUNT_NONE),            \
+                                          dec_body_msg_##name};
+#define MSG0_ROW(NAME, name)                                                                       \
+    static const pschema schema_##name = {0, {{0}}, 0, dec_body_msg_##name};
 PROTO_SCHEMA(PROTO__NONE, MSG_ROW, MSG0_ROW, PROTO__NONE)
 
 /* The schema of each message type; NULL for a type that does not exist. */
@@ -295,11 +307,11 @@ typedef struct mobj {
     const uint8_t *ptr;
 } mobj;
 
-typedef struct rd {
+struct rd {
     const uint8_t *p, *end;
     msgpack_zone *zone;
     const proto_limits *lim;
-} rd;
+};
 
 static void rd_next(rd *r, mobj *o)
 {
@@ -453,6 +465,9 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
  * n * nf values stay bounded. */
 static int mark_bad(rd *r, const pschema *s, proto_val *out);
 
+static inline int dec_u(rd *r, proto_val *v, const pfield *fd);
+static inline int dec_id(rd *r, proto_val *v, const pfield *fd);
+
 /* The value at r for field fd, into v. */
 static int dec_value(rd *r, const pfield *fd, proto_val *v)
 {
@@ -501,18 +516,24 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v)
             } else if (sub != NULL) {
                 const uint8_t *at = r->p;
                 mobj ro;
-                rd_next(r, &ro);
+                if (*at >= 0x90 && *at <= 0x9f) { /* a fixarray, as our writers send */
+                    ro.t = MO_ARR;
+                    ro.u = *at & 0x0f;
+                    r->p++;
+                } else {
+                    rd_next(r, &ro);
+                }
                 rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
                 if (rc == SPW_EMALFORMED && fd->lenient) {
                     r->p = at;
                     rc = mark_bad(r, sub, vals + (size_t)i * nf);
                 }
+            } else if (fd->kind == PF_LIST_U) {
+                static const pfield efd = {PF_U, 0, 0, 0, 0, 0};
+                rc = dec_u(r, &vals[i], &efd);
             } else {
-                pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16, 0};
-                mobj eo;
-                rd_next(r, &eo);
-                memset(&vals[i], 0, sizeof vals[i]);
-                rc = check_scalar(efd.kind, &efd, &eo, &vals[i]);
+                static const pfield efd = {PF_ID, 0, 0, 16, 16, 0};
+                rc = dec_id(r, &vals[i], &efd);
             }
             if (rc != 0)
                 return rc;
@@ -559,20 +580,201 @@ static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
     uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
     if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
         return SPW_EMALFORMED;
-    uint32_t n = (uint32_t)o->u;
-    for (uint32_t i = 0; i < s->nf; i++) {
-        if (i >= n) {
-            /* A field newer than the sender: absent, as if sent as nil. */
-            memset(&out[i], 0, sizeof out[i]);
-            out[i].nil = 1;
-            continue;
-        }
-        int rc = dec_value(r, &s->f[i], &out[i]);
-        if (rc != 0)
-            return rc;
+    return s->body(r, (uint32_t)o->u, out);
+}
+
+/* ------------------------------------------------- fields of a known kind */
+
+/* Each schema's fields are read by a function generated from its field list (dec_body_*), so
+ * every field's kind and limits are constants there: a value in the form our senders write
+ * (a fixint, a 16-byte id, a short string...) is taken in a few instructions, and any other
+ * form goes to dec_value, the generic reader, which gives the same value or the same error.
+ * The scan has bounded every header and length already. */
+
+static inline void val_zero(proto_val *v)
+{
+    memset(v, 0, sizeof *v);
+}
+
+/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
+static inline bool has_nul(const uint8_t *p, size_t n)
+{
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (p[i] == 0)
+                return true;
+        return false;
     }
+    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+    uint64_t w;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        if (((w - lo) & ~w & hi) != 0)
+            return true;
+    }
+    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
+    return ((w - lo) & ~w & hi) != 0;
+}
+
+/* Arrays: the generic reader. */
+static inline int dec_any(rd *r, proto_val *v, const pfield *fd)
+{
+    return dec_value(r, fd, v);
+}
+
+static inline int dec_u(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    uint64_t u;
+    switch (p[0]) {
+    case 0xcc:
+        u = p[1];
+        r->p += 2;
+        break;
+    case 0xcd:
+        u = (uint64_t)p[1] << 8 | p[2];
+        r->p += 3;
+        break;
+    case 0xce:
+        u = be_read(p + 1, 4);
+        r->p += 5;
+        break;
+    case 0xcf:
+        u = be64(p + 1);
+        r->p += 9;
+        break;
+    default:
+        if (p[0] > 0x7f)
+            return dec_value(r, fd, v);
+        u = p[0];
+        r->p += 1;
+        break;
+    }
+    val_zero(v);
+    v->u = u;
     return 0;
 }
+
+static inline int dec_i(rd *r, proto_val *v, const pfield *fd)
+{
+    uint8_t t = r->p[0];
+    if (t > 0x7f && t < 0xe0)
+        return dec_value(r, fd, v);
+    r->p++;
+    val_zero(v);
+    v->i = (int8_t)t; /* a positive or a negative fixint */
+    return 0;
+}
+
+/* An id (or, opt, nil), in the form our writers use: bin 8 of 16 bytes. */
+static inline int dec_id(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (p[0] == 0xc4 && p[1] == 16) {
+        val_zero(v);
+        v->id.hi = be64(p + 2); /* spw_id_from_bytes, inline: ids are in every record */
+        v->id.lo = be64(p + 10);
+        r->p += 18;
+        return 0;
+    }
+    if (p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+static inline int dec_bin(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (p[0] == 0xc4 && p[1] >= fd->min && p[1] <= fd->max) {
+        val_zero(v);
+        v->bin.ptr = p + 2;
+        v->bin.len = p[1];
+        r->p += 2 + (size_t)p[1];
+        return 0;
+    }
+    if (p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+static inline int dec_str(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    size_t hdr, len;
+    if (p[0] >= 0xa0 && p[0] <= 0xbf) {
+        hdr = 1;
+        len = p[0] & 0x1f;
+    } else if (p[0] == 0xd9) {
+        hdr = 2;
+        len = p[1];
+    } else {
+        return dec_value(r, fd, v);
+    }
+    if (len > fd->max || has_nul(p + hdr, len))
+        return SPW_EMALFORMED;
+    val_zero(v);
+    v->bin.ptr = p + hdr;
+    v->bin.len = (uint32_t)len;
+    r->p += hdr + len;
+    return 0;
+}
+
+#define DEC_KIND_U dec_u
+#define DEC_KIND_I dec_i
+#define DEC_KIND_ID dec_id
+#define DEC_KIND_OPT_ID dec_id
+#define DEC_KIND_BIN dec_bin
+#define DEC_KIND_OPT_BIN dec_bin
+#define DEC_KIND_DATA dec_bin
+#define DEC_KIND_STR dec_str
+#define DEC_KIND_REC dec_any
+#define DEC_KIND_RECS dec_any
+#define DEC_KIND_BATCH dec_any
+#define DEC_KIND_LIST_U dec_any
+#define DEC_KIND_LIST_ID dec_any
+
+/* A field every sender sends (index < nreq <= n), and one a sender may leave out. */
+#define DEC_REQ(index, member, kind, arg)                                                          \
+    if ((rc = DEC_KIND_##kind(r, &out[index], &s->f[index])) != 0)                               \
+        return rc;
+#define DEC_NEW(index, member, kind, arg)                                                          \
+    if ((uint32_t)(index) >= n) {                                                                  \
+        val_zero(&out[index]); /* newer than the sender: absent, as if sent as nil */              \
+        out[index].nil = 1;                                                                        \
+    } else if ((rc = DEC_KIND_##kind(r, &out[index], &s->f[index])) != 0) {                      \
+        return rc;                                                                                 \
+    }
+#define DEF_BODY_REC(NAME, name)                                                                   \
+    static int dec_body_rec_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        const pschema *s = &rec_schemas[REC_##name];                                               \
+        int rc;                                                                                    \
+        (void)n;                                                                                   \
+        PROTO_REC_FIELDS_##NAME(DEC_REQ, DEC_NEW) return 0;                                        \
+    }
+#define DEF_BODY_MSG(NAME, name)                                                                   \
+    static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        const pschema *s = &schema_##name;                                                         \
+        int rc;                                                                                    \
+        (void)n;                                                                                   \
+        PROTO_FIELDS_##NAME(DEC_REQ, DEC_NEW) return 0;                                            \
+    }
+#define DEF_BODY_MSG0(NAME, name)                                                                  \
+    static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        (void)r, (void)n, (void)out;                                                               \
+        return 0;                                                                                  \
+    }
+PROTO_SCHEMA(DEF_BODY_REC, DEF_BODY_MSG, DEF_BODY_MSG0, PROTO__NONE)
 
 int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpack_zone *zone,
                  proto_msg *out)
