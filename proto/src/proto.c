@@ -216,6 +216,33 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
     return v;
 }
 
+/* What the scan needs to know of each msgpack type byte, from one table lookup: SC_BAD for a
+ * kind we never send; else SC_ARR for an array, the length of a big-endian length or count
+ * that follows the type byte (SC_HDR_SHIFT), and in the low byte the payload bytes (a scalar's,
+ * a fixstr's) or a fixarray's count. */
+#define SC_BAD 0x1000u
+#define SC_ARR 0x0800u
+#define SC_HDR_SHIFT 8
+#define SC_CLASS(t)                                                                                \
+    ((t) <= 0x7f || (t) >= 0xe0 || (t) == 0xc0 || (t) == 0xc2 || (t) == 0xc3 ? 0u                  \
+     : (t) >= 0xa0 && (t) <= 0xbf                                        ? (t)&0x1fu               \
+     : (t) >= 0x90 && (t) <= 0x9f                                        ? SC_ARR | ((t)&0x0fu)    \
+     : (t) == 0xcc || (t) == 0xd0                                        ? 1u                      \
+     : (t) == 0xcd || (t) == 0xd1                                        ? 2u                      \
+     : (t) == 0xce || (t) == 0xd2                                        ? 4u                      \
+     : (t) == 0xcf || (t) == 0xd3                                        ? 8u                      \
+     : (t) == 0xc4 || (t) == 0xd9                                        ? 1u << SC_HDR_SHIFT      \
+     : (t) == 0xc5 || (t) == 0xda                                        ? 2u << SC_HDR_SHIFT      \
+     : (t) == 0xc6 || (t) == 0xdb                                        ? 4u << SC_HDR_SHIFT      \
+     : (t) == 0xdc                                                       ? SC_ARR | 2u << SC_HDR_SHIFT \
+     : (t) == 0xdd                                                       ? SC_ARR | 4u << SC_HDR_SHIFT \
+                                                                         : SC_BAD) /* maps, floats, ext, 0xc1 */
+#define SC_1(t) SC_CLASS(t),
+#define SC_4(t) SC_1(t) SC_1((t) + 1) SC_1((t) + 2) SC_1((t) + 3)
+#define SC_16(t) SC_4(t) SC_4((t) + 4) SC_4((t) + 8) SC_4((t) + 12)
+#define SC_64(t) SC_16(t) SC_16((t) + 16) SC_16((t) + 32) SC_16((t) + 48)
+static const uint16_t scan_class[256] = {SC_64(0u) SC_64(64u) SC_64(128u) SC_64(192u)};
+
 /* Walks exactly one msgpack object starting at buf. Returns the bytes it spans, or -1 if it is
  * malformed, truncated, of a kind we never send, too deep, or claims implausible counts. */
 static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
@@ -233,55 +260,26 @@ static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
         pending[depth]--;
         if (pos >= len || ++objects > PROTO_MAX_OBJECTS)
             return -1;
-        uint8_t t = buf[pos++];
-        uint64_t skip = 0;    /* payload bytes following the header */
-        uint64_t nested = 0;  /* array elements */
-        int hdr = 0;          /* length bytes following the type byte */
-        bool is_array = false;
-        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-            /* fixint, nil, bool */
-        } else if (t >= 0xa0 && t <= 0xbf) {
-            skip = t & 0x1f;
-        } else if (t >= 0x90 && t <= 0x9f) {
-            is_array = true;
-            nested = t & 0x0f;
-        } else {
-            switch (t) {
-            case 0xcc: case 0xd0: skip = 1; break;
-            case 0xcd: case 0xd1: skip = 2; break;
-            case 0xce: case 0xd2: skip = 4; break;
-            case 0xcf: case 0xd3: skip = 8; break;
-            case 0xc4: case 0xd9: hdr = 1; break;
-            case 0xc5: case 0xda: hdr = 2; break;
-            case 0xc6: case 0xdb: hdr = 4; break;
-            case 0xdc: hdr = 2; is_array = true; break;
-            case 0xdd: hdr = 4; is_array = true; break;
-            default:
-                return -1; /* maps, floats, ext, never-used 0xc1 */
-            }
-            if (hdr > 0) {
-                if (len - pos < (size_t)hdr)
-                    return -1;
-                uint64_t n = be_read(buf + pos, hdr);
-                pos += (size_t)hdr;
-                if (is_array)
-                    nested = n;
-                else
-                    skip = n;
-            }
-        }
-        if (skip > len - pos)
+        unsigned c = scan_class[buf[pos++]];
+        if (c & SC_BAD)
             return -1;
-        pos += skip;
-        if (is_array) {
-            /* Every element takes at least one byte: a count beyond what remains is a lie. */
-            if (nested > max_list || nested > len - pos)
+        uint64_t n = c & 0xffu; /* payload bytes, or array elements */
+        unsigned hdr = (c >> SC_HDR_SHIFT) & 7u;
+        if (hdr > 0) {
+            if (len - pos < hdr)
                 return -1;
-            if (nested > 0) {
-                if (depth == PROTO_MAX_DEPTH)
-                    return -1;
-                pending[++depth] = nested;
-            }
+            n = be_read(buf + pos, (int)hdr);
+            pos += hdr;
+        }
+        if (!(c & SC_ARR)) {
+            if (n > len - pos)
+                return -1;
+            pos += n;
+        } else if (n > 0) {
+            /* Every element takes at least one byte: a count beyond what remains is a lie. */
+            if (n > max_list || n > len - pos || depth == PROTO_MAX_DEPTH)
+                return -1;
+            pending[++depth] = n;
         }
     }
     return (int64_t)pos;
