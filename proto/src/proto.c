@@ -243,56 +243,19 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
 #define SC_64(t) SC_16(t) SC_16((t) + 16) SC_16((t) + 32) SC_16((t) + 48)
 static const uint16_t scan_class[256] = {SC_64(0u) SC_64(64u) SC_64(128u) SC_64(192u)};
 
-/* Walks exactly one msgpack object starting at buf. Returns the bytes it spans, or -1 if it is
- * malformed, truncated, of a kind we never send, too deep, or claims implausible counts. */
-static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
-{
-    uint64_t pending[PROTO_MAX_DEPTH + 1]; /* elements still to read at each open level */
-    int depth = 0;
-    size_t pos = 0;
-    uint64_t objects = 0;
-    pending[0] = 1;
-    while (depth >= 0) {
-        if (pending[depth] == 0) {
-            depth--;
-            continue;
-        }
-        pending[depth]--;
-        if (pos >= len || ++objects > PROTO_MAX_OBJECTS)
-            return -1;
-        unsigned c = scan_class[buf[pos++]];
-        if (c & SC_BAD)
-            return -1;
-        uint64_t n = c & 0xffu; /* payload bytes, or array elements */
-        unsigned hdr = (c >> SC_HDR_SHIFT) & 7u;
-        if (hdr > 0) {
-            if (len - pos < hdr)
-                return -1;
-            n = be_read(buf + pos, (int)hdr);
-            pos += hdr;
-        }
-        if (!(c & SC_ARR)) {
-            if (n > len - pos)
-                return -1;
-            pos += n;
-        } else if (n > 0) {
-            /* Every element takes at least one byte: a count beyond what remains is a lie. */
-            if (n > max_list || n > len - pos || depth == PROTO_MAX_DEPTH)
-                return -1;
-            pending[++depth] = n;
-        }
-    }
-    return (int64_t)pos;
-}
-
 /* ------------------------------------------------------------- schema check */
 
-/* The body, once scanned, is read in one pass straight into proto_val fields, following the
- * schema: no msgpack object tree is built first. The scan has checked every header, length and
- * count, so the reader trusts them; what it checks is the schema, with the same rules (and the
- * same results) as msgpack-c's unpacker followed by a check of its tree. */
+/* The body is read in one pass straight into proto_val fields, following the schema: no
+ * msgpack object tree is built first. What it checks is the schema, with the same rules (and the
+ * same results) as msgpack-c's unpacker followed by a check of its tree, and the structure as it
+ * goes: every header, length and count must lie within the body (an array's count within the
+ * bytes left, as each element takes one at least, and within lim->max_list), kinds we never send
+ * are refused, and the body must end where its one value does. Values the schema does not read
+ * (the rest of a BATCH record that does not match its kind) are walked by rd_skip with the same
+ * checks and PROTO_MAX_DEPTH levels of nesting at most; the schema's own nesting stays below
+ * that. */
 
-enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR };
+enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR, MO_BAD };
 
 /* One msgpack value's header: an integer as msgpack-c classifies it (any integer >= 0 is
  * positive, whichever form it came in), a string's or bin's bytes (already skipped), or an
@@ -300,7 +263,8 @@ enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR };
 typedef struct mobj {
     uint8_t t;
     bool b;
-    uint64_t u; /* MO_POS value; MO_STR/MO_BIN length; MO_ARR count */
+    uint64_t u; /* MO_POS value; MO_STR/MO_BIN length; MO_ARR count (MO_BAD: the value is
+                 * malformed, truncated or of a kind we never send) */
     int64_t i;  /* MO_NEG value */
     const uint8_t *ptr;
 } mobj;
@@ -311,8 +275,35 @@ struct rd {
     const proto_limits *lim;
 };
 
+/* Whether the value at r->p is of a kind we send and its header, and a string's or bin's bytes,
+ * lie within the body; an array's count must be at most the bytes left and lim->max_list. */
+static bool rd_fits(const rd *r)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p);
+    if (left == 0)
+        return false;
+    unsigned c = scan_class[*p];
+    if (c & SC_BAD)
+        return false;
+    left--;
+    uint64_t n = c & 0xffu;
+    unsigned hdr = (c >> SC_HDR_SHIFT) & 7u;
+    if (hdr > 0) {
+        if (left < hdr)
+            return false;
+        n = be_read(p + 1, (int)hdr);
+        left -= hdr;
+    }
+    return n <= left && (!(c & SC_ARR) || n <= r->lim->max_list);
+}
+
 static void rd_next(rd *r, mobj *o)
 {
+    if (!rd_fits(r)) {
+        o->t = MO_BAD;
+        return;
+    }
     uint8_t t = *r->p++;
     int n = 0;
     if (t <= 0x7f) {
@@ -387,18 +378,27 @@ static void rd_next(rd *r, mobj *o)
     }
 }
 
-/* Skips one whole value, nested arrays included. */
-static void rd_skip(rd *r)
+/* Skips one whole value at nesting level depth (the body's value is at 0), nested arrays
+ * included, checking them as rd_next does. @return 0 or SPW_EMALFORMED. */
+static int rd_skip(rd *r, int depth)
 {
-    uint64_t left = 1;
-    while (left > 0) {
-        mobj o;
-        rd_next(r, &o);
-        left--;
-        if (o.t == MO_ARR)
-            left += o.u;
+    mobj o;
+    rd_next(r, &o);
+    if (o.t == MO_BAD)
+        return SPW_EMALFORMED;
+    if (o.t == MO_ARR && o.u > 0) {
+        if (depth >= PROTO_MAX_DEPTH)
+            return SPW_EMALFORMED;
+        for (uint64_t i = 0; i < o.u; i++)
+            if (rd_skip(r, depth + 1) != 0)
+                return SPW_EMALFORMED;
     }
+    return 0;
 }
+
+/* The nesting level of a BATCH record's values: the body [type, req, fields] is at 0, the
+ * fields at 2, the BATCH array's records at 3 (BATCH fields are message fields only). */
+#define BATCH_VALUE_DEPTH 4
 
 static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
 
@@ -514,7 +514,8 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v)
             } else if (sub != NULL) {
                 const uint8_t *at = r->p;
                 mobj ro;
-                if (*at >= 0x90 && *at <= 0x9f) { /* a fixarray, as our writers send */
+                if (at < r->end && *at >= 0x90 && *at <= 0x9f && (*at & 0x0fu) <= r->lim->max_list) {
+                    /* a fixarray, as our writers send; its fields are checked as read */
                     ro.t = MO_ARR;
                     ro.u = *at & 0x0f;
                     r->p++;
@@ -554,6 +555,8 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
     }
     mobj o;
     rd_next(r, &o);
+    if (o.t == MO_BAD)
+        return SPW_EMALFORMED;
     if (o.t == MO_ARR && o.u > 0) {
         const uint8_t *at = r->p;
         int rc = dec_value(r, &s->f[0], &out[0]);
@@ -563,10 +566,12 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
             memset(&out[0], 0, sizeof out[0]);
             out[0].nil = 1;
             r->p = at;
-            rd_skip(r);
+            if (rd_skip(r, BATCH_VALUE_DEPTH) != 0)
+                return SPW_EMALFORMED;
         }
         for (uint64_t i = 1; i < o.u; i++)
-            rd_skip(r);
+            if (rd_skip(r, BATCH_VALUE_DEPTH) != 0)
+                return SPW_EMALFORMED;
     }
     out[0].bad = 1;
     return 0;
@@ -586,8 +591,8 @@ static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
 /* Each schema's fields are read by a function generated from its field list (dec_body_*), so
  * every field's kind and limits are constants there: a value in the form our senders write
  * (a fixint, a 16-byte id, a short string...) is taken in a few instructions, and any other
- * form goes to dec_value, the generic reader, which gives the same value or the same error.
- * The scan has bounded every header and length already. */
+ * form, and a value that may run past the body's end, goes to dec_value, the generic reader,
+ * which gives the same value or the same error. */
 
 static inline void val_zero(proto_val *v)
 {
@@ -623,6 +628,8 @@ static inline int dec_any(rd *r, proto_val *v, const pfield *fd)
 static inline int dec_u(rd *r, proto_val *v, const pfield *fd)
 {
     const uint8_t *p = r->p;
+    if (r->end - p < 9)
+        return dec_value(r, fd, v);
     uint64_t u;
     switch (p[0]) {
     case 0xcc:
@@ -655,6 +662,8 @@ static inline int dec_u(rd *r, proto_val *v, const pfield *fd)
 
 static inline int dec_i(rd *r, proto_val *v, const pfield *fd)
 {
+    if (r->p == r->end)
+        return dec_value(r, fd, v);
     uint8_t t = r->p[0];
     if (t > 0x7f && t < 0xe0)
         return dec_value(r, fd, v);
@@ -668,6 +677,8 @@ static inline int dec_i(rd *r, proto_val *v, const pfield *fd)
 static inline int dec_id(rd *r, proto_val *v, const pfield *fd)
 {
     const uint8_t *p = r->p;
+    if (r->end - p < 18)
+        return dec_value(r, fd, v);
     if (p[0] == 0xc4 && p[1] == 16) {
         val_zero(v);
         v->id.hi = be64(p + 2); /* spw_id_from_bytes, inline: ids are in every record */
@@ -687,14 +698,15 @@ static inline int dec_id(rd *r, proto_val *v, const pfield *fd)
 static inline int dec_bin(rd *r, proto_val *v, const pfield *fd)
 {
     const uint8_t *p = r->p;
-    if (p[0] == 0xc4 && p[1] >= fd->min && p[1] <= fd->max) {
+    size_t left = (size_t)(r->end - p);
+    if (left >= 2 && p[0] == 0xc4 && p[1] <= left - 2 && p[1] >= fd->min && p[1] <= fd->max) {
         val_zero(v);
         v->bin.ptr = p + 2;
         v->bin.len = p[1];
         r->p += 2 + (size_t)p[1];
         return 0;
     }
-    if (p[0] == 0xc0 && fd->opt) {
+    if (left >= 1 && p[0] == 0xc0 && fd->opt) {
         val_zero(v);
         v->nil = 1;
         r->p++;
@@ -706,16 +718,18 @@ static inline int dec_bin(rd *r, proto_val *v, const pfield *fd)
 static inline int dec_str(rd *r, proto_val *v, const pfield *fd)
 {
     const uint8_t *p = r->p;
-    size_t hdr, len;
-    if (p[0] >= 0xa0 && p[0] <= 0xbf) {
+    size_t left = (size_t)(r->end - p), hdr, len;
+    if (left >= 1 && p[0] >= 0xa0 && p[0] <= 0xbf) {
         hdr = 1;
         len = p[0] & 0x1f;
-    } else if (p[0] == 0xd9) {
+    } else if (left >= 2 && p[0] == 0xd9) {
         hdr = 2;
         len = p[1];
     } else {
         return dec_value(r, fd, v);
     }
+    if (len > left - hdr)
+        return dec_value(r, fd, v);
     if (len > fd->max || has_nul(p + hdr, len))
         return SPW_EMALFORMED;
     val_zero(v);
@@ -787,10 +801,6 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     if (len - PROTO_HDR_LEN < body)
         return 0;
     const uint8_t *p = buf + PROTO_HDR_LEN;
-    int64_t span = scan_body(p, (size_t)body, lim->max_list);
-    if (span != (int64_t)body)
-        return SPW_EMALFORMED; /* malformed, or trailing bytes after the object */
-
     rd r = {p, p + body, zone, lim};
     mobj root, type, req;
     rd_next(&r, &root);
@@ -814,6 +824,8 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     int rc = dec_fields(&r, s, &fields, m.f);
     if (rc != 0)
         return rc;
+    if (r.p != r.end)
+        return SPW_EMALFORMED; /* trailing bytes after the value */
     memcpy(out, &m, offsetof(proto_msg, f) + sizeof(proto_val) * s->nf);
     return (int)(PROTO_HDR_LEN + body);
 }
