@@ -1,12 +1,13 @@
 /*
  * Wire codec: message schemas, the pure frame decoder and the frame encoder.
  *
- * Decoding runs in three steps, each bounded: (1) the length prefix is checked against the
- * limit; (2) a structural scan walks the msgpack body without allocating, rejecting types we
- * never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH, containers that declare
- * more elements than bytes remain, and bodies with trailing bytes; (3) one pass reads the body
- * straight into typed proto_val fields (record arrays in the caller's zone), checking it against
- * the message's schema. msgpack-c is used for its zone only.
+ * Decoding runs in two steps, each bounded: (1) the length prefix is checked against the
+ * limit; (2) one pass reads the body straight into typed proto_val fields (record arrays in the
+ * caller's zone), checking it against the message's schema and its structure as it goes:
+ * rejecting types we never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH,
+ * headers that run past the body, arrays that declare more elements than bytes remain, and
+ * bodies with trailing bytes. Each field is read by code generated for its kind from the schema
+ * table. msgpack-c is used for its zone only.
  * Nothing here keeps state between calls.
  */
 #include "spillway/proto.h"
@@ -17,7 +18,6 @@
 #include <string.h>
 
 #define PROTO_MAX_DEPTH 8
-#define PROTO_MAX_OBJECTS (4u << 20) /* msgpack objects in one frame */
 
 const char *proto_role_name(int role)
 {
@@ -206,7 +206,7 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
 #pragma clang diagnostic pop
 #endif
 
-    /* -------------------------------------------------------- structural scan */
+    /* ------------------------------------------------------ type byte classes */
 
     static inline uint64_t be_read(const uint8_t *p, int n)
 {
@@ -216,7 +216,7 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
     return v;
 }
 
-/* What the scan needs to know of each msgpack type byte, from one table lookup: SC_BAD for a
+/* What the reader's checks need to know of each msgpack type byte, from one table lookup: SC_BAD for a
  * kind we never send; else SC_ARR for an array, the length of a big-endian length or count
  * that follows the type byte (SC_HDR_SHIFT), and in the low byte the payload bytes (a scalar's,
  * a fixstr's) or a fixarray's count. */
@@ -241,7 +241,7 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
 #define SC_4(t) SC_1(t) SC_1((t) + 1) SC_1((t) + 2) SC_1((t) + 3)
 #define SC_16(t) SC_4(t) SC_4((t) + 4) SC_4((t) + 8) SC_4((t) + 12)
 #define SC_64(t) SC_16(t) SC_16((t) + 16) SC_16((t) + 32) SC_16((t) + 48)
-static const uint16_t scan_class[256] = {SC_64(0u) SC_64(64u) SC_64(128u) SC_64(192u)};
+static const uint16_t type_class[256] = {SC_64(0u) SC_64(64u) SC_64(128u) SC_64(192u)};
 
 /* ------------------------------------------------------------- schema check */
 
@@ -283,7 +283,7 @@ static bool rd_fits(const rd *r)
     size_t left = (size_t)(r->end - p);
     if (left == 0)
         return false;
-    unsigned c = scan_class[*p];
+    unsigned c = type_class[*p];
     if (c & SC_BAD)
         return false;
     left--;
@@ -369,7 +369,7 @@ static void rd_next(rd *r, mobj *o)
         o->ptr = r->p;
         r->p += o->u;
         return;
-    default: /* 0xdc, 0xdd: the scan lets nothing else through */
+    default: /* 0xdc, 0xdd: rd_fits lets nothing else through */
         n = t == 0xdc ? 2 : 4;
         o->t = MO_ARR;
         o->u = be_read(r->p, n);
