@@ -400,7 +400,6 @@ static int rd_skip(rd *r, int depth)
  * fields at 2, the BATCH array's records at 3 (BATCH fields are message fields only). */
 #define BATCH_VALUE_DEPTH 4
 
-static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
 
 /* A big-endian 64-bit value at p (unaligned): the byte order proto_wr.h's writers store. */
 static inline uint64_t be64(const uint8_t *p)
@@ -463,8 +462,252 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
  * n * nf values stay bounded. */
 static int mark_bad(rd *r, const pschema *s, proto_val *out);
 
-static inline int dec_u(rd *r, proto_val *v, const pfield *fd);
-static inline int dec_id(rd *r, proto_val *v, const pfield *fd);
+static int dec_value(rd *r, const pfield *fd, proto_val *v);
+
+/* ------------------------------------------------- fields of a known kind */
+
+/* Each schema's fields are read by a function generated from its field list (dec_body_*), so
+ * every field's kind and limits are constants there, and the readers below are inlined into it:
+ * a value in the form our writers send (a fixint, a 16-byte id, a short string, a fixarray of
+ * records...) is taken in a few instructions, and any other form, and a value that may run past
+ * the body's end, goes to dec_value, the generic reader, which gives the same value or the same
+ * error. */
+#define DEC_INLINE static inline __attribute__((always_inline))
+
+DEC_INLINE void val_zero(proto_val *v)
+{
+    memset(v, 0, sizeof *v);
+}
+
+/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
+DEC_INLINE bool has_nul(const uint8_t *p, size_t n)
+{
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (p[i] == 0)
+                return true;
+        return false;
+    }
+    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+    uint64_t w;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        if (((w - lo) & ~w & hi) != 0)
+            return true;
+    }
+    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
+    return ((w - lo) & ~w & hi) != 0;
+}
+
+DEC_INLINE int dec_u(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (r->end - p < 9)
+        return dec_value(r, fd, v);
+    uint64_t u;
+    switch (p[0]) {
+    case 0xcc:
+        u = p[1];
+        r->p += 2;
+        break;
+    case 0xcd:
+        u = (uint64_t)p[1] << 8 | p[2];
+        r->p += 3;
+        break;
+    case 0xce:
+        u = be_read(p + 1, 4);
+        r->p += 5;
+        break;
+    case 0xcf:
+        u = be64(p + 1);
+        r->p += 9;
+        break;
+    default:
+        if (p[0] > 0x7f)
+            return dec_value(r, fd, v);
+        u = p[0];
+        r->p += 1;
+        break;
+    }
+    val_zero(v);
+    v->u = u;
+    return 0;
+}
+
+DEC_INLINE int dec_i(rd *r, proto_val *v, const pfield *fd)
+{
+    if (r->p == r->end)
+        return dec_value(r, fd, v);
+    uint8_t t = r->p[0];
+    if (t > 0x7f && t < 0xe0)
+        return dec_value(r, fd, v);
+    r->p++;
+    val_zero(v);
+    v->i = (int8_t)t; /* a positive or a negative fixint */
+    return 0;
+}
+
+/* An id (or, opt, nil), in the form our writers use: bin 8 of 16 bytes. */
+DEC_INLINE int dec_id(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (r->end - p < 18)
+        return dec_value(r, fd, v);
+    if (p[0] == 0xc4 && p[1] == 16) {
+        val_zero(v);
+        v->id.hi = be64(p + 2); /* spw_id_from_bytes, inline: ids are in every record */
+        v->id.lo = be64(p + 10);
+        r->p += 18;
+        return 0;
+    }
+    if (p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+DEC_INLINE int dec_bin(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p);
+    if (left >= 2 && p[0] == 0xc4 && p[1] <= left - 2 && p[1] >= fd->min && p[1] <= fd->max) {
+        val_zero(v);
+        v->bin.ptr = p + 2;
+        v->bin.len = p[1];
+        r->p += 2 + (size_t)p[1];
+        return 0;
+    }
+    if (left >= 1 && p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+DEC_INLINE int dec_str(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p), hdr, len;
+    if (left >= 1 && p[0] >= 0xa0 && p[0] <= 0xbf) {
+        hdr = 1;
+        len = p[0] & 0x1f;
+    } else if (left >= 2 && p[0] == 0xd9) {
+        hdr = 2;
+        len = p[1];
+    } else {
+        return dec_value(r, fd, v);
+    }
+    if (len > left - hdr)
+        return dec_value(r, fd, v);
+    if (len > fd->max || has_nul(p + hdr, len))
+        return SPW_EMALFORMED;
+    val_zero(v);
+    v->bin.ptr = p + hdr;
+    v->bin.len = (uint32_t)len;
+    r->p += hdr + len;
+    return 0;
+}
+
+/* The header of an array at r: a fixarray inline (with rd_next's checks), else rd_next. */
+DEC_INLINE void rd_arr_hdr(rd *r, mobj *o)
+{
+    const uint8_t *p = r->p;
+    if (p < r->end && *p >= 0x90 && *p <= 0x9f) {
+        uint32_t n = *p & 0x0fu;
+        if (n < (size_t)(r->end - p) && n <= r->lim->max_list) {
+            o->t = MO_ARR;
+            o->u = n;
+            r->p++;
+            return;
+        }
+    }
+    rd_next(r, o);
+}
+
+/* The fields of a record whose header o was just read. */
+DEC_INLINE int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
+{
+    uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
+    if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
+        return SPW_EMALFORMED;
+    return s->body(r, (uint32_t)o->u, out);
+}
+
+/* The value of an array field fd (REC, RECS, LIST_U, LIST_ID) whose header o was just read;
+ * inlined where fd is a constant, so the record schema's reader is called directly. */
+DEC_INLINE int dec_array(rd *r, const pfield *fd, const mobj *o, proto_val *v)
+{
+    if (o->t != MO_ARR)
+        return SPW_EMALFORMED;
+    const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub] : NULL;
+    uint64_t n = fd->kind == PF_REC ? 1 : o->u;
+    if (fd->kind != PF_REC && (n > fd->max || n > r->lim->max_list || n < fd->min))
+        return SPW_EMALFORMED;
+    uint32_t nf = sub != NULL ? sub->nf : 1;
+    /* Every item must be a record of the right arity before room for n * nf values is
+     * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
+     * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
+     * remain for cannot all be right. */
+    if (sub != NULL && !fd->lenient) {
+        uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
+        if (fd->kind == PF_REC ? o->u < nreq || o->u > nf
+                               : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
+            return SPW_EMALFORMED;
+    }
+    proto_val *vals = NULL;
+    if (n * nf > 0) {
+        vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
+        if (vals == NULL)
+            return SPW_ENOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int rc;
+        if (fd->kind == PF_REC) {
+            rc = dec_fields(r, sub, o, vals);
+        } else if (sub != NULL) {
+            const uint8_t *at = r->p;
+            mobj ro;
+            rd_arr_hdr(r, &ro);
+            rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
+            if (rc == SPW_EMALFORMED && fd->lenient) {
+                r->p = at;
+                rc = mark_bad(r, sub, vals + (size_t)i * nf);
+            }
+        } else if (fd->kind == PF_LIST_U) {
+            static const pfield efd = {PF_U, 0, 0, 0, 0, 0};
+            rc = dec_u(r, &vals[i], &efd);
+        } else {
+            static const pfield efd = {PF_ID, 0, 0, 16, 16, 0};
+            rc = dec_id(r, &vals[i], &efd);
+        }
+        if (rc != 0)
+            return rc;
+    }
+    v->arr.v = vals;
+    v->arr.n = (uint32_t)n;
+    v->arr.nf = nf;
+    return 0;
+}
+
+/* An array field of a known kind (dec_value's steps, with the array's reading inlined). */
+DEC_INLINE int dec_arr_field(rd *r, proto_val *v, const pfield *fd)
+{
+    val_zero(v);
+    mobj o;
+    rd_arr_hdr(r, &o);
+    if (o.t == MO_NIL) {
+        if (!fd->opt)
+            return SPW_EMALFORMED;
+        v->nil = 1;
+        return 0;
+    }
+    return dec_array(r, fd, &o, v);
+}
 
 /* The value at r for field fd, into v. */
 static int dec_value(rd *r, const pfield *fd, proto_val *v)
@@ -482,66 +725,8 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v)
     case PF_REC:
     case PF_RECS:
     case PF_LIST_U:
-    case PF_LIST_ID: {
-        if (o.t != MO_ARR)
-            return SPW_EMALFORMED;
-        const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub]
-                                                                        : NULL;
-        uint64_t n = fd->kind == PF_REC ? 1 : o.u;
-        if (fd->kind != PF_REC && (n > fd->max || n > r->lim->max_list || n < fd->min))
-            return SPW_EMALFORMED;
-        uint32_t nf = sub != NULL ? sub->nf : 1;
-        /* Every item must be a record of the right arity before room for n * nf values is
-         * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
-         * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
-         * remain for cannot all be right. */
-        if (sub != NULL && !fd->lenient) {
-            uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
-            if (fd->kind == PF_REC ? o.u < nreq || o.u > nf
-                                   : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
-                return SPW_EMALFORMED;
-        }
-        proto_val *vals = NULL;
-        if (n * nf > 0) {
-            vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
-            if (vals == NULL)
-                return SPW_ENOMEM;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            int rc;
-            if (fd->kind == PF_REC) {
-                rc = dec_fields(r, sub, &o, vals);
-            } else if (sub != NULL) {
-                const uint8_t *at = r->p;
-                mobj ro;
-                if (at < r->end && *at >= 0x90 && *at <= 0x9f && (*at & 0x0fu) <= r->lim->max_list) {
-                    /* a fixarray, as our writers send; its fields are checked as read */
-                    ro.t = MO_ARR;
-                    ro.u = *at & 0x0f;
-                    r->p++;
-                } else {
-                    rd_next(r, &ro);
-                }
-                rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
-                if (rc == SPW_EMALFORMED && fd->lenient) {
-                    r->p = at;
-                    rc = mark_bad(r, sub, vals + (size_t)i * nf);
-                }
-            } else if (fd->kind == PF_LIST_U) {
-                static const pfield efd = {PF_U, 0, 0, 0, 0, 0};
-                rc = dec_u(r, &vals[i], &efd);
-            } else {
-                static const pfield efd = {PF_ID, 0, 0, 16, 16, 0};
-                rc = dec_id(r, &vals[i], &efd);
-            }
-            if (rc != 0)
-                return rc;
-        }
-        v->arr.v = vals;
-        v->arr.n = (uint32_t)n;
-        v->arr.nf = nf;
-        return 0;
-    }
+    case PF_LIST_ID:
+        return dec_array(r, fd, &o, v);
     default:
         return check_scalar(fd->kind, fd, &o, v);
     }
@@ -577,168 +762,6 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
     return 0;
 }
 
-/* The fields of a record whose header o was just read. */
-static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
-{
-    uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
-    if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
-        return SPW_EMALFORMED;
-    return s->body(r, (uint32_t)o->u, out);
-}
-
-/* ------------------------------------------------- fields of a known kind */
-
-/* Each schema's fields are read by a function generated from its field list (dec_body_*), so
- * every field's kind and limits are constants there: a value in the form our senders write
- * (a fixint, a 16-byte id, a short string...) is taken in a few instructions, and any other
- * form, and a value that may run past the body's end, goes to dec_value, the generic reader,
- * which gives the same value or the same error. */
-
-static inline void val_zero(proto_val *v)
-{
-    memset(v, 0, sizeof *v);
-}
-
-/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
-static inline bool has_nul(const uint8_t *p, size_t n)
-{
-    if (n < 8) {
-        for (size_t i = 0; i < n; i++)
-            if (p[i] == 0)
-                return true;
-        return false;
-    }
-    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
-    uint64_t w;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        if (((w - lo) & ~w & hi) != 0)
-            return true;
-    }
-    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
-    return ((w - lo) & ~w & hi) != 0;
-}
-
-/* Arrays: the generic reader. */
-static inline int dec_any(rd *r, proto_val *v, const pfield *fd)
-{
-    return dec_value(r, fd, v);
-}
-
-static inline int dec_u(rd *r, proto_val *v, const pfield *fd)
-{
-    const uint8_t *p = r->p;
-    if (r->end - p < 9)
-        return dec_value(r, fd, v);
-    uint64_t u;
-    switch (p[0]) {
-    case 0xcc:
-        u = p[1];
-        r->p += 2;
-        break;
-    case 0xcd:
-        u = (uint64_t)p[1] << 8 | p[2];
-        r->p += 3;
-        break;
-    case 0xce:
-        u = be_read(p + 1, 4);
-        r->p += 5;
-        break;
-    case 0xcf:
-        u = be64(p + 1);
-        r->p += 9;
-        break;
-    default:
-        if (p[0] > 0x7f)
-            return dec_value(r, fd, v);
-        u = p[0];
-        r->p += 1;
-        break;
-    }
-    val_zero(v);
-    v->u = u;
-    return 0;
-}
-
-static inline int dec_i(rd *r, proto_val *v, const pfield *fd)
-{
-    if (r->p == r->end)
-        return dec_value(r, fd, v);
-    uint8_t t = r->p[0];
-    if (t > 0x7f && t < 0xe0)
-        return dec_value(r, fd, v);
-    r->p++;
-    val_zero(v);
-    v->i = (int8_t)t; /* a positive or a negative fixint */
-    return 0;
-}
-
-/* An id (or, opt, nil), in the form our writers use: bin 8 of 16 bytes. */
-static inline int dec_id(rd *r, proto_val *v, const pfield *fd)
-{
-    const uint8_t *p = r->p;
-    if (r->end - p < 18)
-        return dec_value(r, fd, v);
-    if (p[0] == 0xc4 && p[1] == 16) {
-        val_zero(v);
-        v->id.hi = be64(p + 2); /* spw_id_from_bytes, inline: ids are in every record */
-        v->id.lo = be64(p + 10);
-        r->p += 18;
-        return 0;
-    }
-    if (p[0] == 0xc0 && fd->opt) {
-        val_zero(v);
-        v->nil = 1;
-        r->p++;
-        return 0;
-    }
-    return dec_value(r, fd, v);
-}
-
-static inline int dec_bin(rd *r, proto_val *v, const pfield *fd)
-{
-    const uint8_t *p = r->p;
-    size_t left = (size_t)(r->end - p);
-    if (left >= 2 && p[0] == 0xc4 && p[1] <= left - 2 && p[1] >= fd->min && p[1] <= fd->max) {
-        val_zero(v);
-        v->bin.ptr = p + 2;
-        v->bin.len = p[1];
-        r->p += 2 + (size_t)p[1];
-        return 0;
-    }
-    if (left >= 1 && p[0] == 0xc0 && fd->opt) {
-        val_zero(v);
-        v->nil = 1;
-        r->p++;
-        return 0;
-    }
-    return dec_value(r, fd, v);
-}
-
-static inline int dec_str(rd *r, proto_val *v, const pfield *fd)
-{
-    const uint8_t *p = r->p;
-    size_t left = (size_t)(r->end - p), hdr, len;
-    if (left >= 1 && p[0] >= 0xa0 && p[0] <= 0xbf) {
-        hdr = 1;
-        len = p[0] & 0x1f;
-    } else if (left >= 2 && p[0] == 0xd9) {
-        hdr = 2;
-        len = p[1];
-    } else {
-        return dec_value(r, fd, v);
-    }
-    if (len > left - hdr)
-        return dec_value(r, fd, v);
-    if (len > fd->max || has_nul(p + hdr, len))
-        return SPW_EMALFORMED;
-    val_zero(v);
-    v->bin.ptr = p + hdr;
-    v->bin.len = (uint32_t)len;
-    r->p += hdr + len;
-    return 0;
-}
-
 #define DEC_KIND_U dec_u
 #define DEC_KIND_I dec_i
 #define DEC_KIND_ID dec_id
@@ -747,11 +770,11 @@ static inline int dec_str(rd *r, proto_val *v, const pfield *fd)
 #define DEC_KIND_OPT_BIN dec_bin
 #define DEC_KIND_DATA dec_bin
 #define DEC_KIND_STR dec_str
-#define DEC_KIND_REC dec_any
-#define DEC_KIND_RECS dec_any
-#define DEC_KIND_BATCH dec_any
-#define DEC_KIND_LIST_U dec_any
-#define DEC_KIND_LIST_ID dec_any
+#define DEC_KIND_REC dec_arr_field
+#define DEC_KIND_RECS dec_arr_field
+#define DEC_KIND_BATCH dec_arr_field
+#define DEC_KIND_LIST_U dec_arr_field
+#define DEC_KIND_LIST_ID dec_arr_field
 
 /* A field every sender sends (index < nreq <= n), and one a sender may leave out. */
 #define DEC_REQ(index, member, kind, arg)                                                          \
