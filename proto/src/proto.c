@@ -1,12 +1,13 @@
 /*
  * Wire codec: message schemas, the pure frame decoder and the frame encoder.
  *
- * Decoding runs in three steps, each bounded: (1) the length prefix is checked against the
- * limit; (2) a structural scan walks the msgpack body without allocating, rejecting types we
- * never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH, containers that declare
- * more elements than bytes remain, and bodies with trailing bytes; (3) one pass reads the body
- * straight into typed proto_val fields (record arrays in the caller's zone), checking it against
- * the message's schema. msgpack-c is used for its zone only.
+ * Decoding runs in two steps, each bounded: (1) the length prefix is checked against the
+ * limit; (2) one pass reads the body straight into typed proto_val fields (record arrays in the
+ * caller's zone), checking it against the message's schema and its structure as it goes:
+ * rejecting types we never send (maps, floats, ext), nesting deeper than PROTO_MAX_DEPTH,
+ * headers that run past the body, arrays that declare more elements than bytes remain, and
+ * bodies with trailing bytes. Each field is read by code generated for its kind from the schema
+ * table. msgpack-c is used for its zone only.
  * Nothing here keeps state between calls.
  */
 #include "spillway/proto.h"
@@ -17,7 +18,6 @@
 #include <string.h>
 
 #define PROTO_MAX_DEPTH 8
-#define PROTO_MAX_OBJECTS (4u << 20) /* msgpack objects in one frame */
 
 const char *proto_role_name(int role)
 {
@@ -90,10 +90,15 @@ typedef struct pfield {
     uint8_t lenient; /* PF_RECS: a bad record is marked (proto_val.bad), not fatal */
 } pfield;
 
+typedef struct rd rd;
+
 typedef struct pschema {
     uint8_t nf;
     pfield f[PROTO_MAX_FIELDS];
     uint8_t nreq; /* fields a sender must send; later ones were added since (0 = all) */
+    /* Reads the n fields of one record or message (its header read, nreq <= n <= nf): code
+     * generated per schema with each field's kind known at compile time (dec_body_*). */
+    int (*body)(rd *r, uint32_t n, proto_val *out);
 } pschema;
 
 /* Schema rows, generated from the table in proto_schema.h. MSG0's row leaves its fields out,
@@ -161,18 +166,25 @@ typedef struct pschema {
 #define REC_INDEX(NAME, name) REC_##name,
 enum rec_schema { PROTO_SCHEMA(REC_INDEX, PROTO__NONE, PROTO__NONE, PROTO__NONE) REC_COUNT };
 
+#define DECL_BODY_REC(NAME, name) static int dec_body_rec_##name(rd *r, uint32_t n, proto_val *out);
+#define DECL_BODY_MSG(NAME, name) static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out);
+PROTO_SCHEMA(DECL_BODY_REC, DECL_BODY_MSG, DECL_BODY_MSG, PROTO__NONE)
+
 #define REC_ROW(NAME, name)                                                                        \
     [REC_##name] = {PROTO_NF_REC_##NAME,                                                           \
                     {PROTO_REC_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},                               \
-                    0 PROTO_REC_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)},
+                    0 PROTO_REC_FIELDS_##NAME(COUNT_REQ, COUNT_NONE),                              \
+                    dec_body_rec_##name},
 static const pschema rec_schemas[REC_COUNT] = {
     PROTO_SCHEMA(REC_ROW, PROTO__NONE, PROTO__NONE, PROTO__NONE)};
 
 #define MSG_ROW(NAME, name)                                                                        \
     static const pschema schema_##name = {PROTO_NF_##NAME,                                         \
                                           {PROTO_FIELDS_##NAME(ROW_FIELD, ROW_FIELD)},             \
-                                          0 PROTO_FIELDS_##NAME(COUNT_REQ, COUNT_NONE)};
-#define MSG0_ROW(NAME, name) static const pschema schema_##name = {0, {{0}}, 0};
+                                          0 PROTO_FIELDS_##NAME(COUNT_REQ, COUNT_NONE),            \
+                                          dec_body_msg_##name};
+#define MSG0_ROW(NAME, name)                                                                       \
+    static const pschema schema_##name = {0, {{0}}, 0, dec_body_msg_##name};
 PROTO_SCHEMA(PROTO__NONE, MSG_ROW, MSG0_ROW, PROTO__NONE)
 
 /* The schema of each message type; NULL for a type that does not exist. */
@@ -194,7 +206,7 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
 #pragma clang diagnostic pop
 #endif
 
-    /* -------------------------------------------------------- structural scan */
+    /* ------------------------------------------------------ type byte classes */
 
     static inline uint64_t be_read(const uint8_t *p, int n)
 {
@@ -204,85 +216,46 @@ PROTO_SCHEMA(CHECK_NF_REC, CHECK_NF, PROTO__NONE, PROTO__NONE)
     return v;
 }
 
-/* Walks exactly one msgpack object starting at buf. Returns the bytes it spans, or -1 if it is
- * malformed, truncated, of a kind we never send, too deep, or claims implausible counts. */
-static int64_t scan_body(const uint8_t *buf, size_t len, uint32_t max_list)
-{
-    uint64_t pending[PROTO_MAX_DEPTH + 1]; /* elements still to read at each open level */
-    int depth = 0;
-    size_t pos = 0;
-    uint64_t objects = 0;
-    pending[0] = 1;
-    while (depth >= 0) {
-        if (pending[depth] == 0) {
-            depth--;
-            continue;
-        }
-        pending[depth]--;
-        if (pos >= len || ++objects > PROTO_MAX_OBJECTS)
-            return -1;
-        uint8_t t = buf[pos++];
-        uint64_t skip = 0;    /* payload bytes following the header */
-        uint64_t nested = 0;  /* array elements */
-        int hdr = 0;          /* length bytes following the type byte */
-        bool is_array = false;
-        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-            /* fixint, nil, bool */
-        } else if (t >= 0xa0 && t <= 0xbf) {
-            skip = t & 0x1f;
-        } else if (t >= 0x90 && t <= 0x9f) {
-            is_array = true;
-            nested = t & 0x0f;
-        } else {
-            switch (t) {
-            case 0xcc: case 0xd0: skip = 1; break;
-            case 0xcd: case 0xd1: skip = 2; break;
-            case 0xce: case 0xd2: skip = 4; break;
-            case 0xcf: case 0xd3: skip = 8; break;
-            case 0xc4: case 0xd9: hdr = 1; break;
-            case 0xc5: case 0xda: hdr = 2; break;
-            case 0xc6: case 0xdb: hdr = 4; break;
-            case 0xdc: hdr = 2; is_array = true; break;
-            case 0xdd: hdr = 4; is_array = true; break;
-            default:
-                return -1; /* maps, floats, ext, never-used 0xc1 */
-            }
-            if (hdr > 0) {
-                if (len - pos < (size_t)hdr)
-                    return -1;
-                uint64_t n = be_read(buf + pos, hdr);
-                pos += (size_t)hdr;
-                if (is_array)
-                    nested = n;
-                else
-                    skip = n;
-            }
-        }
-        if (skip > len - pos)
-            return -1;
-        pos += skip;
-        if (is_array) {
-            /* Every element takes at least one byte: a count beyond what remains is a lie. */
-            if (nested > max_list || nested > len - pos)
-                return -1;
-            if (nested > 0) {
-                if (depth == PROTO_MAX_DEPTH)
-                    return -1;
-                pending[++depth] = nested;
-            }
-        }
-    }
-    return (int64_t)pos;
-}
+/* What the reader's checks need to know of each msgpack type byte, from one table lookup: SC_BAD for a
+ * kind we never send; else SC_ARR for an array, the length of a big-endian length or count
+ * that follows the type byte (SC_HDR_SHIFT), and in the low byte the payload bytes (a scalar's,
+ * a fixstr's) or a fixarray's count. */
+#define SC_BAD 0x1000u
+#define SC_ARR 0x0800u
+#define SC_HDR_SHIFT 8
+#define SC_CLASS(t)                                                                                \
+    ((t) <= 0x7f || (t) >= 0xe0 || (t) == 0xc0 || (t) == 0xc2 || (t) == 0xc3 ? 0u                  \
+     : (t) >= 0xa0 && (t) <= 0xbf                                        ? (t)&0x1fu               \
+     : (t) >= 0x90 && (t) <= 0x9f                                        ? SC_ARR | ((t)&0x0fu)    \
+     : (t) == 0xcc || (t) == 0xd0                                        ? 1u                      \
+     : (t) == 0xcd || (t) == 0xd1                                        ? 2u                      \
+     : (t) == 0xce || (t) == 0xd2                                        ? 4u                      \
+     : (t) == 0xcf || (t) == 0xd3                                        ? 8u                      \
+     : (t) == 0xc4 || (t) == 0xd9                                        ? 1u << SC_HDR_SHIFT      \
+     : (t) == 0xc5 || (t) == 0xda                                        ? 2u << SC_HDR_SHIFT      \
+     : (t) == 0xc6 || (t) == 0xdb                                        ? 4u << SC_HDR_SHIFT      \
+     : (t) == 0xdc                                                       ? SC_ARR | 2u << SC_HDR_SHIFT \
+     : (t) == 0xdd                                                       ? SC_ARR | 4u << SC_HDR_SHIFT \
+                                                                         : SC_BAD) /* maps, floats, ext, 0xc1 */
+#define SC_1(t) SC_CLASS(t),
+#define SC_4(t) SC_1(t) SC_1((t) + 1) SC_1((t) + 2) SC_1((t) + 3)
+#define SC_16(t) SC_4(t) SC_4((t) + 4) SC_4((t) + 8) SC_4((t) + 12)
+#define SC_64(t) SC_16(t) SC_16((t) + 16) SC_16((t) + 32) SC_16((t) + 48)
+static const uint16_t type_class[256] = {SC_64(0u) SC_64(64u) SC_64(128u) SC_64(192u)};
 
 /* ------------------------------------------------------------- schema check */
 
-/* The body, once scanned, is read in one pass straight into proto_val fields, following the
- * schema: no msgpack object tree is built first. The scan has checked every header, length and
- * count, so the reader trusts them; what it checks is the schema, with the same rules (and the
- * same results) as msgpack-c's unpacker followed by a check of its tree. */
+/* The body is read in one pass straight into proto_val fields, following the schema: no
+ * msgpack object tree is built first. What it checks is the schema, with the same rules (and the
+ * same results) as msgpack-c's unpacker followed by a check of its tree, and the structure as it
+ * goes: every header, length and count must lie within the body (an array's count within the
+ * bytes left, as each element takes one at least, and within lim->max_list), kinds we never send
+ * are refused, and the body must end where its one value does. Values the schema does not read
+ * (the rest of a BATCH record that does not match its kind) are walked by rd_skip with the same
+ * checks and PROTO_MAX_DEPTH levels of nesting at most; the schema's own nesting stays below
+ * that. */
 
-enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR };
+enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR, MO_BAD };
 
 /* One msgpack value's header: an integer as msgpack-c classifies it (any integer >= 0 is
  * positive, whichever form it came in), a string's or bin's bytes (already skipped), or an
@@ -290,19 +263,47 @@ enum mo_type { MO_NIL, MO_BOOL, MO_POS, MO_NEG, MO_STR, MO_BIN, MO_ARR };
 typedef struct mobj {
     uint8_t t;
     bool b;
-    uint64_t u; /* MO_POS value; MO_STR/MO_BIN length; MO_ARR count */
+    uint64_t u; /* MO_POS value; MO_STR/MO_BIN length; MO_ARR count (MO_BAD: the value is
+                 * malformed, truncated or of a kind we never send) */
     int64_t i;  /* MO_NEG value */
     const uint8_t *ptr;
 } mobj;
 
-typedef struct rd {
+struct rd {
     const uint8_t *p, *end;
     msgpack_zone *zone;
     const proto_limits *lim;
-} rd;
+};
+
+/* Whether the value at r->p is of a kind we send and its header, and a string's or bin's bytes,
+ * lie within the body; an array's count must be at most the bytes left and lim->max_list. */
+static bool rd_fits(const rd *r)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p);
+    if (left == 0)
+        return false;
+    unsigned c = type_class[*p];
+    if (c & SC_BAD)
+        return false;
+    left--;
+    uint64_t n = c & 0xffu;
+    unsigned hdr = (c >> SC_HDR_SHIFT) & 7u;
+    if (hdr > 0) {
+        if (left < hdr)
+            return false;
+        n = be_read(p + 1, (int)hdr);
+        left -= hdr;
+    }
+    return n <= left && (!(c & SC_ARR) || n <= r->lim->max_list);
+}
 
 static void rd_next(rd *r, mobj *o)
 {
+    if (!rd_fits(r)) {
+        o->t = MO_BAD;
+        return;
+    }
     uint8_t t = *r->p++;
     int n = 0;
     if (t <= 0x7f) {
@@ -368,7 +369,7 @@ static void rd_next(rd *r, mobj *o)
         o->ptr = r->p;
         r->p += o->u;
         return;
-    default: /* 0xdc, 0xdd: the scan lets nothing else through */
+    default: /* 0xdc, 0xdd: rd_fits lets nothing else through */
         n = t == 0xdc ? 2 : 4;
         o->t = MO_ARR;
         o->u = be_read(r->p, n);
@@ -377,20 +378,28 @@ static void rd_next(rd *r, mobj *o)
     }
 }
 
-/* Skips one whole value, nested arrays included. */
-static void rd_skip(rd *r)
+/* Skips one whole value at nesting level depth (the body's value is at 0), nested arrays
+ * included, checking them as rd_next does. @return 0 or SPW_EMALFORMED. */
+static int rd_skip(rd *r, int depth)
 {
-    uint64_t left = 1;
-    while (left > 0) {
-        mobj o;
-        rd_next(r, &o);
-        left--;
-        if (o.t == MO_ARR)
-            left += o.u;
+    mobj o;
+    rd_next(r, &o);
+    if (o.t == MO_BAD)
+        return SPW_EMALFORMED;
+    if (o.t == MO_ARR && o.u > 0) {
+        if (depth >= PROTO_MAX_DEPTH)
+            return SPW_EMALFORMED;
+        for (uint64_t i = 0; i < o.u; i++)
+            if (rd_skip(r, depth + 1) != 0)
+                return SPW_EMALFORMED;
     }
+    return 0;
 }
 
-static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out);
+/* The nesting level of a BATCH record's values: the body [type, req, fields] is at 0, the
+ * fields at 2, the BATCH array's records at 3 (BATCH fields are message fields only). */
+#define BATCH_VALUE_DEPTH 4
+
 
 /* A big-endian 64-bit value at p (unaligned): the byte order proto_wr.h's writers store. */
 static inline uint64_t be64(const uint8_t *p)
@@ -453,6 +462,253 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
  * n * nf values stay bounded. */
 static int mark_bad(rd *r, const pschema *s, proto_val *out);
 
+static int dec_value(rd *r, const pfield *fd, proto_val *v);
+
+/* ------------------------------------------------- fields of a known kind */
+
+/* Each schema's fields are read by a function generated from its field list (dec_body_*), so
+ * every field's kind and limits are constants there, and the readers below are inlined into it:
+ * a value in the form our writers send (a fixint, a 16-byte id, a short string, a fixarray of
+ * records...) is taken in a few instructions, and any other form, and a value that may run past
+ * the body's end, goes to dec_value, the generic reader, which gives the same value or the same
+ * error. */
+#define DEC_INLINE static inline __attribute__((always_inline))
+
+DEC_INLINE void val_zero(proto_val *v)
+{
+    memset(v, 0, sizeof *v);
+}
+
+/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
+DEC_INLINE bool has_nul(const uint8_t *p, size_t n)
+{
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (p[i] == 0)
+                return true;
+        return false;
+    }
+    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+    uint64_t w;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        if (((w - lo) & ~w & hi) != 0)
+            return true;
+    }
+    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
+    return ((w - lo) & ~w & hi) != 0;
+}
+
+DEC_INLINE int dec_u(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (r->end - p < 9)
+        return dec_value(r, fd, v);
+    uint64_t u;
+    switch (p[0]) {
+    case 0xcc:
+        u = p[1];
+        r->p += 2;
+        break;
+    case 0xcd:
+        u = (uint64_t)p[1] << 8 | p[2];
+        r->p += 3;
+        break;
+    case 0xce:
+        u = be_read(p + 1, 4);
+        r->p += 5;
+        break;
+    case 0xcf:
+        u = be64(p + 1);
+        r->p += 9;
+        break;
+    default:
+        if (p[0] > 0x7f)
+            return dec_value(r, fd, v);
+        u = p[0];
+        r->p += 1;
+        break;
+    }
+    val_zero(v);
+    v->u = u;
+    return 0;
+}
+
+DEC_INLINE int dec_i(rd *r, proto_val *v, const pfield *fd)
+{
+    if (r->p == r->end)
+        return dec_value(r, fd, v);
+    uint8_t t = r->p[0];
+    if (t > 0x7f && t < 0xe0)
+        return dec_value(r, fd, v);
+    r->p++;
+    val_zero(v);
+    v->i = (int8_t)t; /* a positive or a negative fixint */
+    return 0;
+}
+
+/* An id (or, opt, nil), in the form our writers use: bin 8 of 16 bytes. */
+DEC_INLINE int dec_id(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    if (r->end - p < 18)
+        return dec_value(r, fd, v);
+    if (p[0] == 0xc4 && p[1] == 16) {
+        val_zero(v);
+        v->id.hi = be64(p + 2); /* spw_id_from_bytes, inline: ids are in every record */
+        v->id.lo = be64(p + 10);
+        r->p += 18;
+        return 0;
+    }
+    if (p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+DEC_INLINE int dec_bin(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p);
+    if (left >= 2 && p[0] == 0xc4 && p[1] <= left - 2 && p[1] >= fd->min && p[1] <= fd->max) {
+        val_zero(v);
+        v->bin.ptr = p + 2;
+        v->bin.len = p[1];
+        r->p += 2 + (size_t)p[1];
+        return 0;
+    }
+    if (left >= 1 && p[0] == 0xc0 && fd->opt) {
+        val_zero(v);
+        v->nil = 1;
+        r->p++;
+        return 0;
+    }
+    return dec_value(r, fd, v);
+}
+
+DEC_INLINE int dec_str(rd *r, proto_val *v, const pfield *fd)
+{
+    const uint8_t *p = r->p;
+    size_t left = (size_t)(r->end - p), hdr, len;
+    if (left >= 1 && p[0] >= 0xa0 && p[0] <= 0xbf) {
+        hdr = 1;
+        len = p[0] & 0x1f;
+    } else if (left >= 2 && p[0] == 0xd9) {
+        hdr = 2;
+        len = p[1];
+    } else {
+        return dec_value(r, fd, v);
+    }
+    if (len > left - hdr)
+        return dec_value(r, fd, v);
+    if (len > fd->max || has_nul(p + hdr, len))
+        return SPW_EMALFORMED;
+    val_zero(v);
+    v->bin.ptr = p + hdr;
+    v->bin.len = (uint32_t)len;
+    r->p += hdr + len;
+    return 0;
+}
+
+/* The header of an array at r: a fixarray inline (with rd_next's checks), else rd_next. */
+DEC_INLINE void rd_arr_hdr(rd *r, mobj *o)
+{
+    const uint8_t *p = r->p;
+    if (p < r->end && *p >= 0x90 && *p <= 0x9f) {
+        uint32_t n = *p & 0x0fu;
+        if (n < (size_t)(r->end - p) && n <= r->lim->max_list) {
+            o->t = MO_ARR;
+            o->u = n;
+            r->p++;
+            return;
+        }
+    }
+    rd_next(r, o);
+}
+
+/* The fields of a record whose header o was just read. */
+DEC_INLINE int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
+{
+    uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
+    if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
+        return SPW_EMALFORMED;
+    return s->body(r, (uint32_t)o->u, out);
+}
+
+/* The value of an array field fd (REC, RECS, LIST_U, LIST_ID) whose header o was just read;
+ * inlined where fd is a constant, so the record schema's reader is called directly. */
+DEC_INLINE int dec_array(rd *r, const pfield *fd, const mobj *o, proto_val *v)
+{
+    if (o->t != MO_ARR)
+        return SPW_EMALFORMED;
+    const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub] : NULL;
+    uint64_t n = fd->kind == PF_REC ? 1 : o->u;
+    if (fd->kind != PF_REC && (n > fd->max || n > r->lim->max_list || n < fd->min))
+        return SPW_EMALFORMED;
+    uint32_t nf = sub != NULL ? sub->nf : 1;
+    /* Every item must be a record of the right arity before room for n * nf values is
+     * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
+     * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
+     * remain for cannot all be right. */
+    if (sub != NULL && !fd->lenient) {
+        uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
+        if (fd->kind == PF_REC ? o->u < nreq || o->u > nf
+                               : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
+            return SPW_EMALFORMED;
+    }
+    proto_val *vals = NULL;
+    if (n * nf > 0) {
+        vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
+        if (vals == NULL)
+            return SPW_ENOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int rc;
+        if (fd->kind == PF_REC) {
+            rc = dec_fields(r, sub, o, vals);
+        } else if (sub != NULL) {
+            const uint8_t *at = r->p;
+            mobj ro;
+            rd_arr_hdr(r, &ro);
+            rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
+            if (rc == SPW_EMALFORMED && fd->lenient) {
+                r->p = at;
+                rc = mark_bad(r, sub, vals + (size_t)i * nf);
+            }
+        } else if (fd->kind == PF_LIST_U) {
+            static const pfield efd = {PF_U, 0, 0, 0, 0, 0};
+            rc = dec_u(r, &vals[i], &efd);
+        } else {
+            static const pfield efd = {PF_ID, 0, 0, 16, 16, 0};
+            rc = dec_id(r, &vals[i], &efd);
+        }
+        if (rc != 0)
+            return rc;
+    }
+    v->arr.v = vals;
+    v->arr.n = (uint32_t)n;
+    v->arr.nf = nf;
+    return 0;
+}
+
+/* An array field of a known kind (dec_value's steps, with the array's reading inlined). */
+DEC_INLINE int dec_arr_field(rd *r, proto_val *v, const pfield *fd)
+{
+    val_zero(v);
+    mobj o;
+    rd_arr_hdr(r, &o);
+    if (o.t == MO_NIL) {
+        if (!fd->opt)
+            return SPW_EMALFORMED;
+        v->nil = 1;
+        return 0;
+    }
+    return dec_array(r, fd, &o, v);
+}
+
 /* The value at r for field fd, into v. */
 static int dec_value(rd *r, const pfield *fd, proto_val *v)
 {
@@ -469,59 +725,8 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v)
     case PF_REC:
     case PF_RECS:
     case PF_LIST_U:
-    case PF_LIST_ID: {
-        if (o.t != MO_ARR)
-            return SPW_EMALFORMED;
-        const pschema *sub = fd->kind == PF_REC || fd->kind == PF_RECS ? &rec_schemas[fd->sub]
-                                                                        : NULL;
-        uint64_t n = fd->kind == PF_REC ? 1 : o.u;
-        if (fd->kind != PF_REC && (n > fd->max || n > r->lim->max_list || n < fd->min))
-            return SPW_EMALFORMED;
-        uint32_t nf = sub != NULL ? sub->nf : 1;
-        /* Every item must be a record of the right arity before room for n * nf values is
-         * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
-         * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
-         * remain for cannot all be right. */
-        if (sub != NULL && !fd->lenient) {
-            uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
-            if (fd->kind == PF_REC ? o.u < nreq || o.u > nf
-                                   : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
-                return SPW_EMALFORMED;
-        }
-        proto_val *vals = NULL;
-        if (n * nf > 0) {
-            vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
-            if (vals == NULL)
-                return SPW_ENOMEM;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            int rc;
-            if (fd->kind == PF_REC) {
-                rc = dec_fields(r, sub, &o, vals);
-            } else if (sub != NULL) {
-                const uint8_t *at = r->p;
-                mobj ro;
-                rd_next(r, &ro);
-                rc = dec_fields(r, sub, &ro, vals + (size_t)i * nf);
-                if (rc == SPW_EMALFORMED && fd->lenient) {
-                    r->p = at;
-                    rc = mark_bad(r, sub, vals + (size_t)i * nf);
-                }
-            } else {
-                pfield efd = {fd->kind == PF_LIST_U ? PF_U : PF_ID, 0, 0, 16, 16, 0};
-                mobj eo;
-                rd_next(r, &eo);
-                memset(&vals[i], 0, sizeof vals[i]);
-                rc = check_scalar(efd.kind, &efd, &eo, &vals[i]);
-            }
-            if (rc != 0)
-                return rc;
-        }
-        v->arr.v = vals;
-        v->arr.n = (uint32_t)n;
-        v->arr.nf = nf;
-        return 0;
-    }
+    case PF_LIST_ID:
+        return dec_array(r, fd, &o, v);
     default:
         return check_scalar(fd->kind, fd, &o, v);
     }
@@ -535,6 +740,8 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
     }
     mobj o;
     rd_next(r, &o);
+    if (o.t == MO_BAD)
+        return SPW_EMALFORMED;
     if (o.t == MO_ARR && o.u > 0) {
         const uint8_t *at = r->p;
         int rc = dec_value(r, &s->f[0], &out[0]);
@@ -544,35 +751,65 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
             memset(&out[0], 0, sizeof out[0]);
             out[0].nil = 1;
             r->p = at;
-            rd_skip(r);
+            if (rd_skip(r, BATCH_VALUE_DEPTH) != 0)
+                return SPW_EMALFORMED;
         }
         for (uint64_t i = 1; i < o.u; i++)
-            rd_skip(r);
+            if (rd_skip(r, BATCH_VALUE_DEPTH) != 0)
+                return SPW_EMALFORMED;
     }
     out[0].bad = 1;
     return 0;
 }
 
-/* The fields of a record whose header o was just read. */
-static int dec_fields(rd *r, const pschema *s, const mobj *o, proto_val *out)
-{
-    uint32_t nreq = s->nreq != 0 ? s->nreq : s->nf;
-    if (o->t != MO_ARR || o->u < nreq || o->u > s->nf)
-        return SPW_EMALFORMED;
-    uint32_t n = (uint32_t)o->u;
-    for (uint32_t i = 0; i < s->nf; i++) {
-        if (i >= n) {
-            /* A field newer than the sender: absent, as if sent as nil. */
-            memset(&out[i], 0, sizeof out[i]);
-            out[i].nil = 1;
-            continue;
-        }
-        int rc = dec_value(r, &s->f[i], &out[i]);
-        if (rc != 0)
-            return rc;
+#define DEC_KIND_U dec_u
+#define DEC_KIND_I dec_i
+#define DEC_KIND_ID dec_id
+#define DEC_KIND_OPT_ID dec_id
+#define DEC_KIND_BIN dec_bin
+#define DEC_KIND_OPT_BIN dec_bin
+#define DEC_KIND_DATA dec_bin
+#define DEC_KIND_STR dec_str
+#define DEC_KIND_REC dec_arr_field
+#define DEC_KIND_RECS dec_arr_field
+#define DEC_KIND_BATCH dec_arr_field
+#define DEC_KIND_LIST_U dec_arr_field
+#define DEC_KIND_LIST_ID dec_arr_field
+
+/* A field every sender sends (index < nreq <= n), and one a sender may leave out. */
+#define DEC_REQ(index, member, kind, arg)                                                          \
+    if ((rc = DEC_KIND_##kind(r, &out[index], &s->f[index])) != 0)                               \
+        return rc;
+#define DEC_NEW(index, member, kind, arg)                                                          \
+    if ((uint32_t)(index) >= n) {                                                                  \
+        val_zero(&out[index]); /* newer than the sender: absent, as if sent as nil */              \
+        out[index].nil = 1;                                                                        \
+    } else if ((rc = DEC_KIND_##kind(r, &out[index], &s->f[index])) != 0) {                      \
+        return rc;                                                                                 \
     }
-    return 0;
-}
+#define DEF_BODY_REC(NAME, name)                                                                   \
+    static int dec_body_rec_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        const pschema *s = &rec_schemas[REC_##name];                                               \
+        int rc;                                                                                    \
+        (void)n;                                                                                   \
+        PROTO_REC_FIELDS_##NAME(DEC_REQ, DEC_NEW) return 0;                                        \
+    }
+#define DEF_BODY_MSG(NAME, name)                                                                   \
+    static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        const pschema *s = &schema_##name;                                                         \
+        int rc;                                                                                    \
+        (void)n;                                                                                   \
+        PROTO_FIELDS_##NAME(DEC_REQ, DEC_NEW) return 0;                                            \
+    }
+#define DEF_BODY_MSG0(NAME, name)                                                                  \
+    static int dec_body_msg_##name(rd *r, uint32_t n, proto_val *out)                              \
+    {                                                                                              \
+        (void)r, (void)n, (void)out;                                                               \
+        return 0;                                                                                  \
+    }
+PROTO_SCHEMA(DEF_BODY_REC, DEF_BODY_MSG, DEF_BODY_MSG0, PROTO__NONE)
 
 int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpack_zone *zone,
                  proto_msg *out)
@@ -587,10 +824,6 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     if (len - PROTO_HDR_LEN < body)
         return 0;
     const uint8_t *p = buf + PROTO_HDR_LEN;
-    int64_t span = scan_body(p, (size_t)body, lim->max_list);
-    if (span != (int64_t)body)
-        return SPW_EMALFORMED; /* malformed, or trailing bytes after the object */
-
     rd r = {p, p + body, zone, lim};
     mobj root, type, req;
     rd_next(&r, &root);
@@ -614,6 +847,8 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     int rc = dec_fields(&r, s, &fields, m.f);
     if (rc != 0)
         return rc;
+    if (r.p != r.end)
+        return SPW_EMALFORMED; /* trailing bytes after the value */
     memcpy(out, &m, offsetof(proto_msg, f) + sizeof(proto_val) * s->nf);
     return (int)(PROTO_HDR_LEN + body);
 }
