@@ -56,10 +56,15 @@ void spw_idmap_reserve(spw_idmap *m, uint32_t more)
 
 void spw_idmap_add(spw_idmap *m, void *p)
 {
+    if (m->slots == NULL || !fits((uint64_t)m->n + 1, (uint64_t)m->mask + 1))
+        spw_idmap_reserve(m, 1);
+    /* One walk both checks that the id is new and finds the empty slot that ends its run. */
     spw_id id = spw_idmap__id(m, p);
-    SPW_ASSERT(spw_idmap_find(m, id) == NULL);
-    spw_idmap_reserve(m, 1);
-    place(m, spw_id_hash(id), p);
+    uint64_t key = spw_id_hash(id);
+    uint32_t i = (uint32_t)key & m->mask;
+    for (; m->slots[i].p != NULL; i = (i + 1) & m->mask)
+        SPW_ASSERT(m->slots[i].key != key || !spw_id_eq(spw_idmap__id(m, m->slots[i].p), id));
+    m->slots[i] = (spw_idmap_slot){key, p};
     m->n++;
 }
 
