@@ -28,8 +28,8 @@
  * LeakSanitizer looks for the records it points to. */
 static spw_idmap_slot *table_alloc(const spw_idmap *m, uint32_t cap)
 {
-    size_t bytes = (size_t)cap * sizeof(spw_idmap_slot);
 #ifndef IDMAP_HEAP_ONLY
+    size_t bytes = (size_t)cap * sizeof(spw_idmap_slot);
     if (bytes >= IDMAP_MAP_BYTES) {
         void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
