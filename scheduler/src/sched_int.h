@@ -391,6 +391,19 @@ static inline void sched__objs_prefetch(const sched *s, const proto_val *arr, in
             spw_idmap_prefetch(&s->objects, sched__objs_id_at(arr, field, j), stage);
     }
 }
+/* Like sched__objs_prefetch for a batch of ids expected to be new (SUBMIT's tasks, looked up only
+ * to refuse a duplicate, then added): there is no record to fetch, so it prefetches only the
+ * directory slot of element i + SCHED_PREFETCH_AHEAD (and at i = 0 those of the first ones),
+ * and never reads the table. */
+static inline void sched__objs_prefetch_new(const sched *s, const proto_val *arr, int field,
+                                            uint32_t i)
+{
+    uint32_t n = arr->arr.n;
+    for (uint32_t j = 0; i == 0 && j < n && j < SCHED_PREFETCH_AHEAD; j++)
+        spw_idmap_prefetch(&s->objects, sched__objs_id_at(arr, field, j), 0);
+    if (i + SCHED_PREFETCH_AHEAD < n)
+        spw_idmap_prefetch(&s->objects, sched__objs_id_at(arr, field, i + SCHED_PREFETCH_AHEAD), 0);
+}
 /* site: the call site, sitelen bytes (not NUL-terminated), interned. */
 sched_obj *sched__obj_new(sched *s, spw_id id, sched_session *owner, const char *site,
                           size_t sitelen);

@@ -373,7 +373,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
     uint64_t now_ms = spw_wall_ms(); /* the frame's tasks are made at once */
     for (uint32_t i = 0; i < tasks->arr.n; i++) {
         char err[512];
-        sched__objs_prefetch(s, tasks, R_TASK_ID, i); /* for task_intake's duplicate check */
+        sched__objs_prefetch_new(s, tasks, R_TASK_ID, i); /* task_intake's check, then add */
         if (max_total != 0 && ss->cur_graph->total >= max_total) {
             /* Over the cap: refused. A kept one is named, so the client settles its handle. */
             const proto_val *rec = PROTO_REC(tasks, i);

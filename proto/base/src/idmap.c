@@ -7,7 +7,57 @@
  */
 #include "spillway/idmap.h"
 
+#include <sys/mman.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define IDMAP_HEAP_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IDMAP_HEAP_ONLY 1
+#endif
+#endif
+
 #define IDMAP_MIN 64u
+/* Tables of at least this many bytes are mapped on their own (table_alloc). */
+#define IDMAP_MAP_BYTES ((size_t)2 << 20)
+
+/* A zeroed table of cap slots. A large one is mapped and its pages are made at once
+ * (MADV_POPULATE_WRITE, where the kernel has it): resize reads a slot before it writes it, so a
+ * fresh page would otherwise fault twice (the zero page, then a copy on write), and a table of
+ * a million records has thousands of pages. Sanitizer builds keep every table on the heap, where
+ * LeakSanitizer looks for the records it points to. */
+static spw_idmap_slot *table_alloc(const spw_idmap *m, uint32_t cap)
+{
+#ifndef IDMAP_HEAP_ONLY
+    size_t bytes = (size_t)cap * sizeof(spw_idmap_slot);
+    if (bytes >= IDMAP_MAP_BYTES) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            SPW_PANIC("out of memory for an id map of %zu bytes", bytes);
+#ifdef MADV_POPULATE_WRITE
+        (void)madvise(p, bytes, MADV_POPULATE_WRITE); /* only a hint: pages fault in otherwise */
+#endif
+        spw_heap_charge((enum spw_mod)m->mod, (int64_t)bytes);
+        return p;
+    }
+#endif
+    return spw_calloc((enum spw_mod)m->mod, cap, sizeof(spw_idmap_slot));
+}
+
+static void table_free(const spw_idmap *m, spw_idmap_slot *t, uint32_t cap)
+{
+    size_t bytes = (size_t)cap * sizeof(spw_idmap_slot);
+    (void)m;
+    (void)bytes;
+#ifndef IDMAP_HEAP_ONLY
+    if (t != NULL && bytes >= IDMAP_MAP_BYTES) {
+        munmap(t, bytes);
+        spw_heap_charge((enum spw_mod)m->mod, -(int64_t)bytes);
+        return;
+    }
+#endif
+    spw_free(t);
+}
 
 static void place(spw_idmap *m, uint64_t key, void *p)
 {
@@ -25,13 +75,13 @@ static void resize(spw_idmap *m, uint32_t ncap)
         m->slots = NULL;
         m->mask = 0;
     } else {
-        m->slots = spw_calloc((enum spw_mod)m->mod, ncap, sizeof *m->slots);
+        m->slots = table_alloc(m, ncap);
         m->mask = ncap - 1;
         for (uint32_t i = 0; i < ocap; i++)
             if (old[i].p != NULL)
                 place(m, old[i].key, old[i].p);
     }
-    spw_free(old);
+    table_free(m, old, ocap);
 }
 
 /* Load limit: n records fit in cap slots while n <= 0.7 cap. */
@@ -56,10 +106,15 @@ void spw_idmap_reserve(spw_idmap *m, uint32_t more)
 
 void spw_idmap_add(spw_idmap *m, void *p)
 {
+    if (m->slots == NULL || !fits((uint64_t)m->n + 1, (uint64_t)m->mask + 1))
+        spw_idmap_reserve(m, 1);
+    /* One walk both checks that the id is new and finds the empty slot that ends its run. */
     spw_id id = spw_idmap__id(m, p);
-    SPW_ASSERT(spw_idmap_find(m, id) == NULL);
-    spw_idmap_reserve(m, 1);
-    place(m, spw_id_hash(id), p);
+    uint64_t key = spw_id_hash(id);
+    uint32_t i = (uint32_t)key & m->mask;
+    for (; m->slots[i].p != NULL; i = (i + 1) & m->mask)
+        SPW_ASSERT(m->slots[i].key != key || !spw_id_eq(spw_idmap__id(m, m->slots[i].p), id));
+    m->slots[i] = (spw_idmap_slot){key, p};
     m->n++;
 }
 
@@ -100,7 +155,7 @@ shifted:
 
 void spw_idmap_free(spw_idmap *m)
 {
-    spw_free(m->slots);
+    table_free(m, m->slots, m->slots == NULL ? 0 : m->mask + 1);
     m->slots = NULL;
     m->mask = 0;
     m->n = 0;
