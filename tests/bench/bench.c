@@ -1032,6 +1032,42 @@ static void worker_cpu(spill_probe *p, int i, wcpu *out)
     }
 }
 
+/* The machine's CPU, for the write's breakdown: busy and idle time summed over every core
+ * (/proc/stat), the spill cluster's scheduler's, and this process's (the client and the
+ * memory probe; the zstd reference runs outside the windows this is read for). */
+typedef struct mcpu {
+    double t; /* when read */
+    double busy_s;
+    double idle_s;
+    double sched_s;
+    double bench_s;
+} mcpu;
+
+static void machine_cpu(const h_cluster *c, mcpu *out)
+{
+    memset(out, 0, sizeof *out);
+    out->t = now_s();
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    if (f != NULL) {
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) != 8)
+            memset(v, 0, sizeof v);
+        fclose(f);
+    }
+    double tck = (double)sysconf(_SC_CLK_TCK);
+    /* user nice system idle iowait irq softirq steal (guest time is inside user) */
+    out->busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tck;
+    out->idle_s = (double)(v[3] + v[4]) / tck;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)c->sched.pid);
+    out->sched_s = stat_cpu_s(path);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        out->bench_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 /* Counts lines of the workers' logs so far: map growths, and errors or warnings (syslog
  * prefixes <3> and <4>); keeps the first such line in first (may stay empty). */
 static void spill_log_scan(const h_cluster *c, int *grows, int *warns, char *first, size_t cap)
@@ -1062,6 +1098,9 @@ typedef struct spill_limit {
     double zstd_gbps;         /* raw bytes compressed per second by `threads` threads at once,
                                  best of 5 */
     double zstd_1t_gbps;      /* the same, one thread */
+    double zstd_1t_cpu_gbps;  /* the same per second of that thread's CPU time, best of 5:
+                                 what a lane could reach on a core of its own, whatever the
+                                 load */
     double zstd_ratio;        /* raw / compressed for the sample */
     double zstd_chunked_gbps; /* the same in 4 MiB calls, as the store compresses */
     double zstd_all_gbps;     /* all stores' lanes at once: workers x threads threads */
@@ -1071,6 +1110,13 @@ typedef struct spill_limit {
     double lmdb_write_gbps;   /* stored bytes written per second (0 if not measured) */
     double limit_gbps;        /* raw bytes per second of compress + write, one after the other */
 } spill_limit;
+
+static double self_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int lmdb_env_write(const char *dir, const uint8_t *const *recs, const size_t *lens,
                           int nrecs, int copies, double *seconds)
@@ -1195,15 +1241,17 @@ static void spill_measure_limit(const spill_kind *k, const char *dir, int thread
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
     size_t zlen = 0;
     for (int r = 0; r < 6; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = self_thread_cpu_s();
         zlen = ZSTD_compressCCtx(cctx, z, cap, raw, SPILL_OBJ, SPILL_LEVEL);
-        double t = now_s() - t0;
+        double t = now_s() - t0, c = self_thread_cpu_s() - c0;
         if (ZSTD_isError(zlen)) {
             fprintf(stderr, "spillway-bench: zstd: %s\n", ZSTD_getErrorName(zlen));
             break;
         }
         if (r > 0 && SPILL_OBJ / t / 1e9 > out->zstd_1t_gbps) /* the first run warms up */
             out->zstd_1t_gbps = SPILL_OBJ / t / 1e9;
+        if (r > 0 && c > 0 && SPILL_OBJ / c / 1e9 > out->zstd_1t_cpu_gbps)
+            out->zstd_1t_cpu_gbps = SPILL_OBJ / c / 1e9;
     }
     out->zstd_gbps = zstd_parallel_gbps(raw, threads);
     out->zstd_all_gbps =
@@ -1358,6 +1406,8 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     for (int i = 0; i < spill_workers; i++)
         worker_cpu(&r->probe, i, &cpu0[i]);
     double probe_cpu0 = r->probe.cpu_s;
+    mcpu m0, mw;
+    machine_cpu(&r->cluster, &m0);
 
     /* Write: every object a kept task output; the stores spill as they fill. */
     double t0 = now_s();
@@ -1382,6 +1432,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     wcpu cpu_w[SPILL_WORKERS];
     for (int i = 0; i < spill_workers; i++)
         worker_cpu(&r->probe, i, &cpu_w[i]);
+    machine_cpu(&r->cluster, &mw);
     /* The reference again, right after the spills it is compared with: use the mean. */
     double zstd_before = lim.zstd_gbps, zstd_all_before = lim.zstd_all_gbps, zstd_after,
            zstd_all_after;
@@ -1534,6 +1585,43 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
         extra, "spill_vs_zstd_all",
         json_real(r3(lim.zstd_all_gbps > 0 ? spill_all_gbps / lim.zstd_all_gbps : 0)));
     double cpu_gbps = w_pool_s > 0 ? (double)w_bytes / w_pool_s / 1e9 : 0;
+    /* The write separated: what a spill costs per byte (the lanes' CPU against zstd's, both
+     * in CPU time: the load cancels out), and how much of the cores its lanes could use they
+     * got while spilling (the producer - executors, worker loops -, the scheduler, this
+     * process and the rest of the machine took the others). */
+    int ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int lanes = r->b->spill_threads * spill_workers;
+    int lane_cores = lanes < ncores ? lanes : ncores;
+    double w_spill_s = 0, w_loop_s = 0, w_exec_s = 0;
+    for (int i = 0; i < spill_workers; i++) {
+        double s = (double)(wrote[i].v[WS_SPILL_NS] - base[i].v[WS_SPILL_NS]) / 1e9;
+        if (s > w_spill_s)
+            w_spill_s = s; /* the stores spill at the same time: the longest */
+        w_loop_s += cpu_w[i].main_s - cpu0[i].main_s;
+        w_exec_s += cpu_w[i].exec_s - cpu0[i].exec_s;
+    }
+    double win_s = mw.t - m0.t, busy_s = mw.busy_s - m0.busy_s;
+    double w_sched_s = mw.sched_s - m0.sched_s, w_bench_s = mw.bench_s - m0.bench_s;
+    double lane_share = w_spill_s > 0 ? w_pool_s / (lane_cores * w_spill_s) : 0;
+    json_t *wc = json_object();
+    json_object_set_new(wc, "window_s", json_real(r3(win_s)));
+    json_object_set_new(wc, "cores", json_integer(ncores));
+    json_object_set_new(wc, "spilling_s", json_real(r3(w_spill_s)));
+    json_object_set_new(wc, "lanes_s", json_real(r3(w_pool_s)));
+    json_object_set_new(wc, "worker_loops_s", json_real(r3(w_loop_s)));
+    json_object_set_new(wc, "executors_s", json_real(r3(w_exec_s)));
+    json_object_set_new(wc, "scheduler_s", json_real(r3(w_sched_s)));
+    json_object_set_new(wc, "bench_s", json_real(r3(w_bench_s)));
+    json_object_set_new(
+        wc, "rest_s",
+        json_real(r3(busy_s - w_pool_s - w_loop_s - w_exec_s - w_sched_s - w_bench_s)));
+    json_object_set_new(wc, "idle_s", json_real(r3(mw.idle_s - m0.idle_s)));
+    json_object_set_new(extra, "write_cpu", wc);
+    json_object_set_new(extra, "zstd_1t_cpu_gbps", json_real(r3(lim.zstd_1t_cpu_gbps)));
+    json_object_set_new(
+        extra, "spill_cpu_vs_zstd_cpu",
+        json_real(r3(lim.zstd_1t_cpu_gbps > 0 ? cpu_gbps / lim.zstd_1t_cpu_gbps : 0)));
+    json_object_set_new(extra, "lane_cpu_share", json_real(r3(lane_share)));
     json_object_set_new(extra, "spill_write_pool_cpu_s", json_real(r3(w_pool_s)));
     json_object_set_new(extra, "spill_cpu_gbps", json_real(r3(cpu_gbps)));
     json_object_set_new(
