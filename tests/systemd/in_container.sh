@@ -4,6 +4,8 @@
 # the same paths as on the host. Writes its log and /spw-out/result (0: passed), then powers
 # the container off.
 set -uo pipefail
+# Greps at the end of a pipe read all their input (no -q): with pipefail, grep -q's early exit
+# would fail the pipeline on its writer's SIGPIPE even though the line was there.
 exec >/spw-out/log 2>&1
 finish() {
     echo "$1" >/spw-out/result
@@ -81,35 +83,35 @@ job alice || fail "alice's job"
 step "spillway-ctl status without options"
 out=$(runuser -u alice -- spillway-ctl status) || fail "spillway-ctl status: $out"
 echo "$out"
-echo "$out" | grep -q "workers: 2" || fail "spillway-ctl status does not show 2 workers"
+echo "$out" | grep -e "workers: 2" >/dev/null || fail "spillway-ctl status does not show 2 workers"
 step "a user outside the group cannot read the secret, and is told"
 out=$(job bob 2>&1) && fail "bob's job succeeded without the secret"
 echo "$out"
-echo "$out" | grep -q "/etc/spillway/secret: Permission denied" || fail "no warning naming the secret"
-echo "$out" | grep -q "authentication failed" || fail "bob's job did not fail with SPW_EAUTH"
+echo "$out" | grep -e "/etc/spillway/secret: Permission denied" >/dev/null || fail "no warning naming the secret"
+echo "$out" | grep -e "authentication failed" >/dev/null || fail "bob's job did not fail with SPW_EAUTH"
 
 step "journalctl -u: each line once, at its priority"
 j() { journalctl --no-pager -u "$@"; }
-until_ok 10 sh -c 'journalctl --no-pager -u spillway-scheduler -p 4..4 -o cat | grep -q "refused: authentication failed"' ||
+until_ok 10 sh -c 'journalctl --no-pager -u spillway-scheduler -p 4..4 -o cat | grep -e "refused: authentication failed" >/dev/null' ||
     fail "the scheduler's warning about bob is not in the journal at priority 4"
 [ "$(j spillway-scheduler -p 5..5 -o cat | grep -c '^listening on 127.0.0.1:7400$')" = 1 ] ||
     fail "'listening on' is not in the journal once at priority 5"
-! j spillway-scheduler -p 6..7 -o cat | grep -q "listening on" || fail "'listening on' at a lower priority"
+! j spillway-scheduler -p 6..7 -o cat | grep -e "listening on" >/dev/null || fail "'listening on' at a lower priority"
 for u in spillway-scheduler spillway-worker@1 spillway-worker@2; do
     lines=$(journalctl --no-pager _SYSTEMD_UNIT="$u.service" -o cat)
     echo "--- $u"
     echo "$lines"
-    ! echo "$lines" | grep -qE '^<[0-9]>|spillway-(scheduler|worker)\[|^READY ' ||
+    ! echo "$lines" | grep -Ee '^<[0-9]>|spillway-(scheduler|worker)\[|^READY ' >/dev/null ||
         fail "$u: a line with its ident twice, a raw <N> prefix or a READY line"
     dups=$(echo "$lines" | sort | uniq -d)
     [ -z "$dups" ] || fail "$u: lines twice: $dups"
 done
-j spillway-worker@1 -p 5..5 -o cat | grep -q "^registered with scheduler=127.0.0.1:7400" ||
+j spillway-worker@1 -p 5..5 -o cat | grep -e "^registered with scheduler=127.0.0.1:7400" >/dev/null ||
     fail "worker@1's registration is not in the journal at priority 5"
 
 step "restart of the scheduler: the workers come back"
 systemctl restart spillway-scheduler || fail "restart"
-workers_back() { runuser -u alice -- spillway-ctl status | grep -q "workers: 2"; }
+workers_back() { runuser -u alice -- spillway-ctl status | grep -e "workers: 2" >/dev/null; }
 until_ok 60 workers_back || fail "the workers did not come back within 60 s"
 job alice || fail "alice's job after the restart"
 echo "--- what the journal says of worker@1 around the restart"
