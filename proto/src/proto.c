@@ -547,6 +547,17 @@ DEC_INLINE int dec_i(rd *r, proto_val *v, const pfield *fd)
     return 0;
 }
 
+/* An optional field sent as nil, the form our writers use for "none": reads it into v. */
+DEC_INLINE bool dec_opt_nil(rd *r, proto_val *v, const pfield *fd)
+{
+    if (r->p == r->end || r->p[0] != 0xc0 || !fd->opt)
+        return false;
+    val_zero(v);
+    v->nil = 1;
+    r->p++;
+    return true;
+}
+
 /* An id (or, opt, nil), in the form our writers use: bin 8 of 16 bytes. */
 DEC_INLINE int dec_id(rd *r, proto_val *v, const pfield *fd)
 {
@@ -560,12 +571,8 @@ DEC_INLINE int dec_id(rd *r, proto_val *v, const pfield *fd)
         r->p += 18;
         return 0;
     }
-    if (p[0] == 0xc0 && fd->opt) {
-        val_zero(v);
-        v->nil = 1;
-        r->p++;
+    if (dec_opt_nil(r, v, fd))
         return 0;
-    }
     return dec_value(r, fd, v);
 }
 
@@ -580,12 +587,8 @@ DEC_INLINE int dec_bin(rd *r, proto_val *v, const pfield *fd)
         r->p += 2 + (size_t)p[1];
         return 0;
     }
-    if (left >= 1 && p[0] == 0xc0 && fd->opt) {
-        val_zero(v);
-        v->nil = 1;
-        r->p++;
+    if (dec_opt_nil(r, v, fd))
         return 0;
-    }
     return dec_value(r, fd, v);
 }
 
