@@ -18,6 +18,9 @@
 #include <string.h>
 
 #define PROTO_MAX_DEPTH 8
+/* Decoded values (proto_val, 24+ bytes each) one frame may make: a frame of small values must
+ * not buy a decode many times its size (dec_array). */
+#define PROTO_MAX_VALUES (4u << 20)
 
 const char *proto_role_name(int role)
 {
@@ -273,6 +276,7 @@ struct rd {
     const uint8_t *p, *end;
     msgpack_zone *zone;
     const proto_limits *lim;
+    uint64_t vals_left; /* values this frame may still make (PROTO_MAX_VALUES) */
 };
 
 /* Whether the value at r->p is of a kind we send and its header, and a string's or bin's bytes,
@@ -662,6 +666,9 @@ DEC_INLINE int dec_array(rd *r, const pfield *fd, const mobj *o, proto_val *v)
                                : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))
             return SPW_EMALFORMED;
     }
+    if (n * nf > r->vals_left)
+        return SPW_EMALFORMED;
+    r->vals_left -= n * nf;
     proto_val *vals = NULL;
     if (n * nf > 0) {
         vals = msgpack_zone_malloc(r->zone, (size_t)n * nf * sizeof(proto_val));
@@ -779,8 +786,11 @@ static int mark_bad(rd *r, const pschema *s, proto_val *out)
 #define DEC_KIND_LIST_U dec_arr_field
 #define DEC_KIND_LIST_ID dec_arr_field
 
-/* A field every sender sends (index < nreq <= n), and one a sender may leave out. */
+/* A field every sender sends (index < nreq <= n, checked again: a required field listed after
+ * an optional one in the schema must not read past its record), and one a sender may leave out. */
 #define DEC_REQ(index, member, kind, arg)                                                          \
+    if ((uint32_t)(index) >= n)                                                                    \
+        return SPW_EMALFORMED;                                                                     \
     if ((rc = DEC_KIND_##kind(r, &out[index], &s->f[index])) != 0)                               \
         return rc;
 #define DEC_NEW(index, member, kind, arg)                                                          \
@@ -827,7 +837,7 @@ int proto_decode(const uint8_t *buf, size_t len, const proto_limits *lim, msgpac
     if (len - PROTO_HDR_LEN < body)
         return 0;
     const uint8_t *p = buf + PROTO_HDR_LEN;
-    rd r = {p, p + body, zone, lim};
+    rd r = {p, p + body, zone, lim, PROTO_MAX_VALUES};
     mobj root, type, req;
     rd_next(&r, &root);
     if (root.t != MO_ARR || root.u != 3)

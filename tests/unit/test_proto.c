@@ -327,6 +327,66 @@ static void record_list_costs_no_more_than_its_bytes(void **state)
                  "refused as malformed)", WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
 }
 
+/* A msgpack array header of n items. */
+static void put_arr_hdr(spw_buf *b, uint32_t n)
+{
+    uint8_t h[5] = {0xdd, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    if (n < 16)
+        spw_buf_append(b, (uint8_t[]){(uint8_t)(0x90 | n)}, 1);
+    else
+        spw_buf_append(b, h, sizeof h);
+}
+
+/* A SUBMIT frame of ntask tasks with nargs six-byte arguments each, into b. */
+static void make_wide_submit(spw_buf *b, uint32_t ntask, uint32_t nargs)
+{
+    spw_buf_append(b, (uint8_t[]){0, 0, 0, 0}, 4);
+    put_arr_hdr(b, 3);
+    spw_buf_append(b, (uint8_t[]){0x0f, 0x01}, 2);
+    put_arr_hdr(b, 5);
+    spw_buf_append(b, (uint8_t[]){0x01, 0x00, 0x00, 0x00}, 4);
+    put_arr_hdr(b, ntask);
+    for (uint32_t t = 0; t < ntask; t++) {
+        put_arr_hdr(b, 5);
+        uint8_t id[18] = {0xc4, 16};
+        id[9] = 1;
+        id[14] = (uint8_t)((t + 1) >> 24), id[15] = (uint8_t)((t + 1) >> 16);
+        id[16] = (uint8_t)((t + 1) >> 8), id[17] = (uint8_t)(t + 1);
+        spw_buf_append(b, id, sizeof id);
+        spw_buf_append(b, (uint8_t[]){0xa0}, 1);
+        put_arr_hdr(b, nargs);
+        for (uint32_t a = 0; a < nargs; a++)
+            spw_buf_append(b, (uint8_t[]){0x95, 0x00, 0xc0, 0xc0, 0x00, 0x00}, 6);
+        spw_buf_append(b, (uint8_t[]){0x00, 0xa0}, 2);
+    }
+    uint32_t body = (uint32_t)(b->len - 4);
+    b->data[0] = (uint8_t)(body >> 24), b->data[1] = (uint8_t)(body >> 16);
+    b->data[2] = (uint8_t)(body >> 8), b->data[3] = (uint8_t)body;
+}
+
+/* 1,000 tasks of 1,000 six-byte arguments: a 6 MB frame of 6 million decoded values (24 bytes
+ * and more each), past what one frame may make; with 100 arguments each it decodes. */
+static void many_small_values_refused(void **state)
+{
+    (void)state;
+    proto_limits lim;
+    proto_limits_default(&lim);
+    for (int k = 0; k < 2; k++) {
+        spw_buf b = {0};
+        make_wide_submit(&b, 1000, k == 0 ? 100 : 1000);
+        proto_msg m;
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        int rc = proto_decode(b.data, b.len, &lim, &z, &m);
+        msgpack_zone_destroy(&z);
+        if (k == 0)
+            assert_int_equal(rc, (int)b.len);
+        else
+            assert_int_equal(rc, SPW_EMALFORMED);
+        spw_buf_release(&b);
+    }
+}
+
 static void list_limit_enforced(void **state)
 {
     (void)state;
@@ -637,6 +697,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(record_list_costs_no_more_than_its_bytes),
     cmocka_unit_test(payload_splits_off_every_data_frame),
     cmocka_unit_test(oversized_frame_rejected_before_body),
+    cmocka_unit_test(many_small_values_refused),
     cmocka_unit_test(list_limit_enforced),
     cmocka_unit_test(truncated_frames_of_every_type_with_short_length),
     cmocka_unit_test(error_table_names_and_messages),
