@@ -413,6 +413,26 @@ static inline uint64_t be64(const uint8_t *p)
     return PROTO_WR_BE(64, v);
 }
 
+/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
+static inline __attribute__((always_inline)) bool has_nul(const uint8_t *p, size_t n)
+{
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (p[i] == 0)
+                return true;
+        return false;
+    }
+    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+    uint64_t w;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        if (((w - lo) & ~w & hi) != 0)
+            return true;
+    }
+    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
+    return ((w - lo) & ~w & hi) != 0;
+}
+
 static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val *v)
 {
     switch (kind) {
@@ -450,7 +470,7 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
         }
         return 0;
     case PF_STR:
-        if (o->t != MO_STR || o->u > fd->max || (o->u > 0 && memchr(o->ptr, '\0', o->u) != NULL))
+        if (o->t != MO_STR || o->u > fd->max || has_nul(o->ptr, o->u))
             return SPW_EMALFORMED;
         v->bin.ptr = o->ptr;
         v->bin.len = (uint32_t)o->u;
@@ -481,26 +501,6 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v);
 DEC_INLINE void val_zero(proto_val *v)
 {
     memset(v, 0, sizeof *v);
-}
-
-/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
-DEC_INLINE bool has_nul(const uint8_t *p, size_t n)
-{
-    if (n < 8) {
-        for (size_t i = 0; i < n; i++)
-            if (p[i] == 0)
-                return true;
-        return false;
-    }
-    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
-    uint64_t w;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        if (((w - lo) & ~w & hi) != 0)
-            return true;
-    }
-    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
-    return ((w - lo) & ~w & hi) != 0;
 }
 
 DEC_INLINE int dec_u(rd *r, proto_val *v, const pfield *fd)
@@ -704,18 +704,23 @@ DEC_INLINE int dec_array(rd *r, const pfield *fd, const mobj *o, proto_val *v)
     return 0;
 }
 
+/* A nil read for field fd into v (zeroed): absent if the field is optional, else malformed. */
+DEC_INLINE int nil_field(const pfield *fd, proto_val *v)
+{
+    if (!fd->opt)
+        return SPW_EMALFORMED;
+    v->nil = 1;
+    return 0;
+}
+
 /* An array field of a known kind (dec_value's steps, with the array's reading inlined). */
 DEC_INLINE int dec_arr_field(rd *r, proto_val *v, const pfield *fd)
 {
     val_zero(v);
     mobj o;
     rd_arr_hdr(r, &o);
-    if (o.t == MO_NIL) {
-        if (!fd->opt)
-            return SPW_EMALFORMED;
-        v->nil = 1;
-        return 0;
-    }
+    if (o.t == MO_NIL)
+        return nil_field(fd, v);
     return dec_array(r, fd, &o, v);
 }
 
@@ -725,12 +730,8 @@ static int dec_value(rd *r, const pfield *fd, proto_val *v)
     memset(v, 0, sizeof *v);
     mobj o;
     rd_next(r, &o);
-    if (o.t == MO_NIL) {
-        if (!fd->opt)
-            return SPW_EMALFORMED;
-        v->nil = 1;
-        return 0;
-    }
+    if (o.t == MO_NIL)
+        return nil_field(fd, v);
     switch (fd->kind) {
     case PF_REC:
     case PF_RECS:
