@@ -1032,6 +1032,28 @@ static void worker_cpu(spill_probe *p, int i, wcpu *out)
     }
 }
 
+/* CPU seconds (user + system) of a whole process, threads that have exited included, in
+ * nanoseconds through its CPU-time clock (clock_getcpuclockid; any process may be read); from
+ * its /proc stat file in clock ticks (10 ms) if that clock cannot be had; 0 if it is gone. */
+static double proc_cpu_s(pid_t pid)
+{
+    clockid_t clk;
+    struct timespec ts;
+    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return stat_cpu_s(path);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 /* The machine's CPU, for the write's breakdown: busy and idle time summed over every core
  * (/proc/stat), the spill cluster's scheduler's, and this process's (the client and the
  * memory probe; the zstd reference runs outside the windows this is read for). */
@@ -1059,13 +1081,8 @@ static void machine_cpu(const h_cluster *c, mcpu *out)
     /* user nice system idle iowait irq softirq steal (guest time is inside user) */
     out->busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tck;
     out->idle_s = (double)(v[3] + v[4]) / tck;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)c->sched.pid);
-    out->sched_s = stat_cpu_s(path);
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        out->bench_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-                       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    out->sched_s = proc_cpu_s(c->sched.pid);
+    out->bench_s = self_cpu_s();
 }
 
 /* Counts lines of the workers' logs so far: map growths, and errors or warnings (syslog
@@ -1944,20 +1961,6 @@ static long sched_kib(bench *b, const char *field)
     return b->own_cluster ? kib(b->cluster.sched.pid, field) : 0;
 }
 
-/* CPU seconds (user + system) of a whole process, threads that have exited included, in
- * nanoseconds through its CPU-time clock (clock_getcpuclockid; any process may be read); from
- * its /proc stat file in clock ticks (10 ms) if that clock cannot be had; 0 if it is gone. */
-static double proc_cpu_s(pid_t pid)
-{
-    clockid_t clk;
-    struct timespec ts;
-    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
-        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    return stat_cpu_s(path);
-}
-
 /* CPU seconds of one thread (tid) of process pid: the first field of its schedstat
  * (nanoseconds on a CPU), or its stat file's clock ticks where the kernel has no schedstat;
  * 0 if it is gone. */
@@ -2131,13 +2134,6 @@ static void sched_loop_extra(json_t *extra, const char *per, uint64_t units, dou
     json_object_set_new(extra, "sched_counters_why", counted ? json_null() : json_string(h->why));
 }
 
-static double self_cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
 
 /* The scheduler's table sizes from spillway-ctl status: live objects and tasks in any state.
  * Returns false if the status could not be read. */
@@ -2388,6 +2384,21 @@ static void usage(FILE *f)
     fprintf(f, "\n");
 }
 
+/* An option's whole-number value from 1 to max into *out; false (and a message naming the
+ * option) if optarg is anything else. */
+static bool int_opt(const char *name, long max, int *out)
+{
+    char *end;
+    long v = strtol(optarg, &end, 10);
+    if (*optarg == '\0' || *end != '\0' || v < 1 || v > max) {
+        fprintf(stderr, "spillway-bench: --%s: '%s' is not a number from 1 to %ld\n", name, optarg,
+                max);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     bench b;
@@ -2423,43 +2434,24 @@ int main(int argc, char **argv)
             secret = optarg;
             break;
         case 'T':
-        case 'W': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            long max = c == 'T' ? 64 : SPILL_WORKERS;
-            if (*optarg == '\0' || *end != '\0' || v < 1 || v > max) {
-                fprintf(stderr, "spillway-bench: --%s: '%s' is not a number from 1 to %ld\n",
-                        c == 'T' ? "spill-threads" : "spill-workers", optarg, max);
+            if (!int_opt("spill-threads", 64, &b.spill_threads))
                 return 2;
-            }
-            *(c == 'T' ? &b.spill_threads : &spill_workers) = (int)v;
             break;
-        }
-        case 'R': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || v < 1 || v > 1000) {
-                fprintf(stderr, "spillway-bench: --repeat: '%s' is not a number from 1 to 1000\n",
-                        optarg);
+        case 'W':
+            if (!int_opt("spill-workers", SPILL_WORKERS, &spill_workers))
                 return 2;
-            }
-            b.repeat = (int)v;
             break;
-        }
+        case 'R':
+            if (!int_opt("repeat", 1000, &b.repeat))
+                return 2;
+            break;
         case 'w':
-        case 'S': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            long max = c == 'w' ? H_MAX_WORKERS : 256;
-            if (*optarg == '\0' || *end != '\0' || v < 1 || v > max) {
-                fprintf(stderr, "spillway-bench: --%s: '%s' is not a number from 1 to %ld\n",
-                        c == 'w' ? "workers" : "slots", optarg, max);
+        case 'S':
+            if (!int_opt(c == 'w' ? "workers" : "slots", c == 'w' ? H_MAX_WORKERS : 256,
+                         c == 'w' ? &b.workers : &b.slots))
                 return 2;
-            }
-            *(c == 'w' ? &b.workers : &b.slots) = (int)v;
             sized = true;
             break;
-        }
         case 'n': {
             int k = 0;
             char *list = strdup(optarg), *save = NULL;
