@@ -3,12 +3,16 @@
  *
  *   spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR] [--secret-file PATH]
  *                  [--workers N] [--slots S] [--n N[,N...]] [--repeat R] [--spill-threads N]
- *                  [--spill-workers 1|2]
+ *                  [--spill-workers 1|2] [--cpus N]
  *
  * Without --scheduler it starts its own cluster on 127.0.0.1 (a scheduler and --workers workers,
  * default two, with --slots slots each, default one, from the binaries beside it) and stops it at
  * the end. --n gives scale_tiny's graph sizes, --repeat how many times chain_latency runs its
- * chain (default 7, 3 with --quick; it reports the median). Each line carries
+ * chain (default 7, 3 with --quick; it reports the median). --cpus N runs the bench and the
+ * cluster it starts on the first N of the CPUs it may use (its affinity, which the daemons
+ * inherit): with 1, chain_latency measures a hop's work without cross-CPU wake-ups, whose cost
+ * depends on the machine (a VM's idle vCPU wakes by an interrupt through the host).
+ * Each line carries
  * case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this process, the scheduler,
  * the workers and their executors, reset before each case) and extra (case-specific figures).
  * --spill-workers is the spill case's number of workers (2), --spill-threads their
@@ -33,6 +37,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1955,6 +1960,42 @@ static void case_embed_vs_scatter(bench *b)
 
 /* ------------------------------------------------------------- scale cases */
 
+/* The CPUs this process may run on (its affinity), the count; 0 if unknown. */
+static int cpus_allowed(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+/* Keeps this process (and what it starts from now on) to the first n of the CPUs it may run
+ * on; false, with a message, if it may run on fewer. */
+static bool pin_cpus(int n)
+{
+    cpu_set_t set, keep;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        fprintf(stderr, "spillway-bench: --cpus: cannot read this process's CPUs: %s\n",
+                strerror(errno));
+        return false;
+    }
+    if (CPU_COUNT(&set) < n) {
+        fprintf(stderr,
+                "spillway-bench: --cpus: %d is more than the %d CPUs this process may run on\n", n,
+                CPU_COUNT(&set));
+        return false;
+    }
+    CPU_ZERO(&keep);
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < n; cpu++)
+        if (CPU_ISSET(cpu, &set)) {
+            CPU_SET(cpu, &keep);
+            k++;
+        }
+    if (sched_setaffinity(0, sizeof keep, &keep) != 0) {
+        fprintf(stderr, "spillway-bench: --cpus: %s\n", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 /* The scheduler's own figures: resident now and at its peak (KiB), CPU seconds so far. */
 static long sched_kib(bench *b, const char *field)
 {
@@ -2239,6 +2280,7 @@ static void case_scale_tiny(bench *b)
         json_t *top = json_object();
         json_object_set_new(top, "workers", json_integer(b->workers));
         json_object_set_new(top, "slots", json_integer(b->slots));
+        json_object_set_new(top, "cpus", json_integer(cpus_allowed()));
         json_object_set_new(top, "sched_peak_rss_mib", json_real(r3((double)peak_kib / 1024.0)));
         json_object_set_new(top, "sched_bytes_per_task",
                             json_real(r3((double)(peak_kib - start_kib) * 1024.0 / (double)n)));
@@ -2336,6 +2378,7 @@ static void case_chain_latency(bench *b)
     json_t *top = json_object();
     json_object_set_new(top, "workers", json_integer(b->workers));
     json_object_set_new(top, "slots", json_integer(b->slots));
+    json_object_set_new(top, "cpus", json_integer(cpus_allowed()));
     json_object_set_new(top, "us_per_hop", json_real(r3(t / (double)n * 1e6)));
     json_t *runs = json_array();
     for (int r = 0; r < reps; r++)
@@ -2377,7 +2420,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR]\n"
                "                      [--secret-file PATH] [--workers N] [--slots S]\n"
                "                      [--n N[,N...]] [--repeat R] [--spill-threads N]\n"
-               "                      [--spill-workers 1|2] [--list]\n"
+               "                      [--spill-workers 1|2] [--cpus N] [--list]\n"
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -2409,6 +2452,7 @@ int main(int argc, char **argv)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     b.spill_threads = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores; /* the worker's default */
     bool sized = false;
+    int cpus = 0;
     static const struct option longopts[] = {
         {"case", required_argument, 0, 'c'},   {"quick", no_argument, 0, 'q'},
         {"scheduler", required_argument, 0, 's'}, {"secret-file", required_argument, 0, 'k'},
@@ -2416,7 +2460,7 @@ int main(int argc, char **argv)
         {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
         {"spill-workers", required_argument, 0, 'W'}, {"repeat", required_argument, 0, 'R'},
-        {0, 0, 0, 0},
+        {"cpus", required_argument, 0, 'C'},   {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -2443,6 +2487,10 @@ int main(int argc, char **argv)
             break;
         case 'R':
             if (!int_opt("repeat", 1000, &b.repeat))
+                return 2;
+            break;
+        case 'C':
+            if (!int_opt("cpus", CPU_SETSIZE, &cpus))
                 return 2;
             break;
         case 'w':
@@ -2485,11 +2533,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (sized && addr != NULL) {
-        fprintf(stderr, "spillway-bench: --workers and --slots size the bench's own cluster; "
-                        "they do not apply with --scheduler\n");
+    if ((sized || cpus != 0) && addr != NULL) {
+        fprintf(stderr, "spillway-bench: --workers, --slots and --cpus shape the bench's own "
+                        "cluster; they do not apply with --scheduler\n");
         return 2;
     }
+    if (cpus != 0 && !pin_cpus(cpus))
+        return 2;
     if (b.scale_n[0] == 0) {
         static const uint64_t full[] = {20000, 200000, 1000000, 0}, quick[] = {2000, 20000, 0};
         if (b.quick)

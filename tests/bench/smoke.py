@@ -14,9 +14,13 @@ out = subprocess.run([os.path.join(src, "tests/bench/scale.sh"), bindir, "--quic
 sys.stderr.write(out.stderr)
 assert out.returncode == 0, f"scale.sh exited {out.returncode}"
 lines = [json.loads(l) for l in out.stdout.splitlines()]
-points = [(d["case"], d["workers"], d["n"]) for d in lines]
-want = [(c, w, n) for w in (1, 2)
-        for c, n in (("scale_tiny", 300), ("scale_tiny", 50), ("chain_latency", 200))]
+points = [(d["case"], d["workers"], d["n"], d["cpus"]) for d in lines]
+cpus = len(os.sched_getaffinity(0))
+# scale.sh counts nproc: the CPUs this process may use, as sched_getaffinity
+pinned = [("chain_latency", 200, 1)] if cpus > 1 else []
+want = [(c, w, n, k) for w in (1, 2)
+        for c, n, k in [("scale_tiny", 300, cpus), ("scale_tiny", 50, cpus),
+                        ("chain_latency", 200, cpus)] + pinned]
 assert points == want, f"points {points}, expected {want}"
 for d in lines:
     assert d["slots"] == 1, d
@@ -50,7 +54,9 @@ for d in lines:
 bench = os.path.join(bindir, "spillway-bench")
 for bad, what in ((["--workers", "0"], "--workers"), (["--slots", "x"], "--slots"),
                   (["--n", "5,,x"], "--n"), (["--repeat", "0"], "--repeat"),
-                  (["--workers", "2", "--scheduler", "127.0.0.1:1"], "--scheduler")):
+                  (["--workers", "2", "--scheduler", "127.0.0.1:1"], "--scheduler"),
+                  (["--cpus", "0"], "--cpus"), (["--cpus", str(cpus + 1)], "--cpus"),
+                  (["--cpus", "1", "--scheduler", "127.0.0.1:1"], "--scheduler")):
     r = subprocess.run([bench, *bad, "--case", "scale_tiny"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and what in r.stderr and r.stdout == "", (bad, r.returncode, r.stderr)
 print(f"ok: {len(lines)} lines")
