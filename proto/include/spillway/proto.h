@@ -43,7 +43,11 @@
 extern "C" {
 #endif
 
-#define PROTO_VERSION 1
+/* The wire's version, sent in HELLO and CHALLENGE; a peer of another version is refused with
+ * SPW_EVERSION. It changes with every change of the wire that an older peer would misread.
+ * 1: the foundation. 2: the batched frames of the scale work (TASK_RUNS, TASK_DONES,
+ * TASK_RESULTS, EXECS, EXEC_DONES: types 74-78), which a version-1 peer does not know. */
+#define PROTO_VERSION 2
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
 #define PROTO_NONCE_LEN 16
