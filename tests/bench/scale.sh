@@ -21,7 +21,7 @@ cores=$(nproc)
 ran=0
 for w in ${SPW_SCALE_WORKERS:-2 4 8 14}; do
     if [ "$w" -gt "$cores" ] && [ "$ran" -gt 0 ]; then
-        echo "scale.sh: $w workers skipped: this machine has $cores cores" >&2
+        echo "scale.sh: $w workers skipped: $cores CPUs available here" >&2
         continue
     fi
     "$bin/spillway-bench" --workers "$w" --slots 1 --case scale_tiny,chain_latency "$@"
