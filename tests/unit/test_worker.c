@@ -6,10 +6,14 @@
  * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
  * tables after every step.
  */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_main.h"
@@ -577,6 +581,168 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* ------------------------------------------------- an executor spoken to by hand */
+
+#define EXEC_TEST_CAPACITY (1u << 20)
+
+/* Starts the built executor (spillway-worker --executor) on a socket and an arena memfd of its
+ * own, as the worker does (fds 3 and 4). Returns its pid; *sock is our end of the socket. */
+static pid_t exec_spawn(int *sock)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int arena = memfd_create("spw-test-arena", MFD_CLOEXEC);
+    assert_true(arena >= 0);
+    assert_int_equal(ftruncate(arena, EXEC_TEST_CAPACITY), 0);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%u", EXEC_TEST_CAPACITY);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (dup2(sv[1], 3) != 3 || dup2(arena, 4) != 4)
+            _exit(127);
+        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    close(arena);
+    *sock = sv[0];
+    return pid;
+}
+
+static void write_all_test(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        assert_true(k > 0);
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* The next frame from the executor into *m (its fields point into in, valid until the next
+ * call), waiting at most 10 s for it. Returns false when the executor closed the socket or
+ * nothing came in time. */
+static bool exec_next_frame(int fd, spw_buf *in, size_t *used, msgpack_zone *z, proto_msg *m)
+{
+    proto_limits lim;
+    proto_limits_default(&lim);
+    spw_buf_consume(in, *used);
+    *used = 0;
+    msgpack_zone_clear(z);
+    uint64_t deadline = spw_now_ns() + 10ULL * 1000000000ULL;
+    for (;;) {
+        int rc = proto_decode(in->data, in->len, &lim, z, m);
+        assert_true(rc >= 0);
+        if (rc > 0) {
+            *used = (size_t)rc;
+            return true;
+        }
+        uint64_t now = spw_now_ns();
+        if (now >= deadline)
+            return false;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)((deadline - now) / 1000000ULL) + 1) <= 0)
+            continue;
+        uint8_t b[4096];
+        ssize_t k = read(fd, b, sizeof b);
+        if (k <= 0)
+            return false;
+        spw_buf_append(in, b, (size_t)k);
+    }
+}
+
+/* An EXECS frame of one task: fn on an inline u64 argument, outputs up to inline_limit bytes
+ * inline. */
+static void enc_exec(spw_buf *b, uint64_t id, const char *fn, uint64_t arg, uint64_t inline_limit)
+{
+    proto_earg_rec a = {.kind = PROTO_ARG_INLINE, .value = {&arg, sizeof arg}};
+    proto_exec_rec r = {
+        .id = tid(id), .fn = fn, .args = {.n = 1, .v = &a}, .inline_limit = inline_limit};
+    proto_enc en;
+    proto_enc_execs(&en, b, 0, &(proto_execs_msg){.recs = {.n = 1, .v = &r}});
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+}
+
+/* Kills and reaps the executor a test started (*state: its pid, 0 once reaped). */
+static int exec_teardown(void **state)
+{
+    pid_t *pid = *state;
+    if (pid != NULL && *pid > 0) {
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+        *pid = 0;
+    }
+    return 0;
+}
+
+/* A task whose output goes to the store makes the executor ask the worker for room and read
+ * the answer. The worker's next EXECS frame may arrive cut in two by that wait: its first part
+ * read with the frame being run, the rest together with the answer. The executor must join the
+ * two parts: it answers both tasks, and does not take the rest for a frame of its own. */
+static void executor_joins_a_frame_cut_by_an_allocation(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid; /* exec_teardown kills it if an assertion fails first */
+    spw_buf out = {0}, in = {0};
+    enc_exec(&out, 1, "fill", 4096, 0); /* 4 KiB, none inline: from the store */
+    size_t first = out.len;
+    enc_exec(&out, 2, "inc", 41, PROTO_DEFAULT_INLINE_LIMIT);
+    size_t cut = first + (out.len - first) / 2;
+    write_all_test(sock, out.data, cut);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    proto_msg m;
+    assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+    assert_int_equal(m.type, PROTO_EXEC_ALLOC);
+    assert_true(spw_id_eq(m.f[F_EALLOC_ID].id, tid(1)));
+    assert_int_equal(m.f[F_EALLOC_SIZE].u, 4096);
+    spw_buf reply = {0};
+    spw_buf_append(&reply, out.data + cut, out.len - cut);
+    proto_enc en;
+    proto_enc_exec_alloc_ok(&en, &reply, m.req, &(proto_exec_alloc_ok_msg){.off = 0});
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, reply.data, reply.len);
+
+    bool done1 = false, done2 = false;
+    while (!(done1 && done2)) {
+        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_DONES);
+        for (uint32_t i = 0; i < m.f[F_DONES_RECS].arr.n; i++) {
+            const proto_val *f = PROTO_REC(&m.f[F_DONES_RECS], i);
+            assert_false(f[F_DONE_ID].bad);
+            assert_int_equal(f[F_DONE_STATUS].i, 0);
+            if (spw_id_eq(f[F_DONE_ID].id, tid(1))) {
+                assert_int_equal(f[F_DONE_SIZE].u, 4096);
+                assert_true(f[F_DONE_INLINE].nil);
+                done1 = true;
+            } else {
+                assert_true(spw_id_eq(f[F_DONE_ID].id, tid(2)));
+                uint64_t v;
+                assert_int_equal(f[F_DONE_INLINE].bin.len, sizeof v);
+                memcpy(&v, f[F_DONE_INLINE].bin.ptr, sizeof v);
+                assert_int_equal(v, 42);
+                done2 = true;
+            }
+        }
+    }
+    close(sock); /* the executor leaves through its cleanup */
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    pid = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+    spw_buf_release(&reply);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -588,6 +754,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
+    cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

@@ -52,6 +52,7 @@ typedef struct executor {
     void *plugins[WRK_MAX_PLUGINS];
     uint32_t nplugins;
     spw_buf in;      /* bytes from the worker, processed in order */
+    size_t in_end;   /* the end in `in` of the frame being run */
     spw_buf backlog; /* frames read while waiting for an allocation reply */
     spw_buf out;     /* frames to the worker */
     proto_batch done; /* the open EXEC_DONES frame at the end of out */
@@ -167,7 +168,13 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
     flush_out(ex);
     if (ex->gone)
         return SPW_ECLOSED;
+    /* What was read after the frame being run, whole frames and maybe the first part of one
+     * whose rest comes with the answer, is read first: what comes now continues it. */
     spw_buf rb = {0};
+    spw_buf_append(&rb, ex->in.data + ex->in_end, ex->in.len - ex->in_end);
+    ex->in.len = ex->in_end;
+    spw_buf_append(&rb, ex->backlog.data, ex->backlog.len);
+    spw_buf_reset(&ex->backlog);
     int result = 1;
     while (result == 1) {
         size_t pos = 0;
@@ -542,6 +549,7 @@ int wrk_executor_main(int argc, char **argv)
             if (drc < 0)
                 SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
             ex.clock_ns = spw_now_ns(); /* run_exec: the first task's start */
+            ex.in_end = pos + (size_t)drc;
             if (m.type == PROTO_EXEC) {
                 run_exec(&ex, m.f);
             } else if (m.type == PROTO_EXECS) {
