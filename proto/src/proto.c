@@ -659,8 +659,10 @@ DEC_INLINE int dec_array(rd *r, const pfield *fd, const mobj *o, proto_val *v)
     /* Every item must be a record of the right arity before room for n * nf values is
      * taken: n zero bytes must not buy an allocation nf * 24 times their size. A record of
      * nreq fields takes 1 + nreq bytes at least, so more records than that many bytes
-     * remain for cannot all be right. */
-    if (sub != NULL && !fd->lenient) {
+     * remain for cannot all be right. A batch (lenient: one bad record is marked, the rest
+     * kept) is held to the same count: its records are ours, so a frame of more than could
+     * be right is no batch with a bad record in it but a bad frame. */
+    if (sub != NULL) {
         uint32_t nreq = sub->nreq != 0 ? sub->nreq : sub->nf;
         if (fd->kind == PF_REC ? o->u < nreq || o->u > nf
                                : n * (1 + (uint64_t)nreq) > (uint64_t)(r->end - r->p))

@@ -387,6 +387,54 @@ static void many_small_values_refused(void **state)
     }
 }
 
+/* A batch whose records are one byte each: each would be marked bad, but room for all of them
+ * (TASK_DONES records of 6 fields, 144 bytes) would be taken first, 144 times the frame. More
+ * records than the bytes could hold as whole records fail the frame; a batch with one record
+ * of one byte among whole ones still decodes, that record marked. */
+static void batch_of_one_byte_records_refused(void **state)
+{
+    (void)state;
+    proto_limits lim;
+    proto_limits_default(&lim);
+    for (int k = 0; k < 2; k++) {
+        spw_buf b = {0};
+        proto_enc e;
+        proto_enc_begin(&e, &b, PROTO_TASK_DONES, 9, 1);
+        uint32_t n = k == 0 ? 100000 : 3;
+        proto_put_arr(&e, n);
+        for (uint32_t i = 0; i < n; i++) {
+            if (k == 0 || i == 1) {
+                proto_put_u(&e, 7); /* not a record */
+                continue;
+            }
+            proto_put_arr(&e, 6);
+            proto_put_id(&e, (spw_id){(uint64_t)i + 1, 0});
+            proto_put_i(&e, 0);
+            proto_put_u(&e, 3);
+            proto_put_bin(&e, "abc", 3);
+            proto_put_str(&e, "");
+            proto_put_u(&e, 5);
+        }
+        assert_true(proto_enc_end(&e, UINT32_MAX) > 0);
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        proto_msg m;
+        int rc = proto_decode(b.data, b.len, &lim, &z, &m);
+        if (k == 0) {
+            assert_int_equal(rc, SPW_EMALFORMED);
+        } else {
+            assert_int_equal(rc, (int)b.len);
+            const proto_val *recs = &m.f[F_DONES_RECS];
+            assert_int_equal(recs->arr.n, 3);
+            assert_false(PROTO_REC(recs, 0)[R_DONE_ID].bad);
+            assert_true(PROTO_REC(recs, 1)[R_DONE_ID].bad);
+            assert_false(PROTO_REC(recs, 2)[R_DONE_ID].bad);
+        }
+        msgpack_zone_destroy(&z);
+        spw_buf_release(&b);
+    }
+}
+
 static void list_limit_enforced(void **state)
 {
     (void)state;
@@ -698,6 +746,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(payload_splits_off_every_data_frame),
     cmocka_unit_test(oversized_frame_rejected_before_body),
     cmocka_unit_test(many_small_values_refused),
+    cmocka_unit_test(batch_of_one_byte_records_refused),
     cmocka_unit_test(list_limit_enforced),
     cmocka_unit_test(truncated_frames_of_every_type_with_short_length),
     cmocka_unit_test(error_table_names_and_messages),
