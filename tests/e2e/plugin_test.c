@@ -170,11 +170,34 @@ static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
     return -5;
 }
 
-static const spw_plugin_fn fns[] = {{"reverse", reverse},       {"xor_key", xor_key},
-                                    {"hog", hog},               {"leak", leak},
-                                    {"mark_sleep", mark_sleep}, {"fail_bare", fail_bare},
-                                    {"wait_file", wait_file}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 7};
+/* count_return(path, code[, ...]): appends one byte to the file `path` (a test counts the
+ * runs), then returns code (a u64 holding an int64); further arguments (a producer's output, so
+ * that the task can be sent ahead) are not read. */
+static int count_return(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t code;
+    char path[512];
+    if (nargs < 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &code)) {
+        spw_task_fail(ctx, "count_return takes a path and a u64 holding the code to return");
+        return -1;
+    }
+    memcpy(path, args[0].data, args[0].len);
+    path[args[0].len] = '\0';
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, "r", 1);
+    close(fd);
+    if (n != 1)
+        return -EIO;
+    return (int)(int64_t)code;
+}
+
+static const spw_plugin_fn fns[] = {
+    {"reverse", reverse},     {"xor_key", xor_key},          {"hog", hog},
+    {"leak", leak},           {"mark_sleep", mark_sleep},    {"fail_bare", fail_bare},
+    {"wait_file", wait_file}, {"count_return", count_return}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 8};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

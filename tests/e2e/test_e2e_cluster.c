@@ -187,6 +187,46 @@ static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A task function that returns SPW_EAHEAD, the code by which an executor says it dropped a task
+ * sent ahead unrun, has run: it fails once, as any failed task, rather than being taken in again
+ * and run twice (before: 3 runs for these 2 tasks, both failed with SPW_EPROTO). */
+static void task_returning_the_ahead_code_runs_once(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    char path[600];
+    snprintf(path, sizeof path, "%s/runs", c.dir);
+    /* After a producer on the same worker, so that it may be sent ahead; and alone. */
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref p, t[2];
+    spillway_arg one = spillway_arg_u64(1);
+    assert_int_equal(spillway_task(g, "inc", &one, 1, 0, &p), 0);
+    spillway_arg a[3] = {spillway_arg_bytes(path, strlen(path)),
+                         spillway_arg_u64((uint64_t)(int64_t)SPW_EAHEAD), spillway_arg_ref(p)};
+    assert_int_equal(spillway_task(g, "count_return", a, 3, SPILLWAY_KEEP, &t[0]), 0);
+    assert_int_equal(spillway_task(g, "count_return", a, 2, SPILLWAY_KEEP, &t[1]), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < 2; i++) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, t[i], 60000, &out, &len), SPW_ETASKFAILED);
+        assert_non_null(strstr(spillway_errmsg(cl), "count_return"));
+    }
+    assert_int_equal(spillway_release_many(cl, t, 2), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 2); /* one run each */
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 /* A client process killed mid-job: its work is dropped and others carry on. */
 static void client_killed_mid_job_leaves_cluster_working(void **state)
 {
@@ -1116,6 +1156,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(dependency_graph_matches_local_computation),
     cmocka_unit_test(plugin_task_runs_and_bad_plugin_is_refused),
     cmocka_unit_test(failed_task_reports_its_text_and_cluster_keeps_working),
+    cmocka_unit_test(task_returning_the_ahead_code_runs_once),
     cmocka_unit_test(client_killed_mid_job_leaves_cluster_working),
     cmocka_unit_test(put_get_round_trips_every_size),
     cmocka_unit_test(release_twice_or_unknown_is_enotheld),

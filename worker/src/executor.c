@@ -384,8 +384,9 @@ static void run_exec(executor *ex, const proto_val *rec)
             int rc = f->fn(&t.ctx, targs, nargs);
             if (rc != 0) {
                 /* Spillway's own codes, and the error output() gave the task, are kept; any
-                 * other value (-1, an errno) means "failed", with the task's text. */
-                bool own = rc <= -1000 && rc > -2000;
+                 * other value (-1, an errno) means "failed", with the task's text. Not
+                 * SPW_EAHEAD: it says the task was dropped unrun, and this one ran. */
+                bool own = rc <= -1000 && rc > -2000 && rc != SPW_EAHEAD;
                 status = own || (t.output_err != 0 && rc == t.output_err) ? rc : SPW_ETASKFAILED;
                 if (t.err[0] == '\0')
                     snprintf(t.err, sizeof t.err, "%s returned %d", name, rc);
