@@ -60,6 +60,16 @@ static void ready_remove(sched *s, sched_task *t)
     s->nready--;
 }
 
+/* A ready task a dispatch pass stepped over (held by its graph's caps, or bound to a worker
+ * that cannot take it now) goes behind the others of its depth, so that the next pass looks at
+ * those first: else thousands held at the front would hide every task behind them, pass after
+ * pass, however many events kicked one. */
+static void ready_step_over(sched *s, sched_task *t)
+{
+    DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
+    DL_APPEND2(s->ready[t->depth], t, qprev, qnext);
+}
+
 /* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
 void sched__live_uncount(sched *s, sched_obj *o)
 {
@@ -686,25 +696,29 @@ static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
     /* Deepest first: a task that consumes outputs goes before one that makes more, so a job's
-     * live data stays near its width instead of its size. Within a depth, FIFO. Tasks held by
-     * their graph's caps or bound to a busy worker are stepped over, a bounded number of times
-     * per pass. */
+     * live data stays near its width instead of its size. Within a depth, FIFO among the tasks
+     * that can go. Tasks held by their graph's caps or bound to a busy worker are stepped over,
+     * a bounded number of times per pass, and go behind the rest of their depth; a pass looks at
+     * each task of a depth once (up to the depth's last task when it began). */
     int skipped = 0;
     bool full = false;
     for (int d = SCHED_DEPTHS - 1; d >= 0 && !full; d--) {
         sched_task *t = s->ready[d];
+        sched_task *last = t != NULL ? t->qprev : NULL; /* utlist: the head's prev is the tail */
         while (t != NULL) {
-            sched_task *next = t->qnext;
+            sched_task *next = t != last ? t->qnext : NULL;
             char err[256];
             int rc = check_inputs(t, err, sizeof err);
             if (rc != 0) {
                 task_fail(s, t, rc, err);
                 t = s->ready[d]; /* failing may cascade: rescan this depth */
+                last = t != NULL ? t->qprev : NULL;
                 continue;
             }
             if (!graph_admits(t->graph, t)) {
                 if (++skipped > DISPATCH_SKIP_MAX)
                     goto out;
+                ready_step_over(s, t);
                 t = next;
                 continue;
             }
@@ -716,10 +730,12 @@ static void dispatch(uv_idle_t *h)
                 }
                 if (place_expired(s, t)) {
                     t = s->ready[d]; /* failing may cascade: rescan this depth */
+                    last = t != NULL ? t->qprev : NULL;
                     continue;
                 }
                 if (++skipped > DISPATCH_SKIP_MAX)
                     goto out;
+                ready_step_over(s, t);
                 t = next;
                 continue;
             }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,11 +194,30 @@ static int count_return(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t na
     return (int)(int64_t)code;
 }
 
+/* file_size(path): the size of the file `path` now (0 if there is none), as a u64. */
+static int file_size(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    char path[512];
+    if (nargs != 1 || args[0].len == 0 || args[0].len >= sizeof path) {
+        spw_task_fail(ctx, "file_size takes a path");
+        return -1;
+    }
+    memcpy(path, args[0].data, args[0].len);
+    path[args[0].len] = '\0';
+    struct stat st;
+    uint64_t size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    uint8_t *out = spw_task_output(ctx, sizeof size);
+    if (out == NULL)
+        return spw_task_output_error(ctx);
+    memcpy(out, &size, sizeof size);
+    return 0;
+}
+
 static const spw_plugin_fn fns[] = {
     {"reverse", reverse},     {"xor_key", xor_key},          {"hog", hog},
     {"leak", leak},           {"mark_sleep", mark_sleep},    {"fail_bare", fail_bare},
-    {"wait_file", wait_file}, {"count_return", count_return}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 8};
+    {"wait_file", wait_file}, {"count_return", count_return}, {"file_size", file_size}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 9};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

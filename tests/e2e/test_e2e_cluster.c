@@ -227,6 +227,51 @@ static void task_returning_the_ahead_code_runs_once(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A graph held back by its cap (one task in flight) with thousands of ready tasks ahead of
+ * another graph's task at the same depth: the other graph's task runs while the first is still
+ * near its start, not once it has fewer ready tasks than a dispatch pass steps over (4,096).
+ * The capped graph's tasks count their runs in a file; the other task reads that count. */
+static void capped_graph_does_not_hold_back_others(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", "2", "--store-capacity", "64M", "--plugin", plugin, NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    char path[600];
+    snprintf(path, sizeof path, "%s/runs", c.dir);
+    enum { N = 6000 };
+    spillway_ref *a = malloc(N * sizeof *a);
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_limits(g, 1, 0), 0);
+    spillway_arg ca[2] = {spillway_arg_bytes(path, strlen(path)), spillway_arg_u64(0)};
+    for (int i = 0; i < N; i++)
+        assert_int_equal(spillway_task(g, "count_return", ca, 2, SPILLWAY_KEEP, &a[i]), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    g = spillway_graph_new(cl);
+    spillway_ref b;
+    spillway_arg ba = spillway_arg_bytes(path, strlen(path));
+    assert_int_equal(spillway_task(g, "file_size", &ba, 1, SPILLWAY_KEEP, &b), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    uint64_t runs = e2e_get_u64(cl, b);
+    /* The pass after the submit steps over 4,096 held tasks; the next ones reach it. */
+    assert_true(runs < 1000);
+    assert_int_equal(spillway_wait(cl, a, N, 120000), 0);
+    assert_int_equal(spillway_release_many(cl, a, N), 0);
+    assert_int_equal(spillway_release(cl, b), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, N);
+    free(a);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 /* A client process killed mid-job: its work is dropped and others carry on. */
 static void client_killed_mid_job_leaves_cluster_working(void **state)
 {
@@ -1157,6 +1202,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(plugin_task_runs_and_bad_plugin_is_refused),
     cmocka_unit_test(failed_task_reports_its_text_and_cluster_keeps_working),
     cmocka_unit_test(task_returning_the_ahead_code_runs_once),
+    cmocka_unit_test(capped_graph_does_not_hold_back_others),
     cmocka_unit_test(client_killed_mid_job_leaves_cluster_working),
     cmocka_unit_test(put_get_round_trips_every_size),
     cmocka_unit_test(release_twice_or_unknown_is_enotheld),
