@@ -885,14 +885,23 @@ static void worker_unlink(sched *s, sched_task *t)
 }
 
 /* The worker's TASK_DONE for a task ahead there that never started (its inputs are not all
- * ready here): it waits on as if never sent, or, failed or released meanwhile, goes now. */
+ * ready here): it waits on as if never sent, or, failed or released meanwhile, goes now. A
+ * malformed record (record i of the frame) fails it, as it would any task. */
 static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t req,
-                           const proto_val *f)
+                           const proto_val *f, uint32_t i)
 {
     char hex[33];
     int status = (int)f[F_DONE_STATUS].i;
     worker_unlink(s, t);
-    if (status == 0)
+    if (f[F_DONE_ID].bad) {
+        proto_conn_error(w->conn, req, SPW_EMALFORMED,
+                         "TASK_DONES record %u (task=%s) does not match the schema: task failed", i,
+                         spw_id_hex(sched__task_out(t)->id, hex));
+        if (t->state == T_WAITING) {
+            task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
+            return;
+        }
+    } else if (status == 0)
         proto_conn_error(w->conn, req, SPW_EPROTO,
                          "task=%s was sent ahead and reported done before its inputs were",
                          spw_id_hex(sched__task_out(t)->id, hex));
@@ -959,7 +968,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         o = sched__obj_find(s, id);
     sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
     if (t != NULL && t->worker == w && sched__task_ahead(t)) {
-        ahead_answered(s, w, t, req, f);
+        ahead_answered(s, w, t, req, f, i);
         return;
     }
     if (t == NULL || t->worker != w || (t->state != T_ASSIGNED && t->state != T_RUNNING)) {

@@ -1516,6 +1516,65 @@ static void fake_worker_messages_are_refused(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A worker's malformed completion of a task sent ahead to it (queued behind its producer, its
+ * input not made yet) fails that task with SPW_EMALFORMED and an ERROR naming the record, as
+ * for any other task; the producer's completion is taken as usual. */
+static void malformed_completion_of_a_task_sent_ahead_fails_it(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    wire *w = wire_open(c->addr);
+    wire_challenge(w);
+    hello_args a = {PROTO_VERSION, PROTO_ROLE_WORKER, "", false, "127.0.0.1:1", 1};
+    wire_hello(w, &a);
+    wire_welcomed(w);
+    spillway *cl = e2e_connect(c);
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref p, t;
+    spillway_arg one = spillway_arg_u64(1);
+    assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &p), 0);
+    spillway_arg pa = spillway_arg_ref(p);
+    assert_int_equal(spillway_task(g, "inc", &pa, 1, SPILLWAY_KEEP, &t), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    /* The producer, and its dependent sent ahead behind it in the same frame. */
+    const proto_msg *m = wire_await(w, PROTO_TASK_RUNS, 0);
+    const proto_val *recs = &m->f[F_RUNS_RECS];
+    assert_int_equal(recs->arr.n, 2);
+    spw_id pid = PROTO_REC(recs, 0)[R_RUN_ID].id, tid = PROTO_REC(recs, 1)[R_RUN_ID].id;
+    assert_false(PROTO_REC(recs, 0)[R_RUN_FLAGS].u & PROTO_TASK_AHEAD);
+    assert_true(PROTO_REC(recs, 1)[R_RUN_FLAGS].u & PROTO_TASK_AHEAD);
+    proto_enc *e = wire_begin(w, PROTO_TASK_DONES, 160, 1);
+    proto_put_arr(e, 1);
+    proto_put_arr(e, 6);
+    proto_put_id(e, tid);
+    proto_put_str(e, "not a status");
+    proto_put_u(e, 0);
+    proto_put_nil(e);
+    proto_put_str(e, "");
+    proto_put_u(e, 0);
+    wire_end(w);
+    wire_expect_error(w, 160, SPW_EMALFORMED);
+    void *out;
+    size_t len;
+    assert_int_equal(spillway_get(cl, t, 20000, &out, &len), SPW_EMALFORMED);
+    uint64_t two = 2;
+    e = wire_begin(w, PROTO_TASK_DONE, 161, 6);
+    proto_put_id(e, pid);
+    proto_put_i(e, 0);
+    proto_put_u(e, 8);
+    proto_put_bin(e, &two, 8);
+    proto_put_str(e, "");
+    proto_put_u(e, 10);
+    wire_end(w);
+    assert_int_equal(e2e_get_u64(cl, p), 2);
+    spillway_ref both[] = {p, t};
+    assert_int_equal(spillway_release_many(cl, both, 2), 0);
+    spillway_close(cl);
+    wire_close(w);
+    assert_true(cluster_stop(c));
+}
+
 /* ================================================= a worker's peer port */
 
 static void obj_write_not_starting_at_zero_is_einval(void **state)
@@ -2348,6 +2407,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(duplicate_task_id_is_eduplicate, teardown),
     cmocka_unit_test_teardown(task_naming_itself_as_argument_does_not_linger, teardown),
     cmocka_unit_test_teardown(fake_worker_messages_are_refused, teardown),
+    cmocka_unit_test_teardown(malformed_completion_of_a_task_sent_ahead_fails_it, teardown),
     cmocka_unit_test_teardown(obj_write_not_starting_at_zero_is_einval, teardown),
     cmocka_unit_test_teardown(obj_write_larger_than_store_is_etoobig, teardown),
     cmocka_unit_test_teardown(obj_write_chunks_out_of_order_are_einval, teardown),
