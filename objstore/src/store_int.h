@@ -22,6 +22,7 @@ struct ost_obj {
     bool deleted;           /* removed from the table; freed when the last user lets go */
     bool aborted;           /* its write failed while followers still send from its memory */
     uint64_t stored_size;   /* bytes of the spilled copy */
+    uint64_t copy;          /* the spilled copy's number, in its records' keys (spill.c) */
     uint64_t last_use_ns;
     ost_obj *lru_prev, *lru_next;
     ost_obj *prev, *next;   /* zombie list */

@@ -395,6 +395,46 @@ static void gone_from_disk(ost_store *s)
     done(s);
 }
 
+/* A spilled object deleted while a reader pins it, written again under the same id and spilled:
+ * the old copy's deletion, queued at the reader's unpin, must not take the new copy with it. */
+static void late_deletion_of_an_old_copy_keeps_the_new_one(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    put(s, 1, 1u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 1);
+    got old = {0};
+    ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &old); /* restored and pinned */
+    while (old.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(old.status, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* the reader keeps it */
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 1u << 20, &o), 0);
+    fill_obj(ost_obj_data(o), 1u << 20, 2, true);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
+    assert_int_equal(ost_obj_unpin(s, old.o), 0); /* the old copy goes now */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_entries, 1);
+    got g = {0};
+    ost_obj_get_async(s, o, got_cb, &g);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    uint8_t *want = malloc(1u << 20);
+    fill_obj(want, 1u << 20, 2, true);
+    assert_memory_equal(ost_obj_data(o), want, 1u << 20);
+    free(want);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -664,6 +704,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
+    cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
 };
 
 SPW_TEST_MAIN(tests)
