@@ -1179,6 +1179,12 @@ void ost__spill_maintain(ost_store *s)
 
 void ost__restore_start(ost_store *s, ost_obj *o)
 {
+    if (s->spill->quiescing) {
+        /* No job starts any more: a restore that got its memory only now (a waiter, after
+         * something was freed) would wait in the queue for ever. */
+        ost__restore_fail(s, o, SPW_ESHUTDOWN);
+        return;
+    }
     spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
     j->s = s;
     j->kind = JOB_RESTORE;

@@ -435,6 +435,31 @@ static void late_deletion_of_an_old_copy_keeps_the_new_one(void **state)
     gone_from_disk(s);
 }
 
+/* A restore that gets its memory while the store quiesces (another object went meanwhile)
+ * fails its getters with SPW_ESHUTDOWN: none is left waiting, nothing leaks. */
+static void restore_given_memory_while_quiescing_fails_cleanly(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *big;
+    assert_int_equal(ost_obj_create(s, id(2), 6u << 20, &big), 0); /* the writer pins it */
+    got g = {0};
+    ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &g); /* waits for room */
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g.calls, 0);
+    ost_store_quiesce(s, NULL, NULL);
+    ost_obj_abort(s, big); /* room for the restore, now */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, SPW_ESHUTDOWN);
+    ost_obj_delete(s, id(1));
+    done(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -705,6 +730,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
+    cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
 };
 
 SPW_TEST_MAIN(tests)
