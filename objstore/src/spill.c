@@ -734,20 +734,22 @@ static void job_work_run(spill_job *j, spill_part *p)
     }
 }
 
-/* Calls every getter of o with status; on success each gets the object pinned. */
+/* Calls every getter of o with status; on success each gets the object pinned. The pins are
+ * all taken before the first call: a getter that lets go at once (its reader gone) would
+ * otherwise leave o unpinned, and evicted or spilled, before the next one gets it. */
 static void getters_call(ost_store *s, ost_obj *o, int status)
 {
     ost_getter *g = o->getters;
     o->getters = NULL;
+    if (status == 0) {
+        uint32_t before = o->pins;
+        for (ost_getter *x = g; x != NULL; x = x->next)
+            o->pins++;
+        ost__pins_changed(s, o, before);
+    }
     while (g != NULL) {
         ost_getter *next = g->next;
-        int rc = status;
-        if (rc == 0) {
-            uint32_t before = o->pins;
-            o->pins++;
-            ost__pins_changed(s, o, before);
-        }
-        g->cb(g->arg, rc, rc == 0 ? o : NULL);
+        g->cb(g->arg, status, status == 0 ? o : NULL);
         spw_free(g);
         g = next;
     }

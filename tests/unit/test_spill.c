@@ -460,6 +460,51 @@ static void restore_given_memory_while_quiescing_fails_cleanly(void **state)
     done(s);
 }
 
+/* A getter that lets go of the object in its callback, having noted whether it was in memory. */
+typedef struct letgo {
+    ost_store *s;
+    int calls, status;
+    bool in_memory;
+} letgo;
+
+static void letgo_cb(void *arg, int status, ost_obj *o)
+{
+    letgo *l = arg;
+    l->calls++;
+    l->status = status;
+    l->in_memory = status == 0 && (ost_obj_where(o) & OST_IN_MEMORY) != 0;
+    if (status == 0)
+        assert_int_equal(ost_obj_unpin(l->s, o), 0);
+}
+
+/* Two getters wait for one restore, above the spill threshold. The first one called lets go at
+ * once (a reader whose connection closed meanwhile): the object, unpinned and on disk, must not
+ * be evicted before the second one has it pinned, in memory. */
+static void getter_letting_go_leaves_the_next_one_its_memory(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *writing; /* pinned by its writer: neither spilled nor evicted */
+    assert_int_equal(ost_obj_create(s, id(2), 3u << 20, &writing), 0);
+    ost_obj *o = ost_obj_find(s, id(1));
+    letgo a = {.s = s}, b = {.s = s};
+    ost_obj_get_async(s, o, letgo_cb, &a);
+    ost_obj_get_async(s, o, letgo_cb, &b);
+    while (a.calls == 0 || b.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(a.status, 0);
+    assert_int_equal(b.status, 0);
+    assert_true(a.in_memory);
+    assert_true(b.in_memory);
+    ost_obj_abort(s, writing);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -731,6 +776,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
+    cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
 };
 
 SPW_TEST_MAIN(tests)
