@@ -666,6 +666,52 @@ static void worker_requeued_task_gets_no_stale_allocation(void **state)
     assert_int_equal(ost_obj_unpin(s, out1), 0);
 }
 
+/* A TASK_RUN whose argument names an object here as len bytes at off of an object of objsize
+ * bytes, whatever its true size. */
+static void task_run_range(env *e, uint64_t id, uint64_t obj, uint64_t off, uint64_t len,
+                           uint64_t objsize)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, "reverse");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    proto_put_u(&en, PROTO_ARG_VIEW);
+    proto_put_nil(&en);
+    proto_put_id(&en, tid(obj));
+    proto_put_u(&en, off);
+    proto_put_u(&en, len);
+    proto_put_u(&en, objsize);
+    proto_put_arr(&en, 0); /* locations */
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* An argument's range past the end of the object it names here (a scheduler that has the size
+ * wrong) fails the task clearly: the executor must not read the bytes that follow the object
+ * in the arena (other objects') as the task's input. A range inside it runs. */
+static void worker_argument_past_its_object_fails_the_task(void **state)
+{
+    env *e = *state;
+    ost_store *s = e->w->store;
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, tid(500), 8, &o), 0);
+    memcpy(ost_obj_data(o), "abcdefgh", 8);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    task_run_range(e, 1, 500, 0, 4096, 4096);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_EINVAL);
+    task_run_range(e, 2, 500, 2, 4, 8);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    const rx *r = find(e, PROTO_TASK_DONE, 2);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(r->inl_len, 4);
+    assert_memory_equal(r->inl, "fedc", 4);
+    assert_int_equal(ost_obj_pins(o), 0);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
@@ -840,6 +886,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
+                                    teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
 };
 

@@ -175,6 +175,17 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 {
     SPW_ASSERT(t->missing > 0);
     t->missing--;
+    const warg *in = &t->args[arg];
+    char range[128];
+    if (status == 0 && in->pinned &&
+        (in->off > ost_obj_size(in->obj) || in->len > ost_obj_size(in->obj) - in->off)) {
+        /* The scheduler has its size wrong: the executor would read the bytes after it. */
+        snprintf(range, sizeof range, "range %llu+%llu outside its %llu bytes",
+                 (unsigned long long)in->off, (unsigned long long)in->len,
+                 (unsigned long long)ost_obj_size(in->obj));
+        status = SPW_EINVAL;
+        msg = range;
+    }
     if (status != 0 && t->fail_status == 0) {
         char buf[512];
         char hex[33];
