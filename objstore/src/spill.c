@@ -6,7 +6,8 @@
  * spill_threads), each with its own zstd compression and decompression contexts and scratch
  * buffer. Jobs run on the libuv threadpool as parts, one per lane: restores first, then
  * spills and deletions, in order, except that a job never starts while another job for the same
- * object id runs (so a deletion and a later spill of that id keep their order). A spill or
+ * object id runs; each spilled copy has keys of its own (make_key), so the deletion of an old
+ * copy, queued only when its last user lets go, never takes a later copy of the id. A spill or
  * restore of several chunks takes more lanes as they come free (a lane first joins a running
  * restore, then starts a queued one, then joins a running spill, then starts queued work): each
  * part claims the next chunk not yet taken, so one large object keeps every lane busy. A spill
@@ -69,7 +70,7 @@
 #include "spill_record.h"
 
 #define CHUNK (4u << 20)          /* raw bytes per record */
-#define KEY_LEN 20                /* object id (16) + chunk index (4, big-endian) */
+#define KEY_LEN 28                /* object id (16) + copy (8) + chunk index (4), big-endian */
 #define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
 #define COMPACT_SLACK (64ULL << 20)
 
@@ -85,6 +86,7 @@ typedef struct spill_job {
     int kind;
     ost_obj *o;          /* SPILL, RESTORE */
     spw_id id;
+    uint64_t copy;       /* SPILL, RESTORE, DELETE: the object's spilled copy (make_key) */
     uint64_t size;       /* raw bytes of the object */
     const uint8_t *src;  /* SPILL: the object's bytes in the arena */
     uint8_t *dst;        /* RESTORE: its new block */
@@ -132,6 +134,7 @@ struct ost_spill {
     spill_job *restores, *work; /* queues; restores go first */
     spill_job *running;         /* jobs on the threadpool */
     uint64_t spilling_bytes;    /* in queued or running spill jobs */
+    uint64_t copies;            /* spilled copies numbered so far (make_key) */
     bool full;                  /* the map cannot grow or the disk is full */
     bool active;                /* a spill episode: above the threshold, not yet at target */
     bool quiescing;
@@ -188,13 +191,18 @@ const char *ost_store_full_reason(const ost_store *s)
     return ost__spill_full(s) ? s->spill->full_why : "";
 }
 
-static void make_key(uint8_t key[KEY_LEN], spw_id id, uint32_t chunk)
+/* The key of a chunk of one spilled copy. The copy's number keeps the records of an object
+ * deleted while in use apart from those of a later object of the same id: the deletion of the
+ * old copy, queued only when its last user lets go, may come after the new copy is written. */
+static void make_key(uint8_t key[KEY_LEN], spw_id id, uint64_t copy, uint32_t chunk)
 {
     spw_id_to_bytes(id, key);
-    key[16] = (uint8_t)(chunk >> 24);
-    key[17] = (uint8_t)(chunk >> 16);
-    key[18] = (uint8_t)(chunk >> 8);
-    key[19] = (uint8_t)chunk;
+    for (int b = 0; b < 8; b++)
+        key[16 + b] = (uint8_t)(copy >> (56 - 8 * b));
+    key[24] = (uint8_t)(chunk >> 24);
+    key[25] = (uint8_t)(chunk >> 16);
+    key[26] = (uint8_t)(chunk >> 8);
+    key[27] = (uint8_t)chunk;
 }
 
 static uint32_t nchunks(uint64_t size)
@@ -449,7 +457,7 @@ static int spill_chunk(spill_job *j, spill_lane *ln, uint32_t i, int *mdb_rc)
         ost_rec_raw_header(ln->scratch, j->src + off, len); /* its checksum, before the lock */
     uint64_t t1 = sp->trace ? spw_now_ns() : 0;
     uint8_t key[KEY_LEN];
-    make_key(key, j->id, i);
+    make_key(key, j->id, j->copy, i);
     MDB_val k = {KEY_LEN, key};
     MDB_txn *txn;
     int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
@@ -515,7 +523,7 @@ static void spill_work(spill_job *j, spill_part *p)
     if (mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
         for (uint32_t c = 0; c < nchunks(j->size); c++) {
             uint8_t key[KEY_LEN];
-            make_key(key, j->id, c);
+            make_key(key, j->id, j->copy, c);
             MDB_val k = {KEY_LEN, key};
             mdb_del(txn, sp->dbi, &k, NULL); /* MDB_NOTFOUND: never written */
         }
@@ -540,7 +548,7 @@ static void restore_work(spill_job *j, spill_part *p)
         uint64_t off = (uint64_t)i * CHUNK;
         size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
         uint8_t key[KEY_LEN];
-        make_key(key, j->id, i);
+        make_key(key, j->id, j->copy, i);
         MDB_val k = {KEY_LEN, key}, v;
         rc = mdb_get(txn, sp->dbi, &k, &v);
         if (rc != 0) {
@@ -563,7 +571,7 @@ static void delete_work(spill_job *j)
     int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
     for (uint32_t i = 0; rc == 0 && i < nchunks(j->size); i++) {
         uint8_t key[KEY_LEN];
-        make_key(key, j->id, i);
+        make_key(key, j->id, j->copy, i);
         MDB_val k = {KEY_LEN, key};
         int d = mdb_del(txn, sp->dbi, &k, NULL);
         if (d != 0 && d != MDB_NOTFOUND)
@@ -726,20 +734,22 @@ static void job_work_run(spill_job *j, spill_part *p)
     }
 }
 
-/* Calls every getter of o with status; on success each gets the object pinned. */
+/* Calls every getter of o with status; on success each gets the object pinned. The pins are
+ * all taken before the first call: a getter that lets go at once (its reader gone) would
+ * otherwise leave o unpinned, and evicted or spilled, before the next one gets it. */
 static void getters_call(ost_store *s, ost_obj *o, int status)
 {
     ost_getter *g = o->getters;
     o->getters = NULL;
+    if (status == 0) {
+        uint32_t before = o->pins;
+        for (ost_getter *x = g; x != NULL; x = x->next)
+            o->pins++;
+        ost__pins_changed(s, o, before);
+    }
     while (g != NULL) {
         ost_getter *next = g->next;
-        int rc = status;
-        if (rc == 0) {
-            uint32_t before = o->pins;
-            o->pins++;
-            ost__pins_changed(s, o, before);
-        }
-        g->cb(g->arg, rc, rc == 0 ? o : NULL);
+        g->cb(g->arg, status, status == 0 ? o : NULL);
         spw_free(g);
         g = next;
     }
@@ -1103,6 +1113,7 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
     j->s = s;
     j->kind = JOB_DELETE;
     j->id = o->id;
+    j->copy = o->copy;
     j->size = o->size;
     s->spill->deletes_queued++;
     enqueue(s, j);
@@ -1133,6 +1144,7 @@ static void spill_some(ost_store *s, uint64_t need)
             j->kind = JOB_SPILL;
             j->o = o;
             j->id = o->id;
+            j->copy = o->copy = ++sp->copies;
             j->size = o->size;
             j->src = ost_obj_data(o);
             enqueue(s, j);
@@ -1169,11 +1181,18 @@ void ost__spill_maintain(ost_store *s)
 
 void ost__restore_start(ost_store *s, ost_obj *o)
 {
+    if (s->spill->quiescing) {
+        /* No job starts any more: a restore that got its memory only now (a waiter, after
+         * something was freed) would wait in the queue for ever. */
+        ost__restore_fail(s, o, SPW_ESHUTDOWN);
+        return;
+    }
     spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
     j->s = s;
     j->kind = JOB_RESTORE;
     j->o = o;
     j->id = o->id;
+    j->copy = o->copy;
     j->size = o->size;
     j->dst = s->base + ost_obj_offset(o);
     enqueue(s, j);

@@ -22,6 +22,7 @@ struct ost_obj {
     bool deleted;           /* removed from the table; freed when the last user lets go */
     bool aborted;           /* its write failed while followers still send from its memory */
     uint64_t stored_size;   /* bytes of the spilled copy */
+    uint64_t copy;          /* the spilled copy's number, in its records' keys (spill.c) */
     uint64_t last_use_ns;
     ost_obj *lru_prev, *lru_next;
     ost_obj *prev, *next;   /* zombie list */
@@ -86,7 +87,8 @@ void ost__spill_forget(ost_store *s, ost_obj *o);
 /* Spills or evicts LRU objects while use is above the threshold or allocations wait (an
  * allocation that must wait adds its size to s->waiting_bytes first, then calls this). */
 void ost__spill_maintain(ost_store *s);
-/* Queues the read of a restoring object whose memory is allocated. */
+/* Queues the read of a restoring object whose memory is allocated; fails it (SPW_ESHUTDOWN)
+ * while the store quiesces. */
 void ost__restore_start(ost_store *s, ost_obj *o);
 /* Fails the getters of a restoring object that could not get memory. */
 void ost__restore_fail(ost_store *s, ost_obj *o, int status);

@@ -395,6 +395,116 @@ static void gone_from_disk(ost_store *s)
     done(s);
 }
 
+/* A spilled object deleted while a reader pins it, written again under the same id and spilled:
+ * the old copy's deletion, queued at the reader's unpin, must not take the new copy with it. */
+static void late_deletion_of_an_old_copy_keeps_the_new_one(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    put(s, 1, 1u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 1);
+    got old = {0};
+    ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &old); /* restored and pinned */
+    while (old.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(old.status, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* the reader keeps it */
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 1u << 20, &o), 0);
+    fill_obj(ost_obj_data(o), 1u << 20, 2, true);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
+    assert_int_equal(ost_obj_unpin(s, old.o), 0); /* the old copy goes now */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_entries, 1);
+    got g = {0};
+    ost_obj_get_async(s, o, got_cb, &g);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    uint8_t *want = malloc(1u << 20);
+    fill_obj(want, 1u << 20, 2, true);
+    assert_memory_equal(ost_obj_data(o), want, 1u << 20);
+    free(want);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
+/* A restore that gets its memory while the store quiesces (another object went meanwhile)
+ * fails its getters with SPW_ESHUTDOWN: none is left waiting, nothing leaks. */
+static void restore_given_memory_while_quiescing_fails_cleanly(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *big;
+    assert_int_equal(ost_obj_create(s, id(2), 6u << 20, &big), 0); /* the writer pins it */
+    got g = {0};
+    ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &g); /* waits for room */
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g.calls, 0);
+    ost_store_quiesce(s, NULL, NULL);
+    ost_obj_abort(s, big); /* room for the restore, now */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, SPW_ESHUTDOWN);
+    ost_obj_delete(s, id(1));
+    done(s);
+}
+
+/* A getter that lets go of the object in its callback, having noted whether it was in memory. */
+typedef struct letgo {
+    ost_store *s;
+    int calls, status;
+    bool in_memory;
+} letgo;
+
+static void letgo_cb(void *arg, int status, ost_obj *o)
+{
+    letgo *l = arg;
+    l->calls++;
+    l->status = status;
+    l->in_memory = status == 0 && (ost_obj_where(o) & OST_IN_MEMORY) != 0;
+    if (status == 0)
+        assert_int_equal(ost_obj_unpin(l->s, o), 0);
+}
+
+/* Two getters wait for one restore, above the spill threshold. The first one called lets go at
+ * once (a reader whose connection closed meanwhile): the object, unpinned and on disk, must not
+ * be evicted before the second one has it pinned, in memory. */
+static void getter_letting_go_leaves_the_next_one_its_memory(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *writing; /* pinned by its writer: neither spilled nor evicted */
+    assert_int_equal(ost_obj_create(s, id(2), 3u << 20, &writing), 0);
+    ost_obj *o = ost_obj_find(s, id(1));
+    letgo a = {.s = s}, b = {.s = s};
+    ost_obj_get_async(s, o, letgo_cb, &a);
+    ost_obj_get_async(s, o, letgo_cb, &b);
+    while (a.calls == 0 || b.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(a.status, 0);
+    assert_int_equal(b.status, 0);
+    assert_true(a.in_memory);
+    assert_true(b.in_memory);
+    ost_obj_abort(s, writing);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -664,6 +774,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
+    cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
+    cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
+    cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
 };
 
 SPW_TEST_MAIN(tests)

@@ -18,6 +18,7 @@
 
 #include "test_main.h"
 
+#include "store_int.h"
 #include "worker_int.h"
 
 #define SECRET "in-process-test-secret-0123456789"
@@ -581,6 +582,136 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* TASK_RUN of the test plugin's reverse(data), data n bytes inline: its output of n bytes, past
+ * the inline limit, goes to the store through an EXEC_ALLOC. */
+static void task_run_reverse(env *e, uint64_t id, size_t n)
+{
+    uint8_t *data = malloc(n);
+    assert_non_null(data);
+    memset(data, 7, n);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, "reverse");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    proto_put_u(&en, PROTO_ARG_INLINE);
+    proto_put_bin(&en, data, (uint32_t)n);
+    proto_put_nil(&en);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_arr(&en, 0); /* locations */
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    free(data);
+}
+
+/* Allocations waiting for room in the worker's store. */
+static uint32_t store_waiters(const wrk *w)
+{
+    uint32_t n = 0;
+    for (const ost_waiter *x = w->store->waiters; x != NULL; x = x->next)
+        n++;
+    return n;
+}
+
+/* Whether process pid sleeps (state S in /proc/PID/stat): an executor that asked for room does
+ * so only in its read of the answer, where a stop signal interrupts it. Sent before that read,
+ * the signal would go unseen until the answer came (the executor checks it only then). */
+static bool proc_sleeping(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] == 'S';
+}
+
+/* An executor told to stop (SIGTERM) while it waits for room for its task's output: the task
+ * goes to its successor, whose own request gets the room. The stopped executor's request, still
+ * waiting, must not be answered on the successor's socket when room comes: it asked under
+ * another request id, so the successor's request would then fail (SPW_EEXIST, the output made
+ * already) and with it a task that was never to fail. */
+static void worker_requeued_task_gets_no_stale_allocation(void **state)
+{
+    env *e = *state;
+    const size_t n = 256u << 10;
+    task_run_reverse(e, 1, n); /* the executor's first allocation */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    ost_store *s = e->w->store;
+    ost_obj *out1 = ost_obj_find(s, tid(1));
+    assert_non_null(out1);
+    assert_int_equal(ost_obj_pin(s, out1), 0); /* neither spilled nor evicted */
+    ost_stats st;
+    ost_stats_get(s, &st);
+    ost_obj *fill; /* all but 64 KiB of the store: the next output waits for room */
+    assert_int_equal(ost_obj_create(s, tid(900), st.capacity - st.used - (64u << 10), &fill), 0);
+    task_run_reverse(e, 2, n);
+    wrk_exec *ex = &e->w->execs[0];
+    int pid = ex->pid;
+    STEP_UNTIL(e, store_waiters(e->w) == 1 && proc_sleeping(pid));
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    STEP_UNTIL(e, ex->pid != pid && ex->head != NULL && store_waiters(e->w) == 2);
+    ost_obj_abort(s, fill); /* room for both requests */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, 0);
+    assert_int_equal(store_waiters(e->w), 0);
+    assert_int_equal(ost_obj_unpin(s, out1), 0);
+}
+
+/* A TASK_RUN whose argument names an object here as len bytes at off of an object of objsize
+ * bytes, whatever its true size. */
+static void task_run_range(env *e, uint64_t id, uint64_t obj, uint64_t off, uint64_t len,
+                           uint64_t objsize)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, "reverse");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    proto_put_u(&en, PROTO_ARG_VIEW);
+    proto_put_nil(&en);
+    proto_put_id(&en, tid(obj));
+    proto_put_u(&en, off);
+    proto_put_u(&en, len);
+    proto_put_u(&en, objsize);
+    proto_put_arr(&en, 0); /* locations */
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* An argument's range past the end of the object it names here (a scheduler that has the size
+ * wrong) fails the task clearly: the executor must not read the bytes that follow the object
+ * in the arena (other objects') as the task's input. A range inside it runs. */
+static void worker_argument_past_its_object_fails_the_task(void **state)
+{
+    env *e = *state;
+    ost_store *s = e->w->store;
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, tid(500), 8, &o), 0);
+    memcpy(ost_obj_data(o), "abcdefgh", 8);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    task_run_range(e, 1, 500, 0, 4096, 4096);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_EINVAL);
+    task_run_range(e, 2, 500, 2, 4, 8);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    const rx *r = find(e, PROTO_TASK_DONE, 2);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(r->inl_len, 4);
+    assert_memory_equal(r->inl, "fedc", 4);
+    assert_int_equal(ost_obj_pins(o), 0);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
@@ -754,6 +885,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
+                                    teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
 };
 

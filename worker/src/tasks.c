@@ -175,6 +175,17 @@ void wrk__input_ready(wrk *w, wtask *t, uint32_t arg, int status, const char *ms
 {
     SPW_ASSERT(t->missing > 0);
     t->missing--;
+    const warg *in = &t->args[arg];
+    char range[128];
+    if (status == 0 && in->pinned &&
+        (in->off > ost_obj_size(in->obj) || in->len > ost_obj_size(in->obj) - in->off)) {
+        /* The scheduler has its size wrong: the executor would read the bytes after it. */
+        snprintf(range, sizeof range, "range %llu+%llu outside its %llu bytes",
+                 (unsigned long long)in->off, (unsigned long long)in->len,
+                 (unsigned long long)ost_obj_size(in->obj));
+        status = SPW_EINVAL;
+        msg = range;
+    }
     if (status != 0 && t->fail_status == 0) {
         char buf[512];
         char hex[33];
@@ -755,6 +766,8 @@ static wtask *exec_pop(wrk *w, wrk_exec *ex)
 typedef struct alloc_req {
     wrk *w;
     spw_id task;
+    wrk_exec *ex;        /* the executor that asked */
+    uint64_t ex_started; /* its started_ns then: req is that process's request id */
     uint64_t req;
     uint64_t size;
 } alloc_req;
@@ -767,9 +780,11 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
     uint64_t req = r->req;
     uint64_t size = r->size;
+    /* Not for a successor of the executor that asked (its task requeued when it stopped):
+     * that one asks under request ids of its own. */
+    bool asker = t != NULL && t->ex == r->ex && t->ex->started_ns == r->ex_started;
     spw_free(r);
-    if (t == NULL || t->state != WT_SENT || t->ex == NULL || t->ex->conn == NULL ||
-        t->ex->head != t || w->closing) {
+    if (!asker || t->state != WT_SENT || t->ex->conn == NULL || t->ex->head != t || w->closing) {
         if (status == 0)
             ost_obj_abort(w->store, o);
         return;
@@ -923,7 +938,7 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
             return;
         }
         alloc_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (alloc_req){w, t->id, m->req, m->f[F_EALLOC_SIZE].u};
+        *r = (alloc_req){w, t->id, ex, ex->started_ns, m->req, m->f[F_EALLOC_SIZE].u};
         ost_obj_create_async(w->store, t->id, r->size, exec_alloc_done, r);
         wrk__mem_check(w);
         return;
