@@ -142,6 +142,8 @@ struct ost_spill {
     void *idle_arg;
     char *dir;                  /* the spill directory given (the environment is inside it) */
     bool written;               /* something was written since the environment was opened */
+    bool retrying;              /* `full` was lifted to try again (spill_retry_ms) */
+    uint64_t full_ns;           /* when a spill last failed (spill_retry_ms counts from it) */
     bool resetting;             /* a reset job is queued or running */
     bool deleted;               /* a deletion finished since the last compaction check */
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
@@ -792,18 +794,25 @@ static void spill_done(ost_store *s, spill_job *j)
         else
             snprintf(sp->full_why, sizeof sp->full_why, "%s in %s", spw_strerror(j->status),
                      sp->dir);
-        if (!sp->full)
+        if (!sp->full && !sp->retrying)
             spw_log(SPW_LOG_ERR,
                     "store=%s spill of obj=%s failed: %s%s%s (dir=%s); objects stay in memory "
-                    "until space is freed",
-                    s->name, spw_id_hex(o->id, hex), spw_strerror(j->status),
-                    j->mdb_rc ? ": " : "", j->mdb_rc ? mdb_strerror(j->mdb_rc) : "", sp->dir);
+                    "until space is freed (tried again every %u ms)",
+                    s->name, spw_id_hex(o->id, hex), spw_strerror(j->status), j->mdb_rc ? ": " : "",
+                    j->mdb_rc ? mdb_strerror(j->mdb_rc) : "", sp->dir, s->opts.spill_retry_ms);
         sp->full = true;
+        sp->retrying = false;
+        sp->full_ns = spw_now_ns();
         ost__lru_update(s, o);
         if (o->deleted && o->pins == 0)
             ost__obj_free_deleted(s, o);
         spw_free(j);
         return;
+    }
+    if (sp->retrying) {
+        spw_log(SPW_LOG_NOTICE, "store=%s spilling again in %s: %s is past", s->name, sp->dir,
+                sp->full_why);
+        sp->retrying = false;
     }
     o->on_disk = true;
     o->stored_size = j->stored;
@@ -887,6 +896,7 @@ static void job_after(uv_work_t *req, int status)
             snprintf(sp->full_why, sizeof sp->full_why, "cannot reopen the spill environment "
                                                          "in %s", sp->dir);
             sp->full = true;
+            sp->full_ns = 0; /* not tried again: there is no environment to spill into */
             sp->written = false; /* no retry loop; the next start of the worker tries again */
         } else {
             spw_log(SPW_LOG_INFO, "store=%s spill environment emptied: disk handed back in %s",
@@ -1166,6 +1176,14 @@ void ost__spill_maintain(ost_store *s)
         return;
     uint64_t to_free;
     enum ost_level level = ost_mem_state(s, &to_free);
+    if (sp->full && sp->full_ns != 0 && sp->nrunning == 0 &&
+        spw_now_ns() - sp->full_ns >= (uint64_t)s->opts.spill_retry_ms * 1000000ULL) {
+        /* A spill failed (disk or map full) a while ago: try again, for space may have come
+         * back or the object that did not fit may be gone. Nothing frees space in a store with
+         * nothing on disk, so `full` would otherwise stay until the worker restarts. */
+        sp->full = false;
+        sp->retrying = true;
+    }
     /* Hysteresis: an episode starts above the threshold and runs down to the target. */
     if (level != OST_LEVEL_OK)
         sp->active = true;
@@ -1175,6 +1193,8 @@ void ost__spill_maintain(ost_store *s)
         to_free = 0;
     uint64_t need = to_free + s->waiting_bytes;
     need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
+    if (sp->retrying) /* one object at a time until a spill succeeds again */
+        need = sp->spilling_bytes > 0 ? 0 : need > 0;
     if (need > 0)
         spill_some(s, need);
 }

@@ -47,6 +47,7 @@ void ost_opts_default(ost_opts *o)
     o->pause_threshold = 0.9;
     o->compression_level = 1;
     o->alloc_wait_ms = 30000;
+    o->spill_retry_ms = 5000;
     o->name = "store";
 }
 

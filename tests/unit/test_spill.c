@@ -18,7 +18,8 @@
 static uv_loop_t loop;
 static char dir[256];
 
-static uint32_t lanes; /* spill_threads of the next mk (0: the default) */
+static uint32_t lanes;    /* spill_threads of the next mk (0: the default) */
+static uint32_t retry_ms; /* spill_retry_ms of the next mk (0: the default) */
 
 static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uint32_t wait_ms)
 {
@@ -34,6 +35,8 @@ static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uin
     o.alloc_wait_ms = wait_ms;
     o.name = "spilltest";
     o.spill_threads = lanes;
+    if (retry_ms != 0)
+        o.spill_retry_ms = retry_ms;
     ost_store *s = NULL;
     assert_int_equal(ost_store_new(&loop, &o, &s), 0);
     return s;
@@ -249,6 +252,46 @@ static void full_spill_map_fails_cleanly_and_keeps_objects(void **state)
     check(s, 2, 3u << 20, false);
     ost_obj_delete(s, id(1));
     ost_obj_delete(s, id(2));
+    done(s);
+}
+
+static void timer_done(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* A failed spill does not leave spilling off until the worker restarts: with nothing on disk
+ * nothing frees space, so it is tried again spill_retry_ms after the failure (at a maintenance
+ * call), and objects that fit are spilled. Here the object that did not fit the map is gone. */
+static void failed_spill_is_tried_again(void **state)
+{
+    (void)state;
+    retry_ms = 1;
+    ost_store *s = mk(8u << 20, 1u << 20, 1u << 20, 0);
+    put(s, 1, 4u << 20, false); /* random: 4 MiB cannot fit a 1 MiB map */
+    put(s, 2, 3u << 20, false);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 0);
+    assert_string_not_equal(ost_store_full_reason(s), "");
+    ost_obj_delete(s, id(1));
+    ost_obj_delete(s, id(2));
+    for (uint64_t n = 3; n < 17; n++) /* 7 MiB, compressible: a 512 KiB one fits the map */
+        put(s, n, 512u << 10, true);
+    /* The retry interval from the failure, on the loop's clock, then a maintenance call (the
+     * worker makes one every heartbeat). */
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, timer_done, 2, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&t, NULL);
+    ost_store_maintain(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_true(stats(s).objs_disk > 0);
+    for (uint64_t n = 3; n < 17; n++)
+        check(s, n, 512u << 10, true);
+    for (uint64_t n = 3; n < 17; n++)
+        ost_obj_delete(s, id(n));
+    retry_ms = 0;
     done(s);
 }
 
@@ -764,6 +807,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(pinned_objects_keep_memory_and_allocations_fail_clearly),
     cmocka_unit_test(larger_than_capacity_is_etoobig),
     cmocka_unit_test(full_spill_map_fails_cleanly_and_keeps_objects),
+    cmocka_unit_test(failed_spill_is_tried_again),
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),

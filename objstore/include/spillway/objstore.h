@@ -50,6 +50,8 @@ typedef struct ost_opts {
     uint64_t spill_map_size;  /* initial LMDB map size, bytes (0 = 4 × capacity) */
     uint64_t spill_map_max;   /* largest LMDB map size, bytes (0 = no limit but the disk) */
     uint32_t alloc_wait_ms;   /* how long an allocation waits under back-pressure (30000) */
+    uint32_t spill_retry_ms;  /* after a failed spill (disk or map full), spilling is tried
+                                 again this long after, at the next ost_store_maintain (5000) */
     uint32_t spill_threads;   /* spill/restore jobs run at once (libuv threadpool); 0 =
                                  min(cores, 4). The pool must have at least this many threads. */
     const char *name;         /* used in log lines and the memfd name */
