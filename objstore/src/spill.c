@@ -44,8 +44,10 @@
  * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked when the queued deletions
  * are done): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
  * MDB_CP_COMPACT), then swaps environments and closes the old one, whose blocks go back. It
- * runs alone once the lanes drain, so spills and restores wait for it (it copies only live
- * bytes, at most half of what is on disk); accounting is untouched (the same records move).
+ * waits in the work queue like a spill: restores still go first (a reader waits on them), and
+ * once it is the next work it runs alone when the lanes drain, so the spills and deletions
+ * behind it wait for it (it copies only live bytes, at most half of what is on disk);
+ * accounting is untouched (the same records move).
  */
 #include "store_int.h"
 
