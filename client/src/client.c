@@ -277,8 +277,18 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
         if (k->on_reply != NULL)
             k->on_reply(m, k->arg);
         k->done = true;
-    } else if (k->on_reply != NULL) {
-        k->on_reply(m, k->arg); /* one part of a reply in several frames */
+    } else if (k->parts) {
+        if (k->on_reply != NULL)
+            k->on_reply(m, k->arg); /* one part of a reply in several frames */
+    } else {
+        /* No reply to this request: read as one, its fields would be taken for others (a
+         * string for a list of records). The call fails now rather than wait on. */
+        if (k->status == 0) {
+            k->status = SPW_EPROTO;
+            spillway__set_err(c, "the scheduler answered with a message of type %u, not %u",
+                              m->type, k->type);
+        }
+        k->done = true;
     }
 }
 
@@ -450,6 +460,7 @@ int spillway__request_until(spillway *c,
     uint64_t req = spillway__call_begin(c, last_type);
     c->call.on_reply = on_reply;
     c->call.arg = arg;
+    c->call.parts = last_type != 0;
     proto_enc e;
     enc(&e, proto_conn_out(c->sched), req, arg);
     int rc = proto_conn_send(c->sched, &e);

@@ -74,6 +74,7 @@ typedef struct call {
     int status;
     uint32_t type;  /* reply type that completes it */
     bool errors_then_ack; /* SUBMIT: ERROR frames precede the ack */
+    bool parts;           /* frames of other types are parts of the reply (on_reply sees them) */
     void (*on_reply)(const proto_msg *m, void *arg);
     void *arg;
 } call;

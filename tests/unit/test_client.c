@@ -1,8 +1,13 @@
 /* Unit tests for libspillway's internals that need no cluster: the reference table (refs.c:
- * ids made here found by their counter, other ids by hash, chunks freed as they empty) and the
- * encoder of task records (enc.c), which must write exactly proto's bytes. */
+ * ids made here found by their counter, other ids by hash, chunks freed as they empty), the
+ * encoder of task records (enc.c), which must write exactly proto's bytes, and the client
+ * against a scheduler that misbehaves (a fake one on a thread of its own, answering as each
+ * test says). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "client_int.h"
 
@@ -242,11 +247,158 @@ static void test_task_rec_matches_proto(void **state)
     }
 }
 
+/* ------------------------------------------------- a scheduler that misbehaves */
+
+/* A scheduler that speaks the wire protocol from its own thread and loop, so that the client's
+ * blocking calls get answers: `answer` sees every message after the handshake and says what the
+ * client gets back. Both sides share a secret in a file of the test's own directory. */
+typedef struct fake_sched fake_sched;
+struct fake_sched {
+    uv_loop_t loop;
+    uv_async_t stop;
+    proto_ctx *ctx;
+    pthread_t thread;
+    char addr[64];
+    char dir[64];
+    char secret_file[96];
+    void (*answer)(fake_sched *f, proto_conn *c, const proto_msg *m);
+};
+
+#define FAKE_SECRET "0123456789abcdef0123456789abcdef"
+
+static int fake_hello(proto_conn *c, const proto_msg *hello, proto_welcome *w, char *err,
+                      size_t errlen)
+{
+    (void)c, (void)hello, (void)err, (void)errlen;
+    *w = (proto_welcome){
+        .session = 7, .inline_limit = 256, .chunk = 1 << 20, .max_frame = PROTO_DEFAULT_MAX_FRAME};
+    return 0;
+}
+
+static void fake_msg(proto_conn *c, const proto_msg *m)
+{
+    fake_sched *f = proto_ctx_data(proto_conn_ctx(c));
+    if (f->answer != NULL)
+        f->answer(f, c, m);
+}
+
+static void fake_close(proto_conn *c, int status)
+{
+    (void)c, (void)status;
+}
+
+static const proto_conn_cbs fake_cbs = {
+    .on_hello = fake_hello,
+    .on_msg = fake_msg,
+    .on_close = fake_close,
+};
+
+static void fake_ctx_closed(void *arg)
+{
+    (void)arg;
+}
+
+static void fake_stop_cb(uv_async_t *a)
+{
+    fake_sched *f = a->data;
+    proto_ctx_close(f->ctx, fake_ctx_closed, f);
+    uv_close((uv_handle_t *)&f->stop, NULL);
+}
+
+static void *fake_run(void *arg)
+{
+    fake_sched *f = arg;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *, const proto_msg *))
+{
+    memset(f, 0, sizeof *f);
+    f->answer = answer;
+    snprintf(f->dir, sizeof f->dir, "/tmp/spw-test-client-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->secret_file, sizeof f->secret_file, "%s/secret", f->dir);
+    FILE *fp = fopen(f->secret_file, "w");
+    assert_non_null(fp);
+    fputs(FAKE_SECRET "\n", fp);
+    fclose(fp);
+    assert_int_equal(chmod(f->secret_file, 0600), 0);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(uv_async_init(&f->loop, &f->stop, fake_stop_cb), 0);
+    f->stop.data = f;
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = PROTO_ROLE_SCHEDULER;
+    po.name = "fake-scheduler";
+    po.secret = (const uint8_t *)FAKE_SECRET;
+    po.secret_len = strlen(FAKE_SECRET);
+    assert_int_equal(proto_ctx_new(&f->loop, &po, &f->ctx), 0);
+    proto_ctx_set_data(f->ctx, f);
+    assert_int_equal(
+        proto_listen(f->ctx, "127.0.0.1:0", &fake_cbs, NULL, NULL, f->addr, sizeof f->addr), 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
+}
+
+static void fake_stop(fake_sched *f)
+{
+    uv_async_send(&f->stop);
+    assert_int_equal(pthread_join(f->thread, NULL), 0);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    unlink(f->secret_file);
+    rmdir(f->dir);
+}
+
+static spillway *fake_client(const fake_sched *f)
+{
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.secret_file = f->secret_file;
+    o.no_local = 1;
+    spillway *c = NULL;
+    assert_int_equal(spillway_connect(f->addr, &o, &c), 0);
+    return c;
+}
+
+/* Answers LOCATE with a SUBMIT of the same request id, whose sixth field is a string where
+ * LOCATION has its list of locations. */
+static void answer_locate_with_submit(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type != PROTO_LOCATE)
+        return;
+    proto_send_submit(c, m->req,
+                      &(proto_submit_msg){.graph = 1,
+                                          .max_bytes = 1,
+                                          .site = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                                                  "AAAAAAAAAAAAAAAA"});
+}
+
+/* A reply of another type than the request's is the scheduler's error: the call fails with
+ * SPW_EPROTO and says so. It used to be read as the reply it is not (a string taken for a list
+ * of records: a crash), or ignored while the call waited on. */
+static void client_reply_of_another_type_is_eproto(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_locate_with_submit);
+    spillway *c = fake_client(&f);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
+                     SPW_EPROTO);
+    assert_null(data);
+    assert_non_null(strstr(spillway_errmsg(c), "type"));
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
     cmocka_unit_test(test_refs_dense_and_other),
     cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
+    cmocka_unit_test(client_reply_of_another_type_is_eproto),
 };
 SPW_TEST_MAIN(tests)
