@@ -169,6 +169,14 @@ static void on_task_result(spillway *c, const proto_val *f)
     handle *h = f[F_TRES_ID].nil ? NULL : spillway__handle_find(c, f[F_TRES_ID].id);
     if (h == NULL || h->kind != H_TASK)
         return; /* released before it finished */
+    /* A result that comes again (a lineage re-run, or a scheduler repeating itself) replaces
+     * the one before, whose value and text are freed here: nothing else would free them. */
+    if (h->inl != spillway__empty)
+        spw_free(h->inl);
+    spw_free(h->err);
+    h->inl = NULL;
+    h->err = NULL;
+    h->has_inl = false;
     if (f[F_TRES_ID].bad) {
         h->status = SPW_EMALFORMED;
         h->state = H_FAILED;

@@ -393,6 +393,63 @@ static void client_reply_of_another_type_is_eproto(void **state)
     fake_stop(&f);
 }
 
+/* Answers a graph's last SUBMIT frame with three results for each kept task (a failure, then
+ * two values), then the ack. */
+static void answer_submit_with_repeated_results(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type != PROTO_SUBMIT)
+        return;
+    const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+    for (uint32_t i = 0; i < tasks->arr.n; i++) {
+        const proto_val *r = PROTO_REC(tasks, i);
+        if (!(r[R_TASK_FLAGS].u & PROTO_TASK_KEEP))
+            continue;
+        spw_id id = r[R_TASK_ID].id;
+        proto_send_task_result(c, 0,
+                               &(proto_task_result_msg){.id = id,
+                                                        .status = SPW_ETASKFAILED,
+                                                        .value = {NULL, 0},
+                                                        .err = "the first run failed"});
+        proto_send_task_result(
+            c, 0, &(proto_task_result_msg){.id = id, .size = 5, .value = {"first", 5}, .err = ""});
+        proto_send_task_result(
+            c, 0, &(proto_task_result_msg){.id = id, .size = 6, .value = {"second", 6}, .err = ""});
+    }
+    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+        proto_send_submit_ack(
+            c, m->req,
+            &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = tasks->arr.n});
+}
+
+/* A task's result that comes again (a lineage re-run, or a scheduler that repeats itself)
+ * replaces the one before and frees it: the last one is what the client gets, and releasing
+ * the reference gives back all the memory the results took. */
+static void client_repeated_result_replaces_the_last(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_submit_with_repeated_results);
+    int64_t before = spw_heap_used(SPW_MOD_CLIENT);
+    spillway *c = fake_client(&f);
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_ref ref;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &ref), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(c, &ref, 1, 60000), 0);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, ref, 60000, &data, &len), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(data, "second", 6);
+    spillway_free(data);
+    assert_int_equal(spillway_release(c, ref), 0);
+    spillway_close(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -400,5 +457,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
     cmocka_unit_test(client_reply_of_another_type_is_eproto),
+    cmocka_unit_test(client_repeated_result_replaces_the_last),
 };
 SPW_TEST_MAIN(tests)
