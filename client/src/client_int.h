@@ -164,6 +164,10 @@ static inline void spillway__refs_prefetch(spillway *c, const spillway_ref *refs
 
 /* Drops a held reference's handle and what it owns. */
 void spillway__handle_free(spillway *c, handle *h);
+/* Drops a held reference: frees its handle and, where the scheduler holds it too, sends
+ * RELEASE. Writes no spillway_errmsg: for the references a failing call gives back on its way
+ * out, whose own error is the one its caller hears. */
+void spillway__handle_release(spillway *c, handle *h);
 /* Frees every handle and the table (spillway_close). */
 void spillway__handles_free_all(spillway *c);
 /* The bytes of every empty value (an inline result of length 0): never allocated, never

@@ -34,7 +34,7 @@ static void autos_release(spillway_graph *g)
     for (size_t i = 0; i < g->nautos; i++) {
         handle *h = spillway__handle_find(c, g->autos[i]);
         if (h != NULL && h->graph_uses > 0 && --h->graph_uses == 0)
-            spillway_release(c, (spillway_ref){h->id.hi, h->id.lo});
+            spillway__handle_release(c, h); /* not spillway_release: submit's error stays */
     }
     g->nautos = 0;
 }

@@ -827,6 +827,15 @@ void spillway_view_release(spillway *c, spillway_view *view)
 
 /* ------------------------------------------------------------------ release */
 
+void spillway__handle_release(spillway *c, handle *h)
+{
+    spw_id id = h->id;
+    bool remote = h->kind != H_SMALL;
+    spillway__handle_free(c, h);
+    if (remote)
+        release_id(c, id);
+}
+
 static int release__impl(spillway *c, spillway_ref ref)
 {
     if (c == NULL)
@@ -840,9 +849,7 @@ static int release__impl(spillway *c, spillway_ref ref)
         return SPW_ENOTHELD;
     }
     bool remote = h->kind != H_SMALL;
-    spillway__handle_free(c, h);
-    if (remote)
-        release_id(c, id);
+    spillway__handle_release(c, h);
     if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
         spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
                              "with it", c->addr);

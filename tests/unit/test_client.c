@@ -450,6 +450,53 @@ static void client_repeated_result_replaces_the_last(void **state)
     fake_stop(&f);
 }
 
+/* A scheduler that takes puts as stored already, locates every object as 4 inline bytes, and
+ * refuses the first task of every graph (naming it, as the scheduler does) and accepts the
+ * rest. */
+static void answer_refusing_the_first_task(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    char hex[33];
+    if (m->type == PROTO_PUT_PLACE) {
+        proto_send_put_target(
+            c, m->req,
+            &(proto_put_target_msg){
+                .id = m->f[F_PUTP_ID].id, .addr = "", .host_id = "", .local = "", .exists = 1});
+    } else if (m->type == PROTO_LOCATE) {
+        proto_send_location(
+            c, m->req,
+            &(proto_location_msg){
+                .id = m->f[F_LOCATE_ID].id, .size = 4, .value = {"abcd", 4}, .err = ""});
+    } else if (m->type == PROTO_SUBMIT) {
+        const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+        if (tasks->arr.n > 0)
+            proto_conn_error(c, m->req, SPW_ELIMIT, "task=%s: refused by the test",
+                             spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex));
+        if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+            proto_send_submit_ack(
+                c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = 0});
+    }
+}
+
+/* A graph refused in part fails spillway_submit with the refusal's own text (which task and
+ * why), also when the graph held automatic puts it gives back on the way out. */
+static void client_submit_refusal_keeps_its_message(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_refusing_the_first_task);
+    spillway *c = fake_client(&f);
+    static char big[1000]; /* over the inline limit of 256: an automatic put */
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_arg a = spillway_arg_bytes(big, sizeof big);
+    assert_int_equal(spillway_task(g, "f", &a, 1, 0, NULL), 0);
+    assert_int_equal(spillway_submit(g), SPW_ELIMIT);
+    assert_non_null(strstr(spillway_errmsg(c), "refused by the test"));
+    spillway_graph_free(g);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -458,5 +505,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_task_rec_matches_proto),
     cmocka_unit_test(client_reply_of_another_type_is_eproto),
     cmocka_unit_test(client_repeated_result_replaces_the_last),
+    cmocka_unit_test(client_submit_refusal_keeps_its_message),
 };
 SPW_TEST_MAIN(tests)
