@@ -367,8 +367,16 @@ static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
         rc = spillway_task_at(g, "echo", &one, 1, SPILLWAY_KEEP, &parts[0], site);
     }
     spw_free(av);
-    if (rc == 0)
-        rc = spillway_submit_at(g, site);
+    if (rc == 0 && (rc = spillway_submit_at(g, site)) != 0) {
+        /* The kept results reach no caller: given back here, else they stay held (here, and at
+         * the scheduler with their objects) as long as the connection. */
+        size_t nkept = o->reduce != NULL ? 1 : nb;
+        for (size_t i = 0; i < nkept; i++) {
+            handle *h = spillway__handle_find(c, (spw_id){parts[i].hi, parts[i].lo});
+            if (h != NULL)
+                spillway__handle_release(c, h);
+        }
+    }
     spillway_graph_free(g);
     if (rc != 0) {
         spw_free(parts);

@@ -497,6 +497,28 @@ static void client_submit_refusal_keeps_its_message(void **state)
     fake_stop(&f);
 }
 
+/* map_blocks whose submission fails hands out no references: it holds none either (the
+ * results of the tasks that were accepted are given back), else a client that retries keeps
+ * them, and the scheduler their objects, for as long as it stays connected. */
+static void client_map_blocks_refused_holds_nothing(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_refusing_the_first_task);
+    spillway *c = fake_client(&f);
+    spillway_map_opts o = {.nblocks = 4};
+    spillway_ref *parts = NULL;
+    size_t nparts = 0;
+    assert_int_equal(
+        spillway_map_blocks(c, "f", ((spillway_ref){0x1234, 0x5679}), NULL, 0, &o, &parts, &nparts),
+        SPW_ELIMIT);
+    assert_null(parts);
+    assert_non_null(strstr(spillway_errmsg(c), "refused by the test"));
+    assert_int_equal(c->refs.n, 0);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -506,5 +528,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_reply_of_another_type_is_eproto),
     cmocka_unit_test(client_repeated_result_replaces_the_last),
     cmocka_unit_test(client_submit_refusal_keeps_its_message),
+    cmocka_unit_test(client_map_blocks_refused_holds_nothing),
 };
 SPW_TEST_MAIN(tests)
