@@ -112,6 +112,7 @@ struct spillway {
     char host_id[128];
     call call;
     xfer xfer;
+    uint64_t put_borrowed; /* chunks of a put queued on a connection, borrowed from its caller */
     int timer_fired;
     char errmsg[PROTO_MAX_STR + 64];
     bool err_set; /* errmsg was written since the public call in progress began */

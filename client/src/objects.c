@@ -339,6 +339,13 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
     return put_object(c, id, data, len, flags, site, NULL, 0);
 }
 
+/* A put's chunk is no longer queued: written, or its connection is gone. */
+static void chunk_released(void *arg)
+{
+    spillway *c = arg;
+    c->put_borrowed--;
+}
+
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                       const char *site, bcast_res *bcast, unsigned nworkers)
 {
@@ -393,13 +400,25 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
                                        .off = off,
                                        .flags = off + n == len ? PROTO_CHUNK_LAST : 0,
                                        .data = {NULL, n}});
-            rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, NULL, NULL);
+            c->put_borrowed++;
+            rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, chunk_released, c);
         }
         if (rc == 0)
             rc = spillway__run_until(c, xfer_done, NULL, -1);
         if (rc == 0)
             rc = x->status;
         x->active = false;
+        /* The caller's buffer is theirs again once we return, so no chunk of it may stay
+         * queued. After a failure (a worker that refuses the object answers its first chunk)
+         * the rest is not wanted: the connection closes, which writes or drops what is queued
+         * within its drain deadline. */
+        if (rc != 0 && c->put_borrowed > 0) {
+            HASH_FIND_STR(c->peers, tgt.addr, p);
+            if (p != NULL && p->conn != NULL)
+                proto_conn_close(p->conn, 0);
+        }
+        while (c->put_borrowed > 0)
+            uv_run(&c->loop, UV_RUN_ONCE);
     }
     if (bcast != NULL) {
         int brc = spillway__call_wait(c, -1);

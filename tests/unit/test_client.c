@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -262,6 +263,15 @@ struct fake_sched {
     char dir[64];
     char secret_file[96];
     void (*answer)(fake_sched *f, proto_conn *c, const proto_msg *m);
+    /* A worker's peer port on the same loop, for puts over TCP. */
+    char peer_addr[64];
+    uv_async_t resume;  /* resumes `paused` */
+    proto_conn *paused; /* a connection an answer paused, or NULL */
+    pthread_mutex_t mu; /* guards saw_reused, which the test thread reads */
+    bool saw_reused;    /* a chunk after the first carried the bytes of a reused buffer */
+    bool put_over;      /* the last chunk came, or `paused` is gone */
+    proto_conn *asker;  /* the connection of a GRAPHS_REQ held until put_over */
+    uint64_t asker_req;
 };
 
 #define FAKE_SECRET "0123456789abcdef0123456789abcdef"
@@ -282,9 +292,26 @@ static void fake_msg(proto_conn *c, const proto_msg *m)
         f->answer(f, c, m);
 }
 
+/* The put's chunks have all come, or their connection is gone: a held GRAPHS_REQ is answered
+ * (with no graph). */
+static void fake_put_over(fake_sched *f)
+{
+    f->put_over = true;
+    if (f->asker != NULL)
+        proto_send_graphs(f->asker, f->asker_req, &(proto_graphs_msg){.graphs = {.n = 0}});
+    f->asker = NULL;
+}
+
 static void fake_close(proto_conn *c, int status)
 {
-    (void)c, (void)status;
+    (void)status;
+    fake_sched *f = proto_ctx_data(proto_conn_ctx(c));
+    if (c == f->paused) {
+        f->paused = NULL;
+        fake_put_over(f);
+    }
+    if (c == f->asker)
+        f->asker = NULL;
 }
 
 static const proto_conn_cbs fake_cbs = {
@@ -303,6 +330,14 @@ static void fake_stop_cb(uv_async_t *a)
     fake_sched *f = a->data;
     proto_ctx_close(f->ctx, fake_ctx_closed, f);
     uv_close((uv_handle_t *)&f->stop, NULL);
+    uv_close((uv_handle_t *)&f->resume, NULL);
+}
+
+static void fake_resume_cb(uv_async_t *a)
+{
+    fake_sched *f = a->data;
+    if (f->paused != NULL)
+        proto_conn_resume(f->paused);
 }
 
 static void *fake_run(void *arg)
@@ -327,6 +362,9 @@ static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *,
     assert_int_equal(uv_loop_init(&f->loop), 0);
     assert_int_equal(uv_async_init(&f->loop, &f->stop, fake_stop_cb), 0);
     f->stop.data = f;
+    assert_int_equal(uv_async_init(&f->loop, &f->resume, fake_resume_cb), 0);
+    f->resume.data = f;
+    pthread_mutex_init(&f->mu, NULL);
     proto_ctx_opts po;
     proto_ctx_opts_default(&po);
     po.role = PROTO_ROLE_SCHEDULER;
@@ -337,6 +375,9 @@ static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *,
     proto_ctx_set_data(f->ctx, f);
     assert_int_equal(
         proto_listen(f->ctx, "127.0.0.1:0", &fake_cbs, NULL, NULL, f->addr, sizeof f->addr), 0);
+    assert_int_equal(proto_listen(f->ctx, "127.0.0.1:0", &fake_cbs, NULL, NULL, f->peer_addr,
+                                  sizeof f->peer_addr),
+                     0);
     assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
 }
 
@@ -345,6 +386,7 @@ static void fake_stop(fake_sched *f)
     uv_async_send(&f->stop);
     assert_int_equal(pthread_join(f->thread, NULL), 0);
     assert_int_equal(uv_loop_close(&f->loop), 0);
+    pthread_mutex_destroy(&f->mu);
     unlink(f->secret_file);
     rmdir(f->dir);
 }
@@ -519,6 +561,69 @@ static void client_map_blocks_refused_holds_nothing(void **state)
     fake_stop(&f);
 }
 
+/* Places every put on the fake worker, which refuses the object at its first chunk (as a
+ * worker whose store and spill are full does) and then reads nothing more until resumed: the
+ * rest of the put's chunks stay queued in the client. Chunks read after that are checked for
+ * the bytes the test writes into the put's buffer once spillway_put has returned; a GRAPHS_REQ
+ * is answered once the put's chunks have all come or their connection is gone. */
+static void answer_put_refused_at_first_chunk(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    if (m->type == PROTO_PUT_PLACE) {
+        proto_send_put_target(
+            c, m->req,
+            &(proto_put_target_msg){
+                .id = m->f[F_PUTP_ID].id, .addr = f->peer_addr, .host_id = "", .local = ""});
+    } else if (m->type == PROTO_OBJ_WRITE && m->f[F_WRITE_OFF].u == 0) {
+        proto_conn_error(c, m->req, SPW_ESPILLFULL, "refused by the test");
+        f->paused = c;
+        proto_conn_pause(c);
+    } else if (m->type == PROTO_OBJ_WRITE) {
+        const proto_val *d = &m->f[F_WRITE_DATA];
+        if (memchr(d->bin.ptr, 'X', d->bin.len) != NULL) {
+            pthread_mutex_lock(&f->mu);
+            f->saw_reused = true;
+            pthread_mutex_unlock(&f->mu);
+        }
+        if (m->f[F_WRITE_FLAGS].u & PROTO_CHUNK_LAST)
+            fake_put_over(f);
+    } else if (m->type == PROTO_GRAPHS_REQ) {
+        f->asker = c;
+        f->asker_req = m->req;
+        if (f->put_over)
+            fake_put_over(f);
+    }
+}
+
+/* A put that fails gives the caller's buffer back: nothing of it is written after
+ * spillway_put returns. It used to return at the worker's refusal with the rest of the chunks
+ * still queued, borrowed from that buffer, and wrote them during the next call: bytes the
+ * caller had reused (or, freed, a use after free). */
+static void client_failed_put_leaves_its_buffer_alone(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_put_refused_at_first_chunk);
+    spillway *c = fake_client(&f);
+    size_t len = 64u << 20; /* 64 chunks of 1 MiB: more than the sockets buffer */
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    memset(buf, 'a', len);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(c, buf, len, &ref), SPW_ESPILLFULL);
+    memset(buf, 'X', len); /* the caller's again */
+    uv_async_send(&f.resume);
+    /* A call that runs the client's loop until the worker has all it will get. */
+    spillway_graph_progress gp;
+    assert_int_equal(spillway_graph_status(c, 1, &gp), SPW_ENOOBJ);
+    pthread_mutex_lock(&f.mu);
+    bool reused = f.saw_reused;
+    pthread_mutex_unlock(&f.mu);
+    assert_false(reused);
+    spillway_close(c);
+    free(buf);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -529,5 +634,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_repeated_result_replaces_the_last),
     cmocka_unit_test(client_submit_refusal_keeps_its_message),
     cmocka_unit_test(client_map_blocks_refused_holds_nothing),
+    cmocka_unit_test(client_failed_put_leaves_its_buffer_alone),
 };
 SPW_TEST_MAIN(tests)
