@@ -7,6 +7,7 @@
  * the object. Small values stay in the client: they are copied into the task messages that use
  * them and never become store objects.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -668,7 +669,8 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     proto_send_locate(
         c->sched, req,
         &(proto_locate_msg){.id = id, .timeout_ms = left < 0 ? UINT32_MAX : (uint64_t)left});
-    int rc = spillway__call_wait(c, left < 0 ? -1 : left + 1000);
+    /* A second more than the scheduler waits, as far as an int goes. */
+    int rc = spillway__call_wait(c, left < 0 ? -1 : left > INT_MAX - 1000 ? INT_MAX : left + 1000);
     if (rc == 0 && loc->status != 0) {
         rc = loc->status;
         spillway__set_err(c, "%s", loc->err);

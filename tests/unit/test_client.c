@@ -3,6 +3,7 @@
  * encoder of task records (enc.c), which must write exactly proto's bytes, and the client
  * against a scheduler that misbehaves (a fake one on a thread of its own, answering as each
  * test says). */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -624,6 +625,44 @@ static void client_failed_put_leaves_its_buffer_alone(void **state)
     fake_stop(&f);
 }
 
+/* Locates every object as a 4-byte value (answer_value) or, past 2^61 bytes, in no store
+ * (answer_huge). */
+static void answer_locate(proto_conn *c, const proto_msg *m, bool huge)
+{
+    if (m->type != PROTO_LOCATE)
+        return;
+    proto_send_location(
+        c, m->req,
+        &(proto_location_msg){.id = m->f[F_LOCATE_ID].id,
+                              .size = huge ? (UINT64_C(1) << 61) + 8 : 4,
+                              .value = huge ? (proto_bytes){NULL, 0} : (proto_bytes){"abcd", 4},
+                              .err = ""});
+}
+
+static void answer_value(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    answer_locate(c, m, false);
+}
+
+/* A timeout as long as an int allows is a timeout, not an overflow: spillway_get added its
+ * second of slack to the time left in an int (undefined behaviour; a negative wait). */
+static void client_get_with_the_longest_timeout(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_value);
+    spillway *c = fake_client(&f);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, INT_MAX, &data, &len), 0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(data, "abcd", 4);
+    spillway_free(data);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -635,5 +674,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_submit_refusal_keeps_its_message),
     cmocka_unit_test(client_map_blocks_refused_holds_nothing),
     cmocka_unit_test(client_failed_put_leaves_its_buffer_alone),
+    cmocka_unit_test(client_get_with_the_longest_timeout),
 };
 SPW_TEST_MAIN(tests)
