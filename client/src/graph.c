@@ -328,6 +328,8 @@ static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
     if (bs == 0)
         bs = 1;
     uint64_t nb = size == 0 ? 1 : (size + bs - 1) / bs;
+    if (nb > SIZE_MAX / sizeof(spillway_ref))
+        return SPW_ENOMEM; /* more references than an array can count */
     spillway_graph *g = spillway_graph_new(c);
     if (g == NULL)
         return SPW_ENOMEM;

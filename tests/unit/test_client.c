@@ -645,6 +645,12 @@ static void answer_value(fake_sched *f, proto_conn *c, const proto_msg *m)
     answer_locate(c, m, false);
 }
 
+static void answer_huge(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    answer_locate(c, m, true);
+}
+
 /* A timeout as long as an int allows is a timeout, not an overflow: spillway_get added its
  * second of slack to the time left in an int (undefined behaviour; a negative wait). */
 static void client_get_with_the_longest_timeout(void **state)
@@ -663,6 +669,26 @@ static void client_get_with_the_longest_timeout(void **state)
     fake_stop(&f);
 }
 
+/* map_blocks over an object of more blocks than an array of references can count fails
+ * cleanly: the array's size was multiplied unchecked, so it wrapped to a few bytes and the
+ * blocks' references were written past it. */
+static void client_map_blocks_of_too_many_blocks_is_enomem(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_huge);
+    spillway *c = fake_client(&f);
+    spillway_map_opts o = {.block_size = 1};
+    spillway_ref *parts = NULL;
+    size_t nparts = 0;
+    assert_int_equal(
+        spillway_map_blocks(c, "f", ((spillway_ref){0x1234, 0x5679}), NULL, 0, &o, &parts, &nparts),
+        SPW_ENOMEM);
+    assert_null(parts);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -675,5 +701,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_map_blocks_refused_holds_nothing),
     cmocka_unit_test(client_failed_put_leaves_its_buffer_alone),
     cmocka_unit_test(client_get_with_the_longest_timeout),
+    cmocka_unit_test(client_map_blocks_of_too_many_blocks_is_enomem),
 };
 SPW_TEST_MAIN(tests)
