@@ -169,6 +169,14 @@ static void on_task_result(spillway *c, const proto_val *f)
     handle *h = f[F_TRES_ID].nil ? NULL : spillway__handle_find(c, f[F_TRES_ID].id);
     if (h == NULL || h->kind != H_TASK)
         return; /* released before it finished */
+    /* A result that comes again (a lineage re-run, or a scheduler repeating itself) replaces
+     * the one before, whose value and text are freed here: nothing else would free them. */
+    if (h->inl != spillway__empty)
+        spw_free(h->inl);
+    spw_free(h->err);
+    h->inl = NULL;
+    h->err = NULL;
+    h->has_inl = false;
     if (f[F_TRES_ID].bad) {
         h->status = SPW_EMALFORMED;
         h->state = H_FAILED;
@@ -277,8 +285,18 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
         if (k->on_reply != NULL)
             k->on_reply(m, k->arg);
         k->done = true;
-    } else if (k->on_reply != NULL) {
-        k->on_reply(m, k->arg); /* one part of a reply in several frames */
+    } else if (k->parts) {
+        if (k->on_reply != NULL)
+            k->on_reply(m, k->arg); /* one part of a reply in several frames */
+    } else {
+        /* No reply to this request: read as one, its fields would be taken for others (a
+         * string for a list of records). The call fails now rather than wait on. */
+        if (k->status == 0) {
+            k->status = SPW_EPROTO;
+            spillway__set_err(c, "the scheduler answered with a message of type %u, not %u",
+                              m->type, k->type);
+        }
+        k->done = true;
     }
 }
 
@@ -450,6 +468,7 @@ int spillway__request_until(spillway *c,
     uint64_t req = spillway__call_begin(c, last_type);
     c->call.on_reply = on_reply;
     c->call.arg = arg;
+    c->call.parts = last_type != 0;
     proto_enc e;
     enc(&e, proto_conn_out(c->sched), req, arg);
     int rc = proto_conn_send(c->sched, &e);

@@ -74,6 +74,7 @@ typedef struct call {
     int status;
     uint32_t type;  /* reply type that completes it */
     bool errors_then_ack; /* SUBMIT: ERROR frames precede the ack */
+    bool parts;           /* frames of other types are parts of the reply (on_reply sees them) */
     void (*on_reply)(const proto_msg *m, void *arg);
     void *arg;
 } call;
@@ -111,6 +112,7 @@ struct spillway {
     char host_id[128];
     call call;
     xfer xfer;
+    uint64_t put_borrowed; /* chunks of a put queued on a connection, borrowed from its caller */
     int timer_fired;
     char errmsg[PROTO_MAX_STR + 64];
     bool err_set; /* errmsg was written since the public call in progress began */
@@ -163,6 +165,10 @@ static inline void spillway__refs_prefetch(spillway *c, const spillway_ref *refs
 
 /* Drops a held reference's handle and what it owns. */
 void spillway__handle_free(spillway *c, handle *h);
+/* Drops a held reference: frees its handle and, where the scheduler holds it too, sends
+ * RELEASE. Writes no spillway_errmsg: for the references a failing call gives back on its way
+ * out, whose own error is the one its caller hears. */
+void spillway__handle_release(spillway *c, handle *h);
 /* Frees every handle and the table (spillway_close). */
 void spillway__handles_free_all(spillway *c);
 /* The bytes of every empty value (an inline result of length 0): never allocated, never

@@ -34,7 +34,7 @@ static void autos_release(spillway_graph *g)
     for (size_t i = 0; i < g->nautos; i++) {
         handle *h = spillway__handle_find(c, g->autos[i]);
         if (h != NULL && h->graph_uses > 0 && --h->graph_uses == 0)
-            spillway_release(c, (spillway_ref){h->id.hi, h->id.lo});
+            spillway__handle_release(c, h); /* not spillway_release: submit's error stays */
     }
     g->nautos = 0;
 }
@@ -328,6 +328,8 @@ static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
     if (bs == 0)
         bs = 1;
     uint64_t nb = size == 0 ? 1 : (size + bs - 1) / bs;
+    if (nb > SIZE_MAX / sizeof(spillway_ref))
+        return SPW_ENOMEM; /* more references than an array can count */
     spillway_graph *g = spillway_graph_new(c);
     if (g == NULL)
         return SPW_ENOMEM;
@@ -367,8 +369,16 @@ static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
         rc = spillway_task_at(g, "echo", &one, 1, SPILLWAY_KEEP, &parts[0], site);
     }
     spw_free(av);
-    if (rc == 0)
-        rc = spillway_submit_at(g, site);
+    if (rc == 0 && (rc = spillway_submit_at(g, site)) != 0) {
+        /* The kept results reach no caller: given back here, else they stay held (here, and at
+         * the scheduler with their objects) as long as the connection. */
+        size_t nkept = o->reduce != NULL ? 1 : nb;
+        for (size_t i = 0; i < nkept; i++) {
+            handle *h = spillway__handle_find(c, (spw_id){parts[i].hi, parts[i].lo});
+            if (h != NULL)
+                spillway__handle_release(c, h);
+        }
+    }
     spillway_graph_free(g);
     if (rc != 0) {
         spw_free(parts);

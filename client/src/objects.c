@@ -7,6 +7,7 @@
  * the object. Small values stay in the client: they are copied into the task messages that use
  * them and never become store objects.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -339,6 +340,13 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
     return put_object(c, id, data, len, flags, site, NULL, 0);
 }
 
+/* A put's chunk is no longer queued: written, or its connection is gone. */
+static void chunk_released(void *arg)
+{
+    spillway *c = arg;
+    c->put_borrowed--;
+}
+
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                       const char *site, bcast_res *bcast, unsigned nworkers)
 {
@@ -393,13 +401,25 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
                                        .off = off,
                                        .flags = off + n == len ? PROTO_CHUNK_LAST : 0,
                                        .data = {NULL, n}});
-            rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, NULL, NULL);
+            c->put_borrowed++;
+            rc = proto_conn_send_borrowed(p->conn, &we, b + off, n, chunk_released, c);
         }
         if (rc == 0)
             rc = spillway__run_until(c, xfer_done, NULL, -1);
         if (rc == 0)
             rc = x->status;
         x->active = false;
+        /* The caller's buffer is theirs again once we return, so no chunk of it may stay
+         * queued. After a failure (a worker that refuses the object answers its first chunk)
+         * the rest is not wanted: the connection closes, which writes or drops what is queued
+         * within its drain deadline. */
+        if (rc != 0 && c->put_borrowed > 0) {
+            HASH_FIND_STR(c->peers, tgt.addr, p);
+            if (p != NULL && p->conn != NULL)
+                proto_conn_close(p->conn, 0);
+        }
+        while (c->put_borrowed > 0)
+            uv_run(&c->loop, UV_RUN_ONCE);
     }
     if (bcast != NULL) {
         int brc = spillway__call_wait(c, -1);
@@ -649,7 +669,8 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     proto_send_locate(
         c->sched, req,
         &(proto_locate_msg){.id = id, .timeout_ms = left < 0 ? UINT32_MAX : (uint64_t)left});
-    int rc = spillway__call_wait(c, left < 0 ? -1 : left + 1000);
+    /* A second more than the scheduler waits, as far as an int goes. */
+    int rc = spillway__call_wait(c, left < 0 ? -1 : left > INT_MAX - 1000 ? INT_MAX : left + 1000);
     if (rc == 0 && loc->status != 0) {
         rc = loc->status;
         spillway__set_err(c, "%s", loc->err);
@@ -827,6 +848,15 @@ void spillway_view_release(spillway *c, spillway_view *view)
 
 /* ------------------------------------------------------------------ release */
 
+void spillway__handle_release(spillway *c, handle *h)
+{
+    spw_id id = h->id;
+    bool remote = h->kind != H_SMALL;
+    spillway__handle_free(c, h);
+    if (remote)
+        release_id(c, id);
+}
+
 static int release__impl(spillway *c, spillway_ref ref)
 {
     if (c == NULL)
@@ -840,9 +870,7 @@ static int release__impl(spillway *c, spillway_ref ref)
         return SPW_ENOTHELD;
     }
     bool remote = h->kind != H_SMALL;
-    spillway__handle_free(c, h);
-    if (remote)
-        release_id(c, id);
+    spillway__handle_release(c, h);
     if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
         spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
                              "with it", c->addr);

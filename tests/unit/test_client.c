@@ -1,8 +1,15 @@
 /* Unit tests for libspillway's internals that need no cluster: the reference table (refs.c:
- * ids made here found by their counter, other ids by hash, chunks freed as they empty) and the
- * encoder of task records (enc.c), which must write exactly proto's bytes. */
+ * ids made here found by their counter, other ids by hash, chunks freed as they empty), the
+ * encoder of task records (enc.c), which must write exactly proto's bytes, and the client
+ * against a scheduler that misbehaves (a fake one on a thread of its own, answering as each
+ * test says). */
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "client_int.h"
 
@@ -242,11 +249,458 @@ static void test_task_rec_matches_proto(void **state)
     }
 }
 
+/* ------------------------------------------------- a scheduler that misbehaves */
+
+/* A scheduler that speaks the wire protocol from its own thread and loop, so that the client's
+ * blocking calls get answers: `answer` sees every message after the handshake and says what the
+ * client gets back. Both sides share a secret in a file of the test's own directory. */
+typedef struct fake_sched fake_sched;
+struct fake_sched {
+    uv_loop_t loop;
+    uv_async_t stop;
+    proto_ctx *ctx;
+    pthread_t thread;
+    char addr[64];
+    char dir[64];
+    char secret_file[96];
+    void (*answer)(fake_sched *f, proto_conn *c, const proto_msg *m);
+    /* A worker's peer port on the same loop, for puts over TCP. */
+    char peer_addr[64];
+    uv_async_t resume;  /* resumes `paused` */
+    proto_conn *paused; /* a connection an answer paused, or NULL */
+    pthread_mutex_t mu; /* guards saw_reused, which the test thread reads */
+    bool saw_reused;    /* a chunk after the first carried the bytes of a reused buffer */
+    bool put_over;      /* the last chunk came, or `paused` is gone */
+    proto_conn *asker;  /* the connection of a GRAPHS_REQ held until put_over */
+    uint64_t asker_req;
+};
+
+#define FAKE_SECRET "0123456789abcdef0123456789abcdef"
+
+static int fake_hello(proto_conn *c, const proto_msg *hello, proto_welcome *w, char *err,
+                      size_t errlen)
+{
+    (void)c, (void)hello, (void)err, (void)errlen;
+    *w = (proto_welcome){
+        .session = 7, .inline_limit = 256, .chunk = 1 << 20, .max_frame = PROTO_DEFAULT_MAX_FRAME};
+    return 0;
+}
+
+static void fake_msg(proto_conn *c, const proto_msg *m)
+{
+    fake_sched *f = proto_ctx_data(proto_conn_ctx(c));
+    if (f->answer != NULL)
+        f->answer(f, c, m);
+}
+
+/* The put's chunks have all come, or their connection is gone: a held GRAPHS_REQ is answered
+ * (with no graph). */
+static void fake_put_over(fake_sched *f)
+{
+    f->put_over = true;
+    if (f->asker != NULL)
+        proto_send_graphs(f->asker, f->asker_req, &(proto_graphs_msg){.graphs = {.n = 0}});
+    f->asker = NULL;
+}
+
+static void fake_close(proto_conn *c, int status)
+{
+    (void)status;
+    fake_sched *f = proto_ctx_data(proto_conn_ctx(c));
+    if (c == f->paused) {
+        f->paused = NULL;
+        fake_put_over(f);
+    }
+    if (c == f->asker)
+        f->asker = NULL;
+}
+
+static const proto_conn_cbs fake_cbs = {
+    .on_hello = fake_hello,
+    .on_msg = fake_msg,
+    .on_close = fake_close,
+};
+
+static void fake_ctx_closed(void *arg)
+{
+    (void)arg;
+}
+
+static void fake_stop_cb(uv_async_t *a)
+{
+    fake_sched *f = a->data;
+    proto_ctx_close(f->ctx, fake_ctx_closed, f);
+    uv_close((uv_handle_t *)&f->stop, NULL);
+    uv_close((uv_handle_t *)&f->resume, NULL);
+}
+
+static void fake_resume_cb(uv_async_t *a)
+{
+    fake_sched *f = a->data;
+    if (f->paused != NULL)
+        proto_conn_resume(f->paused);
+}
+
+static void *fake_run(void *arg)
+{
+    fake_sched *f = arg;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *, const proto_msg *))
+{
+    memset(f, 0, sizeof *f);
+    f->answer = answer;
+    snprintf(f->dir, sizeof f->dir, "/tmp/spw-test-client-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->secret_file, sizeof f->secret_file, "%s/secret", f->dir);
+    FILE *fp = fopen(f->secret_file, "w");
+    assert_non_null(fp);
+    fputs(FAKE_SECRET "\n", fp);
+    fclose(fp);
+    assert_int_equal(chmod(f->secret_file, 0600), 0);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(uv_async_init(&f->loop, &f->stop, fake_stop_cb), 0);
+    f->stop.data = f;
+    assert_int_equal(uv_async_init(&f->loop, &f->resume, fake_resume_cb), 0);
+    f->resume.data = f;
+    pthread_mutex_init(&f->mu, NULL);
+    proto_ctx_opts po;
+    proto_ctx_opts_default(&po);
+    po.role = PROTO_ROLE_SCHEDULER;
+    po.name = "fake-scheduler";
+    po.secret = (const uint8_t *)FAKE_SECRET;
+    po.secret_len = strlen(FAKE_SECRET);
+    assert_int_equal(proto_ctx_new(&f->loop, &po, &f->ctx), 0);
+    proto_ctx_set_data(f->ctx, f);
+    assert_int_equal(
+        proto_listen(f->ctx, "127.0.0.1:0", &fake_cbs, NULL, NULL, f->addr, sizeof f->addr), 0);
+    assert_int_equal(proto_listen(f->ctx, "127.0.0.1:0", &fake_cbs, NULL, NULL, f->peer_addr,
+                                  sizeof f->peer_addr),
+                     0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
+}
+
+static void fake_stop(fake_sched *f)
+{
+    uv_async_send(&f->stop);
+    assert_int_equal(pthread_join(f->thread, NULL), 0);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    pthread_mutex_destroy(&f->mu);
+    unlink(f->secret_file);
+    rmdir(f->dir);
+}
+
+static spillway *fake_client(const fake_sched *f)
+{
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.secret_file = f->secret_file;
+    o.no_local = 1;
+    spillway *c = NULL;
+    assert_int_equal(spillway_connect(f->addr, &o, &c), 0);
+    return c;
+}
+
+/* Answers LOCATE with a SUBMIT of the same request id, whose sixth field is a string where
+ * LOCATION has its list of locations. */
+static void answer_locate_with_submit(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type != PROTO_LOCATE)
+        return;
+    proto_send_submit(c, m->req,
+                      &(proto_submit_msg){.graph = 1,
+                                          .max_bytes = 1,
+                                          .site = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                                                  "AAAAAAAAAAAAAAAA"});
+}
+
+/* A reply of another type than the request's is the scheduler's error: the call fails with
+ * SPW_EPROTO and says so. It used to be read as the reply it is not (a string taken for a list
+ * of records: a crash), or ignored while the call waited on. */
+static void client_reply_of_another_type_is_eproto(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_locate_with_submit);
+    spillway *c = fake_client(&f);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
+                     SPW_EPROTO);
+    assert_null(data);
+    assert_non_null(strstr(spillway_errmsg(c), "type"));
+    spillway_close(c);
+    fake_stop(&f);
+}
+
+/* Answers a graph's last SUBMIT frame with three results for each kept task (a failure, then
+ * two values), then the ack. */
+static void answer_submit_with_repeated_results(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type != PROTO_SUBMIT)
+        return;
+    const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+    for (uint32_t i = 0; i < tasks->arr.n; i++) {
+        const proto_val *r = PROTO_REC(tasks, i);
+        if (!(r[R_TASK_FLAGS].u & PROTO_TASK_KEEP))
+            continue;
+        spw_id id = r[R_TASK_ID].id;
+        proto_send_task_result(c, 0,
+                               &(proto_task_result_msg){.id = id,
+                                                        .status = SPW_ETASKFAILED,
+                                                        .value = {NULL, 0},
+                                                        .err = "the first run failed"});
+        proto_send_task_result(
+            c, 0, &(proto_task_result_msg){.id = id, .size = 5, .value = {"first", 5}, .err = ""});
+        proto_send_task_result(
+            c, 0, &(proto_task_result_msg){.id = id, .size = 6, .value = {"second", 6}, .err = ""});
+    }
+    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+        proto_send_submit_ack(
+            c, m->req,
+            &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = tasks->arr.n});
+}
+
+/* A task's result that comes again (a lineage re-run, or a scheduler that repeats itself)
+ * replaces the one before and frees it: the last one is what the client gets, and releasing
+ * the reference gives back all the memory the results took. */
+static void client_repeated_result_replaces_the_last(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_submit_with_repeated_results);
+    int64_t before = spw_heap_used(SPW_MOD_CLIENT);
+    spillway *c = fake_client(&f);
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_ref ref;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &ref), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(c, &ref, 1, 60000), 0);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, ref, 60000, &data, &len), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(data, "second", 6);
+    spillway_free(data);
+    assert_int_equal(spillway_release(c, ref), 0);
+    spillway_close(c);
+    assert_int_equal(spw_heap_used(SPW_MOD_CLIENT), before);
+    fake_stop(&f);
+}
+
+/* A scheduler that takes puts as stored already, locates every object as 4 inline bytes, and
+ * refuses the first task of every graph (naming it, as the scheduler does) and accepts the
+ * rest. */
+static void answer_refusing_the_first_task(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    char hex[33];
+    if (m->type == PROTO_PUT_PLACE) {
+        proto_send_put_target(
+            c, m->req,
+            &(proto_put_target_msg){
+                .id = m->f[F_PUTP_ID].id, .addr = "", .host_id = "", .local = "", .exists = 1});
+    } else if (m->type == PROTO_LOCATE) {
+        proto_send_location(
+            c, m->req,
+            &(proto_location_msg){
+                .id = m->f[F_LOCATE_ID].id, .size = 4, .value = {"abcd", 4}, .err = ""});
+    } else if (m->type == PROTO_SUBMIT) {
+        const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+        if (tasks->arr.n > 0)
+            proto_conn_error(c, m->req, SPW_ELIMIT, "task=%s: refused by the test",
+                             spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex));
+        if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+            proto_send_submit_ack(
+                c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = 0});
+    }
+}
+
+/* A graph refused in part fails spillway_submit with the refusal's own text (which task and
+ * why), also when the graph held automatic puts it gives back on the way out. */
+static void client_submit_refusal_keeps_its_message(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_refusing_the_first_task);
+    spillway *c = fake_client(&f);
+    static char big[1000]; /* over the inline limit of 256: an automatic put */
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_arg a = spillway_arg_bytes(big, sizeof big);
+    assert_int_equal(spillway_task(g, "f", &a, 1, 0, NULL), 0);
+    assert_int_equal(spillway_submit(g), SPW_ELIMIT);
+    assert_non_null(strstr(spillway_errmsg(c), "refused by the test"));
+    spillway_graph_free(g);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
+/* map_blocks whose submission fails hands out no references: it holds none either (the
+ * results of the tasks that were accepted are given back), else a client that retries keeps
+ * them, and the scheduler their objects, for as long as it stays connected. */
+static void client_map_blocks_refused_holds_nothing(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_refusing_the_first_task);
+    spillway *c = fake_client(&f);
+    spillway_map_opts o = {.nblocks = 4};
+    spillway_ref *parts = NULL;
+    size_t nparts = 0;
+    assert_int_equal(
+        spillway_map_blocks(c, "f", ((spillway_ref){0x1234, 0x5679}), NULL, 0, &o, &parts, &nparts),
+        SPW_ELIMIT);
+    assert_null(parts);
+    assert_non_null(strstr(spillway_errmsg(c), "refused by the test"));
+    assert_int_equal(c->refs.n, 0);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
+/* Places every put on the fake worker, which refuses the object at its first chunk (as a
+ * worker whose store and spill are full does) and then reads nothing more until resumed: the
+ * rest of the put's chunks stay queued in the client. Chunks read after that are checked for
+ * the bytes the test writes into the put's buffer once spillway_put has returned; a GRAPHS_REQ
+ * is answered once the put's chunks have all come or their connection is gone. */
+static void answer_put_refused_at_first_chunk(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    if (m->type == PROTO_PUT_PLACE) {
+        proto_send_put_target(
+            c, m->req,
+            &(proto_put_target_msg){
+                .id = m->f[F_PUTP_ID].id, .addr = f->peer_addr, .host_id = "", .local = ""});
+    } else if (m->type == PROTO_OBJ_WRITE && m->f[F_WRITE_OFF].u == 0) {
+        proto_conn_error(c, m->req, SPW_ESPILLFULL, "refused by the test");
+        f->paused = c;
+        proto_conn_pause(c);
+    } else if (m->type == PROTO_OBJ_WRITE) {
+        const proto_val *d = &m->f[F_WRITE_DATA];
+        if (memchr(d->bin.ptr, 'X', d->bin.len) != NULL) {
+            pthread_mutex_lock(&f->mu);
+            f->saw_reused = true;
+            pthread_mutex_unlock(&f->mu);
+        }
+        if (m->f[F_WRITE_FLAGS].u & PROTO_CHUNK_LAST)
+            fake_put_over(f);
+    } else if (m->type == PROTO_GRAPHS_REQ) {
+        f->asker = c;
+        f->asker_req = m->req;
+        if (f->put_over)
+            fake_put_over(f);
+    }
+}
+
+/* A put that fails gives the caller's buffer back: nothing of it is written after
+ * spillway_put returns. It used to return at the worker's refusal with the rest of the chunks
+ * still queued, borrowed from that buffer, and wrote them during the next call: bytes the
+ * caller had reused (or, freed, a use after free). */
+static void client_failed_put_leaves_its_buffer_alone(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_put_refused_at_first_chunk);
+    spillway *c = fake_client(&f);
+    size_t len = 64u << 20; /* 64 chunks of 1 MiB: more than the sockets buffer */
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    memset(buf, 'a', len);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(c, buf, len, &ref), SPW_ESPILLFULL);
+    memset(buf, 'X', len); /* the caller's again */
+    uv_async_send(&f.resume);
+    /* A call that runs the client's loop until the worker has all it will get. */
+    spillway_graph_progress gp;
+    assert_int_equal(spillway_graph_status(c, 1, &gp), SPW_ENOOBJ);
+    pthread_mutex_lock(&f.mu);
+    bool reused = f.saw_reused;
+    pthread_mutex_unlock(&f.mu);
+    assert_false(reused);
+    spillway_close(c);
+    free(buf);
+    fake_stop(&f);
+}
+
+/* Locates every object as a 4-byte value (answer_value) or, past 2^61 bytes, in no store
+ * (answer_huge). */
+static void answer_locate(proto_conn *c, const proto_msg *m, bool huge)
+{
+    if (m->type != PROTO_LOCATE)
+        return;
+    proto_send_location(
+        c, m->req,
+        &(proto_location_msg){.id = m->f[F_LOCATE_ID].id,
+                              .size = huge ? (UINT64_C(1) << 61) + 8 : 4,
+                              .value = huge ? (proto_bytes){NULL, 0} : (proto_bytes){"abcd", 4},
+                              .err = ""});
+}
+
+static void answer_value(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    answer_locate(c, m, false);
+}
+
+static void answer_huge(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    answer_locate(c, m, true);
+}
+
+/* A timeout as long as an int allows is a timeout, not an overflow: spillway_get added its
+ * second of slack to the time left in an int (undefined behaviour; a negative wait). */
+static void client_get_with_the_longest_timeout(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_value);
+    spillway *c = fake_client(&f);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, INT_MAX, &data, &len), 0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(data, "abcd", 4);
+    spillway_free(data);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
+/* map_blocks over an object of more blocks than an array of references can count fails
+ * cleanly: the array's size was multiplied unchecked, so it wrapped to a few bytes and the
+ * blocks' references were written past it. */
+static void client_map_blocks_of_too_many_blocks_is_enomem(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_huge);
+    spillway *c = fake_client(&f);
+    spillway_map_opts o = {.block_size = 1};
+    spillway_ref *parts = NULL;
+    size_t nparts = 0;
+    assert_int_equal(
+        spillway_map_blocks(c, "f", ((spillway_ref){0x1234, 0x5679}), NULL, 0, &o, &parts, &nparts),
+        SPW_ENOMEM);
+    assert_null(parts);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
     cmocka_unit_test(test_refs_dense_and_other),
     cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
+    cmocka_unit_test(client_reply_of_another_type_is_eproto),
+    cmocka_unit_test(client_repeated_result_replaces_the_last),
+    cmocka_unit_test(client_submit_refusal_keeps_its_message),
+    cmocka_unit_test(client_map_blocks_refused_holds_nothing),
+    cmocka_unit_test(client_failed_put_leaves_its_buffer_alone),
+    cmocka_unit_test(client_get_with_the_longest_timeout),
+    cmocka_unit_test(client_map_blocks_of_too_many_blocks_is_enomem),
 };
 SPW_TEST_MAIN(tests)
