@@ -95,15 +95,23 @@ static void dependency_graph_matches_local_computation(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A cluster of one worker with `slots` slots (64 MiB store) that loads the test plugin, and a
+ * client connected to it. */
+static spillway *plugin_cluster(h_cluster *c, const char *slots)
+{
+    h_cluster_start(c, false, NULL);
+    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
+    const char *const args[] = {"--slots", slots, "--store-capacity", "64M", "--plugin", plugin,
+                                NULL};
+    h_worker_start(c, args);
+    return e2e_connect(c);
+}
+
 static void plugin_task_runs_and_bad_plugin_is_refused(void **state)
 {
     (void)state;
     h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
-    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = plugin_cluster(&c, "1");
     /* Small (inline) and large (in the store, 1 MiB) inputs through the plugin. */
     size_t big = 1 << 20;
     uint8_t *data = malloc(big);
@@ -194,11 +202,7 @@ static void task_returning_the_ahead_code_runs_once(void **state)
 {
     (void)state;
     h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
-    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = plugin_cluster(&c, "1");
     char path[600];
     snprintf(path, sizeof path, "%s/runs", c.dir);
     /* After a producer on the same worker, so that it may be sent ahead; and alone. */
@@ -235,11 +239,7 @@ static void capped_graph_does_not_hold_back_others(void **state)
 {
     (void)state;
     h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
-    const char *const args[] = {"--slots", "2", "--store-capacity", "64M", "--plugin", plugin, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = plugin_cluster(&c, "2");
     char path[600];
     snprintf(path, sizeof path, "%s/runs", c.dir);
     enum { N = 6000 };

@@ -44,6 +44,21 @@ static void every_type_round_trips(void **state)
     assert_int_equal(samples, 53);
 }
 
+/* One TASK_DONES record for task {n, 0} (3 bytes of output), its status a string if bad. */
+static void put_done_rec(proto_enc *e, uint64_t n, bool bad)
+{
+    proto_put_arr(e, 6);
+    proto_put_id(e, (spw_id){n, 0});
+    if (bad)
+        proto_put_str(e, "not a status"); /* the bad field */
+    else
+        proto_put_i(e, 0);
+    proto_put_u(e, 3);
+    proto_put_bin(e, "abc", 3);
+    proto_put_str(e, "");
+    proto_put_u(e, 5);
+}
+
 /* A batched frame with a malformed record in the middle decodes: that record is marked bad
  * (with its task id when the id itself is fine), the others are whole; a record that is not
  * even an array is marked bad with no id. A frame-level fault still fails the whole frame. */
@@ -59,16 +74,7 @@ static void batch_marks_a_bad_record_and_keeps_the_rest(void **state)
             proto_put_u(&e, 7); /* not a record at all */
             continue;
         }
-        proto_put_arr(&e, 6);
-        proto_put_id(&e, (spw_id){(uint64_t)i + 1, 0});
-        if (i == 1)
-            proto_put_str(&e, "not a status"); /* the bad field */
-        else
-            proto_put_i(&e, 0);
-        proto_put_u(&e, 3);
-        proto_put_bin(&e, "abc", 3);
-        proto_put_str(&e, "");
-        proto_put_u(&e, 5);
+        put_done_rec(&e, (uint64_t)i + 1, i == 1);
     }
     assert_true(proto_enc_end(&e, UINT32_MAX) > 0);
     msgpack_zone z;
@@ -407,13 +413,7 @@ static void batch_of_one_byte_records_refused(void **state)
                 proto_put_u(&e, 7); /* not a record */
                 continue;
             }
-            proto_put_arr(&e, 6);
-            proto_put_id(&e, (spw_id){(uint64_t)i + 1, 0});
-            proto_put_i(&e, 0);
-            proto_put_u(&e, 3);
-            proto_put_bin(&e, "abc", 3);
-            proto_put_str(&e, "");
-            proto_put_u(&e, 5);
+            put_done_rec(&e, (uint64_t)i + 1, false);
         }
         assert_true(proto_enc_end(&e, UINT32_MAX) > 0);
         msgpack_zone z;
