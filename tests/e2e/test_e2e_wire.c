@@ -2051,6 +2051,86 @@ static void concurrent_upload_of_same_id_is_refused(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A reader following an upload got its last byte, and the upload then fails (a chunk at a wrong
+ * offset, in the same write, so that the last bytes are still queued to the reader): the
+ * reader's other read, of another upload, goes on to the end. */
+static void upload_failing_after_a_follower_has_it_all_leaves_other_reads_going(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 7);
+    spw_id x = test_id(270), y = test_id(271);
+    wire *ux = wire_peer(c, 0), *uy = wire_peer(c, 0), *r = wire_peer(c, 0);
+    send_obj_write(ux, 270, x, 3000, 0, 0, chunk, 1000);
+    send_obj_read(ux, 272, test_id(272), 0, 1);
+    wire_expect_error(ux, 272, SPW_ENOOBJ); /* its first chunk has been taken in */
+    send_obj_write(uy, 271, y, 3000, 0, 0, chunk, 1000);
+    send_obj_read(uy, 273, test_id(273), 0, 1);
+    wire_expect_error(uy, 273, SPW_ENOOBJ);
+    /* r follows X, then Y: each answers what has arrived. */
+    send_obj_read(r, 274, x, 0, 3000);
+    const proto_msg *m = wire_await(r, PROTO_OBJ_DATA, 274);
+    assert_int_equal(m->f[F_DATA_OFF].u, 0);
+    assert_int_equal(m->f[F_DATA_DATA].bin.len, 1000);
+    send_obj_read(r, 275, y, 0, 3000);
+    m = wire_await(r, PROTO_OBJ_DATA, 275);
+    assert_int_equal(m->f[F_DATA_OFF].u, 0);
+    assert_int_equal(m->f[F_DATA_DATA].bin.len, 1000);
+    /* X's remaining bytes, not marked last, then a chunk at a wrong offset, in one write. */
+    proto_enc *e = wire_begin(ux, PROTO_OBJ_WRITE, 276, 5);
+    proto_put_id(e, x);
+    proto_put_u(e, 3000);
+    proto_put_u(e, 1000);
+    proto_put_u(e, 0);
+    proto_put_bin(e, chunk + 1000, 2000);
+    spw_buf both = {0};
+    const spw_buf *f = wire_end_unsent(ux);
+    assert_int_equal(spw_buf_reserve(&both, f->len), 0);
+    spw_buf_append(&both, f->data, f->len);
+    e = wire_begin(ux, PROTO_OBJ_WRITE, 277, 5);
+    proto_put_id(e, x);
+    proto_put_u(e, 3000);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    proto_put_bin(e, chunk, 10);
+    f = wire_end_unsent(ux);
+    assert_int_equal(spw_buf_reserve(&both, f->len), 0);
+    spw_buf_append(&both, f->data, f->len);
+    assert_true(wire_send(ux, both.data, both.len));
+    spw_buf_release(&both);
+    wire_expect_error(ux, 277, SPW_EINVAL);
+    m = wire_await(r, PROTO_OBJ_DATA, 274);
+    assert_int_equal(m->f[F_DATA_OFF].u, 1000);
+    assert_true(m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST);
+    /* Y is finished: r gets the rest of it. */
+    send_obj_write(uy, 278, y, 3000, 1000, PROTO_CHUNK_LAST, chunk + 1000, 2000);
+    wire_await(uy, PROTO_PUT_DONE, 278);
+    for (;;) {
+        int rc = wire_read(r);
+        if (rc <= 0)
+            fail_msg("waiting for the rest of Y: %s",
+                     rc == 0 ? "the worker closed the connection" : "timed out");
+        if (r->m.type == PROTO_ERROR && r->m.req == 274)
+            continue; /* whether X's reader hears of the failure after its last byte */
+        assert_int_equal(r->m.type, PROTO_OBJ_DATA);
+        assert_int_equal(r->m.req, 275);
+        assert_int_equal(r->m.f[F_DATA_OFF].u, 1000);
+        assert_memory_equal(r->m.f[F_DATA_DATA].bin.ptr, chunk + 1000, 2000);
+        assert_true(r->m.f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST);
+        break;
+    }
+    wire_close(r);
+    wire_close(ux);
+    wire_close(uy);
+    assert_worker_dropped(c, 0, y); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* A session that goes away with a reservation, a waiting LOCATE, an unfinished graph and a
  * running task leaves nothing behind. */
 static void session_closed_with_requests_in_flight_leaves_nothing(void **state)
@@ -2419,6 +2499,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
     cmocka_unit_test_teardown(reader_hanging_up_mid_transfer_leaves_object_unpinned, teardown),
     cmocka_unit_test_teardown(concurrent_upload_of_same_id_is_refused, teardown),
+    cmocka_unit_test_teardown(upload_failing_after_a_follower_has_it_all_leaves_other_reads_going,
+                              teardown),
     cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
     cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
     cmocka_unit_test_teardown(unauthenticated_huge_frames_leave_rss_flat, teardown),

@@ -316,7 +316,9 @@ void wrk__followers_fail(wread **list, int status, const char *msg)
         rd->flist = NULL;
         rd->avail = NULL;
         wsrv *srv = rd->srv;
-        if (!srv->closed) {
+        /* One that has sent its last byte is off srv->reads already (its chunks may still be
+         * queued): its answer is complete. */
+        if (!srv->closed && rd->pos != rd->end) {
             proto_conn_error(srv->conn, rd->req, status, "upstream copy failed: %s", msg);
             DL_DELETE(srv->reads, rd);
         }
