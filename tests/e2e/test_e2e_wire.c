@@ -2051,6 +2051,16 @@ static void concurrent_upload_of_same_id_is_refused(void **state)
     assert_true(cluster_stop(c));
 }
 
+static void send_obj_read_follow(wire *w, uint64_t req, spw_id id, uint64_t off, uint64_t len)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_READ, req, 4);
+    proto_put_id(e, id);
+    proto_put_u(e, off);
+    proto_put_u(e, len);
+    proto_put_u(e, PROTO_READ_FOLLOW);
+    wire_end(w);
+}
+
 /* A reader following an upload got its last byte, and the upload then fails (a chunk at a wrong
  * offset, in the same write, so that the last bytes are still queued to the reader): the
  * reader's other read, of another upload, goes on to the end. */
@@ -2125,6 +2135,47 @@ static void upload_failing_after_a_follower_has_it_all_leaves_other_reads_going(
     wire_close(ux);
     wire_close(uy);
     assert_worker_dropped(c, 0, y); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A FOLLOW read of an object not here yet, for a range other than the whole object, waits for
+ * it; when it arrives the answer is an EINVAL, never bytes from outside the object. */
+static void parked_follow_read_never_reads_past_the_object(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 5);
+    static const struct {
+        uint64_t off, len;
+    } ranges[] = {{0, 3000 + (1u << 20)}, {0, 1000}, {1000, 2000}};
+    for (uint64_t k = 0; k < 3; k++) {
+        spw_id id = test_id(280 + k);
+        uint64_t req = 290 + 3 * k;
+        wire *r = wire_peer(c, 0);
+        send_obj_read_follow(r, req, id, ranges[k].off, ranges[k].len);
+        send_obj_read(r, req + 1, test_id(289), 0, 1);
+        wire_expect_error(r, req + 1, SPW_ENOOBJ); /* the first one is parked */
+        wire *u = wire_peer(c, 0);
+        send_obj_write(u, req + 2, id, 3000, 0, PROTO_CHUNK_LAST, chunk, 3000);
+        wire_await(u, PROTO_PUT_DONE, req + 2);
+        int rc = wire_read(r);
+        assert_int_equal(rc, 1);
+        assert_int_equal(r->m.req, req);
+        if (r->m.type == PROTO_OBJ_DATA)
+            fail_msg("range %llu+%llu of 3000 bytes: got %zu bytes at %llu",
+                     (unsigned long long)ranges[k].off, (unsigned long long)ranges[k].len,
+                     r->m.f[F_DATA_DATA].bin.len, (unsigned long long)r->m.f[F_DATA_OFF].u);
+        assert_int_equal(r->m.type, PROTO_ERROR);
+        assert_int_equal(r->m.f[F_ERROR_CODE].i, SPW_EINVAL);
+        wire_close(r);
+        wire_close(u);
+        assert_worker_dropped(c, 0, id);
+    }
     assert_store_used_reaches(c, 0);
     assert_cluster_serves(c);
     assert_true(e2e_cluster_idle(c, 20000));
@@ -2501,6 +2552,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(concurrent_upload_of_same_id_is_refused, teardown),
     cmocka_unit_test_teardown(upload_failing_after_a_follower_has_it_all_leaves_other_reads_going,
                               teardown),
+    cmocka_unit_test_teardown(parked_follow_read_never_reads_past_the_object, teardown),
     cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
     cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
     cmocka_unit_test_teardown(unauthenticated_huge_frames_leave_rss_flat, teardown),
