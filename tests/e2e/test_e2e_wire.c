@@ -2182,6 +2182,80 @@ static void parked_follow_read_never_reads_past_the_object(void **state)
     assert_true(cluster_stop(c));
 }
 
+static void send_broadcast(wire *w, uint64_t req, spw_id id)
+{
+    proto_enc *e = wire_begin(w, PROTO_BROADCAST, req, 2);
+    proto_put_id(e, id);
+    proto_put_u(e, 0);
+    wire_end(w);
+}
+
+/* Places a put; returns the index of the worker it is to be uploaded to. */
+static int place_on(h_cluster *c, wire *s, uint64_t req, spw_id id, uint64_t size)
+{
+    send_put_place(s, req, id, size);
+    const proto_msg *m = wire_await(s, PROTO_PUT_TARGET, req);
+    char addr[64];
+    proto_str(&m->f[F_PUTT_ADDR], addr, sizeof addr);
+    for (int i = 0; i < c->nworkers; i++)
+        if (strcmp(addr, c->workers[i].addr) == 0)
+            return i;
+    fail_msg("put target %s is no worker of the cluster", addr);
+    return -1;
+}
+
+/* Five broadcasts of one object at once make one fetch on the other worker, copying it from an
+ * upload that then fails: each broadcast hears that, the fifth too. */
+static void copy_failing_under_five_broadcasts_answers_every_one(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(2);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 11);
+    wire *s = wire_client(c);
+    spw_id x = test_id(300), y = {0, 0};
+    int h = place_on(c, s, 300, x, sizeof chunk);
+    /* Y, uploaded whole to the same worker, is the marker: its broadcast, sent after X's, is
+     * done once the other worker has taken in every REPLICATE of X. */
+    for (uint64_t k = 0; k < 16 && spw_id_is_nil(y); k++)
+        if (place_on(c, s, 301 + k, test_id(301 + k), sizeof chunk) == h)
+            y = test_id(301 + k);
+    assert_false(spw_id_is_nil(y));
+    wire *ux = wire_peer(c, h), *uy = wire_peer(c, h);
+    send_obj_write(ux, 320, x, sizeof chunk, 0, 0, chunk, 1000);
+    send_obj_read(ux, 321, test_id(321), 0, 1);
+    wire_expect_error(ux, 321, SPW_ENOOBJ); /* the first chunk of X has been taken in */
+    send_obj_write(uy, 322, y, sizeof chunk, 0, PROTO_CHUNK_LAST, chunk, sizeof chunk);
+    wire_await(uy, PROTO_PUT_DONE, 322);
+    for (uint64_t k = 0; k < 5; k++)
+        send_broadcast(s, 330 + k, x);
+    send_broadcast(s, 335, y);
+    const proto_msg *m = wire_await(s, PROTO_BROADCAST_DONE, 335);
+    assert_int_equal(m->f[F_BCDONE_COPIES].u, 2);
+    /* X's upload fails: so does the copy following it. */
+    send_obj_write(ux, 323, x, sizeof chunk, 0, 0, chunk, 10);
+    wire_expect_error(ux, 323, SPW_EINVAL);
+    bool done[5] = {false};
+    for (int n = 0; n < 5; n++) {
+        int rc = wire_read(s);
+        if (rc <= 0)
+            fail_msg("%d of 5 broadcasts done, then %s", n,
+                     rc == 0 ? "the scheduler closed the connection" : "nothing");
+        m = &s->m;
+        assert_int_equal(m->type, PROTO_BROADCAST_DONE);
+        assert_true(m->req >= 330 && m->req < 335 && !done[m->req - 330]);
+        done[m->req - 330] = true;
+        assert_int_equal(m->f[F_BCDONE_FAILED].u, 1);
+    }
+    wire_close(ux);
+    wire_close(uy);
+    wire_close(s);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* A session that goes away with a reservation, a waiting LOCATE, an unfinished graph and a
  * running task leaves nothing behind. */
 static void session_closed_with_requests_in_flight_leaves_nothing(void **state)
@@ -2553,6 +2627,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(upload_failing_after_a_follower_has_it_all_leaves_other_reads_going,
                               teardown),
     cmocka_unit_test_teardown(parked_follow_read_never_reads_past_the_object, teardown),
+    cmocka_unit_test_teardown(copy_failing_under_five_broadcasts_answers_every_one, teardown),
     cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
     cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
     cmocka_unit_test_teardown(unauthenticated_huge_frames_leave_rss_flat, teardown),
