@@ -2051,6 +2051,211 @@ static void concurrent_upload_of_same_id_is_refused(void **state)
     assert_true(cluster_stop(c));
 }
 
+static void send_obj_read_follow(wire *w, uint64_t req, spw_id id, uint64_t off, uint64_t len)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_READ, req, 4);
+    proto_put_id(e, id);
+    proto_put_u(e, off);
+    proto_put_u(e, len);
+    proto_put_u(e, PROTO_READ_FOLLOW);
+    wire_end(w);
+}
+
+/* A reader following an upload got its last byte, and the upload then fails (a chunk at a wrong
+ * offset, in the same write, so that the last bytes are still queued to the reader): the
+ * reader's other read, of another upload, goes on to the end. */
+static void upload_failing_after_a_follower_has_it_all_leaves_other_reads_going(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 7);
+    spw_id x = test_id(270), y = test_id(271);
+    wire *ux = wire_peer(c, 0), *uy = wire_peer(c, 0), *r = wire_peer(c, 0);
+    send_obj_write(ux, 270, x, 3000, 0, 0, chunk, 1000);
+    send_obj_read(ux, 272, test_id(272), 0, 1);
+    wire_expect_error(ux, 272, SPW_ENOOBJ); /* its first chunk has been taken in */
+    send_obj_write(uy, 271, y, 3000, 0, 0, chunk, 1000);
+    send_obj_read(uy, 273, test_id(273), 0, 1);
+    wire_expect_error(uy, 273, SPW_ENOOBJ);
+    /* r follows X, then Y: each answers what has arrived. */
+    send_obj_read(r, 274, x, 0, 3000);
+    const proto_msg *m = wire_await(r, PROTO_OBJ_DATA, 274);
+    assert_int_equal(m->f[F_DATA_OFF].u, 0);
+    assert_int_equal(m->f[F_DATA_DATA].bin.len, 1000);
+    send_obj_read(r, 275, y, 0, 3000);
+    m = wire_await(r, PROTO_OBJ_DATA, 275);
+    assert_int_equal(m->f[F_DATA_OFF].u, 0);
+    assert_int_equal(m->f[F_DATA_DATA].bin.len, 1000);
+    /* X's remaining bytes, not marked last, then a chunk at a wrong offset, in one write. */
+    proto_enc *e = wire_begin(ux, PROTO_OBJ_WRITE, 276, 5);
+    proto_put_id(e, x);
+    proto_put_u(e, 3000);
+    proto_put_u(e, 1000);
+    proto_put_u(e, 0);
+    proto_put_bin(e, chunk + 1000, 2000);
+    spw_buf both = {0};
+    const spw_buf *f = wire_end_unsent(ux);
+    assert_int_equal(spw_buf_reserve(&both, f->len), 0);
+    spw_buf_append(&both, f->data, f->len);
+    e = wire_begin(ux, PROTO_OBJ_WRITE, 277, 5);
+    proto_put_id(e, x);
+    proto_put_u(e, 3000);
+    proto_put_u(e, 0);
+    proto_put_u(e, 0);
+    proto_put_bin(e, chunk, 10);
+    f = wire_end_unsent(ux);
+    assert_int_equal(spw_buf_reserve(&both, f->len), 0);
+    spw_buf_append(&both, f->data, f->len);
+    assert_true(wire_send(ux, both.data, both.len));
+    spw_buf_release(&both);
+    wire_expect_error(ux, 277, SPW_EINVAL);
+    m = wire_await(r, PROTO_OBJ_DATA, 274);
+    assert_int_equal(m->f[F_DATA_OFF].u, 1000);
+    assert_true(m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST);
+    /* Y is finished: r gets the rest of it. */
+    send_obj_write(uy, 278, y, 3000, 1000, PROTO_CHUNK_LAST, chunk + 1000, 2000);
+    wire_await(uy, PROTO_PUT_DONE, 278);
+    for (;;) {
+        int rc = wire_read(r);
+        if (rc <= 0)
+            fail_msg("waiting for the rest of Y: %s",
+                     rc == 0 ? "the worker closed the connection" : "timed out");
+        if (r->m.type == PROTO_ERROR && r->m.req == 274)
+            continue; /* whether X's reader hears of the failure after its last byte */
+        assert_int_equal(r->m.type, PROTO_OBJ_DATA);
+        assert_int_equal(r->m.req, 275);
+        assert_int_equal(r->m.f[F_DATA_OFF].u, 1000);
+        assert_memory_equal(r->m.f[F_DATA_DATA].bin.ptr, chunk + 1000, 2000);
+        assert_true(r->m.f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST);
+        break;
+    }
+    wire_close(r);
+    wire_close(ux);
+    wire_close(uy);
+    assert_worker_dropped(c, 0, y); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A FOLLOW read of an object not here yet, for a range other than the whole object, waits for
+ * it; when it arrives the answer is an EINVAL, never bytes from outside the object. */
+static void parked_follow_read_never_reads_past_the_object(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 5);
+    static const struct {
+        uint64_t off, len;
+    } ranges[] = {{0, 3000 + (1u << 20)}, {0, 1000}, {1000, 2000}};
+    for (uint64_t k = 0; k < 3; k++) {
+        spw_id id = test_id(280 + k);
+        uint64_t req = 290 + 3 * k;
+        wire *r = wire_peer(c, 0);
+        send_obj_read_follow(r, req, id, ranges[k].off, ranges[k].len);
+        send_obj_read(r, req + 1, test_id(289), 0, 1);
+        wire_expect_error(r, req + 1, SPW_ENOOBJ); /* the first one is parked */
+        wire *u = wire_peer(c, 0);
+        send_obj_write(u, req + 2, id, 3000, 0, PROTO_CHUNK_LAST, chunk, 3000);
+        wire_await(u, PROTO_PUT_DONE, req + 2);
+        int rc = wire_read(r);
+        assert_int_equal(rc, 1);
+        assert_int_equal(r->m.req, req);
+        if (r->m.type == PROTO_OBJ_DATA)
+            fail_msg("range %llu+%llu of 3000 bytes: got %zu bytes at %llu",
+                     (unsigned long long)ranges[k].off, (unsigned long long)ranges[k].len,
+                     r->m.f[F_DATA_DATA].bin.len, (unsigned long long)r->m.f[F_DATA_OFF].u);
+        assert_int_equal(r->m.type, PROTO_ERROR);
+        assert_int_equal(r->m.f[F_ERROR_CODE].i, SPW_EINVAL);
+        wire_close(r);
+        wire_close(u);
+        assert_worker_dropped(c, 0, id);
+    }
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void send_broadcast(wire *w, uint64_t req, spw_id id)
+{
+    proto_enc *e = wire_begin(w, PROTO_BROADCAST, req, 2);
+    proto_put_id(e, id);
+    proto_put_u(e, 0);
+    wire_end(w);
+}
+
+/* Places a put; returns the index of the worker it is to be uploaded to. */
+static int place_on(h_cluster *c, wire *s, uint64_t req, spw_id id, uint64_t size)
+{
+    send_put_place(s, req, id, size);
+    const proto_msg *m = wire_await(s, PROTO_PUT_TARGET, req);
+    char addr[64];
+    proto_str(&m->f[F_PUTT_ADDR], addr, sizeof addr);
+    for (int i = 0; i < c->nworkers; i++)
+        if (strcmp(addr, c->workers[i].addr) == 0)
+            return i;
+    fail_msg("put target %s is no worker of the cluster", addr);
+    return -1;
+}
+
+/* Five broadcasts of one object at once make one fetch on the other worker, copying it from an
+ * upload that then fails: each broadcast hears that, the fifth too. */
+static void copy_failing_under_five_broadcasts_answers_every_one(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(2);
+    uint8_t chunk[3000];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 11);
+    wire *s = wire_client(c);
+    spw_id x = test_id(300), y = {0, 0};
+    int h = place_on(c, s, 300, x, sizeof chunk);
+    /* Y, uploaded whole to the same worker, is the marker: its broadcast, sent after X's, is
+     * done once the other worker has taken in every REPLICATE of X. */
+    for (uint64_t k = 0; k < 16 && spw_id_is_nil(y); k++)
+        if (place_on(c, s, 301 + k, test_id(301 + k), sizeof chunk) == h)
+            y = test_id(301 + k);
+    assert_false(spw_id_is_nil(y));
+    wire *ux = wire_peer(c, h), *uy = wire_peer(c, h);
+    send_obj_write(ux, 320, x, sizeof chunk, 0, 0, chunk, 1000);
+    send_obj_read(ux, 321, test_id(321), 0, 1);
+    wire_expect_error(ux, 321, SPW_ENOOBJ); /* the first chunk of X has been taken in */
+    send_obj_write(uy, 322, y, sizeof chunk, 0, PROTO_CHUNK_LAST, chunk, sizeof chunk);
+    wire_await(uy, PROTO_PUT_DONE, 322);
+    for (uint64_t k = 0; k < 5; k++)
+        send_broadcast(s, 330 + k, x);
+    send_broadcast(s, 335, y);
+    const proto_msg *m = wire_await(s, PROTO_BROADCAST_DONE, 335);
+    assert_int_equal(m->f[F_BCDONE_COPIES].u, 2);
+    /* X's upload fails: so does the copy following it. */
+    send_obj_write(ux, 323, x, sizeof chunk, 0, 0, chunk, 10);
+    wire_expect_error(ux, 323, SPW_EINVAL);
+    bool done[5] = {false};
+    for (int n = 0; n < 5; n++) {
+        int rc = wire_read(s);
+        if (rc <= 0)
+            fail_msg("%d of 5 broadcasts done, then %s", n,
+                     rc == 0 ? "the scheduler closed the connection" : "nothing");
+        m = &s->m;
+        assert_int_equal(m->type, PROTO_BROADCAST_DONE);
+        assert_true(m->req >= 330 && m->req < 335 && !done[m->req - 330]);
+        done[m->req - 330] = true;
+        assert_int_equal(m->f[F_BCDONE_FAILED].u, 1);
+    }
+    wire_close(ux);
+    wire_close(uy);
+    wire_close(s);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* A session that goes away with a reservation, a waiting LOCATE, an unfinished graph and a
  * running task leaves nothing behind. */
 static void session_closed_with_requests_in_flight_leaves_nothing(void **state)
@@ -2419,6 +2624,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
     cmocka_unit_test_teardown(reader_hanging_up_mid_transfer_leaves_object_unpinned, teardown),
     cmocka_unit_test_teardown(concurrent_upload_of_same_id_is_refused, teardown),
+    cmocka_unit_test_teardown(upload_failing_after_a_follower_has_it_all_leaves_other_reads_going,
+                              teardown),
+    cmocka_unit_test_teardown(parked_follow_read_never_reads_past_the_object, teardown),
+    cmocka_unit_test_teardown(copy_failing_under_five_broadcasts_answers_every_one, teardown),
     cmocka_unit_test_teardown(session_closed_with_requests_in_flight_leaves_nothing, teardown),
     cmocka_unit_test_teardown(fuzzed_frames_get_errors_and_cluster_keeps_working, teardown),
     cmocka_unit_test_teardown(unauthenticated_huge_frames_leave_rss_flat, teardown),

@@ -21,21 +21,29 @@ static void fetch_free(wrk *w, wfetch *f)
     HASH_DEL(w->fetches, f);
     fwait *x, *tmp;
     LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
+    spw_free(f->repl_req);
     spw_free(f);
+}
+
+/* Records a REPLICATE the fetch answers: every broadcast of the object that names this worker
+ * waits for it, however many there are at once. */
+static void repl_add(wfetch *f, uint64_t req)
+{
+    if (f->nrepl == f->caprepl) {
+        f->caprepl = f->caprepl ? f->caprepl * 2 : 4;
+        f->repl_req = spw_realloc(SPW_MOD_WORKER, f->repl_req, f->caprepl * sizeof *f->repl_req);
+    }
+    f->repl_req[f->nrepl++] = req;
 }
 
 static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
 {
-    for (int i = 0; i < 4; i++) {
-        if (f->repl_req[i] == 0 || w->sched == NULL)
-            continue;
-        if (status != 0) {
-            char hex[33];
-            proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s",
-                             spw_id_hex(f->id, hex), msg);
-        }
-        f->repl_req[i] = 0;
+    for (uint32_t i = 0; i < f->nrepl && status != 0 && w->sched != NULL; i++) {
+        char hex[33];
+        proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s", spw_id_hex(f->id, hex),
+                         msg);
     }
+    f->nrepl = 0;
 }
 
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
@@ -87,7 +95,7 @@ static void fetch_send(wrk *w, wfetch *f)
     proto_conn *c = f->peer->conn;
     f->peer->active_ns = spw_now_ns();
     /* A broadcast copy may come from a worker still receiving it, or about to. */
-    bool chain = f->repl_req[0] != 0;
+    bool chain = f->nrepl != 0;
     proto_send_obj_read(c, f->req,
                         &(proto_obj_read_msg){.id = f->id,
                                               .off = 0,
@@ -358,19 +366,11 @@ void wrk__replicate(wrk *w, const proto_msg *m)
         HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
         fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
         *r = (fetch_req){w, id};
-        for (int i = 0; i < 4; i++)
-            if (f->repl_req[i] == 0) {
-                f->repl_req[i] = m->req;
-                break;
-            }
+        repl_add(f, m->req);
         ost_obj_create_async(w->store, id, f->size, fetch_created, r);
         return;
     }
-    for (int i = 0; i < 4; i++)
-        if (f->repl_req[i] == 0) {
-            f->repl_req[i] = m->req;
-            break;
-        }
+    repl_add(f, m->req);
 }
 
 void wrk__peers_check(wrk *w)

@@ -316,7 +316,9 @@ void wrk__followers_fail(wread **list, int status, const char *msg)
         rd->flist = NULL;
         rd->avail = NULL;
         wsrv *srv = rd->srv;
-        if (!srv->closed) {
+        /* One that has sent its last byte is off srv->reads already (its chunks may still be
+         * queued): its answer is complete. */
+        if (!srv->closed && rd->pos != rd->end) {
             proto_conn_error(srv->conn, rd->req, status, "upstream copy failed: %s", msg);
             DL_DELETE(srv->reads, rd);
         }
@@ -352,7 +354,16 @@ void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *av
         if (!spw_id_eq(rd->id, id))
             continue;
         DL_DELETE2(w->parked, rd, fprev, fnext);
-        if (rd->srv->closed) {
+        /* Asked for before its size was known: a follower sends the whole object. */
+        bool whole = rd->off == 0 && rd->end == ost_obj_size(o);
+        if (rd->srv->closed || !whole) {
+            if (!rd->srv->closed) {
+                char hex[33];
+                proto_conn_error(rd->srv->conn, rd->req, SPW_EINVAL,
+                                 "obj=%s: range %llu+%llu is not the whole %llu bytes",
+                                 spw_id_hex(id, hex), (unsigned long long)rd->off,
+                                 (unsigned long long)rd->end, (unsigned long long)ost_obj_size(o));
+            }
             rd->pos = rd->end;
             read_finish(rd);
             continue;
@@ -436,6 +447,7 @@ static void read_start(wsrv *srv, const proto_msg *m)
         wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
         rd->id = id;
         rd->req = m->req;
+        rd->off = m->f[F_READ_OFF].u; /* pos stays 0: a follower sends from the start */
         rd->end = m->f[F_READ_LEN].u;
         rd->srv = srv;
         rd->chain = may_wait;

@@ -138,7 +138,8 @@ struct wfetch {
     fwait *waiters;
     bool creating;        /* waiting for store room */
     bool stale;           /* the scheduler that wanted it is gone: dropped once created */
-    uint64_t repl_req[4]; /* broadcast requests to answer (REPLICATE), 0 = none */
+    uint64_t *repl_req;   /* broadcast requests to answer (REPLICATE): one per broadcast */
+    uint32_t nrepl, caprepl;
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 };
 
