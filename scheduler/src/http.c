@@ -42,7 +42,8 @@ _Static_assert(sizeof hw_keys / sizeof hw_keys[0] == HW_COUNT, "a key for every 
 _Static_assert(sizeof hw_names / sizeof hw_names[0] == HW_COUNT, "a name for every HW_*");
 
 typedef struct hworker {
-    char *name; /* heap (strdup), in full: the dashboard's series are keyed by it */
+    char *name; /* heap (strdup), in full */
+    char *addr; /* heap (strdup): the dashboard's series are keyed by it, as names may repeat */
     uint64_t v[HW_COUNT];
 } hworker;
 
@@ -101,8 +102,10 @@ static void link_failed(spw_http *h, int rc)
 
 static void sample_free(hsample *s)
 {
-    for (uint32_t i = 0; i < s->nw; i++)
+    for (uint32_t i = 0; i < s->nw; i++) {
         free(s->w[i].name);
+        free(s->w[i].addr);
+    }
     free(s->w);
     s->w = NULL;
     s->nw = 0;
@@ -129,7 +132,10 @@ static void sample_take(spw_http *h, json_t *status)
             break; /* out of memory: a sample without workers */
         hworker *hw = &s->w[s->nw];
         hw->name = strdup(ctldoc_s(w, "name"));
-        if (hw->name == NULL) {
+        hw->addr = strdup(ctldoc_s(w, "address"));
+        if (hw->name == NULL || hw->addr == NULL) {
+            free(hw->name);
+            free(hw->addr);
             sample_free(s);
             break;
         }
@@ -171,7 +177,8 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
-/* /api/history: columns aligned on t (null where a worker was absent). Lock held. */
+/* /api/history: columns aligned on t (null where a worker was absent), a series per worker
+ * address (two workers may share a name). Lock held. */
 static json_t *history_json(spw_http *h)
 {
     json_t *doc = json_object();
@@ -184,15 +191,16 @@ static json_t *history_json(spw_http *h)
     }
     uint32_t first = (h->head + h->cap - h->nsamples) % h->cap;
     /* Every worker seen in the window, in order of first appearance. */
-    json_t *index = json_object(); /* name -> position in workers */
+    json_t *index = json_object(); /* address -> position in workers */
     for (uint32_t j = 0; j < h->nsamples; j++) {
         const hsample *s = &h->ring[(first + j) % h->cap];
         for (uint32_t i = 0; i < s->nw; i++) {
-            if (json_object_get(index, s->w[i].name) != NULL)
+            if (json_object_get(index, s->w[i].addr) != NULL)
                 continue;
-            json_object_set_new(index, s->w[i].name, json_integer((json_int_t)json_array_size(workers)));
+            json_object_set_new(index, s->w[i].addr, json_integer((json_int_t)json_array_size(workers)));
             json_t *jw = json_object();
             json_object_set_new(jw, "name", json_string(s->w[i].name));
+            json_object_set_new(jw, "address", json_string(s->w[i].addr));
             for (int k = 0; k < HW_COUNT; k++)
                 json_object_set_new(jw, hw_names[k], json_array());
             json_array_append_new(workers, jw);
@@ -209,7 +217,7 @@ static json_t *history_json(spw_http *h)
         {
             const hworker *found = NULL;
             for (uint32_t i = 0; i < s->nw && found == NULL; i++)
-                if (strcmp(s->w[i].name, json_string_value(json_object_get(jw, "name"))) == 0)
+                if (strcmp(s->w[i].addr, json_string_value(json_object_get(jw, "address"))) == 0)
                     found = &s->w[i];
             for (int k = 0; k < HW_COUNT; k++)
                 json_array_append_new(json_object_get(jw, hw_names[k]),

@@ -3,8 +3,9 @@
  *
  * A query snapshots the directory's ids, asks every worker for its object list (placement,
  * stored size and pins, which only the stores know), then streams MEMORY_OBJS frames of at most
- * BATCH objects per loop iteration from an idle handle, pausing while the ctl connection is
- * not writable, and ends with MEMORY_END (per-node figures). So a directory of many thousands of
+ * BATCH objects, and of records filling at most about half the connection's max frame, per loop
+ * iteration from an idle handle, pausing while the ctl connection is not writable, and ends with
+ * MEMORY_END (per-node figures). So a directory of many thousands of
  * objects never stalls the loop. Objects freed meanwhile are skipped; objects a store holds that
  * the directory does not know are listed as orphans: memory nobody can release.
  * Owns: the memq records (s->memqs) and their idle handle.
@@ -267,10 +268,14 @@ static void stream_cb(uv_idle_t *h)
     spw_buf recs = {0};
     proto_enc e;
     proto_enc_raw(&e, &recs);
+    /* A frame the ctl's connection would refuse is dropped whole, so a batch also ends once its
+     * records fill half a frame (a record past that still fits: the others are far smaller). */
+    size_t budget = proto_conn_welcome(c)->max_frame / 2;
     if (q->pos < q->nids) {
         size_t end = q->pos + BATCH < q->nids ? q->pos + BATCH : q->nids;
         uint32_t n = 0;
-        for (size_t i = q->pos; i < end; i++) {
+        size_t i = q->pos;
+        for (; i < end && recs.len < budget; i++) {
             const sched_obj *o = sched__obj_find(s, q->ids[i]);
             if (o == NULL)
                 continue;
@@ -280,26 +285,22 @@ static void stream_cb(uv_idle_t *h)
             n++;
         }
         send_objs(q, n, &recs);
-        q->pos = end;
+        q->pos = i;
         return;
     }
     if (!q->orphans_done) {
         /* Objects in stores that the directory does not know. */
         mobj *m = q->orphan_pos != NULL ? q->orphan_pos : q->objs;
         uint32_t n = 0;
-        mobj *scan = m;
-        for (; scan != NULL && n < BATCH; scan = scan->hh.next)
-            n += sched__obj_find(s, scan->id) == NULL;
-        if (n == 0) {
-            q->orphans_done = true;
-            return;
-        }
-        uint32_t k = 0;
-        for (; m != NULL && k < n; m = m->hh.next) {
+        for (; m != NULL && n < BATCH && recs.len < budget; m = m->hh.next) {
             if (sched__obj_find(s, m->id) != NULL)
                 continue;
             put_orphan(&e, m);
-            k++;
+            n++;
+        }
+        if (n == 0) {
+            q->orphans_done = true;
+            return;
         }
         send_objs(q, n, &recs);
         q->orphan_pos = m;

@@ -265,8 +265,43 @@ static void memory_lists_every_object_with_its_holders(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A scheduler run with a small --max-frame still lists every object: the listing's frames
+ * are cut to fit the frame limit, not dropped whole when a batch of records outgrows it. */
+static void memory_lists_every_object_under_a_small_max_frame(void **state)
+{
+    (void)state;
+    h_cluster c;
+    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
+                                 "1K", NULL};
+    h_cluster_start(&c, false, sargs);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
+    h_worker_start(&c, wargs);
+    spillway *cl = e2e_connect(&c);
+    /* Records of a thousand objects take well over 64 KiB. Values over the inline limit go to
+     * the store, so the scheduler's directory lists them. */
+    enum { N = 1000, SIZE = 1100 };
+    spillway_ref *refs = calloc(N, sizeof *refs);
+    uint8_t val[SIZE];
+    for (int i = 0; i < N; i++) {
+        memset(val, i, sizeof val);
+        assert_int_equal(spillway_put(cl, val, sizeof val, &refs[i]), 0);
+    }
+    json_t *doc = ctl_memory(&c, NULL);
+    assert_non_null(doc);
+    assert_int_equal(json_array_size(json_object_get(doc, "objects")), N);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "totals"), "objects")),
+                     N);
+    json_decref(doc);
+    assert_int_equal(spillway_release_many(cl, refs, N), 0);
+    assert_true(h_eventually(listing_empty, &c, 20000));
+    free(refs);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(memory_lists_every_object_with_its_holders),
+    cmocka_unit_test(memory_lists_every_object_under_a_small_max_frame),
 };
 
 SPW_TEST_MAIN(tests)

@@ -594,6 +594,8 @@ static void config_file_mistakes_name_file_line_and_key(void **state)
          {"@CONF:2: slots: wants a whole number", "'many'"}},
         {"spillway-worker", "store-capacity = 12 apples\n", {NULL}, 2,
          {"@CONF:1: store-capacity: wants a size"}},
+        {"spillway-worker", "store-capacity = nan%\n", {NULL}, 2,
+         {"@CONF:1: store-capacity: wants a size", "'nan%'"}},
         {"spillway-worker", "spill-threshold = 1.5\n", {NULL}, 2,
          {"@CONF:1: spill-threshold: wants a fraction in (0, 1]"}},
         {"spillway-scheduler", "listen = 127.0.0.1:0\nmax-frame\n", {NULL}, 2,

@@ -10,6 +10,7 @@
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "spillway/base.h"
 
 #define NTASKS 24
 #define PROTO_TSTATE_COUNT_E2E 6
@@ -427,6 +428,61 @@ static void http_metrics_and_api_match_ctl(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+typedef struct hist_probe {
+    h_cluster *c;
+    json_int_t since_ms; /* samples at or after this time */
+    json_t *hist;        /* the last /api/history read */
+} hist_probe;
+
+/* Two samples taken at or after since_ms: the second one's status was asked for after it. */
+static bool two_samples_since(void *arg)
+{
+    hist_probe *p = arg;
+    json_decref(p->hist);
+    p->hist = http_json(p->c, "/api/history");
+    int later = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(p->hist, "t"), i, t)
+        later += json_integer_value(t) >= p->since_ms;
+    return later >= 2;
+}
+
+/* Two workers of one name (--name may repeat: tasks placed by name go to either) each have
+ * their own series in /api/history, with their own figures, as in /api/status and /metrics. */
+static void http_history_keeps_workers_of_one_name_apart(void **state)
+{
+    (void)state;
+    h_cluster c;
+    const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "50", NULL};
+    h_cluster_start(&c, false, sargs);
+    const char *const w8[] = {"--store-capacity", "8M", "--name", "pool", NULL};
+    const char *const w16[] = {"--store-capacity", "16M", "--name", "pool", NULL};
+    h_worker_start(&c, w8);
+    h_worker_start(&c, w16);
+    json_t *st = e2e_ctl_json(&c, "status");
+    assert_int_equal(json_array_size(json_object_get(st, "workers")), 2);
+    json_decref(st);
+    hist_probe p = {&c, (json_int_t)spw_wall_ms(), NULL};
+    assert_true(h_eventually(two_samples_since, &p, 20000));
+    json_t *ws = json_object_get(p.hist, "workers");
+    assert_int_equal(json_array_size(ws), 2);
+    size_t n = json_array_size(json_object_get(p.hist, "t"));
+    json_int_t caps = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(ws, i, w)
+    {
+        assert_string_equal(json_string_value(json_object_get(w, "name")), "pool");
+        caps += json_integer_value(json_array_get(json_object_get(w, "capacity"), n - 1));
+    }
+    assert_int_equal(caps, (8 << 20) + (16 << 20));
+    assert_string_not_equal(json_string_value(json_object_get(json_array_get(ws, 0), "address")),
+                            json_string_value(json_object_get(json_array_get(ws, 1), "address")));
+    json_decref(p.hist);
+    assert_true(h_cluster_stop(&c));
+}
+
 static void http_token_when_asked(void **state)
 {
     (void)state;
@@ -622,6 +678,7 @@ static void dashboard_shows_a_spilling_job(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(running_state_and_graph_progress),
     cmocka_unit_test(http_metrics_and_api_match_ctl),
+    cmocka_unit_test(http_history_keeps_workers_of_one_name_apart),
     cmocka_unit_test(http_token_when_asked),
     cmocka_unit_test(dashboard_shows_a_spilling_job),
 };

@@ -2,6 +2,8 @@
  * every frame is "need more", byte-at-a-time stream feeding, and a table of malformed input. */
 #include "spillway/proto.h"
 
+#include "spillway/daemon.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -527,6 +529,15 @@ static void sizes_and_addresses_parse(void **state)
     assert_int_equal(spw_size_parse("12Q", &v), SPW_EINVAL);
     assert_int_equal(spw_size_parse("", &v), SPW_EINVAL);
     assert_int_equal(spw_size_parse("99999999999T", &v), SPW_ERANGE);
+    /* A percentage of memory is a number in (0, 100]; "nan" is none (strtod reads it). */
+    assert_int_equal(spw_capacity_parse("50%", &v), 0);
+    assert_true(v > 0);
+    v = 7;
+    assert_int_equal(spw_capacity_parse("nan%", &v), SPW_EINVAL);
+    assert_int_equal(spw_capacity_parse("-nan%", &v), SPW_EINVAL);
+    assert_int_equal(spw_capacity_parse("0%", &v), SPW_EINVAL);
+    assert_int_equal(spw_capacity_parse("101%", &v), SPW_EINVAL);
+    assert_int_equal(v, 7);
     char host[64];
     int port;
     assert_int_equal(spw_addr_split("127.0.0.1:8080", host, &port), 0);

@@ -296,7 +296,8 @@ int spw_capacity_parse(const char *s, uint64_t *out)
     if (len > 1 && s[len - 1] == '%') {
         char *end;
         double pct = strtod(s, &end);
-        if (end != s + len - 1 || pct <= 0 || pct > 100)
+        /* Written so that NaN (strtod reads "nan") fails too: it compares false either way. */
+        if (end != s + len - 1 || !(pct > 0 && pct <= 100))
             return SPW_EINVAL;
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         if (pages <= 0 || page <= 0)
