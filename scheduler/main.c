@@ -164,6 +164,8 @@ int main(int argc0, char **argv0)
     for (int at = optind; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1; at = optind) {
         switch (c) {
         case 'l':
+            if (spw_opt_addr(at, "listen", optarg, false) != 0)
+                goto out;
             so.listen = optarg;
             break;
         case 'p':
@@ -238,6 +240,8 @@ int main(int argc0, char **argv0)
                 goto out;
             break;
         case 'T':
+            if (strcmp(optarg, "none") != 0 && spw_opt_addr(at, "http", optarg, false) != 0)
+                goto out;
             http_listen = optarg;
             break;
         case 'Q':

@@ -244,12 +244,18 @@ int main(int argc0, char **argv0)
     for (int at = optind; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1; at = optind) {
         switch (c) {
         case 'S':
+            if (spw_opt_addr(at, "scheduler", optarg, false) != 0)
+                goto out;
             wo.scheduler = optarg;
             break;
         case 'l':
+            if (spw_opt_addr(at, "listen", optarg, false) != 0)
+                goto out;
             wo.listen = optarg;
             break;
         case 'A':
+            if (spw_opt_addr(at, "advertise", optarg, true) != 0)
+                goto out;
             wo.advertise = optarg;
             break;
         case 'R':

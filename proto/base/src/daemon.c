@@ -290,6 +290,16 @@ void spw_opt_error(int idx, const char *key, const char *fmt, ...)
         fprintf(stderr, "%s: --%s: %s\n", g_prog, key, msg);
 }
 
+int spw_opt_addr(int idx, const char *key, const char *value, bool port_optional)
+{
+    spw_addr a;
+    if (spw_addr_parse(value, port_optional ? 0 : -1, &a) == 0)
+        return 0;
+    spw_opt_error(idx, key, "wants %s (an IPv4 address, a host name or [IPv6]), got '%s'",
+                  port_optional ? "HOST or HOST:PORT" : "HOST:PORT", value);
+    return -1;
+}
+
 int spw_capacity_parse(const char *s, uint64_t *out)
 {
     size_t len = strlen(s);

@@ -7,6 +7,7 @@
 
 #include <getopt.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -43,6 +44,11 @@ void spw_opt_path_error(int idx, const char *key, const char *path, const char *
  * the config file, "PROG: --KEY: MESSAGE" for one from the command line. */
 void spw_opt_error(int idx, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/** Checks an address option's value: HOST:PORT (HOST an IPv4 address, a host name or an IPv6
+ * address in brackets), or HOST alone where port_optional. On a bad one reports it as
+ * spw_opt_error does (FILE:LINE for a config line). @return 0, or -1 when reported. */
+int spw_opt_addr(int idx, const char *key, const char *value, bool port_optional);
 
 /** Raises the soft RLIMIT_NOFILE to the hard limit (a daemon's connections and files are
  * bounded by --max-connections, not by a low default soft limit).
