@@ -21,29 +21,21 @@ static void fetch_free(wrk *w, wfetch *f)
     HASH_DEL(w->fetches, f);
     fwait *x, *tmp;
     LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
-    spw_free(f->repl_req);
+    spw_buf_release(&f->repl);
     spw_free(f);
 }
 
-/* Records a REPLICATE the fetch answers: every broadcast of the object that names this worker
- * waits for it, however many there are at once. */
-static void repl_add(wfetch *f, uint64_t req)
-{
-    if (f->nrepl == f->caprepl) {
-        f->caprepl = f->caprepl ? f->caprepl * 2 : 4;
-        f->repl_req = spw_realloc(SPW_MOD_WORKER, f->repl_req, f->caprepl * sizeof *f->repl_req);
-    }
-    f->repl_req[f->nrepl++] = req;
-}
-
+/* Answers every REPLICATE of the object that named this worker (every broadcast of it waits
+ * for its own answer, however many there are at once): failures one by one. */
 static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
 {
-    for (uint32_t i = 0; i < f->nrepl && status != 0 && w->sched != NULL; i++) {
+    for (size_t i = 0; i + 8 <= f->repl.len && status != 0 && w->sched != NULL; i += 8) {
+        uint64_t req;
+        memcpy(&req, f->repl.data + i, sizeof req);
         char hex[33];
-        proto_conn_error(w->sched, f->repl_req[i], status, "obj=%s: %s", spw_id_hex(f->id, hex),
-                         msg);
+        proto_conn_error(w->sched, req, status, "obj=%s: %s", spw_id_hex(f->id, hex), msg);
     }
-    f->nrepl = 0;
+    spw_buf_reset(&f->repl);
 }
 
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
@@ -95,7 +87,7 @@ static void fetch_send(wrk *w, wfetch *f)
     proto_conn *c = f->peer->conn;
     f->peer->active_ns = spw_now_ns();
     /* A broadcast copy may come from a worker still receiving it, or about to. */
-    bool chain = f->nrepl != 0;
+    bool chain = f->repl.len != 0;
     proto_send_obj_read(c, f->req,
                         &(proto_obj_read_msg){.id = f->id,
                                               .off = 0,
@@ -366,11 +358,11 @@ void wrk__replicate(wrk *w, const proto_msg *m)
         HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
         fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
         *r = (fetch_req){w, id};
-        repl_add(f, m->req);
+        spw_buf_append(&f->repl, &m->req, sizeof m->req);
         ost_obj_create_async(w->store, id, f->size, fetch_created, r);
         return;
     }
-    repl_add(f, m->req);
+    spw_buf_append(&f->repl, &m->req, sizeof m->req);
 }
 
 void wrk__peers_check(wrk *w)

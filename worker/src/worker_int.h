@@ -138,8 +138,7 @@ struct wfetch {
     fwait *waiters;
     bool creating;        /* waiting for store room */
     bool stale;           /* the scheduler that wanted it is gone: dropped once created */
-    uint64_t *repl_req;   /* broadcast requests to answer (REPLICATE): one per broadcast */
-    uint32_t nrepl, caprepl;
+    spw_buf repl;         /* uint64_t request ids of the broadcasts (REPLICATE) to answer */
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
 };
 
