@@ -201,12 +201,8 @@ const char *ost_store_full_reason(const ost_store *s)
 static void make_key(uint8_t key[KEY_LEN], spw_id id, uint64_t copy, uint32_t chunk)
 {
     spw_id_to_bytes(id, key);
-    for (int b = 0; b < 8; b++)
-        key[16 + b] = (uint8_t)(copy >> (56 - 8 * b));
-    key[24] = (uint8_t)(chunk >> 24);
-    key[25] = (uint8_t)(chunk >> 16);
-    key[26] = (uint8_t)(chunk >> 8);
-    key[27] = (uint8_t)chunk;
+    for (int b = 0; b < 12; b++) /* copy, then chunk, big-endian */
+        key[16 + b] = (uint8_t)(b < 8 ? copy >> (56 - 8 * b) : chunk >> (88 - 8 * b));
 }
 
 static uint32_t nchunks(uint64_t size)
@@ -1195,8 +1191,8 @@ void ost__spill_maintain(ost_store *s)
         to_free = 0;
     uint64_t need = to_free + s->waiting_bytes;
     need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
-    if (sp->retrying) /* one object at a time until a spill succeeds again */
-        need = sp->spilling_bytes > 0 ? 0 : need > 0;
+    if (sp->retrying && need > 0) /* one object at a time until a spill succeeds again */
+        need = sp->spilling_bytes > 0 ? 0 : 1;
     if (need > 0)
         spill_some(s, need);
 }
