@@ -96,23 +96,68 @@ static void timer_cb(uv_timer_t *t)
     c->timer_fired = 1;
 }
 
-/* Runs the loop until cond(c, arg) holds, the deadline passes or the scheduler goes away. */
+/* Probes every connection while a call waits: one whose peer neither answers nor takes our
+ * bytes for stall_ms is closed with SPW_ETIMEDOUT (proto_conn_watch), which fails what waits on
+ * it. Idle connections are probed too: a PING costs a frame each stall_ms/3. */
+static void watch_cb(uv_timer_t *t)
+{
+    spillway *c = t->data;
+    if (c->sched != NULL && proto_conn_watch(c->sched, c->stall_ms) != 0)
+        c->sched_status = SPW_ETIMEDOUT;
+    peer *p, *ptmp;
+    HASH_ITER(hh, c->peers, p, ptmp)
+    {
+        if (p->conn != NULL)
+            proto_conn_watch(p->conn, c->stall_ms);
+    }
+    local *l, *ltmp;
+    HASH_ITER(hh, c->locals, l, ltmp)
+    {
+        if (l->conn != NULL)
+            proto_conn_watch(l->conn, c->stall_ms);
+    }
+}
+
+/* Runs the loop until cond(c, arg) holds, the deadline passes or the scheduler goes away
+ * (SPW_ECLOSED; SPW_ETIMEDOUT when it went silent for the stall timeout). */
 int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg, int timeout_ms)
 {
     uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
                                        : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    bool watching = false;
+    int rc = 0;
     while (!cond(c, arg)) {
-        if (c->sched == NULL)
-            return SPW_ECLOSED;
+        if (c->sched == NULL) {
+            rc = c->sched_status == SPW_ETIMEDOUT ? SPW_ETIMEDOUT : SPW_ECLOSED;
+            break;
+        }
         uint64_t now = spw_now_ns();
-        if (now >= deadline)
-            return SPW_ETIMEDOUT;
+        if (now >= deadline) {
+            rc = SPW_ETIMEDOUT;
+            break;
+        }
+        if (!watching && c->stall_ms > 0) {
+            /* Not before the first wait: a call answered at once arms nothing. */
+            uint64_t every = c->stall_ms / 3 < 250 ? c->stall_ms / 3 + 1 : 250;
+            uv_timer_start(&c->watch, watch_cb, every, every);
+            watching = true;
+        }
         c->timer_fired = 0;
         if (deadline != UINT64_MAX)
             uv_timer_start(&c->timer, timer_cb, (deadline - now) / 1000000ULL + 1, 0);
         uv_run(&c->loop, UV_RUN_ONCE);
         uv_timer_stop(&c->timer);
     }
+    if (watching)
+        uv_timer_stop(&c->watch);
+    return rc;
+}
+
+int spillway_set_stall_timeout(spillway *c, int timeout_ms)
+{
+    if (c == NULL || timeout_ms < 0)
+        return SPW_EINVAL;
+    c->stall_ms = (uint32_t)timeout_ms;
     return 0;
 }
 
@@ -147,6 +192,11 @@ int spillway__call_wait(spillway *c, int timeout_ms)
         if (rc == SPW_ECLOSED)
             spillway__set_err(c, "connection to the scheduler %s closed: %s", c->addr,
                     spw_strerror(c->sched_status));
+        else if (c->sched == NULL)
+            spillway__set_err(c,
+                              "the scheduler %s sent nothing for %u ms (the stall timeout): "
+                              "connection closed",
+                              c->addr, c->stall_ms);
         else
             spillway__set_err(c, "no answer from the scheduler in %d ms", timeout_ms);
         return rc;
@@ -385,6 +435,9 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     uv_loop_init(&c->loop);
     uv_timer_init(&c->loop, &c->timer);
     c->timer.data = c;
+    uv_timer_init(&c->loop, &c->watch);
+    c->watch.data = c;
+    c->stall_ms = SPILLWAY_STALL_TIMEOUT_MS;
     proto_ctx_opts po;
     proto_ctx_opts_default(&po);
     po.role = role;
@@ -436,6 +489,7 @@ void spillway_close(spillway *c)
         proto_ctx_close(c->ctx, ctx_closed, c);
     }
     uv_close((uv_handle_t *)&c->timer, timer_closed);
+    uv_close((uv_handle_t *)&c->watch, timer_closed);
     while (uv_run(&c->loop, UV_RUN_DEFAULT) != 0)
         ;
     uv_loop_close(&c->loop);

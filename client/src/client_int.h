@@ -95,6 +95,8 @@ typedef struct xfer {
 struct spillway {
     uv_loop_t loop;
     uv_timer_t timer;
+    uv_timer_t watch;  /* while a call waits: probes its connections (spillway__run_until) */
+    uint32_t stall_ms; /* spillway_set_stall_timeout; 0: never */
     proto_ctx *ctx;
     proto_conn *sched;
     bool ready;

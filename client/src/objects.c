@@ -80,8 +80,13 @@ static void peer_close(proto_conn *conn, int status)
         c->peer_refused = p->status; /* SPW_ELIMIT, SPW_EAUTH, -ECONNREFUSED... */
     xfer *x = &c->xfer;
     if (x->active && !x->done && x->p == p) {
-        x->status = SPW_ECLOSED;
-        spillway__set_err(c, "connection to worker %s lost: %s", p->addr, spw_strerror(status));
+        x->status = status == SPW_ETIMEDOUT ? SPW_ETIMEDOUT : SPW_ECLOSED;
+        if (status == SPW_ETIMEDOUT)
+            spillway__set_err(c, "worker %s sent nothing and took nothing for %u ms: gave up on it",
+                              p->addr, c->stall_ms);
+        else
+            spillway__set_err(c, "connection to worker %s lost: %s", p->addr,
+                              spw_strerror(status));
         x->done = true;
     }
     HASH_DEL(c->peers, p);
@@ -178,8 +183,11 @@ static void local_close(proto_conn *conn, int status)
     l->conn = NULL;
     xfer *x = &c->xfer;
     if (x->active && !x->done && x->l == l) {
-        x->status = SPW_ECLOSED;
-        spillway__set_err(c, "local worker connection lost: %s", spw_strerror(status));
+        x->status = status == SPW_ETIMEDOUT ? SPW_ETIMEDOUT : SPW_ECLOSED;
+        if (status == SPW_ETIMEDOUT)
+            spillway__set_err(c, "same-host worker silent for %u ms: gave up on it", c->stall_ms);
+        else
+            spillway__set_err(c, "local worker connection lost: %s", spw_strerror(status));
         x->done = true;
     }
 }

@@ -753,6 +753,7 @@ int proto_conn_open_fd(proto_ctx *ctx, int fd, const proto_conn_cbs *cbs, void *
     }
     c->state = ST_READY;
     c->peer_role = PROTO_ROLE_EXECUTOR;
+    c->rx_ms = uv_now(ctx->loop);
     uv_read_start(&c->h.stream, conn__alloc_cb, conn__read_cb);
     if (out != NULL)
         *out = c;

@@ -106,6 +106,13 @@ struct proto_conn {
     uint8_t peer_nonce[PROTO_NONCE_LEN];
     proto_welcome welcome;
     uint64_t deadline_ns; /* handshake or drain deadline; 0 = none */
+    /* Progress, for proto_conn_watch (loop time, ms): the last byte in, the last sample of
+     * the bytes written and when it last grew, and whether a PING awaits its answer. */
+    uint64_t rx_ms, tx_ms;
+    uint64_t tx_done;  /* bytes of finished writes */
+    uint64_t tx_seen;  /* proto_conn_watch's last sample of the bytes written */
+    size_t wout_total; /* bytes handed to the write in flight */
+    bool ping_out;
     spw_buf in;
     size_t in_need; /* bytes needed in `in` to complete the frame at its start */
     /* A payload being received straight into the owner's memory (cbs.on_sink): the frame's

@@ -3,6 +3,8 @@
  * spliced in) and written once per loop iteration, and input buffered, received in place for
  * large payloads (on_sink), decoded and dispatched. See conn_int.h.
  */
+#include <inttypes.h>
+
 #include "conn_int.h"
 
 /* ----------------------------------------------------------------- output */
@@ -248,6 +250,8 @@ static void write_finished(proto_conn *c, size_t written)
 {
     conn__outq_release(&c->wout, true);
     c->queued -= written;
+    c->tx_done += written;
+    c->wout_total = 0;
     if (c->state == ST_CLOSING && c->queued == 0) {
         conn__do_close(c);
         return;
@@ -308,6 +312,7 @@ void conn__flush(proto_conn *c)
     if (q->buf.len > pos)
         c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->buf.len - pos));
     size_t total = q->buf.len + q->borrowed_bytes;
+    c->wout_total = total;
 
     int n = uv_try_write(&c->h.stream, c->wbufs, (unsigned)nbufs);
     if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
@@ -350,7 +355,12 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     c->ctx->io[PROTO_IO_FRAMES_IN]++;
     switch (c->state) {
     case ST_READY:
-        c->cbs.on_msg(c, m);
+        /* Liveness probes are the connection's own business: answered here, never seen by
+         * the owner (proto_conn_watch). */
+        if (m->type == PROTO_PING)
+            proto_send_pong(c, m->req);
+        else if (m->type != PROTO_PONG)
+            c->cbs.on_msg(c, m);
         return;
     case ST_AWAIT_CHALLENGE:
     case ST_AWAIT_WELCOME:
@@ -557,6 +567,8 @@ void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
+    c->rx_ms = uv_now(c->h.handle.loop);
+    c->ping_out = false;
     c->ctx->io[PROTO_IO_BYTES_IN] += (uint64_t)nread;
     if (c->sink != NULL) {
         c->sink_got += (uint64_t)nread;
@@ -568,8 +580,53 @@ void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     conn__process_input(c);
 }
 
+/* Bytes written so far: finished writes and what left of the one in flight. */
+static uint64_t tx_bytes(proto_conn *c)
+{
+    uint64_t n = c->tx_done;
+    if (c->writing) {
+        size_t left = uv_stream_get_write_queue_size(&c->h.stream);
+        n += c->wout_total > left ? c->wout_total - left : 0;
+    }
+    return n;
+}
+
+uint64_t proto_conn_quiet_ms(proto_conn *c)
+{
+    uint64_t now = uv_now(c->h.handle.loop);
+    uint64_t tx = tx_bytes(c);
+    if (tx != c->tx_seen) {
+        c->tx_seen = tx;
+        c->tx_ms = now;
+    }
+    uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
+    return now > last ? now - last : 0;
+}
+
+int proto_conn_watch(proto_conn *c, uint32_t quiet_ms)
+{
+    if (c->state != ST_READY || quiet_ms == 0)
+        return 0;
+    uint64_t q = proto_conn_quiet_ms(c);
+    if (q >= quiet_ms) {
+        spw_log(SPW_LOG_WARN, "peer=%s silent for %" PRIu64 " ms: closing the connection",
+                c->peer, q);
+        /* Not proto_conn_close: its drain would wait on the peer that stopped taking bytes. */
+        if (c->close_status == 0)
+            c->close_status = SPW_ETIMEDOUT;
+        conn__do_close(c);
+        return SPW_ETIMEDOUT;
+    }
+    if (q >= quiet_ms / 3 && !c->ping_out) {
+        c->ping_out = true;
+        proto_send_ping(c, 0);
+    }
+    return 0;
+}
+
 void conn__start(proto_conn *c)
 {
     uv_read_start(&c->h.stream, conn__alloc_cb, conn__read_cb);
+    c->rx_ms = uv_now(c->h.handle.loop);
     c->deadline_ns = spw_now_ns() + (uint64_t)c->ctx->opts.handshake_ms * 1000000ULL;
 }

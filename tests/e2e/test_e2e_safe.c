@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -790,6 +791,103 @@ static void release_on_closed_connection_is_eclosed(void **state)
     spillway_close(cl);
 }
 
+/* ============================================================ silent peers */
+
+/* A call on a scheduler that stopped answering (here SIGSTOP: the kernel still takes our bytes)
+ * fails with SPW_ETIMEDOUT after the stall timeout instead of waiting for ever, and says
+ * which peer went silent; the connection is closed then. */
+static void call_on_a_stopped_scheduler_times_out(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway *cl = e2e_connect(c);
+    assert_int_equal(spillway_set_stall_timeout(cl, -1), SPW_EINVAL);
+    assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(1);
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    int rc = spillway_submit(g);
+    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
+    spillway_graph_free(g);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_ref r2;
+    static uint8_t b[300000]; /* above the inline limit: it needs the scheduler */
+    assert_int_equal(spillway_put(cl, b, sizeof b, &r2), SPW_ECLOSED);
+    spillway_close(cl);
+    assert_true(cluster_stop(c));
+}
+
+/* The stall timeout is about silence, not about how long the answer takes: a result that
+ * comes after many stall timeouts still comes, since the live scheduler answers the probes
+ * sent meanwhile (without them this get would fail after 300 ms). */
+static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway *cl = e2e_connect(c);
+    assert_int_equal(spillway_set_stall_timeout(cl, 300), 0);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(2000);
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(cl, r, -1, &data, &len), 0);
+    spillway_free(data);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* A put over TCP to a worker that stopped reading (SIGSTOP, once the connection is up) fails
+ * with SPW_ETIMEDOUT, naming the worker, once neither side has moved a byte for the stall
+ * timeout; the caller's buffer is free again on return and the cluster goes on. */
+static void put_to_a_stopped_worker_times_out(void **state)
+{
+    (void)state;
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.no_local = 1;
+    spillway *cl = NULL;
+    assert_int_equal(spillway_connect(c->addr, &o, &cl), 0);
+    assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
+    size_t n = 64u << 20;
+    uint8_t *big = malloc(n);
+    assert_non_null(big);
+    memset(big, 7, n);
+    spillway_ref first, second;
+    assert_int_equal(spillway_put(cl, big, 1u << 20, &first), 0); /* the worker connection */
+    assert_int_equal(kill(c->workers[0].pid, SIGSTOP), 0);
+    int rc = spillway_put(cl, big, n, &second);
+    assert_int_equal(kill(c->workers[0].pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "took nothing for 600 ms");
+    memset(big, 9, n); /* ours again: nothing of it may still be queued (ASan would see) */
+    free(big);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(cl, first, 60000, &data, &len), 0);
+    assert_int_equal(len, 1u << 20);
+    spillway_free(data);
+    assert_int_equal(spillway_release(cl, first), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
     cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
@@ -802,6 +900,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(secret_and_path_mistakes_name_the_path),
     cmocka_unit_test_teardown(every_failing_call_sets_errmsg, teardown),
     cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
+    cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
+    cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
+    cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
 };
 
 SPW_TEST_MAIN(tests)

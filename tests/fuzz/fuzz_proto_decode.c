@@ -151,6 +151,8 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_CREATED] = {2, {ID, U}, 0},
     [PROTO_OBJ_SEAL] = {1, {ID}, 0},
     [PROTO_STATUS_REQ] = {0, {{0}}, 0},
+    [PROTO_PING] = {0, {{0}}, 0},
+    [PROTO_PONG] = {0, {{0}}, 0},
     [PROTO_STATUS] =
         {12,
          {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U,

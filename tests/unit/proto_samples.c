@@ -216,6 +216,8 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_id(&e, SAMPLE_ID1);
         break;
     case PROTO_STATUS_REQ:
+    case PROTO_PING:
+    case PROTO_PONG:
         proto_enc_begin(&e, b, type, 10, 0);
         break;
     case PROTO_STATUS:
@@ -416,7 +418,7 @@ const proto_bad_body proto_bad_bodies[] = {
     {"not-an-array", BODY(0x01)},
     {"array-of-2", BODY(0x92, 0x05, 0x00)},
     {"unknown-type-59", BODY(0x93, 0x3b, 0x00, 0x90)},
-    {"unknown-type-79", BODY(0x93, 0x4f, 0x00, 0x90)},
+    {"unknown-type-25", BODY(0x93, 0x19, 0x00, 0x90)},
     {"type-0", BODY(0x93, 0x00, 0x00, 0x90)},
     {"type-beyond-table", BODY(0x93, 0xcc, 0xff, 0x00, 0x90)},
     {"negative-type", BODY(0x93, 0xff, 0x00, 0x90)},

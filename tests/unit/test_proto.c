@@ -43,7 +43,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 53);
+    assert_int_equal(samples, 55);
 }
 
 /* One TASK_DONES record for task {n, 0} (3 bytes of output), its status a string if bad. */
@@ -479,7 +479,7 @@ static void truncated_frames_of_every_type_with_short_length(void **state)
             proto_limits_default(&lim);
             proto_msg m;
             int rc = proto_decode(f.data, f.len, &lim, &z, &m);
-            if (rc >= 0 && t != PROTO_STATUS_REQ)
+            if (rc >= 0 && t != PROTO_STATUS_REQ && t != PROTO_PING && t != PROTO_PONG)
                 fail_msg("type %s cut by %zu decoded as %d", proto_type_name(t), cut, rc);
             msgpack_zone_destroy(&z);
             spw_buf_release(&f);

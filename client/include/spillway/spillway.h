@@ -101,6 +101,20 @@ SPILLWAY_API void spillway_opts_init(spillway_opts *o);
  *         SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
  *         SPW_EAUTH (secret mismatch); SPW_EVERSION; -errno reading the secret file. */
 SPILLWAY_API int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
+/** The stall timeout's default: 60 s, twice a worker's default --alloc-wait. */
+#define SPILLWAY_STALL_TIMEOUT_MS 60000
+/** How long a call waits on a silent peer. While a call waits, every connection of c (to the
+ * scheduler and to workers) whose peer has sent nothing and taken none of our bytes for a third
+ * of this is probed (PING, which a live daemon answers at once, however long the answer to
+ * the call itself takes); one silent for all of it (a hung or stopped daemon, a dead link the
+ * kernel has not noticed) is closed and the call fails with SPW_ETIMEDOUT; a silent scheduler
+ * leaves c closed (later calls: SPW_ECLOSED). A call's own timeout, where it has one
+ * (spillway_get, spillway_wait), is apart from this: waiting forever there still fails here on
+ * a silent peer. Keep it above the workers' --alloc-wait: a worker making room for a put
+ * stops reading it meanwhile.
+ * @param timeout_ms milliseconds, 0 = never (SPILLWAY_STALL_TIMEOUT_MS after connect).
+ * @return 0; SPW_EINVAL for a negative value or a NULL c. */
+SPILLWAY_API int spillway_set_stall_timeout(spillway *c, int timeout_ms);
 /** Closes the connection; the scheduler drops every reference it held. NULL is a no-op. */
 SPILLWAY_API void spillway_close(spillway *c);
 

@@ -232,6 +232,15 @@ void proto_conn_pause(proto_conn *c);
 /** Resumes delivery; messages already buffered are delivered from the loop, not from inside
  * this call. */
 void proto_conn_resume(proto_conn *c);
+/** Watches a connection someone waits on. A connection that neither received a byte nor got a
+ * byte of its output out (bytes leaving a large write count) for quiet_ms/3 sends a PING,
+ * which every peer's connection answers with a PONG (once, until something comes back); one
+ * quiet for quiet_ms is closed at once with SPW_ETIMEDOUT (what is queued is dropped). Call it every few hundred ms (or quiet_ms/3,
+ * whichever is less) while waiting. Time is the loop's (uv_now).
+ * @return 0, or SPW_ETIMEDOUT when it closed c now; closing and closed connections: 0. */
+int proto_conn_watch(proto_conn *c, uint32_t quiet_ms);
+/** Milliseconds of loop time since c last received a byte or got output out. */
+uint64_t proto_conn_quiet_ms(proto_conn *c);
 /** Closes: queued output is written first when possible (bounded by a deadline), then the
  * handle is closed and on_close(status) runs. Safe to call twice. */
 void proto_conn_close(proto_conn *c, int status);

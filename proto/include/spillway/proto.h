@@ -46,8 +46,10 @@ extern "C" {
 /* The wire's version, sent in HELLO and CHALLENGE; a peer of another version is refused with
  * SPW_EVERSION. It changes with every change of the wire that an older peer would misread.
  * 1: the foundation. 2: the batched frames of the scale work (TASK_RUNS, TASK_DONES,
- * TASK_RESULTS, EXECS, EXEC_DONES: types 74-78), which a version-1 peer does not know. */
-#define PROTO_VERSION 2
+ * TASK_RESULTS, EXECS, EXEC_DONES: types 74-78), which a version-1 peer does not know.
+ * 3: PING and PONG (types 79-80), which every connection answers (a client that waits on a
+ * silent peer probes it with them; a version-2 peer would close the connection instead). */
+#define PROTO_VERSION 3
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
 #define PROTO_NONCE_LEN 16
@@ -131,13 +133,15 @@ const char *proto_role_name(int role);
     X(TASK_DONES, 75)                                                                              \
     X(TASK_RESULTS, 76)                                                                            \
     X(EXECS, 77)                                                                                   \
-    X(EXEC_DONES, 78)
+    X(EXEC_DONES, 78)                                                                              \
+    X(PING, 79)                                                                                    \
+    X(PONG, 80)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
     PROTO_MSG_MAP(PROTO_TYPE_ENUM)
 #undef PROTO_TYPE_ENUM
-        PROTO_TYPE_MAX = 80
+        PROTO_TYPE_MAX = 81
 };
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);

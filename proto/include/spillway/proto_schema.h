@@ -113,7 +113,9 @@
     MSG(TASK_DONES, task_dones)                                                                    \
     MSG(TASK_RESULTS, task_results)                                                                \
     MSG(EXECS, execs)                                                                              \
-    ALIAS(EXEC_DONES, exec_dones, TASK_DONES, task_dones)
+    ALIAS(EXEC_DONES, exec_dones, TASK_DONES, task_dones)                                          \
+    MSG0(PING, ping)                                                                               \
+    MSG0(PONG, pong)
 
 /* ------------------------------------------------------------------ records */
 
