@@ -1891,6 +1891,51 @@ static void upload_abandoned_midway_frees_store_memory(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A TCP upload whose sender stops midway (the first chunk, then nothing, the connection left
+ * open) is dropped after the worker's --fetch-stall: the worker closes the connection and the
+ * store gets the object's memory back, instead of holding it for as long as the sender's
+ * connection lives (keepalive never ends it: the sender's kernel answers). */
+static void upload_stalled_midway_is_dropped_after_the_stall(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--fetch-stall",
+                                "300", NULL};
+    h_worker_start(c, args);
+    const uint64_t total = 8u << 20;
+    uint8_t *chunk = calloc(1, 1u << 20);
+    wire *w = wire_peer(c, 0);
+    send_obj_write(w, 250, test_id(250), total, 0, 0, chunk, 1u << 20);
+    assert_store_used_reaches(c, total);
+    wire_expect_eof(w);
+    wire_close(w);
+    free(chunk);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
+/* Every connection past the handshake answers PING with a PONG of the same request id (the
+ * probe libspillway sends while a call waits on a quiet peer), the scheduler's and a worker's
+ * peer port alike, and stays usable. */
+static void ping_is_answered_with_pong_on_every_connection(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *ws[2] = {wire_client(c), wire_peer(c, 0)};
+    for (int i = 0; i < 2; i++) {
+        wire_begin(ws[i], PROTO_PING, 260 + (uint64_t)i, 0);
+        wire_end(ws[i]);
+        wire_await(ws[i], PROTO_PONG, 260 + (uint64_t)i);
+    }
+    send_status_req(ws[0], 262);
+    wire_expect_status(ws[0], 262);
+    wire_close(ws[0]);
+    wire_close(ws[1]);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* An object uploaded straight to a worker under an id the scheduler never placed is not kept:
  * the worker reports it and is told to delete it. */
 static void upload_of_unplaced_object_is_dropped(void **state)
@@ -2619,6 +2664,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_read_unknown_id_is_enoobj, teardown),
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
+    cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
+    cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),
     cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),

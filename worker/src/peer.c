@@ -372,6 +372,29 @@ void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *av
     }
 }
 
+void wrk__uploads_check(wrk *w)
+{
+    if (w->opts.fetch_stall_ms == 0)
+        return;
+    char hex[33];
+    wupload *u, *tmp;
+    HASH_ITER(hh_all, w->uploads, u, tmp)
+    {
+        /* Still waiting for room: the worker paused that connection itself. Local: written in
+         * shared memory, nothing travels on the socket. */
+        proto_conn *conn = u->srv->conn;
+        if (u->creating || u->local || conn == NULL || proto_conn_is_closing(conn) ||
+            proto_conn_quiet_ms(conn) < w->opts.fetch_stall_ms)
+            continue;
+        spw_log(SPW_LOG_WARN,
+                "upload of obj=%s from %s: nothing came for %u ms at %llu of %llu bytes: "
+                "dropping it",
+                spw_id_hex(u->id, hex), proto_conn_peer(conn), w->opts.fetch_stall_ms,
+                (unsigned long long)u->next_off, (unsigned long long)u->total);
+        proto_conn_close(conn, SPW_ETIMEDOUT); /* peer_close drops its uploads */
+    }
+}
+
 void wrk__parked_expire(wrk *w)
 {
     uint64_t now = spw_now_ns();

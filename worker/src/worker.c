@@ -200,6 +200,7 @@ static void timer_cb(uv_timer_t *t)
     wrk *w = t->data;
     wrk__parked_expire(w);
     wrk__peers_check(w);
+    wrk__uploads_check(w);
     wrk__mem_check(w);
     wrk__exec_maintain(w);
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's

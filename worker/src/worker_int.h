@@ -348,6 +348,10 @@ void wrk__peers_close(wrk *w);
  * (their fetches try the next location): a peer cut off by a partition never resets the
  * connection, and nothing else would end the wait. */
 void wrk__peers_check(wrk *w);
+/* TCP uploads that have their memory and from whose peer nothing came for opts.fetch_stall_ms
+ * are dropped (the connection closed, the half-written object freed): a stopped or hung
+ * sender would hold that store memory for as long as its connection lived. */
+void wrk__uploads_check(wrk *w);
 /* The scheduler is gone: fetches stop (their tasks fail); uploads under way are refused. */
 void wrk__fetches_drop(wrk *w);
 
