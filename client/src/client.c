@@ -102,8 +102,8 @@ static void timer_cb(uv_timer_t *t)
 static void watch_cb(uv_timer_t *t)
 {
     spillway *c = t->data;
-    if (c->sched != NULL && proto_conn_watch(c->sched, c->stall_ms) != 0)
-        c->sched_status = SPW_ETIMEDOUT;
+    if (c->sched != NULL)
+        proto_conn_watch(c->sched, c->stall_ms); /* sched_close records SPW_ETIMEDOUT */
     peer *p, *ptmp;
     HASH_ITER(hh, c->peers, p, ptmp)
     {
