@@ -712,6 +712,48 @@ static void worker_argument_past_its_object_fails_the_task(void **state)
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
+/* An executor answers an EXECS record it could not read a task id from with a failure under
+ * the nil id (executor_answers_a_record_naming_no_task), in order: the worker fails the task at
+ * the head of that executor's queue with the executor's text and keeps the executor, rather
+ * than take the answer for one out of order and restart it (which failed the task as a crash).
+ * The answer is handed to the worker here while the real executor still runs the task; that
+ * one's own answer, once it ends, is then out of order and restarts the executor. */
+static void worker_takes_an_unnamed_failure_for_its_head(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
+    wrk_exec *ex = task_of(e, 1)->ex;
+    int pid = ex->pid;
+    static const char why[] = "EXECS record 0 from the worker is malformed and names no task";
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = PROTO_EXEC_DONE;
+    m.nf = 6;
+    m.f[F_DONE_STATUS].i = SPW_EMALFORMED;
+    m.f[F_DONE_INLINE].nil = 1;
+    m.f[F_DONE_ERR].bin.ptr = (const uint8_t *)why;
+    m.f[F_DONE_ERR].bin.len = (uint32_t)strlen(why);
+    wrk__exec_msg(ex, &m);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_EMALFORMED);
+    assert_int_equal(ex->pid, pid);
+    assert_non_null(ex->conn);
+    assert_null(ex->head);
+
+    touch(path); /* the real answer now restarts it; the next task runs on its successor */
+    STEP_UNTIL(e, ex->pid != pid && ex->conn != NULL);
+    task_run(e, 2, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(done_u64(e, 2), 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
@@ -874,6 +916,133 @@ static void executor_joins_a_frame_cut_by_an_allocation(void **state)
     spw_buf_release(&reply);
 }
 
+/* One answer of an executor: a record of its EXEC_DONES, copied. */
+typedef struct exec_ans {
+    spw_id id;
+    int64_t status;
+    uint64_t v; /* an 8-byte inline output */
+    bool has_v;
+    char err[PROTO_MAX_STR + 1];
+} exec_ans;
+
+/* Reads the executor's next n answers, in order, into ans (only EXEC_DONES frames may come). */
+static void exec_answers(int sock, spw_buf *in, size_t *used, msgpack_zone *z, exec_ans *ans,
+                         uint32_t n)
+{
+    uint32_t k = 0;
+    while (k < n) {
+        proto_msg m;
+        assert_true(exec_next_frame(sock, in, used, z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_DONES);
+        for (uint32_t i = 0; i < m.f[F_DONES_RECS].arr.n; i++) {
+            const proto_val *f = PROTO_REC(&m.f[F_DONES_RECS], i);
+            assert_true(k < n);
+            assert_false(f[F_DONE_ID].bad);
+            exec_ans *a = &ans[k++];
+            memset(a, 0, sizeof *a);
+            a->id = f[F_DONE_ID].id;
+            a->status = f[F_DONE_STATUS].i;
+            a->has_v = !f[F_DONE_INLINE].nil && f[F_DONE_INLINE].bin.len == sizeof a->v;
+            if (a->has_v)
+                memcpy(&a->v, f[F_DONE_INLINE].bin.ptr, sizeof a->v);
+            proto_str(&f[F_DONE_ERR], a->err, sizeof a->err);
+        }
+    }
+}
+
+/* The fields of an EXECS record: task id runs fn on one argument of kind `kind` (inline bytes
+ * value, or nil when value is NULL; off and len for a range of the arena). */
+static void put_exec_rec(proto_enc *en, uint64_t id, const char *fn, uint64_t kind,
+                         const uint64_t *value, uint64_t off, uint64_t len)
+{
+    proto_put_arr(en, 4);
+    proto_put_id(en, tid(id));
+    proto_put_str(en, fn);
+    proto_put_arr(en, 1);
+    proto_put_arr(en, 4);
+    proto_put_u(en, kind);
+    if (value != NULL)
+        proto_put_bin(en, value, sizeof *value);
+    else
+        proto_put_nil(en);
+    proto_put_u(en, off);
+    proto_put_u(en, len);
+    proto_put_u(en, PROTO_DEFAULT_INLINE_LIMIT);
+}
+
+/* Closes our end of an executor's socket: it must leave through its cleanup, status 0. */
+static void exec_close_and_reap(int sock, pid_t *pid)
+{
+    close(sock);
+    int st;
+    assert_int_equal(waitpid(*pid, &st, 0), *pid);
+    *pid = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* An EXECS record without a readable task id (its first value not an id; a value that is no
+ * record at all) is answered in its place, in order, as a failed task with the nil id and
+ * SPW_EMALFORMED, naming the record; the records around it run, and the executor carries on
+ * with the next frame. It used to abort (SPW_PANIC), failing the worker's whole queue. */
+static void executor_answers_a_record_naming_no_task(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t v41 = 41, v9 = 9, v1 = 1;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 4);
+    put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
+    proto_put_arr(&en, 4); /* a record whose first value is not an id */
+    proto_put_u(&en, 5);
+    proto_put_str(&en, "inc");
+    proto_put_arr(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 7); /* not a record */
+    put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v9, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[4];
+    exec_answers(sock, &in, &used, &z, a, 4);
+    assert_true(spw_id_eq(a[0].id, tid(1)));
+    assert_int_equal(a[0].status, 0);
+    assert_int_equal(a[0].v, 42);
+    for (int i = 1; i <= 2; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "EXECS record %d", i);
+        assert_true(spw_id_is_nil(a[i].id));
+        assert_int_equal(a[i].status, SPW_EMALFORMED);
+        assert_non_null(strstr(a[i].err, want));
+        assert_non_null(strstr(a[i].err, "names no task"));
+    }
+    assert_true(spw_id_eq(a[3].id, tid(4)));
+    assert_int_equal(a[3].status, 0);
+    assert_int_equal(a[3].v, 10);
+
+    spw_buf_reset(&out); /* and it carries on */
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 1);
+    put_exec_rec(&en, 5, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+    exec_answers(sock, &in, &used, &z, a, 1);
+    assert_true(spw_id_eq(a[0].id, tid(5)));
+    assert_int_equal(a[0].v, 2);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -888,7 +1057,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
+    cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

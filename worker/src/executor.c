@@ -304,13 +304,12 @@ static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t
     return false;
 }
 
-/* One task: the fields of an EXEC, or a record of an EXECS. A malformed record (rec[0].bad) is
- * answered as a failed task when its id is readable; without one the worker would wait on it
- * forever, so the executor stops (the worker restarts it and requeues its tasks). */
-static void run_exec(executor *ex, const proto_val *rec)
+/* One task: the fields of an EXEC, or record i_rec of an EXECS. A malformed record
+ * (rec[0].bad) is answered as a failed task, SPW_EMALFORMED, unrun: by its id when that is
+ * readable, else with the nil id, which the worker takes for the task at the head of its queue
+ * (answers go back in the order the records came, so that is the one this record was). */
+static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
 {
-    if (rec[F_EXEC_ID].bad && rec[F_EXEC_ID].nil)
-        SPW_PANIC("an EXECS record from the worker is malformed and names no task");
     exec_task t;
     /* Not memset whole: err alone is PROTO_MAX_STR bytes, and a task of a burst is cheaper
      * than that. Every field but err is zeroed; err is a string, empty. */
@@ -318,7 +317,7 @@ static void run_exec(executor *ex, const proto_val *rec)
     t.err[0] = '\0';
     t.ctx.api = &task_api;
     t.ex = ex;
-    t.id = rec[F_EXEC_ID].id;
+    t.id = rec[F_EXEC_ID].nil ? (spw_id){0, 0} : rec[F_EXEC_ID].id;
     t.inline_limit = rec[F_EXEC_INLINE_LIMIT].u;
     const proto_val *args = &rec[F_EXEC_ARGS];
     uint32_t nargs = args->arr.n;
@@ -331,8 +330,14 @@ static void run_exec(executor *ex, const proto_val *rec)
         nargs = 0;
     }
     if (rec[F_EXEC_ID].bad) {
-        status = SPW_EPROTO;
-        snprintf(t.err, sizeof t.err, "the EXECS record of this task does not match the schema");
+        status = SPW_EMALFORMED;
+        if (rec[F_EXEC_ID].nil)
+            snprintf(t.err, sizeof t.err, "EXECS record %u from the worker is malformed and "
+                                          "names no task", i_rec);
+        else
+            snprintf(t.err, sizeof t.err, "EXECS record %u of this task does not match the "
+                                          "schema", i_rec);
+        spw_log(SPW_LOG_ERR, "%s", t.err);
         nargs = 0;
     }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
@@ -552,11 +557,11 @@ int wrk_executor_main(int argc, char **argv)
             ex.clock_ns = spw_now_ns(); /* run_exec: the first task's start */
             ex.in_end = pos + (size_t)drc;
             if (m.type == PROTO_EXEC) {
-                run_exec(&ex, m.f);
+                run_exec(&ex, m.f, 0);
             } else if (m.type == PROTO_EXECS) {
                 const proto_val *recs = &m.f[F_EXECS_RECS];
                 for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop; i++)
-                    run_exec(&ex, PROTO_REC(recs, i)); /* the rest stays unrun: requeued */
+                    run_exec(&ex, PROTO_REC(recs, i), i); /* the rest stays unrun: requeued */
             } else
                 spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
             msgpack_zone_clear(&ex.zone);

@@ -847,12 +847,16 @@ void wrk__exec_maintain(wrk *w)
 }
 
 /* One completion from an executor: the fields of an EXEC_DONE, or a record of an EXEC_DONES
- * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor). */
+ * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor).
+ * A failure with the nil id answers an EXECS record the executor could not read a task id
+ * from: the executor answers in order, so it is the head's. */
 static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
 {
     char hex[33];
     wtask *t = ex->head;
-    if (t == NULL || f[F_DONE_ID].nil || !spw_id_eq(t->id, f[F_DONE_ID].id)) {
+    bool unnamed = !f[F_DONE_ID].nil && spw_id_is_nil(f[F_DONE_ID].id) &&
+                   f[F_DONE_STATUS].i != 0 && !f[F_DONE_ID].bad;
+    if (t == NULL || f[F_DONE_ID].nil || (!unnamed && !spw_id_eq(t->id, f[F_DONE_ID].id))) {
         spw_log(SPW_LOG_ERR, "executor pid=%d reported task=%s out of order: restarting it",
                 ex->pid, f[F_DONE_ID].nil ? "?" : spw_id_hex(f[F_DONE_ID].id, hex));
         proto_conn_close(ex->conn, SPW_EPROTO);
