@@ -1043,6 +1043,48 @@ static void executor_answers_a_record_naming_no_task(void **state)
     spw_buf_release(&in);
 }
 
+/* Each field of an argument the executor reads is checked: an argument of an unknown kind, an
+ * inline argument without its bytes, and a range outside the arena fail their task with
+ * SPW_EPROTO, without running it; they used to be read as a range of the arena (its first 8
+ * bytes here, which inc took for its input and succeeded). The good task after them runs. */
+static void executor_fails_an_argument_it_cannot_read(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t v = 41;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 4);
+    put_exec_rec(&en, 1, "inc", 7, NULL, 0, 8);                  /* no such kind */
+    put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, NULL, 0, 8);   /* inline, no bytes */
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_VIEW, NULL, EXEC_TEST_CAPACITY - 4, 8); /* outside */
+    put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[4];
+    exec_answers(sock, &in, &used, &z, a, 4);
+    for (uint64_t i = 0; i < 3; i++) {
+        assert_true(spw_id_eq(a[i].id, tid(i + 1)));
+        assert_int_equal(a[i].status, SPW_EPROTO);
+        assert_non_null(strstr(a[i].err, "argument 0"));
+    }
+    assert_true(spw_id_eq(a[3].id, tid(4)));
+    assert_int_equal(a[3].status, 0);
+    assert_int_equal(a[3].v, 42);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1060,6 +1102,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

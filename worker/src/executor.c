@@ -354,9 +354,21 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
             }
             targs[i].data = len ? v : NULL;
             targs[i].len = len;
-        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
+        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE) {
+            if (a[R_EARG_INLINE].nil) {
+                status = SPW_EPROTO;
+                snprintf(t.err, sizeof t.err, "argument %u: inline, without its bytes", i);
+                break;
+            }
             targs[i].data = a[R_EARG_INLINE].bin.len ? a[R_EARG_INLINE].bin.ptr : NULL;
             targs[i].len = a[R_EARG_INLINE].bin.len;
+        } else if (a[R_EARG_KIND].u != PROTO_ARG_VIEW) {
+            /* The worker sends inline bytes, a kept output or a range of the arena; anything
+             * else is no range to read. */
+            status = SPW_EPROTO;
+            snprintf(t.err, sizeof t.err, "argument %u: unknown kind %llu", i,
+                     (unsigned long long)a[R_EARG_KIND].u);
+            break;
         } else {
             uint64_t off = a[R_EARG_OFF].u, len = a[R_EARG_LEN].u;
             if (off > ex->capacity || len > ex->capacity - off) {
