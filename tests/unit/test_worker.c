@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -617,8 +618,8 @@ static uint32_t store_waiters(const wrk *w)
 }
 
 /* Whether process pid sleeps (state S in /proc/PID/stat): an executor that asked for room does
- * so only in its read of the answer, where a stop signal interrupts it. Sent before that read,
- * the signal would go unseen until the answer came (the executor checks it only then). */
+ * so only in its wait for the answer, which a stop signal ends (also one sent just before the
+ * wait: executor_stops_promptly_after_a_signal_in_a_write). */
 static bool proc_sleeping(int pid)
 {
     char path[64], buf[512];
@@ -1085,6 +1086,107 @@ static void executor_fails_an_argument_it_cannot_read(void **state)
     spw_buf_release(&in);
 }
 
+/* The system call process pid is in (/proc/PID/syscall), or -1 when it runs or is unreadable. */
+static long proc_syscall(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long nr = -1;
+    if (fscanf(f, "%ld", &nr) != 1)
+        nr = -1;
+    fclose(f);
+    return nr;
+}
+
+/* Whether the executor's end of sock closes (read() gives 0) with nothing more sent, within
+ * 10 s: a bound for a test that fails, not a timing. */
+static bool sock_ends(int sock)
+{
+    uint64_t deadline = spw_now_ns() + 10ULL * 1000000000ULL;
+    for (;;) {
+        uint64_t now = spw_now_ns();
+        if (now >= deadline)
+            return false;
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        if (poll(&pfd, 1, (int)((deadline - now) / 1000000ULL) + 1) <= 0)
+            continue;
+        uint8_t b[64];
+        return read(sock, b, sizeof b) == 0;
+    }
+}
+
+/* An executor told to stop (SIGTERM) while it is blocked writing its answers (the worker reads
+ * them late) finishes writing them and then leaves; it must not go on to wait for input it
+ * has no use for. The signal came after its last look at the stop flag, so it used to block in
+ * read() until the worker sent more or closed the socket: a stop that never completes on an
+ * idle worker. The test drains the answers like a worker, sends nothing and keeps its end
+ * open: the executor's exit is seen as the end of its socket, then by its pid. */
+static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    enum { N = 32, SIZE = 60000 }; /* about 2 MB of answers: far more than the socket holds */
+    spw_buf out = {0}, in = {0};
+    uint64_t size = SIZE;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, N);
+    for (uint64_t i = 0; i < N; i++) {
+        proto_put_arr(&en, 4);
+        proto_put_id(&en, tid(i + 1));
+        proto_put_str(&en, "fill");
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        proto_put_bin(&en, &size, sizeof size);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 1u << 20); /* inline: the answers carry the outputs */
+    }
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    /* Blocked in write(): past its last look at the flag before it would wait for input. */
+    uint64_t deadline = spw_now_ns() + 10ULL * 1000000000ULL;
+    while (proc_syscall(pid) != SYS_write && spw_now_ns() < deadline)
+        poll(NULL, 0, 1); /* a look every millisecond; nothing is read meanwhile */
+    assert_int_equal(proc_syscall(pid), SYS_write);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    uint32_t answered = 0;
+    proto_msg m;
+    while (answered < N) {
+        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_DONES);
+        for (uint32_t i = 0; i < m.f[F_DONES_RECS].arr.n; i++) {
+            const proto_val *f = PROTO_REC(&m.f[F_DONES_RECS], i);
+            assert_true(spw_id_eq(f[F_DONE_ID].id, tid(answered + 1)));
+            assert_int_equal(f[F_DONE_STATUS].i, 0);
+            assert_int_equal(f[F_DONE_INLINE].bin.len, SIZE);
+            answered++;
+        }
+    }
+    assert_true(sock_ends(sock)); /* it left: nothing more, then the end of its socket */
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    pid = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(sock);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1103,6 +1205,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
+    cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

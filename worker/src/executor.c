@@ -11,7 +11,10 @@
  * the worker reports the task failed and starts another executor.
  * Every way out goes through the cleanup at the end of wrk_executor_main (no exit() elsewhere):
  * the worker closing the socket, a failed write (the worker is gone), and SIGTERM/SIGINT, whose
- * handler only sets a flag (read after the task running now has finished).
+ * handler only sets a flag (read after the task running now has finished) and writes a byte to
+ * a pipe that every wait for the worker polls with the socket: a signal that comes after the
+ * last look at the flag still ends the wait. The handler is SA_RESTART, so a task's own system
+ * calls are not cut short by it.
  * Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
  * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
  * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
@@ -20,7 +23,9 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -76,11 +81,19 @@ typedef struct executor {
 
 /* Set by SIGTERM/SIGINT: finish the task running now, answer, and leave through the cleanup. */
 static volatile sig_atomic_t exec_stop;
+/* The self-pipe: the handler writes a byte to [1] (non-blocking; a full pipe is awake enough),
+ * read_more polls [0], which stays readable from then on. */
+static int exec_stop_pipe[2] = {-1, -1};
 
 static void on_stop_signal(int sig)
 {
     (void)sig;
+    int saved = errno;
     exec_stop = 1;
+    if (write(exec_stop_pipe[1], "", 1) < 0) {
+        /* EAGAIN: a byte is there already */
+    }
+    errno = saved;
 }
 
 /* One running task. */
@@ -125,15 +138,30 @@ static void flush_out(executor *ex)
     spw_buf_reset(&ex->out);
 }
 
-/* Reads more bytes into b. @return false when the worker closed the socket, or when a stop
- * signal interrupted the wait. */
+/* Reads more bytes into b. @return false when the worker closed the socket (or reading it
+ * failed), or when a stop signal came, before the wait or during it. */
 static bool read_more(spw_buf *b)
 {
     if (spw_buf_reserve(b, 256 * 1024) != 0)
         SPW_PANIC("executor out of memory");
     for (;;) {
+        if (exec_stop)
+            return false;
+        /* Not a bare read(): a signal that came after the caller's last look at exec_stop and
+         * before read() blocked would go unseen until the worker sent more. */
+        struct pollfd pfd[2] = {{.fd = EXEC_SOCK_FD, .events = POLLIN},
+                                {.fd = exec_stop_pipe[0], .events = POLLIN}};
+        int n = poll(pfd, 2, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            spw_log(SPW_LOG_ERR, "cannot wait for the worker: %s", strerror(errno));
+            return false;
+        }
+        if (pfd[1].revents != 0 || pfd[0].revents == 0)
+            continue; /* the flag is set (looked at above), or nothing for us yet */
         ssize_t r = read(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len);
-        if (r < 0 && errno == EINTR && !exec_stop)
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (r <= 0)
             return false;
@@ -503,10 +531,17 @@ int wrk_executor_main(int argc, char **argv)
     memset(&ex, 0, sizeof ex);
     spw_log_init("spillway-executor", atoi(argv[3]));
     signal(SIGPIPE, SIG_IGN); /* a worker gone mid-write: exit by EPIPE, not by signal */
-    /* No SA_RESTART: a stop signal interrupts the wait for the next task. */
+    /* Open until the process ends: a late signal's handler must never write to a closed (or
+     * reused) descriptor. */
+    if (pipe2(exec_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        spw_log(SPW_LOG_ERR, "cannot make the stop pipe: %s", strerror(errno));
+        return 1;
+    }
+    /* SA_RESTART: the stop pipe, not EINTR, ends the wait for the next task. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
