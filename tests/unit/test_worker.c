@@ -760,7 +760,8 @@ static void worker_takes_an_unnamed_failure_for_its_head(void **state)
 #define EXEC_TEST_CAPACITY (1u << 20)
 
 /* Starts the built executor (spillway-worker --executor) on a socket and an arena memfd of its
- * own, as the worker does (fds 3 and 4). Returns its pid; *sock is our end of the socket. */
+ * own, as the worker does (fds 3 and 4), with the test plugin. Returns its pid; *sock is our
+ * end of the socket. */
 static pid_t exec_spawn(int *sock)
 {
     int sv[2];
@@ -775,7 +776,8 @@ static pid_t exec_spawn(int *sock)
     if (pid == 0) {
         if (dup2(sv[1], 3) != 3 || dup2(arena, 4) != 4)
             _exit(127);
-        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", (char *)NULL);
+        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", SPW_TEST_PLUGIN,
+              (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -1187,6 +1189,55 @@ static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
     spw_buf_release(&in);
 }
 
+/* A task that returns 0 although its output could not be made (the worker had no room: the
+ * EXEC_ALLOC answered with an ERROR) has no output to report: it fails with the allocation's
+ * error and text. It used to succeed with an empty output, which its consumers then read as the
+ * result. */
+static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t n = 4096;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 4);
+    proto_put_id(&en, tid(1));
+    proto_put_str(&en, "ignore_output");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 4);
+    proto_put_u(&en, PROTO_ARG_INLINE);
+    proto_put_bin(&en, &n, sizeof n);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0); /* inline limit 0: the output is asked of the worker */
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    proto_msg m;
+    assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+    assert_int_equal(m.type, PROTO_EXEC_ALLOC);
+    spw_buf_reset(&out);
+    proto_enc_errorf(&out, m.req, SPW_EBACKPRESSURE, "no room in the store for the output");
+    write_all_test(sock, out.data, out.len);
+    exec_ans a;
+    exec_answers(sock, &in, &used, &z, &a, 1);
+    assert_true(spw_id_eq(a.id, tid(1)));
+    assert_int_equal(a.status, SPW_EBACKPRESSURE);
+    assert_non_null(strstr(a.err, "no room in the store"));
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1206,6 +1257,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
     cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_a_task_that_ignores_its_failed_output, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

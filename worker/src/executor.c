@@ -427,7 +427,17 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
             snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
         } else {
             int rc = f->fn(&t.ctx, targs, nargs);
-            if (rc != 0) {
+            if (rc == 0 && t.output_err != 0) {
+                /* It did not check what output() gave it: it has no output to report (an
+                 * empty one would pass for its result), so it fails with output()'s error. */
+                char why[PROTO_MAX_STR];
+                snprintf(why, sizeof why, "%s", t.err[0] ? t.err : spw_strerror(t.output_err));
+                int n = snprintf(t.err, sizeof t.err, "%s returned 0 without its output: ", name);
+                if (n > 0 && (size_t)n < sizeof t.err)
+                    memcpy(t.err + n, why, strnlen(why, sizeof t.err - (size_t)n - 1) + 1);
+                t.err[sizeof t.err - 1] = '\0';
+                status = t.output_err;
+            } else if (rc != 0) {
                 /* Spillway's own codes, and the error output() gave the task, are kept; any
                  * other value (-1, an errno) means "failed", with the task's text. Not
                  * SPW_EAHEAD: it says the task was dropped unrun, and this one ran. */
