@@ -1238,6 +1238,57 @@ static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
     spw_buf_release(&in);
 }
 
+/* An ERROR answer to an EXEC_ALLOC whose code is no error (0, or positive) still fails the
+ * allocation, as SPW_EPROTO with the worker's text: code 1 was taken for "no answer yet", so the
+ * executor waited for ever on a request already answered, and code 0 for room at an offset
+ * never given. */
+static void executor_fails_an_allocation_answered_with_no_error_code(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    for (uint64_t id = 1; id <= 2; id++) {
+        spw_buf_reset(&out);
+        uint64_t n = 4096;
+        proto_enc en;
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_id(&en, tid(id));
+        proto_put_str(&en, "fill");
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        proto_put_bin(&en, &n, sizeof n);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0); /* the output is asked of the worker */
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        write_all_test(sock, out.data, out.len);
+        proto_msg m;
+        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_ALLOC);
+        spw_buf_reset(&out);
+        proto_enc_errorf(&out, m.req, (int)id - 1, "a worker's answer without a code");
+        write_all_test(sock, out.data, out.len);
+        exec_ans a;
+        exec_answers(sock, &in, &used, &z, &a, 1);
+        assert_true(spw_id_eq(a.id, tid(id)));
+        assert_int_equal(a.status, SPW_EPROTO);
+        assert_non_null(strstr(a.err, "without a code"));
+    }
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1258,6 +1309,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
     cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_a_task_that_ignores_its_failed_output, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_an_allocation_answered_with_no_error_code,
+                              exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

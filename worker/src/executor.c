@@ -217,7 +217,11 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
                 *off = m.f[F_EALLOCOK_OFF].u;
                 result = 0;
             } else if (m.req == req && m.type == PROTO_ERROR) {
-                result = (int)m.f[F_ERROR_CODE].i;
+                /* Only a negative code is an error. 0 or a positive one is the worker's
+                 * mistake, and the request failed all the same: taken as it is, 1 read as
+                 * "no answer yet" (a wait for ever) and 0 as room at an offset never given. */
+                int64_t code = m.f[F_ERROR_CODE].i;
+                result = code < 0 && code >= INT_MIN ? (int)code : SPW_EPROTO;
                 char msg[PROTO_MAX_STR];
                 snprintf(t->err, sizeof t->err, "%s", proto_str(&m.f[F_ERROR_MSG], msg, sizeof msg));
             } else {
