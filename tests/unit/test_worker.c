@@ -137,6 +137,8 @@ static void ready_cb(void *arg, int status)
     e->ready_status = status;
 }
 
+static uint32_t setup_max_frame; /* the worker's frame limit when not 0 (setup_small_frames) */
+
 static int setup(void **state)
 {
     env *e = calloc(1, sizeof *e);
@@ -166,12 +168,23 @@ static int setup(void **state)
     o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
     o.reconnect_max_ms = 0;
+    if (setup_max_frame != 0)
+        o.max_frame = setup_max_frame;
     char bound[64];
     assert_int_equal(wrk_new(&e->loop, &o, ready_cb, e, &e->w, bound, sizeof bound), 0);
     STEP_UNTIL(e, e->ready && e->conn != NULL);
     assert_int_equal(e->ready_status, 0);
     *state = e;
     return 0;
+}
+
+/* setup with a worker whose frames are at most 1 MiB. */
+static int setup_small_frames(void **state)
+{
+    setup_max_frame = 1u << 20;
+    int rc = setup(state);
+    setup_max_frame = 0;
+    return rc;
 }
 
 static void flag_done(void *arg, int status)
@@ -755,6 +768,54 @@ static void worker_takes_an_unnamed_failure_for_its_head(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* A task sent ahead whose producers here ended with small outputs gets them as inline values;
+ * with enough of them its EXECS record is larger than a frame (the worker's limit is 1 MiB
+ * here; 20 values of 60,000 bytes), and it cannot go to an executor. It fails with
+ * SPW_EFRAMESIZE; it used to be queued on the executor unsent, never answered, and every task
+ * queued behind it there waited with it. The next task runs. */
+static void worker_fails_a_task_too_large_for_its_executor(void **state)
+{
+    env *e = *state;
+    enum { NPROD = 20 };
+    e->w->ewma_us = 1e9; /* long tasks: one at a time, so none is chained on the executor */
+    uint64_t size = 60000;
+    for (uint64_t i = 1; i <= NPROD; i++)
+        task_run(e, i, "fill", true, size);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(100));
+    proto_put_str(&en, "len");
+    proto_put_arr(&en, NPROD);
+    for (uint64_t i = 1; i <= NPROD; i++) {
+        proto_put_arr(&en, 7);
+        proto_put_u(&en, PROTO_ARG_OBJ);
+        proto_put_nil(&en);
+        proto_put_id(&en, tid(i));
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_arr(&en, 0); /* locations */
+    }
+    proto_put_u(&en, PROTO_TASK_AHEAD);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    /* Bounded by time rather than STEPS (each up to a 50 ms heartbeat): unanswered, it fails. */
+    uint64_t deadline = spw_now_ns() + 30ULL * 1000000000ULL;
+    while (find(e, PROTO_TASK_DONE, 100) == NULL && spw_now_ns() < deadline)
+        uv_run(&e->loop, UV_RUN_ONCE);
+    assert_non_null(find(e, PROTO_TASK_DONE, 100));
+    wrk__check_full(e->w);
+    for (uint64_t i = 1; i <= NPROD; i++) {
+        assert_int_equal(find(e, PROTO_TASK_DONE, i)->status, 0);
+        assert_int_equal(find(e, PROTO_TASK_DONE, i)->size, size);
+    }
+    assert_int_equal(find(e, PROTO_TASK_DONE, 100)->status, SPW_EFRAMESIZE);
+    assert_int_equal(e->w->running, 0);
+    task_run(e, 101, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 101) != NULL);
+    assert_int_equal(done_u64(e, 101), 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
@@ -1304,6 +1365,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,
+                                    setup_small_frames, teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),

@@ -698,14 +698,32 @@ static void put_earg(proto_enc *e, uint32_t i, void *arg)
                                                 .len = a->len});
 }
 
+/* Gives t to ex, at the tail of its FIFO; or fails t (reported and freed) when its record
+ * cannot be sent. */
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
     /* The tasks one dispatch gives an executor share an EXECS frame. */
-    proto_batch_exec(ex->conn, PROTO_EXECS,
-                     &(proto_exec_rec){.id = t->id,
-                                       .fn = t->fn,
-                                       .args = {.n = t->nargs, .put = put_earg, .arg = t},
-                                       .inline_limit = w->inline_limit});
+    int rc = proto_batch_exec(ex->conn, PROTO_EXECS,
+                              &(proto_exec_rec){.id = t->id,
+                                                .fn = t->fn,
+                                                .args = {.n = t->nargs, .put = put_earg, .arg = t},
+                                                .inline_limit = w->inline_limit});
+    if (rc != 0 && rc != SPW_ECLOSED) {
+        /* SPW_EFRAMESIZE: its inline arguments (small outputs of producers here, gathered for
+         * it) make a record larger than a frame. Queued unsent, it would never be answered
+         * and would hold up the tasks behind it. (A closing socket is settled as usual: the
+         * task goes back to the ready queue with the executor's others.) */
+        char hex[33], msg[256];
+        snprintf(msg, sizeof msg, "task=%s cannot be sent to an executor: %s (its %u arguments "
+                                  "are too large for one message)",
+                 spw_id_hex(t->id, hex), spw_strerror(rc), t->nargs);
+        spw_log(SPW_LOG_WARN, "%s", msg);
+        t->state = WT_QUEUED;
+        t->ex = NULL;
+        t->next = NULL;
+        task_report(w, t, rc, 0, NULL, msg, 0);
+        return;
+    }
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
