@@ -1,20 +1,21 @@
 /*
  * The executor process: runs tasks one at a time for its worker.
  *
- * Started by the worker as `spillway-worker --executor CAPACITY LOGLEVEL [PLUGIN...]` with the
- * worker's socket on fd 3 and the store's arena memfd on fd 4. It maps the arena read-only, so
- * a task reads its inputs in place and cannot scribble over sealed objects; a task's large
- * output is allocated by the worker (EXEC_ALLOC) and mapped writable on its own pages, just for
- * that task. It uses no event loop: it reads a batch of EXEC frames, runs them in order, and
- * writes their EXEC_DONE frames together once its input is drained, so a burst of short tasks
- * costs two syscalls rather than two per task. A task that crashes takes this process with it;
- * the worker reports the task failed and starts another executor.
+ * Started by the worker as `spillway-worker --executor CAPACITY LOGLEVEL MEMLIMIT CGROUP|-
+ * [PLUGIN...]` with the worker's socket on fd 3 and the store's arena memfd on fd 4. It maps
+ * the arena read-only, so a task reads its inputs in place and cannot scribble over sealed
+ * objects; a task's large output is allocated by the worker (EXEC_ALLOC) and mapped writable
+ * on its own pages, just for that task. It uses no event loop: it reads a batch of EXEC frames,
+ * runs them in order, and writes their EXEC_DONE frames together once its input is drained, so
+ * a burst of short tasks costs two syscalls rather than two per task. A task that crashes takes
+ * this process with it; the worker reports the task failed and starts another executor.
  * Every way out goes through the cleanup at the end of wrk_executor_main (no exit() elsewhere):
- * the worker closing the socket, a failed write (the worker is gone), and SIGTERM/SIGINT, whose
- * handler only sets a flag (read after the task running now has finished) and writes a byte to
- * a pipe that every wait for the worker polls with the socket: a signal that comes after the
- * last look at the flag still ends the wait. The handler is SA_RESTART, so a task's own system
- * calls are not cut short by it.
+ * the worker closing the socket, a failed write (the worker is gone), a frame from the worker
+ * that cannot be read (status 1: frame_broken; a bad record is answered on its own and the
+ * executor goes on), and SIGTERM/SIGINT, whose handler only sets a flag (read after the task
+ * running now has finished) and writes a byte to a pipe that every wait for the worker polls
+ * with the socket: a signal that comes after the last look at the flag still ends the wait. The
+ * handler is SA_RESTART, so a task's own system calls are not cut short by it.
  * Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
  * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
  * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
@@ -77,6 +78,7 @@ typedef struct executor {
     uint64_t clock_ns;  /* when the task about to run starts: the end of the one before it in
                            the batch, so a task costs one clock read, not two */
     bool gone;          /* the worker closed the socket or a write to it failed */
+    int broken;         /* why a frame from the worker could not be read (0: none): leave */
 } executor;
 
 /* Set by SIGTERM/SIGINT: finish the task running now, answer, and leave through the cleanup. */
@@ -170,6 +172,18 @@ static bool read_more(spw_buf *b)
     }
 }
 
+/* A frame from the worker cannot be read (rc says why). Its records cannot be answered one by
+ * one, and what follows it cannot be trusted to start a frame: the executor leaves, status 1,
+ * after writing the answers it has. The worker starts another; the task at the head of its
+ * queue fails as with an executor that died, the rest are requeued. */
+static void frame_broken(executor *ex, int rc, size_t avail)
+{
+    ex->broken = rc;
+    spw_log(SPW_LOG_ERR, "a frame from the worker cannot be read (%s: %s; %zu bytes at hand): "
+                         "leaving",
+            spw_err_name(rc), spw_strerror(rc), avail);
+}
+
 static void task_fail_v(spw_task_ctx *ctx, const char *fmt, ...)
 {
     exec_task *t = (exec_task *)ctx;
@@ -211,8 +225,13 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
             int rc = proto_decode(rb.data + pos, rb.len - pos, &ex->lim, &ex->alloc_zone, &m);
             if (rc == 0)
                 break;
-            if (rc < 0)
-                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(rc));
+            if (rc < 0) {
+                frame_broken(ex, rc, rb.len - pos);
+                result = rc;
+                snprintf(t->err, sizeof t->err, "a frame from the worker cannot be read: %s",
+                         spw_err_name(rc));
+                break;
+            }
             if (m.req == req && m.type == PROTO_EXEC_ALLOC_OK) {
                 *off = m.f[F_EALLOCOK_OFF].u;
                 result = 0;
@@ -601,27 +620,30 @@ int wrk_executor_main(int argc, char **argv)
             spw_log(SPW_LOG_WARN, "cannot set RLIMIT_DATA: %s: task memory is not limited",
                     spw_strerror(lrc));
     }
-    /* The executor runs until the worker closes its socket, a write to it fails, or a stop
-     * signal; each way ends here, at the cleanup below. */
+    /* The executor runs until the worker closes its socket, a write to it fails, a stop
+     * signal, or a frame it cannot read; each way ends here, at the cleanup below. */
     size_t pos = 0;
     bool open = true;
     while (open && !ex.gone && !exec_stop) {
         for (;;) {
-            if (ex.gone || exec_stop)
+            if (ex.gone || exec_stop || ex.broken)
                 break; /* the rest of the batch stays unrun: the worker requeues it */
             proto_msg m;
             int drc = proto_decode(ex.in.data + pos, ex.in.len - pos, &ex.lim, &ex.zone, &m);
             if (drc == 0)
                 break;
-            if (drc < 0)
-                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
+            if (drc < 0) {
+                frame_broken(&ex, drc, ex.in.len - pos);
+                break;
+            }
             ex.clock_ns = spw_now_ns(); /* run_exec: the first task's start */
             ex.in_end = pos + (size_t)drc;
             if (m.type == PROTO_EXEC) {
                 run_exec(&ex, m.f, 0);
             } else if (m.type == PROTO_EXECS) {
                 const proto_val *recs = &m.f[F_EXECS_RECS];
-                for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop; i++)
+                for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop && !ex.broken;
+                     i++)
                     run_exec(&ex, PROTO_REC(recs, i), i); /* the rest stays unrun: requeued */
             } else
                 spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
@@ -637,7 +659,7 @@ int wrk_executor_main(int argc, char **argv)
         }
         spw_buf_consume(&ex.in, pos);
         pos = 0;
-        if (ex.gone || exec_stop)
+        if (ex.gone || exec_stop || ex.broken)
             break;
         /* Answer the whole batch, in one write, before blocking for more: two syscalls a
          * batch (no poll for more input first: when more is there, the read below returns at
@@ -646,6 +668,8 @@ int wrk_executor_main(int argc, char **argv)
         open = read_more(&ex.in);
     }
     flush_out(&ex);
+    if (ex.broken)
+        rc = 1;
 out:;
     fn_entry *f, *ftmp;
     HASH_ITER(hh, ex.fns, f, ftmp)
