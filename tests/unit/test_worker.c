@@ -726,6 +726,50 @@ static void worker_argument_past_its_object_fails_the_task(void **state)
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
+/* Hands ex's worker an EXEC_DONE as if ex had sent it: task id ended with status, text err. */
+static void fake_exec_done(wrk_exec *ex, spw_id id, int64_t status, const char *err)
+{
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = PROTO_EXEC_DONE;
+    m.nf = 6;
+    m.f[F_DONE_ID].id = id;
+    m.f[F_DONE_STATUS].i = status;
+    m.f[F_DONE_INLINE].nil = 1;
+    m.f[F_DONE_ERR].bin.ptr = (const uint8_t *)err;
+    m.f[F_DONE_ERR].bin.len = (uint32_t)strlen(err);
+    wrk__exec_msg(ex, &m);
+}
+
+/* A status from an executor that is no error code, a positive one or one past an int (whose
+ * low 32 bits are 0), fails the task with SPW_EPROTO. The first went on to the scheduler as it
+ * was, the second was cut to an int and read as success: a task reported done with an empty
+ * output it never made. (Handed to the worker while the real executor runs the task, as in
+ * worker_takes_an_unnamed_failure_for_its_head.) */
+static void worker_fails_a_task_whose_status_is_no_code(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    static const int64_t statuses[] = {5, INT64_C(1) << 32};
+    for (uint64_t k = 0; k < 2; k++) {
+        task_run_wait(e, k + 1, path);
+        STEP_UNTIL(e, task_of(e, k + 1) != NULL && task_of(e, k + 1)->state == WT_SENT &&
+                          task_of(e, k + 1)->ex->head == task_of(e, k + 1));
+        wrk_exec *ex = task_of(e, k + 1)->ex;
+        int pid = ex->pid;
+        fake_exec_done(ex, tid(k + 1), statuses[k], "");
+        STEP_UNTIL(e, find(e, PROTO_TASK_DONE, k + 1) != NULL);
+        assert_int_equal(find(e, PROTO_TASK_DONE, k + 1)->status, SPW_EPROTO);
+        touch(path); /* the real answer now restarts it */
+        STEP_UNTIL(e, ex->pid != pid && ex->conn != NULL);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* An executor answers an EXECS record it could not read a task id from with a failure under
  * the nil id (executor_answers_a_record_naming_no_task), in order: the worker fails the task at
  * the head of that executor's queue with the executor's text and keeps the executor, rather
@@ -742,16 +786,8 @@ static void worker_takes_an_unnamed_failure_for_its_head(void **state)
     STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
     wrk_exec *ex = task_of(e, 1)->ex;
     int pid = ex->pid;
-    static const char why[] = "EXECS record 0 from the worker is malformed and names no task";
-    proto_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = PROTO_EXEC_DONE;
-    m.nf = 6;
-    m.f[F_DONE_STATUS].i = SPW_EMALFORMED;
-    m.f[F_DONE_INLINE].nil = 1;
-    m.f[F_DONE_ERR].bin.ptr = (const uint8_t *)why;
-    m.f[F_DONE_ERR].bin.len = (uint32_t)strlen(why);
-    wrk__exec_msg(ex, &m);
+    fake_exec_done(ex, (spw_id){0, 0}, SPW_EMALFORMED,
+                   "EXECS record 0 from the worker is malformed and names no task");
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_EMALFORMED);
     assert_int_equal(ex->pid, pid);
@@ -1409,6 +1445,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_fails_a_task_whose_status_is_no_code, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,
                                     setup_small_frames, teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),

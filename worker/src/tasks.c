@@ -890,7 +890,10 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
         wrk__dispatch(w);
         return;
     }
-    int status = (int)f[F_DONE_STATUS].i;
+    /* 0 or a negative code; anything else (a positive value, one past an int, whose low bits
+     * could read as 0) is no status an executor sends, and the task fails below. */
+    int64_t st = f[F_DONE_STATUS].i;
+    int status = st <= 0 && st >= INT_MIN ? (int)st : SPW_EPROTO;
     if (status == SPW_EAHEAD && t->prev > 0 && !f[F_DONE_ID].bad) {
         prev_fallback(w, t); /* it did not run */
         if (ex->inflight == 0)
@@ -905,6 +908,9 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (f[F_DONE_ID].bad) {
         status = SPW_EPROTO;
         snprintf(err, sizeof err, "the executor's EXEC_DONES record does not match the schema");
+    } else if (status == SPW_EPROTO && st != SPW_EPROTO) {
+        snprintf(err, sizeof err, "the executor reported status %lld, which is no error code",
+                 (long long)st);
     }
     if (status == 0 && t->out != NULL) {
         if (!f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
