@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <uthash.h>
@@ -149,26 +150,28 @@ static bool read_more(spw_buf *b)
     for (;;) {
         if (exec_stop)
             return false;
-        /* Not a bare read(): a signal that came after the caller's last look at exec_stop and
-         * before read() blocked would go unseen until the worker sent more. */
+        /* What is there already comes at once, in one syscall (a busy executor's batch costs
+         * its write and this read). Only with nothing there does it wait, in poll() with the
+         * stop pipe, not in a blocking read(): a signal that came after the look at exec_stop
+         * above would go unseen there until the worker sent more. */
+        ssize_t r = recv(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len, MSG_DONTWAIT);
+        if (r > 0) {
+            b->len += (size_t)r;
+            return true;
+        }
+        if (r == 0)
+            return false;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return false;
         struct pollfd pfd[2] = {{.fd = EXEC_SOCK_FD, .events = POLLIN},
                                 {.fd = exec_stop_pipe[0], .events = POLLIN}};
-        int n = poll(pfd, 2, -1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
+        if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
             spw_log(SPW_LOG_ERR, "cannot wait for the worker: %s", strerror(errno));
             return false;
         }
-        if (pfd[1].revents != 0 || pfd[0].revents == 0)
-            continue; /* the flag is set (looked at above), or nothing for us yet */
-        ssize_t r = read(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (r <= 0)
-            return false;
-        b->len += (size_t)r;
-        return true;
+        /* Readable, closed, or the stop pipe: the top of the loop tells which. */
     }
 }
 
