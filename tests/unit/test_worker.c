@@ -1387,47 +1387,54 @@ static void executor_fails_an_allocation_answered_with_no_error_code(void **stat
 }
 
 /* A frame from the worker that cannot be read as a whole (an EXECS whose records are not an
- * array) cannot be answered record by record: the executor says why in its log, writes the
- * answers it has (those of the frame before it, read together with it) and leaves through its
- * cleanup with status 1, for the worker to start another. It used to abort (SPW_PANIC), losing
- * those answers with it. */
+ * array; one whose array claims more records than the frame holds) cannot be answered record by
+ * record: the executor says why in its log, writes the answers it has (those of the frame
+ * before it, read together with it) and leaves through its cleanup with status 1, for the
+ * worker to start another. It used to abort (SPW_PANIC), losing those answers with it. */
 static void executor_leaves_cleanly_on_a_frame_it_cannot_read(void **state)
 {
     static pid_t pid;
     signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
-    spw_buf out = {0}, in = {0};
-    uint64_t v = 41;
-    proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, 1);
-    put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v, 0, 0);
-    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
-    proto_put_u(&en, 5); /* not an array of records */
-    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len); /* both in one write */
+    for (int bad = 0; bad < 2; bad++) {
+        int sock;
+        pid = exec_spawn(&sock);
+        *state = &pid;
+        spw_buf out = {0}, in = {0};
+        uint64_t v = 41;
+        proto_enc en;
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        proto_put_arr(&en, 1);
+        put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        if (bad == 0) {
+            proto_put_u(&en, 5); /* not an array of records */
+        } else {
+            proto_put_arr(&en, 3); /* three records, one there */
+            put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+        }
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        write_all_test(sock, out.data, out.len); /* both in one write */
 
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
-    exec_ans a;
-    exec_answers(sock, &in, &used, &z, &a, 1);
-    assert_true(spw_id_eq(a.id, tid(1)));
-    assert_int_equal(a.status, 0);
-    assert_int_equal(a.v, 42);
-    assert_true(sock_ends(sock));
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    pid = 0;
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 1);
-    close(sock);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+        msgpack_zone z;
+        assert_true(msgpack_zone_init(&z, 4096));
+        size_t used = 0;
+        exec_ans a;
+        exec_answers(sock, &in, &used, &z, &a, 1);
+        assert_true(spw_id_eq(a.id, tid(1)));
+        assert_int_equal(a.status, 0);
+        assert_int_equal(a.v, 42);
+        assert_true(sock_ends(sock));
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        pid = 0;
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 1);
+        close(sock);
+        msgpack_zone_destroy(&z);
+        spw_buf_release(&out);
+        spw_buf_release(&in);
+    }
 }
 
 static const struct CMUnitTest tests[] = {
