@@ -213,11 +213,28 @@ static int file_size(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
     return 0;
 }
 
+/* ignore_output(n): asks for an output of n bytes, fills it if it got one, and returns 0 either
+ * way: a task that does not check what output() gave it. */
+static int ignore_output(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t n;
+    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
+        spw_task_fail(ctx, "ignore_output takes a u64 byte count");
+        return -1;
+    }
+    uint8_t *out = spw_task_output(ctx, n);
+    if (out != NULL)
+        memset(out, 1, n);
+    return 0;
+}
+
 static const spw_plugin_fn fns[] = {
     {"reverse", reverse},     {"xor_key", xor_key},          {"hog", hog},
     {"leak", leak},           {"mark_sleep", mark_sleep},    {"fail_bare", fail_bare},
-    {"wait_file", wait_file}, {"count_return", count_return}, {"file_size", file_size}};
-static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns, 9};
+    {"wait_file", wait_file}, {"count_return", count_return}, {"file_size", file_size},
+    {"ignore_output", ignore_output}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "e2e-test", fns,
+                                  sizeof fns / sizeof fns[0]};
 
 const spw_plugin *spillway_plugin_v1(void)
 {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +137,8 @@ static void ready_cb(void *arg, int status)
     e->ready_status = status;
 }
 
+static uint32_t setup_max_frame; /* the worker's frame limit when not 0 (setup_small_frames) */
+
 static int setup(void **state)
 {
     env *e = calloc(1, sizeof *e);
@@ -165,12 +168,23 @@ static int setup(void **state)
     o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
     o.reconnect_max_ms = 0;
+    if (setup_max_frame != 0)
+        o.max_frame = setup_max_frame;
     char bound[64];
     assert_int_equal(wrk_new(&e->loop, &o, ready_cb, e, &e->w, bound, sizeof bound), 0);
     STEP_UNTIL(e, e->ready && e->conn != NULL);
     assert_int_equal(e->ready_status, 0);
     *state = e;
     return 0;
+}
+
+/* setup with a worker whose frames are at most 1 MiB. */
+static int setup_small_frames(void **state)
+{
+    setup_max_frame = 1u << 20;
+    int rc = setup(state);
+    setup_max_frame = 0;
+    return rc;
 }
 
 static void flag_done(void *arg, int status)
@@ -617,8 +631,8 @@ static uint32_t store_waiters(const wrk *w)
 }
 
 /* Whether process pid sleeps (state S in /proc/PID/stat): an executor that asked for room does
- * so only in its read of the answer, where a stop signal interrupts it. Sent before that read,
- * the signal would go unseen until the answer came (the executor checks it only then). */
+ * so only in its wait for the answer, which a stop signal ends (also one sent just before the
+ * wait: executor_stops_promptly_after_a_signal_in_a_write). */
 static bool proc_sleeping(int pid)
 {
     char path[64], buf[512];
@@ -712,12 +726,139 @@ static void worker_argument_past_its_object_fails_the_task(void **state)
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
+/* Hands ex's worker an EXEC_DONE as if ex had sent it: task id ended with status, text err. */
+static void fake_exec_done(wrk_exec *ex, spw_id id, int64_t status, const char *err)
+{
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = PROTO_EXEC_DONE;
+    m.nf = 6;
+    m.f[F_DONE_ID].id = id;
+    m.f[F_DONE_STATUS].i = status;
+    m.f[F_DONE_INLINE].nil = 1;
+    m.f[F_DONE_ERR].bin.ptr = (const uint8_t *)err;
+    m.f[F_DONE_ERR].bin.len = (uint32_t)strlen(err);
+    wrk__exec_msg(ex, &m);
+}
+
+/* A status from an executor that is no error code, a positive one or one past an int (whose
+ * low 32 bits are 0), fails the task with SPW_EPROTO. The first went on to the scheduler as it
+ * was, the second was cut to an int and read as success: a task reported done with an empty
+ * output it never made. (Handed to the worker while the real executor runs the task, as in
+ * worker_takes_an_unnamed_failure_for_its_head.) */
+static void worker_fails_a_task_whose_status_is_no_code(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    static const int64_t statuses[] = {5, INT64_C(1) << 32};
+    for (uint64_t k = 0; k < 2; k++) {
+        task_run_wait(e, k + 1, path);
+        STEP_UNTIL(e, task_of(e, k + 1) != NULL && task_of(e, k + 1)->state == WT_SENT &&
+                          task_of(e, k + 1)->ex->head == task_of(e, k + 1));
+        wrk_exec *ex = task_of(e, k + 1)->ex;
+        int pid = ex->pid;
+        fake_exec_done(ex, tid(k + 1), statuses[k], "");
+        STEP_UNTIL(e, find(e, PROTO_TASK_DONE, k + 1) != NULL);
+        assert_int_equal(find(e, PROTO_TASK_DONE, k + 1)->status, SPW_EPROTO);
+        touch(path); /* the real answer now restarts it */
+        STEP_UNTIL(e, ex->pid != pid && ex->conn != NULL);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* An executor answers an EXECS record it could not read a task id from with a failure under
+ * the nil id (executor_answers_a_record_naming_no_task), in order: the worker fails the task at
+ * the head of that executor's queue with the executor's text and keeps the executor, rather
+ * than take the answer for one out of order and restart it (which failed the task as a crash).
+ * The answer is handed to the worker here while the real executor still runs the task; that
+ * one's own answer, once it ends, is then out of order and restarts the executor. */
+static void worker_takes_an_unnamed_failure_for_its_head(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
+    wrk_exec *ex = task_of(e, 1)->ex;
+    int pid = ex->pid;
+    fake_exec_done(ex, (spw_id){0, 0}, SPW_EMALFORMED,
+                   "EXECS record 0 from the worker is malformed and names no task");
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, SPW_EMALFORMED);
+    assert_int_equal(ex->pid, pid);
+    assert_non_null(ex->conn);
+    assert_null(ex->head);
+
+    touch(path); /* the real answer now restarts it; the next task runs on its successor */
+    STEP_UNTIL(e, ex->pid != pid && ex->conn != NULL);
+    task_run(e, 2, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(done_u64(e, 2), 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* A task sent ahead whose producers here ended with small outputs gets them as inline values;
+ * with enough of them its EXECS record is larger than a frame (the worker's limit is 1 MiB
+ * here; 20 values of 60,000 bytes), and it cannot go to an executor. It fails with
+ * SPW_EFRAMESIZE; it used to be queued on the executor unsent, never answered, and every task
+ * queued behind it there waited with it. The next task runs. */
+static void worker_fails_a_task_too_large_for_its_executor(void **state)
+{
+    env *e = *state;
+    enum { NPROD = 20 };
+    e->w->ewma_us = 1e9; /* long tasks: one at a time, so none is chained on the executor */
+    uint64_t size = 60000;
+    for (uint64_t i = 1; i <= NPROD; i++)
+        task_run(e, i, "fill", true, size);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(100));
+    proto_put_str(&en, "len");
+    proto_put_arr(&en, NPROD);
+    for (uint64_t i = 1; i <= NPROD; i++) {
+        proto_put_arr(&en, 7);
+        proto_put_u(&en, PROTO_ARG_OBJ);
+        proto_put_nil(&en);
+        proto_put_id(&en, tid(i));
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_arr(&en, 0); /* locations */
+    }
+    proto_put_u(&en, PROTO_TASK_AHEAD);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+    /* Bounded by time rather than STEPS (each up to a 50 ms heartbeat): unanswered, it fails. */
+    uint64_t deadline = spw_now_ns() + 30ULL * 1000000000ULL;
+    while (find(e, PROTO_TASK_DONE, 100) == NULL && spw_now_ns() < deadline)
+        uv_run(&e->loop, UV_RUN_ONCE);
+    assert_non_null(find(e, PROTO_TASK_DONE, 100));
+    wrk__check_full(e->w);
+    for (uint64_t i = 1; i <= NPROD; i++) {
+        assert_int_equal(find(e, PROTO_TASK_DONE, i)->status, 0);
+        assert_int_equal(find(e, PROTO_TASK_DONE, i)->size, size);
+    }
+    assert_int_equal(find(e, PROTO_TASK_DONE, 100)->status, SPW_EFRAMESIZE);
+    assert_int_equal(e->w->running, 0);
+    task_run(e, 101, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 101) != NULL);
+    assert_int_equal(done_u64(e, 101), 2);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
 
 /* Starts the built executor (spillway-worker --executor) on a socket and an arena memfd of its
- * own, as the worker does (fds 3 and 4). Returns its pid; *sock is our end of the socket. */
+ * own, as the worker does (fds 3 and 4), with the test plugin. Returns its pid; *sock is our
+ * end of the socket. */
 static pid_t exec_spawn(int *sock)
 {
     int sv[2];
@@ -732,7 +873,8 @@ static pid_t exec_spawn(int *sock)
     if (pid == 0) {
         if (dup2(sv[1], 3) != 3 || dup2(arena, 4) != 4)
             _exit(127);
-        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", (char *)NULL);
+        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", SPW_TEST_PLUGIN,
+              (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -874,6 +1016,433 @@ static void executor_joins_a_frame_cut_by_an_allocation(void **state)
     spw_buf_release(&reply);
 }
 
+/* One answer of an executor: a record of its EXEC_DONES, copied. */
+typedef struct exec_ans {
+    spw_id id;
+    int64_t status;
+    uint64_t v; /* an 8-byte inline output */
+    bool has_v;
+    char err[PROTO_MAX_STR + 1];
+} exec_ans;
+
+/* Reads the executor's next n answers, in order, into ans (only EXEC_DONES frames may come). */
+static void exec_answers(int sock, spw_buf *in, size_t *used, msgpack_zone *z, exec_ans *ans,
+                         uint32_t n)
+{
+    uint32_t k = 0;
+    while (k < n) {
+        proto_msg m;
+        assert_true(exec_next_frame(sock, in, used, z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_DONES);
+        for (uint32_t i = 0; i < m.f[F_DONES_RECS].arr.n; i++) {
+            const proto_val *f = PROTO_REC(&m.f[F_DONES_RECS], i);
+            assert_true(k < n);
+            assert_false(f[F_DONE_ID].bad);
+            exec_ans *a = &ans[k++];
+            memset(a, 0, sizeof *a);
+            a->id = f[F_DONE_ID].id;
+            a->status = f[F_DONE_STATUS].i;
+            a->has_v = !f[F_DONE_INLINE].nil && f[F_DONE_INLINE].bin.len == sizeof a->v;
+            if (a->has_v)
+                memcpy(&a->v, f[F_DONE_INLINE].bin.ptr, sizeof a->v);
+            proto_str(&f[F_DONE_ERR], a->err, sizeof a->err);
+        }
+    }
+}
+
+/* The fields of an EXECS record: task id runs fn on one argument of kind `kind` (inline bytes
+ * value, or nil when value is NULL; off and len for a range of the arena). */
+static void put_exec_rec(proto_enc *en, uint64_t id, const char *fn, uint64_t kind,
+                         const uint64_t *value, uint64_t off, uint64_t len)
+{
+    proto_put_arr(en, 4);
+    proto_put_id(en, tid(id));
+    proto_put_str(en, fn);
+    proto_put_arr(en, 1);
+    proto_put_arr(en, 4);
+    proto_put_u(en, kind);
+    if (value != NULL)
+        proto_put_bin(en, value, sizeof *value);
+    else
+        proto_put_nil(en);
+    proto_put_u(en, off);
+    proto_put_u(en, len);
+    proto_put_u(en, PROTO_DEFAULT_INLINE_LIMIT);
+}
+
+/* Closes our end of an executor's socket: it must leave through its cleanup, status 0. */
+static void exec_close_and_reap(int sock, pid_t *pid)
+{
+    close(sock);
+    int st;
+    assert_int_equal(waitpid(*pid, &st, 0), *pid);
+    *pid = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* An EXECS record without a readable task id (its first value not an id; a value that is no
+ * record at all) is answered in its place, in order, as a failed task with the nil id and
+ * SPW_EMALFORMED, naming the record; the records around it run, and the executor carries on
+ * with the next frame. It used to abort (SPW_PANIC), failing the worker's whole queue. */
+static void executor_answers_a_record_naming_no_task(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t v41 = 41, v9 = 9, v1 = 1;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 4);
+    put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
+    proto_put_arr(&en, 4); /* a record whose first value is not an id */
+    proto_put_u(&en, 5);
+    proto_put_str(&en, "inc");
+    proto_put_arr(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 7); /* not a record */
+    put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v9, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[4];
+    exec_answers(sock, &in, &used, &z, a, 4);
+    assert_true(spw_id_eq(a[0].id, tid(1)));
+    assert_int_equal(a[0].status, 0);
+    assert_int_equal(a[0].v, 42);
+    for (int i = 1; i <= 2; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "EXECS record %d", i);
+        assert_true(spw_id_is_nil(a[i].id));
+        assert_int_equal(a[i].status, SPW_EMALFORMED);
+        assert_non_null(strstr(a[i].err, want));
+        assert_non_null(strstr(a[i].err, "names no task"));
+    }
+    assert_true(spw_id_eq(a[3].id, tid(4)));
+    assert_int_equal(a[3].status, 0);
+    assert_int_equal(a[3].v, 10);
+
+    spw_buf_reset(&out); /* and it carries on */
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 1);
+    put_exec_rec(&en, 5, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+    exec_answers(sock, &in, &used, &z, a, 1);
+    assert_true(spw_id_eq(a[0].id, tid(5)));
+    assert_int_equal(a[0].v, 2);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
+/* Each field of an argument the executor reads is checked: an argument of an unknown kind, an
+ * inline argument without its bytes, and a range outside the arena fail their task with
+ * SPW_EPROTO, without running it; they used to be read as a range of the arena (its first 8
+ * bytes here, which inc took for its input and succeeded). The good task after them runs. */
+static void executor_fails_an_argument_it_cannot_read(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t v = 41;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 4);
+    put_exec_rec(&en, 1, "inc", 7, NULL, 0, 8);                  /* no such kind */
+    put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, NULL, 0, 8);   /* inline, no bytes */
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_VIEW, NULL, EXEC_TEST_CAPACITY - 4, 8); /* outside */
+    put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[4];
+    exec_answers(sock, &in, &used, &z, a, 4);
+    for (uint64_t i = 0; i < 3; i++) {
+        assert_true(spw_id_eq(a[i].id, tid(i + 1)));
+        assert_int_equal(a[i].status, SPW_EPROTO);
+        assert_non_null(strstr(a[i].err, "argument 0"));
+    }
+    assert_true(spw_id_eq(a[3].id, tid(4)));
+    assert_int_equal(a[3].status, 0);
+    assert_int_equal(a[3].v, 42);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
+/* The system call process pid is in (/proc/PID/syscall), -1 while it runs, or -2 when the
+ * kernel does not show it (no such file, or not to us). */
+static long proc_syscall(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -2;
+    long nr = -1;
+    if (fscanf(f, "%ld", &nr) != 1)
+        nr = -1;
+    fclose(f);
+    return nr;
+}
+
+/* Whether the executor's end of sock closes (read() gives 0) with nothing more sent, within
+ * 10 s: a bound for a test that fails, not a timing. */
+static bool sock_ends(int sock)
+{
+    uint64_t deadline = spw_now_ns() + 10ULL * 1000000000ULL;
+    for (;;) {
+        uint64_t now = spw_now_ns();
+        if (now >= deadline)
+            return false;
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        if (poll(&pfd, 1, (int)((deadline - now) / 1000000ULL) + 1) <= 0)
+            continue;
+        uint8_t b[64];
+        return read(sock, b, sizeof b) == 0;
+    }
+}
+
+/* An executor told to stop (SIGTERM) while it is blocked writing its answers (the worker reads
+ * them late) finishes writing them and then leaves; it must not go on to wait for input it
+ * has no use for. The signal came after its last look at the stop flag, so it used to block in
+ * read() until the worker sent more or closed the socket: a stop that never completes on an
+ * idle worker. The test drains the answers like a worker, sends nothing and keeps its end
+ * open: the executor's exit is seen as the end of its socket, then by its pid. */
+static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    enum { N = 32, SIZE = 60000 }; /* about 2 MB of answers: far more than the socket holds */
+    spw_buf out = {0}, in = {0};
+    uint64_t size = SIZE;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, N);
+    for (uint64_t i = 0; i < N; i++) {
+        proto_put_arr(&en, 4);
+        proto_put_id(&en, tid(i + 1));
+        proto_put_str(&en, "fill");
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        proto_put_bin(&en, &size, sizeof size);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 1u << 20); /* inline: the answers carry the outputs */
+    }
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    /* Blocked in write(): past its last look at the flag before it would wait for input. */
+    if (proc_syscall(pid) == -2) {
+        spw_buf_release(&out);
+        close(sock);
+        skip(); /* exec_teardown reaps it */
+    }
+    uint64_t deadline = spw_now_ns() + 10ULL * 1000000000ULL;
+    while (proc_syscall(pid) != SYS_write && spw_now_ns() < deadline)
+        poll(NULL, 0, 1); /* a look every millisecond; nothing is read meanwhile */
+    assert_int_equal(proc_syscall(pid), SYS_write);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    uint32_t answered = 0;
+    proto_msg m;
+    while (answered < N) {
+        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_DONES);
+        for (uint32_t i = 0; i < m.f[F_DONES_RECS].arr.n; i++) {
+            const proto_val *f = PROTO_REC(&m.f[F_DONES_RECS], i);
+            assert_true(spw_id_eq(f[F_DONE_ID].id, tid(answered + 1)));
+            assert_int_equal(f[F_DONE_STATUS].i, 0);
+            assert_int_equal(f[F_DONE_INLINE].bin.len, SIZE);
+            answered++;
+        }
+    }
+    assert_true(sock_ends(sock)); /* it left: nothing more, then the end of its socket */
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    pid = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(sock);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
+/* A task that returns 0 although its output could not be made (the worker had no room: the
+ * EXEC_ALLOC answered with an ERROR) has no output to report: it fails with the allocation's
+ * error and text. It used to succeed with an empty output, which its consumers then read as the
+ * result. */
+static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    uint64_t n = 4096;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 4);
+    proto_put_id(&en, tid(1));
+    proto_put_str(&en, "ignore_output");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 4);
+    proto_put_u(&en, PROTO_ARG_INLINE);
+    proto_put_bin(&en, &n, sizeof n);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0); /* inline limit 0: the output is asked of the worker */
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    proto_msg m;
+    assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+    assert_int_equal(m.type, PROTO_EXEC_ALLOC);
+    spw_buf_reset(&out);
+    proto_enc_errorf(&out, m.req, SPW_EBACKPRESSURE, "no room in the store for the output");
+    write_all_test(sock, out.data, out.len);
+    exec_ans a;
+    exec_answers(sock, &in, &used, &z, &a, 1);
+    assert_true(spw_id_eq(a.id, tid(1)));
+    assert_int_equal(a.status, SPW_EBACKPRESSURE);
+    assert_non_null(strstr(a.err, "no room in the store"));
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
+/* An ERROR answer to an EXEC_ALLOC whose code is no error (0, or positive) still fails the
+ * allocation, as SPW_EPROTO with the worker's text: code 1 was taken for "no answer yet", so the
+ * executor waited for ever on a request already answered, and code 0 for room at an offset
+ * never given. */
+static void executor_fails_an_allocation_answered_with_no_error_code(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn(&sock);
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    for (uint64_t id = 1; id <= 2; id++) {
+        spw_buf_reset(&out);
+        uint64_t n = 4096;
+        proto_enc en;
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_id(&en, tid(id));
+        proto_put_str(&en, "fill");
+        proto_put_arr(&en, 1);
+        proto_put_arr(&en, 4);
+        proto_put_u(&en, PROTO_ARG_INLINE);
+        proto_put_bin(&en, &n, sizeof n);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0);
+        proto_put_u(&en, 0); /* the output is asked of the worker */
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        write_all_test(sock, out.data, out.len);
+        proto_msg m;
+        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        assert_int_equal(m.type, PROTO_EXEC_ALLOC);
+        spw_buf_reset(&out);
+        proto_enc_errorf(&out, m.req, (int)id - 1, "a worker's answer without a code");
+        write_all_test(sock, out.data, out.len);
+        exec_ans a;
+        exec_answers(sock, &in, &used, &z, &a, 1);
+        assert_true(spw_id_eq(a.id, tid(id)));
+        assert_int_equal(a.status, SPW_EPROTO);
+        assert_non_null(strstr(a.err, "without a code"));
+    }
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
+/* A frame from the worker that cannot be read as a whole (an EXECS whose records are not an
+ * array; one whose array claims more records than the frame holds) cannot be answered record by
+ * record: the executor says why in its log, writes the answers it has (those of the frame
+ * before it, read together with it) and leaves through its cleanup with status 1, for the
+ * worker to start another. It used to abort (SPW_PANIC), losing those answers with it. */
+static void executor_leaves_cleanly_on_a_frame_it_cannot_read(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    for (int bad = 0; bad < 2; bad++) {
+        int sock;
+        pid = exec_spawn(&sock);
+        *state = &pid;
+        spw_buf out = {0}, in = {0};
+        uint64_t v = 41;
+        proto_enc en;
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        proto_put_arr(&en, 1);
+        put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+        if (bad == 0) {
+            proto_put_u(&en, 5); /* not an array of records */
+        } else {
+            proto_put_arr(&en, 3); /* three records, one there */
+            put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, &v, 0, 0);
+        }
+        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+        write_all_test(sock, out.data, out.len); /* both in one write */
+
+        msgpack_zone z;
+        assert_true(msgpack_zone_init(&z, 4096));
+        size_t used = 0;
+        exec_ans a;
+        exec_answers(sock, &in, &used, &z, &a, 1);
+        assert_true(spw_id_eq(a.id, tid(1)));
+        assert_int_equal(a.status, 0);
+        assert_int_equal(a.v, 42);
+        assert_true(sock_ends(sock));
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        pid = 0;
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 1);
+        close(sock);
+        msgpack_zone_destroy(&z);
+        spw_buf_release(&out);
+        spw_buf_release(&in);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -888,7 +1457,18 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_fails_a_task_whose_status_is_no_code, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,
+                                    setup_small_frames, teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
+    cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
+    cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_a_task_that_ignores_its_failed_output, exec_teardown),
+    cmocka_unit_test_teardown(executor_fails_an_allocation_answered_with_no_error_code,
+                              exec_teardown),
+    cmocka_unit_test_teardown(executor_leaves_cleanly_on_a_frame_it_cannot_read, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

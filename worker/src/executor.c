@@ -1,17 +1,21 @@
 /*
  * The executor process: runs tasks one at a time for its worker.
  *
- * Started by the worker as `spillway-worker --executor CAPACITY LOGLEVEL [PLUGIN...]` with the
- * worker's socket on fd 3 and the store's arena memfd on fd 4. It maps the arena read-only, so
- * a task reads its inputs in place and cannot scribble over sealed objects; a task's large
- * output is allocated by the worker (EXEC_ALLOC) and mapped writable on its own pages, just for
- * that task. It uses no event loop: it reads a batch of EXEC frames, runs them in order, and
- * writes their EXEC_DONE frames together once its input is drained, so a burst of short tasks
- * costs two syscalls rather than two per task. A task that crashes takes this process with it;
- * the worker reports the task failed and starts another executor.
+ * Started by the worker as `spillway-worker --executor CAPACITY LOGLEVEL MEMLIMIT CGROUP|-
+ * [PLUGIN...]` with the worker's socket on fd 3 and the store's arena memfd on fd 4. It maps
+ * the arena read-only, so a task reads its inputs in place and cannot scribble over sealed
+ * objects; a task's large output is allocated by the worker (EXEC_ALLOC) and mapped writable
+ * on its own pages, just for that task. It uses no event loop: it reads a batch of EXEC frames,
+ * runs them in order, and writes their EXEC_DONE frames together once its input is drained, so
+ * a burst of short tasks costs two syscalls rather than two per task. A task that crashes takes
+ * this process with it; the worker reports the task failed and starts another executor.
  * Every way out goes through the cleanup at the end of wrk_executor_main (no exit() elsewhere):
- * the worker closing the socket, a failed write (the worker is gone), and SIGTERM/SIGINT, whose
- * handler only sets a flag (read after the task running now has finished).
+ * the worker closing the socket, a failed write (the worker is gone), a frame from the worker
+ * that cannot be read (status 1: frame_broken; a bad record is answered on its own and the
+ * executor goes on), and SIGTERM/SIGINT, whose handler only sets a flag (read after the task
+ * running now has finished) and writes a byte to a pipe that every wait for the worker polls
+ * with the socket: a signal that comes after the last look at the flag still ends the wait. The
+ * handler is SA_RESTART, so a task's own system calls are not cut short by it.
  * Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
  * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
  * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
@@ -20,7 +24,9 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <uthash.h>
@@ -72,15 +79,24 @@ typedef struct executor {
     uint64_t clock_ns;  /* when the task about to run starts: the end of the one before it in
                            the batch, so a task costs one clock read, not two */
     bool gone;          /* the worker closed the socket or a write to it failed */
+    int broken;         /* why a frame from the worker could not be read (0: none): leave */
 } executor;
 
 /* Set by SIGTERM/SIGINT: finish the task running now, answer, and leave through the cleanup. */
 static volatile sig_atomic_t exec_stop;
+/* The self-pipe: the handler writes a byte to [1] (non-blocking; a full pipe is awake enough),
+ * read_more polls [0], which stays readable from then on. */
+static int exec_stop_pipe[2] = {-1, -1};
 
 static void on_stop_signal(int sig)
 {
     (void)sig;
+    int saved = errno;
     exec_stop = 1;
+    if (write(exec_stop_pipe[1], "", 1) < 0) {
+        /* EAGAIN: a byte is there already */
+    }
+    errno = saved;
 }
 
 /* One running task. */
@@ -125,21 +141,50 @@ static void flush_out(executor *ex)
     spw_buf_reset(&ex->out);
 }
 
-/* Reads more bytes into b. @return false when the worker closed the socket, or when a stop
- * signal interrupted the wait. */
+/* Reads more bytes into b. @return false when the worker closed the socket (or reading it
+ * failed), or when a stop signal came, before the wait or during it. */
 static bool read_more(spw_buf *b)
 {
     if (spw_buf_reserve(b, 256 * 1024) != 0)
         SPW_PANIC("executor out of memory");
     for (;;) {
-        ssize_t r = read(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len);
-        if (r < 0 && errno == EINTR && !exec_stop)
-            continue;
-        if (r <= 0)
+        if (exec_stop)
             return false;
-        b->len += (size_t)r;
-        return true;
+        /* What is there already comes at once, in one syscall (a busy executor's batch costs
+         * its write and this read). Only with nothing there does it wait, in poll() with the
+         * stop pipe, not in a blocking read(): a signal that came after the look at exec_stop
+         * above would go unseen there until the worker sent more. */
+        ssize_t r = recv(EXEC_SOCK_FD, b->data + b->len, b->cap - b->len, MSG_DONTWAIT);
+        if (r > 0) {
+            b->len += (size_t)r;
+            return true;
+        }
+        if (r == 0)
+            return false;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return false;
+        struct pollfd pfd[2] = {{.fd = EXEC_SOCK_FD, .events = POLLIN},
+                                {.fd = exec_stop_pipe[0], .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
+            spw_log(SPW_LOG_ERR, "cannot wait for the worker: %s", strerror(errno));
+            return false;
+        }
+        /* Readable, closed, or the stop pipe: the top of the loop tells which. */
     }
+}
+
+/* A frame from the worker cannot be read (rc says why). Its records cannot be answered one by
+ * one, and what follows it cannot be trusted to start a frame: the executor leaves, status 1,
+ * after writing the answers it has. The worker starts another; the task at the head of its
+ * queue fails as with an executor that died, the rest are requeued. */
+static void frame_broken(executor *ex, int rc, size_t avail)
+{
+    ex->broken = rc;
+    spw_log(SPW_LOG_ERR, "a frame from the worker cannot be read (%s: %s; %zu bytes at hand): "
+                         "leaving",
+            spw_err_name(rc), spw_strerror(rc), avail);
 }
 
 static void task_fail_v(spw_task_ctx *ctx, const char *fmt, ...)
@@ -183,13 +228,22 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
             int rc = proto_decode(rb.data + pos, rb.len - pos, &ex->lim, &ex->alloc_zone, &m);
             if (rc == 0)
                 break;
-            if (rc < 0)
-                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(rc));
+            if (rc < 0) {
+                frame_broken(ex, rc, rb.len - pos);
+                result = rc;
+                snprintf(t->err, sizeof t->err, "a frame from the worker cannot be read: %s",
+                         spw_err_name(rc));
+                break;
+            }
             if (m.req == req && m.type == PROTO_EXEC_ALLOC_OK) {
                 *off = m.f[F_EALLOCOK_OFF].u;
                 result = 0;
             } else if (m.req == req && m.type == PROTO_ERROR) {
-                result = (int)m.f[F_ERROR_CODE].i;
+                /* Only a negative code is an error. 0 or a positive one is the worker's
+                 * mistake, and the request failed all the same: taken as it is, 1 read as
+                 * "no answer yet" (a wait for ever) and 0 as room at an offset never given. */
+                int64_t code = m.f[F_ERROR_CODE].i;
+                result = code < 0 && code >= INT_MIN ? (int)code : SPW_EPROTO;
                 char msg[PROTO_MAX_STR];
                 snprintf(t->err, sizeof t->err, "%s", proto_str(&m.f[F_ERROR_MSG], msg, sizeof msg));
             } else {
@@ -304,13 +358,12 @@ static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t
     return false;
 }
 
-/* One task: the fields of an EXEC, or a record of an EXECS. A malformed record (rec[0].bad) is
- * answered as a failed task when its id is readable; without one the worker would wait on it
- * forever, so the executor stops (the worker restarts it and requeues its tasks). */
-static void run_exec(executor *ex, const proto_val *rec)
+/* One task: the fields of an EXEC, or record i_rec of an EXECS. A malformed record
+ * (rec[0].bad) is answered as a failed task, SPW_EMALFORMED, unrun: by its id when that is
+ * readable, else with the nil id, which the worker takes for the task at the head of its queue
+ * (answers go back in the order the records came, so that is the one this record was). */
+static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
 {
-    if (rec[F_EXEC_ID].bad && rec[F_EXEC_ID].nil)
-        SPW_PANIC("an EXECS record from the worker is malformed and names no task");
     exec_task t;
     /* Not memset whole: err alone is PROTO_MAX_STR bytes, and a task of a burst is cheaper
      * than that. Every field but err is zeroed; err is a string, empty. */
@@ -318,7 +371,7 @@ static void run_exec(executor *ex, const proto_val *rec)
     t.err[0] = '\0';
     t.ctx.api = &task_api;
     t.ex = ex;
-    t.id = rec[F_EXEC_ID].id;
+    t.id = rec[F_EXEC_ID].nil ? (spw_id){0, 0} : rec[F_EXEC_ID].id;
     t.inline_limit = rec[F_EXEC_INLINE_LIMIT].u;
     const proto_val *args = &rec[F_EXEC_ARGS];
     uint32_t nargs = args->arr.n;
@@ -331,8 +384,14 @@ static void run_exec(executor *ex, const proto_val *rec)
         nargs = 0;
     }
     if (rec[F_EXEC_ID].bad) {
-        status = SPW_EPROTO;
-        snprintf(t.err, sizeof t.err, "the EXECS record of this task does not match the schema");
+        status = SPW_EMALFORMED;
+        if (rec[F_EXEC_ID].nil)
+            snprintf(t.err, sizeof t.err, "EXECS record %u from the worker is malformed and "
+                                          "names no task", i_rec);
+        else
+            snprintf(t.err, sizeof t.err, "EXECS record %u of this task does not match the "
+                                          "schema", i_rec);
+        spw_log(SPW_LOG_ERR, "%s", t.err);
         nargs = 0;
     }
     for (uint32_t i = 0; i < nargs && status == 0; i++) {
@@ -349,9 +408,21 @@ static void run_exec(executor *ex, const proto_val *rec)
             }
             targs[i].data = len ? v : NULL;
             targs[i].len = len;
-        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE && !a[R_EARG_INLINE].nil) {
+        } else if (a[R_EARG_KIND].u == PROTO_ARG_INLINE) {
+            if (a[R_EARG_INLINE].nil) {
+                status = SPW_EPROTO;
+                snprintf(t.err, sizeof t.err, "argument %u: inline, without its bytes", i);
+                break;
+            }
             targs[i].data = a[R_EARG_INLINE].bin.len ? a[R_EARG_INLINE].bin.ptr : NULL;
             targs[i].len = a[R_EARG_INLINE].bin.len;
+        } else if (a[R_EARG_KIND].u != PROTO_ARG_VIEW) {
+            /* The worker sends inline bytes, a kept output or a range of the arena; anything
+             * else is no range to read. */
+            status = SPW_EPROTO;
+            snprintf(t.err, sizeof t.err, "argument %u: unknown kind %llu", i,
+                     (unsigned long long)a[R_EARG_KIND].u);
+            break;
         } else {
             uint64_t off = a[R_EARG_OFF].u, len = a[R_EARG_LEN].u;
             if (off > ex->capacity || len > ex->capacity - off) {
@@ -382,7 +453,17 @@ static void run_exec(executor *ex, const proto_val *rec)
             snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
         } else {
             int rc = f->fn(&t.ctx, targs, nargs);
-            if (rc != 0) {
+            if (rc == 0 && t.output_err != 0) {
+                /* It did not check what output() gave it: it has no output to report (an
+                 * empty one would pass for its result), so it fails with output()'s error. */
+                char why[PROTO_MAX_STR];
+                snprintf(why, sizeof why, "%s", t.err[0] ? t.err : spw_strerror(t.output_err));
+                int n = snprintf(t.err, sizeof t.err, "%s returned 0 without its output: ", name);
+                if (n > 0 && (size_t)n < sizeof t.err)
+                    memcpy(t.err + n, why, strnlen(why, sizeof t.err - (size_t)n - 1) + 1);
+                t.err[sizeof t.err - 1] = '\0';
+                status = t.output_err;
+            } else if (rc != 0) {
                 /* Spillway's own codes, and the error output() gave the task, are kept; any
                  * other value (-1, an errno) means "failed", with the task's text. Not
                  * SPW_EAHEAD: it says the task was dropped unrun, and this one ran. */
@@ -486,10 +567,17 @@ int wrk_executor_main(int argc, char **argv)
     memset(&ex, 0, sizeof ex);
     spw_log_init("spillway-executor", atoi(argv[3]));
     signal(SIGPIPE, SIG_IGN); /* a worker gone mid-write: exit by EPIPE, not by signal */
-    /* No SA_RESTART: a stop signal interrupts the wait for the next task. */
+    /* Open until the process ends: a late signal's handler must never write to a closed (or
+     * reused) descriptor. */
+    if (pipe2(exec_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        spw_log(SPW_LOG_ERR, "cannot make the stop pipe: %s", strerror(errno));
+        return 1;
+    }
+    /* SA_RESTART: the stop pipe, not EINTR, ends the wait for the next task. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -535,28 +623,31 @@ int wrk_executor_main(int argc, char **argv)
             spw_log(SPW_LOG_WARN, "cannot set RLIMIT_DATA: %s: task memory is not limited",
                     spw_strerror(lrc));
     }
-    /* The executor runs until the worker closes its socket, a write to it fails, or a stop
-     * signal; each way ends here, at the cleanup below. */
+    /* The executor runs until the worker closes its socket, a write to it fails, a stop
+     * signal, or a frame it cannot read; each way ends here, at the cleanup below. */
     size_t pos = 0;
     bool open = true;
     while (open && !ex.gone && !exec_stop) {
         for (;;) {
-            if (ex.gone || exec_stop)
+            if (ex.gone || exec_stop || ex.broken)
                 break; /* the rest of the batch stays unrun: the worker requeues it */
             proto_msg m;
             int drc = proto_decode(ex.in.data + pos, ex.in.len - pos, &ex.lim, &ex.zone, &m);
             if (drc == 0)
                 break;
-            if (drc < 0)
-                SPW_PANIC("malformed frame from the worker: %s", spw_err_name(drc));
+            if (drc < 0) {
+                frame_broken(&ex, drc, ex.in.len - pos);
+                break;
+            }
             ex.clock_ns = spw_now_ns(); /* run_exec: the first task's start */
             ex.in_end = pos + (size_t)drc;
             if (m.type == PROTO_EXEC) {
-                run_exec(&ex, m.f);
+                run_exec(&ex, m.f, 0);
             } else if (m.type == PROTO_EXECS) {
                 const proto_val *recs = &m.f[F_EXECS_RECS];
-                for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop; i++)
-                    run_exec(&ex, PROTO_REC(recs, i)); /* the rest stays unrun: requeued */
+                for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop && !ex.broken;
+                     i++)
+                    run_exec(&ex, PROTO_REC(recs, i), i); /* the rest stays unrun: requeued */
             } else
                 spw_log(SPW_LOG_WARN, "executor ignores %s", proto_type_name(m.type));
             msgpack_zone_clear(&ex.zone);
@@ -571,7 +662,7 @@ int wrk_executor_main(int argc, char **argv)
         }
         spw_buf_consume(&ex.in, pos);
         pos = 0;
-        if (ex.gone || exec_stop)
+        if (ex.gone || exec_stop || ex.broken)
             break;
         /* Answer the whole batch, in one write, before blocking for more: two syscalls a
          * batch (no poll for more input first: when more is there, the read below returns at
@@ -580,6 +671,8 @@ int wrk_executor_main(int argc, char **argv)
         open = read_more(&ex.in);
     }
     flush_out(&ex);
+    if (ex.broken)
+        rc = 1;
 out:;
     fn_entry *f, *ftmp;
     HASH_ITER(hh, ex.fns, f, ftmp)

@@ -698,14 +698,32 @@ static void put_earg(proto_enc *e, uint32_t i, void *arg)
                                                 .len = a->len});
 }
 
+/* Gives t to ex, at the tail of its FIFO; or fails t (reported and freed) when its record
+ * cannot be sent. */
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
     /* The tasks one dispatch gives an executor share an EXECS frame. */
-    proto_batch_exec(ex->conn, PROTO_EXECS,
-                     &(proto_exec_rec){.id = t->id,
-                                       .fn = t->fn,
-                                       .args = {.n = t->nargs, .put = put_earg, .arg = t},
-                                       .inline_limit = w->inline_limit});
+    int rc = proto_batch_exec(ex->conn, PROTO_EXECS,
+                              &(proto_exec_rec){.id = t->id,
+                                                .fn = t->fn,
+                                                .args = {.n = t->nargs, .put = put_earg, .arg = t},
+                                                .inline_limit = w->inline_limit});
+    if (rc != 0 && rc != SPW_ECLOSED) {
+        /* SPW_EFRAMESIZE: its inline arguments (small outputs of producers here, gathered for
+         * it) make a record larger than a frame. Queued unsent, it would never be answered
+         * and would hold up the tasks behind it. (A closing socket is settled as usual: the
+         * task goes back to the ready queue with the executor's others.) */
+        char hex[33], msg[256];
+        snprintf(msg, sizeof msg, "task=%s cannot be sent to an executor: %s (its %u arguments "
+                                  "are too large for one message)",
+                 spw_id_hex(t->id, hex), spw_strerror(rc), t->nargs);
+        spw_log(SPW_LOG_WARN, "%s", msg);
+        t->state = WT_QUEUED;
+        t->ex = NULL;
+        t->next = NULL;
+        task_report(w, t, rc, 0, NULL, msg, 0);
+        return;
+    }
     t->state = WT_SENT;
     t->ex = ex;
     t->next = NULL;
@@ -847,12 +865,16 @@ void wrk__exec_maintain(wrk *w)
 }
 
 /* One completion from an executor: the fields of an EXEC_DONE, or a record of an EXEC_DONES
- * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor). */
+ * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor).
+ * A failure with the nil id answers an EXECS record the executor could not read a task id
+ * from: the executor answers in order, so it is the head's. */
 static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
 {
     char hex[33];
     wtask *t = ex->head;
-    if (t == NULL || f[F_DONE_ID].nil || !spw_id_eq(t->id, f[F_DONE_ID].id)) {
+    bool unnamed = !f[F_DONE_ID].nil && spw_id_is_nil(f[F_DONE_ID].id) &&
+                   f[F_DONE_STATUS].i != 0 && !f[F_DONE_ID].bad;
+    if (t == NULL || f[F_DONE_ID].nil || (!unnamed && !spw_id_eq(t->id, f[F_DONE_ID].id))) {
         spw_log(SPW_LOG_ERR, "executor pid=%d reported task=%s out of order: restarting it",
                 ex->pid, f[F_DONE_ID].nil ? "?" : spw_id_hex(f[F_DONE_ID].id, hex));
         proto_conn_close(ex->conn, SPW_EPROTO);
@@ -868,7 +890,10 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
         wrk__dispatch(w);
         return;
     }
-    int status = (int)f[F_DONE_STATUS].i;
+    /* 0 or a negative code; anything else (a positive value, one past an int, whose low bits
+     * could read as 0) is no status an executor sends, and the task fails below. */
+    int64_t st = f[F_DONE_STATUS].i;
+    int status = st <= 0 && st >= INT_MIN ? (int)st : SPW_EPROTO;
     if (status == SPW_EAHEAD && t->prev > 0 && !f[F_DONE_ID].bad) {
         prev_fallback(w, t); /* it did not run */
         if (ex->inflight == 0)
@@ -883,6 +908,9 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (f[F_DONE_ID].bad) {
         status = SPW_EPROTO;
         snprintf(err, sizeof err, "the executor's EXEC_DONES record does not match the schema");
+    } else if (status == SPW_EPROTO && st != SPW_EPROTO) {
+        snprintf(err, sizeof err, "the executor reported status %lld, which is no error code",
+                 (long long)st);
     }
     if (status == 0 && t->out != NULL) {
         if (!f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {

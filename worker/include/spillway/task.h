@@ -55,7 +55,8 @@ struct spw_task_ctx {
 /** A task function: 0 on success, non-zero on failure. spillway's own codes (-1000..-1999)
  * and the code spw_task_output_error gave are reported as they are; any other value (-1, an
  * errno, a positive number), and SPW_EAHEAD (which means "dropped unrun"), is reported as
- * SPW_ETASKFAILED with the text set by fail, or "NAME returned N". */
+ * SPW_ETASKFAILED with the text set by fail, or "NAME returned N". A function that returns 0
+ * after output() returned NULL fails with the code spw_task_output_error gives. */
 typedef int (*spw_task_fn)(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs);
 
 typedef struct spw_plugin_fn {
