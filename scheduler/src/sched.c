@@ -238,6 +238,28 @@ static void release(sched *s, sched_session *ss, const proto_msg *m)
     }
 }
 
+void sched__session_flow(sched *s, sched_session *ss)
+{
+    (void)s;
+    proto_conn *c = ss->conn;
+    if (proto_conn_is_closing(c))
+        return;
+    if (proto_conn_writable(c) && ss->memqs == 0) {
+        proto_conn_resume(c);
+        return;
+    }
+    proto_conn_pause(c);
+    if (!ss->held_logged && !proto_conn_writable(c)) {
+        /* Once per session: a slow reader of a large listing may be held many times. */
+        ss->held_logged = true;
+        spw_log(SPW_LOG_NOTICE,
+                "session=%llu %s pid=%u host=%s does not read its answers (%zu bytes queued): "
+                "its requests wait until they drain",
+                (unsigned long long)ss->id, proto_role_name(ss->role), ss->pid, ss->host,
+                proto_conn_queued(c));
+    }
+}
+
 static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
 {
     bool ctl = ss->role == PROTO_ROLE_CTL;
@@ -358,11 +380,25 @@ static void on_msg(proto_conn *c, const proto_msg *m)
 {
     conn_tag *tag = proto_conn_data(c);
     sched *s = sched_of(c);
-    if (tag->kind == 1)
+    if (tag->kind == 1) {
         worker_msg(s, tag->w, m);
-    else
+    } else {
         session_msg(s, tag->s, m);
+        /* The next request is read only if this one's answer can go out (pausing here stops
+         * the delivery of those already read, too). */
+        sched__session_flow(s, tag->s);
+    }
     sched__check(s);
+}
+
+static void on_drain(proto_conn *c)
+{
+    conn_tag *tag = proto_conn_data(c);
+    if (tag == NULL || tag->kind != 2)
+        return; /* workers' connections are never held */
+    sched *s = sched_of(c);
+    sched__memory_session_drained(s, tag->s);
+    sched__session_flow(s, tag->s);
 }
 
 static void on_close(proto_conn *c, int status)
@@ -435,6 +471,7 @@ static const proto_conn_cbs conn_cbs = {
     .on_hello = on_hello,
     .on_msg = on_msg,
     .on_close = on_close,
+    .on_drain = on_drain,
 };
 
 int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, size_t boundlen)
