@@ -612,6 +612,9 @@ void sched__check(sched *s);
 #endif
 
 /* memory.c */
+/* Store objects one loop turn of a memory query looks at when it searches them for orphans
+ * (objects the directory does not know), listed or not. */
+#define SCHED_MEMQ_SCAN 4096
 void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m);
 void sched__memory_worker_gone(sched *s, sched_worker *w);
