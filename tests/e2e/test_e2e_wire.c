@@ -2880,6 +2880,79 @@ static void ctl_flooding_memory_requests_has_one_query_under_way(void **state)
     assert_true(cluster_stop(c));
 }
 
+typedef struct done_arg {
+    h_cluster *c;
+    json_int_t want, last;
+} done_arg;
+
+static bool tasks_done(void *arg)
+{
+    done_arg *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    a->last = json_integer_value(json_object_get(json_object_get(st, "tasks"), "done"));
+    json_decref(st);
+    return a->last >= a->want;
+}
+
+/* A client that has not read 90 MB of results (it was busy elsewhere) and then submits a graph
+ * of 24 MB is held by the scheduler after the first SUBMIT frame, since its answers are above
+ * the high-water mark; libspillway reads its results while its SUBMIT waits to be written, so
+ * the answers drain, the scheduler reads on, and the submit completes: nothing deadlocks, and
+ * every result of both graphs is right. */
+static void client_with_unread_results_still_submits_a_large_graph(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    enum { FILLS = 1500, FILL = 60000, LENS = 400, ARG = 60000 };
+    spillway *cl = e2e_connect(c);
+    spillway_ref *fills = calloc(FILLS, sizeof *fills), *lens = calloc(LENS, sizeof *lens);
+    assert_true(fills != NULL && lens != NULL);
+    spillway_graph *g = spillway_graph_new(cl);
+    uint8_t pat = 0x5a;
+    for (int i = 0; i < FILLS; i++) {
+        spillway_arg fa[2] = {spillway_arg_u64(FILL), spillway_arg_bytes(&pat, 1)};
+        assert_int_equal(spillway_task(g, "fill", fa, 2, SPILLWAY_KEEP, &fills[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    /* The client reads nothing while its results are made and queued. */
+    done_arg d = {c, FILLS, 0};
+    if (!h_eventually(tasks_done, &d, 120000))
+        fail_msg("%lld of %d tasks done", (long long)d.last, FILLS);
+    assert_false(file_has(c->sched.log, HELD_LINE));
+
+    uint8_t *big = malloc(ARG);
+    assert_non_null(big);
+    memset(big, 0xa5, ARG);
+    g = spillway_graph_new(cl);
+    for (int i = 0; i < LENS; i++) {
+        spillway_arg a = spillway_arg_bytes(big, ARG);
+        assert_int_equal(spillway_task(g, "len", &a, 1, SPILLWAY_KEEP, &lens[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    free(big);
+    /* The submit was held (so this case went where it means to), and it completed. */
+    assert_true(file_has(c->sched.log, HELD_LINE));
+    for (int i = 0; i < LENS; i++)
+        assert_int_equal(e2e_get_u64(cl, lens[i]), ARG);
+    for (int i = 0; i < FILLS; i += FILLS / 10) {
+        void *out;
+        size_t len;
+        assert_int_equal(spillway_get(cl, fills[i], 60000, &out, &len), 0);
+        assert_int_equal(len, FILL);
+        assert_int_equal(((uint8_t *)out)[len - 1], pat);
+        spillway_free(out);
+    }
+    assert_int_equal(spillway_release_many(cl, fills, FILLS), 0);
+    assert_int_equal(spillway_release_many(cl, lens, LENS), 0);
+    free(fills);
+    free(lens);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(garbage_and_http_request_are_refused_and_closed, teardown),
     cmocka_unit_test_teardown(oversized_length_is_refused_before_the_body, teardown),
@@ -2922,6 +2995,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(peer_not_reading_status_answers_is_held_at_the_high_water_mark,
                               teardown),
     cmocka_unit_test_teardown(ctl_flooding_memory_requests_has_one_query_under_way, teardown),
+    cmocka_unit_test_teardown(client_with_unread_results_still_submits_a_large_graph, teardown),
 };
 
 SPW_TEST_MAIN(tests)
