@@ -216,6 +216,7 @@ static void locate(sched *s, sched_session *ss, const proto_msg *m)
     w->deadline_ns = spw_now_ns() + ms * 1000000ULL;
     sched__waiter_add(s, w);
     DL_APPEND2(ss->waiters, w, sprev, snext);
+    ss->nwaiters++; /* at SCHED_WAITERS_MAX its reads are held (sched__session_flow) */
 }
 
 static void release(sched *s, sched_session *ss, const proto_msg *m)
@@ -244,19 +245,28 @@ void sched__session_flow(sched *s, sched_session *ss)
     proto_conn *c = ss->conn;
     if (proto_conn_is_closing(c))
         return;
-    if (proto_conn_writable(c) && ss->memqs == 0) {
+    bool full = ss->nwaiters >= SCHED_WAITERS_MAX;
+    if (proto_conn_writable(c) && ss->memqs == 0 && !full) {
         proto_conn_resume(c);
         return;
     }
     proto_conn_pause(c);
+    /* Logged once per session: a slow reader of a large listing may be held many times. */
     if (!ss->held_logged && !proto_conn_writable(c)) {
-        /* Once per session: a slow reader of a large listing may be held many times. */
         ss->held_logged = true;
         spw_log(SPW_LOG_NOTICE,
                 "session=%llu %s pid=%u host=%s does not read its answers (%zu bytes queued): "
                 "its requests wait until they drain",
                 (unsigned long long)ss->id, proto_role_name(ss->role), ss->pid, ss->host,
                 proto_conn_queued(c));
+    }
+    if (!ss->waiters_logged && full) {
+        ss->waiters_logged = true;
+        spw_log(SPW_LOG_NOTICE,
+                "session=%llu %s pid=%u host=%s has %u LOCATE requests waiting for objects: its "
+                "requests wait until one is answered",
+                (unsigned long long)ss->id, proto_role_name(ss->role), ss->pid, ss->host,
+                ss->nwaiters);
     }
 }
 

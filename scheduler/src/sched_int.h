@@ -307,7 +307,9 @@ struct sched_session {
     sched_obj **building;   /* outputs of that graph, held until its last frame */
     uint32_t nbuilding, capbuilding;
     uint32_t memqs;         /* its memory queries under way (memory.c): at most one */
-    bool held_logged;       /* its reads were held once already (logged then, not again) */
+    uint32_t nwaiters;      /* its LOCATE requests waiting (on waiters): SCHED_WAITERS_MAX at most */
+    bool held_logged;       /* its reads were held for its answers once (logged then only) */
+    bool waiters_logged;    /* its reads were held for its LOCATEs once (logged then only) */
     UT_hash_handle hh;      /* in sched.sessions by id */
 };
 
@@ -582,11 +584,14 @@ void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__graphs_free_all(sched *s);
 
 /* sched.c */
+/* LOCATE requests of one session that wait for their objects at once; libspillway has one. */
+#define SCHED_WAITERS_MAX 1024
 /* Reads a session's requests only while their answers can go out: pauses its connection while
- * its queued output is above the high-water mark (proto_conn_writable) or a memory query of its
- * is under way, and resumes it once neither holds (on_drain, the query's end). So a peer that
- * sends requests and never reads the answers costs at most about the high-water mark of queued
- * output and one memory query, and a peer that reads is never held for long. */
+ * its queued output is above the high-water mark (proto_conn_writable), a memory query of its
+ * is under way or SCHED_WAITERS_MAX of its LOCATEs wait, and resumes it once none holds
+ * (on_drain, the query's end, a waiter answered). So a peer that sends requests and never reads
+ * the answers costs at most about the high-water mark of queued output, one memory query and
+ * SCHED_WAITERS_MAX waiters, and a peer that reads is never held for long. */
 void sched__session_flow(sched *s, sched_session *ss);
 
 /* status.c */

@@ -2639,6 +2639,7 @@ typedef struct flood {
     uint64_t frames0;             /* the probe's frames then */
     uint64_t want;                /* frames of the flood */
     uint64_t read;                /* frames the scheduler read since, the probe's not counted */
+    const char *line;             /* what the scheduler logs when it holds the session */
     bool held;
 } flood;
 
@@ -2646,7 +2647,7 @@ typedef struct flood {
 static bool flood_settled(void *arg)
 {
     flood *f = arg;
-    f->held = file_has(f->c->sched.log, HELD_LINE);
+    f->held = file_has(f->c->sched.log, f->line);
     uint64_t io[PROTO_IO_COUNT];
     probe_io(f->p, io);
     f->read = io[PROTO_IO_FRAMES_IN] - f->io0[PROTO_IO_FRAMES_IN] - (f->p->frames - f->frames0);
@@ -2673,16 +2674,16 @@ static bool send_some(wire *w, const spw_buf *reqs, size_t *off)
 }
 
 /* Floods w with the n frames in reqs and reads none of the answers, until every frame is sent
- * or the scheduler logs that it holds w's requests (then the socket takes no more, as the
- * scheduler does not read it); then waits until it either holds them or has read all n. *off is
- * how far reqs was sent. Fills f (f->c, f->p set by the caller). */
+ * or the scheduler logs f->line, that it holds w's requests (then the socket takes no more, as
+ * the scheduler does not read it); then waits until it either holds them or has read all n.
+ * *off is how far reqs was sent. Fills f (f->c, f->p, f->line set by the caller). */
 static void flood_unread(flood *f, wire *w, const spw_buf *reqs, uint64_t n, size_t *off)
 {
     probe_io(f->p, f->io0);
     f->frames0 = f->p->frames;
     f->want = n;
     *off = 0;
-    while (!send_some(w, reqs, off) && !file_has(f->c->sched.log, HELD_LINE)) {
+    while (!send_some(w, reqs, off) && !file_has(f->c->sched.log, f->line)) {
         struct pollfd pfd = {w->fd, POLLOUT, 0};
         poll(&pfd, 1, 100); /* writable again, or look at the log again */
     }
@@ -2768,7 +2769,7 @@ static void peer_not_reading_status_answers_is_held_at_the_high_water_mark(void 
         proto_enc_end(&e, UINT32_MAX);
     }
     int64_t hwm0 = spw_proc_status_kib(c->sched.pid, "VmHWM");
-    flood f = {.c = c, .p = &p};
+    flood f = {.c = c, .p = &p, .line = HELD_LINE};
     size_t off;
     flood_unread(&f, w, &reqs, n, &off);
     uint64_t queued = flood_queued(&f);
@@ -2854,7 +2855,7 @@ static void ctl_flooding_memory_requests_has_one_query_under_way(void **state)
     wire *w = wire_connect_as(c->addr, PROTO_ROLE_CTL, key);
     int small = 64 << 10;
     setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    flood f = {.c = c, .p = &p};
+    flood f = {.c = c, .p = &p, .line = HELD_LINE};
     size_t off;
     flood_unread(&f, w, &reqs, QUERIES, &off);
     uint64_t queued = flood_queued(&f);
@@ -2875,6 +2876,68 @@ static void ctl_flooding_memory_requests_has_one_query_under_way(void **state)
     wire_close(w);
     wire_close(p.w);
     wire_close(owner); /* its pending puts go with it */
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+typedef struct error_count {
+    uint64_t next, last; /* request ids: the next ERROR expected, the last */
+} error_count;
+
+static bool one_enoobj(const proto_msg *m, void *arg)
+{
+    error_count *ec = arg;
+    if (m->type != PROTO_ERROR || m->req != ec->next || m->f[F_ERROR_CODE].i != SPW_ENOOBJ)
+        fail_msg("expected ERROR SPW_ENOOBJ req=%llu, got %s req=%llu",
+                 (unsigned long long)ec->next, proto_type_name(m->type),
+                 (unsigned long long)m->req);
+    return ec->next++ == ec->last;
+}
+
+/* A client that sends LOCATE after LOCATE for an object that is not ready, each waiting up to
+ * ten minutes, has at most 1024 of them waiting at the scheduler: then its requests are not
+ * read until one is answered, instead of one waiter held per request for as long as it asks.
+ * Released, the object answers its waiters, and the client's other requests are read and
+ * answered, all in order. */
+static void client_flooding_waiting_locates_is_held_at_1024(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const char *key = c->secret_file[0] ? SECRET : "";
+    enum { N = 20000 };
+    wire *owner = wire_client(c);
+    spw_id id = {0x10ca7e, 1};
+    send_put_place(owner, 5, id, 4096); /* placed, never uploaded: pending */
+    wire_await(owner, PROTO_PUT_TARGET, 5);
+    spw_buf reqs = {0};
+    for (uint64_t i = 0; i < N; i++) {
+        proto_enc e;
+        proto_enc_begin(&e, &reqs, PROTO_LOCATE, 1 + i, 2);
+        proto_put_id(&e, id);
+        proto_put_u(&e, 600000);
+        proto_enc_end(&e, UINT32_MAX);
+    }
+    probe p = {wire_connect_as(c->addr, PROTO_ROLE_CTL, key), 1u << 20, 0, 0};
+    wire *w = wire_client(c);
+    flood f = {.c = c, .p = &p, .line = "LOCATE requests waiting"};
+    size_t off;
+    flood_unread(&f, w, &reqs, N, &off);
+    fprintf(stderr, "%d LOCATE of a pending object: %llu read\n", N, (unsigned long long)f.read);
+    if (!f.held)
+        fail_msg("the scheduler read all %d LOCATE requests and keeps a waiter for each", N);
+    assert_true(f.read < N);
+
+    assert_cluster_serves(c);
+
+    send_release(owner, 6, &id, 1); /* each waiter is answered SPW_ENOOBJ, then the rest */
+    error_count ec = {1, N};
+    drain_answers(w, &reqs, &off, one_enoobj, &ec);
+    assert_int_equal(off, reqs.len);
+    spw_buf_release(&reqs);
+    wire_close(w);
+    wire_close(p.w);
+    wire_close(owner);
     assert_cluster_serves(c);
     assert_true(e2e_cluster_idle(c, 20000));
     assert_true(cluster_stop(c));
@@ -2996,6 +3059,7 @@ static const struct CMUnitTest tests[] = {
                               teardown),
     cmocka_unit_test_teardown(ctl_flooding_memory_requests_has_one_query_under_way, teardown),
     cmocka_unit_test_teardown(client_with_unread_results_still_submits_a_large_graph, teardown),
+    cmocka_unit_test_teardown(client_flooding_waiting_locates_is_held_at_1024, teardown),
 };
 
 SPW_TEST_MAIN(tests)
