@@ -5,7 +5,9 @@
  * Owns: the proto_ctx (and through it every connection), two handles of its own (the dispatch
  * idle handle and a 250 ms timer), the worker array and the session table. Everything runs on
  * the loop's thread. A peer's bad input gets an ERROR frame and changes nothing; messages not
- * valid for a peer's role are refused the same way.
+ * valid for a peer's role are refused the same way. A session's connection is read only while
+ * sched__session_flow allows: its answers are under the high-water mark, no memory query of its
+ * is under way and fewer than SCHED_WAITERS_MAX of its LOCATEs wait; workers are always read.
  */
 #include <stdio.h>
 #include <string.h>
