@@ -335,11 +335,16 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
             CHECK(o->graph_hold > 0, o->id, "graph output held without graph_hold");
             o->graph_hold--; /* restored below */
         }
-        for (const sched_waiter *w = ss->waiters; w != NULL; w = w->snext) {
+        uint32_t nwaiters = 0;
+        for (const sched_waiter *w = ss->waiters; w != NULL; w = w->snext, nwaiters++) {
             CHECK(w->sess == ss, NOID, "waiter on another session's list");
             CHECK(w->obj != NULL && sched__obj_find(s, w->obj->id) == w->obj, NOID,
                   "LOCATE waits for a freed object");
         }
+        CHECK(nwaiters == ss->nwaiters, NOID, "session %llu counts %u waiters and lists %u",
+              (unsigned long long)ss->id, ss->nwaiters, nwaiters);
+        CHECK(ss->memqs <= 1, NOID, "session %llu has %u memory queries under way",
+              (unsigned long long)ss->id, ss->memqs);
     }
     /* Every graph_hold left after an event is a session's building entry. */
     uint32_t pos = 0;

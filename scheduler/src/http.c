@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -301,16 +302,28 @@ static bool authorized(spw_http *h, struct MHD_Connection *conn)
     return tok != NULL && strlen(tok) == 64 && sodium_memcmp(tok, h->token, 64) == 0;
 }
 
-static long arg_long(struct MHD_Connection *conn, const char *name, long dflt, bool *bad)
+/* A query parameter that is a count: decimal digits only (no sign, no spaces), at most max.
+ * Absent: dflt. Returns false for anything else, with why naming the parameter and its range;
+ * a value past max (or past what strtoull holds) is refused, never read as something else. */
+static bool arg_count(struct MHD_Connection *conn, const char *name, long dflt, long max,
+                      long *out, char *why, size_t whylen)
 {
     const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+    *out = dflt;
     if (v == NULL)
-        return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x < 0)
-        *bad = true;
-    return x;
+        return true;
+    bool digits = *v != '\0';
+    for (const char *p = v; *p != '\0'; p++)
+        digits = digits && *p >= '0' && *p <= '9';
+    errno = 0;
+    unsigned long long x = digits ? strtoull(v, NULL, 10) : 0;
+    if (!digits || errno == ERANGE || x > (unsigned long long)max) {
+        snprintf(why, whylen, "%s=%.40s%s is not a whole number from 0 to %ld", name, v,
+                 strlen(v) > 40 ? "..." : "", max);
+        return false;
+    }
+    *out = (long)x;
+    return true;
 }
 
 /* The documents that need the scheduler. Lock held. */
@@ -336,13 +349,15 @@ static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const
     } else if (strcmp(url, "/api/jobs") == 0) {
         rc = ctldoc_jobs(cl, QUERY_MS, &doc);
     } else if (strcmp(url, "/api/memory") == 0) {
-        bool bad = false;
         const char *group = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "group_by");
         const char *sort = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "sort_by");
-        long limit = arg_long(conn, "limit", -1, &bad);
-        long stats = arg_long(conn, "stats_only", 0, &bad);
-        if (bad || (group != NULL && strcmp(group, "node") && strcmp(group, "owner") &&
-                    strcmp(group, "ref-type") && strcmp(group, "call-site")) ||
+        long limit, stats;
+        char why[128];
+        if (!arg_count(conn, "limit", -1, LONG_MAX, &limit, why, sizeof why) ||
+            !arg_count(conn, "stats_only", 0, 1, &stats, why, sizeof why))
+            return reply_text(conn, 400, "bad query: %s\n", why);
+        if ((group != NULL && strcmp(group, "node") && strcmp(group, "owner") &&
+             strcmp(group, "ref-type") && strcmp(group, "call-site")) ||
             (sort != NULL && strcmp(sort, "size") && strcmp(sort, "age") && strcmp(sort, "id")))
             return reply_text(conn, 400,
                               "bad query: group_by=node|owner|ref-type|call-site, "

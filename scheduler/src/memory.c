@@ -4,10 +4,12 @@
  * A query snapshots the directory's ids, asks every worker for its object list (placement,
  * stored size and pins, which only the stores know), then streams MEMORY_OBJS frames of at most
  * BATCH objects, and of records filling at most about half the connection's max frame, per loop
- * iteration from an idle handle, pausing while the ctl connection is not writable, and ends with
- * MEMORY_END (per-node figures). So a directory of many thousands of
- * objects never stalls the loop. Objects freed meanwhile are skipped; objects a store holds that
- * the directory does not know are listed as orphans: memory nobody can release.
+ * iteration from an idle handle, stopped while the ctl connection is not writable (its on_drain
+ * starts it again), and ends with MEMORY_END (per-node figures). So a directory of many thousands
+ * of objects never stalls the loop. A session has at most one query under way: its further
+ * requests are not read until the query ends (sched__session_flow). Objects freed meanwhile
+ * are skipped; objects a store holds that the directory does not know are listed as orphans:
+ * memory nobody can release.
  * Owns: the memq records (s->memqs) and their idle handle.
  */
 #include <stdio.h>
@@ -79,6 +81,7 @@ static void memq_closed(uv_handle_t *h)
 
 static void memq_free(sched *s, memq *q)
 {
+    q->ss->memqs--;
     LL_DELETE(s->memqs, q);
     uv_close((uv_handle_t *)&q->idle, memq_closed);
 }
@@ -262,8 +265,13 @@ static void stream_cb(uv_idle_t *h)
     memq *q = h->data;
     sched *s = q->s;
     proto_conn *c = q->ss->conn;
-    if (!proto_conn_writable(c))
-        return; /* the ctl reads slowly: wait for the queue to drain */
+    if (!proto_conn_writable(c)) {
+        /* The ctl reads slowly: wait for the queue to drain (sched__memory_session_drained
+         * starts this again), without spinning the loop meanwhile. */
+        uv_idle_stop(h);
+        sched__session_flow(s, q->ss);
+        return;
+    }
     /* Each batch's records are encoded first, then sent as one MEMORY_OBJS. */
     spw_buf recs = {0};
     proto_enc e;
@@ -289,27 +297,31 @@ static void stream_cb(uv_idle_t *h)
         return;
     }
     if (!q->orphans_done) {
-        /* Objects in stores that the directory does not know. */
+        /* Objects in stores that the directory does not know. A turn looks at SCHED_MEMQ_SCAN
+         * of the stores' objects at most, listed or not: most are known, and one pass over all
+         * of them stalled the loop about 50 ms per million objects (release build). */
         mobj *m = q->orphan_pos != NULL ? q->orphan_pos : q->objs;
-        uint32_t n = 0;
-        for (; m != NULL && n < BATCH && recs.len < budget; m = m->hh.next) {
+        uint32_t n = 0, seen = 0;
+        for (; m != NULL && n < BATCH && seen < SCHED_MEMQ_SCAN && recs.len < budget;
+             m = m->hh.next, seen++) {
             if (sched__obj_find(s, m->id) != NULL)
                 continue;
             put_orphan(&e, m);
             n++;
         }
-        if (n == 0) {
-            q->orphans_done = true;
-            return;
-        }
-        send_objs(q, n, &recs);
         q->orphan_pos = m;
         if (m == NULL)
             q->orphans_done = true;
+        if (n > 0)
+            send_objs(q, n, &recs);
+        else
+            spw_buf_release(&recs);
         return;
     }
     send_end(s, q);
+    sched_session *ss = q->ss;
     memq_free(s, q);
+    sched__session_flow(s, ss); /* its next request may be read now */
 }
 
 static void start_streaming(sched *s, memq *q)
@@ -327,6 +339,7 @@ void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m)
     static uint64_t next_id;
     q->id = ++next_id;
     q->ss = ss;
+    ss->memqs++; /* its input waits until this query ends (sched__session_flow) */
     q->req = m->req;
     q->s = s;
     q->nids = s->objects.n;
@@ -412,6 +425,13 @@ void sched__memory_session_gone(sched *s, sched_session *ss)
     LL_FOREACH_SAFE(s->memqs, q, tmp)
     if (q->ss == ss)
         memq_free(s, q);
+}
+
+void sched__memory_session_drained(sched *s, sched_session *ss)
+{
+    for (memq *q = s->memqs; q != NULL; q = q->next)
+        if (q->ss == ss && q->streaming)
+            uv_idle_start(&q->idle, stream_cb);
 }
 
 void sched__memory_tick(sched *s)

@@ -157,8 +157,11 @@ void sched__waiter_free(sched *s, sched_waiter *w)
             spw_free(q);
         }
     }
-    DL_DELETE2(w->sess->waiters, w, sprev, snext);
+    sched_session *ss = w->sess;
+    DL_DELETE2(ss->waiters, w, sprev, snext);
     spw_free(w);
+    if (ss->nwaiters-- == SCHED_WAITERS_MAX)
+        sched__session_flow(s, ss); /* its reads were held for its waiters */
 }
 
 /* Forgets why the object failed: it is being freed, or it was lost and a copy turned up. */

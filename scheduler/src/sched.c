@@ -5,7 +5,9 @@
  * Owns: the proto_ctx (and through it every connection), two handles of its own (the dispatch
  * idle handle and a 250 ms timer), the worker array and the session table. Everything runs on
  * the loop's thread. A peer's bad input gets an ERROR frame and changes nothing; messages not
- * valid for a peer's role are refused the same way.
+ * valid for a peer's role are refused the same way. A session's connection is read only while
+ * sched__session_flow allows: its answers are under the high-water mark, no memory query of its
+ * is under way and fewer than SCHED_WAITERS_MAX of its LOCATEs wait; workers are always read.
  */
 #include <stdio.h>
 #include <string.h>
@@ -216,6 +218,7 @@ static void locate(sched *s, sched_session *ss, const proto_msg *m)
     w->deadline_ns = spw_now_ns() + ms * 1000000ULL;
     sched__waiter_add(s, w);
     DL_APPEND2(ss->waiters, w, sprev, snext);
+    ss->nwaiters++; /* at SCHED_WAITERS_MAX its reads are held (sched__session_flow) */
 }
 
 static void release(sched *s, sched_session *ss, const proto_msg *m)
@@ -235,6 +238,37 @@ static void release(sched *s, sched_session *ss, const proto_msg *m)
                          "release of %u id(s) not held by this client (double release or unknown "
                          "id), first obj=%s; nothing changed for them",
                          bad, spw_id_hex(first_bad, hex));
+    }
+}
+
+void sched__session_flow(sched *s, sched_session *ss)
+{
+    (void)s;
+    proto_conn *c = ss->conn;
+    if (proto_conn_is_closing(c))
+        return;
+    bool full = ss->nwaiters >= SCHED_WAITERS_MAX;
+    if (proto_conn_writable(c) && ss->memqs == 0 && !full) {
+        proto_conn_resume(c);
+        return;
+    }
+    proto_conn_pause(c);
+    /* Logged once per session: a slow reader of a large listing may be held many times. */
+    if (!ss->held_logged && !proto_conn_writable(c)) {
+        ss->held_logged = true;
+        spw_log(SPW_LOG_NOTICE,
+                "session=%llu %s pid=%u host=%s does not read its answers (%zu bytes queued): "
+                "its requests wait until they drain",
+                (unsigned long long)ss->id, proto_role_name(ss->role), ss->pid, ss->host,
+                proto_conn_queued(c));
+    }
+    if (!ss->waiters_logged && full) {
+        ss->waiters_logged = true;
+        spw_log(SPW_LOG_NOTICE,
+                "session=%llu %s pid=%u host=%s has %u LOCATE requests waiting for objects: its "
+                "requests wait until one is answered",
+                (unsigned long long)ss->id, proto_role_name(ss->role), ss->pid, ss->host,
+                ss->nwaiters);
     }
 }
 
@@ -358,11 +392,25 @@ static void on_msg(proto_conn *c, const proto_msg *m)
 {
     conn_tag *tag = proto_conn_data(c);
     sched *s = sched_of(c);
-    if (tag->kind == 1)
+    if (tag->kind == 1) {
         worker_msg(s, tag->w, m);
-    else
+    } else {
         session_msg(s, tag->s, m);
+        /* The next request is read only if this one's answer can go out (pausing here stops
+         * the delivery of those already read, too). */
+        sched__session_flow(s, tag->s);
+    }
     sched__check(s);
+}
+
+static void on_drain(proto_conn *c)
+{
+    conn_tag *tag = proto_conn_data(c);
+    if (tag == NULL || tag->kind != 2)
+        return; /* workers' connections are never held */
+    sched *s = sched_of(c);
+    sched__memory_session_drained(s, tag->s);
+    sched__session_flow(s, tag->s);
 }
 
 static void on_close(proto_conn *c, int status)
@@ -435,6 +483,7 @@ static const proto_conn_cbs conn_cbs = {
     .on_hello = on_hello,
     .on_msg = on_msg,
     .on_close = on_close,
+    .on_drain = on_drain,
 };
 
 int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, size_t boundlen)

@@ -306,6 +306,10 @@ struct sched_session {
     sched_graph *cur_graph; /* its record */
     sched_obj **building;   /* outputs of that graph, held until its last frame */
     uint32_t nbuilding, capbuilding;
+    uint32_t memqs;         /* its memory queries under way (memory.c): at most one */
+    uint32_t nwaiters;      /* its LOCATE requests waiting (on waiters): SCHED_WAITERS_MAX at most */
+    bool held_logged;       /* its reads were held for its answers once (logged then only) */
+    bool waiters_logged;    /* its reads were held for its LOCATEs once (logged then only) */
     UT_hash_handle hh;      /* in sched.sessions by id */
 };
 
@@ -579,6 +583,17 @@ void sched__graph_count(sched_graph *g, int from, int to);
 void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__graphs_free_all(sched *s);
 
+/* sched.c */
+/* LOCATE requests of one session that wait for their objects at once; libspillway has one. */
+#define SCHED_WAITERS_MAX 1024
+/* Reads a session's requests only while their answers can go out: pauses its connection while
+ * its queued output is above the high-water mark (proto_conn_writable), a memory query of its
+ * is under way or SCHED_WAITERS_MAX of its LOCATEs wait, and resumes it once none holds
+ * (on_drain, the query's end, a waiter answered). So a peer that sends requests and never reads
+ * the answers costs at most about the high-water mark of queued output, one memory query and
+ * SCHED_WAITERS_MAX waiters, and a peer that reads is never held for long. */
+void sched__session_flow(sched *s, sched_session *ss);
+
 /* status.c */
 void sched__status(sched *s, proto_conn *c, uint64_t req);
 
@@ -602,10 +617,15 @@ void sched__check(sched *s);
 #endif
 
 /* memory.c */
+/* Store objects one loop turn of a memory query looks at when it searches them for orphans
+ * (objects the directory does not know), listed or not. */
+#define SCHED_MEMQ_SCAN 4096
 void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m);
 void sched__memory_worker_gone(sched *s, sched_worker *w);
 void sched__memory_session_gone(sched *s, sched_session *ss);
+/* ss's connection drained under the low-water mark: its query streams again. */
+void sched__memory_session_drained(sched *s, sched_session *ss);
 void sched__memory_tick(sched *s);
 void sched__memory_free_all(sched *s);
 

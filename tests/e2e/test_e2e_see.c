@@ -428,6 +428,53 @@ static void http_metrics_and_api_match_ctl(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* /api/memory's numbers are refused with a 400 that names them when out of range, never read
+ * as something else: a limit past a long's range (strtol would saturate it to "no limit"),
+ * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. */
+static void http_memory_query_out_of_range_is_400_naming_it(void **state)
+{
+    (void)state;
+    h_cluster c;
+    const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
+    h_cluster_start(&c, false, sargs);
+    static const struct {
+        const char *query, *names;
+    } bad[] = {
+        {"limit=99999999999999999999", "limit=99999999999999999999"},
+        {"limit=9223372036854775808", "limit=9223372036854775808"},
+        {"limit=-1", "limit=-1"},
+        {"limit=%2B5", "limit=+5"},
+        {"limit=%205", "limit= 5"},
+        {"limit=", "limit="},
+        {"stats_only=2", "stats_only=2"},
+        {"stats_only=99999999999999999999", "stats_only=99999999999999999999"},
+    };
+    char url[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(url, sizeof url, "http://%s/api/memory?%s", c.http, bad[i].query);
+        const char *args[] = {"get", url, NULL};
+        char *out = NULL;
+        int rc = 0;
+        json_t *doc = http_check(args, &out, &rc);
+        if (rc == 0 || out == NULL || strstr(out, "HTTP 400") == NULL ||
+            strstr(out, bad[i].names) == NULL)
+            fail_msg("%s: expected a 400 naming %s, got exit %d: %s", bad[i].query, bad[i].names,
+                     rc, out != NULL ? out : "");
+        json_decref(doc);
+        free(out);
+    }
+    static const char *const good[] = {"/api/memory?limit=9223372036854775807",
+                                       "/api/memory?limit=0&stats_only=0",
+                                       "/api/memory?stats_only=1"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        json_t *doc = http_json(&c, good[i]);
+        if (doc == NULL)
+            fail_msg("%s was refused", good[i]);
+        json_decref(doc);
+    }
+    assert_true(h_cluster_stop(&c));
+}
+
 typedef struct hist_probe {
     h_cluster *c;
     json_int_t since_ms; /* samples at or after this time */
@@ -678,6 +725,7 @@ static void dashboard_shows_a_spilling_job(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(running_state_and_graph_progress),
     cmocka_unit_test(http_metrics_and_api_match_ctl),
+    cmocka_unit_test(http_memory_query_out_of_range_is_400_naming_it),
     cmocka_unit_test(http_history_keeps_workers_of_one_name_apart),
     cmocka_unit_test(http_token_when_asked),
     cmocka_unit_test(dashboard_shows_a_spilling_job),

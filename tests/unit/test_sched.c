@@ -140,7 +140,8 @@ static void settle(env *e)
     sched__check_full(e->s);
 }
 
-static peer *peer_connect(env *e, int role, const char *name, uint32_t slots)
+static peer *peer_connect_cbs(env *e, int role, const char *name, uint32_t slots,
+                              const proto_conn_cbs *cbs)
 {
     peer *p = &e->peers[e->npeers++];
     memset(p, 0, sizeof *p);
@@ -159,9 +160,14 @@ static peer *peer_connect(env *e, int role, const char *name, uint32_t slots)
         o.worker = &p->hw;
     }
     assert_int_equal(proto_ctx_new(&e->loop, &o, &p->ctx), 0);
-    assert_int_equal(proto_connect(p->ctx, e->addr, &peer_cbs, p, &p->conn), 0);
+    assert_int_equal(proto_connect(p->ctx, e->addr, cbs, p, &p->conn), 0);
     STEP_UNTIL(e, p->ready);
     return p;
+}
+
+static peer *peer_connect(env *e, int role, const char *name, uint32_t slots)
+{
+    return peer_connect_cbs(e, role, name, slots, &peer_cbs);
 }
 
 static void peer_close(env *e, peer *p)
@@ -1099,6 +1105,108 @@ static void released_put_frees_its_reservation(void **state)
     assert_int_equal(tw->reserved, 0);
 }
 
+/* What the peers of memory_orphan_pass_is_bounded_per_loop_turn received, counted (their
+ * logs would overflow) with the loop turn it came in. */
+static struct {
+    uint32_t turn;
+    uint64_t put_targets;
+    uint64_t list_req; /* the OBJ_LIST_REQ's request id, once it came */
+    bool got_list_req;
+    uint64_t listed, orphans;
+    uint32_t last_objs_turn, end_turn;
+    bool ended;
+} g_mq;
+
+static void count_msg(proto_conn *c, const proto_msg *m)
+{
+    (void)c;
+    switch (m->type) {
+    case PROTO_PUT_TARGET:
+        g_mq.put_targets++;
+        break;
+    case PROTO_OBJ_LIST_REQ:
+        g_mq.list_req = m->req;
+        g_mq.got_list_req = true;
+        break;
+    case PROTO_MEMORY_OBJS:
+        for (uint32_t i = 0; i < m->f[F_MEMOBJS_OBJS].arr.n; i++) {
+            bool orphan =
+                PROTO_REC(&m->f[F_MEMOBJS_OBJS], i)[R_MOBJ_STATE].u == PROTO_OSTATE_ORPHAN;
+            g_mq.orphans += orphan;
+            g_mq.listed += !orphan;
+            if (!orphan)
+                g_mq.last_objs_turn = g_mq.turn;
+        }
+        break;
+    case PROTO_MEMORY_END:
+        g_mq.end_turn = g_mq.turn;
+        g_mq.ended = true;
+        break;
+    case PROTO_ERROR:
+        fail_msg("ERROR %s", spw_err_name((int)m->f[F_ERROR_CODE].i));
+        break;
+    default:
+        break;
+    }
+}
+
+static const proto_conn_cbs count_cbs = {
+    .on_ready = on_ready,
+    .on_msg = count_msg,
+    .on_close = on_close,
+};
+
+/* The store's list: the directory's objects 1..n, and after the first, the middle one and the
+ * last an orphan each (ids the directory does not know), so that the search finds orphans in its
+ * first, a middle and its last turn. */
+static void put_olobj(proto_enc *e, uint32_t i, void *arg)
+{
+    uint32_t n = *(const uint32_t *)arg;
+    uint32_t k = i > n / 2 + 1 ? i - 2 : i > 0 ? i - 1 : 0; /* directory objects before i */
+    bool orphan = i == 1 || i == n / 2 + 1 || i == n + 2;
+    spw_id id = orphan ? (spw_id){0x0e, i} : tid(1 + k);
+    proto_put_olobj_rec(e, &(proto_olobj_rec){.id = id, .size = 1, .stored = 1});
+}
+
+/* spillway-ctl memory over a directory of many objects that the stores all hold (none an
+ * orphan): the pass looking for orphans among the stores' objects looks at SCHED_MEMQ_SCAN of
+ * them per loop turn, so its MEMORY_END comes many turns after the last listing, where a pass
+ * over all of them in one turn (about 50 ms of stalled loop per million objects, release build)
+ * sent it in the next turn or so. Every object is listed once, and the orphans spread over the
+ * stores' list are all found. */
+static void memory_orphan_pass_is_bounded_per_loop_turn(void **state)
+{
+    env *e = *state;
+    enum { N = 20 * SCHED_MEMQ_SCAN };
+    memset(&g_mq, 0, sizeof g_mq);
+    peer *w = peer_connect_cbs(e, PROTO_ROLE_WORKER, "w", 1, &count_cbs);
+    peer *c = peer_connect_cbs(e, PROTO_ROLE_CLIENT, "client", 0, &count_cbs);
+    for (uint64_t i = 0; i < N; i++)
+        put_place(c, 1 + i, 1);
+    STEP_UNTIL(e, g_mq.put_targets == N);
+    peer *ctl = peer_connect_cbs(e, PROTO_ROLE_CTL, "ctl", 0, &count_cbs);
+    assert_int_equal(proto_send_memory_req(ctl->conn, 11, &(proto_memory_req_msg){.flags = 0}), 0);
+    STEP_UNTIL(e, g_mq.got_list_req);
+    uint64_t stats[PROTO_STAT_COUNT] = {0};
+    uint32_t n = N;
+    assert_int_equal(proto_send_obj_list(w->conn, g_mq.list_req,
+                                         &(proto_obj_list_msg){
+                                             .objs = {.n = N + 3, .put = put_olobj, .arg = &n},
+                                             .stats = {stats, PROTO_STAT_COUNT}}),
+                     0);
+    for (g_mq.turn = 0; g_mq.turn < STEPS && !g_mq.ended; g_mq.turn++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    assert_true(g_mq.ended);
+    assert_int_equal(g_mq.listed, N);
+    assert_int_equal(g_mq.orphans, 3);
+    /* 20 turns of scanning at least; half of it allows for frames arriving a turn late. */
+    if (g_mq.end_turn - g_mq.last_objs_turn < 10)
+        fail_msg("MEMORY_END came %u turns after the last listing: the orphan pass over %d "
+                 "objects took fewer than 10 turns",
+                 g_mq.end_turn - g_mq.last_objs_turn, N);
+    sched__check_full(e->s);
+}
+
 /* A put whose uploading worker died before sealing it is failed and lost; a copy another
  * worker reports (a broadcast chain that followed the upload) makes it ready again, and why
  * it failed is forgotten. */
@@ -1160,6 +1268,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(ahead_cancelled_with_its_client, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
+    cmocka_unit_test_setup_teardown(memory_orphan_pass_is_bounded_per_loop_turn, setup, teardown),
     cmocka_unit_test_setup_teardown(lost_put_brought_back_by_a_copy_forgets_its_failure, setup,
                                     teardown),
 };
