@@ -503,6 +503,14 @@ void conn__process_input(proto_conn *c)
                         c->peer, flen);
                 proto_conn_error(c, 0, rc, "malformed frame of %zu bytes skipped", flen);
                 pos += flen;
+                if (c->above_hwm) {
+                    /* Its answers are not read either: no owner's flow control sees these
+                     * frames, so the connection ends rather than queue an ERROR for each. */
+                    conn__refuse(c, 0, SPW_EPROTO,
+                                 "malformed frames while the answers to them are not read: "
+                                 "closing connection");
+                    break;
+                }
                 continue;
             }
             char why[160];

@@ -2940,6 +2940,92 @@ static bool one_enoobj(const proto_msg *m, void *arg)
     return ec->next++ == ec->last;
 }
 
+/* A peer that sends OBJ_READ after OBJ_READ to a worker's peer port and never reads the answers
+ * (here ERRORs: the object is not there) makes the worker stop reading its requests once about
+ * 32 MiB of answers wait for it, instead of queueing all of them (~100 MiB here), and a read
+ * record and pin for each of a real object. Meanwhile the cluster serves others; once the peer
+ * reads, every request gets its answer, in order. */
+static void peer_port_reader_not_reading_is_held_at_the_high_water_mark(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    int small = 64 << 10;
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    send_obj_read(w, 1, test_id(700), 0, 1);
+    wire_expect_error(w, 1, SPW_ENOOBJ);
+    size_t one = w->consumed;
+    uint64_t n = (100u << 20) / one + 1;
+    spw_buf reqs = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        proto_enc e;
+        proto_enc_begin(&e, &reqs, PROTO_OBJ_READ, 2 + i, 3);
+        proto_put_id(&e, test_id(700));
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 1);
+        proto_enc_end(&e, UINT32_MAX);
+    }
+    size_t off = 0;
+    bool held = false;
+    while (!send_some(w, &reqs, &off) && !(held = file_has(c->workers[0].log, HELD_LINE))) {
+        struct pollfd pfd = {w->fd, POLLOUT, 0};
+        poll(&pfd, 1, 100); /* writable again, or look at the log again */
+    }
+    fprintf(stderr, "%llu OBJ_READ of %zu-byte answers: %zu of %zu request bytes sent\n",
+            (unsigned long long)n, one, off, reqs.len);
+    if (!held)
+        fail_msg("the worker read all %llu requests of a peer that reads no answer",
+                 (unsigned long long)n);
+    assert_true(off < reqs.len);
+    assert_cluster_serves(c); /* other peers are not held */
+    error_count ec = {2, n + 1};
+    drain_answers(w, &reqs, &off, one_enoobj, &ec);
+    assert_int_equal(off, reqs.len);
+    spw_buf_release(&reqs);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
+/* A peer that floods malformed frames and never reads the ERROR each one gets: no owner's flow
+ * control sees those frames (the connection layer answers them), so once its answers pass the
+ * high-water mark the connection is closed, instead of an ERROR queued per frame (~150 MiB
+ * here, 30 MB sent). Before: every ERROR came, and the connection stayed open. */
+static void malformed_flood_with_answers_unread_is_closed(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    int small = 64 << 10;
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    static const uint8_t frame[] = {0, 0, 0, 6, 0x93, 0x05, 0x00, 0x91, 0xa1, 'x'}; /* OK("x") */
+    const uint64_t n = 3000000;
+    spw_buf reqs = {0};
+    for (uint64_t i = 0; i < n; i++)
+        spw_buf_append(&reqs, frame, sizeof frame);
+    size_t off = 0;
+    while (!send_some(w, &reqs, &off)) {
+        struct pollfd pfd = {w->fd, POLLOUT, 0};
+        if (poll(&pfd, 1, WIRE_TIMEOUT_S * 1000) <= 0 || (pfd.revents & (POLLERR | POLLHUP)))
+            break; /* no room for long, or closed: the reading below tells */
+    }
+    fprintf(stderr, "%zu of %zu bytes of malformed frames sent\n", off, reqs.len);
+    spw_buf_release(&reqs);
+    uint64_t errors = 0;
+    int rc;
+    while ((rc = wire_read(w)) > 0) {
+        assert_int_equal(w->m.type, PROTO_ERROR);
+        errors++;
+    }
+    if (rc < 0)
+        fail_msg("the connection is still open after %llu ERRORs and %d s", (unsigned long long)errors,
+                 WIRE_TIMEOUT_S);
+    assert_true(errors < n);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* A client that sends LOCATE after LOCATE for an object that is not ready, each waiting up to
  * ten minutes, has at most 1024 of them waiting at the scheduler: then its requests are not
  * read until one is answered, instead of one waiter held per request for as long as it asks.
@@ -3090,6 +3176,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),
+    cmocka_unit_test_teardown(peer_port_reader_not_reading_is_held_at_the_high_water_mark,
+                              teardown),
+    cmocka_unit_test_teardown(malformed_flood_with_answers_unread_is_closed, teardown),
     cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),

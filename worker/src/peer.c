@@ -159,6 +159,36 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
     return u;
 }
 
+/* Reads a peer's requests only while their answers can go out and no upload of its waits for
+ * room: a peer that sends OBJ_READs (or anything answered) and never reads the answers would
+ * otherwise have them all queued, and a read record and pin each. Held, it costs at most about
+ * the output high-water mark; it is read again from its on_drain. Requests and answers only
+ * run one way on a peer-port connection (this worker never asks on it), so holding one cannot
+ * hold up its peer's reading. */
+static void srv_flow(wsrv *srv)
+{
+    if (srv->closed || proto_conn_is_closing(srv->conn))
+        return;
+    wupload *u, *tmp;
+    HASH_ITER(hh, srv->uploads, u, tmp)
+    {
+        if (u->creating)
+            return; /* paused for room: upload_created resumes */
+    }
+    if (proto_conn_writable(srv->conn)) {
+        proto_conn_resume(srv->conn);
+        return;
+    }
+    proto_conn_pause(srv->conn);
+    if (!srv->held_logged) {
+        srv->held_logged = true; /* a slow reader of large objects is held often */
+        spw_log(SPW_LOG_NOTICE,
+                "peer=%s does not read its answers (%zu bytes queued): its requests wait until "
+                "they drain",
+                proto_conn_peer(srv->conn), proto_conn_queued(srv->conn));
+    }
+}
+
 static void upload_created(void *arg, int status, ost_obj *o)
 {
     wsrv *srv = ((upload_req *)arg)->srv;
@@ -738,6 +768,8 @@ static void peer_msg(proto_conn *c, const proto_msg *m)
     wsrv *srv = proto_conn_data(c);
     peer_msg_handle(srv, c, m);
     wrk__sink_release(srv->w, &srv->sink_obj);
+    if (!proto_conn_writable(c))
+        srv_flow(srv);
 }
 
 static void peer_close(proto_conn *c, int status)
@@ -786,7 +818,9 @@ static void peer_close(proto_conn *c, int status)
 
 static void peer_drain(proto_conn *c)
 {
-    reads_pump(proto_conn_data(c));
+    wsrv *srv = proto_conn_data(c);
+    reads_pump(srv);
+    srv_flow(srv); /* its requests may be read again */
 }
 
 const proto_conn_cbs wrk__peer_cbs = {

@@ -207,6 +207,7 @@ typedef struct wsrv {
     wpin *pins;
     wread *reads;
     bool closed;
+    bool held_logged;     /* its reads were held for its unread answers once (logged then) */
     uint32_t refs;        /* reads with chunks in flight keep this alive after close */
     ost_obj *sink_obj;    /* pinned while a chunk is received straight into it */
 } wsrv;
