@@ -11,7 +11,9 @@
  * from that document, so the table and --json can never disagree. Errors (scheduler down,
  * wrong secret, unknown option) are one line on stderr and a non-zero exit status.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,24 @@
 
 #include "docs.h"
 
+
+/* A whole number option: decimal digits only, min..max. Anything else (a sign, a suffix, a
+ * value strtol would saturate) prints "spillway-ctl: OPT wants WHAT" and returns false. */
+static bool opt_number(const char *opt, const char *arg, long min, long max, const char *what,
+                       long *out)
+{
+    bool digits = *arg != '\0';
+    for (const char *p = arg; *p != '\0'; p++)
+        digits = digits && *p >= '0' && *p <= '9';
+    errno = 0;
+    long v = digits ? strtol(arg, NULL, 10) : 0;
+    if (!digits || errno == ERANGE || v < min || v > max) {
+        fprintf(stderr, "spillway-ctl: %s wants %s, not '%.40s'\n", opt, what, arg);
+        return false;
+    }
+    *out = v;
+    return true;
+}
 
 static char *human(uint64_t b, char *buf)
 {
@@ -412,13 +432,13 @@ int main(int argc, char **argv)
         case 'j':
             json = 1;
             break;
-        case 't':
-            timeout = atoi(optarg);
-            if (timeout <= 0) {
-                fprintf(stderr, "spillway-ctl: --timeout wants milliseconds > 0\n");
+        case 't': {
+            long t;
+            if (!opt_number("--timeout", optarg, 1, INT_MAX, "milliseconds 1..2147483647", &t))
                 return 2;
-            }
+            timeout = (int)t;
             break;
+        }
         case 'V':
             printf("spillway-ctl %s\n", SPW_VERSION);
             return 0;
@@ -479,24 +499,18 @@ int main(int argc, char **argv)
     char **sub_argv = argv + optind;
     optind = 1;
     while ((c = getopt_long(sub_argc, sub_argv, "", is_jobs ? jobopts : memopts, NULL)) != -1) {
-        char *end;
         switch (c) {
         case 'W':
             jobs_watch = true;
             break;
         case 'i':
-            interval_ms = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || interval_ms <= 0 || interval_ms > 3600000) {
-                fprintf(stderr, "spillway-ctl: --interval wants milliseconds 1..3600000\n");
+            if (!opt_number("--interval", optarg, 1, 3600000, "milliseconds 1..3600000",
+                            &interval_ms))
                 return 2;
-            }
             break;
         case 'k':
-            count = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || count < 0) {
-                fprintf(stderr, "spillway-ctl: --count wants a number >= 0\n");
+            if (!opt_number("--count", optarg, 0, LONG_MAX, "a number >= 0", &count))
                 return 2;
-            }
             break;
         case 'g':
             if (!is_memory || (strcmp(optarg, "node") && strcmp(optarg, "owner") &&
@@ -518,18 +532,12 @@ int main(int argc, char **argv)
             stats_only = true;
             break;
         case 'n':
-            limit = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || limit < 0) {
-                fprintf(stderr, "spillway-ctl: --limit wants a number >= 0\n");
+            if (!opt_number("--limit", optarg, 0, LONG_MAX, "a number >= 0", &limit))
                 return 2;
-            }
             break;
         case 'w':
-            watch = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || watch <= 0) {
-                fprintf(stderr, "spillway-ctl: --watch wants seconds > 0\n");
+            if (!opt_number("--watch", optarg, 1, 86400, "seconds 1..86400", &watch))
                 return 2;
-            }
             break;
         case 'j':
             json = 1;

@@ -662,6 +662,25 @@ static void ctl_errors_are_one_line_and_nonzero(void **state)
     const char *cmd[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "launch", NULL};
     assert_int_equal(h_run(cmd, &text), 2);
     free(text);
+    /* Numbers: a suffix, a sign or a value past the option's range is refused by name (a
+     * --limit past LONG_MAX was read as "no limit"; --timeout 10abc as 10). */
+    static const char *const nums[][3] = {{"memory", "--limit", "99999999999999999999"},
+                                          {"memory", "--limit", "-1"},
+                                          {"memory", "--watch", "0"},
+                                          {"jobs", "--interval", "5x"},
+                                          {"jobs", "--count", "+3"}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, nums[i][0],
+                              nums[i][1], nums[i][2], NULL};
+        assert_int_equal(h_run(argv, &text), 2);
+        assert_non_null(strstr(text, nums[i][1]));
+        assert_non_null(strstr(text, nums[i][2]));
+        free(text);
+    }
+    const char *tmo[] = {h_bin("spillway-ctl"), "--timeout", "10abc", "status", NULL};
+    assert_int_equal(h_run(tmo, &text), 2);
+    assert_non_null(strstr(text, "'10abc'"));
+    free(text);
     assert_true(h_cluster_stop(&c));
 }
 
