@@ -938,6 +938,17 @@ static void enc_exec(spw_buf *b, uint64_t id, const char *fn, uint64_t arg, uint
 }
 
 /* Kills and reaps the executor a test started (*state: its pid, 0 once reaped). */
+/* Starts an executor for a case that drives it by hand; exec_teardown kills it (through
+ * *state) if an assertion fails first. Returns the worker's end of its socket. */
+static int exec_start(void **state, pid_t *pid)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    *pid = exec_spawn(&sock);
+    *state = pid;
+    return sock;
+}
+
 static int exec_teardown(void **state)
 {
     pid_t *pid = *state;
@@ -956,10 +967,7 @@ static int exec_teardown(void **state)
 static void executor_joins_a_frame_cut_by_an_allocation(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid; /* exec_teardown kills it if an assertion fails first */
+    int sock = exec_start(state, &pid);
     spw_buf out = {0}, in = {0};
     enc_exec(&out, 1, "fill", 4096, 0); /* 4 KiB, none inline: from the store */
     size_t first = out.len;
@@ -1088,10 +1096,7 @@ static void exec_close_and_reap(int sock, pid_t *pid)
 static void executor_answers_a_record_naming_no_task(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
+    int sock = exec_start(state, &pid);
     spw_buf out = {0}, in = {0};
     uint64_t v41 = 41, v9 = 9, v1 = 1;
     proto_enc en;
@@ -1150,10 +1155,7 @@ static void executor_answers_a_record_naming_no_task(void **state)
 static void executor_fails_an_argument_it_cannot_read(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
+    int sock = exec_start(state, &pid);
     spw_buf out = {0}, in = {0};
     uint64_t v = 41;
     proto_enc en;
@@ -1227,10 +1229,7 @@ static bool sock_ends(int sock)
 static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
+    int sock = exec_start(state, &pid);
     enum { N = 32, SIZE = 60000 }; /* about 2 MB of answers: far more than the socket holds */
     spw_buf out = {0}, in = {0};
     uint64_t size = SIZE;
@@ -1299,10 +1298,7 @@ static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
 static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
+    int sock = exec_start(state, &pid);
     spw_buf out = {0}, in = {0};
     uint64_t n = 4096;
     proto_enc en;
@@ -1348,10 +1344,7 @@ static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
 static void executor_fails_an_allocation_answered_with_no_error_code(void **state)
 {
     static pid_t pid;
-    signal(SIGPIPE, SIG_IGN);
-    int sock;
-    pid = exec_spawn(&sock);
-    *state = &pid;
+    int sock = exec_start(state, &pid);
     spw_buf out = {0}, in = {0};
     msgpack_zone z;
     assert_true(msgpack_zone_init(&z, 4096));
