@@ -484,7 +484,9 @@ int ost_obj_pin(ost_store *s, ost_obj *o)
 {
     if (o->state != OST_SEALED)
         return SPW_ENOTSEALED;
-    if (o->blk == NULL)
+    /* A restore allocates the memory first and a lane then decodes into it: until it is done
+     * the bytes are not there, and a failed restore frees that memory. */
+    if (o->blk == NULL || o->restoring)
         return SPW_EAGAIN;
     uint32_t before = o->pins;
     o->pins++;

@@ -503,6 +503,37 @@ static void restore_given_memory_while_quiescing_fails_cleanly(void **state)
     done(s);
 }
 
+/* While a restore decodes an object into its new memory, the object is not readable yet: a pin
+ * then answers SPW_EAGAIN (as for an object only on disk), never 0 with bytes still being
+ * written by a lane - and memory a failed restore would free under the pin. */
+static void pin_during_restore_is_eagain(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    ost_obj *o = put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
+    got g = {0};
+    assert_int_equal(ost_obj_get_async(s, o, got_cb, &g), 0);
+    assert_int_equal(g.calls, 0); /* its memory is allocated, a lane fills it */
+    assert_int_equal(ost_obj_pin(s, o), SPW_EAGAIN);
+    assert_int_equal(ost_obj_pin_writing(s, o), SPW_EAGAIN);
+    assert_int_equal(ost_obj_pins(o), 0);
+    assert_int_equal(stats(s).pinned, 0);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    assert_int_equal(ost_obj_pins(o), 1); /* the getter's pin only */
+    assert_int_equal(ost_obj_pin(s, o), 0); /* restored: readable now */
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    check(s, 1, 4u << 20, true);
+    assert_int_equal(stats(s).pinned, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -821,6 +852,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
+    cmocka_unit_test(pin_during_restore_is_eagain),
 };
 
 SPW_TEST_MAIN(tests)

@@ -157,7 +157,8 @@ uint8_t *ost_obj_data(const ost_obj *o);
 uint64_t ost_obj_offset(const ost_obj *o);
 
 /** Pins a sealed in-memory object (a reader or task uses it): it will not be spilled or freed
- * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory (restore). */
+ * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory or a restore
+ * is still bringing it back (ost_obj_get_async waits for that). */
 int ost_obj_pin(ost_store *s, ost_obj *o);
 /** Pins an object that may still be written (CREATED), for a reader that follows the write
  * and reads only bytes already written; a sealed object is pinned as by ost_obj_pin. If the
