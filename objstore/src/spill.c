@@ -773,7 +773,17 @@ static void spill_done(ost_store *s, spill_job *j)
     char hex[33];
     if (j->status != 0) {
         if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
-            !sp->quiescing && !o->deleted) {
+            !sp->quiescing && o->deleted) {
+            /* Nothing to try again for an object deleted meanwhile, but the map can grow: it
+             * does (the next spills need the room too), and the storage is not full. */
+            sp->grow_wanted = true;
+            if (o->pins == 0)
+                ost__obj_free_deleted(s, o);
+            spw_free(j);
+            return;
+        }
+        if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
+            !sp->quiescing) {
             /* Try again first, once the map has grown (lane_next, when no job runs). */
             sp->grow_wanted = true;
             o->spilling = true;

@@ -534,6 +534,33 @@ static void pin_during_restore_is_eagain(void **state)
     gone_from_disk(s);
 }
 
+/* The map fills up during the spill of an object deleted meanwhile: nothing is retried for it,
+ * but the map could grow, so spilling stays on (no "spill storage full", no SPW_ESPILLFULL for
+ * waiting allocations) and the next object is spilled into the grown map. */
+static void map_full_for_a_deleted_object_leaves_spilling_on(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 1u << 20, 0, 30000); /* a 1 MiB map that may grow */
+    put(s, 1, 4u << 20, false);                      /* random: does not fit the map */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* while its spill is under way */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_equal(ost_store_full_reason(s), "");
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spill_entries, 0);
+    put(s, 2, 4u << 20, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_equal(ost_store_full_reason(s), "");
+    assert_int_equal(stats(s).objs_disk, 1);
+    assert_int_equal(stats(s).used, 0);
+    check(s, 2, 4u << 20, false);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    gone_from_disk(s);
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -853,6 +880,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
     cmocka_unit_test(pin_during_restore_is_eagain),
+    cmocka_unit_test(map_full_for_a_deleted_object_leaves_spilling_on),
 };
 
 SPW_TEST_MAIN(tests)
