@@ -329,8 +329,10 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
 
 void ost__waiters_retry(ost_store *s)
 {
-    if (s->retrying)
-        return; /* a waiter's callback freed memory: the loop below sees it */
+    /* A waiter's callback freed memory: the loop below sees it. Closing: ost_store_free fails
+     * every waiter itself (an object it frees meanwhile must not serve, or free, the next). */
+    if (s->retrying || s->closing)
+        return;
     s->retrying = true;
     ost_waiter *w, *tmp;
     uint64_t now = spw_now_ns();

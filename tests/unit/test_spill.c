@@ -561,6 +561,35 @@ static void map_full_for_a_deleted_object_leaves_spilling_on(void **state)
     gone_from_disk(s);
 }
 
+/* The store is freed while two restores wait for room, both of objects deleted meanwhile: each
+ * getter is told once, and the waiters are freed once (freeing the first object must not
+ * retry the other waiters from inside the store's teardown). */
+static void free_with_restores_of_deleted_objects_waiting(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 2u << 20, true);
+    put(s, 2, 2u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *writing; /* pinned by its writer: no room for either restore */
+    assert_int_equal(ost_obj_create(s, id(3), 7u << 20, &writing), 0);
+    got g1 = {0}, g2 = {0};
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &g1), 0);
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(2)), got_cb, &g2), 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g1.calls + g2.calls, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    assert_int_equal(g1.calls + g2.calls, 0);
+    done(s);
+    assert_int_equal(g1.calls, 1);
+    assert_int_equal(g2.calls, 1);
+    assert_true(g1.status < 0);
+    assert_true(g2.status < 0);
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -881,6 +910,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
     cmocka_unit_test(pin_during_restore_is_eagain),
     cmocka_unit_test(map_full_for_a_deleted_object_leaves_spilling_on),
+    cmocka_unit_test(free_with_restores_of_deleted_objects_waiting),
 };
 
 SPW_TEST_MAIN(tests)
