@@ -61,6 +61,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -188,6 +189,12 @@ uint32_t ost__spill_peak_lanes(ost_store *s)
     uint32_t peak = s->spill->lanes_peak;
     pthread_mutex_unlock(&s->spill->lane_mu);
     return peak;
+}
+
+void ost__spill_set_map_size(ost_store *s, uint64_t size)
+{
+    if (s->spill != NULL)
+        s->spill->map_size = size;
 }
 
 const char *ost_store_full_reason(const ost_store *s)
@@ -959,16 +966,41 @@ static void grow_map(ost_store *s)
     uint64_t grown = sp->map_size * 2;
     if (sp->map_max != 0 && grown > sp->map_max)
         grown = sp->map_max;
-    int rc = mdb_env_set_mapsize(sp->env, grown);
+    /* mdb_env_set_mapsize unmaps the environment before it maps it at the new size, and when
+     * that mmap fails it leaves the environment with no map at all: the next transaction
+     * faults. So ask the kernel first, for an address range of the new size (held alongside
+     * the old map, so a stricter test than LMDB's own). */
+    void *probe = mmap(NULL, (size_t)grown, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int rc = probe == MAP_FAILED ? errno : 0;
+    if (probe != MAP_FAILED)
+        munmap(probe, (size_t)grown);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map to %llu bytes: %s", s->name,
+                (unsigned long long)grown, strerror(rc));
+        sp->map_max = sp->map_size; /* the retried spill fails for good */
+        return;
+    }
+    rc = mdb_env_set_mapsize(sp->env, grown);
     if (rc == 0) {
         spw_log(SPW_LOG_INFO, "store=%s spill map grown to %llu bytes", s->name,
                 (unsigned long long)grown);
         sp->map_size = grown;
-    } else {
-        spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
-                mdb_strerror(rc));
-        sp->map_max = sp->map_size; /* the retried spill fails for good */
+        return;
     }
+    /* Lost the map after all (the address space filled in between): the environment is
+     * unusable. Jobs fail without it (SPW_EIO) as after a failed reset, and the reset that
+     * follows the release of the last spilled copy opens a fresh one. */
+    spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s; spilling is off until the "
+                         "spilled copies are released", s->name, mdb_strerror(rc));
+    mdb_env_close(sp->env);
+    sp->env = NULL;
+    sp->map_max = sp->map_size;
+    snprintf(sp->full_why, sizeof sp->full_why, "cannot map the spill environment in %s",
+             sp->dir);
+    sp->full = true;
+    sp->full_ns = 0;
+    sp->written = true; /* with nothing on disk, the reset runs at once */
 }
 
 /* Queues a reset first (nothing left on disk; only with no job running, or a running spill

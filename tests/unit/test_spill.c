@@ -590,6 +590,33 @@ static void free_with_restores_of_deleted_objects_waiting(void **state)
     assert_true(g2.status < 0);
 }
 
+/* The map cannot grow (its new size cannot be mapped: an address-space limit, ulimit -v):
+ * the spill that wanted the room fails and leaves its object in memory, and the copies
+ * already spilled stay readable. */
+static void failed_map_growth_keeps_spilled_copies_readable(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 4u << 20, 0, 0);
+    put(s, 1, 1u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 1);
+    ost__spill_set_map_size(s, 1ULL << 61); /* growing it asks for 2^62 bytes */
+    put(s, 2, 6u << 20, false);             /* random: does not fit the 4 MiB map */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_not_equal(ost_store_full_reason(s), "");
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, 1);
+    assert_int_equal(st.spill_entries, 1);
+    assert_int_equal(st.used, 6u << 20);
+    check(s, 1, 1u << 20, true); /* read back from the map as it was */
+    check(s, 2, 6u << 20, false);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    gone_from_disk(s);
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -911,6 +938,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(pin_during_restore_is_eagain),
     cmocka_unit_test(map_full_for_a_deleted_object_leaves_spilling_on),
     cmocka_unit_test(free_with_restores_of_deleted_objects_waiting),
+    cmocka_unit_test(failed_map_growth_keeps_spilled_copies_readable),
 };
 
 SPW_TEST_MAIN(tests)
