@@ -197,6 +197,15 @@ void ost__spill_set_map_size(ost_store *s, uint64_t size)
         s->spill->map_size = size;
 }
 
+uint64_t ost__spill_records(ost_store *s)
+{
+    MDB_stat st;
+    if (s->spill == NULL || s->spill->env == NULL || s->spill->nrunning != 0 ||
+        mdb_env_stat(s->spill->env, &st) != 0)
+        return 0;
+    return st.ms_entries;
+}
+
 const char *ost_store_full_reason(const ost_store *s)
 {
     return ost__spill_full(s) ? s->spill->full_why : "";

@@ -434,6 +434,7 @@ static void gone_from_disk(ost_store *s)
     assert_int_equal(st.spilled_raw, 0);
     assert_int_equal(st.spilled_stored, 0);
     assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(ost__spill_records(s), 0);
     lanes = 0;
     done(s);
 }
@@ -683,6 +684,7 @@ static void parallel_lanes_keep_order_and_accounting(void **state)
         raw += (i % 3 + 1) << 20;
     assert_int_equal(st.spilled_raw, raw);
     assert_int_equal(st.spill_entries, n);
+    assert_int_equal(ost__spill_records(s), n); /* the figure is what LMDB holds */
     for (uint64_t i = 0; i < n; i++)
         check(s, i, (i % 3 + 1) << 20, i % 2 == 0);
     /* Delete the odd ones and write them again at once, with other contents (seed n + i). */
@@ -813,6 +815,7 @@ static void large_spill_past_the_map_limit_is_taken_back(void **state)
     ost_stats st = stats(s);
     assert_int_equal(st.objs_disk, 0);
     assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(ost__spill_records(s), 0);
     assert_int_equal(st.spilled_stored, 0);
     assert_int_equal(st.used, size);
     check(s, 1, size, false);
