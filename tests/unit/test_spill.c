@@ -618,6 +618,43 @@ static void failed_map_growth_keeps_spilled_copies_readable(void **state)
     gone_from_disk(s);
 }
 
+/* A spill of two chunks whose second one finds the map full, the first one written: taking the
+ * first one back may itself find no room (freeing a 4 MiB record writes a free list of its
+ * pages). The spill still fails for the map, not for "input/output error": a map that may grow
+ * grows and the spill is tried again (its keys overwritten), and one at its limit says so.
+ * Map sizes around the object's, page by page, so that some leave no room for the take-back. */
+static void map_full_spill_whose_take_back_fails_keeps_its_reason(void **state)
+{
+    (void)state;
+    lanes = 1;
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    const size_t size = (4u << 20) + 8192; /* random: a 4 MiB record and a short one */
+    const uint64_t first = ((4u << 20) + 32) / pg + 1;
+    for (uint64_t pages = first; pages < first + 16; pages++) {
+        for (int at_max = 0; at_max < 2; at_max++) {
+            ost_store *s = mk(16u << 20, pages * pg, at_max ? pages * pg : 0, 0);
+            put(s, 1, size, false);
+            assert_int_equal(ost_store_spill_all(s), 0);
+            uv_run(&loop, UV_RUN_DEFAULT);
+            ost_stats st = stats(s);
+            const char *why = ost_store_full_reason(s);
+            if (!at_max) {
+                assert_string_equal(why, "");
+                assert_int_equal(st.objs_disk, 1);
+                assert_int_equal(st.spill_entries, 2);
+                assert_int_equal(ost__spill_records(s), 2);
+            } else if (st.objs_disk == 0) {
+                assert_non_null(strstr(why, "--spill-map-max"));
+            }
+            check(s, 1, size, false);
+            assert_int_equal(ost_obj_delete(s, id(1)), 0);
+            uv_run(&loop, UV_RUN_DEFAULT);
+            done(s);
+        }
+    }
+    lanes = 0;
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -942,6 +979,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(map_full_for_a_deleted_object_leaves_spilling_on),
     cmocka_unit_test(free_with_restores_of_deleted_objects_waiting),
     cmocka_unit_test(failed_map_growth_keeps_spilled_copies_readable),
+    cmocka_unit_test(map_full_spill_whose_take_back_fails_keeps_its_reason),
 };
 
 SPW_TEST_MAIN(tests)
