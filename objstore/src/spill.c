@@ -61,6 +61,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -188,6 +189,21 @@ uint32_t ost__spill_peak_lanes(ost_store *s)
     uint32_t peak = s->spill->lanes_peak;
     pthread_mutex_unlock(&s->spill->lane_mu);
     return peak;
+}
+
+void ost__spill_set_map_size(ost_store *s, uint64_t size)
+{
+    if (s->spill != NULL)
+        s->spill->map_size = size;
+}
+
+uint64_t ost__spill_records(ost_store *s)
+{
+    MDB_stat st;
+    if (s->spill == NULL || s->spill->env == NULL || s->spill->nrunning != 0 ||
+        mdb_env_stat(s->spill->env, &st) != 0)
+        return 0;
+    return st.ms_entries;
 }
 
 const char *ost_store_full_reason(const ost_store *s)
@@ -527,8 +543,11 @@ static void spill_work(spill_job *j, spill_part *p)
             MDB_val k = {KEY_LEN, key};
             mdb_del(txn, sp->dbi, &k, NULL); /* MDB_NOTFOUND: never written */
         }
-        if (mdb_txn_commit(txn) != 0)
-            j->status = SPW_EIO;
+        /* A take-back may find no room either (in a full map, freeing a large record writes a
+         * free list of its pages). The spill failed for its first reason all the same: a map
+         * that may grow grows and the spill is tried again under the same keys, overwriting
+         * what is left; otherwise those records stay until the environment is recreated. */
+        mdb_txn_commit(txn);
     }
 }
 
@@ -773,7 +792,17 @@ static void spill_done(ost_store *s, spill_job *j)
     char hex[33];
     if (j->status != 0) {
         if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
-            !sp->quiescing && !o->deleted) {
+            !sp->quiescing && o->deleted) {
+            /* Nothing to try again for an object deleted meanwhile, but the map can grow: it
+             * does (the next spills need the room too), and the storage is not full. */
+            sp->grow_wanted = true;
+            if (o->pins == 0)
+                ost__obj_free_deleted(s, o);
+            spw_free(j);
+            return;
+        }
+        if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
+            !sp->quiescing) {
             /* Try again first, once the map has grown (lane_next, when no job runs). */
             sp->grow_wanted = true;
             o->spilling = true;
@@ -949,16 +978,41 @@ static void grow_map(ost_store *s)
     uint64_t grown = sp->map_size * 2;
     if (sp->map_max != 0 && grown > sp->map_max)
         grown = sp->map_max;
-    int rc = mdb_env_set_mapsize(sp->env, grown);
+    /* mdb_env_set_mapsize unmaps the environment before it maps it at the new size, and when
+     * that mmap fails it leaves the environment with no map at all: the next transaction
+     * faults. So ask the kernel first, for an address range of the new size (held alongside
+     * the old map, so a stricter test than LMDB's own). */
+    void *probe = mmap(NULL, (size_t)grown, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int rc = probe == MAP_FAILED ? errno : 0;
+    if (probe != MAP_FAILED)
+        munmap(probe, (size_t)grown);
+    if (rc != 0) {
+        spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map to %llu bytes: %s", s->name,
+                (unsigned long long)grown, strerror(rc));
+        sp->map_max = sp->map_size; /* the retried spill fails for good */
+        return;
+    }
+    rc = mdb_env_set_mapsize(sp->env, grown);
     if (rc == 0) {
         spw_log(SPW_LOG_INFO, "store=%s spill map grown to %llu bytes", s->name,
                 (unsigned long long)grown);
         sp->map_size = grown;
-    } else {
-        spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s", s->name,
-                mdb_strerror(rc));
-        sp->map_max = sp->map_size; /* the retried spill fails for good */
+        return;
     }
+    /* Lost the map after all (the address space filled in between): the environment is
+     * unusable. Jobs fail without it (SPW_EIO) as after a failed reset, and the reset that
+     * follows the release of the last spilled copy opens a fresh one. */
+    spw_log(SPW_LOG_ERR, "store=%s cannot grow the spill map: %s; spilling is off until the "
+                         "spilled copies are released", s->name, mdb_strerror(rc));
+    mdb_env_close(sp->env);
+    sp->env = NULL;
+    sp->map_max = sp->map_size;
+    snprintf(sp->full_why, sizeof sp->full_why, "cannot map the spill environment in %s",
+             sp->dir);
+    sp->full = true;
+    sp->full_ns = 0;
+    sp->written = true; /* with nothing on disk, the reset runs at once */
 }
 
 /* Queues a reset first (nothing left on disk; only with no job running, or a running spill

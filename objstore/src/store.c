@@ -262,23 +262,28 @@ int ost__obj_alloc(ost_store *s, ost_obj *o)
     return 0;
 }
 
-static int create_now(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
+/* Why a creation can never succeed now, whatever is freed: 0 if it can. */
+static int create_check(const ost_store *s, spw_id id, uint64_t size)
 {
     if (size == 0)
         return SPW_EINVAL;
     if (size > limit_of(s))
         return SPW_ETOOBIG;
-    ost_obj *o;
-    HASH_FIND(hh, s->table, &id, sizeof id, o);
-    if (o != NULL)
-        return SPW_EEXIST;
-    o = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *o);
+    return ost_obj_find(s, id) != NULL ? SPW_EEXIST : 0;
+}
+
+static int create_now(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
+{
+    int rc = create_check(s, id, size);
+    if (rc != 0)
+        return rc;
+    ost_obj *o = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *o);
     o->id = id;
     o->size = size;
     o->state = OST_CREATED;
     o->pins = 1;
     o->store_base = s->base;
-    int rc = ost__obj_alloc(s, o);
+    rc = ost__obj_alloc(s, o);
     if (rc != 0) {
         spw_free(o);
         return rc == SPW_ETOOBIG ? SPW_ETOOBIG : SPW_ENOMEM;
@@ -299,7 +304,12 @@ int ost_obj_create(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
 int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
 {
     ost_obj *o = NULL;
-    int rc = s->waiters == NULL ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
+    /* A request that cannot succeed is answered now, not after the allocations waiting ahead
+     * of it: queued, it would count its size as bytes to make room for (a huge size, from an
+     * executor, would wrap waiting_bytes) and wait up to alloc_wait_ms for its error. */
+    int rc = create_check(s, id, size);
+    if (rc == 0)
+        rc = s->waiters == NULL ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
     if (rc != SPW_ENOMEM) {
         cb(arg, rc, rc == 0 ? o : NULL);
         return 0;
@@ -319,8 +329,10 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
 
 void ost__waiters_retry(ost_store *s)
 {
-    if (s->retrying)
-        return; /* a waiter's callback freed memory: the loop below sees it */
+    /* A waiter's callback freed memory: the loop below sees it. Closing: ost_store_free fails
+     * every waiter itself (an object it frees meanwhile must not serve, or free, the next). */
+    if (s->retrying || s->closing)
+        return;
     s->retrying = true;
     ost_waiter *w, *tmp;
     uint64_t now = spw_now_ns();
@@ -474,7 +486,9 @@ int ost_obj_pin(ost_store *s, ost_obj *o)
 {
     if (o->state != OST_SEALED)
         return SPW_ENOTSEALED;
-    if (o->blk == NULL)
+    /* A restore allocates the memory first and a lane then decodes into it: until it is done
+     * the bytes are not there, and a failed restore frees that memory. */
+    if (o->blk == NULL || o->restoring)
         return SPW_EAGAIN;
     uint32_t before = o->pins;
     o->pins++;

@@ -97,5 +97,11 @@ bool ost__spill_full(const ost_store *s);
 bool ost__spill_pending(const ost_store *s);
 /* For tests: the most lanes held at once so far (never more than the lanes). */
 uint32_t ost__spill_peak_lanes(ost_store *s);
+/* For tests: makes the store believe its map is `size` bytes, so that the next growth asks
+ * LMDB for twice that (a size no mmap can give: the failed growth path). */
+void ost__spill_set_map_size(ost_store *s, uint64_t size);
+/* For tests, with no job running: the records in the LMDB environment (spill_entries counts
+ * them as the figures see them; this asks LMDB). */
+uint64_t ost__spill_records(ost_store *s);
 
 #endif

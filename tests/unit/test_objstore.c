@@ -264,6 +264,42 @@ static void ost_too_big_async_fails_at_once(void **state)
     done(s);
 }
 
+/* A request that can never succeed (too big, size 0, an id already here) is answered at once
+ * even while other allocations wait for room: queued behind them it would wait for its turn,
+ * and its size would count as bytes to make room for (spilling for nothing; a huge size from an
+ * executor would even wrap the count). The waiting allocation is untouched. */
+static void ost_hopeless_async_fails_at_once_behind_a_waiter(void **state)
+{
+    (void)state;
+    ost_store *s = mk(64 * 1024);
+    ost_obj *a;
+    assert_int_equal(ost_obj_create(s, id(1), 64 * 1024, &a), 0);
+    cb_log w = {0};
+    assert_int_equal(ost_obj_create_async(s, id(2), 4096, log_cb, &w), 0);
+    assert_int_equal(w.calls, 0); /* waiting for room */
+    cb_log big = {0}, zero = {0}, dup = {0}, huge = {0};
+    assert_int_equal(ost_obj_create_async(s, id(3), 64 * 1024 + 1, log_cb, &big), 0);
+    assert_int_equal(ost_obj_create_async(s, id(4), 0, log_cb, &zero), 0);
+    assert_int_equal(ost_obj_create_async(s, id(1), 4096, log_cb, &dup), 0);
+    assert_int_equal(ost_obj_create_async(s, id(5), UINT64_MAX, log_cb, &huge), 0);
+    assert_int_equal(big.calls, 1);
+    assert_int_equal(big.status, SPW_ETOOBIG);
+    assert_int_equal(zero.calls, 1);
+    assert_int_equal(zero.status, SPW_EINVAL);
+    assert_int_equal(dup.calls, 1);
+    assert_int_equal(dup.status, SPW_EEXIST);
+    assert_int_equal(huge.calls, 1);
+    assert_int_equal(huge.status, SPW_ETOOBIG);
+    assert_int_equal(w.calls, 0);
+    ost_obj_abort(s, a); /* room: the waiter gets it, and only it */
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.status, 0);
+    assert_int_equal(big.calls + zero.calls + dup.calls + huge.calls, 4);
+    ost_obj_abort(s, w.o);
+    assert_int_equal(stats(s).used, 0);
+    done(s);
+}
+
 static void ost_arena_fd_maps_the_same_bytes(void **state)
 {
     (void)state;
@@ -378,6 +414,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ost_waiting_allocation_fails_with_ebackpressure_at_deadline),
     cmocka_unit_test(ost_free_fails_waiters_with_eshutdown),
     cmocka_unit_test(ost_too_big_async_fails_at_once),
+    cmocka_unit_test(ost_hopeless_async_fails_at_once_behind_a_waiter),
     cmocka_unit_test(ost_arena_fd_maps_the_same_bytes),
     cmocka_unit_test(ost_limit_hook_shrinks_capacity),
     cmocka_unit_test(ost_mem_state_levels_follow_thresholds),

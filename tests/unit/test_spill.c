@@ -434,6 +434,7 @@ static void gone_from_disk(ost_store *s)
     assert_int_equal(st.spilled_raw, 0);
     assert_int_equal(st.spilled_stored, 0);
     assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(ost__spill_records(s), 0);
     lanes = 0;
     done(s);
 }
@@ -503,6 +504,157 @@ static void restore_given_memory_while_quiescing_fails_cleanly(void **state)
     done(s);
 }
 
+/* While a restore decodes an object into its new memory, the object is not readable yet: a pin
+ * then answers SPW_EAGAIN (as for an object only on disk), never 0 with bytes still being
+ * written by a lane - and memory a failed restore would free under the pin. */
+static void pin_during_restore_is_eagain(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    ost_obj *o = put(s, 1, 4u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
+    got g = {0};
+    assert_int_equal(ost_obj_get_async(s, o, got_cb, &g), 0);
+    assert_int_equal(g.calls, 0); /* its memory is allocated, a lane fills it */
+    assert_int_equal(ost_obj_pin(s, o), SPW_EAGAIN);
+    assert_int_equal(ost_obj_pin_writing(s, o), SPW_EAGAIN);
+    assert_int_equal(ost_obj_pins(o), 0);
+    assert_int_equal(stats(s).pinned, 0);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    assert_int_equal(ost_obj_pins(o), 1); /* the getter's pin only */
+    assert_int_equal(ost_obj_pin(s, o), 0); /* restored: readable now */
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    assert_int_equal(ost_obj_unpin(s, o), 0);
+    check(s, 1, 4u << 20, true);
+    assert_int_equal(stats(s).pinned, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    gone_from_disk(s);
+}
+
+/* The map fills up during the spill of an object deleted meanwhile: nothing is retried for it,
+ * but the map could grow, so spilling stays on (no "spill storage full", no SPW_ESPILLFULL for
+ * waiting allocations) and the next object is spilled into the grown map. */
+static void map_full_for_a_deleted_object_leaves_spilling_on(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 1u << 20, 0, 30000); /* a 1 MiB map that may grow */
+    put(s, 1, 4u << 20, false);                      /* random: does not fit the map */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* while its spill is under way */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_equal(ost_store_full_reason(s), "");
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objs_disk, 0);
+    assert_int_equal(st.spill_entries, 0);
+    put(s, 2, 4u << 20, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_equal(ost_store_full_reason(s), "");
+    assert_int_equal(stats(s).objs_disk, 1);
+    assert_int_equal(stats(s).used, 0);
+    check(s, 2, 4u << 20, false);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    gone_from_disk(s);
+}
+
+/* The store is freed while two restores wait for room, both of objects deleted meanwhile: each
+ * getter is told once, and the waiters are freed once (freeing the first object must not
+ * retry the other waiters from inside the store's teardown). */
+static void free_with_restores_of_deleted_objects_waiting(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 30000);
+    put(s, 1, 2u << 20, true);
+    put(s, 2, 2u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    ost_obj *writing; /* pinned by its writer: no room for either restore */
+    assert_int_equal(ost_obj_create(s, id(3), 7u << 20, &writing), 0);
+    got g1 = {0}, g2 = {0};
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(1)), got_cb, &g1), 0);
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(2)), got_cb, &g2), 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g1.calls + g2.calls, 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    assert_int_equal(g1.calls + g2.calls, 0);
+    done(s);
+    assert_int_equal(g1.calls, 1);
+    assert_int_equal(g2.calls, 1);
+    assert_true(g1.status < 0);
+    assert_true(g2.status < 0);
+}
+
+/* The map cannot grow (its new size cannot be mapped: an address-space limit, ulimit -v):
+ * the spill that wanted the room fails and leaves its object in memory, and the copies
+ * already spilled stay readable. */
+static void failed_map_growth_keeps_spilled_copies_readable(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 4u << 20, 0, 0);
+    put(s, 1, 1u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 1);
+    ost__spill_set_map_size(s, 1ULL << 61); /* growing it asks for 2^62 bytes */
+    put(s, 2, 6u << 20, false);             /* random: does not fit the 4 MiB map */
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_not_equal(ost_store_full_reason(s), "");
+    ost_stats st = stats(s);
+    assert_int_equal(st.objs_disk, 1);
+    assert_int_equal(st.spill_entries, 1);
+    assert_int_equal(st.used, 6u << 20);
+    check(s, 1, 1u << 20, true); /* read back from the map as it was */
+    check(s, 2, 6u << 20, false);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    gone_from_disk(s);
+}
+
+/* A spill of two chunks whose second one finds the map full, the first one written: taking the
+ * first one back may itself find no room (freeing a 4 MiB record writes a free list of its
+ * pages). The spill still fails for the map, not for "input/output error": a map that may grow
+ * grows and the spill is tried again (its keys overwritten), and one at its limit says so.
+ * Map sizes around the object's, page by page, so that some leave no room for the take-back. */
+static void map_full_spill_whose_take_back_fails_keeps_its_reason(void **state)
+{
+    (void)state;
+    lanes = 1;
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    const size_t size = (4u << 20) + 8192; /* random: a 4 MiB record and a short one */
+    const uint64_t first = ((4u << 20) + 32) / pg + 1;
+    for (uint64_t pages = first; pages < first + 16; pages++) {
+        for (int at_max = 0; at_max < 2; at_max++) {
+            ost_store *s = mk(16u << 20, pages * pg, at_max ? pages * pg : 0, 0);
+            put(s, 1, size, false);
+            assert_int_equal(ost_store_spill_all(s), 0);
+            uv_run(&loop, UV_RUN_DEFAULT);
+            ost_stats st = stats(s);
+            const char *why = ost_store_full_reason(s);
+            if (!at_max) {
+                assert_string_equal(why, "");
+                assert_int_equal(st.objs_disk, 1);
+                assert_int_equal(st.spill_entries, 2);
+                assert_int_equal(ost__spill_records(s), 2);
+            } else if (st.objs_disk == 0) {
+                assert_non_null(strstr(why, "--spill-map-max"));
+            }
+            check(s, 1, size, false);
+            assert_int_equal(ost_obj_delete(s, id(1)), 0);
+            uv_run(&loop, UV_RUN_DEFAULT);
+            done(s);
+        }
+    }
+    lanes = 0;
+}
+
 /* A getter that lets go of the object in its callback, having noted whether it was in memory. */
 typedef struct letgo {
     ost_store *s;
@@ -569,6 +721,7 @@ static void parallel_lanes_keep_order_and_accounting(void **state)
         raw += (i % 3 + 1) << 20;
     assert_int_equal(st.spilled_raw, raw);
     assert_int_equal(st.spill_entries, n);
+    assert_int_equal(ost__spill_records(s), n); /* the figure is what LMDB holds */
     for (uint64_t i = 0; i < n; i++)
         check(s, i, (i % 3 + 1) << 20, i % 2 == 0);
     /* Delete the odd ones and write them again at once, with other contents (seed n + i). */
@@ -699,6 +852,7 @@ static void large_spill_past_the_map_limit_is_taken_back(void **state)
     ost_stats st = stats(s);
     assert_int_equal(st.objs_disk, 0);
     assert_int_equal(st.spill_entries, 0);
+    assert_int_equal(ost__spill_records(s), 0);
     assert_int_equal(st.spilled_stored, 0);
     assert_int_equal(st.used, size);
     check(s, 1, size, false);
@@ -821,6 +975,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
+    cmocka_unit_test(pin_during_restore_is_eagain),
+    cmocka_unit_test(map_full_for_a_deleted_object_leaves_spilling_on),
+    cmocka_unit_test(free_with_restores_of_deleted_objects_waiting),
+    cmocka_unit_test(failed_map_growth_keeps_spilled_copies_readable),
+    cmocka_unit_test(map_full_spill_whose_take_back_fails_keeps_its_reason),
 };
 
 SPW_TEST_MAIN(tests)

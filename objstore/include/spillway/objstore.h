@@ -128,8 +128,10 @@ typedef void (*ost_cb)(void *arg, int status, ost_obj *o);
 
 /** Creates an object, spilling and waiting for room if needed (squeeze, then back-pressure
  * until alloc_wait_ms). cb runs exactly once with the object (CREATED, pinned once) or an
- * error: SPW_ETOOBIG, SPW_EEXIST, SPW_EBACKPRESSURE. It may run before this returns.
- * @return 0. */
+ * error: SPW_EINVAL (size 0), SPW_ETOOBIG, SPW_EEXIST - these before this returns, also while
+ * other allocations wait - or, after waiting, SPW_EBACKPRESSURE, SPW_ESPILLFULL, SPW_ESHUTDOWN
+ * (the store is freed). It may run before this returns.
+ * @return 0, always: every outcome goes to cb. */
 int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg);
 
 /** Seals a CREATED object: it becomes readable and immutable, and its writer's pin is dropped.
@@ -155,7 +157,8 @@ uint8_t *ost_obj_data(const ost_obj *o);
 uint64_t ost_obj_offset(const ost_obj *o);
 
 /** Pins a sealed in-memory object (a reader or task uses it): it will not be spilled or freed
- * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory (restore). */
+ * until unpinned. @return 0, SPW_ENOTSEALED, or SPW_EAGAIN if it is not in memory or a restore
+ * is still bringing it back (ost_obj_get_async waits for that). */
 int ost_obj_pin(ost_store *s, ost_obj *o);
 /** Pins an object that may still be written (CREATED), for a reader that follows the write
  * and reads only bytes already written; a sealed object is pinned as by ost_obj_pin. If the
