@@ -50,6 +50,11 @@ static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_
     return false;
 }
 
+bool proto_conn_is_local(const proto_conn *c)
+{
+    return c->is_unix && c->server;
+}
+
 static void on_unix_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;

@@ -1719,6 +1719,59 @@ static void obj_read_unknown_id_is_enoobj(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Zero-copy requests (ARENA_MAP, OBJ_PIN, OBJ_UNPIN, OBJ_CREATE, OBJ_SEAL) only make sense with
+ * the arena mapped, so they belong to the local socket, whose peers passed the uid check. On
+ * the TCP peer port they are refused: a remote peer could otherwise pin objects (no spilling)
+ * or reserve store memory that no stall timeout ever reclaims, and seal it unwritten. The put
+ * object's memory comes back while the refused connection is still open: no pin was taken. */
+static void arena_requests_on_the_peer_port_are_enotsup(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_peer(c, 0);
+    proto_enc *e = wire_begin(w, PROTO_OBJ_CREATE, 300, 2);
+    proto_put_id(e, test_id(300));
+    proto_put_u(e, 1u << 20);
+    wire_end(w);
+    wire_expect_error(w, 300, SPW_ENOTSUP);
+    e = wire_begin(w, PROTO_OBJ_SEAL, 301, 1);
+    proto_put_id(e, test_id(300));
+    wire_end(w);
+    wire_expect_error(w, 301, SPW_ENOTSUP);
+    e = wire_begin(w, PROTO_ARENA_MAP, 302, 1);
+    proto_put_u(e, PROTO_ARENA_WRITE);
+    wire_end(w);
+    wire_expect_error(w, 302, SPW_ENOTSUP);
+
+    spillway *cl = e2e_connect(c);
+    const size_t n = 300000;
+    uint8_t *data = calloc(1, n);
+    assert_non_null(data);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(cl, data, n, &ref), 0);
+    free(data);
+    spw_id id = {ref.hi, ref.lo};
+    assert_int_equal(worker_holding(c, id, n), 0);
+    e = wire_begin(w, PROTO_OBJ_PIN, 303, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    wire_expect_error(w, 303, SPW_ENOTSUP);
+    e = wire_begin(w, PROTO_OBJ_UNPIN, 304, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    wire_expect_error(w, 304, SPW_ENOTSUP);
+    /* Nothing was created for it, and the object is not pinned: releasing it frees it now. */
+    assert_int_equal(spillway_release(cl, ref), 0);
+    assert_store_used_reaches(c, 0);
+    send_obj_read(w, 305, id, 0, 1);
+    wire_expect_error(w, 305, SPW_ENOOBJ); /* the connection is still usable */
+    wire_close(w);
+    spillway_close(cl);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 static void obj_read_range_outside_object_is_einval(void **state)
 {
     (void)state;
@@ -3173,6 +3226,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_write_chunks_out_of_order_are_einval, teardown),
     cmocka_unit_test_teardown(obj_read_unknown_id_is_enoobj, teardown),
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
+    cmocka_unit_test_teardown(arena_requests_on_the_peer_port_are_enotsup, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),

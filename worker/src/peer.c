@@ -731,8 +731,23 @@ static void *peer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
     return wrk__sink_into(srv->w, &srv->sink_obj, u->obj, off);
 }
 
+/* The zero-copy requests: they hand out the arena or arena offsets, and pin or reserve store
+ * memory for a peer that writes and reads it in place. */
+static bool local_only(uint32_t type)
+{
+    return type == PROTO_ARENA_MAP || type == PROTO_OBJ_PIN || type == PROTO_OBJ_UNPIN ||
+           type == PROTO_OBJ_CREATE || type == PROTO_OBJ_SEAL;
+}
+
 static void peer_msg_handle(wsrv *srv, proto_conn *c, const proto_msg *m)
 {
+    if (local_only(m->type) && !proto_conn_is_local(c)) {
+        /* Over TCP they would let a remote peer pin objects, or hold memory that no stall
+         * timeout reclaims and seal it unwritten, with no mapping to use any of it. */
+        proto_conn_error(c, m->req, SPW_ENOTSUP, "%s is only valid on the local socket",
+                         proto_type_name(m->type));
+        return;
+    }
     switch (m->type) {
     case PROTO_OBJ_WRITE:
         upload_chunk(srv, m);
