@@ -258,10 +258,18 @@ static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline, int *passe
             return -errno;
         if (r == 0)
             return SPW_ECLOSED;
+        /* Every descriptor that came is ours now: the first one wanted is kept, the rest
+         * closed. A message can carry more than one even in this buffer (the kernel fits as
+         * many ints as the space after the header holds: two here); those that did not fit
+         * (MSG_CTRUNC) the kernel has closed. */
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+                cm->cmsg_len < CMSG_LEN(0))
+                continue;
+            size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < nfds; i++) {
                 int got;
-                memcpy(&got, CMSG_DATA(cm), sizeof got);
+                memcpy(&got, CMSG_DATA(cm) + i * sizeof got, sizeof got);
                 if (passed != NULL && *passed < 0)
                     *passed = got;
                 else
