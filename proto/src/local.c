@@ -11,6 +11,25 @@ void proto_listener_allow_group(proto_listener *l, unsigned gid)
     l->group = (gid_t)gid;
 }
 
+/* Whether the group is among the peer's supplementary groups (SO_PEERGROUPS), however many it
+ * has: past what fits the buffer on the stack, the kernel says ERANGE with the length needed. */
+static bool peer_in_group(int fd, gid_t group)
+{
+    gid_t small[256], *groups = small;
+    socklen_t glen = sizeof small;
+    int r = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen);
+    if (r != 0 && errno == ERANGE && glen > sizeof small && glen <= 65536 * sizeof(gid_t)) {
+        groups = spw_try_malloc(SPW_MOD_PROTO, glen);
+        r = groups != NULL ? getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) : -1;
+    }
+    bool member = false;
+    for (size_t i = 0; r == 0 && i < glen / sizeof groups[0] && !member; i++)
+        member = groups[i] == group;
+    if (groups != small)
+        spw_free(groups);
+    return member;
+}
+
 /* Whether the peer on a Unix socket may use it: our euid, root, or a member of the listener's
  * group. why gets the reason for a refusal. */
 static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_t peerlen,
@@ -30,13 +49,8 @@ static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_
     if (l->group_set) {
         if (cr.gid == l->group)
             return true;
-        gid_t groups[256];
-        socklen_t glen = sizeof groups;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
-            for (size_t i = 0; i < glen / sizeof groups[0]; i++)
-                if (groups[i] == l->group)
-                    return true;
-        }
+        if (peer_in_group(fd, l->group))
+            return true;
         snprintf(why, whylen,
                  "local socket: uid %u is neither the worker's uid %u, root, nor a member of "
                  "group %u (--local-group); use TCP",
