@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -125,6 +126,45 @@ static wire *wire_open(const char *addr)
         fail_msg("bad host %s", host);
     if (connect(w->fd, (struct sockaddr *)&sin, sizeof sin) != 0)
         fail_msg("connect to %s: %s", addr, strerror(errno));
+    msgpack_zone_init(&w->zone, 4096);
+    proto_limits_default(&w->lim);
+    return w;
+}
+
+/* Connects to worker pid's local socket ("@spillway-worker-PID-XXXXXXXX" in /proc/net/unix). */
+static wire *wire_open_local(int pid)
+{
+    if (sodium_init() < 0)
+        fail_msg("sodium_init failed");
+    FILE *f = fopen("/proc/net/unix", "re");
+    assert_non_null(f);
+    char line[512], want[64], name[108] = "";
+    snprintf(want, sizeof want, "@spillway-worker-%d-", pid);
+    while (name[0] == '\0' && fgets(line, sizeof line, f) != NULL) {
+        char *p = strstr(line, want);
+        if (p != NULL) {
+            p[strcspn(p, " \n")] = '\0';
+            snprintf(name, sizeof name, "%s", p);
+        }
+    }
+    fclose(f);
+    if (name[0] == '\0')
+        fail_msg("no local socket of worker %d in /proc/net/unix", pid);
+    wire *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(w->fd >= 0);
+    struct timeval tv = {WIRE_TIMEOUT_S, 0};
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(w->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    memcpy(sun.sun_path + 1, name + 1, n - 1); /* abstract: a NUL where the '@' is */
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    if (connect(w->fd, (struct sockaddr *)&sun, alen) != 0)
+        fail_msg("connect to %s: %s", name, strerror(errno));
     msgpack_zone_init(&w->zone, 4096);
     proto_limits_default(&w->lim);
     return w;
@@ -408,6 +448,18 @@ static wire *wire_peer(h_cluster *c, int worker)
 {
     return wire_connect_as(c->workers[worker].addr, PROTO_ROLE_CLIENT,
                            c->secret_file[0] ? SECRET : "");
+}
+
+/* A client on worker's local socket, past the handshake. */
+static wire *wire_local(h_cluster *c, int worker)
+{
+    wire *w = wire_open_local((int)c->workers[worker].pid);
+    wire_challenge(w);
+    hello_args a = {PROTO_VERSION, PROTO_ROLE_CLIENT, c->secret_file[0] ? SECRET : "", false,
+                    NULL, 0};
+    wire_hello(w, &a);
+    wire_welcomed(w);
+    return w;
 }
 
 /* ------------------------------------------------------------- messages */
@@ -1767,6 +1819,55 @@ static void arena_requests_on_the_peer_port_are_enotsup(void **state)
     wire_expect_error(w, 305, SPW_ENOOBJ); /* the connection is still usable */
     wire_close(w);
     spillway_close(cl);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+static void send_obj_create(wire *w, uint64_t req, spw_id id, uint64_t size)
+{
+    proto_enc *e = wire_begin(w, PROTO_OBJ_CREATE, req, 2);
+    proto_put_id(e, id);
+    proto_put_u(e, size);
+    wire_end(w);
+}
+
+/* A local OBJ_CREATE that must wait for room holds its connection's next requests back until
+ * it is answered, as a TCP upload waiting for room does: a local client cannot queue one
+ * waiting allocation (and its records) per frame. Proved by order: an OBJ_UNPIN sent right
+ * behind the waiting create is answered only after it (here when --alloc-wait runs out). */
+static void local_create_waiting_for_room_holds_the_next_requests(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M",
+                                        "--spill-dir", "none", "--alloc-wait", "1000", NULL};
+    h_worker_start(c, wargs);
+    wire *w = wire_local(c, 0);
+    send_obj_create(w, 400, test_id(400), 12u << 20);
+    const proto_msg *m = wire_await(w, PROTO_CREATED, 400);
+    assert_true(m->f[F_CREATED_OFF].u < 16u << 20);
+    /* No room for this one while the first is unsealed; the unpin comes in the same write. */
+    proto_enc *e = wire_begin(w, PROTO_OBJ_CREATE, 401, 2);
+    proto_put_id(e, test_id(401));
+    proto_put_u(e, 12u << 20);
+    assert_true(proto_enc_end(e, UINT32_MAX) > 0);
+    size_t first = w->out.len;
+    proto_enc_begin(e, &w->out, PROTO_OBJ_UNPIN, 402, 1);
+    proto_put_id(e, test_id(402));
+    assert_true(proto_enc_end(e, UINT32_MAX) > 0);
+    assert_true(w->out.len > first);
+    assert_true(wire_send(w, w->out.data, w->out.len));
+    assert_int_equal(wire_read(w), 1);
+    if (w->m.type != PROTO_ERROR || w->m.req != 401)
+        fail_msg("the request behind the waiting create was answered first: %s req=%llu",
+                 proto_type_name(w->m.type), (unsigned long long)w->m.req);
+    assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_EBACKPRESSURE);
+    wire_expect_error(w, 402, SPW_ENOTHELD);
+    /* The connection goes on: its first object is still there to seal... or, here, to drop
+     * with the connection. */
+    wire_close(w);
+    assert_store_used_reaches(c, 0);
     assert_cluster_serves(c);
     assert_true(e2e_cluster_idle(c, 20000));
     assert_true(cluster_stop(c));
@@ -3227,6 +3328,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_read_unknown_id_is_enoobj, teardown),
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
     cmocka_unit_test_teardown(arena_requests_on_the_peer_port_are_enotsup, teardown),
+    cmocka_unit_test_teardown(local_create_waiting_for_room_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),

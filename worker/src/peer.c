@@ -647,6 +647,8 @@ static void obj_unpin(wsrv *srv, const proto_msg *m)
 static void local_created(void *arg, int status, ost_obj *o)
 {
     wsrv *srv = ((upload_req *)arg)->srv;
+    if (!srv->closed)
+        proto_conn_resume(srv->conn); /* the requests held behind the create may come now */
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
@@ -677,6 +679,9 @@ static void obj_create(wsrv *srv, const proto_msg *m)
     u->gen = srv->w->gen;
     HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
     HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
+    /* Nothing more from this client until the object has room (as for a TCP upload): else
+     * each OBJ_CREATE it sends meanwhile would queue one more waiting allocation. */
+    proto_conn_pause(srv->conn);
     upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (upload_req){srv, id};
     srv->refs++;
