@@ -455,8 +455,8 @@ static wire *wire_local(h_cluster *c, int worker)
 {
     wire *w = wire_open_local((int)c->workers[worker].pid);
     wire_challenge(w);
-    hello_args a = {PROTO_VERSION, PROTO_ROLE_CLIENT, c->secret_file[0] ? SECRET : "", false,
-                    NULL, 0};
+    hello_args a = {
+        PROTO_VERSION, PROTO_ROLE_CLIENT, c->secret_file[0] ? SECRET : "", false, NULL, 0};
     wire_hello(w, &a);
     wire_welcomed(w);
     return w;
@@ -1869,6 +1869,75 @@ static void local_create_waiting_for_room_holds_the_next_requests(void **state)
     wire_close(w);
     assert_store_used_reaches(c, 0);
     assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+typedef struct figure_arg {
+    h_cluster *c;
+    const char *field;
+} figure_arg;
+
+static bool worker_figure_nonzero(void *arg)
+{
+    figure_arg *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    json_t *wj = json_array_get(json_object_get(st, "workers"), 0);
+    json_int_t v = json_integer_value(json_object_get(json_object_get(wj, "memory"), a->field));
+    json_decref(st);
+    return v > 0;
+}
+
+/* A local OBJ_PIN of a spilled object (a restore to wait for) holds its connection's next
+ * requests back until it is answered, as a waiting OBJ_CREATE does: a local client cannot have
+ * one waiting pin (and restore) queued per frame. Proved by order: an OBJ_UNPIN sent right
+ * behind it is answered after the PINNED. */
+static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
+                                 NULL};
+    h_worker_start(c, wargs);
+    spillway *cl = e2e_connect(c);
+    const size_t n = 4u << 20;
+    uint8_t *data = calloc(1, n);
+    assert_non_null(data);
+    spillway_ref objs[8];
+    for (int i = 0; i < 8; i++) {
+        data[0] = (uint8_t)i;
+        assert_int_equal(spillway_put(cl, data, n, &objs[i]), 0);
+    }
+    free(data);
+    /* 32 MiB went into 16: the least recently used, the first, is on disk only. */
+    figure_arg fa = {c, "spilled_bytes"};
+    assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
+    spw_id first = {objs[0].hi, objs[0].lo};
+    wire *w = wire_local(c, 0);
+    proto_enc *e = wire_begin(w, PROTO_OBJ_PIN, 500, 1);
+    proto_put_id(e, first);
+    assert_true(proto_enc_end(e, UINT32_MAX) > 0);
+    proto_enc_begin(e, &w->out, PROTO_OBJ_UNPIN, 501, 1);
+    proto_put_id(e, test_id(501));
+    assert_true(proto_enc_end(e, UINT32_MAX) > 0);
+    assert_true(wire_send(w, w->out.data, w->out.len));
+    assert_int_equal(wire_read(w), 1);
+    if (w->m.type != PROTO_PINNED || w->m.req != 500)
+        fail_msg("the request behind the waiting pin was answered first: %s req=%llu",
+                 proto_type_name(w->m.type), (unsigned long long)w->m.req);
+    assert_int_equal(w->m.f[F_PINNED_SIZE].u, n);
+    wire_expect_error(w, 501, SPW_ENOTHELD);
+    e = wire_begin(w, PROTO_OBJ_UNPIN, 502, 1);
+    proto_put_id(e, first);
+    wire_end(w);
+    send_obj_read(w, 503, test_id(503), 0, 1); /* the unpin was taken: the next is answered */
+    wire_expect_error(w, 503, SPW_ENOOBJ);
+    wire_close(w);
+    assert_int_equal(spillway_release_many(cl, objs, 8), 0);
+    spillway_close(cl);
+    assert_store_used_reaches(c, 0);
     assert_true(e2e_cluster_idle(c, 20000));
     assert_true(cluster_stop(c));
 }
@@ -3329,6 +3398,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
     cmocka_unit_test_teardown(arena_requests_on_the_peer_port_are_enotsup, teardown),
     cmocka_unit_test_teardown(local_create_waiting_for_room_holds_the_next_requests, teardown),
+    cmocka_unit_test_teardown(local_pin_waiting_for_a_restore_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),

@@ -582,6 +582,8 @@ static void pin_got(void *arg, int status, ost_obj *o)
     pin_req *r = arg;
     wsrv *srv = r->srv;
     srv->refs--;
+    if (!srv->closed)
+        proto_conn_resume(srv->conn); /* the requests held behind the pin may come now */
     if (srv->closed || status != 0) {
         if (status == 0)
             ost_obj_unpin(srv->w->store, o);
@@ -619,6 +621,9 @@ static void obj_pin(wsrv *srv, const proto_msg *m)
                          spw_id_hex(id, hex));
         return;
     }
+    /* Nothing more from this client until the pin is answered (a spilled object is restored
+     * first): else each OBJ_PIN it sends meanwhile would queue one more waiting restore. */
+    proto_conn_pause(srv->conn);
     pin_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (pin_req){srv, id, m->req};
     srv->refs++;
