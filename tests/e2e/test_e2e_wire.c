@@ -946,6 +946,51 @@ static void hello_with_wrong_version_is_eversion(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Lines of a daemon's log that contain needle. */
+static int log_lines(const h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log, "re");
+    if (f == NULL)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Handshakes refused before the peer proved anything (a wrong proof, a wrong version, a first
+ * frame that is not HELLO) are logged like the other refusals anyone can cause: at most once
+ * per 10 s, with a count of the rest. 100 of them used to write 100 warnings, so anyone who
+ * can reach the port could fill the daemon's log. Each is still answered and closed. */
+static void refused_handshakes_are_logged_at_most_once_per_10s(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(true);
+    const int n = 100;
+    for (int i = 0; i < n; i++) {
+        wire *w = wire_open(c->addr);
+        wire_challenge(w);
+        hello_args a = {i % 2 == 0 ? PROTO_VERSION : PROTO_VERSION + 1, PROTO_ROLE_CLIENT,
+                        "not-the-secret", false, NULL, 0};
+        wire_hello(w, &a);
+        wire_expect_error(w, 1, i % 2 == 0 ? SPW_EAUTH : SPW_EVERSION);
+        wire_expect_eof(w);
+        wire_close(w);
+    }
+    /* Each connection's log line was written before its ERROR went out. */
+    int auth = log_lines(&c->sched, "authentication failed");
+    int version = log_lines(&c->sched, "protocol version");
+    if (auth + version >= 10)
+        fail_msg("%d refused handshakes wrote %d + %d log lines", n, auth, version);
+    assert_true(auth + version >= 1); /* not silent either */
+    wire *w = wire_client(c);
+    wire_expect_status(w, 2);
+    wire_close(w);
+    assert_true(cluster_stop(c));
+}
+
 static void hello_with_wrong_proof_is_eauth(void **state)
 {
     (void)state;
@@ -3377,6 +3422,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(stalled_handshakes_do_not_block_others, teardown),
     cmocka_unit_test_teardown(hello_with_wrong_version_is_eversion, teardown),
     cmocka_unit_test_teardown(hello_with_wrong_proof_is_eauth, teardown),
+    cmocka_unit_test_teardown(refused_handshakes_are_logged_at_most_once_per_10s, teardown),
     cmocka_unit_test_teardown(first_message_not_hello_is_eproto, teardown),
     cmocka_unit_test_teardown(unknown_message_type_is_skipped_and_connection_stays_usable,
                               teardown),
