@@ -1514,6 +1514,35 @@ static void cgroup_taskmem_unwritable_swap_max_fails_the_setup(void **state)
     assert_int_equal(rc, -EISDIR);
 }
 
+/* A task limit so large that adding the executor's own 32 MiB passes 2^64 (a huge
+ * --task-memory-limit meant as "no real limit") gives memory.max "max", not the wrapped sum:
+ * that was about 32 MiB, and every task was OOM-killed. */
+static void cgroup_taskmem_huge_limit_does_not_wrap(void **state)
+{
+    (void)state;
+    char dir[64], path[128], got[64] = "";
+    fake_cgroup(dir, sizeof dir);
+    wrk *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->opts.task_mem_limit = UINT64_MAX - 1;
+    w->nexec = 1;
+    wrk__cgroup_fake_dir = dir;
+    int rc = wrk__cgroup_setup(w);
+    wrk__cgroup_fake_dir = NULL;
+    wrk__cgroup_cleanup(w);
+    free(w);
+    snprintf(path, sizeof path, "%s/exec-0/memory.max", dir);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(got, sizeof got, f) == NULL)
+            got[0] = '\0';
+        fclose(f);
+    }
+    rm_tree(dir);
+    assert_int_equal(rc, 0);
+    assert_string_equal(got, "max\n");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1541,6 +1570,7 @@ static const struct CMUnitTest tests[] = {
                               exec_teardown),
     cmocka_unit_test_teardown(executor_leaves_cleanly_on_a_frame_it_cannot_read, exec_teardown),
     cmocka_unit_test(cgroup_taskmem_unwritable_swap_max_fails_the_setup),
+    cmocka_unit_test(cgroup_taskmem_huge_limit_does_not_wrap),
 };
 
 SPW_TEST_MAIN(tests)

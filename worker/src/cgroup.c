@@ -124,9 +124,11 @@ int wrk__cgroup_setup(wrk *w)
                 spw_strerror(rc));
         return rc;
     }
-    char max[32];
-    snprintf(max, sizeof max, "%llu\n",
-             (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
+    /* A limit within 32 MiB of 2^64 would wrap to a tiny one: past that, no limit at all. */
+    char max[32] = "max\n";
+    if (w->opts.task_mem_limit <= UINT64_MAX - EXEC_BASELINE)
+        snprintf(max, sizeof max, "%llu\n",
+                 (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
     for (uint32_t i = 0; i < w->nexec; i++) {
         snprintf(path, sizeof path, "%s/exec-%u", dir, i);
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
