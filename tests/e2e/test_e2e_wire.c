@@ -6,6 +6,7 @@
  * under LeakSanitizer). Reads block with a timeout, waiting for the expected frame; nothing
  * sleeps to synchronise. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -1987,6 +1989,75 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
     assert_true(cluster_stop(c));
 }
 
+/* Descriptors of process pid that are a memfd named name. */
+static int proc_memfds_named(int pid, const char *name)
+{
+    char dir[64], want[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+    snprintf(want, sizeof want, "/memfd:%s ", name);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        char path[400], target[256];
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        n += strncmp(target, want, strlen(want)) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Descriptors a local client attaches to its frames (SCM_RIGHTS), which the worker never asks
+ * for, are not kept by the worker: its local connections read without taking ancillary data,
+ * so the kernel closes them. 20 frames with 3 memfds each leave none open in the worker. */
+static void descriptors_sent_to_the_local_socket_are_not_kept(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    int pid = (int)c->workers[0].pid;
+    wire *w = wire_local(c, 0);
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = memfd_create("spw-sent", MFD_CLOEXEC);
+        assert_true(fds[i] >= 0);
+    }
+    for (uint64_t req = 600; req < 620; req++) {
+        proto_enc *e = wire_begin(w, PROTO_OBJ_UNPIN, req, 1);
+        proto_put_id(e, test_id(req));
+        assert_true(proto_enc_end(e, UINT32_MAX) > 0);
+        struct iovec iov = {w->out.data, w->out.len};
+        union {
+            char buf[CMSG_SPACE(sizeof fds)];
+            struct cmsghdr align;
+        } ctl;
+        memset(&ctl, 0, sizeof ctl);
+        struct msghdr mh = {0};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof fds);
+        memcpy(CMSG_DATA(cm), fds, sizeof fds);
+        assert_int_equal(sendmsg(w->fd, &mh, MSG_NOSIGNAL), (ssize_t)w->out.len);
+        wire_expect_error(w, req, SPW_ENOTHELD); /* read and answered: its descriptors too */
+    }
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    assert_int_equal(proc_memfds_named(pid, "spw-sent"), 0);
+    wire_close(w);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 static void obj_read_range_outside_object_is_einval(void **state)
 {
     (void)state;
@@ -3445,6 +3516,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(arena_requests_on_the_peer_port_are_enotsup, teardown),
     cmocka_unit_test_teardown(local_create_waiting_for_room_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(local_pin_waiting_for_a_restore_holds_the_next_requests, teardown),
+    cmocka_unit_test_teardown(descriptors_sent_to_the_local_socket_are_not_kept, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),
