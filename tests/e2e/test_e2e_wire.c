@@ -2058,6 +2058,56 @@ static void descriptors_sent_to_the_local_socket_are_not_kept(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* One local connection may pin one object at most 4096 times at once (a count the store's
+ * 32-bit pin count can take from every connection the worker admits); the next pin is
+ * refused with SPW_ELIMIT and changes nothing, an unpin makes room again, and hanging up
+ * drops them all. Without a cap a client pinning in a loop would wrap the object's pin
+ * count to 0, and the store would spill or free memory others are reading. */
+static void local_pins_of_one_object_are_capped(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    spillway *cl = e2e_connect(c);
+    const size_t n = 1u << 20;
+    uint8_t *data = calloc(1, n);
+    assert_non_null(data);
+    spillway_ref ref;
+    assert_int_equal(spillway_put(cl, data, n, &ref), 0);
+    free(data);
+    spw_id id = {ref.hi, ref.lo};
+    wire *w = wire_local(c, 0);
+    const uint32_t cap = 4096, batch = 1024;
+    for (uint32_t done = 0; done < cap; done += batch) {
+        spw_buf_reset(&w->out);
+        for (uint32_t i = 0; i < batch; i++) {
+            proto_enc_begin(&w->enc, &w->out, PROTO_OBJ_PIN, 1000 + done + i, 1);
+            proto_put_id(&w->enc, id);
+            assert_true(proto_enc_end(&w->enc, UINT32_MAX) > 0);
+        }
+        assert_true(wire_send(w, w->out.data, w->out.len));
+        for (uint32_t i = 0; i < batch; i++)
+            wire_await(w, PROTO_PINNED, 1000 + done + i);
+    }
+    proto_enc *e = wire_begin(w, PROTO_OBJ_PIN, 900, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    wire_expect_error(w, 900, SPW_ELIMIT);
+    e = wire_begin(w, PROTO_OBJ_UNPIN, 901, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    e = wire_begin(w, PROTO_OBJ_PIN, 902, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    wire_await(w, PROTO_PINNED, 902);
+    wire_close(w);
+    /* Every pin went with the connection: the released object is freed. */
+    assert_int_equal(spillway_release(cl, ref), 0);
+    spillway_close(cl);
+    assert_store_used_reaches(c, 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 static void obj_read_range_outside_object_is_einval(void **state)
 {
     (void)state;
@@ -3517,6 +3567,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_create_waiting_for_room_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(local_pin_waiting_for_a_restore_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(descriptors_sent_to_the_local_socket_are_not_kept, teardown),
+    cmocka_unit_test_teardown(local_pins_of_one_object_are_capped, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),

@@ -611,6 +611,12 @@ static void pin_got(void *arg, int status, ost_obj *o)
     spw_free(r);
 }
 
+/* Pins one local connection may hold on one object at once. The store counts an object's pins
+ * in 32 bits: even --max-connections at its most (1,000,000) connections at this cap stay
+ * under 2^32, so the count cannot wrap to 0 (which would let the store spill or free memory
+ * that is being read). libspillway pins once per view; past the cap its view is a copy. */
+#define LOCAL_PINS_MAX 4096u
+
 static void obj_pin(wsrv *srv, const proto_msg *m)
 {
     char hex[33];
@@ -619,6 +625,15 @@ static void obj_pin(wsrv *srv, const proto_msg *m)
     if (o == NULL || ost_obj_state(o) != OST_SEALED) {
         proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker",
                          spw_id_hex(id, hex));
+        return;
+    }
+    wpin *p;
+    HASH_FIND(hh, srv->pins, &id, sizeof id, p);
+    if (p != NULL && p->count >= LOCAL_PINS_MAX) {
+        /* One pin waits at a time (the connection is paused meanwhile): the count is exact. */
+        proto_conn_error(srv->conn, m->req, SPW_ELIMIT,
+                         "obj=%s: already pinned %u times by this connection",
+                         spw_id_hex(id, hex), p->count);
         return;
     }
     /* Nothing more from this client until the pin is answered (a spilled object is restored
