@@ -145,7 +145,7 @@ static void sweeper_cb(uv_timer_t *t)
                 proto_conn_close(c, SPW_ETIMEDOUT);
             } else {
                 if (c->server) /* anyone can leave a handshake hanging */
-                    conn__log_limited(ctx, LIM_HANDSHAKE, "peer=%s handshake timed out",
+                    conn__log_limited(ctx, LIM_HS_TIMEOUT, "peer=%s handshake timed out",
                                       c->peer);
                 else
                     spw_log(SPW_LOG_WARN, "peer=%s handshake timed out", c->peer);
