@@ -96,7 +96,13 @@ void conn__send_challenge(proto_conn *c)
 
 void conn__refuse(proto_conn *c, uint64_t req, int code, const char *why)
 {
-    spw_log(SPW_LOG_WARN, "peer=%s refused: %s err=%s", c->peer, why, spw_err_name(code));
+    /* Anyone who can connect can be refused before proving anything, as often as it likes:
+     * that is logged like the other refusals anyone can cause, once per LIMIT_LOG_MS. */
+    if (c->server && c->state != ST_READY)
+        conn__log_limited(c->ctx, LIM_REFUSED, "peer=%s refused: %s err=%s", c->peer, why,
+                          spw_err_name(code));
+    else
+        spw_log(SPW_LOG_WARN, "peer=%s refused: %s err=%s", c->peer, why, spw_err_name(code));
     proto_conn_error(c, req, code, "%s", why);
     proto_conn_close(c, code);
 }

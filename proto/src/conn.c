@@ -144,7 +144,11 @@ static void sweeper_cb(uv_timer_t *t)
                 spw_log(SPW_LOG_WARN, "peer=%s connect timed out", c->peer);
                 proto_conn_close(c, SPW_ETIMEDOUT);
             } else {
-                spw_log(SPW_LOG_WARN, "peer=%s handshake timed out", c->peer);
+                if (c->server) /* anyone can leave a handshake hanging */
+                    conn__log_limited(ctx, LIM_HS_TIMEOUT, "peer=%s handshake timed out",
+                                      c->peer);
+                else
+                    spw_log(SPW_LOG_WARN, "peer=%s handshake timed out", c->peer);
                 proto_conn_close(c, SPW_ETIMEDOUT);
             }
         }

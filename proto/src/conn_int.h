@@ -51,7 +51,15 @@
 #define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
 
 /* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
-enum { LIM_CAP, LIM_CLIENT_CAP, LIM_ACCEPT, LIM_LOCAL, LIM_COUNT };
+enum {
+    LIM_CAP,
+    LIM_CLIENT_CAP,
+    LIM_ACCEPT,
+    LIM_LOCAL,
+    LIM_REFUSED,    /* a handshake refused before the peer proved the secret */
+    LIM_HS_TIMEOUT, /* an accepted connection's handshake that never finished */
+    LIM_COUNT
+};
 
 typedef struct borrow {
     size_t at; /* offset in the owned buffer where these bytes go */

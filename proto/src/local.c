@@ -11,6 +11,25 @@ void proto_listener_allow_group(proto_listener *l, unsigned gid)
     l->group = (gid_t)gid;
 }
 
+/* Whether the group is among the peer's supplementary groups (SO_PEERGROUPS), however many it
+ * has: past what fits the buffer on the stack, the kernel says ERANGE with the length needed. */
+static bool peer_in_group(int fd, gid_t group)
+{
+    gid_t small[256], *groups = small;
+    socklen_t glen = sizeof small;
+    int r = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen);
+    if (r != 0 && errno == ERANGE && glen > sizeof small && glen <= 65536 * sizeof(gid_t)) {
+        groups = spw_try_malloc(SPW_MOD_PROTO, glen);
+        r = groups != NULL ? getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) : -1;
+    }
+    bool member = false;
+    for (size_t i = 0; r == 0 && i < glen / sizeof groups[0] && !member; i++)
+        member = groups[i] == group;
+    if (groups != small)
+        spw_free(groups);
+    return member;
+}
+
 /* Whether the peer on a Unix socket may use it: our euid, root, or a member of the listener's
  * group. why gets the reason for a refusal. */
 static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_t peerlen,
@@ -30,13 +49,8 @@ static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_
     if (l->group_set) {
         if (cr.gid == l->group)
             return true;
-        gid_t groups[256];
-        socklen_t glen = sizeof groups;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
-            for (size_t i = 0; i < glen / sizeof groups[0]; i++)
-                if (groups[i] == l->group)
-                    return true;
-        }
+        if (peer_in_group(fd, l->group))
+            return true;
         snprintf(why, whylen,
                  "local socket: uid %u is neither the worker's uid %u, root, nor a member of "
                  "group %u (--local-group); use TCP",
@@ -48,6 +62,11 @@ static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_
              "use TCP",
              (unsigned)cr.uid, (unsigned)geteuid());
     return false;
+}
+
+bool proto_conn_is_local(const proto_conn *c)
+{
+    return c->is_unix && c->server;
 }
 
 static void on_unix_connection(uv_stream_t *server, int status)
@@ -253,10 +272,18 @@ static int read_full(int fd, uint8_t *p, size_t n, uint64_t deadline, int *passe
             return -errno;
         if (r == 0)
             return SPW_ECLOSED;
+        /* Every descriptor that came is ours now: the first one wanted is kept, the rest
+         * closed. A message can carry more than one even in this buffer (the kernel fits as
+         * many ints as the space after the header holds: two here); those that did not fit
+         * (MSG_CTRUNC) the kernel has closed. */
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
-            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+                cm->cmsg_len < CMSG_LEN(0))
+                continue;
+            size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < nfds; i++) {
                 int got;
-                memcpy(&got, CMSG_DATA(cm), sizeof got);
+                memcpy(&got, CMSG_DATA(cm) + i * sizeof got, sizeof got);
                 if (passed != NULL && *passed < 0)
                     *passed = got;
                 else

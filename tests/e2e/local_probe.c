@@ -3,7 +3,7 @@
  * socket gives it. Started by test_e2e_safe as root; it drops to UID:GID itself (setresgid,
  * setgroups, setresuid) so the test needs no setpriv.
  *
- *   spw_local_probe UID GID SCHEDULER WORKER_PID refused|allowed
+ *   spw_local_probe UID GID SCHEDULER WORKER_PID refused|allowed [SUPP_GID]
  *
  * refused: attaching to the worker's arena (read or write) fails with SPW_EAUTH, no arena
  *          descriptor is ever held, and a put and a get of 1 MiB through libspillway still
@@ -11,6 +11,7 @@
  * allowed: the read attach gives a read-only descriptor that cannot be mapped writable nor
  *          reopened read-write through /proc; the write attach gives a read-write one; a put and
  *          a zero-copy view return the right bytes.
+ * SUPP_GID: besides GID, the probe is in 300 other supplementary groups and then SUPP_GID.
  * Prints what it found; exit status 0 when everything matched, 1 otherwise.
  */
 #include <errno.h>
@@ -126,14 +127,25 @@ static int attach(const char *name, bool write, int *memfd, uint64_t *cap, int *
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: spw_local_probe UID GID SCHEDULER WORKER_PID refused|allowed\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: spw_local_probe UID GID SCHEDULER WORKER_PID refused|allowed "
+                        "[SUPP_GID]\n");
         return 2;
     }
     uid_t uid = (uid_t)atoi(argv[1]);
     gid_t gid = (gid_t)atoi(argv[2]);
     bool allowed = strcmp(argv[5], "allowed") == 0;
-    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
+    /* With SUPP_GID: 300 supplementary groups that mean nothing (40000..40299), then that one,
+     * more than fit a small buffer for SO_PEERGROUPS. */
+    static gid_t groups[301];
+    size_t ngroups = 0;
+    if (argc == 7) {
+        for (; ngroups < 300; ngroups++)
+            groups[ngroups] = (gid_t)(40000 + ngroups);
+        groups[ngroups++] = (gid_t)atoi(argv[6]);
+    }
+    if (setgroups(ngroups, ngroups > 0 ? groups : NULL) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(uid, uid, uid) != 0) {
         printf("FAIL cannot become %u:%u: %s\n", (unsigned)uid, (unsigned)gid, strerror(errno));
         return 1;
     }

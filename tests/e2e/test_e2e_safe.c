@@ -55,8 +55,10 @@ static void need_root(void)
     }
 }
 
-/* Runs spw_local_probe as nobody:nogroup against worker 0; its output goes to stderr. */
-static int run_probe(h_cluster *c, const char *mode)
+/* Runs spw_local_probe as nobody against worker 0, with nobody's own group as its primary
+ * group, or with gid and supp (a supplementary group after 300 others) when gid is not NULL;
+ * its output goes to stderr. */
+static int run_probe_as(h_cluster *c, const char *mode, const char *gid_arg, const char *supp)
 {
     struct passwd *pw = getpwnam("nobody");
     if (pw == NULL)
@@ -65,12 +67,18 @@ static int run_probe(h_cluster *c, const char *mode)
     snprintf(uid, sizeof uid, "%u", (unsigned)pw->pw_uid);
     snprintf(gid, sizeof gid, "%u", (unsigned)pw->pw_gid);
     snprintf(pid, sizeof pid, "%d", (int)c->workers[0].pid);
-    const char *argv[] = {h_bin("spw_local_probe"), uid, gid, c->addr, pid, mode, NULL};
+    const char *argv[] = {h_bin("spw_local_probe"), uid, gid_arg != NULL ? gid_arg : gid, c->addr,
+                          pid, mode, supp, NULL};
     char *out = NULL;
     int rc = h_run(argv, &out);
     fprintf(stderr, "--- spw_local_probe %s (exit %d):\n%s", mode, rc, out != NULL ? out : "");
     free(out);
     return rc;
+}
+
+static int run_probe(h_cluster *c, const char *mode)
+{
+    return run_probe_as(c, mode, NULL, NULL);
 }
 
 /* Another local user (nobody) is refused on the worker's abstract socket with SPW_EAUTH before
@@ -102,6 +110,29 @@ static void local_group_member_gets_read_only_arena_for_reads(void **state)
                                        "--local-group", "nogroup", NULL};
     h_worker_start(&g_cluster, args);
     assert_int_equal(run_probe(&g_cluster, "allowed"), 0);
+    assert_true(e2e_cluster_idle(&g_cluster, 20000));
+    assert_true(cluster_stop(&g_cluster));
+}
+
+/* A --local-group member whose membership is one supplementary group among more than 256 (the
+ * primary group another) gets in all the same: the peer's whole group list is read, however
+ * long. It used to be refused with SPW_EAUTH: SO_PEERGROUPS into a 256-entry buffer failed
+ * with ERANGE and that counted as not a member. */
+static void local_group_member_with_many_groups_gets_in(void **state)
+{
+    (void)state;
+    need_root();
+    struct group *gr = getgrnam("nogroup");
+    if (gr == NULL)
+        fail_msg("no group nogroup");
+    h_cluster_start(&g_cluster, false, NULL);
+    g_running = true;
+    static const char *const args[] = {"--slots", "1", "--store-capacity", "256M",
+                                       "--local-group", "nogroup", NULL};
+    h_worker_start(&g_cluster, args);
+    char supp[16];
+    snprintf(supp, sizeof supp, "%u", (unsigned)gr->gr_gid);
+    assert_int_equal(run_probe_as(&g_cluster, "allowed", "39999", supp), 0);
     assert_true(e2e_cluster_idle(&g_cluster, 20000));
     assert_true(cluster_stop(&g_cluster));
 }
@@ -891,6 +922,7 @@ static void put_to_a_stopped_worker_times_out(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
     cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
+    cmocka_unit_test_teardown(local_group_member_with_many_groups_gets_in, teardown),
     cmocka_unit_test_teardown(connection_cap_refuses_clients_but_not_workers_or_ctl, teardown),
     cmocka_unit_test_teardown(worker_connection_cap_keeps_room_for_workers, teardown),
     cmocka_unit_test_teardown(accept_survives_emfile_without_spinning, teardown),

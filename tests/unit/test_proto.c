@@ -5,12 +5,20 @@
 #include "spillway/daemon.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <sodium.h>
+
+#include "spillway/conn.h"
 
 #include "proto_samples.h"
 #include "test_main.h"
@@ -746,6 +754,180 @@ static void payload_splits_off_every_data_frame(void **state)
     msgpack_zone_destroy(&z);
 }
 
+/* ------------------------------------------------- local attach, fake worker */
+
+/* Sends the frame in b with the descriptors fds[0..nfds) attached (SCM_RIGHTS). */
+static void fake_send(int sock, const spw_buf *b, const int *fds, int nfds)
+{
+    struct iovec iov = {b->data, b->len};
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (nfds > 0) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+    }
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)b->len)
+        _exit(10);
+}
+
+/* Reads one frame into b and decodes it; exits the (child) process on any failure. */
+static void fake_recv(int sock, spw_buf *b, msgpack_zone *z, proto_msg *m, uint32_t type)
+{
+    proto_limits lim;
+    proto_limits_default(&lim);
+    spw_buf_reset(b);
+    for (;;) {
+        int rc = proto_decode(b->data, b->len, &lim, z, m);
+        if (rc > 0)
+            break;
+        if (rc < 0 || spw_buf_reserve(b, 4096) != 0)
+            _exit(11);
+        ssize_t n = recv(sock, b->data + b->len, b->cap - b->len, 0);
+        if (n <= 0)
+            _exit(12);
+        b->len += (size_t)n;
+    }
+    if (m->type != type)
+        _exit(13);
+}
+
+/* A fake worker with no secret on the listening socket lsock: answers one local attach
+ * properly, except that it attaches two stray memfds named "spw-stray" to CHALLENGE and one
+ * more to ARENA, after the arena itself. Exits 0 once the client hung up. */
+static void fake_worker(int lsock)
+{
+    int sock = accept(lsock, NULL, NULL);
+    if (sock < 0)
+        _exit(14);
+    int stray[2] = {memfd_create("spw-stray", 0), memfd_create("spw-stray", 0)};
+    int arena = memfd_create("spw-arena", 0);
+    if (stray[0] < 0 || stray[1] < 0 || arena < 0 || ftruncate(arena, 1 << 16) != 0)
+        _exit(15);
+    spw_buf b = {0}, in = {0};
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    proto_msg m;
+    proto_enc e;
+    uint8_t nonce[PROTO_NONCE_LEN], peer_nonce[PROTO_NONCE_LEN];
+    randombytes_buf(nonce, sizeof nonce);
+    proto_enc_challenge(&e, &b, 0,
+                        &(proto_challenge_msg){.version = PROTO_VERSION,
+                                               .nonce = {nonce, sizeof nonce},
+                                               .role = PROTO_ROLE_WORKER});
+    proto_enc_end(&e, UINT32_MAX);
+    fake_send(sock, &b, stray, 2);
+    fake_recv(sock, &in, &z, &m, PROTO_HELLO);
+    memcpy(peer_nonce, m.f[F_HELLO_NONCE].bin.ptr, sizeof peer_nonce);
+    uint8_t proof[PROTO_PROOF_LEN], role = PROTO_ROLE_WORKER;
+    static const uint8_t no_key[1] = {0};
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, no_key, 0);
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)"spillway-welcome", 16);
+    crypto_auth_hmacsha256_update(&st, peer_nonce, sizeof peer_nonce);
+    crypto_auth_hmacsha256_update(&st, nonce, sizeof nonce);
+    crypto_auth_hmacsha256_update(&st, &role, 1);
+    crypto_auth_hmacsha256_final(&st, proof);
+    spw_buf_reset(&b);
+    proto_enc_welcome(&e, &b, 1,
+                      &(proto_welcome_msg){.proof = {proof, sizeof proof},
+                                           .session = 1,
+                                           .inline_limit = 1024,
+                                           .chunk = 65536,
+                                           .max_frame = 1 << 20});
+    proto_enc_end(&e, UINT32_MAX);
+    fake_send(sock, &b, NULL, 0);
+    fake_recv(sock, &in, &z, &m, PROTO_ARENA_MAP);
+    spw_buf_reset(&b);
+    proto_enc_arena(&e, &b, m.req, &(proto_arena_msg){.capacity = 1 << 16});
+    proto_enc_end(&e, UINT32_MAX);
+    fake_send(sock, &b, (int[]){arena, stray[0]}, 2);
+    char c;
+    while (recv(sock, &c, 1, 0) > 0)
+        ;
+    _exit(0);
+}
+
+/* Open descriptors of this process that are a memfd named name. */
+static int memfds_named(const char *name)
+{
+    char want[64];
+    snprintf(want, sizeof want, "/memfd:%s ", name); /* the link ends in " (deleted)" */
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        char path[300], target[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", ent->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        n += strncmp(target, want, strlen(want)) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Descriptors a local socket's server attaches where none is expected (the handshake), or more
+ * than the one expected (the arena), are closed by the client, never kept open: a
+ * descriptor past the first in a message used to stay open in the client for good. */
+static void local_attach_closes_descriptors_it_did_not_ask_for(void **state)
+{
+    (void)state;
+    assert_true(sodium_init() >= 0);
+    char name[64];
+    snprintf(name, sizeof name, "@spw-test-fd-%d", (int)getpid());
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    memcpy(sun.sun_path + 1, name + 1, strlen(name) - 1);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name));
+    int lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lsock >= 0);
+    assert_int_equal(bind(lsock, (struct sockaddr *)&sun, alen), 0);
+    assert_int_equal(listen(lsock, 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        fake_worker(lsock);
+    close(lsock);
+
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.name = "test_proto";
+    proto_ctx *ctx;
+    assert_int_equal(proto_ctx_new(&loop, &o, &ctx), 0);
+    int sock = -1, memfd = -1;
+    uint64_t cap = 0;
+    int rc = proto_local_attach(ctx, name, 10000, false, &sock, &memfd, &cap);
+    proto_ctx_close(ctx, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(cap, 1 << 16);
+    assert_int_equal(memfds_named("spw-arena"), 1);
+    int stray = memfds_named("spw-stray");
+    close(sock);
+    close(memfd);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(stray, 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
@@ -766,6 +948,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(addresses_with_names_and_ipv6_parse),
     cmocka_unit_test(heap_counters_return_to_zero),
     cmocka_unit_test(optional_trailing_fields_may_be_absent),
+    cmocka_unit_test(local_attach_closes_descriptors_it_did_not_ask_for),
 };
 
 SPW_TEST_MAIN(tests)

@@ -6,6 +6,7 @@
  * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
  * tables after every step.
  */
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1436,6 +1438,111 @@ static void executor_leaves_cleanly_on_a_frame_it_cannot_read(void **state)
     }
 }
 
+/* ------------------------------------------------------------ cgroup setup */
+
+static void put_file(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A cgroup v2 directory delegated to this process, made of plain files: the memory controller
+ * available, this process alone in it. */
+static void fake_cgroup(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/spw-test-cg-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    put_file(dir, "cgroup.controllers", "cpu io memory pids\n");
+    put_file(dir, "cgroup.procs", pid);
+    put_file(dir, "cgroup.subtree_control", "");
+}
+
+static void rm_tree(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* An executor's memory.swap.max that exists but cannot be written fails the cgroup setup (the
+ * worker then limits tasks with RLIMIT_DATA), instead of leaving a cgroup whose task swaps
+ * past its memory.max rather than failing with SPW_ETASKMEM. Only an absent file (no swap
+ * accounting: nothing to limit) is passed over. It used to be ignored whatever the error. */
+static void cgroup_taskmem_unwritable_swap_max_fails_the_setup(void **state)
+{
+    (void)state;
+    char dir[64], sub[128];
+    fake_cgroup(dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/exec-1", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(sub, sizeof sub, "%s/exec-1/memory.swap.max", dir);
+    assert_int_equal(mkdir(sub, 0755), 0); /* exists; opening it for writing fails (EISDIR) */
+    wrk *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->opts.task_mem_limit = 64u << 20;
+    w->nexec = 2;
+    wrk__cgroup_fake_dir = dir;
+    int rc = wrk__cgroup_setup(w);
+    wrk__cgroup_fake_dir = NULL;
+    bool got = w->cgroup != NULL;
+    wrk__cgroup_cleanup(w);
+    free(w);
+    /* The same without the unwritable file: set up, and memory.swap.max absent is fine. */
+    char dir2[64];
+    fake_cgroup(dir2, sizeof dir2);
+    wrk *w2 = calloc(1, sizeof *w2);
+    assert_non_null(w2);
+    w2->opts.task_mem_limit = 64u << 20;
+    w2->nexec = 2;
+    wrk__cgroup_fake_dir = dir2;
+    int rc2 = wrk__cgroup_setup(w2);
+    wrk__cgroup_fake_dir = NULL;
+    bool set_up = w2->cgroup != NULL;
+    wrk__cgroup_cleanup(w2);
+    free(w2);
+    rm_tree(dir);
+    rm_tree(dir2);
+    assert_int_equal(rc2, 0);
+    assert_true(set_up);
+    assert_false(got);
+    assert_int_equal(rc, -EISDIR);
+}
+
+/* A task limit so large that adding the executor's own 32 MiB passes 2^64 (a huge
+ * --task-memory-limit meant as "no real limit") gives memory.max "max", not the wrapped sum:
+ * that was about 32 MiB, and every task was OOM-killed. */
+static void cgroup_taskmem_huge_limit_does_not_wrap(void **state)
+{
+    (void)state;
+    char dir[64], path[128], got[64] = "";
+    fake_cgroup(dir, sizeof dir);
+    wrk *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->opts.task_mem_limit = UINT64_MAX - 1;
+    w->nexec = 1;
+    wrk__cgroup_fake_dir = dir;
+    int rc = wrk__cgroup_setup(w);
+    wrk__cgroup_fake_dir = NULL;
+    wrk__cgroup_cleanup(w);
+    free(w);
+    snprintf(path, sizeof path, "%s/exec-0/memory.max", dir);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(got, sizeof got, f) == NULL)
+            got[0] = '\0';
+        fclose(f);
+    }
+    rm_tree(dir);
+    assert_int_equal(rc, 0);
+    assert_string_equal(got, "max\n");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1462,6 +1569,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_fails_an_allocation_answered_with_no_error_code,
                               exec_teardown),
     cmocka_unit_test_teardown(executor_leaves_cleanly_on_a_frame_it_cannot_read, exec_teardown),
+    cmocka_unit_test(cgroup_taskmem_unwritable_swap_max_fails_the_setup),
+    cmocka_unit_test(cgroup_taskmem_huge_limit_does_not_wrap),
 };
 
 SPW_TEST_MAIN(tests)

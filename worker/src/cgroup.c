@@ -40,10 +40,16 @@ static int write_file(const char *dir, const char *name, const char *value)
     return rc;
 }
 
+const char *wrk__cgroup_fake_dir;
+
 /* Our cgroup v2 path ("0::/a/b" in /proc/self/cgroup) when the unified hierarchy is mounted at
  * /sys/fs/cgroup (pure cgroup v2, not hybrid). */
 static int own_cgroup(char *out, size_t outlen)
 {
+    if (wrk__cgroup_fake_dir != NULL) {
+        snprintf(out, outlen, "%s", wrk__cgroup_fake_dir);
+        return 0;
+    }
     struct statfs sf;
     if (statfs(CG_ROOT, &sf) != 0 || (unsigned long)sf.f_type != CGROUP2_SUPER_MAGIC)
         return SPW_ENOTSUP;
@@ -118,9 +124,11 @@ int wrk__cgroup_setup(wrk *w)
                 spw_strerror(rc));
         return rc;
     }
-    char max[32];
-    snprintf(max, sizeof max, "%llu\n",
-             (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
+    /* A limit within 32 MiB of 2^64 would wrap to a tiny one: past that, no limit at all. */
+    char max[32] = "max\n";
+    if (w->opts.task_mem_limit <= UINT64_MAX - EXEC_BASELINE)
+        snprintf(max, sizeof max, "%llu\n",
+                 (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
     for (uint32_t i = 0; i < w->nexec; i++) {
         snprintf(path, sizeof path, "%s/exec-%u", dir, i);
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
@@ -128,7 +136,16 @@ int wrk__cgroup_setup(wrk *w)
         rc = write_file(path, "memory.max", max);
         if (rc != 0)
             return rc;
-        write_file(path, "memory.swap.max", "0\n"); /* absent without swap accounting */
+        /* Without swap.max 0 a task at its memory.max is swapped out rather than failing with
+         * SPW_ETASKMEM: the limit would not hold. The file is absent without swap accounting
+         * (nothing to limit then); present and not written, the cgroup is not usable. */
+        char swap[4400];
+        snprintf(swap, sizeof swap, "%s/memory.swap.max", path);
+        if (access(swap, F_OK) == 0 && (rc = write_file(path, "memory.swap.max", "0\n")) != 0) {
+            spw_log(SPW_LOG_WARN, "cgroup %s: cannot write memory.swap.max: %s", path,
+                    spw_strerror(rc));
+            return rc;
+        }
     }
     w->cgroup = spw_strdup(SPW_MOD_WORKER, dir);
     return 0;

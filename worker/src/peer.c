@@ -582,6 +582,8 @@ static void pin_got(void *arg, int status, ost_obj *o)
     pin_req *r = arg;
     wsrv *srv = r->srv;
     srv->refs--;
+    if (!srv->closed)
+        proto_conn_resume(srv->conn); /* the requests held behind the pin may come now */
     if (srv->closed || status != 0) {
         if (status == 0)
             ost_obj_unpin(srv->w->store, o);
@@ -609,6 +611,12 @@ static void pin_got(void *arg, int status, ost_obj *o)
     spw_free(r);
 }
 
+/* Pins one local connection may hold on one object at once. The store counts an object's pins
+ * in 32 bits: even --max-connections at its most (1,000,000) connections at this cap stay
+ * under 2^32, so the count cannot wrap to 0 (which would let the store spill or free memory
+ * that is being read). libspillway pins once per view; past the cap its view is a copy. */
+#define LOCAL_PINS_MAX 4096u
+
 static void obj_pin(wsrv *srv, const proto_msg *m)
 {
     char hex[33];
@@ -619,6 +627,18 @@ static void obj_pin(wsrv *srv, const proto_msg *m)
                          spw_id_hex(id, hex));
         return;
     }
+    wpin *p;
+    HASH_FIND(hh, srv->pins, &id, sizeof id, p);
+    if (p != NULL && p->count >= LOCAL_PINS_MAX) {
+        /* One pin waits at a time (the connection is paused meanwhile): the count is exact. */
+        proto_conn_error(srv->conn, m->req, SPW_ELIMIT,
+                         "obj=%s: already pinned %u times by this connection",
+                         spw_id_hex(id, hex), p->count);
+        return;
+    }
+    /* Nothing more from this client until the pin is answered (a spilled object is restored
+     * first): else each OBJ_PIN it sends meanwhile would queue one more waiting restore. */
+    proto_conn_pause(srv->conn);
     pin_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (pin_req){srv, id, m->req};
     srv->refs++;
@@ -647,6 +667,8 @@ static void obj_unpin(wsrv *srv, const proto_msg *m)
 static void local_created(void *arg, int status, ost_obj *o)
 {
     wsrv *srv = ((upload_req *)arg)->srv;
+    if (!srv->closed)
+        proto_conn_resume(srv->conn); /* the requests held behind the create may come now */
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
@@ -677,6 +699,9 @@ static void obj_create(wsrv *srv, const proto_msg *m)
     u->gen = srv->w->gen;
     HASH_ADD(hh, srv->uploads, id, sizeof u->id, u);
     HASH_ADD(hh_all, srv->w->uploads, id, sizeof u->id, u);
+    /* Nothing more from this client until the object has room (as for a TCP upload): else
+     * each OBJ_CREATE it sends meanwhile would queue one more waiting allocation. */
+    proto_conn_pause(srv->conn);
     upload_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (upload_req){srv, id};
     srv->refs++;
@@ -731,8 +756,23 @@ static void *peer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
     return wrk__sink_into(srv->w, &srv->sink_obj, u->obj, off);
 }
 
+/* The zero-copy requests: they hand out the arena or arena offsets, and pin or reserve store
+ * memory for a peer that writes and reads it in place. */
+static bool local_only(uint32_t type)
+{
+    return type == PROTO_ARENA_MAP || type == PROTO_OBJ_PIN || type == PROTO_OBJ_UNPIN ||
+           type == PROTO_OBJ_CREATE || type == PROTO_OBJ_SEAL;
+}
+
 static void peer_msg_handle(wsrv *srv, proto_conn *c, const proto_msg *m)
 {
+    if (local_only(m->type) && !proto_conn_is_local(c)) {
+        /* Over TCP they would let a remote peer pin objects, or hold memory that no stall
+         * timeout reclaims and seal it unwritten, with no mapping to use any of it. */
+        proto_conn_error(c, m->req, SPW_ENOTSUP, "%s is only valid on the local socket",
+                         proto_type_name(m->type));
+        return;
+    }
     switch (m->type) {
     case PROTO_OBJ_WRITE:
         upload_chunk(srv, m);

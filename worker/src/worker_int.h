@@ -319,6 +319,9 @@ int wrk__cgroup_setup(wrk *w);
 void wrk__cgroup_cleanup(wrk *w);
 int wrk__cgroup_exec_dir(wrk *w, uint32_t idx, char *out, size_t outlen);
 uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx);
+/* Test hook: a plain directory that stands in for the worker's own cgroup v2 directory
+ * (the cgroup2 mount and /proc/self/cgroup are not consulted); NULL in the daemon. */
+extern const char *wrk__cgroup_fake_dir;
 /* The scheduler is gone: queued tasks are dropped now, others when they finish. */
 void wrk__tasks_drop(wrk *w);
 

@@ -171,6 +171,9 @@ const char *proto_conn_peer(const proto_conn *c);
 /** What the server said in WELCOME (client side), or what we sent (server side). */
 const proto_welcome *proto_conn_welcome(const proto_conn *c);
 bool proto_conn_is_closing(const proto_conn *c);
+/** Whether c came through a Unix-socket listener (proto_listen_unix): its peer passed the
+ * credential check there. */
+bool proto_conn_is_local(const proto_conn *c);
 
 /** The buffer to build the next frame in: proto_enc_NAME(&e, proto_conn_out(c), req, &m), then
  * proto_conn_send (or proto_conn_send_borrowed / proto_conn_send_fd). */
