@@ -77,8 +77,12 @@ int ost_store_new(uv_loop_t *loop, const ost_opts *o, ost_store **out)
         goto fail;
     char mname[64];
     snprintf(mname, sizeof mname, "spillway-%s", s->name);
-    s->fd = memfd_create(mname, MFD_CLOEXEC);
-    if (s->fd < 0 || ftruncate(s->fd, (off_t)s->capacity) != 0) {
+    s->fd = memfd_create(mname, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    /* Sealed at its size: a local client given the read-write descriptor could otherwise
+     * truncate it, and every process mapping the arena (this one first) would die of SIGBUS.
+     * Punching holes (ost_store_trim) changes no size and stays allowed. */
+    if (s->fd < 0 || ftruncate(s->fd, (off_t)s->capacity) != 0 ||
+        fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         rc = -errno;
         spw_log(SPW_LOG_ERR, "store=%s arena of %llu bytes: %s", s->name,
                 (unsigned long long)s->capacity, strerror(errno));

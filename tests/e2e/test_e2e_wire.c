@@ -1943,8 +1943,8 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
 {
     (void)state;
     h_cluster *c = cluster_bare(false);
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c->dir);
+    char dir[sizeof c->dir + 8];
+    snprintf(dir, sizeof dir, "%.*s/spill", (int)sizeof c->dir - 1, c->dir);
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
                                  NULL};
     h_worker_start(c, wargs);

@@ -2,6 +2,8 @@
  * allocations, and the exactness of its figures. */
 #include "spillway/objstore.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -68,6 +70,33 @@ static void ost_lifecycle_returns_used_to_zero(void **state)
     assert_int_equal(st.objs_mem, 0);
     assert_int_equal(st.objs_total, 0);
     assert_int_equal(st.peak_used, 12288);
+    done(s);
+}
+
+/* The arena's memfd is sealed at its size: a local client given the read-write descriptor
+ * cannot truncate it (every process mapping it, the worker first, would die of SIGBUS) nor grow
+ * it; punching holes (the store's trim) still works. */
+static void ost_arena_cannot_be_resized(void **state)
+{
+    (void)state;
+    ost_store *s = mk(1 << 20);
+    int fd = ost_store_fd(s);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 0), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(fd, 2 << 20), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, 0), -1); /* and the seals stay */
+    assert_int_equal(errno, EPERM);
+    ost_obj *o;
+    assert_int_equal(ost_obj_create(s, id(1), 10000, &o), 0);
+    memset(ost_obj_data(o), 0x5a, 10000);
+    assert_int_equal(ost_obj_seal(s, o), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    ost_store_trim(s);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_size, 1 << 20);
     done(s);
 }
 
@@ -406,6 +435,7 @@ static void ost_trim_hands_freed_pages_back(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ost_trim_hands_freed_pages_back),
     cmocka_unit_test(ost_lifecycle_returns_used_to_zero),
+    cmocka_unit_test(ost_arena_cannot_be_resized),
     cmocka_unit_test(ost_bad_requests_change_nothing),
     cmocka_unit_test(ost_delete_while_pinned_frees_at_last_unpin),
     cmocka_unit_test(ost_delete_while_being_written_frees_at_abort),

@@ -861,7 +861,15 @@ static void worker_fails_a_task_too_large_for_its_executor(void **state)
 /* Starts the built executor (spillway-worker --executor) on a socket and an arena memfd of its
  * own, as the worker does (fds 3 and 4), with the test plugin. Returns its pid; *sock is our
  * end of the socket. */
+static pid_t exec_spawn_limit(int *sock, const char *memlimit);
+
 static pid_t exec_spawn(int *sock)
+{
+    return exec_spawn_limit(sock, "0");
+}
+
+/* ...with a task memory limit (bytes, as the worker passes it; no cgroup: RLIMIT_DATA). */
+static pid_t exec_spawn_limit(int *sock, const char *memlimit)
 {
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -875,8 +883,8 @@ static pid_t exec_spawn(int *sock)
     if (pid == 0) {
         if (dup2(sv[1], 3) != 3 || dup2(arena, 4) != 4)
             _exit(127);
-        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", "0", "-", SPW_TEST_PLUGIN,
-              (char *)NULL);
+        execl(SPW_WORKER_EXE, SPW_WORKER_EXE, "--executor", cap, "3", memlimit, "-",
+              SPW_TEST_PLUGIN, (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -1543,6 +1551,46 @@ static void cgroup_taskmem_huge_limit_does_not_wrap(void **state)
     assert_string_equal(got, "max\n");
 }
 
+/* A task memory limit near 2^64 (no real bound) leaves the executor's data size unlimited; the
+ * base it adds its own use to used to wrap the sum to a few KiB, and every task allocating
+ * failed. The executor runs a task first, so the limit is set when it is read. */
+static void executor_huge_task_limit_leaves_data_unlimited(void **state)
+{
+    static pid_t pid;
+    signal(SIGPIPE, SIG_IGN);
+    int sock;
+    pid = exec_spawn_limit(&sock, "18446744073709551614");
+    *state = &pid;
+    spw_buf out = {0}, in = {0};
+    enc_exec(&out, 1, "inc", 41, PROTO_DEFAULT_INLINE_LIMIT);
+    write_all_test(sock, out.data, out.len);
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[1];
+    exec_answers(sock, &in, &used, &z, a, 1);
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    bool unlimited = false, seen = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "Max data size", 13) != 0)
+            continue;
+        seen = true;
+        fprintf(stderr, "%s", line);
+        unlimited = strstr(line + 13, "unlimited") != NULL &&
+                    strstr(strstr(line + 13, "unlimited") + 9, "unlimited") != NULL;
+    }
+    fclose(f);
+    assert_true(seen);
+    assert_true(unlimited);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_and_reports, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_batch_answers_a_bad_record_and_runs_the_rest, setup,
@@ -1571,6 +1619,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_leaves_cleanly_on_a_frame_it_cannot_read, exec_teardown),
     cmocka_unit_test(cgroup_taskmem_unwritable_swap_max_fails_the_setup),
     cmocka_unit_test(cgroup_taskmem_huge_limit_does_not_wrap),
+    cmocka_unit_test_teardown(executor_huge_task_limit_leaves_data_unlimited, exec_teardown),
 };
 
 SPW_TEST_MAIN(tests)

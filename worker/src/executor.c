@@ -547,7 +547,9 @@ static int limit_data(uint64_t limit)
     struct rlimit rl;
     if (getrlimit(RLIMIT_DATA, &rl) != 0)
         return -errno;
-    uint64_t want = (uint64_t)base_kib * 1024 + limit;
+    uint64_t base = (uint64_t)base_kib * 1024;
+    /* A limit near 2^64 (no real bound) would wrap the sum to a few bytes: no limit then. */
+    uint64_t want = limit > RLIM_INFINITY - base ? RLIM_INFINITY : base + limit;
     if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
         want = rl.rlim_max;
     rl.rlim_cur = (rlim_t)want;

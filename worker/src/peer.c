@@ -169,11 +169,13 @@ static void srv_flow(wsrv *srv)
 {
     if (srv->closed || proto_conn_is_closing(srv->conn))
         return;
+    if (srv->pin_waits > 0)
+        return; /* paused for a pin's restore: pin_got resumes */
     wupload *u, *tmp;
     HASH_ITER(hh, srv->uploads, u, tmp)
     {
         if (u->creating)
-            return; /* paused for room: upload_created resumes */
+            return; /* paused for room: upload_created (local_created) resumes */
     }
     if (proto_conn_writable(srv->conn)) {
         proto_conn_resume(srv->conn);
@@ -582,6 +584,7 @@ static void pin_got(void *arg, int status, ost_obj *o)
     pin_req *r = arg;
     wsrv *srv = r->srv;
     srv->refs--;
+    srv->pin_waits--;
     if (!srv->closed)
         proto_conn_resume(srv->conn); /* the requests held behind the pin may come now */
     if (srv->closed || status != 0) {
@@ -639,6 +642,7 @@ static void obj_pin(wsrv *srv, const proto_msg *m)
     /* Nothing more from this client until the pin is answered (a spilled object is restored
      * first): else each OBJ_PIN it sends meanwhile would queue one more waiting restore. */
     proto_conn_pause(srv->conn);
+    srv->pin_waits++;
     pin_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (pin_req){srv, id, m->req};
     srv->refs++;
