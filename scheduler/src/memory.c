@@ -11,11 +11,12 @@
  * are skipped; objects a store holds that the directory does not know are listed as orphans:
  * memory nobody can release.
  * A worker's list is kept as it came: each OBJ_LIST frame's records are copied into one flat
- * array (mchunk), with no allocation per object, and indexed by id from the idle handle,
- * SCHED_MEMQ_SCAN records per loop turn, once every worker answered; the query is freed chunk by
- * chunk. Taking in a list cost one hash entry and one allocation per object in the turn it
- * came (about 370 ms of stalled loop for 819k objects, release build), and as many frees in the
- * turn the query ended (about 100 ms).
+ * array (mchunk), with no allocation per object, and indexed by id from the idle handle once
+ * every worker answered: the index's table a segment per loop turn, then SCHED_MEMQ_SCAN records
+ * per turn. The orphan pass frees the index a segment per turn and the chunks it has passed, so
+ * the turn the query ends frees little. Taking in a list cost one hash entry and one allocation
+ * per object in the turn it came (about 370 ms of stalled loop for 819k objects, release build),
+ * and as many frees in the turn the query ended (about 100 ms).
  * Owns: the memq records (s->memqs) and their idle handle.
  */
 #include <stdio.h>
@@ -71,14 +72,19 @@ typedef struct memq {
     size_t nids, pos;
     mchunk *chunks, *last; /* the workers' records, in the order they came */
     uint64_t nrecs;        /* records in the chunks */
-    spw_idmap index;       /* head records (mrec) by id, built from indexed */
+    mrec ***segs;          /* the index: head records by id, open addressing, linear probing;
+                              its slots in segments of SEG_SLOTS (one, if the table is smaller) */
+    uint32_t mask;         /* slots - 1 */
+    uint32_t nsegs;        /* segments of the index */
+    uint32_t madesegs;     /* made so far, a segment a turn */
+    uint32_t freedsegs;    /* freed so far, a segment a turn once the index is needed no more */
     mpos indexed;          /* the next record to index */
     mpos orphan_pos;       /* streaming cursor over the records for orphans */
     mnode *nodes;
     uint32_t nnodes;
     uint32_t waiting;   /* workers yet to answer */
     uint64_t deadline_ns;
-    bool streaming, index_done, orphans_done;
+    bool streaming, index_done, orphans_started, orphans_done;
     uv_idle_t idle;
     sched *s;
     struct memq *next;
@@ -91,7 +97,9 @@ static void memq_closed(uv_handle_t *h)
         next = c->next;
         spw_free(c);
     }
-    spw_idmap_free(&q->index);
+    for (uint32_t i = q->freedsegs; i < q->madesegs; i++)
+        spw_free(q->segs[i]);
+    spw_free(q->segs);
     spw_free(q->ids);
     spw_free(q->nodes);
     spw_free(q);
@@ -298,23 +306,53 @@ static void send_objs(memq *q, uint32_t n, spw_buf *recs)
     spw_buf_release(recs);
 }
 
-/* Indexes the next SCHED_MEMQ_SCAN records by id: the first of an id becomes its head, a later
- * one is chained behind it. The first turn makes the index as large as all the records need, so
- * that adding never grows it (a resize would rehash every head in one turn). */
+/* Slots of one segment of the index (2 MiB). A segment is made, and freed, in a loop turn of
+ * its own: a table's fresh pages are made as they are first written, and making all of them in
+ * one turn took about 10 ms for 1.2 million records (release build), freeing them 3-4 ms. */
+#define SEG_SHIFT 18
+#define SEG_SLOTS (1u << SEG_SHIFT)
+
+/* The slot of id's head record in the index, or the empty slot where it goes. */
+static mrec **index_slot(const memq *q, spw_id id)
+{
+    for (uint32_t i = (uint32_t)spw_id_hash(id) & q->mask;; i = (i + 1) & q->mask) {
+        mrec **slot = &q->segs[i >> SEG_SHIFT][i & (SEG_SLOTS - 1)];
+        if (*slot == NULL || spw_id_eq((*slot)->id, id))
+            return slot;
+    }
+}
+
+/* Builds the index, one slice per loop turn: first its table, at most half full, a segment a
+ * turn; then SCHED_MEMQ_SCAN records a turn, the first of an id becoming its head and a later
+ * one chained behind it. */
 static void index_step(sched *s, memq *q)
 {
-    if (q->indexed.c == NULL && q->indexed.i == 0) {
+    if (q->segs == NULL) {
+        uint64_t n = 64;
+        while (n < 2 * q->nrecs)
+            n *= 2;
+        if (n > (1ull << 31))
+            SPW_PANIC("memory query: %llu store records", (unsigned long long)q->nrecs);
+        q->mask = (uint32_t)(n - 1);
+        q->nsegs = n > SEG_SLOTS ? (uint32_t)(n >> SEG_SHIFT) : 1;
+        q->segs = spw_calloc(SPW_MOD_SCHED, q->nsegs, sizeof *q->segs);
         q->indexed.c = q->chunks;
-        spw_idmap_reserve(&q->index, (uint32_t)q->nrecs);
+    }
+    if (q->madesegs < q->nsegs) {
+        size_t bytes = (q->nsegs > 1 ? SEG_SLOTS : (size_t)q->mask + 1) * sizeof **q->segs;
+        q->segs[q->madesegs] = spw_malloc(SPW_MOD_SCHED, bytes);
+        memset(q->segs[q->madesegs++], 0, bytes);
+        return;
     }
     mrec *r;
     uint32_t seen = 0;
     for (; seen < SCHED_MEMQ_SCAN && (r = mpos_rec(&q->indexed)) != NULL; seen++, q->indexed.i++) {
-        mrec *head = spw_idmap_find(&q->index, r->id);
+        mrec **slot = index_slot(q, r->id);
+        mrec *head = *slot;
         if (head == NULL) {
             r->n = 1;
             r->tail = r;
-            spw_idmap_add(&q->index, r);
+            *slot = r;
         } else {
             head->tail->next = r;
             head->tail = r;
@@ -358,7 +396,7 @@ static void stream_cb(uv_idle_t *h)
             const sched_obj *o = sched__obj_find(s, q->ids[i]);
             if (o == NULL)
                 continue;
-            put_object(s, &e, o, spw_idmap_find(&q->index, o->id));
+            put_object(s, &e, o, *index_slot(q, o->id));
             n++;
         }
         send_objs(q, n, &recs);
@@ -369,8 +407,12 @@ static void stream_cb(uv_idle_t *h)
         /* Objects in stores that the directory does not know. A turn looks at SCHED_MEMQ_SCAN
          * of the stores' objects at most, listed or not: most are known, and one pass over all
          * of them stalled the loop about 50 ms per million objects (release build). */
-        if (q->orphan_pos.c == NULL && q->orphan_pos.i == 0)
+        if (!q->orphans_started) {
+            q->orphans_started = true;
             q->orphan_pos.c = q->chunks;
+        }
+        if (q->freedsegs < q->madesegs) /* the index is needed no more: a segment a turn */
+            spw_free(q->segs[q->freedsegs++]);
         const mrec *m = NULL;
         uint32_t n = 0, seen = 0;
         for (; n < BATCH && seen < SCHED_MEMQ_SCAN && recs.len < budget &&
@@ -384,6 +426,15 @@ static void stream_cb(uv_idle_t *h)
         }
         if (mpos_rec(&q->orphan_pos) == NULL)
             q->orphans_done = true;
+        /* Chunks behind the cursor are read no more (an object's locations follow its first,
+         * never precede it): freed as the pass goes, not all in the turn the query ends. */
+        while (q->chunks != NULL && q->chunks != q->orphan_pos.c) {
+            mchunk *done = q->chunks;
+            q->chunks = done->next;
+            spw_free(done);
+        }
+        if (q->chunks == NULL)
+            q->last = NULL;
         if (n > 0)
             send_objs(q, n, &recs);
         else
@@ -413,7 +464,6 @@ void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m)
     q->ss = ss;
     ss->memqs++; /* its input waits until this query ends (sched__session_flow) */
     q->req = m->req;
-    q->index = SPW_IDMAP_INIT(mrec, id, SPW_MOD_SCHED);
     q->s = s;
     q->nids = s->objects.n;
     q->ids = spw_malloc(SPW_MOD_SCHED, (q->nids > 0 ? q->nids : 1) * sizeof *q->ids);
