@@ -354,6 +354,7 @@ struct sched {
     sched_fn *last_fn;              /* the last function interned (a graph's tasks share one), */
     size_t last_fn_len;             /* and the length of the name it was found by */
     struct memq *memqs;       /* spillway-ctl memory queries under way */
+    uint64_t memq_indexed;    /* store records they indexed, SCHED_MEMQ_SCAN a turn at most */
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
     uint64_t nready;
@@ -617,8 +618,8 @@ void sched__check(sched *s);
 #endif
 
 /* memory.c */
-/* Store objects one loop turn of a memory query looks at when it searches them for orphans
- * (objects the directory does not know), listed or not. */
+/* Store records one loop turn of a memory query indexes by id, and looks at when it searches
+ * them for orphans (objects the directory does not know), listed or not. */
 #define SCHED_MEMQ_SCAN 4096
 void sched__memory_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__memory_obj_list(sched *s, sched_worker *w, const proto_msg *m);

@@ -299,9 +299,57 @@ static void memory_lists_every_object_under_a_small_max_frame(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A store whose object list outgrows the scheduler's --max-frame is still listed whole, with
+ * what only the store knows: the worker sends its list in frames of bounded size (OBJ_LIST
+ * with more = 1 but for the last), where one frame of all of it was refused and the query
+ * ended without that worker ("a worker did not answer", every location "unknown"). */
+static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
+{
+    (void)state;
+    h_cluster c;
+    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
+                                 "1K", NULL};
+    h_cluster_start(&c, false, sargs);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
+    h_worker_start(&c, wargs);
+    spillway *cl = e2e_connect(&c);
+    /* A store's record of an object takes over 20 bytes: 4000 of them well over 64 KiB. */
+    enum { N = 4000, SIZE = 1100 };
+    spillway_ref *refs = calloc(N, sizeof *refs);
+    uint8_t val[SIZE];
+    for (int i = 0; i < N; i++) {
+        memset(val, i, sizeof val);
+        assert_int_equal(spillway_put(cl, val, sizeof val, &refs[i]), 0);
+    }
+    json_t *doc = ctl_memory(&c, NULL);
+    assert_non_null(doc);
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "totals"), "complete")));
+    json_t *objs = json_object_get(doc, "objects");
+    assert_int_equal(json_array_size(objs), N);
+    size_t i;
+    json_t *o;
+    json_array_foreach(objs, i, o)
+    {
+        json_t *locs = json_object_get(o, "locations");
+        assert_int_equal(json_array_size(locs), 1);
+        /* memory or spilled, as the store said; "unknown" is the directory's guess */
+        assert_string_not_equal(
+            json_string_value(json_object_get(json_array_get(locs, 0), "state")), "unknown");
+    }
+    json_decref(doc);
+    /* In slices: one RELEASE of all 4000 ids would not fit a 64 KiB frame either. */
+    for (int k = 0; k < N; k += 1000)
+        assert_int_equal(spillway_release_many(cl, refs + k, 1000), 0);
+    assert_true(h_eventually(listing_empty, &c, 20000));
+    free(refs);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(memory_lists_every_object_with_its_holders),
     cmocka_unit_test(memory_lists_every_object_under_a_small_max_frame),
+    cmocka_unit_test(memory_lists_a_store_whose_list_outgrows_a_frame),
 };
 
 SPW_TEST_MAIN(tests)

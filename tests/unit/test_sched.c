@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_main.h"
 
@@ -1112,8 +1113,11 @@ static struct {
     uint64_t put_targets;
     uint64_t list_req; /* the OBJ_LIST_REQ's request id, once it came */
     bool got_list_req;
+    uint32_t list_reqs;
     uint64_t listed, orphans;
-    uint32_t last_objs_turn, end_turn;
+    uint64_t listed_two_locs; /* listed objects with two locations */
+    uint64_t orphan_locs;     /* locations of the orphans */
+    uint32_t first_objs_turn, last_objs_turn, end_turn;
     bool ended;
 } g_mq;
 
@@ -1127,13 +1131,19 @@ static void count_msg(proto_conn *c, const proto_msg *m)
     case PROTO_OBJ_LIST_REQ:
         g_mq.list_req = m->req;
         g_mq.got_list_req = true;
+        g_mq.list_reqs++;
         break;
     case PROTO_MEMORY_OBJS:
         for (uint32_t i = 0; i < m->f[F_MEMOBJS_OBJS].arr.n; i++) {
-            bool orphan =
-                PROTO_REC(&m->f[F_MEMOBJS_OBJS], i)[R_MOBJ_STATE].u == PROTO_OSTATE_ORPHAN;
+            const proto_val *r = PROTO_REC(&m->f[F_MEMOBJS_OBJS], i);
+            bool orphan = r[R_MOBJ_STATE].u == PROTO_OSTATE_ORPHAN;
+            uint32_t nlocs = r[R_MOBJ_LOCS].arr.n;
+            if (g_mq.listed + g_mq.orphans == 0)
+                g_mq.first_objs_turn = g_mq.turn;
             g_mq.orphans += orphan;
             g_mq.listed += !orphan;
+            g_mq.listed_two_locs += !orphan && nlocs == 2;
+            g_mq.orphan_locs += orphan ? nlocs : 0;
             if (!orphan)
                 g_mq.last_objs_turn = g_mq.turn;
         }
@@ -1207,6 +1217,127 @@ static void memory_orphan_pass_is_bounded_per_loop_turn(void **state)
     sched__check_full(e->s);
 }
 
+/* The stores' lists of memory_store_lists_are_indexed_a_slice_per_loop_turn: the first worker
+ * holds the directory's objects 1..n and an orphan, the second every other one of them, last
+ * first, then the same orphan and one of its own. */
+typedef struct two_lists {
+    uint32_t n;
+    bool second;
+    uint32_t from; /* the first record of the frame being sent */
+} two_lists;
+
+static void put_listed(proto_enc *e, uint32_t i, void *arg)
+{
+    const two_lists *l = arg;
+    uint32_t mine = l->second ? l->n / 2 : l->n;
+    i += l->from;
+    spw_id id =
+        i < mine ? tid(l->second ? 2 * (mine - i) : 1 + i) : (spw_id){0x0e, i == mine ? 1 : 2};
+    proto_put_olobj_rec(e, &(proto_olobj_rec){.id = id, .size = 1, .stored = 1, .pins = 1});
+}
+
+/* Sends l's list in frames of per_frame records, as a worker does (0: in one frame, as workers
+ * from before F_OLIST_MORE did). */
+static void send_list(peer *w, two_lists *l, uint32_t per_frame)
+{
+    uint64_t stats[PROTO_STAT_COUNT] = {0};
+    uint32_t n = (l->second ? l->n / 2 + 2 : l->n + 1);
+    for (l->from = 0; l->from < n; l->from += per_frame) {
+        uint32_t k = per_frame == 0 || n - l->from <= per_frame ? n - l->from : per_frame;
+        bool more = l->from + k < n;
+        assert_int_equal(
+            proto_send_obj_list(w->conn, g_mq.list_req,
+                                &(proto_obj_list_msg){.objs = {.n = k, .put = put_listed, .arg = l},
+                                                      .stats = {stats, PROTO_STAT_COUNT},
+                                                      .more = more,
+                                                      .omit_more = per_frame == 0}),
+            0);
+        if (per_frame == 0)
+            break;
+    }
+}
+
+/* This thread's CPU time: a loop turn's cost, whatever else the machine runs. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* spillway-ctl memory over stores of many objects: their lists are taken in as they come and
+ * indexed by id from the idle handle, SCHED_MEMQ_SCAN records per loop turn, so no turn indexes
+ * more than that and the listing starts only after as many turns as the slices need, where a
+ * hash entry and an allocation per object in the turn a list came stalled the loop (about
+ * 370 ms for a list of 819k objects, release build). No turn frees more than a few MiB of the
+ * query's memory either. An object two stores hold is listed once with both locations, an
+ * orphan two stores hold likewise; a list may come in many frames (the first worker's) or in
+ * one (the second's, a worker from before F_OLIST_MORE). SPW_TEST_MEMQ_OBJECTS=N sets the
+ * directory's size and prints the longest loop turn (this thread's CPU time, so that other
+ * processes do not count; only reported, never asserted). */
+static void memory_store_lists_are_indexed_a_slice_per_loop_turn(void **state)
+{
+    env *e = *state;
+    const char *env_n = getenv("SPW_TEST_MEMQ_OBJECTS");
+    uint32_t n = env_n != NULL ? (uint32_t)strtoul(env_n, NULL, 10) : 24 * SCHED_MEMQ_SCAN;
+    memset(&g_mq, 0, sizeof g_mq);
+    peer *w1 = peer_connect_cbs(e, PROTO_ROLE_WORKER, "w1", 1, &count_cbs);
+    peer *w2 = peer_connect_cbs(e, PROTO_ROLE_WORKER, "w2", 1, &count_cbs);
+    peer *c = peer_connect_cbs(e, PROTO_ROLE_CLIENT, "client", 0, &count_cbs);
+    for (uint64_t i = 0; i < n; i++)
+        put_place(c, 1 + i, 1);
+    STEP_UNTIL(e, g_mq.put_targets == n);
+    peer *ctl = peer_connect_cbs(e, PROTO_ROLE_CTL, "ctl", 0, &count_cbs);
+    assert_int_equal(proto_send_memory_req(ctl->conn, 12, &(proto_memory_req_msg){.flags = 0}), 0);
+    STEP_UNTIL(e, g_mq.list_reqs == 2);
+    two_lists l1 = {n, false, 0}, l2 = {n, true, 0};
+    send_list(w1, &l1, 4096);
+    send_list(w2, &l2, 0);
+    uint64_t records = (uint64_t)n + 1 + n / 2 + 2;
+    uint64_t indexed0 = e->s->memq_indexed, most = 0, longest_ns = 0;
+    int64_t most_freed = 0; /* the scheduler's heap given back in one turn, bytes */
+    uint32_t longest_turn = 0;
+    for (g_mq.turn = 0; g_mq.turn < STEPS && !g_mq.ended; g_mq.turn++) {
+        uint64_t before = e->s->memq_indexed, t0 = thread_cpu_ns();
+        int64_t heap = spw_heap_used(SPW_MOD_SCHED);
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        uint64_t ns = thread_cpu_ns() - t0, k = e->s->memq_indexed - before;
+        int64_t freed = heap - spw_heap_used(SPW_MOD_SCHED);
+        most_freed = freed > most_freed ? freed : most_freed;
+        if (ns > longest_ns) {
+            longest_ns = ns;
+            longest_turn = g_mq.turn;
+        }
+        most = k > most ? k : most;
+    }
+    assert_true(g_mq.ended);
+    if (env_n != NULL)
+        print_message("%u objects, %llu store records: longest loop turn %.1f ms (turn %u; "
+                      "first listing in turn %u, end in turn %u)\n",
+                      n, (unsigned long long)records, (double)longest_ns / 1e6, longest_turn,
+                      g_mq.first_objs_turn, g_mq.end_turn);
+    assert_int_equal(e->s->memq_indexed - indexed0, records);
+    if (most > SCHED_MEMQ_SCAN)
+        fail_msg("a loop turn indexed %llu store records (at most %d)", (unsigned long long)most,
+                 SCHED_MEMQ_SCAN);
+    /* The query's memory goes a little at a time too: the largest piece is the second store's
+     * list (one frame of n / 2 records, about 3 MiB at the default n), where freeing an entry
+     * per object in the turn the query ended gave back about 11 MiB at once. */
+    if (env_n == NULL && most_freed > (6 << 20))
+        fail_msg("a loop turn freed %lld bytes of the scheduler's heap (at most 6 MiB)",
+                 (long long)most_freed);
+    /* Listing waits for the index: a slice per turn, spread over this many turns at least. */
+    uint32_t slices = (uint32_t)((records + SCHED_MEMQ_SCAN - 1) / SCHED_MEMQ_SCAN);
+    if (g_mq.first_objs_turn < slices)
+        fail_msg("the listing started in turn %u, before the %u slices of the index were done",
+                 g_mq.first_objs_turn, slices);
+    assert_int_equal(g_mq.listed, n);
+    assert_int_equal(g_mq.listed_two_locs, n / 2);
+    assert_int_equal(g_mq.orphans, 2);
+    assert_int_equal(g_mq.orphan_locs, 3);
+    sched__check_full(e->s);
+}
+
 /* A put whose uploading worker died before sealing it is failed and lost; a copy another
  * worker reports (a broadcast chain that followed the upload) makes it ready again, and why
  * it failed is forgotten. */
@@ -1269,6 +1400,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(released_put_frees_its_reservation, setup, teardown),
     cmocka_unit_test_setup_teardown(memory_orphan_pass_is_bounded_per_loop_turn, setup, teardown),
+    cmocka_unit_test_setup_teardown(memory_store_lists_are_indexed_a_slice_per_loop_turn, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(lost_put_brought_back_by_a_copy_forgets_its_failure, setup,
                                     teardown),
 };

@@ -48,6 +48,13 @@ typedef struct env {
     rx log[256];
     uint32_t n;
     uint32_t dones_frames; /* TASK_DONES frames received */
+    struct {
+        uint32_t frames, last_frames; /* OBJ_LIST frames; those that said more = 0 */
+        uint32_t most;                /* records in the largest */
+        uint64_t recs;
+        bool stats_before_last; /* a frame before the last carried figures */
+        uint32_t last_stats;    /* figures of the last */
+    } olist;
 } env;
 
 static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, char *err,
@@ -88,6 +95,19 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     env *e = proto_ctx_data(proto_conn_ctx(c));
     if (m->type == PROTO_HEARTBEAT)
         return;
+    if (m->type == PROTO_OBJ_LIST) {
+        uint32_t n = m->f[F_OLIST_OBJS].arr.n;
+        e->olist.frames++;
+        e->olist.recs += n;
+        e->olist.most = n > e->olist.most ? n : e->olist.most;
+        if (m->f[F_OLIST_MORE].u == 0) {
+            e->olist.last_frames++;
+            e->olist.last_stats = m->f[F_OLIST_STATS].arr.n;
+        } else {
+            e->olist.stats_before_last |= m->f[F_OLIST_STATS].arr.n > 0;
+        }
+        return;
+    }
     if (m->type == PROTO_TASK_DONES) {
         e->dones_frames++;
         for (uint32_t i = 0; i < m->f[F_DONES_RECS].arr.n; i++)
@@ -140,6 +160,7 @@ static void ready_cb(void *arg, int status)
 }
 
 static uint32_t setup_max_frame; /* the worker's frame limit when not 0 (setup_small_frames) */
+static uint64_t setup_capacity;  /* the worker's store capacity when not 0 (setup_big_store) */
 
 static int setup(void **state)
 {
@@ -165,7 +186,7 @@ static int setup(void **state)
     o.slots = 1;
     o.secret = (const uint8_t *)SECRET;
     o.secret_len = strlen(SECRET);
-    o.store.capacity = 16 << 20;
+    o.store.capacity = setup_capacity != 0 ? setup_capacity : 16 << 20;
     o.executor_path = SPW_WORKER_EXE;
     o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
@@ -186,6 +207,15 @@ static int setup_small_frames(void **state)
     setup_max_frame = 1u << 20;
     int rc = setup(state);
     setup_max_frame = 0;
+    return rc;
+}
+
+/* setup with a store of 128 MiB: room for some 30k objects of one page. */
+static int setup_big_store(void **state)
+{
+    setup_capacity = 128u << 20;
+    int rc = setup(state);
+    setup_capacity = 0;
     return rc;
 }
 
@@ -726,6 +756,31 @@ static void worker_argument_past_its_object_fails_the_task(void **state)
     assert_memory_equal(r->inl, "fedc", 4);
     assert_int_equal(ost_obj_pins(o), 0);
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
+/* The store's object list for spillway-ctl memory goes in frames of at most 4096 records (the
+ * scheduler decodes a frame whole in one loop turn), all but the last saying more = 1, the last
+ * with the store's figures; every object is in one of them. Before, the list went in one frame
+ * whatever its size (and one past the scheduler's --max-frame not at all). */
+static void worker_object_list_comes_in_bounded_frames(void **state)
+{
+    env *e = *state;
+    ost_store *s = e->w->store;
+    enum { N = 3 * 4096 + 5 };
+    for (uint64_t i = 0; i < N; i++) {
+        ost_obj *o;
+        assert_int_equal(ost_obj_create(s, tid(1000 + i), 8, &o), 0);
+        assert_int_equal(ost_obj_seal(s, o), 0);
+    }
+    assert_int_equal(proto_send_obj_list_req(e->conn, 77, &(proto_obj_list_req_msg){.flags = 0}),
+                     0);
+    STEP_UNTIL(e, e->olist.last_frames > 0);
+    assert_int_equal(e->olist.recs, N);
+    assert_int_equal(e->olist.frames, 4);
+    assert_int_equal(e->olist.most, 4096);
+    assert_int_equal(e->olist.last_frames, 1);
+    assert_false(e->olist.stats_before_last);
+    assert_int_equal(e->olist.last_stats, PROTO_STAT_COUNT);
 }
 
 /* Hands ex's worker an EXEC_DONE as if ex had sent it: task id ended with status, text err. */
@@ -1609,6 +1664,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_fails_a_task_whose_status_is_no_code, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,
                                     setup_small_frames, teardown),
+    cmocka_unit_test_setup_teardown(worker_object_list_comes_in_bounded_frames, setup_big_store,
+                                    teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),

@@ -139,10 +139,38 @@ static void send_heartbeat(wrk *w)
     proto_send_heartbeat(w->sched, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}});
 }
 
+/* Records of one OBJ_LIST frame at most. A store's list goes in frames that the scheduler takes
+ * in well under a millisecond each: one frame of 819k objects held its loop about 75 ms to
+ * decode (release build), and a list past --max-frame could not be sent at all. */
+#define OLIST_BATCH 4096
+
+/* A list being sent for spillway-ctl memory: the records of the frame being filled. */
 typedef struct olist {
-    proto_enc e; /* raw: records only */
+    wrk *w;
+    uint64_t req;
+    spw_buf recs;
+    proto_enc e; /* raw: records only, into recs */
     uint32_t n;
+    size_t budget; /* bytes of records that end a frame: half the scheduler's max frame */
+    int rc;        /* the first send that failed */
 } olist;
+
+/* Sends the frame filled so far; the last (more false) carries the store's figures. */
+static void olist_send(olist *l, bool more)
+{
+    uint64_t v[PROTO_STAT_COUNT];
+    if (!more)
+        worker_stats(l->w, v);
+    int rc = proto_send_obj_list(l->w->sched, l->req,
+                                 &(proto_obj_list_msg){.objs = {.n = l->n, .pre = &l->recs},
+                                                       .stats = {v, more ? 0 : PROTO_STAT_COUNT},
+                                                       .more = more ? 1 : 0});
+    if (l->rc == 0)
+        l->rc = rc;
+    spw_buf_reset(&l->recs);
+    proto_enc_raw(&l->e, &l->recs);
+    l->n = 0;
+}
 
 static void olist_put(void *arg, const ost_obj *o)
 {
@@ -152,24 +180,21 @@ static void olist_put(void *arg, const ost_obj *o)
                                                   .where = ost_obj_where(o),
                                                   .stored = ost_obj_stored_size(o),
                                                   .pins = ost_obj_pins(o)});
-    l->n++;
+    if (++l->n == OLIST_BATCH || l->recs.len >= l->budget)
+        olist_send(l, true);
 }
 
-/* Every object in the store with where it is and who pins it, for spillway-ctl memory. */
+/* Every object in the store with where it is and who pins it, for spillway-ctl memory, in
+ * frames of OLIST_BATCH records at most; the last says more = 0. */
 static void send_obj_list(wrk *w, uint64_t req)
 {
-    spw_buf recs = {0};
-    olist l = {.n = 0};
-    proto_enc_raw(&l.e, &recs);
+    olist l = {.w = w, .req = req, .budget = proto_conn_welcome(w->sched)->max_frame / 2};
+    proto_enc_raw(&l.e, &l.recs);
     ost_store_foreach(w->store, olist_put, &l);
-    uint64_t v[PROTO_STAT_COUNT];
-    worker_stats(w, v);
-    int rc = proto_send_obj_list(
-        w->sched, req,
-        &(proto_obj_list_msg){.objs = {.n = l.n, .pre = &recs}, .stats = {v, PROTO_STAT_COUNT}});
-    spw_buf_release(&recs);
-    if (rc != 0)
-        proto_conn_error(w->sched, req, SPW_ELIMIT, "object list larger than a frame");
+    olist_send(&l, false);
+    spw_buf_release(&l.recs);
+    if (l.rc != 0)
+        proto_conn_error(w->sched, req, SPW_ELIMIT, "object list: a frame was refused");
 }
 
 /* Checks the store's level; a change of the paused state is reported at once. A store whose

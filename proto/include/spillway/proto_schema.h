@@ -419,9 +419,11 @@
     F(F_MEMEND_NODES, nodes, RECS, mnode)                                                          \
     F(F_MEMEND_COMPLETE, complete, U, 0) /* 0 if a worker did not answer */
 #define PROTO_FIELDS_OBJ_LIST_REQ(F, N) F(F_OLISTREQ_FLAGS, flags, U, 0)
+/* A store's list may come in several OBJ_LIST frames: all but the last say more = 1. */
 #define PROTO_FIELDS_OBJ_LIST(F, N)                                                                \
     F(F_OLIST_OBJS, objs, RECS, olobj)                                                             \
-    F(F_OLIST_STATS, stats, LIST_U, 0) /* PROTO_STAT_* */
+    F(F_OLIST_STATS, stats, LIST_U, 0) /* PROTO_STAT_* */                                          \
+    N(F_OLIST_MORE, more, U, 0)        /* 1: more frames of this list follow */
 
 /* Broadcast: client -> scheduler BROADCAST, scheduler -> workers REPLICATE (fetch it from the
  * first of locs, which may still be receiving it: a pipelined chain), workers answer OBJ_ADDED
