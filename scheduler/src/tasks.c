@@ -81,12 +81,32 @@ void sched__live_uncount(sched *s, sched_obj *o)
     sched__kick(s);
 }
 
-/* Drops the task's TASK_ARG references and unlinks it from pending inputs. */
+/* Keeps the value of a's object, ready with its value here, in a (unlinked) for lineage. */
+static void arg_keep(sched_arg *a, const sched_obj *o)
+{
+    const uint8_t *v = sched__obj_inline(o); /* NULL when empty */
+    if (o->size <= sizeof a->kept_small) {
+        if (o->size > 0)
+            memcpy(a->kept_small, v, o->size);
+        a->kept = (uint8_t)(o->size + 1);
+        return;
+    }
+    a->kept_heap = spw_malloc(SPW_MOD_SCHED, o->size);
+    memcpy(a->kept_heap, v, o->size);
+    a->kept_len = o->size;
+    a->kept = SCHED_ARG_KEPT_HEAP;
+}
+
+/* Drops the task's TASK_ARG references and unlinks it from pending inputs. A task done with its
+ * output in a store keeps the values of its inputs that were here (inline or empty): lineage
+ * may have to run it again once nothing else references them and their records are gone. */
 static void release_args(sched *s, sched_task *t)
 {
     if (t->args_released)
         return;
     t->args_released = 1;
+    const sched_obj *out = sched__task_out(t);
+    bool stored = t->state == T_DONE && !out->has_inline && out->size > 0;
     sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->obj == NULL)
@@ -99,6 +119,8 @@ static void release_args(sched *s, sched_task *t)
             a->waiting = 0;
             t->ndeps--;
         }
+        if (stored && a->obj->state == OBJ_READY && (a->obj->has_inline || a->obj->size == 0))
+            arg_keep(a, a->obj);
         sched_obj *o = a->obj;
         a->obj = NULL;
         sched__unref(s, o, REF_TASK_ARG);
@@ -164,6 +186,11 @@ void sched__task_cancel(sched *s, sched_task *t)
 void sched__task_free(sched *s, sched_task *t)
 {
     release_args(s, t);
+    sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        if (a->kind != PROTO_ARG_INLINE && a->kept == SCHED_ARG_KEPT_HEAP)
+            spw_free(a->kept_heap);
+    }
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING &&
                t->worker == NULL);
     s->tstate[t->state]--;
@@ -581,10 +608,19 @@ static void put_warg(proto_enc *e, uint32_t i, void *arg)
     const sched_arg *a = it->next;
     it->next = sched__arg_next(a);
     const sched_obj *o = a->obj;
-    if (a->kind == PROTO_ARG_INLINE ||
+    if (a->kind == PROTO_ARG_INLINE || a->kept ||
         (o != NULL && o->state != OBJ_PENDING && (o->has_inline || o->size == 0))) {
-        const uint8_t *p = a->kind == PROTO_ARG_INLINE ? sched__arg_value(a) : sched__obj_inline(o);
-        uint64_t len = a->kind == PROTO_ARG_INLINE ? a->inline_len : o->size;
+        const uint8_t *p;
+        uint64_t len;
+        if (a->kind == PROTO_ARG_INLINE) {
+            p = sched__arg_value(a);
+            len = a->inline_len;
+        } else if (a->kept) {
+            p = sched__arg_kept_value(a, &len); /* a lineage run: the object may be gone */
+        } else {
+            p = sched__obj_inline(o);
+            len = o->size;
+        }
         if (a->kind == PROTO_ARG_VIEW) {
             p += a->off;
             len = a->len;
@@ -783,7 +819,7 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
     const sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         const sched_obj *o = a->obj;
-        if (a->kind == PROTO_ARG_INLINE)
+        if (a->kind == PROTO_ARG_INLINE || a->kept)
             continue;
         if (o == NULL)
             return false;
@@ -1142,8 +1178,8 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
         return false;
     const sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        if (a->kind == PROTO_ARG_INLINE)
-            continue;
+        if (a->kind == PROTO_ARG_INLINE || a->kept)
+            continue; /* kept: its value is here, its object may be gone */
         sched_obj *in = sched__obj_find(s, a->id);
         if (in == NULL || in->state == OBJ_FAILED)
             return false;
@@ -1155,7 +1191,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     t->placed = 0; /* its output is what matters now, not where it was made */
     sched_arg *ra = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, ra = sched__arg_next(ra)) {
-        if (ra->kind == PROTO_ARG_INLINE)
+        if (ra->kind == PROTO_ARG_INLINE || ra->kept)
             continue;
         sched_obj *in = sched__obj_find(s, ra->id);
         ra->obj = in;

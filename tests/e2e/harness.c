@@ -3,6 +3,7 @@
 
 #include "spillway/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -187,6 +188,61 @@ static int build_args(const char **v, int n, const char *const *extra)
     return n;
 }
 
+/* The directories of clusters started and not yet stopped (h_dump_unstopped). */
+#define H_UNSTOPPED_MAX 8
+static char unstopped[H_UNSTOPPED_MAX][256];
+
+static void unstopped_set(const char *dir, bool on)
+{
+    for (int i = 0; i < H_UNSTOPPED_MAX; i++) {
+        if (on && unstopped[i][0] == '\0') {
+            snprintf(unstopped[i], sizeof unstopped[i], "%s", dir);
+            return;
+        }
+        if (!on && strcmp(unstopped[i], dir) == 0) {
+            unstopped[i][0] = '\0';
+            return;
+        }
+    }
+}
+
+static void dump_file(const char *path)
+{
+    fprintf(stderr, "----- %s\n", path);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof line, f) != NULL)
+        fputs(line, stderr);
+    fclose(f);
+}
+
+static int log_name(const struct dirent *d)
+{
+    size_t n = strlen(d->d_name);
+    return n > 4 && strcmp(d->d_name + n - 4, ".log") == 0;
+}
+
+void h_dump_unstopped(void)
+{
+    for (int i = 0; i < H_UNSTOPPED_MAX; i++) {
+        if (unstopped[i][0] == '\0')
+            continue;
+        struct dirent **names;
+        int n = scandir(unstopped[i], &names, log_name, alphasort); /* scheduler*, worker* */
+        for (int k = 0; k < n; k++) {
+            char path[2 * 256 + 2];
+            snprintf(path, sizeof path, "%.255s/%.255s", unstopped[i], names[k]->d_name);
+            dump_file(path);
+            free(names[k]);
+        }
+        if (n >= 0)
+            free(names);
+        unstopped[i][0] = '\0';
+    }
+}
+
 static void cluster_start(h_cluster *c, const char *host, bool secret,
                           const char *const *sched_args)
 {
@@ -200,6 +256,7 @@ static void cluster_start(h_cluster *c, const char *host, bool secret,
     snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
     if (mkdtemp(c->dir) == NULL)
         die("mkdtemp: %s", strerror(errno));
+    unstopped_set(c->dir, true);
     const char *v[MAX_ARGS];
     int n = 0;
     v[n++] = h_bin("spillway-scheduler");
@@ -416,14 +473,7 @@ void h_dump_logs(h_cluster *c)
     for (int i = 0; i < n; i++) {
         if (all[i]->log[0] == '\0')
             continue;
-        fprintf(stderr, "----- %s\n", all[i]->log);
-        FILE *f = fopen(all[i]->log, "r");
-        if (f == NULL)
-            continue;
-        char line[1024];
-        while (fgets(line, sizeof line, f) != NULL)
-            fputs(line, stderr);
-        fclose(f);
+        dump_file(all[i]->log);
     }
 }
 
@@ -440,6 +490,7 @@ bool h_cluster_stop(h_cluster *c)
     ok = stop_proc(&c->sched, "scheduler") && ok;
     if (!ok)
         h_dump_logs(c);
+    unstopped_set(c->dir, false);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
     if (system(cmd) != 0)

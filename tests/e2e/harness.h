@@ -81,5 +81,9 @@ void h_spawn_in_cgroup(const char *dir);
 
 /** Prints the logs of every daemon of the cluster to stderr. */
 void h_dump_logs(h_cluster *c);
+/** Prints the logs of every cluster started and not stopped by h_cluster_stop, and forgets
+ * them: for a test's teardown, since a failed assertion leaves the test before its stop (the
+ * h_cluster on its stack is gone by then; the harness kept each cluster's directory). */
+void h_dump_unstopped(void);
 
 #endif

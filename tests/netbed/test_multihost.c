@@ -523,13 +523,22 @@ static void unresolvable_scheduler_name_is_named(void **state)
     free(text);
 }
 
+/* A case that failed left before stopping its cluster: its daemons' logs are what tells why
+ * (a failure under load may not come again). */
+static int logs_if_failed(void **state)
+{
+    (void)state;
+    h_dump_unstopped();
+    return 0;
+}
+
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(cluster_across_hosts_by_name),
-    cmocka_unit_test(spilling_job_across_hosts),
-    cmocka_unit_test(partition_mid_job_then_worker_serves_next_job),
-    cmocka_unit_test(partition_mid_fetch_fails_over),
-    cmocka_unit_test(scheduler_restart_on_host1),
-    cmocka_unit_test(unresolvable_scheduler_name_is_named),
+    cmocka_unit_test_teardown(cluster_across_hosts_by_name, logs_if_failed),
+    cmocka_unit_test_teardown(spilling_job_across_hosts, logs_if_failed),
+    cmocka_unit_test_teardown(partition_mid_job_then_worker_serves_next_job, logs_if_failed),
+    cmocka_unit_test_teardown(partition_mid_fetch_fails_over, logs_if_failed),
+    cmocka_unit_test_teardown(scheduler_restart_on_host1, logs_if_failed),
+    cmocka_unit_test_teardown(unresolvable_scheduler_name_is_named, logs_if_failed),
 };
 
 SPW_TEST_MAIN(tests)

@@ -27,6 +27,8 @@ typedef struct rx {
     spw_id ids[16];   /* OBJ_DELETE, TASK_CANCEL */
     uint32_t nids;
     uint32_t frame; /* which frame it came in (records of one batch share it) */
+    uint64_t arg0_kind; /* TASK_RUN: its first argument's kind, */
+    int64_t arg0_len;   /* and its inline value's length (-1: not inline) */
 } rx;
 
 typedef struct peer {
@@ -70,6 +72,11 @@ static void log_rx(peer *p, uint32_t type, const proto_val *f)
     case PROTO_TASK_RUN:
         r->id = f[0].id;
         r->u = f[F_RUN_FLAGS].u; /* a TASK_RUNS record has TASK_RUN's fields */
+        if (f[F_RUN_ARGS].arr.n > 0) {
+            const proto_val *a0 = PROTO_REC(&f[F_RUN_ARGS], 0);
+            r->arg0_kind = a0[R_WARG_KIND].u;
+            r->arg0_len = a0[R_WARG_INLINE].nil ? -1 : (int64_t)a0[R_WARG_INLINE].bin.len;
+        }
         break;
     case PROTO_PUT_TARGET:
         r->id = f[0].id;
@@ -806,6 +813,65 @@ static void worker_death_requeues_and_recomputes(void **state)
     STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
 }
 
+/* The chain 1 -> 2 -> 3 (3 kept) on w1: task 1's result is inline, `size` bytes (0 like
+ * sleep_ms's), task 2's is stored on w1. Task 2 finishing drops the last reference to task 1's
+ * output, so its record goes. Then w1 dies before task 3 reports: task 2's output must be made
+ * again (lineage) from the value task 2 was given, not given up on for want of task 1's record
+ * (that was multihost.partition_mid_job_then_worker_serves_next_job's failure under load: the
+ * output lost, and task 3 failing with "no worker holds a copy"). */
+static void lost_output_remade_from_a_released_inline_input(env *e, uint64_t size)
+{
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2, .args = {1}, .nargs = 1},
+                  {.id = 3, .args = {2}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(1)) && got(w1, PROTO_TASK_RUN, tid(2)));
+    done(w1, 1, 0, size, true);
+    STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
+    done(w1, 2, 0, 2000, false);
+    STEP_UNTIL(e, tstate(e, 2) == T_DONE && tstate(e, 3) == T_ASSIGNED);
+    assert_null(obj(e, 1)); /* nothing references task 1's output any more */
+    assert_int_equal(obj(e, 2)->nlocs, 1);
+
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer_close(e, w1);
+    /* Task 2 runs again on w2, given task 1's value inline; task 3 waits for it. */
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(2)));
+    const rx *r = find_rx(w2, PROTO_TASK_RUN, tid(2));
+    assert_int_equal(r->arg0_kind, PROTO_ARG_INLINE);
+    assert_int_equal(r->arg0_len, (int64_t)size);
+    assert_int_equal(obj(e, 2)->state, OBJ_PENDING);
+    assert_int_equal(tstate(e, 3), T_WAITING);
+    done(w2, 2, 0, 2000, false);
+    STEP_UNTIL(e, tstate(e, 3) == T_ASSIGNED || tstate(e, 3) == T_RUNNING);
+    done(w2, 3, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    uint64_t kept[] = {3};
+    send_ids(c, PROTO_RELEASE, kept, 1);
+    STEP_UNTIL(e, e->s->objects.n == 0);
+}
+
+/* An empty value (sleep_ms's) is kept with no bytes. */
+static void lost_output_remade_from_a_released_empty_input(void **state)
+{
+    lost_output_remade_from_a_released_inline_input(*state, 0);
+}
+
+/* A small value is kept in the argument's own record. */
+static void lost_output_remade_from_a_released_small_input(void **state)
+{
+    lost_output_remade_from_a_released_inline_input(*state, 8);
+}
+
+/* A larger inline value is kept in a copy of its own (freed with the task: LSan checks). */
+static void lost_output_remade_from_a_released_larger_input(void **state)
+{
+    lost_output_remade_from_a_released_inline_input(*state, 40);
+}
+
 /* ---------------------------------------------------- sending ahead (tasks.c) */
 
 /* Submits the chain 1 -> 2 -> ... -> n (the last kept) and returns the worker of peers w[0..nw)
@@ -1388,6 +1454,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
+    cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_empty_input, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_small_input, setup,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_larger_input, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(ahead_chain_goes_with_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_stored_chain_goes_one_hop, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_failing_producer_fails_its_dependents, setup, teardown),

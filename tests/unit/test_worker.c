@@ -6,7 +6,9 @@
  * heartbeat timer; bounded, no sleeps) and runs wrk__check_full on the worker's task and fetch
  * tables after every step.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -422,6 +424,77 @@ static void worker_input_nowhere_fails_the_task(void **state)
     task_run(e, 3, "inc", true, 1);
     STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
     assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
+}
+
+/* A TCP port on 127.0.0.1 that takes connections (in its backlog) and never answers: a holder
+ * across a cut link, as far as a fetch from it can tell. Returns the socket; *addr its address. */
+static int silent_peer(char *addr, size_t addrlen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(addr, addrlen, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    return fd;
+}
+
+/* TASK_RUN of `fn` on object obj (size bytes) that the worker at addr holds. */
+static void task_run_from(env *e, uint64_t id, const char *fn, uint64_t obj, uint64_t size,
+                          const char *addr)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(e->conn), PROTO_TASK_RUN, 0, 4);
+    proto_put_id(&en, tid(id));
+    proto_put_str(&en, fn);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 7);
+    proto_put_u(&en, PROTO_ARG_OBJ);
+    proto_put_nil(&en);
+    proto_put_id(&en, tid(obj));
+    proto_put_u(&en, 0);
+    proto_put_u(&en, size);
+    proto_put_u(&en, size);
+    proto_put_arr(&en, 1); /* locations */
+    proto_put_arr(&en, 4);
+    proto_put_u(&en, 99);
+    proto_put_str(&en, addr);
+    proto_put_str(&en, "other-host");
+    proto_put_str(&en, "");
+    proto_put_u(&en, 0);
+    assert_int_equal(proto_conn_send(e->conn, &en), 0);
+}
+
+/* The scheduler re-makes an object here (lineage: its only holder was dropped) while a task here
+ * still fetches it from that holder, which will never answer. The task making it runs (before,
+ * its output could not be allocated: the fetch's half-written copy had the id), and the task
+ * that waited for the fetch is answered SPW_EOBJLOST, which the scheduler turns into a retry
+ * once the new copy is there. */
+static void worker_remaking_an_object_it_fetches_drops_the_fetch(void **state)
+{
+    env *e = *state;
+    enum { SIZE = 128u << 10 }; /* above the inline limit: stored */
+    char addr[64];
+    int fd = silent_peer(addr, sizeof addr);
+    task_run_from(e, 2, "len", 50, SIZE, addr);
+    wfetch *f = NULL;
+    spw_id x = tid(50);
+    for (int i = 0; i < STEPS && (f == NULL || f->obj == NULL); i++) {
+        uv_run(&e->loop, UV_RUN_ONCE);
+        HASH_FIND(hh, e->w->fetches, &x, sizeof x, f);
+    }
+    assert_true(f != NULL && f->obj != NULL); /* its copy is being written */
+    task_run(e, 50, "fill", true, SIZE);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 50) != NULL && find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 50)->status, 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 50)->size, SIZE);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EOBJLOST);
+    assert_int_equal(HASH_COUNT(e->w->fetches), 0);
+    ost_obj *o = ost_obj_find(e->w->store, x);
+    assert_true(o != NULL && ost_obj_state(o) == OST_SEALED);
+    close(fd);
 }
 
 /* TASK_RUN of a task sent ahead (PROTO_TASK_AHEAD): fn of the output of task `producer`, which
@@ -1652,6 +1725,8 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(worker_announces_a_running_task, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_input_nowhere_fails_the_task, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_remaking_an_object_it_fetches_drops_the_fetch, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_chain_sent_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),

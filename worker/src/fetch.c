@@ -288,6 +288,11 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
     warg *wa = &t->args[arg];
     wfetch *f;
     HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
+    if (f != NULL && f->stale) {
+        /* Given up (its copy goes once created): nobody would answer a waiter. */
+        wrk__input_ready(w, t, arg, SPW_EOBJLOST, "its copy here is being dropped");
+        return;
+    }
     if (f == NULL) {
         if (wa->nlocs == 0) {
             wrk__input_ready(w, t, arg, SPW_EOBJLOST, "no worker holds a copy");
@@ -403,6 +408,34 @@ void wrk__fetches_drop(wrk *w)
             wrk__input_ready(w, x->t, x->arg, SPW_ECLOSED, "the worker lost its scheduler");
             spw_free(x);
         }
+    }
+}
+
+/* The scheduler re-makes an object here (its holders were dropped, lineage) while a task here
+ * still fetches it from them: that fetch can only fail, late, and its half-written copy holds
+ * the id the new output needs (the task making it would fail with SPW_EEXIST). It stops now;
+ * its waiters get SPW_EOBJLOST, which the scheduler turns into a retry once the new copy is
+ * there. A fetch still waiting for room is dropped once created, as fetch_created does. */
+void wrk__fetch_supersede(wrk *w, spw_id id)
+{
+    static const char msg[] = "being made again on this worker";
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f == NULL || f->stale)
+        return;
+    if (!f->creating) {
+        fetch_fail(w, f, SPW_EOBJLOST, msg);
+        return;
+    }
+    f->stale = true;
+    wrk__followers_fail(&f->followers, SPW_EOBJLOST, msg);
+    repl_answer(w, f, SPW_EOBJLOST, msg);
+    fwait *waiters = f->waiters, *x, *tmp;
+    f->waiters = NULL;
+    LL_FOREACH_SAFE(waiters, x, tmp)
+    {
+        wrk__input_ready(w, x->t, x->arg, SPW_EOBJLOST, msg);
+        spw_free(x);
     }
 }
 

@@ -552,6 +552,7 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
                          spw_id_hex(id, hex));
         return;
     }
+    wrk__fetch_supersede(w, id); /* its output is made here now, not fetched */
     const proto_val *args = &f[F_RUN_ARGS];
     uint32_t nargs = args->arr.n;
     size_t blob = 0;

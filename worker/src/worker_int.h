@@ -348,6 +348,9 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
 void wrk__replicate(wrk *w, const proto_msg *m);
 /* The scheduler released an object: a fetch of it under way stops. */
 void wrk__fetch_cancel(wrk *w, spw_id id);
+/* A task making object id here was taken in: a fetch of id under way stops, its waiters
+ * answered SPW_EOBJLOST (see fetch.c). */
+void wrk__fetch_supersede(wrk *w, spw_id id);
 void wrk__peers_close(wrk *w);
 /* Peer connections with fetches waiting and nothing heard for opts.fetch_stall_ms are closed
  * (their fetches try the next location): a peer cut off by a partition never resets the
