@@ -909,9 +909,15 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
             remote[nremote++] = id;
         spillway__handle_free(c, h);
     }
-    /* Frames of at most 65536 ids keep each one far below any frame limit. */
-    for (size_t i = 0; i < nremote && c->sched != NULL; i += 65536) {
-        size_t k = nremote - i < 65536 ? nremote - i : 65536;
+    /* Frames of at most 65536 ids, and of at most half the scheduler's max frame (an id is
+     * 18 bytes on the wire): a frame over its --max-frame would not be sent at all, and the
+     * references would stay held there while gone here. */
+    uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
+    size_t per = mf / 2 / 18 < 65536 ? mf / 2 / 18 : 65536;
+    if (per == 0)
+        per = 1;
+    for (size_t i = 0; i < nremote && c->sched != NULL; i += per) {
+        size_t k = nremote - i < per ? nremote - i : per;
         release_ids(c, remote + i, (uint32_t)k);
     }
     spw_free(remote);

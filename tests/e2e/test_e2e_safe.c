@@ -822,6 +822,38 @@ static void release_on_closed_connection_is_eclosed(void **state)
     spillway_close(cl);
 }
 
+/* Releasing many references at once under a small --max-frame releases them all at the
+ * scheduler: the ids go in frames under its limit. They used to go 65,536 to a frame (1.1 MiB),
+ * a frame over 64 KiB was not sent at all, and the scheduler kept every reference. */
+static void release_many_fits_a_small_max_frame(void **state)
+{
+    (void)state;
+    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
+                                 "4K", NULL};
+    h_cluster_start(&g_cluster, false, sargs);
+    g_running = true;
+    h_cluster *c = &g_cluster;
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_worker_start(c, wargs);
+    spillway *cl = e2e_connect(c);
+    enum { N = 5000 };
+    spillway_ref *r = calloc(N, sizeof *r);
+    assert_non_null(r);
+    spillway_graph *g = spillway_graph_new(cl);
+    for (uint64_t i = 0; i < N; i++) {
+        spillway_arg a = spillway_arg_u64(i);
+        assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, r, N, 60000), 0);
+    assert_int_equal(spillway_release_many(cl, r, N), 0);
+    free(r);
+    assert_true(e2e_cluster_idle(c, 20000)); /* the scheduler holds none of them */
+    spillway_close(cl);
+    assert_true(cluster_stop(c));
+}
+
 /* ============================================================ silent peers */
 
 /* A call on a scheduler that stopped answering (here SIGSTOP: the kernel still takes our bytes)
@@ -932,6 +964,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(secret_and_path_mistakes_name_the_path),
     cmocka_unit_test_teardown(every_failing_call_sets_errmsg, teardown),
     cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
+    cmocka_unit_test_teardown(release_many_fits_a_small_max_frame, teardown),
     cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
     cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
