@@ -48,7 +48,9 @@ extern "C" {
  * 1: the foundation. 2: the batched frames of the scale work (TASK_RUNS, TASK_DONES,
  * TASK_RESULTS, EXECS, EXEC_DONES: types 74-78), which a version-1 peer does not know.
  * 3: PING and PONG (types 79-80), which every connection answers (a client that waits on a
- * silent peer probes it with them; a version-2 peer would close the connection instead). */
+ * silent peer probes it with them; a version-2 peer would close the connection instead), and
+ * a store's OBJ_LIST in several frames (its `more` field: a version-2 scheduler would take the
+ * first frame for the whole list). */
 #define PROTO_VERSION 3
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
