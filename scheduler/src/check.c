@@ -86,7 +86,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
             /* Its value, kept for lineage, stands for its object (tasks.c, release_args). */
             CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
                   "argument %u keeps its value and still holds its object", i);
-            CHECK(a->kept == SCHED_ARG_KEPT_HEAP || a->kept <= sizeof a->kept_small + 1, id,
+            CHECK(a->kept <= SCHED_ARG_KEEP_MAX + 1, id,
                   "argument %u keeps a value of unknown length", i);
             continue;
         }

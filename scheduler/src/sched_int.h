@@ -78,16 +78,17 @@ typedef struct sched_fn {
  * its record (sched__arg_task). obj is NULL for inline arguments (and for object arguments once
  * their task finished). The fields after obj exist only for the kinds that say so: read them
  * after checking kind.
- * Lineage: an object argument whose object's value was here (inline, or empty) keeps that value
- * when its task finishes with an output in a store (kept != 0), in the bytes its consumer links
- * used, so that the task can run again (sched__worker_lost) after that object's record is gone:
- * nothing else may reference it (a sleep_ms before a fill). The task then gets the value inline,
- * and the argument is never linked again. */
+ * Lineage: an object argument whose object's value was here (inline of at most
+ * SCHED_ARG_KEEP_MAX bytes, or empty) keeps that value when its task finishes with an output in
+ * a store (kept != 0), in the bytes its consumer links used, so that the task can run again
+ * (sched__worker_lost) after that object's record is gone: nothing else may reference it (a
+ * sleep_ms before a fill). The task then gets the value inline, and the argument is never
+ * linked again. */
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
     uint8_t linked;       /* on obj->consumers */
-    uint8_t kept; /* 0, or its value is kept: length + 1 in kept_small, or SCHED_ARG_KEPT_HEAP */
+    uint8_t kept; /* 0, or its value is kept: length + 1, the bytes in kept_small */
     union {
         uint32_t task_off;   /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
         uint32_t inline_len; /* PROTO_ARG_INLINE: the value's bytes, which follow obj */
@@ -99,16 +100,12 @@ typedef struct sched_arg {
             struct sched_arg *cprev, *cnext; /* while linked */
         };
         uint8_t kept_small[16]; /* kept in 1..17: the value (kept - 1 bytes) */
-        struct {
-            uint8_t *kept_heap; /* kept == SCHED_ARG_KEPT_HEAP: the value, on the heap */
-            uint64_t kept_len;
-        };
     };
     spw_id id; /* the object's id, kept for lineage after the task finished */
     /* PROTO_ARG_VIEW only: */
     uint64_t off, len;
 } sched_arg;
-#define SCHED_ARG_KEPT_HEAP 0xFF
+#define SCHED_ARG_KEEP_MAX 16 /* the largest value an argument keeps for lineage */
 #define SCHED_ARG_INLINE_HDR offsetof(sched_arg, cprev)
 #define SCHED_ARG_OBJ_SIZE offsetof(sched_arg, off)
 _Static_assert(SCHED_ARG_INLINE_HDR == 16 && SCHED_ARG_OBJ_SIZE == 48 && sizeof(sched_arg) == 64,
@@ -136,10 +133,6 @@ static inline const uint8_t *sched__arg_value(const sched_arg *a)
 /* The value an object argument keeps for lineage (a->kept != 0): *len bytes. */
 static inline const uint8_t *sched__arg_kept_value(const sched_arg *a, uint64_t *len)
 {
-    if (a->kept == SCHED_ARG_KEPT_HEAP) {
-        *len = a->kept_len;
-        return a->kept_heap;
-    }
     *len = (uint64_t)a->kept - 1;
     return a->kept_small;
 }

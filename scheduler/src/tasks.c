@@ -81,25 +81,21 @@ void sched__live_uncount(sched *s, sched_obj *o)
     sched__kick(s);
 }
 
-/* Keeps the value of a's object, ready with its value here, in a (unlinked) for lineage. */
+/* Keeps the value of a's object (here, at most SCHED_ARG_KEEP_MAX bytes) in a, unlinked, for
+ * lineage. */
 static void arg_keep(sched_arg *a, const sched_obj *o)
 {
-    const uint8_t *v = sched__obj_inline(o); /* NULL when empty */
-    if (o->size <= sizeof a->kept_small) {
-        if (o->size > 0)
-            memcpy(a->kept_small, v, o->size);
-        a->kept = (uint8_t)(o->size + 1);
-        return;
-    }
-    a->kept_heap = spw_malloc(SPW_MOD_SCHED, o->size);
-    memcpy(a->kept_heap, v, o->size);
-    a->kept_len = o->size;
-    a->kept = SCHED_ARG_KEPT_HEAP;
+    if (o->size > 0)
+        memcpy(a->kept_small, sched__obj_inline(o), o->size);
+    a->kept = (uint8_t)(o->size + 1);
 }
 
 /* Drops the task's TASK_ARG references and unlinks it from pending inputs. A task done with its
- * output in a store keeps the values of its inputs that were here (inline or empty): lineage
- * may have to run it again once nothing else references them and their records are gone. */
+ * output in a store keeps the values of its inputs that were here, empty or of at most
+ * SCHED_ARG_KEEP_MAX bytes (sleep_ms's, a count, an offset), in the argument's own record:
+ * lineage may have to run it again once nothing else references them and their records are
+ * gone. Larger inline values are not kept: a copy per finished task, held as long as its
+ * output and listed nowhere, would be memory nobody could see or release. */
 static void release_args(sched *s, sched_task *t)
 {
     if (t->args_released)
@@ -119,7 +115,8 @@ static void release_args(sched *s, sched_task *t)
             a->waiting = 0;
             t->ndeps--;
         }
-        if (stored && a->obj->state == OBJ_READY && (a->obj->has_inline || a->obj->size == 0))
+        if (stored && a->obj->state == OBJ_READY &&
+            (a->obj->has_inline || a->obj->size == 0) && a->obj->size <= SCHED_ARG_KEEP_MAX)
             arg_keep(a, a->obj);
         sched_obj *o = a->obj;
         a->obj = NULL;
@@ -186,11 +183,6 @@ void sched__task_cancel(sched *s, sched_task *t)
 void sched__task_free(sched *s, sched_task *t)
 {
     release_args(s, t);
-    sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        if (a->kind != PROTO_ARG_INLINE && a->kept == SCHED_ARG_KEPT_HEAP)
-            spw_free(a->kept_heap);
-    }
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING &&
                t->worker == NULL);
     s->tstate[t->state]--;
