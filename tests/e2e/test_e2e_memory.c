@@ -265,27 +265,37 @@ static void memory_lists_every_object_with_its_holders(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A scheduler with a 64 KiB --max-frame, one worker, and n objects of 1,100 bytes put (over the
+ * 1 KiB inline limit: in the store, listed by the directory) into *refs (heap; the caller
+ * frees it after releasing them). */
+static spillway *small_frame_cluster_with_puts(h_cluster *c, int n, spillway_ref **refs)
+{
+    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
+                                 "1K", NULL};
+    h_cluster_start(c, false, sargs);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
+    h_worker_start(c, wargs);
+    spillway *cl = e2e_connect(c);
+    *refs = calloc((size_t)n, sizeof **refs);
+    assert_non_null(*refs);
+    uint8_t val[1100];
+    for (int i = 0; i < n; i++) {
+        memset(val, i, sizeof val);
+        assert_int_equal(spillway_put(cl, val, sizeof val, &(*refs)[i]), 0);
+    }
+    return cl;
+}
+
 /* A scheduler run with a small --max-frame still lists every object: the listing's frames
  * are cut to fit the frame limit, not dropped whole when a batch of records outgrows it. */
 static void memory_lists_every_object_under_a_small_max_frame(void **state)
 {
     (void)state;
     h_cluster c;
-    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
-                                 "1K", NULL};
-    h_cluster_start(&c, false, sargs);
-    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
-    h_worker_start(&c, wargs);
-    spillway *cl = e2e_connect(&c);
-    /* Records of a thousand objects take well over 64 KiB. Values over the inline limit go to
-     * the store, so the scheduler's directory lists them. */
-    enum { N = 1000, SIZE = 1100 };
-    spillway_ref *refs = calloc(N, sizeof *refs);
-    uint8_t val[SIZE];
-    for (int i = 0; i < N; i++) {
-        memset(val, i, sizeof val);
-        assert_int_equal(spillway_put(cl, val, sizeof val, &refs[i]), 0);
-    }
+    /* Records of a thousand objects take well over 64 KiB. */
+    enum { N = 1000 };
+    spillway_ref *refs;
+    spillway *cl = small_frame_cluster_with_puts(&c, N, &refs);
     json_t *doc = ctl_memory(&c, NULL);
     assert_non_null(doc);
     assert_int_equal(json_array_size(json_object_get(doc, "objects")), N);
@@ -307,20 +317,10 @@ static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
 {
     (void)state;
     h_cluster c;
-    const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
-                                 "1K", NULL};
-    h_cluster_start(&c, false, sargs);
-    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
-    h_worker_start(&c, wargs);
-    spillway *cl = e2e_connect(&c);
     /* A store's record of an object takes over 20 bytes: 4000 of them well over 64 KiB. */
-    enum { N = 4000, SIZE = 1100 };
-    spillway_ref *refs = calloc(N, sizeof *refs);
-    uint8_t val[SIZE];
-    for (int i = 0; i < N; i++) {
-        memset(val, i, sizeof val);
-        assert_int_equal(spillway_put(cl, val, sizeof val, &refs[i]), 0);
-    }
+    enum { N = 4000 };
+    spillway_ref *refs;
+    spillway *cl = small_frame_cluster_with_puts(&c, N, &refs);
     json_t *doc = ctl_memory(&c, NULL);
     assert_non_null(doc);
     assert_true(json_is_true(json_object_get(json_object_get(doc, "totals"), "complete")));
@@ -337,9 +337,7 @@ static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
             json_string_value(json_object_get(json_array_get(locs, 0), "state")), "unknown");
     }
     json_decref(doc);
-    /* In slices: one RELEASE of all 4000 ids would not fit a 64 KiB frame either. */
-    for (int k = 0; k < N; k += 1000)
-        assert_int_equal(spillway_release_many(cl, refs + k, 1000), 0);
+    assert_int_equal(spillway_release_many(cl, refs, N), 0); /* cut to fit the frame */
     assert_true(h_eventually(listing_empty, &c, 20000));
     free(refs);
     spillway_close(cl);

@@ -856,22 +856,32 @@ static void release_many_fits_a_small_max_frame(void **state)
 
 /* ============================================================ silent peers */
 
+/* A one-worker cluster, and a client of it whose stall timeout is ms with a graph of one kept
+ * task fn(arg) built, not submitted (*r its result). */
+static spillway *stall_client(int ms, const char *fn, uint64_t arg, spillway_graph **g,
+                              spillway_ref *r)
+{
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    spillway *cl = e2e_connect(&g_cluster);
+    assert_int_equal(spillway_set_stall_timeout(cl, ms), 0);
+    spillway_arg a = spillway_arg_u64(arg);
+    *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(*g, fn, &a, 1, SPILLWAY_KEEP, r), 0);
+    return cl;
+}
+
 /* A call on a scheduler that stopped answering (here SIGSTOP: the kernel still takes our bytes)
  * fails with SPW_ETIMEDOUT after the stall timeout instead of waiting for ever, and says
  * which peer went silent; the connection is closed then. */
 static void call_on_a_stopped_scheduler_times_out(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
     h_cluster *c = &g_cluster;
-    spillway *cl = e2e_connect(c);
-    assert_int_equal(spillway_set_stall_timeout(cl, -1), SPW_EINVAL);
-    assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
+    spillway_graph *g;
     spillway_ref r;
-    spillway_arg a = spillway_arg_u64(1);
-    spillway_graph *g = spillway_graph_new(cl);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    spillway *cl = stall_client(600, "inc", 1, &g, &r);
+    assert_int_equal(spillway_set_stall_timeout(cl, -1), SPW_EINVAL);
     assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
     int rc = spillway_submit(g);
     assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
@@ -891,15 +901,10 @@ static void call_on_a_stopped_scheduler_times_out(void **state)
 static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
     h_cluster *c = &g_cluster;
-    spillway *cl = e2e_connect(c);
-    assert_int_equal(spillway_set_stall_timeout(cl, 300), 0);
+    spillway_graph *g;
     spillway_ref r;
-    spillway_arg a = spillway_arg_u64(2000);
-    spillway_graph *g = spillway_graph_new(cl);
-    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    spillway *cl = stall_client(300, "sleep_ms", 2000, &g, &r);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
     void *data = NULL;
