@@ -1989,6 +1989,71 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
     assert_true(cluster_stop(c));
 }
 
+/* OBJ_READs of a spilled object over TCP wait for its restore without holding the requests
+ * behind them (a fetching worker pipelines its reads), but at most 64 at once: a request
+ * sent after 70 such reads is answered after their data, not before, so a peer cannot queue a
+ * waiting restore per frame. Before: the missing object's ERROR came first (every read had
+ * been taken in the same turn). */
+static void peer_reads_waiting_for_restores_are_capped(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    char dir[sizeof c->dir + 8];
+    snprintf(dir, sizeof dir, "%.*s/spill", (int)sizeof c->dir - 1, c->dir);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
+                                 NULL};
+    h_worker_start(c, wargs);
+    spillway *cl = e2e_connect(c);
+    const size_t n = 4u << 20;
+    uint8_t *data = calloc(1, n);
+    assert_non_null(data);
+    spillway_ref objs[8];
+    for (int i = 0; i < 8; i++) {
+        data[0] = (uint8_t)i;
+        assert_int_equal(spillway_put(cl, data, n, &objs[i]), 0);
+    }
+    free(data);
+    figure_arg fa = {c, "spilled_bytes"};
+    assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
+    spw_id first = {objs[0].hi, objs[0].lo}; /* the least recently used: on disk only */
+    enum { READS = 70 };
+    wire *w = wire_peer(c, 0);
+    spw_buf reqs = {0}; /* all in one write: the worker takes them in one turn */
+    for (uint64_t i = 0; i <= READS; i++) {
+        proto_enc e;
+        proto_enc_begin(&e, &reqs, PROTO_OBJ_READ, i < READS ? 600 + i : 999, 3);
+        proto_put_id(&e, i < READS ? first : test_id(999));
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 1);
+        assert_true(proto_enc_end(&e, UINT32_MAX) > 0);
+    }
+    assert_true(wire_send(w, reqs.data, reqs.len));
+    spw_buf_release(&reqs);
+    int datas = 0;
+    bool error_seen = false;
+    while (datas < READS || !error_seen) {
+        assert_int_equal(wire_read(w), 1);
+        if (w->m.type == PROTO_ERROR) {
+            assert_int_equal(w->m.req, 999);
+            if (datas == 0)
+                fail_msg("the request behind %d waiting reads was answered before any of them",
+                         READS);
+            error_seen = true;
+        } else {
+            assert_int_equal(w->m.type, PROTO_OBJ_DATA);
+            assert_int_equal(w->m.f[F_DATA_DATA].bin.len, 1);
+            assert_int_equal(w->m.f[F_DATA_DATA].bin.ptr[0], 0);
+            datas++;
+        }
+    }
+    wire_close(w);
+    assert_int_equal(spillway_release_many(cl, objs, 8), 0);
+    spillway_close(cl);
+    assert_store_used_reaches(c, 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* Descriptors of process pid that are a memfd named name. */
 static int proc_memfds_named(int pid, const char *name)
 {
@@ -3565,6 +3630,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(obj_read_range_outside_object_is_einval, teardown),
     cmocka_unit_test_teardown(arena_requests_on_the_peer_port_are_enotsup, teardown),
     cmocka_unit_test_teardown(local_create_waiting_for_room_holds_the_next_requests, teardown),
+    cmocka_unit_test_teardown(peer_reads_waiting_for_restores_are_capped, teardown),
     cmocka_unit_test_teardown(local_pin_waiting_for_a_restore_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(descriptors_sent_to_the_local_socket_are_not_kept, teardown),
     cmocka_unit_test_teardown(local_pins_of_one_object_are_capped, teardown),

@@ -159,6 +159,12 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
     return u;
 }
 
+/* OBJ_READs of one connection that may wait for their objects' restores at once: reads are
+ * pipelined (a fetching worker asks for several inputs), so one waiting read does not hold the
+ * next; past this many the connection is read again only once one is answered, so a peer
+ * cannot queue a waiting restore per frame. */
+#define READS_WAITING_MAX 64u
+
 /* Reads a peer's requests only while their answers can go out and no upload of its waits for
  * room: a peer that sends OBJ_READs (or anything answered) and never reads the answers would
  * otherwise have them all queued, and a read record and pin each. Held, it costs at most about
@@ -169,8 +175,8 @@ static void srv_flow(wsrv *srv)
 {
     if (srv->closed || proto_conn_is_closing(srv->conn))
         return;
-    if (srv->pin_waits > 0)
-        return; /* paused for a pin's restore: pin_got resumes */
+    if (srv->pin_waits > 0 || srv->read_waits >= READS_WAITING_MAX)
+        return; /* paused for a pin's restore (pin_got resumes), or for reads' (read_got) */
     wupload *u, *tmp;
     HASH_ITER(hh, srv->uploads, u, tmp)
     {
@@ -457,6 +463,8 @@ static void read_got(void *arg, int status, ost_obj *o)
 {
     read_req *r = arg;
     wsrv *srv = r->srv;
+    if (srv->read_waits-- == READS_WAITING_MAX)
+        srv_flow(srv); /* held at the cap: its next requests may come */
     if (srv->closed || status != 0) {
         if (status == 0)
             ost_obj_unpin(srv->w->store, o);
@@ -539,7 +547,10 @@ static void read_start(wsrv *srv, const proto_msg *m)
     read_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (read_req){srv, id, m->req, off, len, may_wait};
     srv->refs++;
+    srv->read_waits++; /* read_got: at once when the object is in memory */
     ost_obj_get_async(srv->w->store, o, read_got, r);
+    if (srv->read_waits >= READS_WAITING_MAX)
+        proto_conn_pause(srv->conn);
 }
 
 /* ----------------------------------------------------- local zero-copy access */

@@ -209,6 +209,7 @@ typedef struct wsrv {
     bool closed;
     bool held_logged;     /* its reads were held for its unread answers once (logged then) */
     uint32_t pin_waits;   /* OBJ_PINs waiting for their object (the connection is paused) */
+    uint32_t read_waits;  /* OBJ_READs waiting for their object's restore (paused at a cap) */
     uint32_t refs;        /* reads with chunks in flight keep this alive after close */
     ost_obj *sink_obj;    /* pinned while a chunk is received straight into it */
 } wsrv;
