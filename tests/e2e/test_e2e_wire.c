@@ -1935,6 +1935,29 @@ static bool worker_figure_nonzero(void *arg)
     return v > 0;
 }
 
+/* A worker with a 16 MiB store spilling to disk and 8 objects of 4 MiB put into it (objs), the
+ * first (byte 0 = 0) on disk only once this returns: the least recently used. */
+#define SPILLED_OBJ_SIZE (4u << 20)
+static spillway *cluster_with_a_spilled_object(h_cluster *c, spillway_ref objs[8])
+{
+    char dir[sizeof c->dir + 8];
+    snprintf(dir, sizeof dir, "%.*s/spill", (int)sizeof c->dir - 1, c->dir);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
+                                 NULL};
+    h_worker_start(c, wargs);
+    spillway *cl = e2e_connect(c);
+    uint8_t *data = calloc(1, SPILLED_OBJ_SIZE);
+    assert_non_null(data);
+    for (int i = 0; i < 8; i++) {
+        data[0] = (uint8_t)i;
+        assert_int_equal(spillway_put(cl, data, SPILLED_OBJ_SIZE, &objs[i]), 0);
+    }
+    free(data);
+    figure_arg fa = {c, "spilled_bytes"}; /* 32 MiB went into 16 */
+    assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
+    return cl;
+}
+
 /* A local OBJ_PIN of a spilled object (a restore to wait for) holds its connection's next
  * requests back until it is answered, as a waiting OBJ_CREATE does: a local client cannot have
  * one waiting pin (and restore) queued per frame. Proved by order: an OBJ_UNPIN sent right
@@ -1943,24 +1966,8 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
 {
     (void)state;
     h_cluster *c = cluster_bare(false);
-    char dir[sizeof c->dir + 8];
-    snprintf(dir, sizeof dir, "%.*s/spill", (int)sizeof c->dir - 1, c->dir);
-    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
-                                 NULL};
-    h_worker_start(c, wargs);
-    spillway *cl = e2e_connect(c);
-    const size_t n = 4u << 20;
-    uint8_t *data = calloc(1, n);
-    assert_non_null(data);
     spillway_ref objs[8];
-    for (int i = 0; i < 8; i++) {
-        data[0] = (uint8_t)i;
-        assert_int_equal(spillway_put(cl, data, n, &objs[i]), 0);
-    }
-    free(data);
-    /* 32 MiB went into 16: the least recently used, the first, is on disk only. */
-    figure_arg fa = {c, "spilled_bytes"};
-    assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
+    spillway *cl = cluster_with_a_spilled_object(c, objs);
     spw_id first = {objs[0].hi, objs[0].lo};
     wire *w = wire_local(c, 0);
     proto_enc *e = wire_begin(w, PROTO_OBJ_PIN, 500, 1);
@@ -1974,7 +1981,7 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
     if (w->m.type != PROTO_PINNED || w->m.req != 500)
         fail_msg("the request behind the waiting pin was answered first: %s req=%llu",
                  proto_type_name(w->m.type), (unsigned long long)w->m.req);
-    assert_int_equal(w->m.f[F_PINNED_SIZE].u, n);
+    assert_int_equal(w->m.f[F_PINNED_SIZE].u, SPILLED_OBJ_SIZE);
     wire_expect_error(w, 501, SPW_ENOTHELD);
     e = wire_begin(w, PROTO_OBJ_UNPIN, 502, 1);
     proto_put_id(e, first);
@@ -1998,23 +2005,8 @@ static void peer_reads_waiting_for_restores_are_capped(void **state)
 {
     (void)state;
     h_cluster *c = cluster_bare(false);
-    char dir[sizeof c->dir + 8];
-    snprintf(dir, sizeof dir, "%.*s/spill", (int)sizeof c->dir - 1, c->dir);
-    const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir,
-                                 NULL};
-    h_worker_start(c, wargs);
-    spillway *cl = e2e_connect(c);
-    const size_t n = 4u << 20;
-    uint8_t *data = calloc(1, n);
-    assert_non_null(data);
     spillway_ref objs[8];
-    for (int i = 0; i < 8; i++) {
-        data[0] = (uint8_t)i;
-        assert_int_equal(spillway_put(cl, data, n, &objs[i]), 0);
-    }
-    free(data);
-    figure_arg fa = {c, "spilled_bytes"};
-    assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
+    spillway *cl = cluster_with_a_spilled_object(c, objs);
     spw_id first = {objs[0].hi, objs[0].lo}; /* the least recently used: on disk only */
     enum { READS = 70 };
     wire *w = wire_peer(c, 0);

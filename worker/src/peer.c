@@ -132,6 +132,44 @@ typedef struct upload_req {
     spw_id id;
 } upload_req;
 
+/* OBJ_READs of one connection that may wait for their objects' restores at once: reads are
+ * pipelined (a fetching worker asks for several inputs), so one waiting read does not hold the
+ * next; past this many the connection is read again only once one is answered, so a peer
+ * cannot queue a waiting restore per frame. */
+#define READS_WAITING_MAX 64u
+
+/* Reads a peer's requests only while their answers can go out and no upload of its waits for
+ * room: a peer that sends OBJ_READs (or anything answered) and never reads the answers would
+ * otherwise have them all queued, and a read record and pin each. Held, it costs at most about
+ * the output high-water mark; it is read again from its on_drain. Requests and answers only
+ * run one way on a peer-port connection (this worker never asks on it), so holding one cannot
+ * hold up its peer's reading. */
+static void srv_flow(wsrv *srv)
+{
+    if (srv->closed || proto_conn_is_closing(srv->conn))
+        return;
+    if (srv->pin_waits > 0 || srv->read_waits >= READS_WAITING_MAX)
+        return; /* held for a pin's restore, or for reads' */
+    wupload *u, *tmp;
+    HASH_ITER(hh, srv->uploads, u, tmp)
+    {
+        if (u->creating)
+            return; /* held until the upload (or local create) has room */
+    }
+    if (proto_conn_writable(srv->conn)) {
+        proto_conn_resume(srv->conn);
+        return;
+    }
+    proto_conn_pause(srv->conn);
+    if (!srv->held_logged) {
+        srv->held_logged = true; /* a slow reader of large objects is held often */
+        spw_log(SPW_LOG_NOTICE,
+                "peer=%s does not read its answers (%zu bytes queued): its requests wait until "
+                "they drain",
+                proto_conn_peer(srv->conn), proto_conn_queued(srv->conn));
+    }
+}
+
 /* An upload's memory is allocated (or cannot be): one callback for TCP uploads and local
  * creates. Returns the upload once it has its object, NULL when it is gone or refused. */
 static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
@@ -150,6 +188,7 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
     HASH_FIND(hh, srv->uploads, &id, sizeof id, u);
     SPW_ASSERT(u != NULL && u->creating);
     u->creating = false;
+    srv_flow(srv); /* the requests held behind the wait for room may come now */
     if (status != 0) {
         upload_refuse(srv, u, status);
         return NULL;
@@ -159,49 +198,9 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
     return u;
 }
 
-/* OBJ_READs of one connection that may wait for their objects' restores at once: reads are
- * pipelined (a fetching worker asks for several inputs), so one waiting read does not hold the
- * next; past this many the connection is read again only once one is answered, so a peer
- * cannot queue a waiting restore per frame. */
-#define READS_WAITING_MAX 64u
-
-/* Reads a peer's requests only while their answers can go out and no upload of its waits for
- * room: a peer that sends OBJ_READs (or anything answered) and never reads the answers would
- * otherwise have them all queued, and a read record and pin each. Held, it costs at most about
- * the output high-water mark; it is read again from its on_drain. Requests and answers only
- * run one way on a peer-port connection (this worker never asks on it), so holding one cannot
- * hold up its peer's reading. */
-static void srv_flow(wsrv *srv)
-{
-    if (srv->closed || proto_conn_is_closing(srv->conn))
-        return;
-    if (srv->pin_waits > 0 || srv->read_waits >= READS_WAITING_MAX)
-        return; /* paused for a pin's restore (pin_got resumes), or for reads' (read_got) */
-    wupload *u, *tmp;
-    HASH_ITER(hh, srv->uploads, u, tmp)
-    {
-        if (u->creating)
-            return; /* paused for room: upload_created (local_created) resumes */
-    }
-    if (proto_conn_writable(srv->conn)) {
-        proto_conn_resume(srv->conn);
-        return;
-    }
-    proto_conn_pause(srv->conn);
-    if (!srv->held_logged) {
-        srv->held_logged = true; /* a slow reader of large objects is held often */
-        spw_log(SPW_LOG_NOTICE,
-                "peer=%s does not read its answers (%zu bytes queued): its requests wait until "
-                "they drain",
-                proto_conn_peer(srv->conn), proto_conn_queued(srv->conn));
-    }
-}
-
 static void upload_created(void *arg, int status, ost_obj *o)
 {
     wsrv *srv = ((upload_req *)arg)->srv;
-    if (!srv->closed)
-        proto_conn_resume(srv->conn); /* the chunks held back by the pause may come now */
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
@@ -596,8 +595,7 @@ static void pin_got(void *arg, int status, ost_obj *o)
     wsrv *srv = r->srv;
     srv->refs--;
     srv->pin_waits--;
-    if (!srv->closed)
-        proto_conn_resume(srv->conn); /* the requests held behind the pin may come now */
+    srv_flow(srv); /* the requests held behind the pin may come now */
     if (srv->closed || status != 0) {
         if (status == 0)
             ost_obj_unpin(srv->w->store, o);
@@ -682,8 +680,6 @@ static void obj_unpin(wsrv *srv, const proto_msg *m)
 static void local_created(void *arg, int status, ost_obj *o)
 {
     wsrv *srv = ((upload_req *)arg)->srv;
-    if (!srv->closed)
-        proto_conn_resume(srv->conn); /* the requests held behind the create may come now */
     wupload *u = upload_got_memory(arg, status, o);
     if (u == NULL)
         return;
