@@ -59,20 +59,25 @@ static void chain_results_are_right(void **state)
     assert_true(h_eventually(one_worker_did_all, &d, 20000));
     assert_int_equal(spillway_release(cl, prev), 0);
 
-    g = spillway_graph_new(cl);
-    spillway_arg fa[2] = {spillway_arg_u64(200000), spillway_arg_bytes("ab", 2)};
-    assert_int_equal(spillway_task(g, "fill", fa, 2, 0, &prev), 0);
-    for (int i = 0; i < 20; i++) {
+    /* Stored results (200,000 bytes), then inline ones large enough (60,000 bytes) that an
+     * executor keeps fewer of them than it may have queued (EXEC_KEPT_BYTES). */
+    static const uint64_t sizes[] = {200000, 60000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        g = spillway_graph_new(cl);
+        spillway_arg fa[2] = {spillway_arg_u64(sizes[k]), spillway_arg_bytes("ab", 2)};
+        assert_int_equal(spillway_task(g, "fill", fa, 2, 0, &prev), 0);
+        for (int i = 0; i < 40; i++) {
+            a = spillway_arg_ref(prev);
+            assert_int_equal(spillway_task(g, "echo", &a, 1, 0, &prev), 0);
+        }
         a = spillway_arg_ref(prev);
-        assert_int_equal(spillway_task(g, "echo", &a, 1, 0, &prev), 0);
+        spillway_ref len;
+        assert_int_equal(spillway_task(g, "len", &a, 1, SPILLWAY_KEEP, &len), 0);
+        assert_int_equal(spillway_submit(g), 0);
+        spillway_graph_free(g);
+        assert_int_equal(e2e_get_u64(cl, len), sizes[k]);
+        assert_int_equal(spillway_release(cl, len), 0);
     }
-    a = spillway_arg_ref(prev);
-    spillway_ref len;
-    assert_int_equal(spillway_task(g, "len", &a, 1, SPILLWAY_KEEP, &len), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(e2e_get_u64(cl, len), 200000);
-    assert_int_equal(spillway_release(cl, len), 0);
     assert_true(e2e_cluster_idle(&c, 20000));
     spillway_close(cl);
     assert_true(h_cluster_stop(&c));

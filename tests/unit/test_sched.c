@@ -1007,6 +1007,58 @@ static void ahead_stored_chain_goes_one_hop(void **state)
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
 }
 
+/* A chain of 80 links after a kept root: link 2 has no argument, link i > 2 takes link i - 1's
+ * output and, unless linear, the root's too. Each link is completed in turn on the one worker;
+ * returns the most tasks the scheduler held ahead there at once. */
+static uint32_t ahead_long_chain(env *e, bool linear)
+{
+    enum { N = 80 };
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[N + 1];
+    ts[0] = (tspec){.id = 1, .flags = PROTO_TASK_KEEP};
+    ts[1] = (tspec){.id = 2};
+    for (uint64_t i = 3; i <= N + 1; i++)
+        ts[i - 1] = (tspec){.id = i,
+                            .args = {i - 1, 1},
+                            .nargs = linear ? 1 : 2,
+                            .flags = i == N + 1 ? PROTO_TASK_KEEP : 0};
+    submit(c, 1, 0, 0, ts, N + 1);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(2)) && got(w, PROTO_TASK_RUN, tid(1)));
+    done(w, 1, 0, 8, true);
+    done(w, 2, 0, 8, true); /* inline: the chain goes ahead as far as it may */
+    STEP_UNTIL(e, tstate(e, 3) == T_ASSIGNED);
+    settle(e);
+    sched_worker *sw = e->s->workers[0];
+    uint32_t most = sw->ahead;
+    for (uint64_t id = 3; id <= N + 1; id++) {
+        STEP_UNTIL(e, tstate(e, id) == T_ASSIGNED);
+        settle(e);
+        most = sw->ahead > most ? sw->ahead : most;
+        done(w, id, 0, 8, true);
+    }
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(N + 1)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    assert_int_equal(count(w, PROTO_TASK_RUN), N + 1); /* each sent once */
+    assert_int_equal(sw->ahead, 0);
+    return most;
+}
+
+/* A linear chain - each link's one object argument is the output of the link before, whose
+ * only consumer it is - goes SCHED_AHEAD_CHAIN_PER_SLOT ahead: the refill through the scheduler
+ * is paid once per many hops. Links that take another object too (as a tree's node may, once its
+ * other inputs are made) go SCHED_AHEAD_PER_SLOT, so a wide level does not pile onto one
+ * worker. */
+static void ahead_linear_chain_goes_deeper(void **state)
+{
+    assert_int_equal(ahead_long_chain(*state, true), SCHED_AHEAD_CHAIN_PER_SLOT);
+}
+
+static void ahead_chain_of_two_inputs_stays_shallow(void **state)
+{
+    assert_int_equal(ahead_long_chain(*state, false), SCHED_AHEAD_PER_SLOT);
+}
+
 /* A producer that fails fails what was sent ahead for it, as if it had been dispatched after:
  * the client hears SPW_EDEPFAILED at once. Those tasks stay on the worker's list (orphaned if
  * nobody wants them) until the worker answers that it dropped them; nothing is sent again. */
@@ -1483,6 +1535,8 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(ahead_chain_goes_with_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_stored_chain_goes_one_hop, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_linear_chain_goes_deeper, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_chain_of_two_inputs_stays_shallow, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_failing_producer_fails_its_dependents, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_dropped_dependent_is_dispatched_again, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_refusal_of_a_task_not_sent_ahead_fails_it, setup,

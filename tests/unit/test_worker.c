@@ -701,6 +701,39 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* An executor keeps its last outputs for the tasks chained behind them only up to
+ * EXEC_KEPT_BYTES (the newest always): a task chained behind a producer whose 60,000-byte output
+ * 20 newer ones pushed out is answered SPW_EAHEAD by the executor, and then by the worker, which
+ * does not have that value either (the scheduler dispatches it again, with the value). */
+static void executor_keeps_outputs_up_to_a_byte_budget(void **state)
+{
+    env *e = *state;
+    task_run(e, 9, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 9) != NULL);
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    e->w->ewma_us = 1.0; /* short, whatever the load: the worker queues behind a producer */
+    task_run_wait(e, 1, path);
+    task_run(e, 2, "fill", true, 60000);
+    for (uint64_t i = 0; i < 20; i++)
+        task_run(e, 10 + i, "fill", true, 60000);
+    task_run_ahead(e, 3, "len", 2);
+    STEP_UNTIL(e, task_of(e, 3) != NULL && task_of(e, 3)->state == WT_SENT);
+    assert_int_equal(task_of(e, 3)->prev, 1);
+    assert_ptr_equal(task_of(e, 3)->ex, task_of(e, 2)->ex);
+    touch(path);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, SPW_EAHEAD);
+    for (uint64_t i = 0; i < 20; i++)
+        assert_int_equal(find(e, PROTO_TASK_DONE, 10 + i)->status, 0);
+    assert_null(e->w->ahead);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* TASK_RUN of the test plugin's reverse(data), data n bytes inline: its output of n bytes, past
  * the inline limit, goes to the store through an EXEC_ALLOC. */
 static void task_run_reverse(env *e, uint64_t id, size_t n)
@@ -1731,6 +1764,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_drops_what_waits_for_a_failed_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
+    cmocka_unit_test_setup_teardown(executor_keeps_outputs_up_to_a_byte_budget, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,

@@ -76,6 +76,7 @@ typedef struct executor {
         bool used;
     } kept[EXEC_KEPT_N]; /* the last EXEC_KEPT_N inline outputs, a ring: PROTO_ARG_PREV */
     uint32_t kept_next;
+    uint64_t kept_bytes; /* their lengths summed: at most EXEC_KEPT_BYTES but for the newest */
     uint64_t clock_ns;  /* when the task about to run starts: the end of the one before it in
                            the batch, so a task costs one clock read, not two */
     bool gone;          /* the worker closed the socket or a write to it failed */
@@ -334,16 +335,29 @@ static void send_done(executor *ex, const exec_task *t, int status, uint64_t run
         proto_batch_end(&ex->done, UINT32_MAX);
 }
 
+static void kept_drop(executor *ex, uint32_t k)
+{
+    free(ex->kept[k].v);
+    ex->kept_bytes -= ex->kept[k].len;
+    ex->kept[k].v = NULL;
+    ex->kept[k].len = 0;
+    ex->kept[k].used = false;
+}
+
 /* Keeps task id's inline output v (heap, len bytes; the ring takes it) for tasks queued behind
- * it, in place of the oldest kept. */
+ * it, in place of the oldest kept, then lets the oldest others go while they hold more than
+ * EXEC_KEPT_BYTES. */
 static void kept_put(executor *ex, spw_id id, uint8_t *v, uint64_t len)
 {
     uint32_t k = ex->kept_next++ % EXEC_KEPT_N;
-    free(ex->kept[k].v);
+    kept_drop(ex, k);
     ex->kept[k].id = id;
     ex->kept[k].v = v;
     ex->kept[k].len = v != NULL ? len : 0;
     ex->kept[k].used = true;
+    ex->kept_bytes += ex->kept[k].len;
+    for (uint32_t i = 1; i < EXEC_KEPT_N && ex->kept_bytes > EXEC_KEPT_BYTES; i++)
+        kept_drop(ex, (k + i) % EXEC_KEPT_N); /* oldest first */
 }
 
 static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t *len)

@@ -36,10 +36,13 @@
 #define WRK_EXEC_DEPTH_MAX 256
 #define WRK_STORED_FNS 4
 /* Inline outputs an executor keeps for tasks queued behind their producer (PROTO_ARG_PREV,
- * README "Chains on one executor"). The worker chains a task only onto an executor with fewer
- * than this many tasks in flight, so its producer's output is still kept when it runs; a task
- * that misses anyway is answered SPW_EAHEAD and the worker gets its input itself. */
-#define EXEC_KEPT_N 16
+ * README "Chains on one executor"): at most EXEC_KEPT_N of them, and of those the newest that
+ * fit in EXEC_KEPT_BYTES (the newest always). The worker chains a task only onto an executor
+ * with fewer than EXEC_KEPT_N tasks in flight, so its producer's output is still kept when it
+ * runs, unless large outputs pushed it out; a task that misses is answered SPW_EAHEAD and the
+ * worker gets its input itself. */
+#define EXEC_KEPT_N 32
+#define EXEC_KEPT_BYTES (1u << 20)
 #define WRK_EXEC_QUEUE_US 2000.0
 
 typedef struct wrk_exec wrk_exec;
