@@ -118,6 +118,27 @@ static void watch_cb(uv_timer_t *t)
     }
 }
 
+/* A wait begins: silence before it is the program's own time between calls (nothing read the
+ * connections then), not the peers'. */
+static void watch_begin(spillway *c)
+{
+    uv_update_time(&c->loop);
+    if (c->sched != NULL)
+        proto_conn_watch_begin(c->sched);
+    peer *p, *ptmp;
+    HASH_ITER(hh, c->peers, p, ptmp)
+    {
+        if (p->conn != NULL)
+            proto_conn_watch_begin(p->conn);
+    }
+    local *l, *ltmp;
+    HASH_ITER(hh, c->locals, l, ltmp)
+    {
+        if (l->conn != NULL)
+            proto_conn_watch_begin(l->conn);
+    }
+}
+
 /* Runs the loop until cond(c, arg) holds, the deadline passes or the scheduler goes away
  * (SPW_ECLOSED; SPW_ETIMEDOUT when it went silent for the stall timeout). */
 int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg, int timeout_ms)
@@ -139,6 +160,7 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
         if (!watching && c->stall_ms > 0) {
             /* Not before the first wait: a call answered at once arms nothing. */
             uint64_t every = c->stall_ms / 3 < 250 ? c->stall_ms / 3 + 1 : 250;
+            watch_begin(c);
             uv_timer_start(&c->watch, watch_cb, every, every);
             watching = true;
         }

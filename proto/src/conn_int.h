@@ -120,6 +120,7 @@ struct proto_conn {
     uint64_t tx_done;  /* bytes of finished writes */
     uint64_t tx_seen;  /* proto_conn_watch's last sample of the bytes written */
     size_t wout_total; /* bytes handed to the write in flight */
+    uint64_t watch_ms; /* proto_conn_watch_begin: silence before this does not count */
     bool ping_out;
     spw_buf in;
     size_t in_need; /* bytes needed in `in` to complete the frame at its start */

@@ -608,7 +608,17 @@ uint64_t proto_conn_quiet_ms(proto_conn *c)
         c->tx_ms = now;
     }
     uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
+    if (c->watch_ms > last)
+        last = c->watch_ms;
     return now > last ? now - last : 0;
+}
+
+void proto_conn_watch_begin(proto_conn *c)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    c->watch_ms = uv_now(c->h.handle.loop);
+    c->ping_out = false;
 }
 
 int proto_conn_watch(proto_conn *c, uint32_t quiet_ms)

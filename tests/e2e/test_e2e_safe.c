@@ -917,6 +917,36 @@ static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Silence while no call waits is not a stall: a client busy elsewhere for longer than its stall
+ * timeout (here 3.5 s against 3 s, its loop not run meanwhile), then waiting for a task still
+ * running, gets the result; its scheduler is probed from the start of that wait. Before, the
+ * first look at the connection (250 ms into the wait) counted the idle spell as silence and
+ * closed the live scheduler: SPW_ETIMEDOUT. The first wait makes that look see all our bytes
+ * out already (else the bytes of the last call would count as fresh progress). */
+static void idle_spell_before_a_wait_is_not_a_stall(void **state)
+{
+    (void)state;
+    h_cluster *c = &g_cluster;
+    spillway_graph *g;
+    spillway_ref r;
+    spillway_ref first;
+    spillway *cl = stall_client(3000, "sleep_ms", 600, &g, &first);
+    spillway_arg a = spillway_arg_u64(6000);
+    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, &first, 1, -1), 0);
+    usleep(3500 * 1000); /* the program doing other work: nothing is awaited here */
+    int rc = spillway_wait(cl, &r, 1, -1);
+    if (rc != 0)
+        fail_msg("wait after an idle spell: %s (%s)", spw_strerror(rc), spillway_errmsg(cl));
+    assert_int_equal(spillway_release(cl, first), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* A put over TCP to a worker that stopped reading (SIGSTOP, once the connection is up) fails
  * with SPW_ETIMEDOUT, naming the worker, once neither side has moved a byte for the stall
  * timeout; the caller's buffer is free again on return and the cluster goes on. */
@@ -972,6 +1002,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(release_many_fits_a_small_max_frame, teardown),
     cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
     cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
+    cmocka_unit_test_teardown(idle_spell_before_a_wait_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
 };
 

@@ -242,7 +242,12 @@ void proto_conn_resume(proto_conn *c);
  * whichever is less) while waiting. Time is the loop's (uv_now).
  * @return 0, or SPW_ETIMEDOUT when it closed c now; closing and closed connections: 0. */
 int proto_conn_watch(proto_conn *c, uint32_t quiet_ms);
-/** Milliseconds of loop time since c last received a byte or got output out. */
+/** Starts watching c afresh when a wait begins: the silence before now does not count (nobody
+ * was reading c meanwhile, so what its peer sent may be unread), and a PING may go out again.
+ * Update the loop's time first (uv_update_time) if the loop has not run for a while. */
+void proto_conn_watch_begin(proto_conn *c);
+/** Milliseconds of loop time since c last received a byte, got output out, or was last begun
+ * being watched (proto_conn_watch_begin). */
 uint64_t proto_conn_quiet_ms(proto_conn *c);
 /** Closes: queued output is written first when possible (bounded by a deadline), then the
  * handle is closed and on_close(status) runs. Safe to call twice. */
