@@ -356,11 +356,16 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     switch (c->state) {
     case ST_READY:
         /* Liveness probes are the connection's own business: answered here, never seen by
-         * the owner (proto_conn_watch). */
-        if (m->type == PROTO_PING)
-            proto_send_pong(c, m->req);
-        else if (m->type != PROTO_PONG)
+         * the owner (proto_conn_watch). So no owner's flow control sees them either: past the
+         * high-water mark a PING gets no PONG (a peer that probes while it reads gets the
+         * output queued for it, which shows the connection alive as well), else a peer that
+         * sends PINGs and reads nothing would have a PONG queued for each. */
+        if (m->type == PROTO_PING) {
+            if (!c->above_hwm)
+                proto_send_pong(c, m->req);
+        } else if (m->type != PROTO_PONG) {
             c->cbs.on_msg(c, m);
+        }
         return;
     case ST_AWAIT_CHALLENGE:
     case ST_AWAIT_WELCOME:

@@ -3472,6 +3472,47 @@ static void malformed_flood_with_answers_unread_is_closed(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A peer that sends PING after PING and never reads the PONGs: no owner's flow control sees
+ * them either (the connection layer answers them), so past the output high-water mark a PING
+ * gets no PONG (the output queued for the peer already shows it the connection is alive); the
+ * scheduler queues about 32 MiB for it, not a PONG per PING (64 MiB of them here). Before, it
+ * read every PING and queued every PONG. */
+static void ping_flood_with_answers_unread_queues_at_most_the_high_water_mark(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const char *key = c->secret_file[0] ? SECRET : "";
+    probe p = {wire_connect_as(c->addr, PROTO_ROLE_CTL, key), 1u << 20, 0, 0};
+    wire *w = wire_client(c);
+    int small = 64 << 10;
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    spw_buf reqs = {0};
+    proto_enc e;
+    proto_enc_begin(&e, &reqs, PROTO_PING, 1, 0);
+    proto_enc_end(&e, UINT32_MAX);
+    uint8_t frame[16];
+    size_t one = reqs.len;
+    assert_true(one <= sizeof frame);
+    memcpy(frame, reqs.data, one);
+    uint64_t n = (64u << 20) / one;
+    for (uint64_t i = 1; i < n; i++)
+        spw_buf_append(&reqs, frame, one);
+    flood f = {.c = c, .p = &p, .line = HELD_LINE};
+    size_t off;
+    flood_unread(&f, w, &reqs, n, &off);
+    uint64_t queued = flood_queued(&f);
+    fprintf(stderr, "%llu PINGs of %zu bytes: %llu read, %llu bytes queued\n",
+            (unsigned long long)n, one, (unsigned long long)f.read, (unsigned long long)queued);
+    if (queued >= HELD_MAX_QUEUED)
+        fail_msg("the scheduler queued %llu bytes of PONGs for a peer that reads none",
+                 (unsigned long long)queued);
+    spw_buf_release(&reqs);
+    wire_close(w);
+    wire_close(p.w);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* A client that sends LOCATE after LOCATE for an object that is not ready, each waiting up to
  * ten minutes, has at most 1024 of them waiting at the scheduler: then its requests are not
  * read until one is answered, instead of one waiter held per request for as long as it asks.
@@ -3632,6 +3673,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(peer_port_reader_not_reading_is_held_at_the_high_water_mark,
                               teardown),
     cmocka_unit_test_teardown(malformed_flood_with_answers_unread_is_closed, teardown),
+    cmocka_unit_test_teardown(ping_flood_with_answers_unread_queues_at_most_the_high_water_mark, teardown),
     cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
