@@ -606,6 +606,10 @@ static uint64_t tx_bytes(proto_conn *c)
 
 uint64_t proto_conn_quiet_ms(proto_conn *c)
 {
+    /* We are not reading it: whatever the peer sends waits in the kernel. Unless we stopped
+     * because it does not read our output either: then the bytes it takes are the measure. */
+    if (c->paused && !c->above_hwm)
+        return 0;
     uint64_t now = uv_now(c->h.handle.loop);
     uint64_t tx = tx_bytes(c);
     if (tx != c->tx_seen) {
@@ -613,8 +617,8 @@ uint64_t proto_conn_quiet_ms(proto_conn *c)
         c->tx_ms = now;
     }
     uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
-    if (c->watch_ms > last)
-        last = c->watch_ms;
+    if (c->since_ms > last)
+        last = c->since_ms;
     return now > last ? now - last : 0;
 }
 
@@ -622,7 +626,7 @@ void proto_conn_watch_begin(proto_conn *c)
 {
     if (c->state == ST_CLOSED)
         return;
-    c->watch_ms = uv_now(c->h.handle.loop);
+    c->since_ms = uv_now(c->h.handle.loop);
     c->ping_out = false;
 }
 

@@ -2363,6 +2363,39 @@ static void upload_stalled_midway_is_dropped_after_the_stall(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* The stall that drops an upload is the sender's silence, not the worker's own hold: an upload
+ * under way on a connection that the worker stopped reading (a second upload on it waits for
+ * room, here for --alloc-wait's 3 s against a --fetch-stall of 1 s) is not dropped meanwhile,
+ * and its silence counts again only from when the worker reads the connection again. Before,
+ * the worker closed the connection a --fetch-stall into the wait, dropping both uploads. */
+static void upload_on_a_connection_held_for_room_is_not_a_stall(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir",
+                                        "none", "--alloc-wait", "3000", "--fetch-stall", "1000",
+                                        NULL};
+    h_worker_start(c, wargs);
+    const uint64_t total = 12u << 20, piece = 1u << 20;
+    uint8_t *chunk = calloc(1, piece);
+    wire *w = wire_peer(c, 0);
+    send_obj_write(w, 270, test_id(270), total, 0, 0, chunk, piece);
+    assert_store_used_reaches(c, total);
+    /* No room for this one while the first is unfinished: the worker stops reading. */
+    send_obj_write(w, 271, test_id(271), total, 0, 0, chunk, piece);
+    wire_expect_error(w, 271, SPW_EBACKPRESSURE);
+    for (uint64_t off = piece; off < total; off += piece)
+        send_obj_write(w, 272, test_id(270), total, off, off + piece == total ? PROTO_CHUNK_LAST : 0,
+                       chunk, piece);
+    wire_await(w, PROTO_PUT_DONE, 272);
+    wire_close(w);
+    free(chunk);
+    assert_worker_dropped(c, 0, test_id(270)); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* Every connection past the handshake answers PING with a PONG of the same request id (the
  * probe libspillway sends while a call waits on a quiet peer), the scheduler's and a worker's
  * peer port alike, and stays usable. */
@@ -3669,6 +3702,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_pins_of_one_object_are_capped, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
+    cmocka_unit_test_teardown(upload_on_a_connection_held_for_room_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),
     cmocka_unit_test_teardown(peer_port_reader_not_reading_is_held_at_the_high_water_mark,
                               teardown),

@@ -246,8 +246,10 @@ int proto_conn_watch(proto_conn *c, uint32_t quiet_ms);
  * was reading c meanwhile, so what its peer sent may be unread), and a PING may go out again.
  * Update the loop's time first (uv_update_time) if the loop has not run for a while. */
 void proto_conn_watch_begin(proto_conn *c);
-/** Milliseconds of loop time since c last received a byte, got output out, or was last begun
- * being watched (proto_conn_watch_begin). */
+/** Milliseconds of loop time since c last received a byte, got output out, was begun being
+ * watched (proto_conn_watch_begin) or was resumed (proto_conn_resume); 0 while it is paused
+ * with its output under the high-water mark (a peer we do not read is not silent: we are
+ * deaf; above the mark, whether it takes our bytes still tells). */
 uint64_t proto_conn_quiet_ms(proto_conn *c);
 /** Closes: queued output is written first when possible (bounded by a deadline), then the
  * handle is closed and on_close(status) runs. Safe to call twice. */
