@@ -149,7 +149,14 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
     int rc = 0;
     while (!cond(c, arg)) {
         if (c->sched == NULL) {
-            rc = c->sched_status == SPW_ETIMEDOUT ? SPW_ETIMEDOUT : SPW_ECLOSED;
+            rc = SPW_ECLOSED;
+            if (spillway__stalled(c)) {
+                rc = SPW_ETIMEDOUT;
+                spillway__set_err(c,
+                                  "the scheduler %s sent nothing for %u ms (the stall timeout): "
+                                  "connection closed",
+                                  c->addr, c->stall_ms);
+            }
             break;
         }
         uint64_t now = spw_now_ns();
@@ -173,6 +180,11 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
     if (watching)
         uv_timer_stop(&c->watch);
     return rc;
+}
+
+bool spillway__stalled(const spillway *c)
+{
+    return c->sched == NULL && c->sched_status == SPW_ETIMEDOUT;
 }
 
 int spillway_set_stall_timeout(spillway *c, int timeout_ms)
@@ -214,12 +226,7 @@ int spillway__call_wait(spillway *c, int timeout_ms)
         if (rc == SPW_ECLOSED)
             spillway__set_err(c, "connection to the scheduler %s closed: %s", c->addr,
                     spw_strerror(c->sched_status));
-        else if (c->sched == NULL)
-            spillway__set_err(c,
-                              "the scheduler %s sent nothing for %u ms (the stall timeout): "
-                              "connection closed",
-                              c->addr, c->stall_ms);
-        else
+        else if (!spillway__stalled(c)) /* else run_until said so */
             spillway__set_err(c, "no answer from the scheduler in %d ms", timeout_ms);
         return rc;
     }
