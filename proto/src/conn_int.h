@@ -58,6 +58,7 @@ enum {
     LIM_LOCAL,
     LIM_REFUSED,    /* a handshake refused before the peer proved the secret */
     LIM_HS_TIMEOUT, /* an accepted connection's handshake that never finished */
+    LIM_MALFORMED,  /* a malformed frame skipped past the handshake */
     LIM_COUNT
 };
 

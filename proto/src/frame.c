@@ -504,8 +504,9 @@ void conn__process_input(proto_conn *c)
                 /* The length prefix is sound, so skip just this frame and go on. */
                 size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
                                                (size_t)p[2] << 8 | (size_t)p[3]);
-                spw_log(SPW_LOG_WARN, "peer=%s sent a malformed frame of %zu bytes: skipped",
-                        c->peer, flen);
+                conn__log_limited(c->ctx, LIM_MALFORMED,
+                                  "peer=%s sent a malformed frame of %zu bytes: skipped", c->peer,
+                                  flen);
                 proto_conn_error(c, 0, rc, "malformed frame of %zu bytes skipped", flen);
                 pos += flen;
                 if (c->above_hwm) {

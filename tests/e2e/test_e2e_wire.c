@@ -3505,6 +3505,37 @@ static void malformed_flood_with_answers_unread_is_closed(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Malformed frames are logged like the other events a peer can cause at will: at most once
+ * per 10 s, with a count of the rest, while each still gets its ERROR. Before, every frame of a
+ * flood wrote a warning (100,000 lines here; a flood that is read goes on for ever). */
+static void malformed_frames_are_logged_at_most_once_per_10s(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    static const uint8_t frame[] = {0, 0, 0, 6, 0x93, 0x05, 0x00, 0x91, 0xa1, 'x'}; /* OK("x") */
+    const int n = 100000;
+    spw_buf reqs = {0};
+    for (int i = 0; i < n; i++)
+        spw_buf_append(&reqs, frame, sizeof frame);
+    /* Their ERRORs (6 MB) stay under the high-water mark: the scheduler reads all of them. */
+    assert_true(wire_send(w, reqs.data, reqs.len));
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(wire_read(w), 1);
+        assert_int_equal(w->m.type, PROTO_ERROR);
+        assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_EMALFORMED);
+    }
+    spw_buf_release(&reqs);
+    send_status_req(w, 2);
+    wire_expect_status(w, 2);
+    wire_close(w);
+    int lines = log_lines(&c->sched, "malformed frame");
+    if (lines >= 10)
+        fail_msg("%d malformed frames wrote %d log lines", n, lines);
+    assert_true(lines >= 1); /* not silent either */
+    assert_true(cluster_stop(c));
+}
+
 /* A peer that sends PING after PING and never reads the PONGs: no owner's flow control sees
  * them either (the connection layer answers them), so past the output high-water mark a PING
  * gets no PONG (the output queued for the peer already shows it the connection is alive); the
@@ -3707,6 +3738,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(peer_port_reader_not_reading_is_held_at_the_high_water_mark,
                               teardown),
     cmocka_unit_test_teardown(malformed_flood_with_answers_unread_is_closed, teardown),
+    cmocka_unit_test_teardown(malformed_frames_are_logged_at_most_once_per_10s, teardown),
     cmocka_unit_test_teardown(ping_flood_with_answers_unread_queues_at_most_the_high_water_mark, teardown),
     cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
