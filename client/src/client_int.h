@@ -97,6 +97,7 @@ struct spillway {
     uv_timer_t timer;
     uv_timer_t watch;  /* while a call waits: probes its connections (spillway__run_until) */
     uint32_t stall_ms; /* spillway_set_stall_timeout; 0: never */
+    uint64_t watch_end_ms; /* loop time the last watched wait ended (at first: connect) */
     proto_ctx *ctx;
     proto_conn *sched;
     bool ready;

@@ -623,12 +623,16 @@ uint64_t proto_conn_quiet_ms(proto_conn *c)
     return now > last ? now - last : 0;
 }
 
-void proto_conn_watch_begin(proto_conn *c)
+void proto_conn_watch_skip(proto_conn *c, uint64_t from_ms)
 {
     if (c->state == ST_CLOSED)
         return;
-    c->since_ms = uv_now(c->h.handle.loop);
-    c->ping_out = false;
+    uint64_t now = uv_now(c->h.handle.loop);
+    uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
+    last = c->since_ms > last ? c->since_ms : last;
+    from_ms = from_ms < now ? from_ms : now;
+    /* The silence up to from_ms carries on from now; after it, nothing was read. */
+    c->since_ms = last <= from_ms ? last + (now - from_ms) : now;
 }
 
 int proto_conn_watch(proto_conn *c, uint32_t quiet_ms)

@@ -932,6 +932,31 @@ static void wait_on_a_stopped_scheduler_names_it(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A program that polls (short waits in a loop, its own work between them) on a scheduler that
+ * stopped answering still finds out: the silence inside its waits adds up across them, while
+ * the time between them does not count. With the clock started afresh at each wait, 100 ms
+ * waits under a 600 ms stall timeout never saw the silence: the loop timed out 300 times. */
+static void polling_waits_on_a_stopped_scheduler_find_it_silent(void **state)
+{
+    (void)state;
+    h_cluster *c = &g_cluster;
+    spillway_graph *g;
+    spillway_ref r;
+    spillway *cl = stall_client(600, "sleep_ms", 60000, &g, &r);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    int rc = SPW_ETIMEDOUT, polls = 0;
+    while (rc == SPW_ETIMEDOUT && strstr(spillway_errmsg(cl), "sent nothing") == NULL &&
+           polls++ < 300)
+        rc = spillway_wait(cl, &r, 1, 100);
+    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_close(cl);
+    assert_true(cluster_stop(c));
+}
+
 /* The stall timeout is about silence, not about how long the answer takes: a result that
  * comes after many stall timeouts still comes, since the live scheduler answers the probes
  * sent meanwhile (without them this get would fail after 300 ms). */
@@ -1039,6 +1064,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(release_many_fits_a_small_max_frame, teardown),
     cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
     cmocka_unit_test_teardown(wait_on_a_stopped_scheduler_names_it, teardown),
+    cmocka_unit_test_teardown(polling_waits_on_a_stopped_scheduler_find_it_silent, teardown),
     cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(idle_spell_before_a_wait_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
