@@ -96,26 +96,53 @@ static void timer_cb(uv_timer_t *t)
     c->timer_fired = 1;
 }
 
-/* Probes every connection while a call waits: one whose peer neither answers nor takes our
- * bytes for stall_ms is closed with SPW_ETIMEDOUT (proto_conn_watch), which fails what waits on
- * it. Idle connections are probed too: a PING costs a frame each stall_ms/3. */
-static void watch_cb(uv_timer_t *t)
+/* Calls fn(conn, c) on every connection of c: the scheduler's, the workers', the local ones. */
+static void conns_each(spillway *c, void (*fn)(proto_conn *conn, spillway *c))
 {
-    spillway *c = t->data;
     if (c->sched != NULL)
-        proto_conn_watch(c->sched, c->stall_ms); /* sched_close records SPW_ETIMEDOUT */
+        fn(c->sched, c);
     peer *p, *ptmp;
     HASH_ITER(hh, c->peers, p, ptmp)
     {
         if (p->conn != NULL)
-            proto_conn_watch(p->conn, c->stall_ms);
+            fn(p->conn, c);
     }
     local *l, *ltmp;
     HASH_ITER(hh, c->locals, l, ltmp)
     {
         if (l->conn != NULL)
-            proto_conn_watch(l->conn, c->stall_ms);
+            fn(l->conn, c);
     }
+}
+
+/* One whose peer neither answers nor takes our bytes for stall_ms is closed with SPW_ETIMEDOUT
+ * (proto_conn_watch; for the scheduler, sched_close records it), which fails what waits on it. */
+static void conn_watch(proto_conn *conn, spillway *c)
+{
+    proto_conn_watch(conn, c->stall_ms);
+}
+
+/* Probes every connection while a call waits (idle ones too: a PING costs a frame each
+ * stall_ms/3). */
+static void watch_cb(uv_timer_t *t)
+{
+    conns_each(t->data, conn_watch);
+}
+
+static void conn_watch_skip(proto_conn *conn, spillway *c)
+{
+    proto_conn_watch_skip(conn, c->watch_end_ms);
+}
+
+/* A wait begins: the time since the last one ended is the program's own (nothing read the
+ * connections), not the peers' silence; the silence inside earlier waits still counts, so a
+ * program that polls with short waits finds a silent peer all the same. Looked at once now: a
+ * wait may end before the timer's first turn. */
+static void watch_begin(spillway *c)
+{
+    uv_update_time(&c->loop);
+    conns_each(c, conn_watch_skip);
+    conns_each(c, conn_watch);
 }
 
 /* Runs the loop until cond(c, arg) holds, the deadline passes or the scheduler goes away
@@ -127,8 +154,22 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
     bool watching = false;
     int rc = 0;
     while (!cond(c, arg)) {
+        if (!watching && c->stall_ms > 0 && c->sched != NULL) {
+            /* Not before the first wait: a call answered at once arms nothing. */
+            uint64_t every = c->stall_ms / 3 < 250 ? c->stall_ms / 3 + 1 : 250;
+            watch_begin(c); /* may close the scheduler's connection: looked at next */
+            uv_timer_start(&c->watch, watch_cb, every, every);
+            watching = true;
+        }
         if (c->sched == NULL) {
-            rc = c->sched_status == SPW_ETIMEDOUT ? SPW_ETIMEDOUT : SPW_ECLOSED;
+            rc = SPW_ECLOSED;
+            if (spillway__stalled(c)) {
+                rc = SPW_ETIMEDOUT;
+                spillway__set_err(c,
+                                  "the scheduler %s sent nothing for %u ms (the stall timeout): "
+                                  "connection closed",
+                                  c->addr, c->stall_ms);
+            }
             break;
         }
         uint64_t now = spw_now_ns();
@@ -136,21 +177,23 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
             rc = SPW_ETIMEDOUT;
             break;
         }
-        if (!watching && c->stall_ms > 0) {
-            /* Not before the first wait: a call answered at once arms nothing. */
-            uint64_t every = c->stall_ms / 3 < 250 ? c->stall_ms / 3 + 1 : 250;
-            uv_timer_start(&c->watch, watch_cb, every, every);
-            watching = true;
-        }
         c->timer_fired = 0;
         if (deadline != UINT64_MAX)
             uv_timer_start(&c->timer, timer_cb, (deadline - now) / 1000000ULL + 1, 0);
         uv_run(&c->loop, UV_RUN_ONCE);
         uv_timer_stop(&c->timer);
     }
-    if (watching)
+    if (watching) {
         uv_timer_stop(&c->watch);
+        uv_update_time(&c->loop);
+        c->watch_end_ms = uv_now(&c->loop);
+    }
     return rc;
+}
+
+bool spillway__stalled(const spillway *c)
+{
+    return c->sched == NULL && c->sched_status == SPW_ETIMEDOUT;
 }
 
 int spillway_set_stall_timeout(spillway *c, int timeout_ms)
@@ -192,12 +235,7 @@ int spillway__call_wait(spillway *c, int timeout_ms)
         if (rc == SPW_ECLOSED)
             spillway__set_err(c, "connection to the scheduler %s closed: %s", c->addr,
                     spw_strerror(c->sched_status));
-        else if (c->sched == NULL)
-            spillway__set_err(c,
-                              "the scheduler %s sent nothing for %u ms (the stall timeout): "
-                              "connection closed",
-                              c->addr, c->stall_ms);
-        else
+        else if (!spillway__stalled(c)) /* else run_until said so */
             spillway__set_err(c, "no answer from the scheduler in %d ms", timeout_ms);
         return rc;
     }
@@ -438,6 +476,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     uv_timer_init(&c->loop, &c->watch);
     c->watch.data = c;
     c->stall_ms = SPILLWAY_STALL_TIMEOUT_MS;
+    c->watch_end_ms = uv_now(&c->loop);
     proto_ctx_opts po;
     proto_ctx_opts_default(&po);
     po.role = role;

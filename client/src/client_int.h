@@ -97,6 +97,7 @@ struct spillway {
     uv_timer_t timer;
     uv_timer_t watch;  /* while a call waits: probes its connections (spillway__run_until) */
     uint32_t stall_ms; /* spillway_set_stall_timeout; 0: never */
+    uint64_t watch_end_ms; /* loop time the last watched wait ended (at first: connect) */
     proto_ctx *ctx;
     proto_conn *sched;
     bool ready;
@@ -132,8 +133,13 @@ static inline void spillway__enter(spillway *c)
         c->err_set = false;
 }
 int spillway__leave(spillway *c, int rc, const char *fn);
+/* Runs the loop until cond holds (0), the deadline passes (SPW_ETIMEDOUT), or the scheduler's
+ * connection is gone: SPW_ECLOSED, or SPW_ETIMEDOUT with the error text naming the scheduler
+ * when the stall watch closed it (spillway__stalled; callers keep that text). */
 int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void *arg,
                         int timeout_ms);
+/* The stall watch closed the scheduler's connection: it went silent for the stall timeout. */
+bool spillway__stalled(const spillway *c);
 uint64_t spillway__call_begin(spillway *c, uint32_t reply_type);
 int spillway__call_wait(spillway *c, int timeout_ms);
 void spillway__flush(spillway *c);

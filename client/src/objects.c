@@ -132,7 +132,8 @@ static int peer_get(spillway *c, const char *addr, peer **out)
     if (rc == 0 && p == NULL)
         rc = c->peer_refused != 0 ? c->peer_refused : SPW_ECONNREFUSED;
     if (rc != 0) {
-        spillway__set_err(c, "cannot reach worker %s: %s", addr, spw_strerror(rc));
+        if (!spillway__stalled(c))
+            spillway__set_err(c, "cannot reach worker %s: %s", addr, spw_strerror(rc));
         return rc;
     }
     *out = p;
@@ -647,7 +648,9 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     if (h != NULL && h->kind == H_TASK && h->state == H_PENDING) {
         int rc = spillway__run_until(c, task_settled, &id, timeout_ms);
         if (rc != 0) {
-            spillway__set_err(c, "obj=%s not ready: %s", spw_id_hex(id, hex), spw_strerror(rc));
+            if (!spillway__stalled(c))
+                spillway__set_err(c, "obj=%s not ready: %s", spw_id_hex(id, hex),
+                                  spw_strerror(rc));
             return rc;
         }
         h = spillway__handle_find(c, id);
@@ -972,8 +975,9 @@ static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeo
     wait_set ws = {refs, n, 0, NULL};
     int rc = spillway__run_until(c, all_settled, &ws, timeout_ms);
     if (rc != 0) {
-        spillway__set_err(c, "%zu of %zu results not ready: %s", n - ws.next, n,
-                          spw_strerror(rc));
+        if (!spillway__stalled(c))
+            spillway__set_err(c, "%zu of %zu results not ready: %s", n - ws.next, n,
+                              spw_strerror(rc));
         return rc;
     }
     handle *h = ws.failed;

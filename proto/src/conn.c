@@ -406,6 +406,7 @@ void proto_conn_resume(proto_conn *c)
     if (!c->paused)
         return;
     c->paused = false;
+    c->since_ms = uv_now(c->h.handle.loop); /* its silence meanwhile was ours */
     if (c->state != ST_READY || c->resume_pending)
         return;
     proto_ctx *ctx = c->ctx;

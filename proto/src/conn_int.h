@@ -58,6 +58,7 @@ enum {
     LIM_LOCAL,
     LIM_REFUSED,    /* a handshake refused before the peer proved the secret */
     LIM_HS_TIMEOUT, /* an accepted connection's handshake that never finished */
+    LIM_MALFORMED,  /* a malformed frame skipped past the handshake */
     LIM_COUNT
 };
 
@@ -120,6 +121,9 @@ struct proto_conn {
     uint64_t tx_done;  /* bytes of finished writes */
     uint64_t tx_seen;  /* proto_conn_watch's last sample of the bytes written */
     size_t wout_total; /* bytes handed to the write in flight */
+    uint64_t since_ms; /* silence is counted from no earlier than this: moved on over the
+                          spans nobody read c (proto_conn_watch_skip), and to when we read c
+                          again (proto_conn_resume) */
     bool ping_out;
     spw_buf in;
     size_t in_need; /* bytes needed in `in` to complete the frame at its start */

@@ -356,11 +356,16 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     switch (c->state) {
     case ST_READY:
         /* Liveness probes are the connection's own business: answered here, never seen by
-         * the owner (proto_conn_watch). */
-        if (m->type == PROTO_PING)
-            proto_send_pong(c, m->req);
-        else if (m->type != PROTO_PONG)
+         * the owner (proto_conn_watch). So no owner's flow control sees them either: past the
+         * high-water mark a PING gets no PONG (a peer that probes while it reads gets the
+         * output queued for it, which shows the connection alive as well), else a peer that
+         * sends PINGs and reads nothing would have a PONG queued for each. */
+        if (m->type == PROTO_PING) {
+            if (!c->above_hwm)
+                proto_send_pong(c, m->req);
+        } else if (m->type != PROTO_PONG) {
             c->cbs.on_msg(c, m);
+        }
         return;
     case ST_AWAIT_CHALLENGE:
     case ST_AWAIT_WELCOME:
@@ -499,8 +504,9 @@ void conn__process_input(proto_conn *c)
                 /* The length prefix is sound, so skip just this frame and go on. */
                 size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
                                                (size_t)p[2] << 8 | (size_t)p[3]);
-                spw_log(SPW_LOG_WARN, "peer=%s sent a malformed frame of %zu bytes: skipped",
-                        c->peer, flen);
+                conn__log_limited(c->ctx, LIM_MALFORMED,
+                                  "peer=%s sent a malformed frame of %zu bytes: skipped", c->peer,
+                                  flen);
                 proto_conn_error(c, 0, rc, "malformed frame of %zu bytes skipped", flen);
                 pos += flen;
                 if (c->above_hwm) {
@@ -601,6 +607,10 @@ static uint64_t tx_bytes(proto_conn *c)
 
 uint64_t proto_conn_quiet_ms(proto_conn *c)
 {
+    /* We are not reading it: whatever the peer sends waits in the kernel. Unless we stopped
+     * because it does not read our output either: then the bytes it takes are the measure. */
+    if (c->paused && !c->above_hwm)
+        return 0;
     uint64_t now = uv_now(c->h.handle.loop);
     uint64_t tx = tx_bytes(c);
     if (tx != c->tx_seen) {
@@ -608,7 +618,21 @@ uint64_t proto_conn_quiet_ms(proto_conn *c)
         c->tx_ms = now;
     }
     uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
+    if (c->since_ms > last)
+        last = c->since_ms;
     return now > last ? now - last : 0;
+}
+
+void proto_conn_watch_skip(proto_conn *c, uint64_t from_ms)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    uint64_t now = uv_now(c->h.handle.loop);
+    uint64_t last = c->rx_ms > c->tx_ms ? c->rx_ms : c->tx_ms;
+    last = c->since_ms > last ? c->since_ms : last;
+    from_ms = from_ms < now ? from_ms : now;
+    /* The silence up to from_ms carries on from now; after it, nothing was read. */
+    c->since_ms = last <= from_ms ? last + (now - from_ms) : now;
 }
 
 int proto_conn_watch(proto_conn *c, uint32_t quiet_ms)

@@ -895,6 +895,68 @@ static void call_on_a_stopped_scheduler_times_out(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Waits that send nothing (spillway_wait, spillway_get of a result still running) on a scheduler
+ * that stopped answering fail the same way, and their text names the scheduler too. Before,
+ * it said only "1 of 1 results not ready: operation timed out" (and "obj=... not ready"). */
+static void wait_on_a_stopped_scheduler_names_it(void **state)
+{
+    (void)state;
+    h_cluster *c = &g_cluster;
+    spillway_graph *g;
+    spillway_ref r;
+    spillway *cl = stall_client(600, "sleep_ms", 60000, &g, &r);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    int rc = spillway_wait(cl, &r, 1, -1);
+    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_close(cl);
+
+    cl = e2e_connect(c);
+    assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
+    spillway_arg a = spillway_arg_u64(60000);
+    g = spillway_graph_new(cl);
+    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    void *data = NULL;
+    size_t len = 0;
+    rc = spillway_get(cl, r, -1, &data, &len);
+    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_close(cl);
+    assert_true(cluster_stop(c));
+}
+
+/* A program that polls (short waits in a loop, its own work between them) on a scheduler that
+ * stopped answering still finds out: the silence inside its waits adds up across them, while
+ * the time between them does not count. With the clock started afresh at each wait, 100 ms
+ * waits under a 600 ms stall timeout never saw the silence: the loop timed out 300 times. */
+static void polling_waits_on_a_stopped_scheduler_find_it_silent(void **state)
+{
+    (void)state;
+    h_cluster *c = &g_cluster;
+    spillway_graph *g;
+    spillway_ref r;
+    spillway *cl = stall_client(600, "sleep_ms", 60000, &g, &r);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    int rc = SPW_ETIMEDOUT, polls = 0;
+    while (rc == SPW_ETIMEDOUT && strstr(spillway_errmsg(cl), "sent nothing") == NULL &&
+           polls++ < 300)
+        rc = spillway_wait(cl, &r, 1, 100);
+    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_close(cl);
+    assert_true(cluster_stop(c));
+}
+
 /* The stall timeout is about silence, not about how long the answer takes: a result that
  * comes after many stall timeouts still comes, since the live scheduler answers the probes
  * sent meanwhile (without them this get would fail after 300 ms). */
@@ -911,6 +973,36 @@ static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
     size_t len = 0;
     assert_int_equal(spillway_get(cl, r, -1, &data, &len), 0);
     spillway_free(data);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
+/* Silence while no call waits is not a stall: a client busy elsewhere for longer than its stall
+ * timeout (here 3.5 s against 3 s, its loop not run meanwhile), then waiting for a task still
+ * running, gets the result; its scheduler is probed from the start of that wait. Before, the
+ * first look at the connection (250 ms into the wait) counted the idle spell as silence and
+ * closed the live scheduler: SPW_ETIMEDOUT. The first wait makes that look see all our bytes
+ * out already (else the bytes of the last call would count as fresh progress). */
+static void idle_spell_before_a_wait_is_not_a_stall(void **state)
+{
+    (void)state;
+    h_cluster *c = &g_cluster;
+    spillway_graph *g;
+    spillway_ref r;
+    spillway_ref first;
+    spillway *cl = stall_client(3000, "sleep_ms", 600, &g, &first);
+    spillway_arg a = spillway_arg_u64(6000);
+    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, &first, 1, -1), 0);
+    usleep(3500 * 1000); /* the program doing other work: nothing is awaited here */
+    int rc = spillway_wait(cl, &r, 1, -1);
+    if (rc != 0)
+        fail_msg("wait after an idle spell: %s (%s)", spw_strerror(rc), spillway_errmsg(cl));
+    assert_int_equal(spillway_release(cl, first), 0);
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
     assert_true(e2e_cluster_idle(c, 20000));
@@ -971,7 +1063,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
     cmocka_unit_test_teardown(release_many_fits_a_small_max_frame, teardown),
     cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
+    cmocka_unit_test_teardown(wait_on_a_stopped_scheduler_names_it, teardown),
+    cmocka_unit_test_teardown(polling_waits_on_a_stopped_scheduler_find_it_silent, teardown),
     cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
+    cmocka_unit_test_teardown(idle_spell_before_a_wait_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
 };
 

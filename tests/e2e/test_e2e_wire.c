@@ -2363,6 +2363,39 @@ static void upload_stalled_midway_is_dropped_after_the_stall(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* The stall that drops an upload is the sender's silence, not the worker's own hold: an upload
+ * under way on a connection that the worker stopped reading (a second upload on it waits for
+ * room, here for --alloc-wait's 3 s against a --fetch-stall of 1 s) is not dropped meanwhile,
+ * and its silence counts again only from when the worker reads the connection again. Before,
+ * the worker closed the connection a --fetch-stall into the wait, dropping both uploads. */
+static void upload_on_a_connection_held_for_room_is_not_a_stall(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_bare(false);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir",
+                                        "none", "--alloc-wait", "3000", "--fetch-stall", "1000",
+                                        NULL};
+    h_worker_start(c, wargs);
+    const uint64_t total = 12u << 20, piece = 1u << 20;
+    uint8_t *chunk = calloc(1, piece);
+    wire *w = wire_peer(c, 0);
+    send_obj_write(w, 270, test_id(270), total, 0, 0, chunk, piece);
+    assert_store_used_reaches(c, total);
+    /* No room for this one while the first is unfinished: the worker stops reading. */
+    send_obj_write(w, 271, test_id(271), total, 0, 0, chunk, piece);
+    wire_expect_error(w, 271, SPW_EBACKPRESSURE);
+    for (uint64_t off = piece; off < total; off += piece)
+        send_obj_write(w, 272, test_id(270), total, off, off + piece == total ? PROTO_CHUNK_LAST : 0,
+                       chunk, piece);
+    wire_await(w, PROTO_PUT_DONE, 272);
+    wire_close(w);
+    free(chunk);
+    assert_worker_dropped(c, 0, test_id(270)); /* never placed by the scheduler */
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* Every connection past the handshake answers PING with a PONG of the same request id (the
  * probe libspillway sends while a call waits on a quiet peer), the scheduler's and a worker's
  * peer port alike, and stays usable. */
@@ -3472,6 +3505,78 @@ static void malformed_flood_with_answers_unread_is_closed(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* Malformed frames are logged like the other events a peer can cause at will: at most once
+ * per 10 s, with a count of the rest, while each still gets its ERROR. Before, every frame of a
+ * flood wrote a warning (100,000 lines here; a flood that is read goes on for ever). */
+static void malformed_frames_are_logged_at_most_once_per_10s(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    wire *w = wire_client(c);
+    static const uint8_t frame[] = {0, 0, 0, 6, 0x93, 0x05, 0x00, 0x91, 0xa1, 'x'}; /* OK("x") */
+    const int n = 100000;
+    spw_buf reqs = {0};
+    for (int i = 0; i < n; i++)
+        spw_buf_append(&reqs, frame, sizeof frame);
+    /* Their ERRORs (6 MB) stay under the high-water mark: the scheduler reads all of them. */
+    assert_true(wire_send(w, reqs.data, reqs.len));
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(wire_read(w), 1);
+        assert_int_equal(w->m.type, PROTO_ERROR);
+        assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_EMALFORMED);
+    }
+    spw_buf_release(&reqs);
+    send_status_req(w, 2);
+    wire_expect_status(w, 2);
+    wire_close(w);
+    int lines = log_lines(&c->sched, "malformed frame");
+    if (lines >= 10)
+        fail_msg("%d malformed frames wrote %d log lines", n, lines);
+    assert_true(lines >= 1); /* not silent either */
+    assert_true(cluster_stop(c));
+}
+
+/* A peer that sends PING after PING and never reads the PONGs: no owner's flow control sees
+ * them either (the connection layer answers them), so past the output high-water mark a PING
+ * gets no PONG (the output queued for the peer already shows it the connection is alive); the
+ * scheduler queues about 32 MiB for it, not a PONG per PING (64 MiB of them here). Before, it
+ * read every PING and queued every PONG. */
+static void ping_flood_with_answers_unread_queues_at_most_the_high_water_mark(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const char *key = c->secret_file[0] ? SECRET : "";
+    probe p = {wire_connect_as(c->addr, PROTO_ROLE_CTL, key), 1u << 20, 0, 0};
+    wire *w = wire_client(c);
+    int small = 64 << 10;
+    setsockopt(w->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    spw_buf reqs = {0};
+    proto_enc e;
+    proto_enc_begin(&e, &reqs, PROTO_PING, 1, 0);
+    proto_enc_end(&e, UINT32_MAX);
+    uint8_t frame[16];
+    size_t one = reqs.len;
+    assert_true(one <= sizeof frame);
+    memcpy(frame, reqs.data, one);
+    uint64_t n = (64u << 20) / one;
+    for (uint64_t i = 1; i < n; i++)
+        spw_buf_append(&reqs, frame, one);
+    flood f = {.c = c, .p = &p, .line = HELD_LINE};
+    size_t off;
+    flood_unread(&f, w, &reqs, n, &off);
+    uint64_t queued = flood_queued(&f);
+    fprintf(stderr, "%llu PINGs of %zu bytes: %llu read, %llu bytes queued\n",
+            (unsigned long long)n, one, (unsigned long long)f.read, (unsigned long long)queued);
+    if (queued >= HELD_MAX_QUEUED)
+        fail_msg("the scheduler queued %llu bytes of PONGs for a peer that reads none",
+                 (unsigned long long)queued);
+    spw_buf_release(&reqs);
+    wire_close(w);
+    wire_close(p.w);
+    assert_cluster_serves(c);
+    assert_true(cluster_stop(c));
+}
+
 /* A client that sends LOCATE after LOCATE for an object that is not ready, each waiting up to
  * ten minutes, has at most 1024 of them waiting at the scheduler: then its requests are not
  * read until one is answered, instead of one waiter held per request for as long as it asks.
@@ -3628,10 +3733,13 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_pins_of_one_object_are_capped, teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
+    cmocka_unit_test_teardown(upload_on_a_connection_held_for_room_is_not_a_stall, teardown),
     cmocka_unit_test_teardown(ping_is_answered_with_pong_on_every_connection, teardown),
     cmocka_unit_test_teardown(peer_port_reader_not_reading_is_held_at_the_high_water_mark,
                               teardown),
     cmocka_unit_test_teardown(malformed_flood_with_answers_unread_is_closed, teardown),
+    cmocka_unit_test_teardown(malformed_frames_are_logged_at_most_once_per_10s, teardown),
+    cmocka_unit_test_teardown(ping_flood_with_answers_unread_queues_at_most_the_high_water_mark, teardown),
     cmocka_unit_test_teardown(chunk_cut_off_mid_payload_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_of_unplaced_object_is_dropped, teardown),
     cmocka_unit_test_teardown(client_hanging_up_with_replies_unread_is_dropped_alone, teardown),
