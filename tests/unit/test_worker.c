@@ -1358,6 +1358,67 @@ static void executor_fails_an_argument_it_cannot_read(void **state)
     spw_buf_release(&in);
 }
 
+/* The fields of an EXECS record whose one argument is the output of task producer, kept by the
+ * executor (PROTO_ARG_PREV), as the worker sends a task chained behind its producer. */
+static void put_prev_rec(proto_enc *en, uint64_t id, const char *fn, uint64_t producer)
+{
+    uint8_t idb[16];
+    spw_id_to_bytes(tid(producer), idb);
+    proto_put_arr(en, 4);
+    proto_put_id(en, tid(id));
+    proto_put_str(en, fn);
+    proto_put_arr(en, 1);
+    proto_put_arr(en, 4);
+    proto_put_u(en, PROTO_ARG_PREV);
+    proto_put_bin(en, idb, sizeof idb);
+    proto_put_u(en, 0);
+    proto_put_u(en, 0);
+    proto_put_u(en, PROTO_DEFAULT_INLINE_LIMIT);
+}
+
+/* A task that runs again on the same executor (the scheduler retried it: its worker had lost
+ * the scheduler, which sent it back once the worker returned) stands in the kept outputs with
+ * its latest run only. A task chained behind a rerun that failed is answered SPW_EAHEAD, and one
+ * behind a rerun that succeeded gets that run's output. The executor used to hand either the
+ * first run's output, so the dependent ran on a value its producer no longer had. */
+static void executor_kept_output_is_the_latest_run(void **state)
+{
+    static pid_t pid;
+    int sock = exec_start(state, &pid);
+    spw_buf out = {0}, in = {0};
+    uint64_t v41 = 41, v1 = 1, v10 = 10;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 6);
+    put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
+    put_exec_rec(&en, 1, "fail", PROTO_ARG_INLINE, &v41, 0, 0); /* its rerun fails */
+    put_prev_rec(&en, 2, "inc", 1);
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_INLINE, &v10, 0, 0); /* its rerun makes 11 */
+    put_prev_rec(&en, 4, "inc", 3);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[6];
+    exec_answers(sock, &in, &used, &z, a, 6);
+    assert_int_equal(a[0].status, 0);
+    assert_int_equal(a[0].v, 42);
+    assert_int_equal(a[1].status, SPW_ETASKFAILED);
+    assert_true(spw_id_eq(a[2].id, tid(2)));
+    assert_int_equal(a[2].status, SPW_EAHEAD);
+    assert_int_equal(a[4].v, 11);
+    assert_true(spw_id_eq(a[5].id, tid(4)));
+    assert_int_equal(a[5].status, 0);
+    assert_int_equal(a[5].v, 12);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 /* The system call process pid is in (/proc/PID/syscall), -1 while it runs, or -2 when the
  * kernel does not show it (no such file, or not to us). */
 static long proc_syscall(pid_t pid)
@@ -1778,6 +1839,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
+    cmocka_unit_test_teardown(executor_kept_output_is_the_latest_run, exec_teardown),
     cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_a_task_that_ignores_its_failed_output, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_allocation_answered_with_no_error_code,
