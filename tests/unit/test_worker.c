@@ -163,6 +163,7 @@ static void ready_cb(void *arg, int status)
 
 static uint32_t setup_max_frame; /* the worker's frame limit when not 0 (setup_small_frames) */
 static uint64_t setup_capacity;  /* the worker's store capacity when not 0 (setup_big_store) */
+static uint32_t setup_reconnect_ms; /* the worker reconnects when not 0 (setup_reconnect) */
 
 static int setup(void **state)
 {
@@ -192,7 +193,7 @@ static int setup(void **state)
     o.executor_path = SPW_WORKER_EXE;
     o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
-    o.reconnect_max_ms = 0;
+    o.reconnect_max_ms = setup_reconnect_ms;
     if (setup_max_frame != 0)
         o.max_frame = setup_max_frame;
     char bound[64];
@@ -209,6 +210,15 @@ static int setup_small_frames(void **state)
     setup_max_frame = 1u << 20;
     int rc = setup(state);
     setup_max_frame = 0;
+    return rc;
+}
+
+/* setup with a worker that reconnects (at once) when it loses the scheduler. */
+static int setup_reconnect(void **state)
+{
+    setup_reconnect_ms = 1;
+    int rc = setup(state);
+    setup_reconnect_ms = 0;
     return rc;
 }
 
@@ -698,6 +708,40 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_true(find(e, PROTO_TASK_DONE, 3) < find(e, PROTO_TASK_DONE, 4));
     assert_null(e->w->ahead);
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static uint32_t errors(const env *e)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n; i++)
+        n += e->log[i].type == PROTO_ERROR;
+    return n;
+}
+
+/* The worker loses its scheduler while a task runs, and the scheduler, once the worker is back,
+ * sends it that task again (it retries what a lost worker had, and this worker may well be the
+ * one it picks). The run the earlier scheduler asked for still holds the task's id: the new one
+ * waits for it to leave, then runs and is answered. It used to be refused as a duplicate (an
+ * ERROR naming no task), so the scheduler waited for its answer for ever. */
+static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
+    proto_conn_close(e->conn, 0);
+    STEP_UNTIL(e, e->conn == NULL);
+    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
+    task_run_wait(e, 1, path);
+    touch(path);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL || errors(e) > 0);
+    assert_int_equal(errors(e), 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
+    assert_int_equal(unlink(path), 0);
     assert_int_equal(rmdir(dir), 0);
 }
 
@@ -1826,6 +1870,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(executor_keeps_outputs_up_to_a_byte_budget, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_a_reconnect,
+                                    setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
