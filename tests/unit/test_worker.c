@@ -745,6 +745,34 @@ static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+static uint32_t dones_of(const env *e, uint64_t id)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n; i++)
+        n += e->log[i].type == PROTO_TASK_DONE && spw_id_eq(e->log[i].id, tid(id));
+    return n;
+}
+
+/* The small results a worker keeps for dependents sent after their producer ended belong to
+ * the scheduler that sent those producers. Once the worker lost it, the next one may send a
+ * task of the same id again (a retry): a dependent sent ahead after that run failed is answered
+ * SPW_EAHEAD. It used to run on the result the earlier run left in the kept results. */
+static void worker_forgets_kept_results_of_a_lost_scheduler(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "inc", true, 41);
+    STEP_UNTIL(e, dones_of(e, 1) == 1);
+    proto_conn_close(e->conn, 0);
+    STEP_UNTIL(e, e->conn == NULL);
+    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL);
+    task_run(e, 1, "fail", true, 0); /* its rerun fails */
+    STEP_UNTIL(e, dones_of(e, 1) == 2);
+    task_run_ahead(e, 2, "inc", 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EAHEAD);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* An executor keeps its last outputs for the tasks chained behind them only up to
  * EXEC_KEPT_BYTES (the newest always): a task chained behind a producer whose 60,000-byte output
  * 20 newer ones pushed out is answered SPW_EAHEAD by the executor, and then by the worker, which
@@ -1871,6 +1899,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(executor_keeps_outputs_up_to_a_byte_budget, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_a_reconnect,
+                                    setup_reconnect, teardown),
+    cmocka_unit_test_setup_teardown(worker_forgets_kept_results_of_a_lost_scheduler,
                                     setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
