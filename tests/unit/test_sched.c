@@ -1137,6 +1137,40 @@ static void ahead_worker_death_retries_both(void **state)
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
 }
 
+/* A worker dies holding a linear chain SCHED_AHEAD_CHAIN_PER_SLOT ahead: every link comes back
+ * to waiting (no retry counted for those that never started) and runs exactly once on the
+ * worker that takes over. */
+static void ahead_worker_death_with_a_long_chain_ahead(void **state)
+{
+    enum { N = 40 };
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[N];
+    for (uint64_t i = 1; i <= N; i++)
+        ts[i - 1] = (tspec){.id = i, .args = {i - 1}, .nargs = i > 1, .flags = i == N ? PROTO_TASK_KEEP : 0};
+    submit(c, 1, 0, 0, ts, N);
+    STEP_UNTIL(e, count(w1, PROTO_TASK_RUN) == 2);
+    done(w1, 1, 0, 8, true);
+    STEP_UNTIL(e, e->s->workers[0]->ahead == SCHED_AHEAD_CHAIN_PER_SLOT);
+    settle(e);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer_close(e, w1);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(2)));
+    for (uint64_t id = 2; id <= N; id++) {
+        STEP_UNTIL(e, tstate(e, id) == T_ASSIGNED);
+        settle(e);
+        assert_int_equal(runs(w2, id, NULL), 1);
+        done(w2, id, 0, 8, true);
+    }
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(N)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    assert_int_equal(count(w2, PROTO_TASK_RUN), N - 1);
+    assert_int_equal(sched__obj_producer(obj(e, N))->retries, 0);
+    assert_int_equal(e->s->workers[0]->ahead, 0);
+    assert_int_equal(e->s->workers[0]->assigned, 0);
+}
+
 /* A task whose inputs are made on two workers is not sent ahead: it is dispatched when both
  * are done. */
 static void ahead_not_for_inputs_of_two_workers(void **state)
@@ -1542,6 +1576,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(ahead_refusal_of_a_task_not_sent_ahead_fails_it, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(ahead_worker_death_retries_both, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_worker_death_with_a_long_chain_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_not_for_inputs_of_two_workers, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_cancelled_with_its_client, setup, teardown),
     cmocka_unit_test_setup_teardown(release_of_unheld_id_is_refused, setup, teardown),

@@ -163,6 +163,7 @@ static void ready_cb(void *arg, int status)
 
 static uint32_t setup_max_frame; /* the worker's frame limit when not 0 (setup_small_frames) */
 static uint64_t setup_capacity;  /* the worker's store capacity when not 0 (setup_big_store) */
+static uint32_t setup_reconnect_ms; /* the worker reconnects when not 0 (setup_reconnect) */
 
 static int setup(void **state)
 {
@@ -192,7 +193,7 @@ static int setup(void **state)
     o.executor_path = SPW_WORKER_EXE;
     o.plugins[o.nplugins++] = SPW_TEST_PLUGIN; /* wait_file */
     o.heartbeat_ms = 50; /* also what wakes uv_run(ONCE) while an executor starts */
-    o.reconnect_max_ms = 0;
+    o.reconnect_max_ms = setup_reconnect_ms;
     if (setup_max_frame != 0)
         o.max_frame = setup_max_frame;
     char bound[64];
@@ -209,6 +210,15 @@ static int setup_small_frames(void **state)
     setup_max_frame = 1u << 20;
     int rc = setup(state);
     setup_max_frame = 0;
+    return rc;
+}
+
+/* setup with a worker that reconnects (at once) when it loses the scheduler. */
+static int setup_reconnect(void **state)
+{
+    setup_reconnect_ms = 1;
+    int rc = setup(state);
+    setup_reconnect_ms = 0;
     return rc;
 }
 
@@ -699,6 +709,68 @@ static void worker_queues_a_chain_behind_its_producer(void **state)
     assert_null(e->w->ahead);
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
     assert_int_equal(rmdir(dir), 0);
+}
+
+static uint32_t errors(const env *e)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n; i++)
+        n += e->log[i].type == PROTO_ERROR;
+    return n;
+}
+
+/* The worker loses its scheduler while a task runs, and the scheduler, once the worker is back,
+ * sends it that task again (it retries what a lost worker had, and this worker may well be the
+ * one it picks). The run the earlier scheduler asked for still holds the task's id: the new one
+ * waits for it to leave, then runs and is answered. It used to be refused as a duplicate (an
+ * ERROR naming no task), so the scheduler waited for its answer for ever. */
+static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
+    proto_conn_close(e->conn, 0);
+    STEP_UNTIL(e, e->conn == NULL);
+    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
+    task_run_wait(e, 1, path);
+    touch(path);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL || errors(e) > 0);
+    assert_int_equal(errors(e), 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static uint32_t dones_of(const env *e, uint64_t id)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n; i++)
+        n += e->log[i].type == PROTO_TASK_DONE && spw_id_eq(e->log[i].id, tid(id));
+    return n;
+}
+
+/* The small results a worker keeps for dependents sent after their producer ended belong to
+ * the scheduler that sent those producers. Once the worker lost it, the next one may send a
+ * task of the same id again (a retry): a dependent sent ahead after that run failed is answered
+ * SPW_EAHEAD. It used to run on the result the earlier run left in the kept results. */
+static void worker_forgets_kept_results_of_a_lost_scheduler(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "inc", true, 41);
+    STEP_UNTIL(e, dones_of(e, 1) == 1);
+    proto_conn_close(e->conn, 0);
+    STEP_UNTIL(e, e->conn == NULL);
+    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL);
+    task_run(e, 1, "fail", true, 0); /* its rerun fails */
+    STEP_UNTIL(e, dones_of(e, 1) == 2);
+    task_run_ahead(e, 2, "inc", 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_EAHEAD);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
 /* An executor keeps its last outputs for the tasks chained behind them only up to
@@ -1358,6 +1430,67 @@ static void executor_fails_an_argument_it_cannot_read(void **state)
     spw_buf_release(&in);
 }
 
+/* The fields of an EXECS record whose one argument is the output of task producer, kept by the
+ * executor (PROTO_ARG_PREV), as the worker sends a task chained behind its producer. */
+static void put_prev_rec(proto_enc *en, uint64_t id, const char *fn, uint64_t producer)
+{
+    uint8_t idb[16];
+    spw_id_to_bytes(tid(producer), idb);
+    proto_put_arr(en, 4);
+    proto_put_id(en, tid(id));
+    proto_put_str(en, fn);
+    proto_put_arr(en, 1);
+    proto_put_arr(en, 4);
+    proto_put_u(en, PROTO_ARG_PREV);
+    proto_put_bin(en, idb, sizeof idb);
+    proto_put_u(en, 0);
+    proto_put_u(en, 0);
+    proto_put_u(en, PROTO_DEFAULT_INLINE_LIMIT);
+}
+
+/* A task that runs again on the same executor (the scheduler retried it: its worker had lost
+ * the scheduler, which sent it back once the worker returned) stands in the kept outputs with
+ * its latest run only. A task chained behind a rerun that failed is answered SPW_EAHEAD, and one
+ * behind a rerun that succeeded gets that run's output. The executor used to hand either the
+ * first run's output, so the dependent ran on a value its producer no longer had. */
+static void executor_kept_output_is_the_latest_run(void **state)
+{
+    static pid_t pid;
+    int sock = exec_start(state, &pid);
+    spw_buf out = {0}, in = {0};
+    uint64_t v41 = 41, v1 = 1, v10 = 10;
+    proto_enc en;
+    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_put_arr(&en, 6);
+    put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
+    put_exec_rec(&en, 1, "fail", PROTO_ARG_INLINE, &v41, 0, 0); /* its rerun fails */
+    put_prev_rec(&en, 2, "inc", 1);
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
+    put_exec_rec(&en, 3, "inc", PROTO_ARG_INLINE, &v10, 0, 0); /* its rerun makes 11 */
+    put_prev_rec(&en, 4, "inc", 3);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    write_all_test(sock, out.data, out.len);
+
+    msgpack_zone z;
+    assert_true(msgpack_zone_init(&z, 4096));
+    size_t used = 0;
+    exec_ans a[6];
+    exec_answers(sock, &in, &used, &z, a, 6);
+    assert_int_equal(a[0].status, 0);
+    assert_int_equal(a[0].v, 42);
+    assert_int_equal(a[1].status, SPW_ETASKFAILED);
+    assert_true(spw_id_eq(a[2].id, tid(2)));
+    assert_int_equal(a[2].status, SPW_EAHEAD);
+    assert_int_equal(a[4].v, 11);
+    assert_true(spw_id_eq(a[5].id, tid(4)));
+    assert_int_equal(a[5].status, 0);
+    assert_int_equal(a[5].v, 12);
+    exec_close_and_reap(sock, &pid);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&out);
+    spw_buf_release(&in);
+}
+
 /* The system call process pid is in (/proc/PID/syscall), -1 while it runs, or -2 when the
  * kernel does not show it (no such file, or not to us). */
 static long proc_syscall(pid_t pid)
@@ -1765,6 +1898,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_cancels_a_task_waiting_ahead, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(executor_keeps_outputs_up_to_a_byte_budget, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_a_reconnect,
+                                    setup_reconnect, teardown),
+    cmocka_unit_test_setup_teardown(worker_forgets_kept_results_of_a_lost_scheduler,
+                                    setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
@@ -1778,6 +1915,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_argument_it_cannot_read, exec_teardown),
+    cmocka_unit_test_teardown(executor_kept_output_is_the_latest_run, exec_teardown),
     cmocka_unit_test_teardown(executor_stops_promptly_after_a_signal_in_a_write, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_a_task_that_ignores_its_failed_output, exec_teardown),
     cmocka_unit_test_teardown(executor_fails_an_allocation_answered_with_no_error_code,

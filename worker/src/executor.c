@@ -360,9 +360,12 @@ static void kept_put(executor *ex, spw_id id, uint8_t *v, uint64_t len)
         kept_drop(ex, (k + i) % EXEC_KEPT_N); /* oldest first */
 }
 
+/* The output task id's latest run kept, newest first: a task the scheduler retried (its worker
+ * lost the scheduler and got the task back) may have run here before. */
 static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t *len)
 {
-    for (uint32_t k = 0; k < EXEC_KEPT_N; k++) {
+    for (uint32_t i = 1; i <= EXEC_KEPT_N; i++) {
+        uint32_t k = (ex->kept_next - i) % EXEC_KEPT_N;
         if (ex->kept[k].used && spw_id_eq(ex->kept[k].id, id)) {
             *v = ex->kept[k].v;
             *len = ex->kept[k].len;
@@ -370,6 +373,15 @@ static bool kept_find(const executor *ex, spw_id id, const uint8_t **v, uint64_t
         }
     }
     return false;
+}
+
+/* Task id ran again and kept nothing (it failed, or its output is in the store): what an
+ * earlier run of it kept must not stand for this run's output. */
+static void kept_forget(executor *ex, spw_id id)
+{
+    for (uint32_t k = 0; k < EXEC_KEPT_N; k++)
+        if (ex->kept[k].used && spw_id_eq(ex->kept[k].id, id))
+            kept_drop(ex, k);
 }
 
 /* One task: the fields of an EXEC, or record i_rec of an EXECS. A malformed record
@@ -510,10 +522,12 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
     send_done(ex, &t, status, run_us);
     if (t.mapped != NULL)
         munmap(t.mapped, t.mapped_len);
-    if (status == 0 && t.mapped == NULL)
+    if (status == 0 && t.mapped == NULL) {
         kept_put(ex, t.id, t.inline_out, t.out_size); /* takes it (NULL: an empty output) */
-    else
+    } else {
         free(t.inline_out);
+        kept_forget(ex, t.id);
+    }
 }
 
 static void register_fns(executor *ex, const spw_plugin *p)

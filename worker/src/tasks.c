@@ -43,6 +43,19 @@ static void started_strike(wrk *w, wtask *t)
     }
 }
 
+/* Frees a task that is on no list: its record, and an heir still waiting for it (the worker
+ * closes). */
+static void task_release(wrk *w, wtask *t)
+{
+    if (t->heir != NULL)
+        task_release(w, t->heir);
+    spw_free(t->fail_msg);
+    if (t->slab)
+        spw_slab_free(&w->task_slab, t);
+    else
+        spw_free(t);
+}
+
 static void task_free(wrk *w, wtask *t)
 {
     for (uint32_t i = 0; i < t->nargs; i++) {
@@ -64,11 +77,7 @@ static void task_free(wrk *w, wtask *t)
     }
     started_strike(w, t); /* its end tells the scheduler */
     HASH_DEL(w->tasks, t);
-    spw_free(t->fail_msg);
-    if (t->slab)
-        spw_slab_free(&w->task_slab, t);
-    else
-        spw_free(t);
+    task_release(w, t);
 }
 
 /* Notes that t reached the head of its executor's FIFO: it runs now. The notices go out in one
@@ -118,6 +127,7 @@ void wrk__started_timer_cb(uv_timer_t *h)
 }
 
 static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uint8_t *inl);
+static void heir_start(wrk *w, wtask *t);
 
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
  * sealed by the caller. */
@@ -147,9 +157,13 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
         w->kept[k].len = (uint32_t)size;
         memcpy(w->kept[k].v, inl, size);
     }
+    wtask *heir = t->heir;
+    t->heir = NULL;
     task_free(w, t);
     if (w->ahead != NULL)
         ahead_settle(w, id, status, size, inl);
+    if (heir != NULL)
+        heir_start(w, heir);
 }
 
 static void ready_push(wrk *w, wtask *t, bool front)
@@ -525,6 +539,8 @@ static void ahead_unwait(wrk *w, wtask *t, int status, const char *msg)
 
 /* ---------------------------------------------------------------- intake */
 
+static void task_begin(wrk *w, wtask *t);
+
 /* One task to run: the fields of a TASK_RUN, or record i of a TASK_RUNS (f[0].bad: the record
  * did not match the schema; answered as a failed task when its id is readable). */
 static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_rec)
@@ -547,11 +563,14 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     spw_id id = f[F_RUN_ID].id;
     wtask *t;
     HASH_FIND(hh, w->tasks, &id, sizeof id, t);
-    if (t != NULL) {
+    if (t != NULL && (t->gen == w->gen || t->heir != NULL)) {
         proto_conn_error(w->sched, req, SPW_EDUPLICATE, "task=%s is already here",
                          spw_id_hex(id, hex));
         return;
     }
+    /* Still here for a scheduler that is gone (it runs on, to be dropped): this scheduler sent
+     * it again, and it starts when that run leaves. */
+    wtask *held = t;
     wrk__fetch_supersede(w, id); /* its output is made here now, not fetched */
     const proto_val *args = &f[F_RUN_ARGS];
     uint32_t nargs = args->arr.n;
@@ -580,7 +599,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     t->state = WT_INPUTS;
     t->gen = w->gen;
     proto_str(&f[F_RUN_FN], t->fn, sizeof t->fn);
-    HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
+    if (held == NULL)
+        HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
     uint8_t *bp = (uint8_t *)(t->args + nargs);
 
     /* First copy everything, so that a failure below can report through the usual path. */
@@ -625,11 +645,32 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         }
         t->missing++;
     }
+    if (bad != 0 && held != NULL) {
+        /* Unlisted: answered here, as a record that does not match the schema is. */
+        w->tasks_failed++;
+        proto_batch_done(w->sched, PROTO_TASK_DONES,
+                         &(proto_done_rec){.id = id, .status = bad, .err = badmsg});
+        task_release(w, t);
+        return;
+    }
     if (bad != 0) {
         t->missing = 0;
         task_report(w, t, bad, 0, NULL, badmsg, 0);
         return;
     }
+    if (held != NULL) {
+        held->heir = t;
+        return;
+    }
+    task_begin(w, t);
+}
+
+/* Takes a task in whose arguments are copied: marks what it waits for here, starts getting the
+ * rest, or queues it for an executor. */
+static void task_begin(wrk *w, wtask *t)
+{
+    spw_id id = t->id;
+    uint32_t nargs = t->nargs;
     if ((t->flags & PROTO_TASK_AHEAD) && t->missing > 0 && ahead_intake(w, t) != 0)
         return;
     if (t->missing == 0) {
@@ -664,6 +705,21 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     } else if (w->ahead != NULL) {
         ahead_chain(w); /* it may go behind its producers now */
     }
+}
+
+/* t waited for the task of its id an earlier scheduler sent, which has left: it is listed and
+ * taken in now (or dropped, the worker closing). */
+static void heir_start(wrk *w, wtask *t)
+{
+    if (w->closing) {
+        task_release(w, t);
+        return;
+    }
+    wtask *dup;
+    HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, dup);
+    SPW_ASSERT(dup == NULL);
+    HASH_ADD(hh, w->tasks, id, sizeof t->id, t);
+    task_begin(w, t);
 }
 
 void wrk__task_run(wrk *w, const proto_msg *m)

@@ -285,6 +285,10 @@ static void sched_lost(wrk *w)
     w->gen++;
     wrk__fetches_drop(w);
     wrk__tasks_drop(w);
+    /* The small results kept for late dependents are those of its tasks: the next scheduler may
+     * send one of them again, and a dependent must get that run's result, or none. */
+    for (uint32_t k = 0; k < WRK_KEPT_N; k++)
+        w->kept[k].id = (spw_id){0, 0};
     idlist l = {NULL, 0, 0};
     ost_store_foreach(w->store, idlist_add, &l);
     for (size_t i = 0; i < l.n; i++)

@@ -95,6 +95,8 @@ struct wtask {
     bool slab;            /* from w->task_slab (else spw_malloc) */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
+    wtask *heir; /* a TASK_RUN of the same id from the next scheduler, waiting (unlisted) for
+                    this task of an earlier one to leave: then it starts */
 };
 
 struct wrk_exec {
