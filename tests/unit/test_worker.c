@@ -745,6 +745,33 @@ static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* The same across two reconnects while the first run still runs: the task sent by the second
+ * scheduler (lost too) waits as the first run's heir; the third scheduler's replaces it, rather
+ * than being refused as a duplicate (an ERROR naming no task: its answer never came). */
+static void worker_runs_a_task_sent_again_after_two_reconnects(void **state)
+{
+    env *e = *state;
+    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/go", dir);
+    task_run_wait(e, 1, path);
+    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
+    for (int round = 0; round < 2; round++) {
+        proto_conn_close(e->conn, 0);
+        STEP_UNTIL(e, e->conn == NULL);
+        STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
+        task_run_wait(e, 1, path);
+        STEP_UNTIL(e, task_of(e, 1)->heir != NULL || errors(e) > 0);
+    }
+    touch(path);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL || errors(e) > 0);
+    assert_int_equal(errors(e), 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static uint32_t dones_of(const env *e, uint64_t id)
 {
     uint32_t n = 0;
@@ -1901,6 +1928,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_a_reconnect,
                                     setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_forgets_kept_results_of_a_lost_scheduler,
+                                    setup_reconnect, teardown),
+    cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_two_reconnects,
                                     setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),

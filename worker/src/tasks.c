@@ -563,6 +563,12 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     spw_id id = f[F_RUN_ID].id;
     wtask *t;
     HASH_FIND(hh, w->tasks, &id, sizeof id, t);
+    if (t != NULL && t->gen != w->gen && t->heir != NULL && t->heir->gen != w->gen) {
+        /* Its heir came from a scheduler lost since, and would only be dropped: this one takes
+         * its place (never taken in, it holds nothing but itself). */
+        task_release(w, t->heir);
+        t->heir = NULL;
+    }
     if (t != NULL && (t->gen == w->gen || t->heir != NULL)) {
         proto_conn_error(w->sched, req, SPW_EDUPLICATE, "task=%s is already here",
                          spw_id_hex(id, hex));
