@@ -895,41 +895,51 @@ static void call_on_a_stopped_scheduler_times_out(void **state)
     assert_true(cluster_stop(c));
 }
 
+/* A client with a 600 ms stall timeout whose kept sleep_ms(60 s) (*r) is submitted on a cluster
+ * (stall_client's, or c's when given) whose scheduler is then stopped (SIGSTOP). */
+static spillway *client_of_a_stopped_scheduler(h_cluster *c, spillway_ref *r)
+{
+    spillway_graph *g;
+    spillway *cl;
+    if (c == NULL) {
+        cl = stall_client(600, "sleep_ms", 60000, &g, r);
+    } else {
+        cl = e2e_connect(c);
+        assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
+        spillway_arg a = spillway_arg_u64(60000);
+        g = spillway_graph_new(cl);
+        assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, r), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(kill(g_cluster.sched.pid, SIGSTOP), 0);
+    return cl;
+}
+
+/* The scheduler goes on; the client's wait on it (rc) failed as a stall naming it. */
+static void stopped_scheduler_wait_failed(spillway *cl, int rc)
+{
+    assert_int_equal(kill(g_cluster.sched.pid, SIGCONT), 0);
+    assert_int_equal(rc, SPW_ETIMEDOUT);
+    errmsg_has(cl, "sent nothing for 600 ms");
+    spillway_close(cl);
+}
+
 /* Waits that send nothing (spillway_wait, spillway_get of a result still running) on a scheduler
  * that stopped answering fail the same way, and their text names the scheduler too. Before,
  * it said only "1 of 1 results not ready: operation timed out" (and "obj=... not ready"). */
 static void wait_on_a_stopped_scheduler_names_it(void **state)
 {
     (void)state;
-    h_cluster *c = &g_cluster;
-    spillway_graph *g;
     spillway_ref r;
-    spillway *cl = stall_client(600, "sleep_ms", 60000, &g, &r);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
-    int rc = spillway_wait(cl, &r, 1, -1);
-    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
-    assert_int_equal(rc, SPW_ETIMEDOUT);
-    errmsg_has(cl, "sent nothing for 600 ms");
-    spillway_close(cl);
+    spillway *cl = client_of_a_stopped_scheduler(NULL, &r);
+    stopped_scheduler_wait_failed(cl, spillway_wait(cl, &r, 1, -1));
 
-    cl = e2e_connect(c);
-    assert_int_equal(spillway_set_stall_timeout(cl, 600), 0);
-    spillway_arg a = spillway_arg_u64(60000);
-    g = spillway_graph_new(cl);
-    assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    cl = client_of_a_stopped_scheduler(&g_cluster, &r);
     void *data = NULL;
     size_t len = 0;
-    rc = spillway_get(cl, r, -1, &data, &len);
-    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
-    assert_int_equal(rc, SPW_ETIMEDOUT);
-    errmsg_has(cl, "sent nothing for 600 ms");
-    spillway_close(cl);
-    assert_true(cluster_stop(c));
+    stopped_scheduler_wait_failed(cl, spillway_get(cl, r, -1, &data, &len));
+    assert_true(cluster_stop(&g_cluster));
 }
 
 /* A program that polls (short waits in a loop, its own work between them) on a scheduler that
@@ -939,22 +949,14 @@ static void wait_on_a_stopped_scheduler_names_it(void **state)
 static void polling_waits_on_a_stopped_scheduler_find_it_silent(void **state)
 {
     (void)state;
-    h_cluster *c = &g_cluster;
-    spillway_graph *g;
     spillway_ref r;
-    spillway *cl = stall_client(600, "sleep_ms", 60000, &g, &r);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
+    spillway *cl = client_of_a_stopped_scheduler(NULL, &r);
     int rc = SPW_ETIMEDOUT, polls = 0;
     while (rc == SPW_ETIMEDOUT && strstr(spillway_errmsg(cl), "sent nothing") == NULL &&
            polls++ < 300)
         rc = spillway_wait(cl, &r, 1, 100);
-    assert_int_equal(kill(c->sched.pid, SIGCONT), 0);
-    assert_int_equal(rc, SPW_ETIMEDOUT);
-    errmsg_has(cl, "sent nothing for 600 ms");
-    spillway_close(cl);
-    assert_true(cluster_stop(c));
+    stopped_scheduler_wait_failed(cl, rc);
+    assert_true(cluster_stop(&g_cluster));
 }
 
 /* The stall timeout is about silence, not about how long the answer takes: a result that

@@ -719,44 +719,16 @@ static uint32_t errors(const env *e)
     return n;
 }
 
-/* The worker loses its scheduler while a task runs, and the scheduler, once the worker is back,
- * sends it that task again (it retries what a lost worker had, and this worker may well be the
- * one it picks). The run the earlier scheduler asked for still holds the task's id: the new one
- * waits for it to leave, then runs and is answered. It used to be refused as a duplicate (an
- * ERROR naming no task), so the scheduler waited for its answer for ever. */
-static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
+/* wait_file runs; the fake scheduler drops the worker and takes it back `rounds` times, each
+ * time sending the task again; then the file is made: the last scheduler's run is answered. */
+static void task_sent_again_after_reconnects(env *e, int rounds)
 {
-    env *e = *state;
     char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/go", dir);
     task_run_wait(e, 1, path);
     STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
-    proto_conn_close(e->conn, 0);
-    STEP_UNTIL(e, e->conn == NULL);
-    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
-    task_run_wait(e, 1, path);
-    touch(path);
-    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL || errors(e) > 0);
-    assert_int_equal(errors(e), 0);
-    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
-    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
-    assert_int_equal(unlink(path), 0);
-    assert_int_equal(rmdir(dir), 0);
-}
-
-/* The same across two reconnects while the first run still runs: the task sent by the second
- * scheduler (lost too) waits as the first run's heir; the third scheduler's replaces it, rather
- * than being refused as a duplicate (an ERROR naming no task: its answer never came). */
-static void worker_runs_a_task_sent_again_after_two_reconnects(void **state)
-{
-    env *e = *state;
-    char dir[] = "/tmp/spw-test-worker-XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/go", dir);
-    task_run_wait(e, 1, path);
-    STEP_UNTIL(e, task_of(e, 1) != NULL && task_of(e, 1)->state == WT_SENT);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < rounds; round++) {
         proto_conn_close(e->conn, 0);
         STEP_UNTIL(e, e->conn == NULL);
         STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
@@ -770,6 +742,24 @@ static void worker_runs_a_task_sent_again_after_two_reconnects(void **state)
     STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(rmdir(dir), 0);
+}
+
+/* The worker loses its scheduler while a task runs, and the scheduler, once the worker is back,
+ * sends it that task again (it retries what a lost worker had, and this worker may well be the
+ * one it picks). The run the earlier scheduler asked for still holds the task's id: the new one
+ * waits for it to leave, then runs and is answered. It used to be refused as a duplicate (an
+ * ERROR naming no task), so the scheduler waited for its answer for ever. */
+static void worker_runs_a_task_sent_again_after_a_reconnect(void **state)
+{
+    task_sent_again_after_reconnects(*state, 1);
+}
+
+/* The same across two reconnects while the first run still runs: the task sent by the second
+ * scheduler (lost too) waits as the first run's heir; the third scheduler's replaces it, rather
+ * than being refused as a duplicate (an ERROR naming no task: its answer never came). */
+static void worker_runs_a_task_sent_again_after_two_reconnects(void **state)
+{
+    task_sent_again_after_reconnects(*state, 2);
 }
 
 static uint32_t dones_of(const env *e, uint64_t id)
