@@ -395,8 +395,9 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
               w->assigned, n);
         CHECK(ahead == w->ahead, NOID, "worker %u: %u tasks ahead, its list holds %u", w->id,
               w->ahead, ahead);
-        CHECK(w->ahead <= w->slots * SCHED_AHEAD_CHAIN_PER_SLOT, NOID,
-              "worker %u: %u tasks sent ahead to %u slots", w->id, w->ahead, w->slots);
+        CHECK(w->ahead <= w->slots * SCHED_AHEAD_CHAIN_PER_SLOT &&
+                  w->ahead <= SCHED_AHEAD_VISITS,
+              NOID, "worker %u: %u tasks sent ahead to %u slots", w->id, w->ahead, w->slots);
         /* Tasks sent ahead join the queue when their inputs are ready. */
         CHECK(w->assigned <= (uint64_t)w->slots * (depth_max + SCHED_AHEAD_CHAIN_PER_SLOT), NOID,
               "worker %u: %u tasks assigned to %u slots", w->id, w->assigned, w->slots);

@@ -166,6 +166,7 @@ typedef struct sched_graph {
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
 #define SCHED_AHEAD_PER_SLOT 8 /* tasks sent ahead to a worker at once, per slot (tasks.c) */
 #define SCHED_AHEAD_CHAIN_PER_SLOT 32 /* the same for links of a linear chain (tasks.c) */
+#define SCHED_AHEAD_VISITS 64 /* consumers one walk sending tasks ahead looks at (tasks.c) */
 
 /* Object records (a sched_obj, and a task's sched_task with its arguments after it) come from
  * slabs of 16-byte size classes up to SCHED_REC_SLAB bytes; larger ones from the heap. */

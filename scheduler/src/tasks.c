@@ -791,7 +791,8 @@ void sched__kick(sched *s)
  * A task goes ahead to worker w when it waits only for outputs of tasks on w (assigned there, or
  * themselves sent ahead), as whole objects; every other object argument is inline here or in
  * w's store (a task with inputs from two workers is dispatched as usual); and its graph admits
- * it. At most SCHED_AHEAD_PER_SLOT x slots tasks are ahead on a worker at once, and a walk looks
+ * it. At most SCHED_AHEAD_PER_SLOT x slots tasks (and never more than SCHED_AHEAD_VISITS) are
+ * ahead on a worker at once, and a walk looks
  * at SCHED_AHEAD_VISITS consumers, so a wide graph is not pushed onto one worker and the cost per
  * event stays constant. Links of a linear chain (chain_link) may go further, up to
  * SCHED_AHEAD_CHAIN_PER_SLOT x slots: such a link can start nowhere sooner than where its only
@@ -807,7 +808,6 @@ void sched__kick(sched *s)
  * inline result was gone when it arrived), after which it is dispatched as if never sent ahead.
  * Until that answer it stays on w->tasks, even if the scheduler failed it meanwhile (a producer
  * failed) or it was released (orphaned, as an assigned task is). */
-#define SCHED_AHEAD_VISITS 64
 
 /* Whether t may be sent ahead to w now. */
 static bool ahead_eligible(const sched_task *t, const sched_worker *w)
@@ -875,10 +875,15 @@ static bool chain_link(const sched_task *p, const sched_task *d)
     return objects == 1;
 }
 
-/* How many tasks may be ahead on w when d, a consumer of p, is the next to go. */
+/* How many tasks may be ahead on w when d, a consumer of p, is the next to go: per slot, but
+ * no more than one walk looks at. A refill walks down a chain through the tasks already ahead
+ * before it sends any, so with more than that ahead (half of the cap, when it refills) every hop
+ * walked them all and sent one task. */
 static uint32_t ahead_cap(const sched_worker *w, const sched_task *p, const sched_task *d)
 {
-    return w->slots * (chain_link(p, d) ? SCHED_AHEAD_CHAIN_PER_SLOT : SCHED_AHEAD_PER_SLOT);
+    uint64_t cap = (uint64_t)w->slots *
+                   (chain_link(p, d) ? SCHED_AHEAD_CHAIN_PER_SLOT : SCHED_AHEAD_PER_SLOT);
+    return cap < SCHED_AHEAD_VISITS ? (uint32_t)cap : SCHED_AHEAD_VISITS;
 }
 
 /* Sends ahead to w what waits for p's output (p is on w), and down from there: through tasks

@@ -1007,13 +1007,27 @@ static void ahead_stored_chain_goes_one_hop(void **state)
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
 }
 
-/* A chain of 80 links after a kept root: link 2 has no argument, link i > 2 takes link i - 1's
- * output and, unless linear, the root's too. Each link is completed in turn on the one worker;
- * returns the most tasks the scheduler held ahead there at once. */
-static uint32_t ahead_long_chain(env *e, bool linear)
+/* Frames that carried TASK_RUNs to w. */
+static uint32_t run_frames(const peer *w)
 {
-    enum { N = 80 };
-    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    uint32_t n = 0, last = UINT32_MAX;
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (w->log[i].type == PROTO_TASK_RUN && w->log[i].frame != last) {
+            last = w->log[i].frame;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* A chain of 160 links after a kept root: link 2 has no argument, link i > 2 takes link i - 1's
+ * output and, unless linear, the root's too. Each link is completed in turn on the one worker,
+ * of `slots` slots; returns the most tasks the scheduler held ahead there at once, and in
+ * *frames the frames that carried the chain's TASK_RUNs. */
+static uint32_t ahead_long_chain(env *e, bool linear, uint32_t slots, uint32_t *frames)
+{
+    enum { N = 160 };
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", slots);
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
     tspec ts[N + 1];
     ts[0] = (tspec){.id = 1, .flags = PROTO_TASK_KEEP};
@@ -1041,6 +1055,7 @@ static uint32_t ahead_long_chain(env *e, bool linear)
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
     assert_int_equal(count(w, PROTO_TASK_RUN), N + 1); /* each sent once */
     assert_int_equal(sw->ahead, 0);
+    *frames = run_frames(w);
     return most;
 }
 
@@ -1051,12 +1066,27 @@ static uint32_t ahead_long_chain(env *e, bool linear)
  * worker. */
 static void ahead_linear_chain_goes_deeper(void **state)
 {
-    assert_int_equal(ahead_long_chain(*state, true), SCHED_AHEAD_CHAIN_PER_SLOT);
+    uint32_t frames;
+    assert_int_equal(ahead_long_chain(*state, true, 1, &frames), SCHED_AHEAD_CHAIN_PER_SLOT);
+    assert_true(frames <= 160 / (SCHED_AHEAD_CHAIN_PER_SLOT / 2) + 3);
 }
 
 static void ahead_chain_of_two_inputs_stays_shallow(void **state)
 {
-    assert_int_equal(ahead_long_chain(*state, false), SCHED_AHEAD_PER_SLOT);
+    uint32_t frames;
+    assert_int_equal(ahead_long_chain(*state, false, 1, &frames), SCHED_AHEAD_PER_SLOT);
+}
+
+/* On a worker of several slots a chain goes no further ahead than one walk can refill: a walk
+ * looks at SCHED_AHEAD_VISITS tasks, through those already ahead first. With 32 per slot (128
+ * on 4 slots, refilled at 64) every hop walked the 64 already ahead, found no room to send more
+ * and sent one task: a TASK_RUNS frame and 64 visits a hop (161 frames here). */
+static void ahead_chain_on_many_slots_refills_in_batches(void **state)
+{
+    uint32_t frames;
+    assert_int_equal(ahead_long_chain(*state, true, 4, &frames), SCHED_AHEAD_VISITS);
+    if (frames > 160 / (SCHED_AHEAD_VISITS / 2) + 3)
+        fail_msg("the chain's TASK_RUNs came in %u frames", frames);
 }
 
 /* A producer that fails fails what was sent ahead for it, as if it had been dispatched after:
@@ -1571,6 +1601,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(ahead_stored_chain_goes_one_hop, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_linear_chain_goes_deeper, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_chain_of_two_inputs_stays_shallow, setup, teardown),
+    cmocka_unit_test_setup_teardown(ahead_chain_on_many_slots_refills_in_batches, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_failing_producer_fails_its_dependents, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_dropped_dependent_is_dispatched_again, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_refusal_of_a_task_not_sent_ahead_fails_it, setup,
