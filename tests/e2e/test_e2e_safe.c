@@ -35,6 +35,14 @@ static bool cluster_stop(h_cluster *c)
     return h_cluster_stop(c);
 }
 
+/* The case's one-worker cluster (teardown stops it, with its logs, if an assertion fails). */
+static h_cluster *one_worker_cluster(void)
+{
+    h_cluster_simple(&g_cluster, 1);
+    g_running = true;
+    return &g_cluster;
+}
+
 static int teardown(void **state)
 {
     (void)state;
@@ -88,8 +96,7 @@ static void local_socket_refuses_other_uid_and_client_reads_over_tcp(void **stat
 {
     (void)state;
     need_root();
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
+    one_worker_cluster();
     assert_int_equal(run_probe(&g_cluster, "refused"), 0);
     assert_true(e2e_cluster_idle(&g_cluster, 20000));
     assert_true(cluster_stop(&g_cluster));
@@ -415,9 +422,7 @@ static double proc_cpu_s(pid_t pid)
 static void accept_survives_emfile_without_spinning(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = one_worker_cluster();
     pid_t pid = c->sched.pid;
     struct rlimit old, low;
     assert_int_equal(prlimit(pid, RLIMIT_NOFILE, NULL, &old), 0);
@@ -509,9 +514,7 @@ static bool ka_cond(void *arg)
 static void every_tcp_connection_has_keepalive(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = one_worker_cluster();
     spillway_opts o;
     spillway_opts_init(&o);
     o.no_local = 1; /* the client talks to the worker over TCP */
@@ -803,9 +806,7 @@ static void every_failing_call_sets_errmsg(void **state)
 static void release_on_closed_connection_is_eclosed(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = one_worker_cluster();
     spillway *cl = e2e_connect(c);
     static uint8_t big[300000];
     memset(big, 3, sizeof big);
@@ -861,9 +862,7 @@ static void release_many_fits_a_small_max_frame(void **state)
 static spillway *stall_client(int ms, const char *fn, uint64_t arg, spillway_graph **g,
                               spillway_ref *r)
 {
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    spillway *cl = e2e_connect(&g_cluster);
+    spillway *cl = e2e_connect(one_worker_cluster());
     assert_int_equal(spillway_set_stall_timeout(cl, ms), 0);
     spillway_arg a = spillway_arg_u64(arg);
     *g = spillway_graph_new(cl);
@@ -1017,9 +1016,7 @@ static void idle_spell_before_a_wait_is_not_a_stall(void **state)
 static void put_to_a_stopped_worker_times_out(void **state)
 {
     (void)state;
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = one_worker_cluster();
     spillway_opts o;
     spillway_opts_init(&o);
     o.no_local = 1;

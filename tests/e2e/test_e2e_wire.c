@@ -23,6 +23,7 @@
 #include <sodium.h>
 
 #include "../unit/test_main.h"
+#include "../unit/test_fds.h"
 #include "e2e_util.h"
 #include "spillway/conn.h" /* PROTO_IO_*: STATUS io figures */
 #include "spillway/proto.h"
@@ -2046,29 +2047,6 @@ static void peer_reads_waiting_for_restores_are_capped(void **state)
     assert_true(cluster_stop(c));
 }
 
-/* Descriptors of process pid that are a memfd named name. */
-static int proc_memfds_named(int pid, const char *name)
-{
-    char dir[64], want[64];
-    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
-    snprintf(want, sizeof want, "/memfd:%s ", name);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        char path[400], target[256];
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        ssize_t len = readlink(path, target, sizeof target - 1);
-        if (len <= 0)
-            continue;
-        target[len] = '\0';
-        n += strncmp(target, want, strlen(want)) == 0;
-    }
-    closedir(d);
-    return n;
-}
-
 /* Descriptors a local client attaches to its frames (SCM_RIGHTS), which the worker never asks
  * for, are not kept by the worker: its local connections read without taking ancillary data,
  * so the kernel closes them. 20 frames with 3 memfds each leave none open in the worker. */
@@ -2108,7 +2086,7 @@ static void descriptors_sent_to_the_local_socket_are_not_kept(void **state)
     }
     for (int i = 0; i < 3; i++)
         close(fds[i]);
-    assert_int_equal(proc_memfds_named(pid, "spw-sent"), 0);
+    assert_int_equal(test_memfds_named(pid, "spw-sent"), 0);
     wire_close(w);
     assert_cluster_serves(c);
     assert_true(e2e_cluster_idle(c, 20000));

@@ -22,6 +22,7 @@
 
 #include "proto_samples.h"
 #include "test_main.h"
+#include "test_fds.h"
 
 static int decode_all(const spw_buf *b, proto_msg *m, msgpack_zone *z)
 {
@@ -858,28 +859,6 @@ static void fake_worker(int lsock)
     _exit(0);
 }
 
-/* Open descriptors of this process that are a memfd named name. */
-static int memfds_named(const char *name)
-{
-    char want[64];
-    snprintf(want, sizeof want, "/memfd:%s ", name); /* the link ends in " (deleted)" */
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        char path[300], target[256];
-        snprintf(path, sizeof path, "/proc/self/fd/%s", ent->d_name);
-        ssize_t len = readlink(path, target, sizeof target - 1);
-        if (len <= 0)
-            continue;
-        target[len] = '\0';
-        n += strncmp(target, want, strlen(want)) == 0;
-    }
-    closedir(d);
-    return n;
-}
-
 /* Descriptors a local socket's server attaches where none is expected (the handshake), or more
  * than the one expected (the arena), are closed by the client, never kept open: a
  * descriptor past the first in a message used to stay open in the client for good. */
@@ -917,8 +896,8 @@ static void local_attach_closes_descriptors_it_did_not_ask_for(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
     assert_int_equal(rc, 0);
     assert_int_equal(cap, 1 << 16);
-    assert_int_equal(memfds_named("spw-arena"), 1);
-    int stray = memfds_named("spw-stray");
+    assert_int_equal(test_memfds_named(0, "spw-arena"), 1);
+    int stray = test_memfds_named(0, "spw-stray");
     close(sock);
     close(memfd);
     int status;

@@ -1185,19 +1185,28 @@ static bool exec_next_frame(int fd, spw_buf *in, size_t *used, msgpack_zone *z, 
     }
 }
 
-/* An EXECS frame of one task: fn on an inline u64 argument, outputs up to inline_limit bytes
- * inline. */
-static void enc_exec(spw_buf *b, uint64_t id, const char *fn, uint64_t arg, uint64_t inline_limit)
+/* An EXECS frame of n tasks, ids id.. id + n - 1: each fn on an inline u64 argument, outputs up
+ * to inline_limit bytes inline. */
+static void enc_execs(spw_buf *b, uint64_t id, uint32_t n, const char *fn, uint64_t arg,
+                      uint64_t inline_limit)
 {
     proto_earg_rec a = {.kind = PROTO_ARG_INLINE, .value = {&arg, sizeof arg}};
-    proto_exec_rec r = {
-        .id = tid(id), .fn = fn, .args = {.n = 1, .v = &a}, .inline_limit = inline_limit};
+    proto_exec_rec r[32];
+    assert_true(n <= 32);
+    for (uint32_t i = 0; i < n; i++)
+        r[i] = (proto_exec_rec){
+            .id = tid(id + i), .fn = fn, .args = {.n = 1, .v = &a}, .inline_limit = inline_limit};
     proto_enc en;
-    proto_enc_execs(&en, b, 0, &(proto_execs_msg){.recs = {.n = 1, .v = &r}});
+    proto_enc_execs(&en, b, 0, &(proto_execs_msg){.recs = {.n = n, .v = r}});
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
 }
 
-/* Kills and reaps the executor a test started (*state: its pid, 0 once reaped). */
+/* An EXECS frame of one record: task id runs fn(arg), arg inline. */
+static void enc_exec(spw_buf *b, uint64_t id, const char *fn, uint64_t arg, uint64_t inline_limit)
+{
+    enc_execs(b, id, 1, fn, arg, inline_limit);
+}
+
 /* Starts an executor for a case that drives it by hand; exec_teardown kills it (through
  * *state) if an assertion fails first. Returns the worker's end of its socket. */
 static int exec_start(void **state, pid_t *pid)
@@ -1349,6 +1358,44 @@ static void exec_close_and_reap(int sock, pid_t *pid)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* An executor a case drives by hand, and what talking to it takes. */
+typedef struct exec_io {
+    int sock;        /* the worker's end */
+    spw_buf out, in; /* a frame to send; bytes read */
+    size_t used;     /* bytes of in already taken by frames */
+    msgpack_zone z;
+} exec_io;
+
+/* Starts the executor (exec_start: exec_teardown kills it if an assertion fails first). */
+static void exec_io_open(void **state, pid_t *pid, exec_io *x)
+{
+    memset(x, 0, sizeof *x);
+    x->sock = exec_start(state, pid);
+    assert_true(msgpack_zone_init(&x->z, 4096));
+}
+
+/* Writes the frame in x->out, then empties it. */
+static void exec_io_send(exec_io *x)
+{
+    write_all_test(x->sock, x->out.data, x->out.len);
+    spw_buf_reset(&x->out);
+}
+
+/* The executor's next frame. */
+static void exec_io_next(exec_io *x, proto_msg *m)
+{
+    assert_true(exec_next_frame(x->sock, &x->in, &x->used, &x->z, m));
+}
+
+/* Closes our end (the executor leaves through its cleanup, status 0) and frees x. */
+static void exec_io_close(exec_io *x, pid_t *pid)
+{
+    exec_close_and_reap(x->sock, pid);
+    msgpack_zone_destroy(&x->z);
+    spw_buf_release(&x->out);
+    spw_buf_release(&x->in);
+}
+
 /* An EXECS record without a readable task id (its first value not an id; a value that is no
  * record at all) is answered in its place, in order, as a failed task with the nil id and
  * SPW_EMALFORMED, naming the record; the records around it run, and the executor carries on
@@ -1356,11 +1403,11 @@ static void exec_close_and_reap(int sock, pid_t *pid)
 static void executor_answers_a_record_naming_no_task(void **state)
 {
     static pid_t pid;
-    int sock = exec_start(state, &pid);
-    spw_buf out = {0}, in = {0};
+    exec_io x;
+    exec_io_open(state, &pid, &x);
     uint64_t v41 = 41, v9 = 9, v1 = 1;
     proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
     proto_put_arr(&en, 4);
     put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
     proto_put_arr(&en, 4); /* a record whose first value is not an id */
@@ -1371,13 +1418,10 @@ static void executor_answers_a_record_naming_no_task(void **state)
     proto_put_u(&en, 7); /* not a record */
     put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v9, 0, 0);
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len);
+    exec_io_send(&x);
 
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
     exec_ans a[4];
-    exec_answers(sock, &in, &used, &z, a, 4);
+    exec_answers(x.sock, &x.in, &x.used, &x.z, a, 4);
     assert_true(spw_id_eq(a[0].id, tid(1)));
     assert_int_equal(a[0].status, 0);
     assert_int_equal(a[0].v, 42);
@@ -1393,19 +1437,15 @@ static void executor_answers_a_record_naming_no_task(void **state)
     assert_int_equal(a[3].status, 0);
     assert_int_equal(a[3].v, 10);
 
-    spw_buf_reset(&out); /* and it carries on */
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1); /* and it carries on */
     proto_put_arr(&en, 1);
     put_exec_rec(&en, 5, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len);
-    exec_answers(sock, &in, &used, &z, a, 1);
+    exec_io_send(&x);
+    exec_answers(x.sock, &x.in, &x.used, &x.z, a, 1);
     assert_true(spw_id_eq(a[0].id, tid(5)));
     assert_int_equal(a[0].v, 2);
-    exec_close_and_reap(sock, &pid);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+    exec_io_close(&x, &pid);
 }
 
 /* Each field of an argument the executor reads is checked: an argument of an unknown kind, an
@@ -1415,24 +1455,21 @@ static void executor_answers_a_record_naming_no_task(void **state)
 static void executor_fails_an_argument_it_cannot_read(void **state)
 {
     static pid_t pid;
-    int sock = exec_start(state, &pid);
-    spw_buf out = {0}, in = {0};
+    exec_io x;
+    exec_io_open(state, &pid, &x);
     uint64_t v = 41;
     proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
     proto_put_arr(&en, 4);
     put_exec_rec(&en, 1, "inc", 7, NULL, 0, 8);                  /* no such kind */
     put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, NULL, 0, 8);   /* inline, no bytes */
     put_exec_rec(&en, 3, "inc", PROTO_ARG_VIEW, NULL, EXEC_TEST_CAPACITY - 4, 8); /* outside */
     put_exec_rec(&en, 4, "inc", PROTO_ARG_INLINE, &v, 0, 0);
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len);
+    exec_io_send(&x);
 
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
     exec_ans a[4];
-    exec_answers(sock, &in, &used, &z, a, 4);
+    exec_answers(x.sock, &x.in, &x.used, &x.z, a, 4);
     for (uint64_t i = 0; i < 3; i++) {
         assert_true(spw_id_eq(a[i].id, tid(i + 1)));
         assert_int_equal(a[i].status, SPW_EPROTO);
@@ -1441,10 +1478,7 @@ static void executor_fails_an_argument_it_cannot_read(void **state)
     assert_true(spw_id_eq(a[3].id, tid(4)));
     assert_int_equal(a[3].status, 0);
     assert_int_equal(a[3].v, 42);
-    exec_close_and_reap(sock, &pid);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+    exec_io_close(&x, &pid);
 }
 
 /* The fields of an EXECS record whose one argument is the output of task producer, kept by the
@@ -1473,11 +1507,11 @@ static void put_prev_rec(proto_enc *en, uint64_t id, const char *fn, uint64_t pr
 static void executor_kept_output_is_the_latest_run(void **state)
 {
     static pid_t pid;
-    int sock = exec_start(state, &pid);
-    spw_buf out = {0}, in = {0};
+    exec_io x;
+    exec_io_open(state, &pid, &x);
     uint64_t v41 = 41, v1 = 1, v10 = 10;
     proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
+    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
     proto_put_arr(&en, 6);
     put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
     put_exec_rec(&en, 1, "fail", PROTO_ARG_INLINE, &v41, 0, 0); /* its rerun fails */
@@ -1486,13 +1520,10 @@ static void executor_kept_output_is_the_latest_run(void **state)
     put_exec_rec(&en, 3, "inc", PROTO_ARG_INLINE, &v10, 0, 0); /* its rerun makes 11 */
     put_prev_rec(&en, 4, "inc", 3);
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len);
+    exec_io_send(&x);
 
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
     exec_ans a[6];
-    exec_answers(sock, &in, &used, &z, a, 6);
+    exec_answers(x.sock, &x.in, &x.used, &x.z, a, 6);
     assert_int_equal(a[0].status, 0);
     assert_int_equal(a[0].v, 42);
     assert_int_equal(a[1].status, SPW_ETASKFAILED);
@@ -1502,10 +1533,7 @@ static void executor_kept_output_is_the_latest_run(void **state)
     assert_true(spw_id_eq(a[5].id, tid(4)));
     assert_int_equal(a[5].status, 0);
     assert_int_equal(a[5].v, 12);
-    exec_close_and_reap(sock, &pid);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+    exec_io_close(&x, &pid);
 }
 
 /* The system call process pid is in (/proc/PID/syscall), -1 while it runs, or -2 when the
@@ -1554,22 +1582,7 @@ static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
     enum { N = 32, SIZE = 60000 }; /* about 2 MB of answers: far more than the socket holds */
     spw_buf out = {0}, in = {0};
     uint64_t size = SIZE;
-    proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, N);
-    for (uint64_t i = 0; i < N; i++) {
-        proto_put_arr(&en, 4);
-        proto_put_id(&en, tid(i + 1));
-        proto_put_str(&en, "fill");
-        proto_put_arr(&en, 1);
-        proto_put_arr(&en, 4);
-        proto_put_u(&en, PROTO_ARG_INLINE);
-        proto_put_bin(&en, &size, sizeof size);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 1u << 20); /* inline: the answers carry the outputs */
-    }
-    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    enc_execs(&out, 1, N, "fill", size, 1u << 20); /* inline: the answers carry the outputs */
     write_all_test(sock, out.data, out.len);
 
     /* Blocked in write(): past its last look at the flag before it would wait for input. */
@@ -1619,43 +1632,21 @@ static void executor_stops_promptly_after_a_signal_in_a_write(void **state)
 static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
 {
     static pid_t pid;
-    int sock = exec_start(state, &pid);
-    spw_buf out = {0}, in = {0};
-    uint64_t n = 4096;
-    proto_enc en;
-    proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, 1);
-    proto_put_arr(&en, 4);
-    proto_put_id(&en, tid(1));
-    proto_put_str(&en, "ignore_output");
-    proto_put_arr(&en, 1);
-    proto_put_arr(&en, 4);
-    proto_put_u(&en, PROTO_ARG_INLINE);
-    proto_put_bin(&en, &n, sizeof n);
-    proto_put_u(&en, 0);
-    proto_put_u(&en, 0);
-    proto_put_u(&en, 0); /* inline limit 0: the output is asked of the worker */
-    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-    write_all_test(sock, out.data, out.len);
-
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
+    exec_io x;
+    exec_io_open(state, &pid, &x);
+    enc_exec(&x.out, 1, "ignore_output", 4096, 0); /* inline limit 0: asked of the worker */
+    exec_io_send(&x);
     proto_msg m;
-    assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+    exec_io_next(&x, &m);
     assert_int_equal(m.type, PROTO_EXEC_ALLOC);
-    spw_buf_reset(&out);
-    proto_enc_errorf(&out, m.req, SPW_EBACKPRESSURE, "no room in the store for the output");
-    write_all_test(sock, out.data, out.len);
+    proto_enc_errorf(&x.out, m.req, SPW_EBACKPRESSURE, "no room in the store for the output");
+    exec_io_send(&x);
     exec_ans a;
-    exec_answers(sock, &in, &used, &z, &a, 1);
+    exec_answers(x.sock, &x.in, &x.used, &x.z, &a, 1);
     assert_true(spw_id_eq(a.id, tid(1)));
     assert_int_equal(a.status, SPW_EBACKPRESSURE);
     assert_non_null(strstr(a.err, "no room in the store"));
-    exec_close_and_reap(sock, &pid);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+    exec_io_close(&x, &pid);
 }
 
 /* An ERROR answer to an EXEC_ALLOC whose code is no error (0, or positive) still fails the
@@ -1665,45 +1656,23 @@ static void executor_fails_a_task_that_ignores_its_failed_output(void **state)
 static void executor_fails_an_allocation_answered_with_no_error_code(void **state)
 {
     static pid_t pid;
-    int sock = exec_start(state, &pid);
-    spw_buf out = {0}, in = {0};
-    msgpack_zone z;
-    assert_true(msgpack_zone_init(&z, 4096));
-    size_t used = 0;
+    exec_io x;
+    exec_io_open(state, &pid, &x);
     for (uint64_t id = 1; id <= 2; id++) {
-        spw_buf_reset(&out);
-        uint64_t n = 4096;
-        proto_enc en;
-        proto_enc_begin(&en, &out, PROTO_EXECS, 0, 1);
-        proto_put_arr(&en, 1);
-        proto_put_arr(&en, 4);
-        proto_put_id(&en, tid(id));
-        proto_put_str(&en, "fill");
-        proto_put_arr(&en, 1);
-        proto_put_arr(&en, 4);
-        proto_put_u(&en, PROTO_ARG_INLINE);
-        proto_put_bin(&en, &n, sizeof n);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 0);
-        proto_put_u(&en, 0); /* the output is asked of the worker */
-        assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
-        write_all_test(sock, out.data, out.len);
+        enc_exec(&x.out, id, "fill", 4096, 0); /* the output is asked of the worker */
+        exec_io_send(&x);
         proto_msg m;
-        assert_true(exec_next_frame(sock, &in, &used, &z, &m));
+        exec_io_next(&x, &m);
         assert_int_equal(m.type, PROTO_EXEC_ALLOC);
-        spw_buf_reset(&out);
-        proto_enc_errorf(&out, m.req, (int)id - 1, "a worker's answer without a code");
-        write_all_test(sock, out.data, out.len);
+        proto_enc_errorf(&x.out, m.req, (int)id - 1, "a worker's answer without a code");
+        exec_io_send(&x);
         exec_ans a;
-        exec_answers(sock, &in, &used, &z, &a, 1);
+        exec_answers(x.sock, &x.in, &x.used, &x.z, &a, 1);
         assert_true(spw_id_eq(a.id, tid(id)));
         assert_int_equal(a.status, SPW_EPROTO);
         assert_non_null(strstr(a.err, "without a code"));
     }
-    exec_close_and_reap(sock, &pid);
-    msgpack_zone_destroy(&z);
-    spw_buf_release(&out);
-    spw_buf_release(&in);
+    exec_io_close(&x, &pid);
 }
 
 /* A frame from the worker that cannot be read as a whole (an EXECS whose records are not an
