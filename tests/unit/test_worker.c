@@ -907,6 +907,32 @@ static void worker_requeued_task_gets_no_stale_allocation(void **state)
     assert_int_equal(ost_obj_unpin(s, out1), 0);
 }
 
+/* The worker cannot allocate a task's record (out of memory at intake): the task is answered
+ * failed with SPW_ENOMEM, naming it, and the worker goes on. It used to answer with an ERROR
+ * naming no task, which the scheduler only logs: the task stayed assigned to this worker and its
+ * client waited for ever. */
+static void worker_answers_a_task_it_cannot_take_in(void **state)
+{
+    env *e = *state;
+    /* A record past the slab's size comes from the heap. The first such task also grows the
+     * connections' buffers to its frame's size, so that for the second the next allocation that
+     * may fail is that record. */
+    task_run_reverse(e, 1, 4096);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 1)->status, 0);
+    task_run_reverse(e, 2, 4096); /* encoded: the fake scheduler allocates nothing more for it */
+    spw_heap_fail_after(1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL || errors(e) > 0 || e->conn == NULL);
+    spw_heap_fail_after(0);
+    assert_non_null(e->conn);
+    assert_int_equal(errors(e), 0);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, SPW_ENOMEM);
+    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
+    task_run(e, 3, "inc", true, 1);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 3) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 3)->status, 0);
+}
+
 /* A TASK_RUN whose argument names an object here as len bytes at off of an object of objsize
  * bytes, whatever its true size. */
 static void task_run_range(env *e, uint64_t id, uint64_t obj, uint64_t off, uint64_t len,
@@ -1890,6 +1916,7 @@ static const struct CMUnitTest tests[] = {
                                     setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_two_reconnects,
                                     setup_reconnect, teardown),
+    cmocka_unit_test_setup_teardown(worker_answers_a_task_it_cannot_take_in, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_burst_in_one_executor_batch, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,

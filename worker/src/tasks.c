@@ -590,7 +590,14 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     bool slab = need <= WRK_TASK_REC;
     t = slab ? spw_slab_alloc(&w->task_slab) : spw_try_malloc(SPW_MOD_WORKER, need);
     if (t == NULL) {
-        proto_conn_error(w->sched, req, SPW_ENOMEM, "task=%s: out of memory", spw_id_hex(id, hex));
+        /* Answered as a failed task, naming it: an ERROR would leave it assigned here in the
+         * scheduler's eyes, its client waiting for ever. */
+        char msg[96];
+        snprintf(msg, sizeof msg,
+                 "the worker is out of memory: no room for the task's %zu-byte record", need);
+        spw_log(SPW_LOG_ERR, "task=%s: %s", spw_id_hex(id, hex), msg);
+        proto_batch_done(w->sched, PROTO_TASK_DONES,
+                         &(proto_done_rec){.id = id, .status = SPW_ENOMEM, .err = msg});
         return;
     }
     if (!slab) { /* a slab record comes zeroed */
