@@ -1959,6 +1959,17 @@ static spillway *cluster_with_a_spilled_object(h_cluster *c, spillway_ref objs[8
     return cl;
 }
 
+/* Releases what cluster_with_a_spilled_object put, closes its client and stops the cluster once
+ * the store is empty and the cluster idle. */
+static void spilled_cluster_stop(h_cluster *c, spillway *cl, spillway_ref objs[8])
+{
+    assert_int_equal(spillway_release_many(cl, objs, 8), 0);
+    spillway_close(cl);
+    assert_store_used_reaches(c, 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* A local OBJ_PIN of a spilled object (a restore to wait for) holds its connection's next
  * requests back until it is answered, as a waiting OBJ_CREATE does: a local client cannot have
  * one waiting pin (and restore) queued per frame. Proved by order: an OBJ_UNPIN sent right
@@ -1990,11 +2001,7 @@ static void local_pin_waiting_for_a_restore_holds_the_next_requests(void **state
     send_obj_read(w, 503, test_id(503), 0, 1); /* the unpin was taken: the next is answered */
     wire_expect_error(w, 503, SPW_ENOOBJ);
     wire_close(w);
-    assert_int_equal(spillway_release_many(cl, objs, 8), 0);
-    spillway_close(cl);
-    assert_store_used_reaches(c, 0);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    spilled_cluster_stop(c, cl, objs);
 }
 
 /* OBJ_READs of a spilled object over TCP wait for its restore without holding the requests
@@ -2040,11 +2047,7 @@ static void peer_reads_waiting_for_restores_are_capped(void **state)
         }
     }
     wire_close(w);
-    assert_int_equal(spillway_release_many(cl, objs, 8), 0);
-    spillway_close(cl);
-    assert_store_used_reaches(c, 0);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    spilled_cluster_stop(c, cl, objs);
 }
 
 /* Descriptors a local client attaches to its frames (SCM_RIGHTS), which the worker never asks

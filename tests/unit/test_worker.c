@@ -1400,6 +1400,13 @@ static void exec_io_open(void **state, pid_t *pid, exec_io *x)
     assert_true(msgpack_zone_init(&x->z, 4096));
 }
 
+/* Begins an EXECS frame of nrecs records in x->out (put_exec_rec, ...; then proto_enc_end). */
+static void exec_io_batch(exec_io *x, proto_enc *en, uint32_t nrecs)
+{
+    proto_enc_begin(en, &x->out, PROTO_EXECS, 0, 1);
+    proto_put_arr(en, nrecs);
+}
+
 /* Writes the frame in x->out, then empties it. */
 static void exec_io_send(exec_io *x)
 {
@@ -1433,8 +1440,7 @@ static void executor_answers_a_record_naming_no_task(void **state)
     exec_io_open(state, &pid, &x);
     uint64_t v41 = 41, v9 = 9, v1 = 1;
     proto_enc en;
-    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, 4);
+    exec_io_batch(&x, &en, 4);
     put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
     proto_put_arr(&en, 4); /* a record whose first value is not an id */
     proto_put_u(&en, 5);
@@ -1463,8 +1469,7 @@ static void executor_answers_a_record_naming_no_task(void **state)
     assert_int_equal(a[3].status, 0);
     assert_int_equal(a[3].v, 10);
 
-    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1); /* and it carries on */
-    proto_put_arr(&en, 1);
+    exec_io_batch(&x, &en, 1); /* and it carries on */
     put_exec_rec(&en, 5, "inc", PROTO_ARG_INLINE, &v1, 0, 0);
     assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
     exec_io_send(&x);
@@ -1485,8 +1490,7 @@ static void executor_fails_an_argument_it_cannot_read(void **state)
     exec_io_open(state, &pid, &x);
     uint64_t v = 41;
     proto_enc en;
-    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, 4);
+    exec_io_batch(&x, &en, 4);
     put_exec_rec(&en, 1, "inc", 7, NULL, 0, 8);                  /* no such kind */
     put_exec_rec(&en, 2, "inc", PROTO_ARG_INLINE, NULL, 0, 8);   /* inline, no bytes */
     put_exec_rec(&en, 3, "inc", PROTO_ARG_VIEW, NULL, EXEC_TEST_CAPACITY - 4, 8); /* outside */
@@ -1537,8 +1541,7 @@ static void executor_kept_output_is_the_latest_run(void **state)
     exec_io_open(state, &pid, &x);
     uint64_t v41 = 41, v1 = 1, v10 = 10;
     proto_enc en;
-    proto_enc_begin(&en, &x.out, PROTO_EXECS, 0, 1);
-    proto_put_arr(&en, 6);
+    exec_io_batch(&x, &en, 6);
     put_exec_rec(&en, 1, "inc", PROTO_ARG_INLINE, &v41, 0, 0);
     put_exec_rec(&en, 1, "fail", PROTO_ARG_INLINE, &v41, 0, 0); /* its rerun fails */
     put_prev_rec(&en, 2, "inc", 1);

@@ -245,13 +245,13 @@ int proto_conn_watch(proto_conn *c, uint32_t quiet_ms);
 /** A wait on c begins: nobody read c from from_ms (loop time) until now, so that span is not its
  * peer's silence (what the peer sent may be unread); silence before from_ms still counts, so
  * silence adds up over waits separated by the caller's own work (a PING still out stays out:
- * re-sent at every wait, its bytes leaving would look like progress for ever). Update the loop's time first (uv_update_time) if the loop has not run for a while. */
+ * re-sent at every wait, its bytes leaving would look like progress for ever). Update the
+ * loop's time first (uv_update_time) if the loop has not run for a while. */
 void proto_conn_watch_skip(proto_conn *c, uint64_t from_ms);
 /** Milliseconds of loop time c has been silent: since it last received a byte or got output
  * out, less what proto_conn_watch_skip took out, and counted from its last proto_conn_resume;
- * 0 while it is paused
- * with its output under the high-water mark (a peer we do not read is not silent: we are
- * deaf; above the mark, whether it takes our bytes still tells). */
+ * 0 while it is paused with its output under the high-water mark (a peer we do not read is not
+ * silent: we are deaf; above the mark, whether it takes our bytes still tells). */
 uint64_t proto_conn_quiet_ms(proto_conn *c);
 /** Closes: queued output is written first when possible (bounded by a deadline), then the
  * handle is closed and on_close(status) runs. Safe to call twice. */
