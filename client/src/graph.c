@@ -123,6 +123,17 @@ static uint32_t frame_budget(const spillway *c)
     return mf / 2 < SUBMIT_FRAME_BUDGET ? mf / 2 : SUBMIT_FRAME_BUDGET;
 }
 
+/* A SUBMIT frame's bytes besides its records (type, request, the other fields, the site of up
+ * to 255 bytes: ~330 at most). */
+#define SUBMIT_FRAME_HEAD 512u
+/* The most bytes of records one SUBMIT frame may carry: the scheduler closes the connection at
+ * a frame over its --max-frame (never less than 4096, auth.c). */
+static size_t frame_room(const spillway *c)
+{
+    uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
+    return mf - SUBMIT_FRAME_HEAD;
+}
+
 /* Wraps the pending records into a SUBMIT frame; the last one names the submit's call site. */
 static void cut_frame(spillway_graph *g, bool end, const char *site)
 {
@@ -197,6 +208,7 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
         }
     }
     /* Large values go to a store once and are referred to, never embedded per task. */
+    uint64_t embedded = g->embedded;
     spillway_arg argv_local[16];
     spillway_arg *av = nargs <= 16 ? argv_local : spw_malloc(SPW_MOD_CLIENT, nargs * sizeof *av);
     for (size_t i = 0; i < nargs; i++) {
@@ -238,6 +250,7 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
     for (size_t i = 0; i < nargs; i++)
         arg_rec(c, &args[i], &rids[i], &recs[i]);
     spw_id id = spillway__new_id(c);
+    size_t before = g->recs.len;
     spillway__put_task_rec(&g->recs,
                            &(proto_task_rec){.id = id,
                                              .fn = fn,
@@ -248,6 +261,30 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
                                              .omit_worker = g->place[0] == '\0'});
     if (recs != recs_local)
         spw_free(recs);
+    size_t rec_len = g->recs.len - before;
+    if (rec_len > frame_room(c)) {
+        /* No frame the scheduler takes could carry it. */
+        g->recs.len = before;
+        g->embedded = embedded;
+        if (av != argv_local)
+            spw_free(av);
+        spillway__set_err(c,
+                          "task %llu (%s): its record of %zu bytes, with the values it carries, "
+                          "is over the scheduler's frame limit of %u bytes (--max-frame); pass "
+                          "large values as objects",
+                          (unsigned long long)g->ntasks, fn, rec_len,
+                          c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME);
+        return SPW_EFRAMESIZE;
+    }
+    if (before > 0 && g->recs.len > frame_room(c)) {
+        /* It fits alone, not beside the records before it: those go in a frame of their own. */
+        spw_buf rec = {0};
+        spw_buf_append(&rec, g->recs.data + before, rec_len);
+        g->recs.len = before;
+        cut_frame(g, false, NULL);
+        spw_buf_append(&g->recs, rec.data, rec_len);
+        spw_buf_release(&rec);
+    }
     g->nrecs++;
     g->ntasks++;
     if (flags & SPILLWAY_KEEP) {

@@ -689,6 +689,65 @@ static void client_map_blocks_of_too_many_blocks_is_enomem(void **state)
     fake_stop(&f);
 }
 
+/* Acknowledges every graph's last SUBMIT frame and answers GRAPHS_REQ with no graph. */
+static void answer_acking(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type == PROTO_SUBMIT && (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END))
+        proto_send_submit_ack(c, m->req,
+                              &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u,
+                                                      .ntasks = m->f[F_SUBMIT_TASKS].arr.n});
+    else if (m->type == PROTO_GRAPHS_REQ)
+        proto_send_graphs(c, m->req, &(proto_graphs_msg){.graphs = {.n = 0}});
+}
+
+/* A task whose record, with the values it carries, is larger than the scheduler takes in one
+ * frame (--max-frame) is refused by spillway_task with SPW_EFRAMESIZE, the graph left as it
+ * was. It used to be sent: the scheduler closed the connection at the frame's length, so
+ * spillway_submit failed with SPW_ECLOSED and the handle lost its session and every reference
+ * it held. A record that fits alone but not beside the records before it goes in a frame of
+ * its own. */
+static void client_task_over_the_frame_limit_is_refused(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_acking);
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.secret_file = f.secret_file;
+    o.no_local = 1;
+    o.no_auto_put = 1; /* large values are embedded in the task's record */
+    spillway *c = NULL;
+    assert_int_equal(spillway_connect(f.addr, &o, &c), 0);
+    size_t big = PROTO_DEFAULT_MAX_FRAME; /* the fake's --max-frame, with no room left */
+    uint8_t *buf = calloc(1, big);
+    assert_non_null(buf);
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_ref kept;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &kept), 0);
+    spillway_arg a = spillway_arg_bytes(buf, big);
+    spillway_ref ref = {0, 0};
+    assert_int_equal(spillway_task(g, "f", &a, 1, SPILLWAY_KEEP, &ref), SPW_EFRAMESIZE);
+    assert_true(ref.hi == 0 && ref.lo == 0);
+    assert_non_null(strstr(spillway_errmsg(c), "frame"));
+    /* 64 KiB under the limit fits alone, though not beside the records before it (600 of over
+     * 240 bytes, under the 256 KiB at which a frame is cut). */
+    spillway_arg u = spillway_arg_bytes(buf, 240); /* inline: under the fake's 256 */
+    for (int i = 0; i < 600; i++)
+        assert_int_equal(spillway_task(g, "f", &u, 1, 0, NULL), 0);
+    spillway_arg half = spillway_arg_bytes(buf, PROTO_DEFAULT_MAX_FRAME - (64u << 10));
+    assert_int_equal(spillway_task(g, "f", &half, 1, 0, NULL), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    /* The session is still there: its references too. */
+    spillway_graph_progress gp;
+    assert_int_equal(spillway_graph_status(c, 1, &gp), SPW_ENOOBJ);
+    assert_int_equal(spillway_release(c, kept), 0);
+    free(buf);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -702,5 +761,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_failed_put_leaves_its_buffer_alone),
     cmocka_unit_test(client_get_with_the_longest_timeout),
     cmocka_unit_test(client_map_blocks_of_too_many_blocks_is_enomem),
+    cmocka_unit_test(client_task_over_the_frame_limit_is_refused),
 };
 SPW_TEST_MAIN(tests)

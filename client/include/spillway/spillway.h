@@ -237,7 +237,9 @@ SPILLWAY_API spillway_graph *spillway_graph_new(spillway *c);
  * is submitted; its tasks keep it after. (With no_auto_put such arguments are embedded, and a
  * warning names the task and the size.)
  * @param[out] out the task's output (may be NULL).
- * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind). */
+ * @return 0; SPW_EINVAL (no name, name over 255 bytes, bad argument kind); SPW_EFRAMESIZE (the
+ *         values the task carries are more than the scheduler's --max-frame takes in one
+ *         message: the task is not added). */
 SPILLWAY_API int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args,
                                   size_t nargs, unsigned flags, spillway_ref *out,
                                   const char *site);
