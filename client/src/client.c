@@ -357,12 +357,12 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
             handle *h = spw_id_parse(hex, &id) == 0 ? spillway__handle_find(c, id) : NULL;
             if (h != NULL && h->state == H_PENDING) {
                 h->state = H_FAILED;
-                h->status = (int)m->f[F_ERROR_CODE].i;
+                h->status = spillway__peer_err(m);
                 h->err = spw_strdup(SPW_MOD_CLIENT, msg);
             }
         }
         if (k->status == 0) {
-            k->status = (int)m->f[F_ERROR_CODE].i;
+            k->status = spillway__peer_err(m);
             spillway__set_err(c, "%s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         }
         if (!k->errors_then_ack)

@@ -35,7 +35,7 @@ static void peer_msg(proto_conn *conn, const proto_msg *m)
     switch (m->type) {
     case PROTO_ERROR: {
         char msg[PROTO_MAX_STR + 1];
-        x->status = (int)m->f[F_ERROR_CODE].i;
+        x->status = spillway__peer_err(m);
         spillway__set_err(c, "worker %s: %s", p->addr,
                           proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         x->done = true;
@@ -158,7 +158,7 @@ static void local_msg(proto_conn *conn, const proto_msg *m)
     switch (m->type) {
     case PROTO_ERROR: {
         char msg[PROTO_MAX_STR + 1];
-        x->status = (int)m->f[F_ERROR_CODE].i;
+        x->status = spillway__peer_err(m);
         spillway__set_err(c, "local worker: %s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         break;
     }

@@ -748,6 +748,61 @@ static void client_task_over_the_frame_limit_is_refused(void **state)
     fake_stop(&f);
 }
 
+/* Answers with ERROR frames that carry no error code (0): a read from the fake worker, and a
+ * graph's first task (named, as the scheduler names a refused task) before its ack. Objects are
+ * located as 100 bytes on the fake worker. */
+static void answer_errors_without_a_code(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    char hex[33];
+    if (m->type == PROTO_LOCATE) {
+        proto_loc_rec loc = {.worker = 1, .addr = f->peer_addr, .host_id = "", .local = ""};
+        proto_send_location(c, m->req,
+                            &(proto_location_msg){.id = m->f[F_LOCATE_ID].id,
+                                                  .size = 100,
+                                                  .value = {NULL, 0},
+                                                  .err = "",
+                                                  .locs = {.n = 1, .v = &loc}});
+    } else if (m->type == PROTO_OBJ_READ) {
+        proto_conn_error(c, m->req, 0, "an error without a code");
+    } else if (m->type == PROTO_SUBMIT) {
+        const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+        if (tasks->arr.n > 0)
+            proto_conn_error(c, m->req, 0, "task=%s: refused without a code",
+                             spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex));
+        if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+            proto_send_submit_ack(
+                c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = 0});
+    }
+}
+
+/* An ERROR whose code is not an error (0, or positive) fails the call with SPW_EPROTO. Its code
+ * was taken as the call's result: a worker's refusal to read an object made spillway_get
+ * succeed with a buffer of bytes never written, and a refused task made spillway_submit and
+ * spillway_wait return 0. */
+static void client_error_without_a_code_fails_the_call(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_errors_without_a_code);
+    spillway *c = fake_client(&f);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
+                     SPW_EPROTO);
+    assert_null(data);
+    assert_non_null(strstr(spillway_errmsg(c), "an error without a code"));
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_ref ref;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &ref), 0);
+    assert_int_equal(spillway_submit(g), SPW_EPROTO);
+    assert_non_null(strstr(spillway_errmsg(c), "refused without a code"));
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(c, &ref, 1, 60000), SPW_EPROTO);
+    assert_int_equal(spillway_release(c, ref), 0);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -762,5 +817,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_get_with_the_longest_timeout),
     cmocka_unit_test(client_map_blocks_of_too_many_blocks_is_enomem),
     cmocka_unit_test(client_task_over_the_frame_limit_is_refused),
+    cmocka_unit_test(client_error_without_a_code_fails_the_call),
 };
 SPW_TEST_MAIN(tests)
