@@ -2711,6 +2711,77 @@ static int place_on(h_cluster *c, wire *s, uint64_t req, spw_id id, uint64_t siz
     return -1;
 }
 
+/* Makes object id on worker 0 through its local socket w: placed by the scheduler on s (so
+ * it is kept), created, sealed. */
+static void local_put_placed(h_cluster *c, wire *s, wire *w, uint64_t req, spw_id id, size_t n)
+{
+    assert_int_equal(place_on(c, s, req, id, n), 0);
+    send_obj_create(w, req + 1, id, n);
+    wire_await(w, PROTO_CREATED, req + 1);
+    proto_enc *e = wire_begin(w, PROTO_OBJ_SEAL, req + 2, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+    wire_await(w, PROTO_PUT_DONE, req + 2);
+}
+
+static void send_obj_pin_or_unpin(wire *w, uint32_t type, uint64_t req, spw_id id)
+{
+    proto_enc *e = wire_begin(w, type, req, 1);
+    proto_put_id(e, id);
+    wire_end(w);
+}
+
+/* A local connection's pins are counted per id. An object it pins and the scheduler then
+ * releases stays in memory (deleted) until it is unpinned; if an object of the same id is
+ * made again meanwhile, a pin of the new one is refused (SPW_EPINNED: libspillway then reads
+ * that view over TCP) while the old one is still pinned. Before, the new object's pin was
+ * counted on the old one: the second unpin unpinned the freed old object (a use after free
+ * in the worker) and the new object stayed pinned for good. */
+static void local_pin_of_an_object_made_again_while_its_old_copy_is_pinned(void **state)
+{
+    (void)state;
+    h_cluster *c = cluster_simple(1);
+    const size_t n = 64u << 10;
+    spw_id id = test_id(700);
+    wire *s = wire_client(c);
+    wire *w = wire_local(c, 0);
+    local_put_placed(c, s, w, 700, id, n);
+    send_obj_pin_or_unpin(w, PROTO_OBJ_PIN, 710, id);
+    wire_await(w, PROTO_PINNED, 710);
+    /* Released: the worker deletes it, and our pin keeps its memory. */
+    send_release(s, 711, &id, 1);
+    wire_expect_status(s, 712);
+    assert_worker_dropped(c, 0, id);
+    /* Made again under the same id. */
+    local_put_placed(c, s, w, 720, id, n);
+    send_obj_pin_or_unpin(w, PROTO_OBJ_PIN, 730, id);
+    assert_int_equal(wire_read(w), 1);
+    if (w->m.type == PROTO_PINNED)
+        fail_msg("the new object's pin was taken while the old one of its id is pinned");
+    assert_int_equal(w->m.type, PROTO_ERROR);
+    assert_int_equal(w->m.req, 730);
+    assert_int_equal(w->m.f[F_ERROR_CODE].i, SPW_EPINNED);
+    /* The one pin held goes: the old object is freed, and nothing more is held. */
+    send_obj_pin_or_unpin(w, PROTO_OBJ_UNPIN, 731, id);
+    send_obj_pin_or_unpin(w, PROTO_OBJ_UNPIN, 732, id);
+    wire_expect_error(w, 732, SPW_ENOTHELD);
+    /* Now the new object can be pinned, and unpinned. */
+    send_obj_pin_or_unpin(w, PROTO_OBJ_PIN, 733, id);
+    wire_await(w, PROTO_PINNED, 733);
+    send_obj_pin_or_unpin(w, PROTO_OBJ_UNPIN, 734, id);
+    send_obj_read(w, 735, test_id(735), 0, 1); /* the unpin was taken: the next is answered */
+    wire_expect_error(w, 735, SPW_ENOOBJ);
+    send_release(s, 736, &id, 1);
+    wire_expect_status(s, 737);
+    assert_worker_dropped(c, 0, id);
+    wire_close(w);
+    wire_close(s);
+    assert_store_used_reaches(c, 0);
+    assert_cluster_serves(c);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(cluster_stop(c));
+}
+
 /* Five broadcasts of one object at once make one fetch on the other worker, copying it from an
  * upload that then fails: each broadcast hears that, the fifth too. */
 static void copy_failing_under_five_broadcasts_answers_every_one(void **state)
@@ -3712,6 +3783,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(local_pin_waiting_for_a_restore_holds_the_next_requests, teardown),
     cmocka_unit_test_teardown(descriptors_sent_to_the_local_socket_are_not_kept, teardown),
     cmocka_unit_test_teardown(local_pins_of_one_object_are_capped, teardown),
+    cmocka_unit_test_teardown(local_pin_of_an_object_made_again_while_its_old_copy_is_pinned,
+                              teardown),
     cmocka_unit_test_teardown(upload_abandoned_midway_frees_store_memory, teardown),
     cmocka_unit_test_teardown(upload_stalled_midway_is_dropped_after_the_stall, teardown),
     cmocka_unit_test_teardown(upload_on_a_connection_held_for_room_is_not_a_stall, teardown),

@@ -641,6 +641,16 @@ static void obj_pin(wsrv *srv, const proto_msg *m)
     }
     wpin *p;
     HASH_FIND(hh, srv->pins, &id, sizeof id, p);
+    if (p != NULL && p->obj != o) {
+        /* Its pins are on an earlier object of this id, deleted since (its memory stays until
+         * they go). OBJ_UNPIN names only the id, so pins of two objects under one id could not
+         * be told apart: each unpin goes to p->obj. */
+        proto_conn_error(srv->conn, m->req, SPW_EPINNED,
+                         "obj=%s: an earlier copy of it is still pinned by this connection (%u "
+                         "times): unpin that first",
+                         spw_id_hex(id, hex), p->count);
+        return;
+    }
     if (p != NULL && p->count >= LOCAL_PINS_MAX) {
         /* One pin waits at a time (the connection is paused meanwhile): the count is exact. */
         proto_conn_error(srv->conn, m->req, SPW_ELIMIT,
