@@ -31,6 +31,7 @@
 
 typedef struct rx {
     uint32_t type;
+    uint64_t req; /* 0 for the records of a batched frame */
     spw_id id;
     int64_t status;
     uint64_t size;
@@ -89,6 +90,10 @@ static void log_rx(env *e, uint32_t type, const proto_val *f)
         }
     } else if (type == PROTO_TASK_STARTED && f[F_STARTED_IDS].arr.n > 0) {
         r->id = f[F_STARTED_IDS].arr.v[0].id;
+    } else if (type == PROTO_ERROR) {
+        r->status = f[F_ERROR_CODE].i;
+    } else if (type == PROTO_OBJ_ADDED) {
+        r->id = f[F_ADDED_ID].id;
     }
 }
 
@@ -117,6 +122,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
         return;
     }
     log_rx(e, m->type, m->f);
+    e->log[e->n - 1].req = m->req;
 }
 
 static void on_close(proto_conn *c, int status)
@@ -504,6 +510,71 @@ static void worker_remaking_an_object_it_fetches_drops_the_fetch(void **state)
     assert_int_equal(HASH_COUNT(e->w->fetches), 0);
     ost_obj *o = ost_obj_find(e->w->store, x);
     assert_true(o != NULL && ost_obj_state(o) == OST_SEALED);
+    close(fd);
+}
+
+/* REPLICATE (a broadcast's copy) of object obj, size bytes, held by the worker at addr. */
+static void replicate(env *e, uint64_t req, uint64_t obj, uint64_t size, const char *addr)
+{
+    proto_loc_rec loc = {.worker = 99, .addr = addr, .host_id = "other-host", .local = ""};
+    assert_int_equal(
+        proto_send_replicate(
+            e->conn, req,
+            &(proto_replicate_msg){.id = tid(obj), .size = size, .locs = {.n = 1, .v = &loc}}),
+        0);
+}
+
+static const rx *error_of(const env *e, uint64_t req)
+{
+    for (uint32_t i = 0; i < e->n; i++)
+        if (e->log[i].type == PROTO_ERROR && e->log[i].req == req)
+            return &e->log[i];
+    return NULL;
+}
+
+/* The worker loses its scheduler while a broadcast's copy waits for room: that copy is given
+ * up (dropped once its memory comes). The next scheduler broadcasts the same object again: its
+ * REPLICATE is answered SPW_EOBJLOST at once, as a task's fetch of it is. It used to join the
+ * copy being dropped, whose end answered nobody: the broadcast waited for ever. */
+static void worker_answers_a_replicate_of_a_copy_being_dropped(void **state)
+{
+    env *e = *state;
+    char addr[64];
+    int fd = silent_peer(addr, sizeof addr);
+    ost_store *s = e->w->store;
+    ost_obj *marker, *held;
+    /* 12 of the store's 16 MiB held by an object being written: the copy waits for room. */
+    assert_int_equal(ost_obj_create(s, tid(90), 12u << 20, &held), 0);
+    replicate(e, 1, 50, 8u << 20, addr);
+    spw_id x = tid(50);
+    wfetch *f = NULL;
+    for (int i = 0; i < STEPS && f == NULL; i++) {
+        uv_run(&e->loop, UV_RUN_ONCE);
+        HASH_FIND(hh, e->w->fetches, &x, sizeof x, f);
+    }
+    assert_true(f != NULL && f->creating);
+    proto_conn_close(e->conn, 0);
+    STEP_UNTIL(e, e->conn == NULL);
+    STEP_UNTIL(e, e->conn != NULL && e->w->sched != NULL); /* back, under a new generation */
+    HASH_FIND(hh, e->w->fetches, &x, sizeof x, f);
+    assert_true(f != NULL && f->stale);
+    /* Sealed here: its REPLICATE is answered (OBJ_ADDED) at once, behind what came before. */
+    assert_int_equal(ost_obj_create(s, tid(91), 4096, &marker), 0);
+    assert_int_equal(ost_obj_seal(s, marker), 0);
+    size_t asked = f->repl.len; /* the first REPLICATE's request id */
+    replicate(e, 2, 50, 8u << 20, addr);
+    /* Taken in: joined to the copy given up, or answered. */
+    STEP_UNTIL(e, f->repl.len > asked || error_of(e, 2) != NULL);
+    /* Room comes: the copy given up is created and dropped. */
+    ost_obj_abort(s, held);
+    STEP_UNTIL(e, HASH_COUNT(e->w->fetches) == 0);
+    replicate(e, 3, 91, 4096, addr);
+    STEP_UNTIL(e, find(e, PROTO_OBJ_ADDED, 91) != NULL);
+    const rx *r = error_of(e, 2);
+    if (r == NULL)
+        fail_msg("the REPLICATE sent while the earlier copy was being dropped got no answer");
+    assert_int_equal(r->status, SPW_EOBJLOST);
+    assert_int_equal(ost_obj_delete(s, tid(91)), 0);
     close(fd);
 }
 
@@ -1914,6 +1985,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_queues_a_chain_behind_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(executor_keeps_outputs_up_to_a_byte_budget, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_runs_a_task_sent_again_after_a_reconnect,
+                                    setup_reconnect, teardown),
+    cmocka_unit_test_setup_teardown(worker_answers_a_replicate_of_a_copy_being_dropped,
                                     setup_reconnect, teardown),
     cmocka_unit_test_setup_teardown(worker_forgets_kept_results_of_a_lost_scheduler,
                                     setup_reconnect, teardown),

@@ -345,6 +345,13 @@ void wrk__replicate(wrk *w, const proto_msg *m)
     }
     wfetch *f;
     HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f != NULL && f->stale) {
+        /* Given up (its copy goes once created, answering nobody), as in wrk__fetch. */
+        char hex[33];
+        proto_conn_error(w->sched, m->req, SPW_EOBJLOST, "obj=%s: its copy here is being dropped",
+                         spw_id_hex(id, hex));
+        return;
+    }
     if (f == NULL) {
         const proto_val *locs = &m->f[F_REPL_LOCS];
         if (locs->arr.n == 0 || m->f[F_REPL_SIZE].u == 0) {
