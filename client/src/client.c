@@ -271,7 +271,7 @@ static void on_task_result(spillway *c, const proto_val *f)
         h->err = spw_strdup(SPW_MOD_CLIENT, "the scheduler sent a malformed result");
         return;
     }
-    int status = (int)f[F_TRES_STATUS].i;
+    int status = proto_status(f[F_TRES_STATUS].i);
     h->status = status;
     h->state = status == 0 ? H_DONE : H_FAILED;
     h->size = f[F_TRES_SIZE].u;
@@ -357,12 +357,12 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
             handle *h = spw_id_parse(hex, &id) == 0 ? spillway__handle_find(c, id) : NULL;
             if (h != NULL && h->state == H_PENDING) {
                 h->state = H_FAILED;
-                h->status = spillway__peer_err(m);
+                h->status = proto_err_code(m->f[F_ERROR_CODE].i);
                 h->err = spw_strdup(SPW_MOD_CLIENT, msg);
             }
         }
         if (k->status == 0) {
-            k->status = spillway__peer_err(m);
+            k->status = proto_err_code(m->f[F_ERROR_CODE].i);
             spillway__set_err(c, "%s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         }
         if (!k->errors_then_ack)

@@ -2,8 +2,6 @@
 #ifndef SPW_CLIENT_INT_H
 #define SPW_CLIENT_INT_H
 
-#include <limits.h>
-
 #include <uthash.h>
 
 #include "spillway/conn.h"
@@ -125,14 +123,6 @@ struct spillway {
 };
 
 void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The code of an ERROR frame from a peer as a call's result. One that is no error code (0,
- * positive, beyond an int) is the peer's mistake, SPW_EPROTO: taken as it is, 0 would make
- * the call succeed on a refusal. */
-static inline int spillway__peer_err(const proto_msg *m)
-{
-    int64_t code = m->f[F_ERROR_CODE].i;
-    return code < 0 && code >= INT_MIN ? (int)code : SPW_EPROTO;
-}
 /* Every public call that returns an error leaves a text for spillway_errmsg: the public entry
  * points are thin wrappers that call spillway__enter first and return through
  * spillway__leave, which writes "FUNCTION: <the error's text>" when nothing more specific was

@@ -35,7 +35,7 @@ static void peer_msg(proto_conn *conn, const proto_msg *m)
     switch (m->type) {
     case PROTO_ERROR: {
         char msg[PROTO_MAX_STR + 1];
-        x->status = spillway__peer_err(m);
+        x->status = proto_err_code(m->f[F_ERROR_CODE].i);
         spillway__set_err(c, "worker %s: %s", p->addr,
                           proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         x->done = true;
@@ -158,7 +158,7 @@ static void local_msg(proto_conn *conn, const proto_msg *m)
     switch (m->type) {
     case PROTO_ERROR: {
         char msg[PROTO_MAX_STR + 1];
-        x->status = spillway__peer_err(m);
+        x->status = proto_err_code(m->f[F_ERROR_CODE].i);
         spillway__set_err(c, "local worker: %s", proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
         break;
     }
@@ -582,7 +582,7 @@ typedef struct location {
 static void on_location(const proto_msg *m, void *arg)
 {
     location *l = arg;
-    l->status = (int)m->f[F_LOC_STATUS].i;
+    l->status = proto_status(m->f[F_LOC_STATUS].i);
     l->size = m->f[F_LOC_SIZE].u;
     proto_str(&m->f[F_LOC_ERR], l->err, sizeof l->err);
     if (!m->f[F_LOC_INLINE].nil) {

@@ -374,7 +374,7 @@ static void dispatch(proto_conn *c, const proto_msg *m)
             spw_log(SPW_LOG_WARN, "peer=%s refused us: %s err=%s", c->peer,
                     proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
                     spw_err_name((int)m->f[F_ERROR_CODE].i));
-            proto_conn_close(c, (int)m->f[F_ERROR_CODE].i);
+            proto_conn_close(c, proto_err_code(m->f[F_ERROR_CODE].i));
         } else if (c->state == ST_AWAIT_CHALLENGE && m->type == PROTO_CHALLENGE) {
             conn__on_challenge(c, m);
         } else if (c->state == ST_AWAIT_WELCOME && m->type == PROTO_WELCOME) {

@@ -327,7 +327,7 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
     if (rc < 0)
         return rc;
     if (m->type == PROTO_ERROR)
-        return (int)m->f[F_ERROR_CODE].i < 0 ? (int)m->f[F_ERROR_CODE].i : SPW_EPROTO;
+        return proto_err_code(m->f[F_ERROR_CODE].i);
     return 0;
 }
 

@@ -952,7 +952,7 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
                            const proto_val *f, uint32_t i)
 {
     char hex[33];
-    int status = (int)f[F_DONE_STATUS].i;
+    int status = proto_status(f[F_DONE_STATUS].i);
     worker_unlink(s, t);
     if (f[F_DONE_ID].bad) {
         proto_conn_error(w->conn, req, SPW_EMALFORMED,
@@ -1044,7 +1044,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     t->worker = NULL;
     t->graph->inflight--;
     sched__kick(s);
-    if (!f[F_DONE_ID].bad && (int)f[F_DONE_STATUS].i == SPW_EAHEAD) {
+    if (!f[F_DONE_ID].bad && proto_status(f[F_DONE_STATUS].i) == SPW_EAHEAD) {
         if (!(t->flags & PROTO_TASK_AHEAD)) {
             /* Only a task sent ahead may be dropped so: requeueing any other would let a worker
              * bounce it for ever. */
@@ -1074,16 +1074,20 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     fn->ewma_us = fn->runs == 0 ? us : fn->ewma_us * 0.9 + us * 0.1;
     fn->runs++;
 
-    int status = (int)f[F_DONE_STATUS].i;
+    int64_t st = f[F_DONE_STATUS].i;
+    int status = proto_status(st);
     if (status != 0) {
         char msg[PROTO_MAX_STR + 1];
         proto_str(&f[F_DONE_ERR], msg, sizeof msg);
+        if (status == SPW_EPROTO && st != SPW_EPROTO)
+            snprintf(msg, sizeof msg, "the worker reported status %lld, which is no error code",
+                     (long long)st);
         if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
             spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
             sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
             return;
         }
-        task_fail(s, t, status >= 0 ? SPW_ETASKFAILED : status, msg);
+        task_fail(s, t, status, msg);
         return;
     }
     o->size = f[F_DONE_SIZE].u;

@@ -493,6 +493,62 @@ static void client_repeated_result_replaces_the_last(void **state)
     fake_stop(&f);
 }
 
+/* Answers every kept task with a result whose status is past an int (2^32, whose low bits read
+ * 0), and every LOCATE with a positive status. */
+static void answer_statuses_that_are_no_codes(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type == PROTO_LOCATE) {
+        proto_send_location(c, m->req,
+                            &(proto_location_msg){.id = m->f[F_LOCATE_ID].id,
+                                                  .status = 5,
+                                                  .value = {NULL, 0},
+                                                  .err = "a positive status"});
+        return;
+    }
+    if (m->type != PROTO_SUBMIT)
+        return;
+    const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+    for (uint32_t i = 0; i < tasks->arr.n; i++) {
+        const proto_val *r = PROTO_REC(tasks, i);
+        if (r[R_TASK_FLAGS].u & PROTO_TASK_KEEP)
+            proto_send_task_result(c, 0,
+                                   &(proto_task_result_msg){.id = r[R_TASK_ID].id,
+                                                            .status = INT64_C(1) << 32,
+                                                            .value = {NULL, 0},
+                                                            .err = "a status past an int"});
+    }
+    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
+        proto_send_submit_ack(
+            c, m->req,
+            &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = tasks->arr.n});
+}
+
+/* A task's or a location's status that is neither 0 nor an error code fails the call with
+ * SPW_EPROTO. It was cast to int: 2^32 made the task a success with no value, a positive status
+ * came back from spillway_get as it was. */
+static void client_status_that_is_no_code_fails_the_call(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_statuses_that_are_no_codes);
+    spillway *c = fake_client(&f);
+    spillway_graph *g = spillway_graph_new(c);
+    spillway_ref ref;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &ref), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(c, &ref, 1, 60000), SPW_EPROTO);
+    assert_int_equal(spillway_release(c, ref), 0);
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
+                     SPW_EPROTO);
+    assert_null(data);
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 /* A scheduler that takes puts as stored already, locates every object as 4 inline bytes, and
  * refuses the first task of every graph (naming it, as the scheduler does) and accepts the
  * rest. */
@@ -818,5 +874,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_map_blocks_of_too_many_blocks_is_enomem),
     cmocka_unit_test(client_task_over_the_frame_limit_is_refused),
     cmocka_unit_test(client_error_without_a_code_fails_the_call),
+    cmocka_unit_test(client_status_that_is_no_code_fails_the_call),
 };
 SPW_TEST_MAIN(tests)

@@ -29,6 +29,7 @@ typedef struct rx {
     uint32_t frame; /* which frame it came in (records of one batch share it) */
     uint64_t arg0_kind; /* TASK_RUN: its first argument's kind, */
     int64_t arg0_len;   /* and its inline value's length (-1: not inline) */
+    char err[96];       /* TASK_RESULT: the start of its text */
 } rx;
 
 typedef struct peer {
@@ -83,6 +84,8 @@ static void log_rx(peer *p, uint32_t type, const proto_val *f)
         r->u = f[1].u; /* the worker receiving the upload */
         break;
     case PROTO_TASK_RESULT:
+        proto_str(&f[F_TRES_ERR], r->err, sizeof r->err);
+        /* fall through */
     case PROTO_LOCATION:
         r->id = f[0].id;
         r->code = f[1].i;
@@ -311,7 +314,7 @@ static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
 }
 
 /* TASK_DONE from a fake worker: inline (the value's bytes travel) or stored (size only). */
-static void done(peer *w, uint64_t id, int status, uint64_t size, bool inl)
+static void done(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl)
 {
     static const uint8_t zeros[64];
     proto_enc en;
@@ -611,6 +614,28 @@ static void failure_propagates_to_consumers(void **state)
     /* The worker drops what it held for 1 (test_ahead_* below). */
     done(w, 2, SPW_EAHEAD, 0, false);
     STEP_UNTIL(e, e->s->workers[0]->ahead == 0);
+}
+
+/* A worker's status that is neither 0 nor an error code fails its task with SPW_EPROTO. One
+ * past an int was cast to int: 2^32 read as 0, a success with no output made; a positive one
+ * reached the client as the task's result, which a call returns as it is (positive, where every
+ * call returns 0 or a negative code). */
+static void worker_status_that_is_no_code_fails_the_task(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 2);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1, .flags = PROTO_TASK_KEEP}, {.id = 2, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 2);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(1)) && got(w, PROTO_TASK_RUN, tid(2)));
+    done(w, 1, INT64_C(1) << 32, 0, false);
+    done(w, 2, 7, 0, false);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(1)) && got(c, PROTO_TASK_RESULT, tid(2)));
+    assert_int_equal(find_rx(c, PROTO_TASK_RESULT, tid(1))->code, SPW_EPROTO);
+    assert_int_equal(find_rx(c, PROTO_TASK_RESULT, tid(2))->code, SPW_EPROTO);
+    assert_int_equal(tstate(e, 1), T_FAILED);
+    assert_int_equal(tstate(e, 2), T_FAILED);
+    assert_non_null(strstr(find_rx(c, PROTO_TASK_RESULT, tid(1))->err, "status 4294967296"));
 }
 
 /* A graph's cap on tasks in flight holds the rest back although the worker has room. */
@@ -1582,6 +1607,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(input_is_released_after_its_consumer, setup, teardown),
     cmocka_unit_test_setup_teardown(kept_output_released_mid_graph_is_held_for_it, setup, teardown),
     cmocka_unit_test_setup_teardown(failure_propagates_to_consumers, setup, teardown),
+    cmocka_unit_test_setup_teardown(worker_status_that_is_no_code_fails_the_task, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_task_cap_holds_back, setup, teardown),
     cmocka_unit_test_setup_teardown(graph_byte_cap_holds_back_sources, setup, teardown),
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),

@@ -243,8 +243,7 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
                 /* Only a negative code is an error. 0 or a positive one is the worker's
                  * mistake, and the request failed all the same: taken as it is, 1 read as
                  * "no answer yet" (a wait for ever) and 0 as room at an offset never given. */
-                int64_t code = m.f[F_ERROR_CODE].i;
-                result = code < 0 && code >= INT_MIN ? (int)code : SPW_EPROTO;
+                result = proto_err_code(m.f[F_ERROR_CODE].i);
                 char msg[PROTO_MAX_STR];
                 snprintf(t->err, sizeof t->err, "%s", proto_str(&m.f[F_ERROR_MSG], msg, sizeof msg));
             } else {

@@ -963,7 +963,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     /* 0 or a negative code; anything else (a positive value, one past an int, whose low bits
      * could read as 0) is no status an executor sends, and the task fails below. */
     int64_t st = f[F_DONE_STATUS].i;
-    int status = st <= 0 && st >= INT_MIN ? (int)st : SPW_EPROTO;
+    int status = proto_status(st);
     if (status == SPW_EAHEAD && t->prev > 0 && !f[F_DONE_ID].bad) {
         prev_fallback(w, t); /* it did not run */
         if (ex->inflight == 0)

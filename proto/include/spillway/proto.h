@@ -58,6 +58,21 @@ extern "C" {
 #define PROTO_PROOF_LEN 32
 #define PROTO_DEFAULT_MAX_FRAME (64u << 20)
 #define PROTO_DEFAULT_CHUNK (4u << 20)
+
+/* A peer's ERROR code as a call's result: a negative int. Anything else (0, positive, past an
+ * int) is the peer's mistake and reads SPW_EPROTO: taken as it is, 0 would make a refusal a
+ * success and a value past an int could truncate to anything. */
+static inline int proto_err_code(int64_t code)
+{
+    return code < 0 && code >= INT32_MIN ? (int)code : SPW_EPROTO;
+}
+
+/* A peer's status field (a task's, a location's: 0 or an error code) as a result: anything
+ * that is neither (positive, past an int, whose low bits could read 0) reads SPW_EPROTO. */
+static inline int proto_status(int64_t status)
+{
+    return status <= 0 && status >= INT32_MIN ? (int)status : SPW_EPROTO;
+}
 #define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
 #define PROTO_MAX_STR 4096u
 #define PROTO_MAX_NAME 255u
