@@ -452,7 +452,7 @@ static void sort_and_limit(json_t *doc, const char *by, long limit)
 int ctldoc_status(spillway *cl, int timeout_ms, json_t **out)
 {
     *out = NULL;
-    int rc = spillway__request(cl, status_enc, status_reply, out, timeout_ms);
+    int rc = spillway__request(cl, status_enc, status_reply, out, PROTO_STATUS, timeout_ms);
     if (rc == 0 && *out == NULL)
         rc = SPW_EPROTO;
     if (rc != 0) {
@@ -536,7 +536,7 @@ static void jobs_reply(const proto_msg *m, void *arg)
 int ctldoc_jobs(spillway *cl, int timeout_ms, json_t **out)
 {
     *out = NULL;
-    int rc = spillway__request(cl, jobs_enc, jobs_reply, out, timeout_ms);
+    int rc = spillway__request(cl, jobs_enc, jobs_reply, out, PROTO_GRAPHS, timeout_ms);
     if (rc == 0 && *out == NULL)
         rc = SPW_EPROTO;
     if (rc != 0) {

@@ -544,10 +544,29 @@ void spillway_close(spillway *c)
     spw_free(c);
 }
 
-int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
-                      void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms)
+static int request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                   void (*on_reply)(const proto_msg *m, void *arg), void *arg, uint32_t type,
+                   bool parts, int timeout_ms)
 {
-    return spillway__request_until(c, enc, on_reply, arg, 0, timeout_ms);
+    if (c->sched == NULL)
+        return SPW_ECLOSED;
+    uint64_t req = spillway__call_begin(c, type);
+    c->call.on_reply = on_reply;
+    c->call.arg = arg;
+    c->call.parts = parts;
+    proto_enc e;
+    enc(&e, proto_conn_out(c->sched), req, arg);
+    int rc = proto_conn_send(c->sched, &e);
+    if (rc != 0)
+        return rc;
+    return spillway__call_wait(c, timeout_ms);
+}
+
+int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
+                      void (*on_reply)(const proto_msg *m, void *arg), void *arg,
+                      uint32_t reply_type, int timeout_ms)
+{
+    return request(c, enc, on_reply, arg, reply_type, false, timeout_ms);
 }
 
 int spillway__request_until(spillway *c,
@@ -555,17 +574,5 @@ int spillway__request_until(spillway *c,
                             void (*on_reply)(const proto_msg *m, void *arg), void *arg,
                             uint32_t last_type, int timeout_ms)
 {
-    if (c->sched == NULL)
-        return SPW_ECLOSED;
-    /* last_type 0: any reply but ERROR completes it. */
-    uint64_t req = spillway__call_begin(c, last_type);
-    c->call.on_reply = on_reply;
-    c->call.arg = arg;
-    c->call.parts = last_type != 0;
-    proto_enc e;
-    enc(&e, proto_conn_out(c->sched), req, arg);
-    int rc = proto_conn_send(c->sched, &e);
-    if (rc != 0)
-        return rc;
-    return spillway__call_wait(c, timeout_ms);
+    return request(c, enc, on_reply, arg, last_type, true, timeout_ms);
 }

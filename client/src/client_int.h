@@ -199,12 +199,14 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
  * process may read it (a warning when it exists and may not); else NULL (no secret). */
 const char *spillway__secret_file(const spillway_opts *o);
 
-/** Sends one request to the scheduler and waits for its reply. enc builds the frame:
- * proto_enc_NAME(e, out, req, &msg). on_reply sees the reply while it is
- * valid. An ERROR reply becomes the return value (errmsg has its text).
- * @return 0, the peer's error, SPW_ETIMEDOUT or SPW_ECLOSED. */
+/** Sends one request to the scheduler and waits for its reply, of type reply_type. enc builds
+ * the frame: proto_enc_NAME(e, out, req, &msg). on_reply sees the reply while it is valid. An
+ * ERROR reply becomes the return value (errmsg has its text); a reply of another type fails the
+ * call with SPW_EPROTO, naming both types, without on_reply.
+ * @return 0, the peer's error, SPW_EPROTO, SPW_ETIMEDOUT or SPW_ECLOSED. */
 int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
-                      void (*on_reply)(const proto_msg *m, void *arg), void *arg, int timeout_ms);
+                      void (*on_reply)(const proto_msg *m, void *arg), void *arg,
+                      uint32_t reply_type, int timeout_ms);
 
 /** Like spillway__request for replies in several frames: on_reply sees each, and the frame of
  * type last_type ends the request. */

@@ -471,7 +471,7 @@ int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progres
     if (c->sched == NULL)
         return SPW_ECLOSED;
     gstat_q q = {c->wel.session, graph_id, out, false};
-    int rc = spillway__request(c, gstat_enc, gstat_reply, &q, 10000);
+    int rc = spillway__request(c, gstat_enc, gstat_reply, &q, PROTO_GRAPHS, 10000);
     if (rc != 0)
         return rc;
     if (!q.found) {

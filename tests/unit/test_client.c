@@ -493,6 +493,29 @@ static void client_repeated_result_replaces_the_last(void **state)
     fake_stop(&f);
 }
 
+/* Answers GRAPHS_REQ with a SUBMIT_ACK. */
+static void answer_graphs_with_an_ack(fake_sched *f, proto_conn *c, const proto_msg *m)
+{
+    (void)f;
+    if (m->type == PROTO_GRAPHS_REQ)
+        proto_send_submit_ack(c, m->req, &(proto_submit_ack_msg){.graph = 1, .ntasks = 0});
+}
+
+/* A reply of another type to spillway_graph_status fails it with SPW_EPROTO naming both types.
+ * It was taken for no reply: SPW_ENOOBJ, "the scheduler knows no such graph". */
+static void client_graph_status_of_another_type_is_eproto(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_graphs_with_an_ack);
+    spillway *c = fake_client(&f);
+    spillway_graph_progress gp;
+    assert_int_equal(spillway_graph_status(c, 1, &gp), SPW_EPROTO);
+    assert_non_null(strstr(spillway_errmsg(c), "type"));
+    spillway_close(c);
+    fake_stop(&f);
+}
+
 /* Answers every kept task with a result whose status is past an int (2^32, whose low bits read
  * 0), and every LOCATE with a positive status. */
 static void answer_statuses_that_are_no_codes(fake_sched *f, proto_conn *c, const proto_msg *m)
@@ -875,5 +898,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_task_over_the_frame_limit_is_refused),
     cmocka_unit_test(client_error_without_a_code_fails_the_call),
     cmocka_unit_test(client_status_that_is_no_code_fails_the_call),
+    cmocka_unit_test(client_graph_status_of_another_type_is_eproto),
 };
 SPW_TEST_MAIN(tests)
