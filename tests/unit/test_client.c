@@ -417,6 +417,18 @@ static void answer_locate_with_submit(fake_sched *f, proto_conn *c, const proto_
                                                   "AAAAAAAAAAAAAAAA"});
 }
 
+/* A get of an object the fake answers for fails with SPW_EPROTO, handing nothing back, and its
+ * errmsg says why. */
+static void get_is_eproto(spillway *c, const char *why)
+{
+    void *data = NULL;
+    size_t len = 0;
+    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
+                     SPW_EPROTO);
+    assert_null(data);
+    assert_non_null(strstr(spillway_errmsg(c), why));
+}
+
 /* A reply of another type than the request's is the scheduler's error: the call fails with
  * SPW_EPROTO and says so. It used to be read as the reply it is not (a string taken for a list
  * of records: a crash), or ignored while the call waited on. */
@@ -426,14 +438,29 @@ static void client_reply_of_another_type_is_eproto(void **state)
     fake_sched f;
     fake_start(&f, answer_locate_with_submit);
     spillway *c = fake_client(&f);
-    void *data = NULL;
-    size_t len = 0;
-    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
-                     SPW_EPROTO);
-    assert_null(data);
-    assert_non_null(strstr(spillway_errmsg(c), "type"));
+    get_is_eproto(c, "type");
     spillway_close(c);
     fake_stop(&f);
+}
+
+/* Acknowledges a graph at its last SUBMIT frame, ntasks of it taken. */
+static void ack_at_end(proto_conn *c, const proto_msg *m, uint64_t ntasks)
+{
+    if (m->type == PROTO_SUBMIT && (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END))
+        proto_send_submit_ack(
+            c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = ntasks});
+}
+
+/* Refuses a SUBMIT frame's first task with code, naming it as the scheduler names a refused
+ * task, then acknowledges the graph at its last frame with none taken. */
+static void refuse_first_task(proto_conn *c, const proto_msg *m, int code, const char *why)
+{
+    char hex[33];
+    const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
+    if (tasks->arr.n > 0)
+        proto_conn_error(c, m->req, code, "task=%s: %s",
+                         spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex), why);
+    ack_at_end(c, m, 0);
 }
 
 /* Answers a graph's last SUBMIT frame with three results for each kept task (a failure, then
@@ -459,10 +486,7 @@ static void answer_submit_with_repeated_results(fake_sched *f, proto_conn *c, co
         proto_send_task_result(
             c, 0, &(proto_task_result_msg){.id = id, .size = 6, .value = {"second", 6}, .err = ""});
     }
-    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
-        proto_send_submit_ack(
-            c, m->req,
-            &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = tasks->arr.n});
+    ack_at_end(c, m, tasks->arr.n);
 }
 
 /* A task's result that comes again (a lineage re-run, or a scheduler that repeats itself)
@@ -541,10 +565,7 @@ static void answer_statuses_that_are_no_codes(fake_sched *f, proto_conn *c, cons
                                                             .value = {NULL, 0},
                                                             .err = "a status past an int"});
     }
-    if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
-        proto_send_submit_ack(
-            c, m->req,
-            &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = tasks->arr.n});
+    ack_at_end(c, m, tasks->arr.n);
 }
 
 /* A task's or a location's status that is neither 0 nor an error code fails the call with
@@ -563,11 +584,7 @@ static void client_status_that_is_no_code_fails_the_call(void **state)
     spillway_graph_free(g);
     assert_int_equal(spillway_wait(c, &ref, 1, 60000), SPW_EPROTO);
     assert_int_equal(spillway_release(c, ref), 0);
-    void *data = NULL;
-    size_t len = 0;
-    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
-                     SPW_EPROTO);
-    assert_null(data);
+    get_is_eproto(c, "a positive status");
     spillway_close(c);
     fake_stop(&f);
 }
@@ -578,7 +595,6 @@ static void client_status_that_is_no_code_fails_the_call(void **state)
 static void answer_refusing_the_first_task(fake_sched *f, proto_conn *c, const proto_msg *m)
 {
     (void)f;
-    char hex[33];
     if (m->type == PROTO_PUT_PLACE) {
         proto_send_put_target(
             c, m->req,
@@ -590,13 +606,7 @@ static void answer_refusing_the_first_task(fake_sched *f, proto_conn *c, const p
             &(proto_location_msg){
                 .id = m->f[F_LOCATE_ID].id, .size = 4, .value = {"abcd", 4}, .err = ""});
     } else if (m->type == PROTO_SUBMIT) {
-        const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
-        if (tasks->arr.n > 0)
-            proto_conn_error(c, m->req, SPW_ELIMIT, "task=%s: refused by the test",
-                             spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex));
-        if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
-            proto_send_submit_ack(
-                c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = 0});
+        refuse_first_task(c, m, SPW_ELIMIT, "refused by the test");
     }
 }
 
@@ -772,10 +782,8 @@ static void client_map_blocks_of_too_many_blocks_is_enomem(void **state)
 static void answer_acking(fake_sched *f, proto_conn *c, const proto_msg *m)
 {
     (void)f;
-    if (m->type == PROTO_SUBMIT && (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END))
-        proto_send_submit_ack(c, m->req,
-                              &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u,
-                                                      .ntasks = m->f[F_SUBMIT_TASKS].arr.n});
+    if (m->type == PROTO_SUBMIT)
+        ack_at_end(c, m, m->f[F_SUBMIT_TASKS].arr.n);
     else if (m->type == PROTO_GRAPHS_REQ)
         proto_send_graphs(c, m->req, &(proto_graphs_msg){.graphs = {.n = 0}});
 }
@@ -832,7 +840,6 @@ static void client_task_over_the_frame_limit_is_refused(void **state)
  * located as 100 bytes on the fake worker. */
 static void answer_errors_without_a_code(fake_sched *f, proto_conn *c, const proto_msg *m)
 {
-    char hex[33];
     if (m->type == PROTO_LOCATE) {
         proto_loc_rec loc = {.worker = 1, .addr = f->peer_addr, .host_id = "", .local = ""};
         proto_send_location(c, m->req,
@@ -844,13 +851,7 @@ static void answer_errors_without_a_code(fake_sched *f, proto_conn *c, const pro
     } else if (m->type == PROTO_OBJ_READ) {
         proto_conn_error(c, m->req, 0, "an error without a code");
     } else if (m->type == PROTO_SUBMIT) {
-        const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
-        if (tasks->arr.n > 0)
-            proto_conn_error(c, m->req, 0, "task=%s: refused without a code",
-                             spw_id_hex(PROTO_REC(tasks, 0)[R_TASK_ID].id, hex));
-        if (m->f[F_SUBMIT_FLAGS].u & PROTO_SUBMIT_END)
-            proto_send_submit_ack(
-                c, m->req, &(proto_submit_ack_msg){.graph = m->f[F_SUBMIT_GRAPH].u, .ntasks = 0});
+        refuse_first_task(c, m, 0, "refused without a code");
     }
 }
 
@@ -864,12 +865,7 @@ static void client_error_without_a_code_fails_the_call(void **state)
     fake_sched f;
     fake_start(&f, answer_errors_without_a_code);
     spillway *c = fake_client(&f);
-    void *data = NULL;
-    size_t len = 0;
-    assert_int_equal(spillway_get(c, (spillway_ref){0x1234, 0x5679}, 60000, &data, &len),
-                     SPW_EPROTO);
-    assert_null(data);
-    assert_non_null(strstr(spillway_errmsg(c), "an error without a code"));
+    get_is_eproto(c, "an error without a code");
     spillway_graph *g = spillway_graph_new(c);
     spillway_ref ref;
     assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &ref), 0);
