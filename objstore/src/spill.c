@@ -755,11 +755,15 @@ static void job_work_run(spill_job *j, spill_part *p)
 
 /* Calls every getter of o with status; on success each gets the object pinned. The pins are
  * all taken before the first call: a getter that lets go at once (its reader gone) would
- * otherwise leave o unpinned, and evicted or spilled, before the next one gets it. */
+ * otherwise leave o unpinned, and evicted or spilled, before the next one gets it. A getter may
+ * also delete o (unpinned, or after a failed restore): o stays allocated until the calls
+ * return (`calling`), for the caller reads it next and frees it if it was deleted. */
 static void getters_call(ost_store *s, ost_obj *o, int status)
 {
     ost_getter *g = o->getters;
     o->getters = NULL;
+    bool was_calling = o->calling; /* a getter's own get may fail o's next restore at once */
+    o->calling = true;
     if (status == 0) {
         uint32_t before = o->pins;
         for (ost_getter *x = g; x != NULL; x = x->next)
@@ -772,6 +776,7 @@ static void getters_call(ost_store *s, ost_obj *o, int status)
         spw_free(g);
         g = next;
     }
+    o->calling = was_calling;
 }
 
 void ost__restore_fail(ost_store *s, ost_obj *o, int status)

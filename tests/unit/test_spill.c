@@ -700,6 +700,60 @@ static void getter_letting_go_leaves_the_next_one_its_memory(void **state)
     gone_from_disk(s);
 }
 
+/* A getter that drops the object it waited for: after a restore, it lets go and deletes it (its
+ * task is gone, and so is the object); after a failed restore (no room in time), it deletes it
+ * at once. The object is freed inside the callback: the restore's completion must not touch it
+ * afterwards (ASan: heap-use-after-free). */
+typedef struct dropper {
+    ost_store *s;
+    spw_id id;
+    int calls, status;
+} dropper;
+
+static void dropper_cb(void *arg, int status, ost_obj *o)
+{
+    dropper *d = arg;
+    d->calls++;
+    d->status = status;
+    if (status == 0)
+        assert_int_equal(ost_obj_unpin(d->s, o), 0);
+    assert_int_equal(ost_obj_delete(d->s, d->id), 0);
+}
+
+static void getter_deleting_the_object_it_waited_for(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 0, 0, 0); /* an allocation that must wait fails at once */
+    put(s, 1, 2u << 20, true);
+    put(s, 2, 2u << 20, true);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    /* Restored, then dropped by its getter. */
+    dropper d1 = {.s = s, .id = id(1)};
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(1)), dropper_cb, &d1), 0);
+    while (d1.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(d1.status, 0);
+    assert_null(ost_obj_find(s, id(1)));
+    /* No room for the restore (a writer holds the arena): it fails, and its getter drops it. */
+    ost_obj *writing;
+    assert_int_equal(ost_obj_create(s, id(3), 7u << 20, &writing), 0);
+    dropper d2 = {.s = s, .id = id(2)};
+    assert_int_equal(ost_obj_get_async(s, ost_obj_find(s, id(2)), dropper_cb, &d2), 0);
+    while (d2.calls == 0) {
+        ost_store_maintain(s); /* past its deadline, with no spill under way */
+        uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    assert_int_equal(d2.status, SPW_EBACKPRESSURE);
+    assert_null(ost_obj_find(s, id(2)));
+    ost_obj_abort(s, writing);
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.pinned, 0);
+    gone_from_disk(s);
+}
+
 /* Four lanes spill and restore at once: every byte comes back, the figures stay exact, and a
  * spilled copy deleted and written again under the same id (its deletion still queued) is the
  * new one. */
@@ -980,6 +1034,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(free_with_restores_of_deleted_objects_waiting),
     cmocka_unit_test(failed_map_growth_keeps_spilled_copies_readable),
     cmocka_unit_test(map_full_spill_whose_take_back_fails_keeps_its_reason),
+    cmocka_unit_test(getter_deleting_the_object_it_waited_for),
 };
 
 SPW_TEST_MAIN(tests)
