@@ -98,6 +98,7 @@ typedef struct spill_job {
     _Atomic uint64_t stored; /* SPILL: bytes written */
     _Atomic uint32_t next_chunk; /* SPILL, RESTORE: chunks claimed by parts */
     _Atomic uint32_t active;     /* parts inside their work function (or about to be) */
+    bool left_behind;    /* SPILL: a failed spill's take-back did not commit (last part) */
     uint32_t nparts;     /* parts started whose after-work callback has not run (loop) */
     struct spill_job *next; /* in a queue, or in `running` */
 } spill_job;
@@ -148,6 +149,7 @@ struct ost_spill {
     bool retrying;              /* `full` was lifted to try again (spill_retry_ms) */
     uint64_t full_ns;           /* when a spill last failed (spill_retry_ms counts from it) */
     bool resetting;             /* a reset job is queued or running */
+    bool reset_keeps_full;      /* a failed spill left records: the reset keeps its `full` */
     bool deleted;               /* a deletion finished since the last compaction check */
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
@@ -536,6 +538,7 @@ static void spill_work(spill_job *j, spill_part *p)
     if (atomic_fetch_sub(&j->active, 1) != 1 || j->status == 0)
         return;
     MDB_txn *txn;
+    j->left_behind = true;
     if (mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
         for (uint32_t c = 0; c < nchunks(j->size); c++) {
             uint8_t key[KEY_LEN];
@@ -546,8 +549,9 @@ static void spill_work(spill_job *j, spill_part *p)
         /* A take-back may find no room either (in a full map, freeing a large record writes a
          * free list of its pages). The spill failed for its first reason all the same: a map
          * that may grow grows and the spill is tried again under the same keys, overwriting
-         * what is left; otherwise those records stay until the environment is recreated. */
-        mdb_txn_commit(txn);
+         * what is left; otherwise those records stay until the environment is recreated
+         * (spill_done marks it written, so the reset comes once nothing live is on disk). */
+        j->left_behind = mdb_txn_commit(txn) != 0;
     }
 }
 
@@ -795,6 +799,14 @@ static void spill_done(ost_store *s, spill_job *j)
     sp->spilling_bytes -= j->size;
     o->spilling = false;
     char hex[33];
+    bool left = j->left_behind;
+    if (left) {
+        /* Records no object owns (spill_entries does not count them) fill the map: the reset
+         * that follows the release of the last spilled copy, or at once if there is none, is
+         * what drops them. */
+        sp->written = true;
+        j->left_behind = false;
+    }
     if (j->status != 0) {
         if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
             !sp->quiescing && o->deleted) {
@@ -835,6 +847,9 @@ static void spill_done(ost_store *s, spill_job *j)
         sp->full = true;
         sp->retrying = false;
         sp->full_ns = spw_now_ns();
+        /* Its reset drops the records and keeps this failure (its reason, and its retry after
+         * spill_retry_ms): clearing it would spill the same object again at once, and fail. */
+        sp->reset_keeps_full |= left;
         ost__lru_update(s, o);
         if (o->deleted && o->pins == 0)
             ost__obj_free_deleted(s, o);
@@ -935,9 +950,11 @@ static void job_after(uv_work_t *req, int status)
                     s->name, sp->dir);
             sp->map_size = j->size;
             sp->compact_floor = 0;
-            sp->full = false;
+            /* A spill failure that left records stays until its retry (full_ns 0: no retry). */
+            sp->full = sp->full && sp->reset_keeps_full && sp->full_ns != 0;
             sp->written = false;
         }
+        sp->reset_keeps_full = false;
         spw_free(j);
         break;
     case JOB_COMPACT:
