@@ -151,12 +151,12 @@ void sched__broadcast_obj_ready(sched *s, const sched_obj *o)
         start(s, b, o);
 }
 
-void sched__broadcast_added(sched *s, sched_worker *w, spw_id id)
+void sched__broadcast_added(sched *s, sched_worker *w, spw_id id, bool ok)
 {
     bcast *b, *tmp;
     LL_FOREACH_SAFE(s->bcasts, b, tmp)
     if (!b->waiting && spw_id_eq(b->obj, id))
-        settle(s, b, w->id, true);
+        settle(s, b, w->id, ok);
 }
 
 bool sched__broadcast_error(sched *s, sched_worker *w, uint64_t req)

@@ -559,7 +559,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         sched__obj_add_loc(s, o, w->id);
         sched__obj_ready(s, o);
         sched__broadcast_obj_ready(s, o);
-        sched__broadcast_added(s, w, o->id); /* a copy that followed the upload */
+        sched__broadcast_added(s, w, o->id, true); /* a copy that followed the upload */
     } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {
         if (o->put_worker == w->id) {
             /* The uploading worker, after a copy that followed its upload. */
@@ -572,7 +572,17 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
             failure_drop(s, o); /* a put lost with its uploader (sched__worker_lost) */
         }
         sched__obj_add_loc(s, o, w->id);
-        sched__broadcast_added(s, w, o->id);
+        sched__broadcast_added(s, w, o->id, true);
+    } else {
+        /* Pending again (its copies went with their workers, and lineage makes it anew) or
+         * failed since: a copy sealed before the loss (a replica, a fetched input) that came
+         * after it. Only ready objects have locations, so the copy is not listed: its worker
+         * drops it (else it stays, known to nobody), unless the re-run is there (its output
+         * takes the id; a delete would follow it). A broadcast counts it as failed there. */
+        sched_task *t = sched__obj_producer(o);
+        if (t == NULL || t->worker != w)
+            send_delete(s, w->id, o->id);
+        sched__broadcast_added(s, w, o->id, false);
     }
 }
 

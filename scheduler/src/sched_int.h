@@ -621,7 +621,9 @@ void sched__status(sched *s, proto_conn *c, uint64_t req);
 
 /* broadcast.c */
 void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m);
-void sched__broadcast_added(sched *s, sched_worker *w, spw_id id);
+/* w reported a copy of id: ok, it is listed; else it was not taken (the object is no longer
+ * ready). Settles w in the broadcasts of id. */
+void sched__broadcast_added(sched *s, sched_worker *w, spw_id id, bool ok);
 bool sched__broadcast_error(sched *s, sched_worker *w, uint64_t req);
 void sched__broadcast_worker_gone(sched *s, sched_worker *w);
 void sched__broadcast_session_gone(sched *s, sched_session *ss);

@@ -93,6 +93,10 @@ static void log_rx(peer *p, uint32_t type, const proto_val *f)
     case PROTO_SUBMIT_ACK:
         r->u = f[1].u;
         break;
+    case PROTO_BROADCAST_DONE:
+        r->id = f[F_BCDONE_ID].id;
+        r->u = f[F_BCDONE_FAILED].u;
+        break;
     case PROTO_ERROR:
         r->code = f[F_ERROR_CODE].i;
         break;
@@ -1599,6 +1603,59 @@ static void lost_put_brought_back_by_a_copy_forgets_its_failure(void **state)
     STEP_UNTIL(e, obj(e, 70) == NULL && got(other, PROTO_OBJ_DELETE, tid(70)));
 }
 
+/* OBJ_ADDED from a worker, as a fake worker sends it: it sealed a copy of id. */
+static void obj_added(peer *w, uint64_t id, uint64_t size)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_OBJ_ADDED, 0, 2);
+    proto_put_id(&en, tid(id));
+    proto_put_u(&en, size);
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+/* A broadcast of a stored task output to w2 and w3; its only holder w1 dies just after both
+ * copied it, before their OBJ_ADDED arrive: the output is made again (lineage), on one of them.
+ * Their late copies of an object that is pending again are not listed, so each target is
+ * settled as failed (the client hears BROADCAST_DONE, not silence), and the worker not making it
+ * again drops its copy (else it stays in its store, known to nobody, once the object goes). */
+static void broadcast_copy_of_an_object_made_again_is_settled_and_dropped(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec t = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, &t, 1);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(1)));
+    done(w1, 1, 0, 4096, false);
+    STEP_UNTIL(e, tstate(e, 1) == T_DONE);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *w3 = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+    assert_int_equal(
+        proto_send_broadcast(c->conn, 77, &(proto_broadcast_msg){.id = tid(1), .workers = 0}), 0);
+    STEP_UNTIL(e, count(w2, PROTO_REPLICATE) == 1 && count(w3, PROTO_REPLICATE) == 1);
+
+    peer_close(e, w1);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)) || got(w3, PROTO_TASK_RUN, tid(1)));
+    peer *runner = got(w2, PROTO_TASK_RUN, tid(1)) ? w2 : w3;
+    peer *other = runner == w2 ? w3 : w2;
+    assert_int_equal(obj(e, 1)->state, OBJ_PENDING);
+
+    obj_added(w2, 1, 4096);
+    obj_added(w3, 1, 4096);
+    STEP_UNTIL(e, count(c, PROTO_BROADCAST_DONE) == 1 && got(other, PROTO_OBJ_DELETE, tid(1)));
+    assert_int_equal(last(c, PROTO_BROADCAST_DONE)->u, 2); /* failed: neither copy was taken */
+    assert_false(got(runner, PROTO_OBJ_DELETE, tid(1)));   /* its own run replaces its copy */
+    assert_int_equal(obj(e, 1)->nlocs, 0);
+
+    done(runner, 1, 0, 4096, false);
+    STEP_UNTIL(e, obj(e, 1)->state == OBJ_READY);
+    assert_int_equal(obj(e, 1)->nlocs, 1);
+    uint64_t ids[] = {1, 1}; /* its OUTPUT and BROADCAST references */
+    send_ids(c, PROTO_RELEASE, ids, 2);
+    STEP_UNTIL(e, obj(e, 1) == NULL && got(runner, PROTO_OBJ_DELETE, tid(1)));
+    assert_int_equal(count(c, PROTO_ERROR), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -1643,6 +1700,8 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(lost_put_brought_back_by_a_copy_forgets_its_failure, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(broadcast_copy_of_an_object_made_again_is_settled_and_dropped,
+                                    setup, teardown),
 };
 
 SPW_TEST_MAIN(tests)
