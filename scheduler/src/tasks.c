@@ -648,7 +648,9 @@ static int check_inputs(const sched_task *t, char *err, size_t errlen)
 
 static void ahead_walk(sched *s, sched_task *p, sched_worker *w);
 
-static void assign(sched *s, sched_task *t, sched_worker *w)
+/* Sends t to w. Returns false if it could not (too large for the wire): t is failed then, and
+ * the failure may have freed other records, t's included. */
+static bool assign(sched *s, sched_task *t, sched_worker *w)
 {
     warg_iter it = {.s = s, .t = t};
     t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
@@ -662,7 +664,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
         char msg[128];
         snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));
         task_fail(s, t, rc, msg);
-        return;
+        return false;
     }
     sched__task_set_state(s, t, T_ASSIGNED);
     t->worker = w;
@@ -672,6 +674,7 @@ static void assign(sched *s, sched_task *t, sched_worker *w)
     sched__worker_load(s, w);
     DL_APPEND2(w->tasks, t, wprev, wnext);
     ahead_walk(s, t, w);
+    return true;
 }
 
 /* Whether the task's graph lets it start now. The byte cap holds back sources (tasks that
@@ -768,7 +771,12 @@ static void dispatch(uv_idle_t *h)
                 continue;
             }
             ready_remove(s, t);
-            assign(s, t, w);
+            if (!assign(s, t, w)) {
+                /* Failing it may cascade, and cancel the next one: rescan this depth. */
+                t = s->ready[d];
+                last = t != NULL ? t->qprev : NULL;
+                continue;
+            }
             t = next;
         }
     }

@@ -369,7 +369,8 @@ static void ctx_done(void *arg)
     ((peer *)arg)->ctx_closed = true;
 }
 
-static int setup(void **state)
+/* max_frame: the scheduler's --max-frame, or 0 for its default. */
+static int setup_frame(void **state, uint32_t max_frame)
 {
     env *e = calloc(1, sizeof *e);
     assert_non_null(e);
@@ -378,11 +379,23 @@ static int setup(void **state)
     sched_opts o;
     sched_opts_default(&o);
     o.listen = "127.0.0.1:0";
+    if (max_frame != 0)
+        o.max_frame = max_frame;
     o.secret = (const uint8_t *)SECRET;
     o.secret_len = strlen(SECRET);
     assert_int_equal(sched_new(&e->loop, &o, &e->s, e->addr, sizeof e->addr), 0);
     *state = e;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_frame(state, 0);
+}
+
+static int setup_64k_frames(void **state)
+{
+    return setup_frame(state, 64 * 1024);
 }
 
 static int teardown(void **state)
@@ -1656,6 +1669,58 @@ static void broadcast_copy_of_an_object_made_again_is_settled_and_dropped(void *
     assert_int_equal(count(c, PROTO_ERROR), 0);
 }
 
+/* TASK_DONE of a task whose result, of size bytes (at most 48 KiB), came inline. */
+static void done_inline(peer *w, uint64_t id, uint32_t size)
+{
+    static const uint8_t zeros[48 * 1024];
+    assert_true(size <= sizeof zeros);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 6);
+    proto_put_id(&en, tid(id));
+    proto_put_i(&en, 0);
+    proto_put_u(&en, size);
+    proto_put_bin(&en, zeros, size);
+    proto_put_str(&en, "");
+    proto_put_u(&en, 100);
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+/* Under a --max-frame of 64 KiB, task 3 gets the two 40 KiB inline results of tasks 1 and 2 in
+ * its TASK_RUN: too large for the wire, so dispatch fails it. That fails task 5, the only
+ * consumer of task 4, which is cancelled and freed while it stands next in the ready queue
+ * behind task 3 (both were made ready by task 2). The dispatch pass goes on with what is
+ * queued, not with the freed task (a use after free), and the client hears why task 5 failed. */
+static void task_too_large_for_the_wire_fails_and_dispatch_goes_on(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2},
+                  {.id = 3, .args = {1, 2}, .nargs = 2},
+                  {.id = 4, .args = {1, 2}, .nargs = 2},
+                  {.id = 5, .args = {3, 4}, .nargs = 2, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 5);
+    /* One source on each worker: tasks 3 and 4 wait for two workers, so none goes ahead. */
+    STEP_UNTIL(e, (got(w1, PROTO_TASK_RUN, tid(1)) && got(w2, PROTO_TASK_RUN, tid(2))) ||
+                      (got(w2, PROTO_TASK_RUN, tid(1)) && got(w1, PROTO_TASK_RUN, tid(2))));
+    peer *p1 = got(w1, PROTO_TASK_RUN, tid(1)) ? w1 : w2;
+    peer *p2 = p1 == w1 ? w2 : w1;
+    done_inline(p1, 1, 40 * 1024);
+    STEP_UNTIL(e, tstate(e, 1) == T_DONE);
+    done_inline(p2, 2, 40 * 1024);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(5)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EDEPFAILED);
+    assert_null(obj(e, 3));
+    assert_null(obj(e, 4));
+    assert_int_equal(tstate(e, 5), T_FAILED);
+    assert_int_equal(e->s->nready, 0);
+    uint64_t kept[] = {5};
+    send_ids(c, PROTO_RELEASE, kept, 1);
+    STEP_UNTIL(e, e->s->objects.n == 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -1702,6 +1767,8 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(broadcast_copy_of_an_object_made_again_is_settled_and_dropped,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(task_too_large_for_the_wire_fails_and_dispatch_goes_on,
+                                    setup_64k_frames, teardown),
 };
 
 SPW_TEST_MAIN(tests)
