@@ -317,10 +317,12 @@ static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
     assert_int_equal(proto_conn_send(p->conn, &en), 0);
 }
 
-/* TASK_DONE from a fake worker: inline (the value's bytes travel) or stored (size only). */
+/* TASK_DONE from a fake worker: inline (the value's bytes travel, at most 48 KiB) or stored
+ * (size only). */
 static void done(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl)
 {
-    static const uint8_t zeros[64];
+    static const uint8_t zeros[48 * 1024];
+    assert_true(!inl || size <= sizeof zeros);
     proto_enc en;
     proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 6);
     proto_put_id(&en, tid(id));
@@ -1669,22 +1671,6 @@ static void broadcast_copy_of_an_object_made_again_is_settled_and_dropped(void *
     assert_int_equal(count(c, PROTO_ERROR), 0);
 }
 
-/* TASK_DONE of a task whose result, of size bytes (at most 48 KiB), came inline. */
-static void done_inline(peer *w, uint64_t id, uint32_t size)
-{
-    static const uint8_t zeros[48 * 1024];
-    assert_true(size <= sizeof zeros);
-    proto_enc en;
-    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 6);
-    proto_put_id(&en, tid(id));
-    proto_put_i(&en, 0);
-    proto_put_u(&en, size);
-    proto_put_bin(&en, zeros, size);
-    proto_put_str(&en, "");
-    proto_put_u(&en, 100);
-    assert_int_equal(proto_conn_send(w->conn, &en), 0);
-}
-
 /* Under a --max-frame of 64 KiB, task 3 gets the two 40 KiB inline results of tasks 1 and 2 in
  * its TASK_RUN: too large for the wire, so dispatch fails it. That fails task 5, the only
  * consumer of task 4, which is cancelled and freed while it stands next in the ready queue
@@ -1707,9 +1693,9 @@ static void task_too_large_for_the_wire_fails_and_dispatch_goes_on(void **state)
                       (got(w2, PROTO_TASK_RUN, tid(1)) && got(w1, PROTO_TASK_RUN, tid(2))));
     peer *p1 = got(w1, PROTO_TASK_RUN, tid(1)) ? w1 : w2;
     peer *p2 = p1 == w1 ? w2 : w1;
-    done_inline(p1, 1, 40 * 1024);
+    done(p1, 1, 0, 40 * 1024, true);
     STEP_UNTIL(e, tstate(e, 1) == T_DONE);
-    done_inline(p2, 2, 40 * 1024);
+    done(p2, 2, 0, 40 * 1024, true);
     STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(5)));
     assert_int_equal(last(c, PROTO_TASK_RESULT)->code, SPW_EDEPFAILED);
     assert_null(obj(e, 3));
