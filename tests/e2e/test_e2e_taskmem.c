@@ -496,9 +496,9 @@ static void executor_sigterm_alone_loses_no_task(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
-static bool three_on_w1(void *arg)
+static bool two_on_w1(void *arg)
 {
-    return figure(arg, "w1", false, "assigned") == 3;
+    return figure(arg, "w1", false, "assigned") == 2;
 }
 
 static bool one_on_w1(void *arg)
@@ -511,30 +511,20 @@ static bool none_on_w1(void *arg)
     return figure(arg, "w1", false, "assigned") == 0;
 }
 
-/* A client killed while two of its tasks wait queued on a one-slot worker (behind a running
- * one): they are cancelled on the worker at once and never run; the running one finishes and
- * its output is dropped. */
+/* A client killed while one of its tasks waits queued on a one-slot worker, behind a running
+ * one, and another in the scheduler: the queued one is cancelled on the worker at once, neither
+ * ever runs; the running one finishes and its output is dropped. A function never run queues 2
+ * deep per slot, whatever the machine's speed: the test used to time `inc` on another worker
+ * first and count on 3 deep (a measured run under 0.67 ms), which a loaded machine missed. */
 static void dead_client_queued_tasks_never_run(void **state)
 {
     (void)state;
     h_cluster c;
     h_cluster_start(&c, false, NULL);
-    const char *const a0[] = {"--slots", "1", "--store-capacity", "16M", "--name", "prime", NULL};
     const char *const a1[] = {"--slots",  "1",  "--store-capacity", "16M", "--name",
                               "w1",       "--plugin", SPW_TEST_PLUGIN,  NULL};
-    h_worker_start(&c, a0);
     h_worker_start(&c, a1);
-    /* `inc` runs once elsewhere, so the scheduler knows it is short and queues it deeply. */
     spillway *cl = e2e_connect(&c);
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref r;
-    spillway_arg a = spillway_arg_u64(1);
-    assert_int_equal(spillway_graph_place(g, "prime"), 0);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(e2e_get_u64(cl, r), 2);
-    assert_int_equal(spillway_release(cl, r), 0);
     char go[512];
     snprintf(go, sizeof go, "%s/go", c.dir);
     fflush(NULL);
@@ -550,7 +540,7 @@ static void dead_client_queued_tasks_never_run(void **state)
             _exit(1);
         spillway_graph *kg = spillway_graph_new(kc);
         spillway_graph_place(kg, "w1");
-        /* Runs until the test creates `go`, after it saw the queued ones dropped: however slow
+        /* Runs until the test creates `go`, after it saw the queued one dropped: however slow
          * the machine, it cannot end before the client is killed. */
         spillway_arg s[2] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000)};
         spillway_task(kg, "wait_file", s, 2, SPILLWAY_KEEP, NULL);
@@ -568,13 +558,13 @@ static void dead_client_queued_tasks_never_run(void **state)
     char x;
     assert_int_equal(read(ready[0], &x, 1), 1);
     close(ready[0]);
-    assert_true(h_eventually(three_on_w1, &c, 20000));
+    assert_true(h_eventually(two_on_w1, &c, 20000));
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
-    /* The two queued ones are dropped at once; the sleeping one still runs. */
+    /* The queued one is dropped at once; the sleeping one still runs. */
     assert_true(h_eventually(one_on_w1, &c, 20000));
-    fig_arg fa = {&c, "w1", "tasks_cancelled", 2};
+    fig_arg fa = {&c, "w1", "tasks_cancelled", 1};
     assert_true(h_eventually(figure_is, &fa, 20000));
     FILE *f = fopen(go, "w");
     assert_non_null(f);
@@ -584,7 +574,7 @@ static void dead_client_queued_tasks_never_run(void **state)
     fa.field = "tasks_done";
     fa.want = 1; /* only the waiting one ran */
     assert_true(h_eventually(figure_is, &fa, 20000));
-    assert_int_equal(figure(&c, "w1", true, "tasks_cancelled"), 2);
+    assert_int_equal(figure(&c, "w1", true, "tasks_cancelled"), 1);
     spillway_close(cl);
     assert_true(h_cluster_stop(&c));
 }
