@@ -103,7 +103,10 @@ void conn__flusher_cb(uv_idle_t *p)
         c->dirty_next = NULL;
         conn__flush(c);
     }
-    uv_idle_stop(&ctx->flusher);
+    /* A write done here runs callbacks (a borrowed buffer's release, on_drain) that may resume a
+     * connection: its start of the flusher found it running, so it stays for the next pass. */
+    if (ctx->resumed == NULL)
+        uv_idle_stop(&ctx->flusher);
 }
 
 /* libuv survives EMFILE at accept by itself (it keeps a spare descriptor: closes it, accepts

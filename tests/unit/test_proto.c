@@ -907,6 +907,159 @@ static void local_attach_closes_descriptors_it_did_not_ask_for(void **state)
     assert_int_equal(stray, 0);
 }
 
+/* ----------------------------------- a resume asked for while the flusher runs */
+
+typedef struct resume_fx {
+    uv_loop_t loop;
+    proto_ctx *ctx;
+    proto_conn *a; /* paused; resumed from b's release callback or on_drain */
+    proto_conn *b;
+    uv_timer_t bound;
+    spw_buf frame; /* the frame b sends borrowed */
+    int got, released; /* a's messages; b's releases or drains */
+    bool timed_out;
+} resume_fx;
+
+static void rf_finish(resume_fx *f)
+{
+    uv_timer_stop(&f->bound);
+    uv_close((uv_handle_t *)&f->bound, NULL);
+    proto_ctx_close(f->ctx, NULL, NULL);
+}
+
+static void rf_release(void *arg)
+{
+    resume_fx *f = arg;
+    f->released++;
+    proto_conn_resume(f->a);
+}
+
+static void rf_msg(proto_conn *c, const proto_msg *m)
+{
+    resume_fx *f = proto_conn_data(c);
+    if (c == f->a && m->type == PROTO_ERROR && f->got++ == 0)
+        rf_finish(f);
+}
+
+static void rf_close(proto_conn *c, int status)
+{
+    (void)c, (void)status;
+}
+
+static void rf_bound(uv_timer_t *t)
+{
+    resume_fx *f = t->data;
+    f->timed_out = true;
+    rf_finish(f);
+}
+
+/* A connection resumed from a callback the ctx's flusher runs (a borrowed buffer's release once
+ * its bytes are written, or an on_drain) reads again. The flusher used to stop itself after
+ * writing whatever a callback had just queued for resumption, so the connection stayed
+ * unread until some unrelated frame restarted the flusher: with none, its peer's messages were
+ * never delivered. */
+static void resume_from_a_release_callback_is_not_lost(void **state)
+{
+    (void)state;
+    resume_fx f;
+    memset(&f, 0, sizeof f);
+    int sa[2], sb[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
+    assert_int_equal(uv_loop_init(&f.loop), 0);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.name = "test_proto";
+    assert_int_equal(proto_ctx_new(&f.loop, &o, &f.ctx), 0);
+    const proto_conn_cbs cbs = {.on_msg = rf_msg, .on_close = rf_close};
+    assert_int_equal(proto_conn_open_fd(f.ctx, sa[0], &cbs, &f, &f.a), 0);
+    assert_int_equal(proto_conn_open_fd(f.ctx, sb[0], &cbs, &f, &f.b), 0);
+    proto_conn_pause(f.a);
+
+    /* A message for a waits in the kernel while a is paused. */
+    spw_buf in = {0};
+    proto_enc_errorf(&in, 7, SPW_EPROTO, "for a");
+    assert_int_equal(send(sa[1], in.data, in.len, MSG_NOSIGNAL), (ssize_t)in.len);
+    spw_buf_release(&in);
+    /* b's borrowed frame goes out in one write from the flusher, whose release resumes a. */
+    proto_enc_errorf(&f.frame, 8, SPW_EPROTO, "from b");
+    assert_int_equal(proto_conn_send_raw_borrowed(f.b, f.frame.data, f.frame.len, rf_release, &f),
+                     0);
+
+    /* A bound on failure only: success ends the loop as soon as a has its message. */
+    uv_timer_init(&f.loop, &f.bound);
+    f.bound.data = &f;
+    uv_timer_start(&f.bound, rf_bound, 30000, 0);
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f.loop), 0);
+    spw_buf_release(&f.frame);
+    close(sa[1]);
+    close(sb[1]);
+    assert_int_equal(f.released, 1);
+    assert_false(f.timed_out);
+    assert_int_equal(f.got, 1);
+}
+
+static void rf_drain(proto_conn *c)
+{
+    resume_fx *f = proto_conn_data(c);
+    f->released++;
+    proto_conn_resume(f->a);
+}
+
+/* The same through on_drain, the way the scheduler and a worker's peer port resume a held
+ * connection: output past the high-water mark that the flusher gets out in one write (the
+ * socket's send buffer is made large enough for it, which needs CAP_NET_ADMIN). */
+static void resume_from_on_drain_in_the_flusher_is_not_lost(void **state)
+{
+    (void)state;
+    resume_fx f;
+    memset(&f, 0, sizeof f);
+    int sa[2], sb[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
+    int big = 128 << 20;
+    if (setsockopt(sb[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0) {
+        close(sa[0]), close(sa[1]), close(sb[0]), close(sb[1]);
+        skip();
+    }
+    assert_int_equal(uv_loop_init(&f.loop), 0);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.name = "test_proto";
+    assert_int_equal(proto_ctx_new(&f.loop, &o, &f.ctx), 0);
+    const proto_conn_cbs cbs = {.on_msg = rf_msg, .on_close = rf_close, .on_drain = rf_drain};
+    assert_int_equal(proto_conn_open_fd(f.ctx, sa[0], &cbs, &f, &f.a), 0);
+    assert_int_equal(proto_conn_open_fd(f.ctx, sb[0], &cbs, &f, &f.b), 0);
+    proto_conn_pause(f.a);
+
+    spw_buf in = {0};
+    proto_enc_errorf(&in, 7, SPW_EPROTO, "for a");
+    assert_int_equal(send(sa[1], in.data, in.len, MSG_NOSIGNAL), (ssize_t)in.len);
+    spw_buf_release(&in);
+    size_t n = 40u << 20;
+    uint8_t *data = calloc(1, n);
+    assert_non_null(data);
+    proto_enc e;
+    proto_enc_obj_data(
+        &e, proto_conn_out(f.b), 1,
+        &(proto_obj_data_msg){.total = n, .flags = PROTO_CHUNK_LAST, .data = {NULL, n}});
+    assert_int_equal(proto_conn_send_borrowed(f.b, &e, data, n, NULL, NULL), 0);
+    assert_false(proto_conn_writable(f.b));
+
+    uv_timer_init(&f.loop, &f.bound);
+    f.bound.data = &f;
+    uv_timer_start(&f.bound, rf_bound, 30000, 0);
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f.loop), 0);
+    free(data);
+    close(sa[1]);
+    close(sb[1]);
+    assert_int_equal(f.released, 1);
+    assert_false(f.timed_out);
+    assert_int_equal(f.got, 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
@@ -928,6 +1081,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(heap_counters_return_to_zero),
     cmocka_unit_test(optional_trailing_fields_may_be_absent),
     cmocka_unit_test(local_attach_closes_descriptors_it_did_not_ask_for),
+    cmocka_unit_test(resume_from_a_release_callback_is_not_lost),
+    cmocka_unit_test(resume_from_on_drain_in_the_flusher_is_not_lost),
 };
 
 SPW_TEST_MAIN(tests)
