@@ -1201,6 +1201,70 @@ static void worker_fails_a_task_too_large_for_its_executor(void **state)
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
+/* What the loop's check phase hands the worker once executor 0's socket is closing (after the
+ * poll phase that saw it end, before the close callbacks): a TASK_RUN of inc, as one read from
+ * the scheduler after the executor's end in the same loop turn. */
+static struct {
+    env *e;
+    uint64_t id;
+    bool injected;
+} late_run;
+
+static void late_run_check_cb(uv_check_t *h)
+{
+    (void)h;
+    env *e = late_run.e;
+    wrk_exec *ex = &e->w->execs[0];
+    if (late_run.injected || ex->conn == NULL || !proto_conn_is_closing(ex->conn))
+        return;
+    late_run.injected = true;
+    spw_buf b = {0};
+    proto_enc en;
+    proto_enc_begin(&en, &b, PROTO_TASK_RUN, 0, 4);
+    put_run_fields(&en, late_run.id, "inc", true, 1);
+    assert_true(proto_enc_end(&en, UINT32_MAX) > 0);
+    proto_limits lim;
+    proto_limits_default(&lim);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    proto_msg m;
+    assert_true(proto_decode(b.data, b.len, &lim, &z, &m) > 0);
+    wrk__task_run(e->w, &m);
+    msgpack_zone_destroy(&z);
+    spw_buf_release(&b);
+}
+
+/* An idle executor dies (killed here; the OOM killer picks one holding much memory) and a task
+ * comes in the same loop turn, after its socket closed but before the close callback: the task
+ * waits for the next executor and runs there. It used to go to the dead one's socket (open in
+ * name until the callback), be queued there unsent, and fail as the task the executor was
+ * running when it was killed (SPW_EEXECCRASH, "killed by signal 9 while running inc"): a task
+ * that never ran, failed for good. */
+static void worker_sends_no_task_to_an_executor_that_ended(void **state)
+{
+    env *e = *state;
+    task_run(e, 1, "inc", true, 1); /* the executor is up and idle */
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 1) != NULL);
+    assert_int_equal(done_u64(e, 1), 2);
+    wrk_exec *ex = &e->w->execs[0];
+    int pid = ex->pid;
+    late_run.e = e;
+    late_run.id = 2;
+    late_run.injected = false;
+    uv_check_t chk;
+    assert_int_equal(uv_check_init(&e->loop, &chk), 0);
+    assert_int_equal(uv_check_start(&chk, late_run_check_cb), 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    STEP_UNTIL(e, late_run.injected);
+    uv_check_stop(&chk);
+    uv_close((uv_handle_t *)&chk, NULL);
+    STEP_UNTIL(e, find(e, PROTO_TASK_DONE, 2) != NULL);
+    assert_int_equal(find(e, PROTO_TASK_DONE, 2)->status, 0);
+    assert_int_equal(done_u64(e, 2), 2);
+    assert_int_not_equal(ex->pid, pid);
+    assert_int_equal(HASH_COUNT(e->w->tasks), 0);
+}
+
 /* ------------------------------------------------- an executor spoken to by hand */
 
 #define EXEC_TEST_CAPACITY (1u << 20)
@@ -2002,6 +2066,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,
                                     setup_small_frames, teardown),
     cmocka_unit_test_setup_teardown(worker_object_list_comes_in_bounded_frames, setup_big_store,
+                                    teardown),
+    cmocka_unit_test_setup_teardown(worker_sends_no_task_to_an_executor_that_ended, setup,
                                     teardown),
     cmocka_unit_test_teardown(executor_joins_a_frame_cut_by_an_allocation, exec_teardown),
     cmocka_unit_test_teardown(executor_answers_a_record_naming_no_task, exec_teardown),

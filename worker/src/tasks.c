@@ -393,11 +393,13 @@ static uint32_t exec_depth(const wrk *w)
     return d >= WRK_EXEC_DEPTH_MAX ? WRK_EXEC_DEPTH_MAX : d > 64 ? (uint32_t)d : 64;
 }
 
-/* Whether ex takes new tasks now, up to limit queued. */
+/* Whether ex takes new tasks now, up to limit queued. Not while its socket is closing: ex->conn
+ * stays set until the close callback, and a task queued on a closed socket, never sent, would
+ * be taken for the one the executor was running when it ended (exec_settle fails that one). */
 static bool exec_open(const wrk *w, const wrk_exec *ex, uint32_t limit)
 {
-    return ex->conn != NULL && ex->inflight < limit && !ex->recycle &&
-           (w->opts.exec_max_tasks == 0 || ex->tasks_sent < w->opts.exec_max_tasks);
+    return ex->conn != NULL && !proto_conn_is_closing(ex->conn) && ex->inflight < limit &&
+           !ex->recycle && (w->opts.exec_max_tasks == 0 || ex->tasks_sent < w->opts.exec_max_tasks);
 }
 
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t);
