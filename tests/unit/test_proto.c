@@ -953,6 +953,48 @@ static void rf_bound(uv_timer_t *t)
     rf_finish(f);
 }
 
+/* A fixture cleared, and the socket pairs of a and b. */
+static void rf_pairs(resume_fx *f, int sa[2], int sb[2])
+{
+    memset(f, 0, sizeof *f);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
+}
+
+/* Opens connections a and b over the socket pairs' first ends with cbs, pauses a, and puts a
+ * frame for a in the kernel (it waits there while a is paused). */
+static void rf_start(resume_fx *f, int sa[2], int sb[2], const proto_conn_cbs *cbs)
+{
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.name = "test_proto";
+    assert_int_equal(proto_ctx_new(&f->loop, &o, &f->ctx), 0);
+    assert_int_equal(proto_conn_open_fd(f->ctx, sa[0], cbs, f, &f->a), 0);
+    assert_int_equal(proto_conn_open_fd(f->ctx, sb[0], cbs, f, &f->b), 0);
+    proto_conn_pause(f->a);
+    spw_buf in = {0};
+    proto_enc_errorf(&in, 7, SPW_EPROTO, "for a");
+    assert_int_equal(send(sa[1], in.data, in.len, MSG_NOSIGNAL), (ssize_t)in.len);
+    spw_buf_release(&in);
+}
+
+/* Runs the loop until a has its message (the timer is a bound on failure only), then checks
+ * that one release or drain resumed a and that a got its message once. */
+static void rf_run(resume_fx *f, int sa[2], int sb[2])
+{
+    uv_timer_init(&f->loop, &f->bound);
+    f->bound.data = f;
+    uv_timer_start(&f->bound, rf_bound, 30000, 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    close(sa[1]);
+    close(sb[1]);
+    assert_int_equal(f->released, 1);
+    assert_false(f->timed_out);
+    assert_int_equal(f->got, 1);
+}
+
 /* A connection resumed from a callback the ctx's flusher runs (a borrowed buffer's release once
  * its bytes are written, or an on_drain) reads again. The flusher used to stop itself after
  * writing whatever a callback had just queued for resumption, so the connection stayed
@@ -962,42 +1004,16 @@ static void resume_from_a_release_callback_is_not_lost(void **state)
 {
     (void)state;
     resume_fx f;
-    memset(&f, 0, sizeof f);
     int sa[2], sb[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
-    assert_int_equal(uv_loop_init(&f.loop), 0);
-    proto_ctx_opts o;
-    proto_ctx_opts_default(&o);
-    o.name = "test_proto";
-    assert_int_equal(proto_ctx_new(&f.loop, &o, &f.ctx), 0);
+    rf_pairs(&f, sa, sb);
     const proto_conn_cbs cbs = {.on_msg = rf_msg, .on_close = rf_close};
-    assert_int_equal(proto_conn_open_fd(f.ctx, sa[0], &cbs, &f, &f.a), 0);
-    assert_int_equal(proto_conn_open_fd(f.ctx, sb[0], &cbs, &f, &f.b), 0);
-    proto_conn_pause(f.a);
-
-    /* A message for a waits in the kernel while a is paused. */
-    spw_buf in = {0};
-    proto_enc_errorf(&in, 7, SPW_EPROTO, "for a");
-    assert_int_equal(send(sa[1], in.data, in.len, MSG_NOSIGNAL), (ssize_t)in.len);
-    spw_buf_release(&in);
+    rf_start(&f, sa, sb, &cbs);
     /* b's borrowed frame goes out in one write from the flusher, whose release resumes a. */
     proto_enc_errorf(&f.frame, 8, SPW_EPROTO, "from b");
     assert_int_equal(proto_conn_send_raw_borrowed(f.b, f.frame.data, f.frame.len, rf_release, &f),
                      0);
-
-    /* A bound on failure only: success ends the loop as soon as a has its message. */
-    uv_timer_init(&f.loop, &f.bound);
-    f.bound.data = &f;
-    uv_timer_start(&f.bound, rf_bound, 30000, 0);
-    uv_run(&f.loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f.loop), 0);
+    rf_run(&f, sa, sb);
     spw_buf_release(&f.frame);
-    close(sa[1]);
-    close(sb[1]);
-    assert_int_equal(f.released, 1);
-    assert_false(f.timed_out);
-    assert_int_equal(f.got, 1);
 }
 
 static void rf_drain(proto_conn *c)
@@ -1014,29 +1030,15 @@ static void resume_from_on_drain_in_the_flusher_is_not_lost(void **state)
 {
     (void)state;
     resume_fx f;
-    memset(&f, 0, sizeof f);
     int sa[2], sb[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
+    rf_pairs(&f, sa, sb);
     int big = 128 << 20;
     if (setsockopt(sb[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0) {
         close(sa[0]), close(sa[1]), close(sb[0]), close(sb[1]);
         skip();
     }
-    assert_int_equal(uv_loop_init(&f.loop), 0);
-    proto_ctx_opts o;
-    proto_ctx_opts_default(&o);
-    o.name = "test_proto";
-    assert_int_equal(proto_ctx_new(&f.loop, &o, &f.ctx), 0);
     const proto_conn_cbs cbs = {.on_msg = rf_msg, .on_close = rf_close, .on_drain = rf_drain};
-    assert_int_equal(proto_conn_open_fd(f.ctx, sa[0], &cbs, &f, &f.a), 0);
-    assert_int_equal(proto_conn_open_fd(f.ctx, sb[0], &cbs, &f, &f.b), 0);
-    proto_conn_pause(f.a);
-
-    spw_buf in = {0};
-    proto_enc_errorf(&in, 7, SPW_EPROTO, "for a");
-    assert_int_equal(send(sa[1], in.data, in.len, MSG_NOSIGNAL), (ssize_t)in.len);
-    spw_buf_release(&in);
+    rf_start(&f, sa, sb, &cbs);
     size_t n = 40u << 20;
     uint8_t *data = calloc(1, n);
     assert_non_null(data);
@@ -1046,18 +1048,8 @@ static void resume_from_on_drain_in_the_flusher_is_not_lost(void **state)
         &(proto_obj_data_msg){.total = n, .flags = PROTO_CHUNK_LAST, .data = {NULL, n}});
     assert_int_equal(proto_conn_send_borrowed(f.b, &e, data, n, NULL, NULL), 0);
     assert_false(proto_conn_writable(f.b));
-
-    uv_timer_init(&f.loop, &f.bound);
-    f.bound.data = &f;
-    uv_timer_start(&f.bound, rf_bound, 30000, 0);
-    uv_run(&f.loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f.loop), 0);
+    rf_run(&f, sa, sb);
     free(data);
-    close(sa[1]);
-    close(sb[1]);
-    assert_int_equal(f.released, 1);
-    assert_false(f.timed_out);
-    assert_int_equal(f.got, 1);
 }
 
 static const struct CMUnitTest tests[] = {
