@@ -123,6 +123,11 @@ struct spillway {
 };
 
 void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The scheduler's --max-frame, as its WELCOME said (the default before it). */
+static inline uint32_t spillway__max_frame(const spillway *c)
+{
+    return c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
+}
 /* Every public call that returns an error leaves a text for spillway_errmsg: the public entry
  * points are thin wrappers that call spillway__enter first and return through
  * spillway__leave, which writes "FUNCTION: <the error's text>" when nothing more specific was

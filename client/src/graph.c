@@ -119,7 +119,7 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
 #define SUBMIT_FRAME_BUDGET (256u << 10)
 static uint32_t frame_budget(const spillway *c)
 {
-    uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
+    uint32_t mf = spillway__max_frame(c);
     return mf / 2 < SUBMIT_FRAME_BUDGET ? mf / 2 : SUBMIT_FRAME_BUDGET;
 }
 
@@ -130,8 +130,7 @@ static uint32_t frame_budget(const spillway *c)
  * a frame over its --max-frame (never less than 4096, auth.c). */
 static size_t frame_room(const spillway *c)
 {
-    uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
-    return mf - SUBMIT_FRAME_HEAD;
+    return spillway__max_frame(c) - SUBMIT_FRAME_HEAD;
 }
 
 /* Wraps the pending records into a SUBMIT frame; the last one names the submit's call site. */
@@ -272,8 +271,7 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
                           "task %llu (%s): its record of %zu bytes, with the values it carries, "
                           "is over the scheduler's frame limit of %u bytes (--max-frame); pass "
                           "large values as objects",
-                          (unsigned long long)g->ntasks, fn, rec_len,
-                          c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME);
+                          (unsigned long long)g->ntasks, fn, rec_len, spillway__max_frame(c));
         return SPW_EFRAMESIZE;
     }
     if (before > 0 && g->recs.len > frame_room(c)) {

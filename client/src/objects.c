@@ -915,7 +915,7 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
     /* Frames of at most 65536 ids, and of at most half the scheduler's max frame (an id is
      * 18 bytes on the wire): a frame over its --max-frame would not be sent at all, and the
      * references would stay held there while gone here. */
-    uint32_t mf = c->wel.max_frame ? c->wel.max_frame : PROTO_DEFAULT_MAX_FRAME;
+    uint32_t mf = spillway__max_frame(c);
     size_t per = mf / 2 / 18 < 65536 ? mf / 2 / 18 : 65536;
     if (per == 0)
         per = 1;

@@ -58,6 +58,17 @@ extern "C" {
 #define PROTO_PROOF_LEN 32
 #define PROTO_DEFAULT_MAX_FRAME (64u << 20)
 #define PROTO_DEFAULT_CHUNK (4u << 20)
+#define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
+#define PROTO_MAX_STR 4096u
+#define PROTO_MAX_NAME 255u
+/* Most task slots one worker may declare (HELLO's slots field; --slots). A bound on what a peer
+ * can make the scheduler account for, far above any core count a worker is run with. */
+#define PROTO_MAX_SLOTS 4096u
+/* Largest frame body accepted before the peer has proved the secret (CHALLENGE, HELLO, WELCOME
+ * and a refusal all fit many times over). A larger declared length closes the connection with
+ * SPW_EFRAMESIZE before any of its body is buffered, so unauthenticated peers hold at most this
+ * much of a daemon's memory each. */
+#define PROTO_PREAUTH_MAX_FRAME 4096u
 
 /* A peer's ERROR code as a call's result: a negative int. Anything else (0, positive, past an
  * int) is the peer's mistake and reads SPW_EPROTO: taken as it is, 0 would make a refusal a
@@ -73,17 +84,6 @@ static inline int proto_status(int64_t status)
 {
     return status <= 0 && status >= INT32_MIN ? (int)status : SPW_EPROTO;
 }
-#define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
-#define PROTO_MAX_STR 4096u
-#define PROTO_MAX_NAME 255u
-/* Most task slots one worker may declare (HELLO's slots field; --slots). A bound on what a peer
- * can make the scheduler account for, far above any core count a worker is run with. */
-#define PROTO_MAX_SLOTS 4096u
-/* Largest frame body accepted before the peer has proved the secret (CHALLENGE, HELLO, WELCOME
- * and a refusal all fit many times over). A larger declared length closes the connection with
- * SPW_EFRAMESIZE before any of its body is buffered, so unauthenticated peers hold at most this
- * much of a daemon's memory each. */
-#define PROTO_PREAUTH_MAX_FRAME 4096u
 
 /** Roles a peer announces in HELLO. */
 enum proto_role {
