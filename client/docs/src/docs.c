@@ -457,10 +457,13 @@ int ctl_doc_connect(const char *addr, const spillway_opts *o, spillway **out)
     return spillway__connect_role(addr, o, PROTO_ROLE_CTL, out);
 }
 
-int ctl_doc_status(spillway *cl, int timeout_ms, json_t **out)
+/* One request whose reply (of type reply_type) becomes the document: *out is a new reference
+ * on success, else NULL. A reply that made no document is SPW_EPROTO. */
+static int doc_request(spillway *cl, spillway__enc_fn *enc, spillway__reply_fn *reply,
+                       uint32_t reply_type, int timeout_ms, json_t **out)
 {
     *out = NULL;
-    int rc = spillway__request(cl, status_enc, status_reply, out, PROTO_STATUS, timeout_ms);
+    int rc = spillway__request(cl, enc, reply, out, reply_type, timeout_ms);
     if (rc == 0 && *out == NULL)
         rc = SPW_EPROTO;
     if (rc != 0) {
@@ -470,8 +473,13 @@ int ctl_doc_status(spillway *cl, int timeout_ms, json_t **out)
     return rc;
 }
 
+int ctl_doc_status(spillway *cl, int timeout_ms, json_t **out)
+{
+    return doc_request(cl, status_enc, status_reply, PROTO_STATUS, timeout_ms, out);
+}
+
 int ctl_doc_memory(spillway *cl, int timeout_ms, const char *group_by, const char *sort_by,
-                  long limit, bool stats_only, json_t **out)
+                   long limit, bool stats_only, json_t **out)
 {
     *out = NULL;
     memdoc d = {json_array(), json_array(), NULL, false, false};
@@ -543,15 +551,7 @@ static void jobs_reply(const proto_msg *m, void *arg)
 
 int ctl_doc_jobs(spillway *cl, int timeout_ms, json_t **out)
 {
-    *out = NULL;
-    int rc = spillway__request(cl, jobs_enc, jobs_reply, out, PROTO_GRAPHS, timeout_ms);
-    if (rc == 0 && *out == NULL)
-        rc = SPW_EPROTO;
-    if (rc != 0) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return rc;
+    return doc_request(cl, jobs_enc, jobs_reply, PROTO_GRAPHS, timeout_ms, out);
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -582,6 +582,19 @@ static void worker_labels(FILE *f, json_t *w)
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A gauge with one sample per member of obj, labelled key=MEMBER; nothing when obj is absent
+ * (a field an older scheduler does not send). */
+static void keyed_gauge(FILE *f, json_t *obj, const char *name, const char *key, const char *help)
+{
+    if (obj == NULL)
+        return;
+    family(f, name, "gauge", help);
+    const char *member;
+    json_t *v;
+    json_object_foreach(obj, member, v)
+    fprintf(f, "%s{%s=\"%s\"} %llu\n", name, key, member, (unsigned long long)json_integer_value(v));
 }
 
 /* Per-worker metrics: name, type, help, the key in the worker's memory object (NULL: special),
@@ -682,22 +695,10 @@ char *ctl_doc_metrics(json_t *status)
     fprintf(f, "spillway_objects %llu\n", (unsigned long long)ctl_doc_u(objs, "count"));
     family(f, "spillway_object_bytes", "gauge", "Bytes of the ready objects in the directory.");
     fprintf(f, "spillway_object_bytes %llu\n", (unsigned long long)ctl_doc_u(objs, "bytes"));
-    const char *key;
-    json_t *v;
-    json_t *refs = json_object_get(status, "references");
-    if (refs != NULL) {
-        family(f, "spillway_references", "gauge", "References held on objects, by kind.");
-        json_object_foreach(refs, key, v)
-        fprintf(f, "spillway_references{kind=\"%s\"} %llu\n", key,
-                (unsigned long long)json_integer_value(v));
-    }
-    json_t *conns = json_object_get(status, "connections");
-    if (conns != NULL) {
-        family(f, "spillway_connections", "gauge", "Connections to the scheduler, by peer role.");
-        json_object_foreach(conns, key, v)
-        fprintf(f, "spillway_connections{role=\"%s\"} %llu\n", key,
-                (unsigned long long)json_integer_value(v));
-    }
+    keyed_gauge(f, json_object_get(status, "references"), "spillway_references", "kind",
+                "References held on objects, by kind.");
+    keyed_gauge(f, json_object_get(status, "connections"), "spillway_connections", "role",
+                "Connections to the scheduler, by peer role.");
     json_t *io = json_object_get(status, "io");
     if (io != NULL) {
         family(f, "spillway_frames_received_total", "counter", "Frames the scheduler received.");
