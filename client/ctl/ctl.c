@@ -22,7 +22,8 @@
 
 #include <jansson.h>
 
-#include "docs.h"
+#include "spillway/conn.h"
+#include "spillway/docs.h"
 
 
 /* A whole number option: decimal digits only, min..max. Anything else (a sign, a suffix, a
@@ -51,7 +52,7 @@ static char *human(uint64_t b, char *buf)
 static void print_status(json_t *doc)
 {
     json_t *sch = json_object_get(doc, "scheduler");
-    uint64_t up = ctldoc_u(sch, "uptime_ms") / 1000;
+    uint64_t up = ctl_doc_u(sch, "uptime_ms") / 1000;
     printf("scheduler %s  up %lluh%02llum%02llus\n", json_string_value(json_object_get(sch, "address")),
            (unsigned long long)(up / 3600), (unsigned long long)(up / 60 % 60),
            (unsigned long long)(up % 60));
@@ -65,54 +66,54 @@ static void print_status(json_t *doc)
     {
         json_t *mem = json_object_get(w, "memory");
         char u[16], cap[16], pin[16], sp[16], slots[24], usedcap[40], objs[32];
-        snprintf(slots, sizeof slots, "%llu/%llu", (unsigned long long)ctldoc_u(w, "busy"),
-                 (unsigned long long)ctldoc_u(w, "slots"));
-        snprintf(usedcap, sizeof usedcap, "%s/%s", human(ctldoc_u(mem, "used"), u),
-                 human(ctldoc_u(mem, "capacity"), cap));
+        snprintf(slots, sizeof slots, "%llu/%llu", (unsigned long long)ctl_doc_u(w, "busy"),
+                 (unsigned long long)ctl_doc_u(w, "slots"));
+        snprintf(usedcap, sizeof usedcap, "%s/%s", human(ctl_doc_u(mem, "used"), u),
+                 human(ctl_doc_u(mem, "capacity"), cap));
         snprintf(objs, sizeof objs, "%llu+%llu spilled",
-                 (unsigned long long)ctldoc_u(mem, "objects_in_memory"),
-                 (unsigned long long)ctldoc_u(mem, "objects_spilled"));
+                 (unsigned long long)ctl_doc_u(mem, "objects_in_memory"),
+                 (unsigned long long)ctl_doc_u(mem, "objects_spilled"));
         printf("  %-4llu %-21s %-16s %-10s %-8llu %-8s %-22s %-10s %-10s %s\n",
-               (unsigned long long)ctldoc_u(w, "id"), json_string_value(json_object_get(w, "address")),
+               (unsigned long long)ctl_doc_u(w, "id"), json_string_value(json_object_get(w, "address")),
                json_string_value(json_object_get(w, "name")), slots,
-               (unsigned long long)ctldoc_u(w, "assigned"),
+               (unsigned long long)ctl_doc_u(w, "assigned"),
                json_string_value(json_object_get(w, "state")), usedcap,
-               human(ctldoc_u(mem, "pinned"), pin), human(ctldoc_u(mem, "spilled_bytes"), sp), objs);
+               human(ctl_doc_u(mem, "pinned"), pin), human(ctl_doc_u(mem, "spilled_bytes"), sp), objs);
     }
     printf("\nnode memory budget (store + slots x task limit + margin):\n");
     json_array_foreach(workers, i, w)
     {
         json_t *mem = json_object_get(w, "memory");
         char b[16], cap[16], lim[16];
-        if (ctldoc_u(mem, "node_budget") == 0)
+        if (ctl_doc_u(mem, "node_budget") == 0)
             printf("  %-16s unbounded: no task memory limit\n",
                    json_string_value(json_object_get(w, "name")));
         else
             printf("  %-16s %s = %s + %llu x %s + margin; executors replaced %llu\n",
-                   json_string_value(json_object_get(w, "name")), human(ctldoc_u(mem, "node_budget"), b),
-                   human(ctldoc_u(mem, "capacity"), cap), (unsigned long long)ctldoc_u(w, "slots"),
-                   human(ctldoc_u(mem, "task_memory_limit"), lim),
-                   (unsigned long long)ctldoc_u(mem, "executor_recycles"));
+                   json_string_value(json_object_get(w, "name")), human(ctl_doc_u(mem, "node_budget"), b),
+                   human(ctl_doc_u(mem, "capacity"), cap), (unsigned long long)ctl_doc_u(w, "slots"),
+                   human(ctl_doc_u(mem, "task_memory_limit"), lim),
+                   (unsigned long long)ctl_doc_u(mem, "executor_recycles"));
     }
     json_t *tasks = json_object_get(doc, "tasks");
     printf("\ntasks:");
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
-        printf(" %s %llu", ctldoc_tstate_names[k], (unsigned long long)ctldoc_u(tasks, ctldoc_tstate_names[k]));
+        printf(" %s %llu", ctl_doc_tstate_names[k], (unsigned long long)ctl_doc_u(tasks, ctl_doc_tstate_names[k]));
     json_t *objsj = json_object_get(doc, "objects");
     char ob[16];
-    printf("\nobjects: %llu (%s)\n", (unsigned long long)ctldoc_u(objsj, "count"),
-           human(ctldoc_u(objsj, "bytes"), ob));
+    printf("\nobjects: %llu (%s)\n", (unsigned long long)ctl_doc_u(objsj, "count"),
+           human(ctl_doc_u(objsj, "bytes"), ob));
     json_t *clients = json_object_get(doc, "clients");
     printf("\nclients: %zu\n", json_array_size(clients));
     printf("  %-8s %-20s %-8s %-7s %-8s %s\n", "SESSION", "HOST", "PID", "ROLE", "TASKS", "REFS");
     json_t *c;
     json_array_foreach(clients, i, c)
     {
-        printf("  %-8llu %-20s %-8llu %-7s %-8llu %llu\n", (unsigned long long)ctldoc_u(c, "session"),
-               json_string_value(json_object_get(c, "host")), (unsigned long long)ctldoc_u(c, "pid"),
+        printf("  %-8llu %-20s %-8llu %-7s %-8llu %llu\n", (unsigned long long)ctl_doc_u(c, "session"),
+               json_string_value(json_object_get(c, "host")), (unsigned long long)ctl_doc_u(c, "pid"),
                json_string_value(json_object_get(c, "role")),
-               (unsigned long long)ctldoc_u(c, "tasks_submitted"),
-               (unsigned long long)ctldoc_u(c, "references"));
+               (unsigned long long)ctl_doc_u(c, "tasks_submitted"),
+               (unsigned long long)ctl_doc_u(c, "references"));
     }
 }
 
@@ -137,8 +138,8 @@ static void where_cell(json_t *locs, char *out, size_t len)
     for (; shown < n; shown++) {
         json_t *loc = json_array_get(locs, shown);
         char item[2 * PROTO_MAX_NAME];
-        int k = snprintf(item, sizeof item, "%s%s:%s", shown ? "," : "", ctldoc_s(loc, "node"),
-                         ctldoc_s(loc, "state"));
+        int k = snprintf(item, sizeof item, "%s%s:%s", shown ? "," : "", ctl_doc_s(loc, "node"),
+                         ctl_doc_s(loc, "state"));
         size_t ilen = k < 0 ? 0 : (size_t)k < sizeof item ? (size_t)k : sizeof item - 1;
         /* Room for the NUL, and for ",+N more" while more locations follow. */
         size_t reserve = shown + 1 < n ? sizeof ",+18446744073709551615 more" : 1;
@@ -168,7 +169,7 @@ static void print_memory(json_t *doc, bool stats_only)
                 snprintf(where, sizeof where, "%s",
                          json_is_true(json_object_get(o, "inline")) ? "scheduler:inline" : "-");
             for (int k = 0; k < PROTO_REF_KINDS; k++) {
-                uint64_t v = ctldoc_u(json_object_get(o, "refs"), proto_refkind_name(k));
+                uint64_t v = ctl_doc_u(json_object_get(o, "refs"), proto_refkind_name(k));
                 if (v > 0) {
                     size_t len = strlen(refs);
                     snprintf(refs + len, sizeof refs - len, "%s%s=%llu", len ? " " : "",
@@ -176,25 +177,25 @@ static void print_memory(json_t *doc, bool stats_only)
                 }
             }
             json_t *ow = json_object_get(o, "owner");
-            snprintf(owner, sizeof owner, "%s:%llu", ctldoc_s(ow, "host"), (unsigned long long)ctldoc_u(ow, "pid"));
-            human_age(ctldoc_u(o, "age_ms"), age, sizeof age);
-            uint64_t stored = ctldoc_u(o, "stored_size");
-            printf("%-12.12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", ctldoc_s(o, "id"),
-                   human(ctldoc_u(o, "size"), a), stored ? human(stored, b) : "-", ctldoc_s(o, "state"),
-                   where, refs[0] ? refs : "-", owner, ctldoc_s(o, "call_site"), age);
+            snprintf(owner, sizeof owner, "%s:%llu", ctl_doc_s(ow, "host"), (unsigned long long)ctl_doc_u(ow, "pid"));
+            human_age(ctl_doc_u(o, "age_ms"), age, sizeof age);
+            uint64_t stored = ctl_doc_u(o, "stored_size");
+            printf("%-12.12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", ctl_doc_s(o, "id"),
+                   human(ctl_doc_u(o, "size"), a), stored ? human(stored, b) : "-", ctl_doc_s(o, "state"),
+                   where, refs[0] ? refs : "-", owner, ctl_doc_s(o, "call_site"), age);
         }
         json_t *tot = json_object_get(doc, "totals");
-        if (ctldoc_u(tot, "listed") < ctldoc_u(tot, "objects"))
-            printf("(%llu of %llu objects listed)\n", (unsigned long long)ctldoc_u(tot, "listed"),
-                   (unsigned long long)ctldoc_u(tot, "objects"));
+        if (ctl_doc_u(tot, "listed") < ctl_doc_u(tot, "objects"))
+            printf("(%llu of %llu objects listed)\n", (unsigned long long)ctl_doc_u(tot, "listed"),
+                   (unsigned long long)ctl_doc_u(tot, "objects"));
         printf("\n");
     }
     json_t *groups = json_object_get(doc, "groups");
     if (groups != NULL && !stats_only) {
         printf("%-40s %-10s %s\n", "GROUP", "OBJECTS", "BYTES");
         json_array_foreach(groups, i, o)
-        printf("%-40s %-10llu %s\n", ctldoc_s(o, "group"), (unsigned long long)ctldoc_u(o, "objects"),
-               human(ctldoc_u(o, "bytes"), a));
+        printf("%-40s %-10llu %s\n", ctl_doc_s(o, "group"), (unsigned long long)ctl_doc_u(o, "objects"),
+               human(ctl_doc_u(o, "bytes"), a));
         printf("\n");
     }
     printf("%-16s %-10s %-10s %-10s %-10s %-10s %-14s %-16s %s\n", "NODE", "CAPACITY", "USED",
@@ -202,22 +203,22 @@ static void print_memory(json_t *doc, bool stats_only)
     json_array_foreach(json_object_get(doc, "nodes"), i, o)
     {
         char objs_s[32], spills[32], restores[32];
-        snprintf(objs_s, sizeof objs_s, "%llu/%llu", (unsigned long long)ctldoc_u(o, "objects_in_memory"),
-                 (unsigned long long)ctldoc_u(o, "objects_spilled"));
-        snprintf(spills, sizeof spills, "%llu (%s)", (unsigned long long)ctldoc_u(o, "spill_count"),
-                 human(ctldoc_u(o, "spill_total_bytes"), d));
-        snprintf(restores, sizeof restores, "%llu (%s)", (unsigned long long)ctldoc_u(o, "restore_count"),
-                 human(ctldoc_u(o, "restore_total_bytes"), e));
-        printf("%-16s %-10s %-10s %-10s %-10s %-10s %-14s %-16s %s%s\n", ctldoc_s(o, "name"),
-               human(ctldoc_u(o, "capacity"), a), human(ctldoc_u(o, "used"), b), human(ctldoc_u(o, "pinned"), c),
-               human(ctldoc_u(o, "spilled_bytes"), d), human(ctldoc_u(o, "spilled_stored_bytes"), e), objs_s,
+        snprintf(objs_s, sizeof objs_s, "%llu/%llu", (unsigned long long)ctl_doc_u(o, "objects_in_memory"),
+                 (unsigned long long)ctl_doc_u(o, "objects_spilled"));
+        snprintf(spills, sizeof spills, "%llu (%s)", (unsigned long long)ctl_doc_u(o, "spill_count"),
+                 human(ctl_doc_u(o, "spill_total_bytes"), d));
+        snprintf(restores, sizeof restores, "%llu (%s)", (unsigned long long)ctl_doc_u(o, "restore_count"),
+                 human(ctl_doc_u(o, "restore_total_bytes"), e));
+        printf("%-16s %-10s %-10s %-10s %-10s %-10s %-14s %-16s %s%s\n", ctl_doc_s(o, "name"),
+               human(ctl_doc_u(o, "capacity"), a), human(ctl_doc_u(o, "used"), b), human(ctl_doc_u(o, "pinned"), c),
+               human(ctl_doc_u(o, "spilled_bytes"), d), human(ctl_doc_u(o, "spilled_stored_bytes"), e), objs_s,
                spills, restores, json_is_true(json_object_get(o, "fresh")) ? "" : " (stale)");
     }
     json_t *t = json_object_get(doc, "totals");
     printf("\ntotal: %llu objects, %s (%s in memory, %s spilled, %s on disk, %s inline)%s\n",
-           (unsigned long long)ctldoc_u(t, "objects"), human(ctldoc_u(t, "bytes"), a),
-           human(ctldoc_u(t, "in_memory_bytes"), b), human(ctldoc_u(t, "spilled_bytes"), c),
-           human(ctldoc_u(t, "spilled_stored_bytes"), d), human(ctldoc_u(t, "inline_bytes"), e),
+           (unsigned long long)ctl_doc_u(t, "objects"), human(ctl_doc_u(t, "bytes"), a),
+           human(ctl_doc_u(t, "in_memory_bytes"), b), human(ctl_doc_u(t, "spilled_bytes"), c),
+           human(ctl_doc_u(t, "spilled_stored_bytes"), d), human(ctl_doc_u(t, "inline_bytes"), e),
            json_is_true(json_object_get(t, "complete")) ? "" : " (a worker did not answer)");
 }
 
@@ -226,7 +227,7 @@ static int memory_once(spillway *cl, const char *addr, int timeout, bool json, c
                        const char *sort_by, long limit, bool stats_only)
 {
     json_t *doc;
-    int rc = ctldoc_memory(cl, timeout, group_by, sort_by, limit, stats_only, &doc);
+    int rc = ctl_doc_memory(cl, timeout, group_by, sort_by, limit, stats_only, &doc);
     if (rc != 0) {
         fprintf(stderr, "spillway-ctl: memory from %s failed: %s\n", addr, spillway_strerror(rc));
         return 1;
@@ -265,18 +266,18 @@ static void print_jobs_table(json_t *doc)
     {
         json_t *t = json_object_get(g, "tasks"), *cl = json_object_get(g, "client");
         char who[64], fl[48], a[16], b[16], age[40];
-        snprintf(who, sizeof who, "%s:%llu", ctldoc_s(cl, "host"), (unsigned long long)ctldoc_u(cl, "pid"));
-        snprintf(fl, sizeof fl, "%s/%s", human(ctldoc_u(g, "bytes_in_flight"), a),
-                 human(ctldoc_u(g, "max_bytes_in_flight"), b));
-        human_age(ctldoc_u(g, "age_ms"), age, sizeof age);
+        snprintf(who, sizeof who, "%s:%llu", ctl_doc_s(cl, "host"), (unsigned long long)ctl_doc_u(cl, "pid"));
+        snprintf(fl, sizeof fl, "%s/%s", human(ctl_doc_u(g, "bytes_in_flight"), a),
+                 human(ctl_doc_u(g, "max_bytes_in_flight"), b));
+        human_age(ctl_doc_u(g, "age_ms"), age, sizeof age);
         char st[64];
         printf("%-6llu %-24s %-28s %-8llu %-8llu %-8llu %-8llu %-8llu %-20s %s%s\n",
-               (unsigned long long)ctldoc_u(g, "graph"), who,
-               site_tail(ctldoc_s(g, "call_site"), 28, st, sizeof st),
-               (unsigned long long)ctldoc_u(t, "total"),
-               (unsigned long long)(ctldoc_u(t, "waiting") + ctldoc_u(t, "ready") + ctldoc_u(t, "assigned")),
-               (unsigned long long)ctldoc_u(t, "running"), (unsigned long long)ctldoc_u(t, "done"),
-               (unsigned long long)ctldoc_u(t, "failed"), fl, age,
+               (unsigned long long)ctl_doc_u(g, "graph"), who,
+               site_tail(ctl_doc_s(g, "call_site"), 28, st, sizeof st),
+               (unsigned long long)ctl_doc_u(t, "total"),
+               (unsigned long long)(ctl_doc_u(t, "waiting") + ctl_doc_u(t, "ready") + ctl_doc_u(t, "assigned")),
+               (unsigned long long)ctl_doc_u(t, "running"), (unsigned long long)ctl_doc_u(t, "done"),
+               (unsigned long long)ctl_doc_u(t, "failed"), fl, age,
                json_is_true(json_object_get(g, "finished")) ? " finished" : "");
     }
 }
@@ -291,19 +292,19 @@ static void print_jobs_bars(json_t *doc, bool tty)
     json_array_foreach(json_object_get(doc, "graphs"), i, g)
     {
         json_t *t = json_object_get(g, "tasks"), *cl = json_object_get(g, "client");
-        uint64_t total = ctldoc_u(t, "total"), done = ctldoc_u(t, "done"),
-                 failed = ctldoc_u(t, "failed"), running = ctldoc_u(t, "running");
+        uint64_t total = ctl_doc_u(t, "total"), done = ctl_doc_u(t, "done"),
+                 failed = ctl_doc_u(t, "failed"), running = ctl_doc_u(t, "running");
         char a[16], b[16], age[40];
-        human_age(ctldoc_u(g, "age_ms"), age, sizeof age);
+        human_age(ctl_doc_u(g, "age_ms"), age, sizeof age);
         if (!tty) {
             printf("graph=%llu client=%s:%llu site=%s total=%llu done=%llu failed=%llu "
                    "running=%llu in_flight=%llu cap=%llu age_ms=%llu%s\n",
-                   (unsigned long long)ctldoc_u(g, "graph"), ctldoc_s(cl, "host"),
-                   (unsigned long long)ctldoc_u(cl, "pid"), ctldoc_s(g, "call_site"),
+                   (unsigned long long)ctl_doc_u(g, "graph"), ctl_doc_s(cl, "host"),
+                   (unsigned long long)ctl_doc_u(cl, "pid"), ctl_doc_s(g, "call_site"),
                    (unsigned long long)total, (unsigned long long)done, (unsigned long long)failed,
-                   (unsigned long long)running, (unsigned long long)ctldoc_u(g, "bytes_in_flight"),
-                   (unsigned long long)ctldoc_u(g, "max_bytes_in_flight"),
-                   (unsigned long long)ctldoc_u(g, "age_ms"),
+                   (unsigned long long)running, (unsigned long long)ctl_doc_u(g, "bytes_in_flight"),
+                   (unsigned long long)ctl_doc_u(g, "max_bytes_in_flight"),
+                   (unsigned long long)ctl_doc_u(g, "age_ms"),
                    json_is_true(json_object_get(g, "finished")) ? " finished" : "");
             continue;
         }
@@ -312,8 +313,8 @@ static void print_jobs_bars(json_t *doc, bool tty)
         if (nd + nf > W)
             nf = W - nd;
         char st[64];
-        printf("graph %-4llu %-22s [", (unsigned long long)ctldoc_u(g, "graph"),
-               site_tail(ctldoc_s(g, "call_site"), 22, st, sizeof st));
+        printf("graph %-4llu %-22s [", (unsigned long long)ctl_doc_u(g, "graph"),
+               site_tail(ctl_doc_s(g, "call_site"), 22, st, sizeof st));
         for (int k = 0; k < nd; k++)
             putchar('#');
         if (nf > 0) {
@@ -329,7 +330,7 @@ static void print_jobs_bars(json_t *doc, bool tty)
         if (failed)
             printf(" \033[31m%llu failed\033[0m", (unsigned long long)failed);
         printf("  %llu running  %s/%s in flight  %s%s\n", (unsigned long long)running,
-               human(ctldoc_u(g, "bytes_in_flight"), a), human(ctldoc_u(g, "max_bytes_in_flight"), b),
+               human(ctl_doc_u(g, "bytes_in_flight"), a), human(ctl_doc_u(g, "max_bytes_in_flight"), b),
                age, json_is_true(json_object_get(g, "finished")) ? "  done" : "");
     }
 }
@@ -341,7 +342,7 @@ static int jobs_run(spillway *cl, const char *addr, int timeout, bool json, bool
     bool tty = isatty(STDOUT_FILENO) != 0;
     for (long round = 0;; round++) {
         json_t *doc;
-        int rc = ctldoc_jobs(cl, timeout, &doc);
+        int rc = ctl_doc_jobs(cl, timeout, &doc);
         if (rc != 0) {
             fprintf(stderr, "spillway-ctl: jobs from %s failed: %s\n", addr, spillway_strerror(rc));
             return 1;
@@ -470,7 +471,7 @@ int main(int argc, char **argv)
             return 1;
         }
         char tok[65];
-        ctldoc_http_token(secret, slen, tok);
+        ctl_doc_http_token(secret, slen, tok);
         spw_free(secret);
         puts(tok);
         return 0;
@@ -558,7 +559,7 @@ int main(int argc, char **argv)
     }
     o.connect_timeout_ms = timeout;
     spillway *cl;
-    int rc = spillway__connect_role(addr, &o, PROTO_ROLE_CTL, &cl);
+    int rc = ctl_doc_connect(addr, &o, &cl);
     if (rc != 0) {
         fprintf(stderr, "spillway-ctl: cannot connect to the scheduler at %s: %s\n", addr,
                 spillway_strerror(rc));
@@ -583,7 +584,7 @@ int main(int argc, char **argv)
         return status;
     }
     json_t *doc = NULL;
-    rc = ctldoc_status(cl, timeout, &doc);
+    rc = ctl_doc_status(cl, timeout, &doc);
     if (rc != 0) {
         fprintf(stderr, "spillway-ctl: status from %s failed: %s\n", addr, spillway_strerror(rc));
         spillway_close(cl);

@@ -1,10 +1,12 @@
-/* libspillway internals shared with spillway-ctl. Not installed. */
+/* libspillway internals, for the library's own files (and its unit test). Not installed; what
+ * other in-tree modules may call is in spillway/ctl_link.h. */
 #ifndef SPW_CLIENT_INT_H
 #define SPW_CLIENT_INT_H
 
 #include <uthash.h>
 
 #include "spillway/conn.h"
+#include "spillway/ctl_link.h"
 #include "spillway/idmap.h"
 #include "spillway/spillway.h"
 
@@ -197,28 +199,10 @@ int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
  * are an array (r->args.v). */
 void spillway__put_task_rec(spw_buf *out, const proto_task_rec *r);
 
-/** Connects with a given role (PROTO_ROLE_CLIENT or PROTO_ROLE_CTL). */
-int spillway__connect_role(const char *addr, const spillway_opts *o, int role, spillway **out);
 /** The secret file a connection uses: opts->secret_file; else $SPILLWAY_SECRET_FILE if set and
  * not empty; else SPW_DEFAULT_SECRET_FILE (/etc/spillway/secret) when it exists and this
  * process may read it (a warning when it exists and may not); else NULL (no secret). */
 const char *spillway__secret_file(const spillway_opts *o);
-
-/** Sends one request to the scheduler and waits for its reply, of type reply_type. enc builds
- * the frame: proto_enc_NAME(e, out, req, &msg). on_reply sees the reply while it is valid. An
- * ERROR reply becomes the return value (errmsg has its text); a reply of another type fails the
- * call with SPW_EPROTO, naming both types, without on_reply.
- * @return 0, the peer's error, SPW_EPROTO, SPW_ETIMEDOUT or SPW_ECLOSED. */
-int spillway__request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
-                      void (*on_reply)(const proto_msg *m, void *arg), void *arg,
-                      uint32_t reply_type, int timeout_ms);
-
-/** Like spillway__request for replies in several frames: on_reply sees each, and the frame of
- * type last_type ends the request. */
-int spillway__request_until(spillway *c,
-                            void (*enc)(proto_enc *e, spw_buf *out, uint64_t req, void *arg),
-                            void (*on_reply)(const proto_msg *m, void *arg), void *arg,
-                            uint32_t last_type, int timeout_ms);
 
 /** The scheduler session's address as "host:port". */
 const char *spillway__addr(const spillway *c);

@@ -29,7 +29,8 @@
 #include <microhttpd.h>
 #include <sodium.h>
 
-#include "docs.h"
+#include "spillway/docs.h"
+
 #include "http_assets.h"
 
 #define QUERY_MS 5000
@@ -85,7 +86,7 @@ static spillway *link_get(spw_http *h)
     o.name = "spillway-scheduler-http";
     o.secret_file = h->secret_file;
     o.connect_timeout_ms = QUERY_MS;
-    if (spillway__connect_role(h->sched_addr, &o, PROTO_ROLE_CTL, &h->cl) != 0)
+    if (ctl_doc_connect(h->sched_addr, &o, &h->cl) != 0)
         h->cl = NULL;
     return h->cl;
 }
@@ -121,7 +122,7 @@ static void sample_take(spw_http *h, json_t *status)
     s->t_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     json_t *tasks = json_object_get(status, "tasks");
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
-        s->tasks[k] = ctldoc_u(tasks, ctldoc_tstate_names[k]);
+        s->tasks[k] = ctl_doc_u(tasks, ctl_doc_tstate_names[k]);
     json_t *workers = json_object_get(status, "workers");
     size_t n = json_array_size(workers);
     s->w = calloc(n > 0 ? n : 1, sizeof *s->w);
@@ -132,8 +133,8 @@ static void sample_take(spw_http *h, json_t *status)
         if (s->w == NULL)
             break; /* out of memory: a sample without workers */
         hworker *hw = &s->w[s->nw];
-        hw->name = strdup(ctldoc_s(w, "name"));
-        hw->addr = strdup(ctldoc_s(w, "address"));
+        hw->name = strdup(ctl_doc_s(w, "name"));
+        hw->addr = strdup(ctl_doc_s(w, "address"));
         if (hw->name == NULL || hw->addr == NULL) {
             free(hw->name);
             free(hw->addr);
@@ -142,7 +143,7 @@ static void sample_take(spw_http *h, json_t *status)
         }
         json_t *mem = json_object_get(w, "memory");
         for (int k = 0; k < HW_COUNT; k++)
-            hw->v[k] = ctldoc_u(mem, hw_keys[k]);
+            hw->v[k] = ctl_doc_u(mem, hw_keys[k]);
         s->nw++;
     }
     h->head = (h->head + 1) % h->cap;
@@ -158,7 +159,7 @@ static void *sampler_main(void *arg)
         spillway *cl = link_get(h);
         if (cl != NULL) {
             json_t *status;
-            int rc = ctldoc_status(cl, QUERY_MS, &status);
+            int rc = ctl_doc_status(cl, QUERY_MS, &status);
             if (rc == 0) {
                 sample_take(h, status);
                 json_decref(status);
@@ -188,7 +189,7 @@ static json_t *history_json(spw_http *h)
     json_t *tcols[PROTO_TSTATE_COUNT];
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++) {
         tcols[k] = json_array();
-        json_object_set_new(tasks, ctldoc_tstate_names[k], tcols[k]);
+        json_object_set_new(tasks, ctl_doc_tstate_names[k], tcols[k]);
     }
     uint32_t first = (h->head + h->cap - h->nsamples) % h->cap;
     /* Every worker seen in the window, in order of first appearance. */
@@ -337,9 +338,9 @@ static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const
     json_t *doc = NULL;
     int rc;
     if (strcmp(url, "/api/status") == 0 || strcmp(url, "/metrics") == 0) {
-        rc = ctldoc_status(cl, QUERY_MS, &doc);
+        rc = ctl_doc_status(cl, QUERY_MS, &doc);
         if (rc == 0 && url[1] == 'm') {
-            char *text = ctldoc_metrics(doc);
+            char *text = ctl_doc_metrics(doc);
             json_decref(doc);
             if (text == NULL)
                 return reply_text(conn, 500, "out of memory\n");
@@ -347,7 +348,7 @@ static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const
                          MHD_RESPMEM_MUST_FREE);
         }
     } else if (strcmp(url, "/api/jobs") == 0) {
-        rc = ctldoc_jobs(cl, QUERY_MS, &doc);
+        rc = ctl_doc_jobs(cl, QUERY_MS, &doc);
     } else if (strcmp(url, "/api/memory") == 0) {
         const char *group = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "group_by");
         const char *sort = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "sort_by");
@@ -362,7 +363,7 @@ static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const
             return reply_text(conn, 400,
                               "bad query: group_by=node|owner|ref-type|call-site, "
                               "sort_by=size|age|id, limit=N, stats_only=0|1\n");
-        rc = ctldoc_memory(cl, QUERY_MS, group, sort, limit, stats != 0, &doc);
+        rc = ctl_doc_memory(cl, QUERY_MS, group, sort, limit, stats != 0, &doc);
     } else {
         return reply_text(conn, 404, "no such page: %s\n", url);
     }
@@ -498,7 +499,7 @@ int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t b
     h->secret_file = o->secret_file != NULL ? strdup(o->secret_file) : NULL;
     if (o->secret != NULL && (!loopback || o->token_always)) {
         h->need_token = true;
-        ctldoc_http_token(o->secret, o->secret_len, h->token);
+        ctl_doc_http_token(o->secret, o->secret_len, h->token);
     } else if (!loopback) {
         spw_log(SPW_LOG_WARN, "http: %s is reachable beyond this host and the cluster has no "
                               "secret: anyone who can reach it can read the cluster's state",

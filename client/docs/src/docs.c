@@ -1,19 +1,22 @@
 /*
- * The JSON documents of spillway-ctl (status, memory, jobs) and the Prometheus text built from
- * status, in one place: spillway-ctl prints them and the scheduler's HTTP endpoint serves them
- * (/api/status, /api/memory, /api/jobs, /metrics), so the two can never disagree. Each query is
- * a request over a CTL connection to the scheduler; the reply frames are turned into a jansson
- * document here and nowhere else.
+ * spw_docs (see spillway/docs.h for the contract): the JSON documents of spillway-ctl (status,
+ * memory, jobs) and the Prometheus text built from status, in one place: spillway-ctl prints them
+ * and the scheduler's HTTP endpoint serves them (/api/status, /api/memory, /api/jobs, /metrics),
+ * so the two can never disagree. Each query is a request over a ctl session with the scheduler
+ * (spillway/ctl_link.h); the reply frames are turned into a jansson document here and nowhere
+ * else. Nothing here keeps state between calls; a session is used by one thread at a time.
  */
+#include "spillway/docs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
 
-#include "docs.h"
+#include "spillway/ctl_link.h"
 
-const char *const ctldoc_stat_names[PROTO_STAT_COUNT] = {
+static const char *const stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_CAPACITY] = "capacity",
     [PROTO_STAT_USED] = "used",
     [PROTO_STAT_PINNED] = "pinned",
@@ -44,10 +47,10 @@ const char *const ctldoc_stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_TASKS_CANCELLED] = "tasks_cancelled",
 };
 
-const char *const ctldoc_tstate_names[] = {
+const char *const ctl_doc_tstate_names[] = {
     "waiting", "ready", "assigned", "running", "done", "failed",
 };
-_Static_assert(sizeof ctldoc_tstate_names / sizeof ctldoc_tstate_names[0] == PROTO_TSTATE_COUNT,
+_Static_assert(sizeof ctl_doc_tstate_names / sizeof ctl_doc_tstate_names[0] == PROTO_TSTATE_COUNT,
                "a name for every PROTO_TSTATE_*");
 
 static json_t *jstr(const proto_val *v)
@@ -88,8 +91,8 @@ static void status_reply(const proto_msg *m, void *arg)
         json_t *mem = json_object();
         const proto_val *st = &w[R_SWORKER_STATS];
         for (uint32_t k = 0; k < st->arr.n && k < PROTO_STAT_COUNT; k++)
-            if (ctldoc_stat_names[k] != NULL && k != PROTO_STAT_PAUSED && k != PROTO_STAT_RUNNING)
-                json_object_set_new(mem, ctldoc_stat_names[k], json_integer((json_int_t)st->arr.v[k].u));
+            if (stat_names[k] != NULL && k != PROTO_STAT_PAUSED && k != PROTO_STAT_RUNNING)
+                json_object_set_new(mem, stat_names[k], json_integer((json_int_t)st->arr.v[k].u));
         json_object_set_new(jw, "memory", mem);
         json_array_append_new(workers, jw);
     }
@@ -97,7 +100,7 @@ static void status_reply(const proto_msg *m, void *arg)
     json_t *tasks = json_object();
     const proto_val *ts = &m->f[F_STATUS_TASKS];
     for (uint32_t k = 0; k < ts->arr.n && k < PROTO_TSTATE_COUNT; k++)
-        json_object_set_new(tasks, ctldoc_tstate_names[k], json_integer((json_int_t)ts->arr.v[k].u));
+        json_object_set_new(tasks, ctl_doc_tstate_names[k], json_integer((json_int_t)ts->arr.v[k].u));
     json_object_set_new(doc, "tasks", tasks);
     json_t *clients = json_array();
     const proto_val *cs = &m->f[F_STATUS_CLIENTS];
@@ -171,7 +174,7 @@ static void status_reply(const proto_msg *m, void *arg)
     *out = doc;
 }
 
-uint64_t ctldoc_u(json_t *o, const char *k)
+uint64_t ctl_doc_u(json_t *o, const char *k)
 {
     return (uint64_t)json_integer_value(json_object_get(o, k));
 }
@@ -204,8 +207,8 @@ static json_t *node_json(const proto_val *n)
     json_object_set_new(j, "address", jstr(&n[R_MNODE_ADDR]));
     const proto_val *st = &n[R_MNODE_STATS];
     for (uint32_t k = 0; k < st->arr.n && k < PROTO_STAT_COUNT; k++)
-        if (ctldoc_stat_names[k] != NULL && k != PROTO_STAT_RUNNING)
-            json_object_set_new(j, ctldoc_stat_names[k], json_integer((json_int_t)st->arr.v[k].u));
+        if (stat_names[k] != NULL && k != PROTO_STAT_RUNNING)
+            json_object_set_new(j, stat_names[k], json_integer((json_int_t)st->arr.v[k].u));
     json_object_set_new(j, "fresh", json_boolean(n[R_MNODE_FRESH].u != 0));
     return j;
 }
@@ -286,7 +289,7 @@ static void memory_reply(const proto_msg *m, void *arg)
     }
 }
 
-const char *ctldoc_s(json_t *o, const char *k)
+const char *ctl_doc_s(json_t *o, const char *k)
 {
     const char *v = json_string_value(json_object_get(o, k));
     return v != NULL ? v : "";
@@ -300,7 +303,7 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
     json_array_foreach(d->nodes, i, n)
     {
         char key[32];
-        snprintf(key, sizeof key, "%llu", (unsigned long long)ctldoc_u(n, "id"));
+        snprintf(key, sizeof key, "%llu", (unsigned long long)ctl_doc_u(n, "id"));
         json_object_set(names, key, json_object_get(n, "name"));
     }
     json_t *totals = json_object();
@@ -310,7 +313,7 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
     json_array_foreach(d->objects, i, o)
     {
         count++;
-        uint64_t size = ctldoc_u(o, "size");
+        uint64_t size = ctl_doc_u(o, "size");
         bytes += size;
         if (json_is_true(json_object_get(o, "inline")))
             inl += size;
@@ -320,10 +323,10 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
         json_array_foreach(json_object_get(o, "locations"), l, loc)
         {
             char key[32];
-            snprintf(key, sizeof key, "%llu", (unsigned long long)ctldoc_u(loc, "node_id"));
+            snprintf(key, sizeof key, "%llu", (unsigned long long)ctl_doc_u(loc, "node_id"));
             json_t *nm = json_object_get(names, key);
             json_object_set_new(loc, "node", json_string(nm ? json_string_value(nm) : "(gone)"));
-            const char *st = ctldoc_s(loc, "state");
+            const char *st = ctl_doc_s(loc, "state");
             in_mem = in_mem || strstr(st, "memory") != NULL;
             on_disk = on_disk || strstr(st, "spilled") != NULL;
         }
@@ -331,10 +334,10 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
             mem += size;
         if (on_disk) {
             spilled += size;
-            stored += ctldoc_u(o, "stored_size");
+            stored += ctl_doc_u(o, "stored_size");
         }
         for (int k = 0; k < PROTO_REF_KINDS; k++)
-            refs[k] += ctldoc_u(json_object_get(o, "refs"), proto_refkind_name(k));
+            refs[k] += ctl_doc_u(json_object_get(o, "refs"), proto_refkind_name(k));
     }
     json_object_set_new(totals, "objects", json_integer((json_int_t)count));
     json_object_set_new(totals, "bytes", json_integer((json_int_t)bytes));
@@ -364,7 +367,7 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
                 size_t l;
                 json_t *loc;
                 json_array_foreach(json_object_get(o, "locations"), l, loc)
-                    json_array_append_new(keys, json_string(ctldoc_s(loc, "node")));
+                    json_array_append_new(keys, json_string(ctl_doc_s(loc, "node")));
                 if (json_array_size(keys) == 0)
                     json_array_append_new(keys, json_string(json_is_true(json_object_get(o, "inline"))
                                                                 ? "(scheduler, inline)"
@@ -372,17 +375,17 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
             } else if (strcmp(group_by, "owner") == 0) {
                 char key[128];
                 json_t *ow = json_object_get(o, "owner");
-                snprintf(key, sizeof key, "%s pid %llu", ctldoc_s(ow, "host"),
-                         (unsigned long long)ctldoc_u(ow, "pid"));
+                snprintf(key, sizeof key, "%s pid %llu", ctl_doc_s(ow, "host"),
+                         (unsigned long long)ctl_doc_u(ow, "pid"));
                 json_array_append_new(keys, json_string(key));
             } else if (strcmp(group_by, "ref-type") == 0) {
                 for (int k = 0; k < PROTO_REF_KINDS; k++)
-                    if (ctldoc_u(json_object_get(o, "refs"), proto_refkind_name(k)) > 0)
+                    if (ctl_doc_u(json_object_get(o, "refs"), proto_refkind_name(k)) > 0)
                         json_array_append_new(keys, json_string(proto_refkind_name(k)));
                 if (json_array_size(keys) == 0)
                     json_array_append_new(keys, json_string("(none)"));
             } else {
-                json_array_append_new(keys, json_string(ctldoc_s(o, "call_site")));
+                json_array_append_new(keys, json_string(ctl_doc_s(o, "call_site")));
             }
             size_t k;
             json_t *key;
@@ -397,7 +400,7 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
                 }
                 json_object_set_new(g, "objects", json_integer(json_integer_value(json_object_get(g, "objects")) + 1));
                 json_object_set_new(g, "bytes", json_integer(json_integer_value(json_object_get(g, "bytes")) +
-                                                             (json_int_t)ctldoc_u(o, "size")));
+                                                             (json_int_t)ctl_doc_u(o, "size")));
             }
             json_decref(keys);
         }
@@ -424,10 +427,10 @@ static int cmp_objects(const void *a, const void *b, void *arg)
     const char *sort_key = arg;
     json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
     if (strcmp(sort_key, "id") == 0)
-        return strcmp(ctldoc_s(x, "id"), ctldoc_s(y, "id"));
+        return strcmp(ctl_doc_s(x, "id"), ctl_doc_s(y, "id"));
     const char *f = strcmp(sort_key, "age") == 0 ? "age_ms" : "size";
-    uint64_t vx = ctldoc_u(x, f), vy = ctldoc_u(y, f);
-    return vx < vy ? 1 : vx > vy ? -1 : strcmp(ctldoc_s(x, "id"), ctldoc_s(y, "id"));
+    uint64_t vx = ctl_doc_u(x, f), vy = ctl_doc_u(y, f);
+    return vx < vy ? 1 : vx > vy ? -1 : strcmp(ctl_doc_s(x, "id"), ctl_doc_s(y, "id"));
 }
 
 static void sort_and_limit(json_t *doc, const char *by, long limit)
@@ -449,10 +452,18 @@ static void sort_and_limit(json_t *doc, const char *by, long limit)
     json_object_set_new(json_object_get(doc, "totals"), "listed", json_integer((json_int_t)json_array_size(sorted)));
 }
 
-int ctldoc_status(spillway *cl, int timeout_ms, json_t **out)
+int ctl_doc_connect(const char *addr, const spillway_opts *o, spillway **out)
+{
+    return spillway__connect_role(addr, o, PROTO_ROLE_CTL, out);
+}
+
+/* One request whose reply (of type reply_type) becomes the document: *out is a new reference
+ * on success, else NULL. A reply that made no document is SPW_EPROTO. */
+static int doc_request(spillway *cl, spillway__enc_fn *enc, spillway__reply_fn *reply,
+                       uint32_t reply_type, int timeout_ms, json_t **out)
 {
     *out = NULL;
-    int rc = spillway__request(cl, status_enc, status_reply, out, PROTO_STATUS, timeout_ms);
+    int rc = spillway__request(cl, enc, reply, out, reply_type, timeout_ms);
     if (rc == 0 && *out == NULL)
         rc = SPW_EPROTO;
     if (rc != 0) {
@@ -462,8 +473,13 @@ int ctldoc_status(spillway *cl, int timeout_ms, json_t **out)
     return rc;
 }
 
-int ctldoc_memory(spillway *cl, int timeout_ms, const char *group_by, const char *sort_by,
-                  long limit, bool stats_only, json_t **out)
+int ctl_doc_status(spillway *cl, int timeout_ms, json_t **out)
+{
+    return doc_request(cl, status_enc, status_reply, PROTO_STATUS, timeout_ms, out);
+}
+
+int ctl_doc_memory(spillway *cl, int timeout_ms, const char *group_by, const char *sort_by,
+                   long limit, bool stats_only, json_t **out)
 {
     *out = NULL;
     memdoc d = {json_array(), json_array(), NULL, false, false};
@@ -515,7 +531,7 @@ static void jobs_reply(const proto_msg *m, void *arg)
         const proto_val *n = &g[R_GRAPH_COUNTS];
         uint64_t total = 0;
         for (uint32_t k = 0; k < n->arr.n && k < PROTO_TSTATE_COUNT; k++) {
-            json_object_set_new(tasks, ctldoc_tstate_names[k], json_integer((json_int_t)n->arr.v[k].u));
+            json_object_set_new(tasks, ctl_doc_tstate_names[k], json_integer((json_int_t)n->arr.v[k].u));
             total += n->arr.v[k].u;
         }
         json_object_set_new(tasks, "total", json_integer((json_int_t)total));
@@ -533,17 +549,9 @@ static void jobs_reply(const proto_msg *m, void *arg)
     *out = doc;
 }
 
-int ctldoc_jobs(spillway *cl, int timeout_ms, json_t **out)
+int ctl_doc_jobs(spillway *cl, int timeout_ms, json_t **out)
 {
-    *out = NULL;
-    int rc = spillway__request(cl, jobs_enc, jobs_reply, out, PROTO_GRAPHS, timeout_ms);
-    if (rc == 0 && *out == NULL)
-        rc = SPW_EPROTO;
-    if (rc != 0) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return rc;
+    return doc_request(cl, jobs_enc, jobs_reply, PROTO_GRAPHS, timeout_ms, out);
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -565,15 +573,28 @@ static void label(FILE *f, const char *v)
 static void worker_labels(FILE *f, json_t *w)
 {
     fputs("{worker=\"", f);
-    label(f, ctldoc_s(w, "name"));
+    label(f, ctl_doc_s(w, "name"));
     fputs("\",address=\"", f);
-    label(f, ctldoc_s(w, "address"));
+    label(f, ctl_doc_s(w, "address"));
     fputs("\"}", f);
 }
 
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A gauge with one sample per member of obj, labelled key=MEMBER; nothing when obj is absent
+ * (a field an older scheduler does not send). */
+static void keyed_gauge(FILE *f, json_t *obj, const char *name, const char *key, const char *help)
+{
+    if (obj == NULL)
+        return;
+    family(f, name, "gauge", help);
+    const char *member;
+    json_t *v;
+    json_object_foreach(obj, member, v)
+    fprintf(f, "%s{%s=\"%s\"} %llu\n", name, key, member, (unsigned long long)json_integer_value(v));
 }
 
 /* Per-worker metrics: name, type, help, the key in the worker's memory object (NULL: special),
@@ -607,7 +628,7 @@ static const wmetric wmetrics[] = {
     {"spillway_worker_tasks_failed_total", "counter", "Tasks that failed on the worker.", "tasks_failed", 1},
 };
 
-char *ctldoc_metrics(json_t *status)
+char *ctl_doc_metrics(json_t *status)
 {
     char *text = NULL;
     size_t len = 0;
@@ -635,71 +656,59 @@ char *ctldoc_metrics(json_t *status)
     {
         fputs("spillway_worker_paused", f);
         worker_labels(f, w);
-        fprintf(f, " %d\n", strcmp(ctldoc_s(w, "state"), "paused") == 0);
+        fprintf(f, " %d\n", strcmp(ctl_doc_s(w, "state"), "paused") == 0);
     }
     family(f, "spillway_worker_slots", "gauge", "Executor slots of the worker.");
     json_array_foreach(workers, i, w)
     {
         fputs("spillway_worker_slots", f);
         worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "slots"));
+        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "slots"));
     }
     family(f, "spillway_worker_tasks_running", "gauge", "Executors of the worker running a task now.");
     json_array_foreach(workers, i, w)
     {
         fputs("spillway_worker_tasks_running", f);
         worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "busy"));
+        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "busy"));
     }
     family(f, "spillway_worker_tasks_assigned", "gauge", "Tasks the scheduler has sent the worker and not heard back about.");
     json_array_foreach(workers, i, w)
     {
         fputs("spillway_worker_tasks_assigned", f);
         worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctldoc_u(w, "assigned"));
+        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "assigned"));
     }
 
     family(f, "spillway_workers", "gauge", "Workers connected to the scheduler.");
     fprintf(f, "spillway_workers %zu\n", json_array_size(workers));
     family(f, "spillway_uptime_seconds", "gauge", "Seconds since the scheduler started.");
     fprintf(f, "spillway_uptime_seconds %.3f\n",
-            (double)ctldoc_u(json_object_get(status, "scheduler"), "uptime_ms") / 1000.0);
+            (double)ctl_doc_u(json_object_get(status, "scheduler"), "uptime_ms") / 1000.0);
     family(f, "spillway_tasks", "gauge", "Tasks the scheduler knows, by state.");
     json_t *tasks = json_object_get(status, "tasks");
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
-        fprintf(f, "spillway_tasks{state=\"%s\"} %llu\n", ctldoc_tstate_names[k],
-                (unsigned long long)ctldoc_u(tasks, ctldoc_tstate_names[k]));
+        fprintf(f, "spillway_tasks{state=\"%s\"} %llu\n", ctl_doc_tstate_names[k],
+                (unsigned long long)ctl_doc_u(tasks, ctl_doc_tstate_names[k]));
     json_t *objs = json_object_get(status, "objects");
     family(f, "spillway_objects", "gauge", "Objects in the scheduler's directory.");
-    fprintf(f, "spillway_objects %llu\n", (unsigned long long)ctldoc_u(objs, "count"));
+    fprintf(f, "spillway_objects %llu\n", (unsigned long long)ctl_doc_u(objs, "count"));
     family(f, "spillway_object_bytes", "gauge", "Bytes of the ready objects in the directory.");
-    fprintf(f, "spillway_object_bytes %llu\n", (unsigned long long)ctldoc_u(objs, "bytes"));
-    const char *key;
-    json_t *v;
-    json_t *refs = json_object_get(status, "references");
-    if (refs != NULL) {
-        family(f, "spillway_references", "gauge", "References held on objects, by kind.");
-        json_object_foreach(refs, key, v)
-        fprintf(f, "spillway_references{kind=\"%s\"} %llu\n", key,
-                (unsigned long long)json_integer_value(v));
-    }
-    json_t *conns = json_object_get(status, "connections");
-    if (conns != NULL) {
-        family(f, "spillway_connections", "gauge", "Connections to the scheduler, by peer role.");
-        json_object_foreach(conns, key, v)
-        fprintf(f, "spillway_connections{role=\"%s\"} %llu\n", key,
-                (unsigned long long)json_integer_value(v));
-    }
+    fprintf(f, "spillway_object_bytes %llu\n", (unsigned long long)ctl_doc_u(objs, "bytes"));
+    keyed_gauge(f, json_object_get(status, "references"), "spillway_references", "kind",
+                "References held on objects, by kind.");
+    keyed_gauge(f, json_object_get(status, "connections"), "spillway_connections", "role",
+                "Connections to the scheduler, by peer role.");
     json_t *io = json_object_get(status, "io");
     if (io != NULL) {
         family(f, "spillway_frames_received_total", "counter", "Frames the scheduler received.");
-        fprintf(f, "spillway_frames_received_total %llu\n", (unsigned long long)ctldoc_u(io, "frames_in"));
+        fprintf(f, "spillway_frames_received_total %llu\n", (unsigned long long)ctl_doc_u(io, "frames_in"));
         family(f, "spillway_frames_sent_total", "counter", "Frames the scheduler sent.");
-        fprintf(f, "spillway_frames_sent_total %llu\n", (unsigned long long)ctldoc_u(io, "frames_out"));
+        fprintf(f, "spillway_frames_sent_total %llu\n", (unsigned long long)ctl_doc_u(io, "frames_out"));
         family(f, "spillway_received_bytes_total", "counter", "Bytes the scheduler received.");
-        fprintf(f, "spillway_received_bytes_total %llu\n", (unsigned long long)ctldoc_u(io, "bytes_in"));
+        fprintf(f, "spillway_received_bytes_total %llu\n", (unsigned long long)ctl_doc_u(io, "bytes_in"));
         family(f, "spillway_sent_bytes_total", "counter", "Bytes the scheduler sent.");
-        fprintf(f, "spillway_sent_bytes_total %llu\n", (unsigned long long)ctldoc_u(io, "bytes_out"));
+        fprintf(f, "spillway_sent_bytes_total %llu\n", (unsigned long long)ctl_doc_u(io, "bytes_out"));
     }
     json_t *lat = json_object_get(status, "task_latency");
     if (lat != NULL) {
@@ -709,7 +718,7 @@ char *ctldoc_metrics(json_t *status)
         json_t *b;
         json_array_foreach(json_object_get(lat, "buckets"), i, b)
         {
-            cum += ctldoc_u(b, "count");
+            cum += ctl_doc_u(b, "count");
             json_t *le = json_object_get(b, "le_ms");
             if (json_is_integer(le))
                 fprintf(f, "spillway_task_latency_seconds_bucket{le=\"%g\"} %llu\n",
@@ -719,9 +728,9 @@ char *ctldoc_metrics(json_t *status)
                         (unsigned long long)cum);
         }
         fprintf(f, "spillway_task_latency_seconds_sum %.6f\n",
-                (double)ctldoc_u(lat, "sum_us") / 1e6);
+                (double)ctl_doc_u(lat, "sum_us") / 1e6);
         fprintf(f, "spillway_task_latency_seconds_count %llu\n",
-                (unsigned long long)ctldoc_u(lat, "count"));
+                (unsigned long long)ctl_doc_u(lat, "count"));
     }
     if (fclose(f) != 0) {
         free(text);
@@ -730,7 +739,7 @@ char *ctldoc_metrics(json_t *status)
     return text;
 }
 
-void ctldoc_http_token(const uint8_t *secret, size_t len, char out[65])
+void ctl_doc_http_token(const uint8_t *secret, size_t len, char out[65])
 {
     static const char msg[] = "spillway-http";
     uint8_t mac[crypto_auth_hmacsha256_BYTES];
