@@ -1,7 +1,7 @@
 /*
  * sched__check: the invariants written atop tasks.c, objects.c, graphs.c and sched_int.h, as
  * code. Where SPW_CHECK_INVARIANTS is defined (Debug and sanitizer builds, see the top
- * CMakeLists.txt) sched.c runs it after every handled message and closed connection, tasks.c
+ * CMakeLists.txt) sched.c runs it after every handled message and closed connection, place.c
  * after every dispatch pass, and the timer on every tick; elsewhere the hook compiles to
  * nothing. sched__check_full (always built) is what the in-process tests call after each
  * step. A violation prints what was violated, with the task or object id, and aborts: in tests

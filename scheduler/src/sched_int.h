@@ -588,10 +588,29 @@ void sched__task_free(sched *s, sched_task *t);
 void sched__task_cancel(sched *s, sched_task *t);
 void sched__dep_ready(sched *s, sched_arg *a);
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
-void sched__kick(sched *s);
 void sched__worker_lost(sched *s, sched_worker *w);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
+/* Fails t with err and msg: its output records the failure and its client hears of it. May free
+ * other records, t's included. */
+void sched__task_fail(sched *s, sched_task *t, int err, const char *msg);
+/* Takes a ready task off the ready queue (its state is the caller's to change). */
+void sched__ready_remove(sched *s, sched_task *t);
+/* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
+void sched__ahead_walk(sched *s, sched_task *p, sched_worker *w);
+
+/* place.c */
+static inline bool sched__worker_paused(const sched_worker *w)
+{
+    return w->stats[PROTO_STAT_PAUSED] != 0;
+}
+/* Starts a dispatch pass on the next loop iteration, if tasks are ready and workers connected. */
+void sched__kick(sched *s);
+/* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
+bool sched__graph_admits(const sched_graph *g, const sched_task *t);
+/* Puts t's TASK_RUNS record, with flags, into w's open batch. Returns 0; SPW_EFRAMESIZE when the
+ * record is too large for the wire (it is dropped); SPW_ECLOSED. */
+int sched__task_send(sched *s, const sched_task *t, sched_worker *w, uint32_t flags);
 
 /* graphs.c */
 sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid);
