@@ -2,7 +2,7 @@
  * spw_proto: the wire protocol.
  *
  * A frame is a 4-byte big-endian body length followed by a msgpack body
- * [type, request_id, [field, ...]]. Every message type has a schema (proto.c) that lists its
+ * [type, request_id, [field, ...]]. Every message type has a schema (codec.c) that lists its
  * fields' kinds and limits; the decoder checks the whole frame against it, so a handler never
  * sees a value of the wrong type or out of its bounds. Object payloads travel as OBJ_WRITE /
  * OBJ_DATA chunk frames, never as one huge frame.
@@ -13,7 +13,7 @@
  * One schema (proto_schema.h) is the source of both directions: an X-macro table that lists
  * every message type and record kind with its fields (index constant, C member, kind, limit).
  * Expanded here it gives the field indexes (F_*, R_*) and, per message, a typed struct
- * proto_NAME_msg and a builder proto_enc_NAME (proto_send_NAME in conn.h); expanded in proto.c
+ * proto_NAME_msg and a builder proto_enc_NAME (proto_send_NAME in conn.h); expanded in codec.c
  * it gives the decoder's schema rows and the builders' bodies. Code outside proto/ never states a
  * field count or kind: it fills a struct and calls the builder. Builders write straight into the
  * output buffer and allocate nothing; arrays of records stream from an array, a per-record
@@ -96,7 +96,7 @@ enum proto_role {
 };
 const char *proto_role_name(int role);
 
-/* Message types. X(name, value): the schema of each is in proto.c. */
+/* Message types. X(name, value): the schema of each is in codec.c. */
 #define PROTO_MSG_MAP(X)                                                                           \
     X(CHALLENGE, 1)                                                                                \
     X(HELLO, 2)                                                                                    \

@@ -30,7 +30,7 @@
  *                   failing the whole frame, so each record is answered on its own
  *   LIST_U (min)    array of at least min u64           C: proto_u64s
  *   LIST_ID (0)     array of ids                        C: proto_ids
- * proto.h and proto.c expand this table into the index enums, the typed structs, the decoder's
+ * proto.h and codec.c expand this table into the index enums, the typed structs, the decoder's
  * schema rows and the builders; nothing else in the tree states a field count or kind.
  *
  * Adding a message: append X(NAME, value) to PROTO_MSG_MAP in proto.h (at the end), add
