@@ -12,9 +12,7 @@
  * is active poll does not block, so queued frames never wait for unrelated I/O) and an
  * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
  * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
- * Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
- * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
- * yet written. Everything here runs on the loop's thread.
+ * Everything here runs on the loop's thread.
  */
 #ifndef SPW_CONN_INT_H
 #define SPW_CONN_INT_H
@@ -88,6 +86,9 @@ enum conn_state {
     ST_CLOSED   /* uv_close called */
 };
 
+/* Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
+ * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
+ * yet written. */
 struct proto_conn {
     union {
         uv_handle_t handle;
