@@ -10,9 +10,10 @@
 #include "spillway/sched.h"
 
 /* Every uthash table keyed by an object id (sessions' references) hashes it with
- * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, which was a quarter
- * of the scheduler's instructions per task. Other keys (strings, session ids) keep Jenkins. Every
- * scheduler file includes uthash through this header, so one table never meets two functions. */
+ * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, a loop over the
+ * key's bytes on every lookup of the scheduler's busiest tables. Other keys (strings, session
+ * ids) keep Jenkins. Every scheduler file includes uthash through this header, so one table
+ * never meets two functions. */
 static inline unsigned sched__hash_key(const void *key, size_t len)
 {
     if (len == sizeof(spw_id)) {
@@ -58,7 +59,7 @@ typedef struct sched_task sched_task;
 typedef struct sched_worker sched_worker;
 typedef struct sched_session sched_session;
 
-/* Interned task function name with its measured run time. */
+/* Interned task function name with its observed run time. */
 typedef struct sched_fn {
     char *name;
     UT_hash_handle hh;

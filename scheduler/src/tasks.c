@@ -447,15 +447,14 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
  * themselves sent ahead), as whole objects; every other object argument is inline here or in
  * w's store (a task with inputs from two workers is dispatched as usual); and its graph admits
  * it. At most SCHED_AHEAD_PER_SLOT x slots tasks (and never more than SCHED_AHEAD_VISITS) are
- * ahead on a worker at once, and a walk looks
- * at SCHED_AHEAD_VISITS consumers, so a wide graph is not pushed onto one worker and the cost per
- * event stays constant. Links of a linear chain (chain_link) may go further, up to
- * SCHED_AHEAD_CHAIN_PER_SLOT x slots: such a link can start nowhere sooner than where its only
- * input is made, so holding more of them there takes no work from other workers, and the round
- * trip through the scheduler that refills a worker is paid once per many hops (with 8, every
- * fourth hop of a chain waited for it: ~10 us a hop on 2 cores, against ~3 with 32). A fan-in
- * (a reduction tree's node) keeps the smaller limit: with 32 for every task, tree_reduce ran
- * slower on 2 cores.
+ * ahead on a worker at once, and a walk looks at SCHED_AHEAD_VISITS consumers, so a wide graph
+ * is not pushed onto one worker and the cost per event stays constant. Links of a linear chain
+ * (chain_link) may go further, up to SCHED_AHEAD_CHAIN_PER_SLOT x slots: such a link can start
+ * nowhere sooner than where its only input is made, so holding more of them there takes no work
+ * from other workers, and the round trip through the scheduler that refills a worker is paid
+ * once per many hops instead of every few. A fan-in (a reduction tree's node) keeps the smaller
+ * limit: its inputs come from several tasks, so holding many fan-ins on one worker takes work
+ * other workers could do.
  * A task ahead stays T_WAITING (it still waits for its input) until its inputs are ready, then
  * becomes T_ASSIGNED with no message: its worker starts it by itself. It counts in its graph's
  * inflight from the moment it is sent. Its worker answers it with exactly one TASK_DONE: a

@@ -33,7 +33,7 @@
 #endif
 
 /* v in bytes (1, 2, 4 or 8) big-endian bytes at p: one byte swap and one store (byte by byte
- * stores of an id's halves compile to ~100 instructions). */
+ * stores of an id's halves compile to a long run of shifts and stores). */
 static inline void proto_wr_store_be(uint8_t *p, uint64_t v, int bytes)
 {
     if (bytes == 1) {
