@@ -31,7 +31,7 @@
 #define ROOM_RECS(v, arg) room_recs_##arg(&(v))
 
 /* The fields of a record: every F field, then the N fields up to the first one omitted
- * (proto.c's PUT_FIELDS). */
+ * (codec.c's PUT_FIELDS). */
 #define COUNT_F(index, member, kind, arg) +1
 #define COUNT_N(index, member, kind, arg)
 #define GROW_F(index, member, kind, arg)

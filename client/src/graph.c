@@ -113,9 +113,9 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
 }
 
 /* SUBMIT frames are cut past 256 KiB of records (a record larger than that goes alone). The
- * scheduler decodes a frame whole into its connection's zone, about ten times the frame's size
- * for tiny tasks: 8 MiB frames cost it ~100 MiB of transient memory (90 bytes per task at N = 1M
- * in scale_tiny), 1 MiB frames ~12 MiB, 256 KiB ~3 MiB, for the same CPU. */
+ * scheduler decodes a frame whole into its connection's zone, several times the frame's size
+ * for tiny tasks, so the frame size bounds the scheduler's transient memory per client, and
+ * smaller frames cost no more work per task. */
 #define SUBMIT_FRAME_BUDGET (256u << 10)
 static uint32_t frame_budget(const spillway *c)
 {
@@ -326,8 +326,7 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     c->call.req = g->id;
     c->call.errors_then_ack = true;
     /* The graph's frames go out from its own buffer, which the connection frees once written:
-     * a copy into the output queue (several MB for a large graph, all of it fresh pages) was
-     * a tenth of the client's CPU in scale_tiny. */
+     * a copy into the output queue would write several MB of fresh pages for a large graph. */
     int rc = proto_conn_send_raw_borrowed(c->sched, g->frames.data, g->frames.len, spw_free,
                                           g->frames.data);
     g->frames = (spw_buf){0};

@@ -6,23 +6,13 @@
  * handles. Adding, finding and dropping such a reference touches the one handle at its place,
  * with no allocation per reference and no hashing, and the handles of ids made one after
  * another (a graph's tasks) lie one after another in memory: taking a graph's results and
- * fetching and releasing them in order reads memory in order. In scale_tiny the hash table of
- * separately allocated handles this replaces cost two cache misses and a malloc/free per task.
- * Every other id (an automatic put is named by a hash of its bytes) lives in an spw_idmap of
- * separately allocated handles.
- *
- * A chunk costs 56 KiB however few of its references are held: a program that keeps one
- * result of each large graph would pin a chunk per result. So when a chunk is needed while
- * at least SWEEP_MIN chunks are allocated and under 1/16 of their slots are held, the chunks
- * holding at most 1/16 of theirs hand their handles to refs.other and are freed (at least one
- * does, being under the average, so a sweep never walks the directory for nothing): memory
- * stays within a small factor of what the held references need, and a graph's results, held
- * together, are never moved. The directory costs 8 bytes per 1,024 ids ever made.
- *
+ * fetching and releasing them in order reads memory in order, where a hash table of separately
+ * allocated handles would cost two cache misses and a malloc/free per task. Every other id (an
+ * automatic put is named by a hash of its bytes) lives in an spw_idmap of separately allocated
+ * handles.
  * Invariants: a handle is held iff it is found; a dense handle (h->dense) sits in the chunk of
  * its counter, whose `live` counts its held handles; ndense counts them all, nalloc the chunks
- * in the directory; a chunk with none held is freed (one is kept as a spare, so a loop that
- * puts and releases one value does not allocate each time).
+ * in the directory; a chunk with none held is freed, or kept as the one spare.
  */
 #include <string.h>
 
@@ -87,6 +77,13 @@ handle *spillway__handle_find(spillway *c, spw_id id)
     return spw_idmap_find(&c->refs.other, id);
 }
 
+/* A chunk costs 56 KiB however few of its references are held: a program that keeps one
+ * result of each large graph would pin a chunk per result. So when a chunk is needed while
+ * at least SWEEP_MIN chunks are allocated and under 1/16 of their slots are held, the chunks
+ * holding at most 1/16 of theirs hand their handles to refs.other and are freed (at least one
+ * does, being under the average, so a sweep never walks the directory for nothing): memory
+ * stays within a small factor of what the held references need, and a graph's results, held
+ * together, are never moved. The directory costs 8 bytes per 1,024 ids ever made. */
 /* Chunks allocated before a sweep is considered (~900 KiB). */
 #define SWEEP_MIN 16
 
@@ -191,7 +188,7 @@ void spillway__handle_free(spillway *c, handle *h)
     if (--ch->live == 0) {
         t->nalloc--;
         t->chunks[ci] = NULL;
-        if (t->spare == NULL)
+        if (t->spare == NULL) /* so a loop that puts and releases one value allocates once */
             t->spare = ch;
         else
             spw_free(ch);

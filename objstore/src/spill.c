@@ -1,53 +1,18 @@
 /*
  * Spilling to LMDB with zstd, and restoring.
  *
- * Owns: the LMDB environment (opened in a private directory whose files are unlinked at once,
- * so a crashed worker can never leave spill files behind) and `nlanes` lanes (opts
- * spill_threads), each with its own zstd compression and decompression contexts and scratch
- * buffer. Jobs run on the libuv threadpool as parts, one per lane: restores first, then
- * spills and deletions, in order, except that a job never starts while another job for the same
- * object id runs; each spilled copy has keys of its own (make_key), so the deletion of an old
- * copy, queued only when its last user lets go, never takes a later copy of the id. A spill or
- * restore of several chunks takes more lanes as they come free (a lane first joins a running
- * restore, then starts a queued one, then joins a running spill, then starts queued work): each
- * part claims the next chunk not yet taken, so one large object keeps every lane busy. A spill
- * compresses a chunk into its lane's buffer outside any transaction and holds LMDB's single
- * writer lock only to put it (one write transaction per chunk), so compression runs in parallel
- * and writes take turns; restores read in parallel (MDB_NOTLS read transactions).
- * Parts take their lane themselves (lane_take): the loop keeps one part more than lanes queued
- * on the pool, which waits there for the first lane a running part leaves, so a lane goes on
- * to its next chunk with one thread-to-thread wake-up instead of a round trip through the loop
- * (after-work, then a new uv_queue_work): at most `nlanes` parts work at once all the same.
- * Where a lane's time goes (SPW_SPILL_TRACE=PATH appends it per lane at close; bench `spill`
- * case, compressible, 2 lanes): ~97 % in ZSTD_compressCCtx, ~3 % in the write transaction
- * (put + commit: a pwrite of a few dirty pages, no fsync: MDB_NOSYNC | MDB_NOMETASYNC, the
- * file is scratch), ~0.1 % waiting for the writer lock, ~2 % idle with a part queued for it
- * (8 % before the part queued ahead). Not MDB_WRITEMAP: with a writable map a full disk is a
- * SIGBUS, not an error.
- * Exclusive moments, when no job runs: growing the map (mdb_env_set_mapsize wants no open
- * transaction; a spill that found the map full is queued again first and the lanes drain),
- * and the reset and compaction jobs, which replace the environment (only they write sp->env,
- * so the loop thread may read it whenever neither runs).
+ * Owns the LMDB environment (in a private directory whose files are unlinked at once, so a
+ * crashed worker leaves no spill files behind) and `nlanes` lanes (opts spill_threads), each
+ * with its own zstd contexts and scratch buffer. Jobs (spill, restore, delete, and the reset and
+ * compaction that hand disk back) run on the libuv threadpool as parts, one per lane: restores
+ * first, then spills and deletions in order, never two at once for the same object id; a job of
+ * several chunks takes more lanes as they come free, so one large object keeps every lane busy.
  * Threads: a job's work function touches only its job, its lane and LMDB; objects, figures and
- * lists are touched on the loop thread, in the after-work callback. spill_ns and restore_ns
- * count wall time with at least one such job running (not the sum over lanes), so bytes/ns is
- * the store's rate.
+ * lists are touched on the loop thread, in the after-work callback.
  * Invariants: an object is `spilling` iff a spill job for it is queued or running, and
  * `restoring` iff a restore is waiting for memory or queued or running; spilled_raw and
  * spilled_stored are the sums over objects with on_disk; spill_entries is the number of records
  * in LMDB (0 once every spilled object is released).
- * Disk handed back: LMDB reuses freed pages but never shrinks its file, so once the last
- * spilled copy is released (spill_entries 0) and the lane is idle, a reset job closes the
- * environment (its unlinked files' blocks go back to the file system) and opens a fresh one.
- * That is also how spilling comes back after a full disk left the environment unusable.
- * While copies remain, a compaction job runs when the data file's allocated blocks exceed
- * COMPACT_FACTOR x the live stored bytes + COMPACT_SLACK (checked when the queued deletions
- * are done): it copies the live records into a fresh unlinked file (mdb_env_copyfd2 with
- * MDB_CP_COMPACT), then swaps environments and closes the old one, whose blocks go back. It
- * waits in the work queue like a spill: restores still go first (a reader waits on them), and
- * once it is the next work it runs alone when the lanes drain, so the spills and deletions
- * behind it wait for it (it copies only live bytes, at most half of what is on disk);
- * accounting is untouched (the same records move).
  */
 #include "store_int.h"
 
@@ -122,6 +87,8 @@ typedef struct spill_lane {
 } spill_lane;
 
 struct ost_spill {
+    /* Written only by the reset and compaction jobs, which run alone (exclusive): the loop
+     * thread may read it whenever neither runs. */
     MDB_env *env;
     MDB_dbi dbi;
     spill_lane *lanes;
@@ -154,7 +121,10 @@ struct ost_spill {
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
-    bool trace;                 /* SPW_SPILL_TRACE set: log where the lanes' time went */
+    /* SPW_SPILL_TRACE set: where each lane's time went (compressing, waiting for the writer
+     * lock, in the write transaction, idle with a part queued), logged or appended to its path
+     * at close. */
+    bool trace;
     char *trace_path;           /* its value, read once at open (NULL when off) */
     /* Parts take a lane themselves: one part more than lanes may be queued, waiting here for
      * the first lane to come free, so a lane goes on to the next chunk without a round trip
@@ -309,6 +279,9 @@ static int env_open(const char *dir, uint64_t map_size, MDB_env *copy_from, MDB_
         rc = mdb_env_create(&e);
     if (rc == 0)
         rc = mdb_env_set_mapsize(e, map_size);
+    /* No fsync (MDB_NOSYNC | MDB_NOMETASYNC): the file is scratch, gone with the process.
+     * MDB_NOTLS: restores read in parallel, from read transactions on any pool thread. Not
+     * MDB_WRITEMAP: with a writable map a full disk is a SIGBUS, not an error. */
     if (rc == 0)
         rc = mdb_env_open(e, priv, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD, 0600);
     MDB_txn *txn = NULL;
@@ -609,7 +582,9 @@ static void delete_work(spill_job *j)
 }
 
 /* Closes the environment (its unlinked files go, and their blocks with them) and opens a fresh
- * one at the initial map size. The loop thread touches the environment only between jobs. */
+ * one at the initial map size: LMDB reuses freed pages but never shrinks its file. This is also
+ * how spilling comes back after a full disk left the environment unusable. The loop thread
+ * touches the environment only between jobs. */
 static void reset_work(spill_job *j)
 {
     struct ost_spill *sp = j->s->spill;
@@ -631,7 +606,10 @@ static uint64_t env_disk_bytes(MDB_env *env)
 }
 
 /* Copies the live records into a fresh environment and swaps it in: the old file's blocks go
- * back when it is closed. On failure (no room for the copy) the old environment stays. */
+ * back when it is closed. On failure (no room for the copy) the old environment stays. It waits
+ * in the work queue like a spill (restores still go first) and runs alone once the lanes drain,
+ * so the spills and deletions behind it wait for it; it copies only live bytes, at most half of
+ * what is on disk (COMPACT_FACTOR). Accounting is untouched: the same records move. */
 static void compact_work(spill_job *j)
 {
     struct ost_spill *sp = j->s->spill;
@@ -915,6 +893,8 @@ static void job_after(uv_work_t *req, int status)
     spw_free(p);
     sp->nrunning--;
     s->busy--;
+    /* spill_ns and restore_ns count wall time with at least one such job running, not the sum
+     * over lanes, so bytes/ns is the store's rate. */
     uint64_t now = spw_now_ns();
     if (j->kind == JOB_SPILL && --sp->nspills == 0)
         s->st.spill_ns += now - sp->spill_t0;
@@ -992,7 +972,8 @@ static void job_after(uv_work_t *req, int status)
     }
 }
 
-/* Between jobs, with none running: grows the map a spill found full. */
+/* Between jobs, with none running (mdb_env_set_mapsize wants no open transaction): grows the
+ * map a spill found full (spill_done queued that spill again, unless its object is gone). */
 static void grow_map(ost_store *s)
 {
     struct ost_spill *sp = s->spill;

@@ -1,20 +1,18 @@
 /*
  * proto_conn internals shared by the files that implement it:
- *   conn.c   the ctx and a connection's lifecycle, TCP listeners, connecting;
- *   frame.c  framing: output queues and writes (batched, borrowed payloads), input buffering,
- *            payloads received in place, decoding and dispatch;
- *   auth.c   the handshake (CHALLENGE, HELLO, WELCOME) and the cluster secret;
- *   local.c  Unix-socket listeners with peer credentials, descriptor passing (SCM_RIGHTS) and
- *            the blocking local attach of a client to a worker's arena.
+ *   conn.c     the ctx and a connection's lifecycle, TCP listeners, connecting;
+ *   conn_io.c  framing: output queues and writes (batched, borrowed payloads), input buffering,
+ *              payloads received in place, decoding and dispatch;
+ *   auth.c     the handshake (CHALLENGE, HELLO, WELCOME) and the cluster secret;
+ *   local.c    Unix-socket listeners with peer credentials, descriptor passing (SCM_RIGHTS) and
+ *              the blocking local attach of a client to a worker's arena.
  *
  * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
  * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
  * is active poll does not block, so queued frames never wait for unrelated I/O) and an
  * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
  * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
- * Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
- * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
- * yet written. Everything here runs on the loop's thread.
+ * Everything here runs on the loop's thread.
  */
 #ifndef SPW_CONN_INT_H
 #define SPW_CONN_INT_H
@@ -40,7 +38,7 @@
 #define OUT_LOW_WATER (8u << 20)
 #define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
 #define ZONE_FIRST (64u << 10)  /* a connection's decode zone starts with this much, */
-#define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (frame.c zone_reset) */
+#define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (conn_io.c zone_reset) */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -88,6 +86,9 @@ enum conn_state {
     ST_CLOSED   /* uv_close called */
 };
 
+/* Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
+ * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
+ * yet written. */
 struct proto_conn {
     union {
         uv_handle_t handle;
@@ -210,7 +211,7 @@ void conn__do_close(proto_conn *c);
 void conn__accept_failed(proto_listener *l, int status);
 bool conn__admit(proto_conn *c);
 
-/* framing: output queues and writes, input buffering, decoding and dispatch (frame.c) */
+/* framing: output queues and writes, input buffering, decoding and dispatch (conn_io.c) */
 void conn__mark_dirty(proto_conn *c);
 uint32_t conn__send_limit(const proto_conn *c);
 void conn__after_enqueue(proto_conn *c, size_t bytes);

@@ -1,7 +1,7 @@
 /*
  * sched__check: the invariants written atop tasks.c, objects.c, graphs.c and sched_int.h, as
  * code. Where SPW_CHECK_INVARIANTS is defined (Debug and sanitizer builds, see the top
- * CMakeLists.txt) sched.c runs it after every handled message and closed connection, tasks.c
+ * CMakeLists.txt) sched.c runs it after every handled message and closed connection, place.c
  * after every dispatch pass, and the timer on every tick; elsewhere the hook compiles to
  * nothing. sched__check_full (always built) is what the in-process tests call after each
  * step. A violation prints what was violated, with the task or object id, and aborts: in tests
@@ -9,10 +9,10 @@
  *
  * Cost: one walk over the objects (with their tasks' arguments), sessions, workers and graphs.
  * While that state is small (SCHED_CHECK_SMALL units) every event checks it all. Above, a check
- * runs only once 20 times its own duration has passed since the last one started, so checking
- * takes at most about 5 % of the scheduler's time: a million-task graph under ASan stays linear,
- * not quadratic, and heartbeats are still read in time. Reads only (graph_hold is counted down
- * and back up); allocates a table of the live graphs for the duration of a check.
+ * runs only once SCHED_CHECK_SHARE times its own duration has passed since the last one
+ * started, so checking takes a bounded share of the scheduler's time: a large graph under ASan
+ * stays linear, not quadratic, and heartbeats are still read in time. Reads only (graph_hold
+ * is counted down and back up); allocates a table of the live graphs for a check's duration.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@
 #include "sched_int.h"
 
 #define SCHED_CHECK_SMALL 256 /* units (objects + sessions + workers) checked on every event */
-#define SCHED_CHECK_SHARE 20  /* above: a check waits 20 times its own duration (<= 5 %) */
+#define SCHED_CHECK_SHARE 20  /* above: a check waits 20 times its own duration (a twentieth) */
 
 /* What one check found out about one graph, from its task records and the sessions. */
 typedef struct gacc {

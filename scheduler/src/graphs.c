@@ -16,8 +16,8 @@
 
 #include "sched_int.h"
 
-/* After a graph this large is gone, the heap's free pages go back to the kernel: a million task
- * records freed leave glibc holding hundreds of MiB otherwise. */
+/* After a graph this large is gone, the heap's free pages go back to the kernel: glibc would
+ * otherwise keep the pages of the freed task records, resident and unused. */
 #define GRAPH_TRIM_TASKS 10000
 
 sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)

@@ -10,13 +10,6 @@
  * requests are not read until the query ends (sched__session_flow). Objects freed meanwhile
  * are skipped; objects a store holds that the directory does not know are listed as orphans:
  * memory nobody can release.
- * A worker's list is kept as it came: each OBJ_LIST frame's records are copied into one flat
- * array (mchunk), with no allocation per object, and indexed by id from the idle handle once
- * every worker answered: the index's table a segment per loop turn, then SCHED_MEMQ_SCAN records
- * per turn. The orphan pass frees the index a segment per turn and the chunks it has passed, so
- * the turn the query ends frees little. Taking in a list cost one hash entry and one allocation
- * per object in the turn it came (about 370 ms of stalled loop for 819k objects, release build),
- * and as many frees in the turn the query ended (about 100 ms).
  * Owns: the memq records (s->memqs) and their idle handle.
  */
 #include <stdio.h>
@@ -45,7 +38,12 @@ typedef struct mrec {
     uint8_t where;
 } mrec;
 
-/* The records of one OBJ_LIST frame, as they came: one allocation per frame. */
+/* The records of one OBJ_LIST frame, as they came: one allocation per frame. A worker's list is
+ * kept so, with no hash entry and no allocation per object in the turn it comes, and indexed by
+ * id from the idle handle once every worker answered: the index's table a segment per loop turn,
+ * then SCHED_MEMQ_SCAN records per turn. The orphan pass frees the index a segment per turn and
+ * the chunks it has passed, so the turn the query ends frees little. Each step's work per loop
+ * turn is bounded, so a list of any length never stalls the loop. */
 typedef struct mchunk {
     struct mchunk *next;
     uint32_t n;
@@ -307,8 +305,8 @@ static void send_objs(memq *q, uint32_t n, spw_buf *recs)
 }
 
 /* Slots of one segment of the index (2 MiB). A segment is made, and freed, in a loop turn of
- * its own: a table's fresh pages are made as they are first written, and making all of them in
- * one turn took about 10 ms for 1.2 million records (release build), freeing them 3-4 ms. */
+ * its own: a table's fresh pages are made as they are first written, and making (or freeing)
+ * all of a large table's pages in one turn would hold the loop for as long as that takes. */
 #define SEG_SHIFT 18
 #define SEG_SLOTS (1u << SEG_SHIFT)
 
@@ -406,7 +404,7 @@ static void stream_cb(uv_idle_t *h)
     if (!q->orphans_done) {
         /* Objects in stores that the directory does not know. A turn looks at SCHED_MEMQ_SCAN
          * of the stores' objects at most, listed or not: most are known, and one pass over all
-         * of them stalled the loop about 50 ms per million objects (release build). */
+         * of them would hold the loop for time in proportion to the cluster's objects. */
         if (!q->orphans_started) {
             q->orphans_started = true;
             q->orphan_pos.c = q->chunks;

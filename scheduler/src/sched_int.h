@@ -10,9 +10,10 @@
 #include "spillway/sched.h"
 
 /* Every uthash table keyed by an object id (sessions' references) hashes it with
- * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, which was a quarter
- * of the scheduler's instructions per task. Other keys (strings, session ids) keep Jenkins. Every
- * scheduler file includes uthash through this header, so one table never meets two functions. */
+ * spw_id_hash, a few multiplies, instead of uthash's byte-wise Jenkins hash, a loop over the
+ * key's bytes on every lookup of the scheduler's busiest tables. Other keys (strings, session
+ * ids) keep Jenkins. Every scheduler file includes uthash through this header, so one table
+ * never meets two functions. */
 static inline unsigned sched__hash_key(const void *key, size_t len)
 {
     if (len == sizeof(spw_id)) {
@@ -58,7 +59,7 @@ typedef struct sched_task sched_task;
 typedef struct sched_worker sched_worker;
 typedef struct sched_session sched_session;
 
-/* Interned task function name with its measured run time. */
+/* Interned task function name with its observed run time. */
 typedef struct sched_fn {
     char *name;
     UT_hash_handle hh;
@@ -588,10 +589,29 @@ void sched__task_free(sched *s, sched_task *t);
 void sched__task_cancel(sched *s, sched_task *t);
 void sched__dep_ready(sched *s, sched_arg *a);
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
-void sched__kick(sched *s);
 void sched__worker_lost(sched *s, sched_worker *w);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
+/* Fails t with err and msg: its output records the failure and its client hears of it. May free
+ * other records, t's included. */
+void sched__task_fail(sched *s, sched_task *t, int err, const char *msg);
+/* Takes a ready task off the ready queue (its state is the caller's to change). */
+void sched__ready_remove(sched *s, sched_task *t);
+/* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
+void sched__ahead_walk(sched *s, sched_task *p, sched_worker *w);
+
+/* place.c */
+static inline bool sched__worker_paused(const sched_worker *w)
+{
+    return w->stats[PROTO_STAT_PAUSED] != 0;
+}
+/* Starts a dispatch pass on the next loop iteration, if tasks are ready and workers connected. */
+void sched__kick(sched *s);
+/* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
+bool sched__graph_admits(const sched_graph *g, const sched_task *t);
+/* Puts t's TASK_RUNS record, with flags, into w's open batch. Returns 0; SPW_EFRAMESIZE when the
+ * record is too large for the wire (it is dropped); SPW_ECLOSED. */
+int sched__task_send(sched *s, const sched_task *t, sched_worker *w, uint32_t flags);
 
 /* graphs.c */
 sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid);

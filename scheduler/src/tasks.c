@@ -1,15 +1,13 @@
 /*
- * Tasks: graph intake, dependency tracking, placement and completion.
+ * Tasks: graph intake, dependency tracking, sending ahead and completion (placement and the
+ * dispatch pass are in place.c).
  *
  * A task is in its output object's record (sched__obj_producer) and lives as long as that object,
  * so its specification stays known for lineage. States move waiting -> ready -> assigned -> done |
  * failed; a waiting or ready task whose output nobody references any more is cancelled.
  * Invariants: t->ndeps equals the number of t's arguments on some object's consumer list; a task
  * is on the ready queue iff its state is T_READY; w->assigned equals the length of w->tasks;
- * s->tstate[k] counts the tasks in state k. Placement is O(workers × arguments) per task, and
- * each worker gets at most slots × depth tasks, where depth follows the function's measured run
- * time so that about queue_target_us of work waits per slot: short tasks are pipelined deeply,
- * long ones are not hoarded by one worker.
+ * s->tstate[k] counts the tasks in state k.
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,21 +51,11 @@ static void ready_push(sched *s, sched_task *t)
     sched__kick(s);
 }
 
-static void ready_remove(sched *s, sched_task *t)
+void sched__ready_remove(sched *s, sched_task *t)
 {
     DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
     t->qprev = t->qnext = NULL;
     s->nready--;
-}
-
-/* A ready task a dispatch pass stepped over (held by its graph's caps, or bound to a worker
- * that cannot take it now) goes behind the others of its depth, so that the next pass looks at
- * those first: else thousands held at the front would hide every task behind them, pass after
- * pass, however many events kicked one. */
-static void ready_step_over(sched *s, sched_task *t)
-{
-    DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
-    DL_APPEND2(s->ready[t->depth], t, qprev, qnext);
 }
 
 /* Takes an output off its graph's live bytes: its last consumer finished (or it is freed). */
@@ -158,10 +146,10 @@ static void send_result(sched *s, sched_task *t)
     proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
 }
 
-static void task_fail(sched *s, sched_task *t, int err, const char *msg)
+void sched__task_fail(sched *s, sched_task *t, int err, const char *msg)
 {
     if (t->state == T_READY && t->qprev != NULL) /* dispatch takes it off before assign() */
-        ready_remove(s, t);
+        sched__ready_remove(s, t);
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
     sched_obj *o = sched__task_out(t);
@@ -175,7 +163,7 @@ static void task_fail(sched *s, sched_task *t, int err, const char *msg)
 void sched__task_cancel(sched *s, sched_task *t)
 {
     if (t->state == T_READY)
-        ready_remove(s, t);
+        sched__ready_remove(s, t);
     release_args(s, t);
     sched__task_set_state(s, t, T_FAILED);
 }
@@ -213,7 +201,7 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
     char hex[33], buf[PROTO_MAX_STR];
     snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
     (void)err;
-    task_fail(s, t, SPW_EDEPFAILED, buf);
+    sched__task_fail(s, t, SPW_EDEPFAILED, buf);
 }
 
 /* ----------------------------------------------------------------- intake */
@@ -360,7 +348,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         }
     }
     if (bad != NULL)
-        task_fail(s, t, bad_err, bad);
+        sched__task_fail(s, t, bad_err, bad);
     else if (t->ndeps == 0)
         ready_push(s, t);
     return 0;
@@ -450,347 +438,6 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
     }
 }
 
-/* -------------------------------------------------------------- placement */
-
-static uint32_t depth_for(const sched *s, const sched_fn *f)
-{
-    if (f->runs == 0)
-        return 2;
-    double d = (double)s->opts.queue_target_us / (f->ewma_us > 1.0 ? f->ewma_us : 1.0);
-    if (d < 1.0)
-        return 1;
-    if (d > s->opts.max_depth)
-        return s->opts.max_depth;
-    return (uint32_t)d;
-}
-
-static bool worker_paused(const sched_worker *w)
-{
-    return w->stats[PROTO_STAT_PAUSED] != 0;
-}
-
-/* The worker that computed the task's largest computed input, or NULL. */
-static sched_worker *home_worker(sched *s, const sched_task *t)
-{
-    const sched_obj *best = NULL;
-    const sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        const sched_obj *o = a->obj;
-        if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
-            best = o;
-    }
-    return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
-}
-
-static bool worker_takes(const sched_worker *w, uint32_t depth)
-{
-    return !worker_paused(w) && w->assigned < (uint64_t)w->slots * depth &&
-           !proto_conn_is_closing(w->conn);
-}
-
-/* Bytes of the task's stored (not inline) inputs that worker id holds. */
-static uint64_t local_bytes(const sched_task *t, uint32_t id)
-{
-    uint64_t local = 0;
-    const sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        const sched_obj *o = a->obj;
-        if (o == NULL || o->has_inline)
-            continue;
-        for (uint32_t j = 0; j < o->nlocs; j++)
-            if (o->locs[j] == id)
-                local += o->size;
-    }
-    return local;
-}
-
-/* Without a scan over the workers: only those holding an input are looked at (the inputs'
- * location lists are short), then the least loaded worker is the load heap's top. Returns
- * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
-static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
-{
-    sched_worker *best = NULL;
-    uint64_t best_local = 0;
-    const sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        const sched_obj *o = a->obj;
-        if (o == NULL || o->has_inline || o->size == 0)
-            continue;
-        for (uint32_t j = 0; j < o->nlocs; j++) {
-            sched_worker *w = sched__worker_by_id(s, o->locs[j]);
-            if (w == NULL || w == best || !worker_takes(w, depth))
-                continue;
-            uint64_t local = local_bytes(t, w->id);
-            if (best == NULL || local > best_local ||
-                (local == best_local && sched__worker_less(w, best))) {
-                best = w;
-                best_local = local;
-            }
-        }
-    }
-    if (best != NULL)
-        return best;
-    sched_worker *w = sched__worker_least_loaded(s);
-    if (w == NULL)
-        return NULL;
-    if (worker_paused(w) || proto_conn_is_closing(w->conn)) {
-        *scan = true;
-        return NULL;
-    }
-    /* The least loaded worker's queue is full: so is every other's. */
-    return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
-}
-
-/* Placement. Locality first: a task goes to the worker that computed its (largest) input when
- * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
- * worker whatever the cluster's size and its inline results never move. Otherwise the worker
- * holding most of its input bytes in its store, then the least loaded, within each worker's
- * queue depth (slots x depth_for). */
-static sched_worker *pick_worker(sched *s, const sched_task *t)
-{
-    uint32_t depth = depth_for(s, t->fn);
-    if (!t->placed) {
-        sched_worker *h = home_worker(s, t);
-        if (h != NULL && !worker_paused(h) && h->assigned < h->slots &&
-            !proto_conn_is_closing(h->conn))
-            return h;
-        bool scan = false;
-        sched_worker *w = pick_indexed(s, t, depth, &scan);
-        if (!scan)
-            return w;
-    }
-    /* A task placed by name, or a paused or closing worker at the top of the load heap. */
-    sched_worker *best = NULL;
-    uint64_t best_local = 0;
-    double best_load = 0;
-    const char *place = sched__task_place(t); /* walks the arguments: once, not per worker */
-    for (uint32_t k = 0; k < s->nworkers; k++) {
-        sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
-        if (worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
-            proto_conn_is_closing(w->conn))
-            continue;
-        if (place != NULL && strcmp(place, w->name) != 0)
-            continue;
-        uint64_t local = local_bytes(t, w->id);
-        double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
-        if (best == NULL || local > best_local || (local == best_local && load < best_load)) {
-            best = w;
-            best_local = local;
-            best_load = load;
-        }
-    }
-    if (best != NULL)
-        s->rr++;
-    return best;
-}
-
-typedef struct warg_iter {
-    sched *s;
-    const sched_task *t;
-    const sched_arg *next; /* argument i (the encoder asks for them in order) */
-    sched_locs locs;
-} warg_iter;
-
-/* Argument i of a task as its worker gets it: the bytes, or the object and where it is. */
-static void put_warg(proto_enc *e, uint32_t i, void *arg)
-{
-    warg_iter *it = arg;
-    if (i == 0)
-        it->next = sched__task_args(it->t);
-    const sched_arg *a = it->next;
-    it->next = sched__arg_next(a);
-    const sched_obj *o = a->obj;
-    if (a->kind == PROTO_ARG_INLINE || a->kept ||
-        (o != NULL && o->state != OBJ_PENDING && (o->has_inline || o->size == 0))) {
-        const uint8_t *p;
-        uint64_t len;
-        if (a->kind == PROTO_ARG_INLINE) {
-            p = sched__arg_value(a);
-            len = a->inline_len;
-        } else if (a->kept) {
-            p = sched__arg_kept_value(a, &len); /* a lineage run: the object may be gone */
-        } else {
-            p = sched__obj_inline(o);
-            len = o->size;
-        }
-        if (a->kind == PROTO_ARG_VIEW) {
-            p += a->off;
-            len = a->len;
-        }
-        proto_put_warg_rec(e, &(proto_warg_rec){.kind = PROTO_ARG_INLINE,
-                                                .value = {p != NULL ? (const void *)p : "", len}});
-        return;
-    }
-    proto_put_warg_rec(e, &(proto_warg_rec){.kind = a->kind,
-                                            .obj = &o->id,
-                                            .off = a->kind == PROTO_ARG_VIEW ? a->off : 0,
-                                            .len = a->kind == PROTO_ARG_VIEW ? a->len : o->size,
-                                            .obj_size = o->size,
-                                            .locs = sched__locs(&it->locs, it->s, o)});
-}
-
-/* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
-static int check_inputs(const sched_task *t, char *err, size_t errlen)
-{
-    const sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
-            continue;
-        if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
-            snprintf(err, errlen, "argument %u: view [%llu, +%llu) outside an object of %llu bytes",
-                     i, (unsigned long long)a->off, (unsigned long long)a->len,
-                     (unsigned long long)a->obj->size);
-            return SPW_EINVAL;
-        }
-    }
-    return 0;
-}
-
-static void ahead_walk(sched *s, sched_task *p, sched_worker *w);
-
-/* Sends t to w. Returns false if it could not (too large for the wire): t is failed then, and
- * the failure may have freed other records, t's included. */
-static bool assign(sched *s, sched_task *t, sched_worker *w)
-{
-    warg_iter it = {.s = s, .t = t};
-    t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
-    /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
-    int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = sched__task_out(t)->id,
-                                              .fn = t->fn->name,
-                                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
-                                              .flags = t->flags});
-    if (rc != 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));
-        task_fail(s, t, rc, msg);
-        return false;
-    }
-    sched__task_set_state(s, t, T_ASSIGNED);
-    t->worker = w;
-    t->graph->inflight++;
-    w->assigned++;
-    w->assign_seq = ++s->assign_seq;
-    sched__worker_load(s, w);
-    DL_APPEND2(w->tasks, t, wprev, wnext);
-    ahead_walk(s, t, w);
-    return true;
-}
-
-/* Whether the task's graph lets it start now. The byte cap holds back sources (tasks that
- * only read puts and values): they are what makes a job's live data grow, while deeper tasks
- * consume it. A graph with nothing in flight may always start one task. */
-static bool graph_admits(const sched_graph *g, const sched_task *t)
-{
-    if (g->inflight == 0)
-        return true;
-    if (g->max_tasks != 0 && g->inflight >= g->max_tasks)
-        return false;
-    if (g->max_bytes != 0 && t->depth == 0 &&
-        (double)g->live_bytes + (double)(g->inflight + 1) * g->avg_src_out > (double)g->max_bytes)
-        return false;
-    return true;
-}
-
-/* A ready task bound to a worker name no connected worker has: it waits --place-wait for such
- * a worker (a restart under systemd keeps the name), then fails. Returns whether it failed. */
-static bool place_expired(sched *s, sched_task *t)
-{
-    /* Finding the place field walks the arguments: once. */
-    uint64_t *missing = sched__place_missing(t);
-    const char *place = (const char *)(missing + 1);
-    for (uint32_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i]->name, place) == 0) {
-            *missing = 0;
-            return false;
-        }
-    uint64_t now = spw_now_ns();
-    if (*missing == 0)
-        *missing = now;
-    if (s->opts.place_wait_ms == 0 || now - *missing < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
-        return false;
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "bound to worker '%s', and no worker of that name has been "
-             "connected for %u ms",
-             place, s->opts.place_wait_ms);
-    task_fail(s, t, SPW_ENOWORKER, msg);
-    return true;
-}
-
-/* Ready tasks a dispatch pass may step over (held by their graph's caps, or bound to a busy
- * worker) before it ends; the next event that frees capacity kicks a new pass. Bounds the work
- * of one loop iteration when many tasks wait on a few caps. */
-#define DISPATCH_SKIP_MAX 4096
-
-static void dispatch(uv_idle_t *h)
-{
-    sched *s = h->data;
-    /* Deepest first: a task that consumes outputs goes before one that makes more, so a job's
-     * live data stays near its width instead of its size. Within a depth, FIFO among the tasks
-     * that can go. Tasks held by their graph's caps or bound to a busy worker are stepped over,
-     * a bounded number of times per pass, and go behind the rest of their depth; a pass looks at
-     * each task of a depth once (up to the depth's last task when it began). */
-    int skipped = 0;
-    bool full = false;
-    for (int d = SCHED_DEPTHS - 1; d >= 0 && !full; d--) {
-        sched_task *t = s->ready[d];
-        sched_task *last = t != NULL ? t->qprev : NULL; /* utlist: the head's prev is the tail */
-        while (t != NULL) {
-            sched_task *next = t != last ? t->qnext : NULL;
-            char err[256];
-            int rc = check_inputs(t, err, sizeof err);
-            if (rc != 0) {
-                task_fail(s, t, rc, err);
-                t = s->ready[d]; /* failing may cascade: rescan this depth */
-                last = t != NULL ? t->qprev : NULL;
-                continue;
-            }
-            if (!graph_admits(t->graph, t)) {
-                if (++skipped > DISPATCH_SKIP_MAX)
-                    goto out;
-                ready_step_over(s, t);
-                t = next;
-                continue;
-            }
-            sched_worker *w = pick_worker(s, t);
-            if (w == NULL) {
-                if (!t->placed) {
-                    full = true; /* no capacity anywhere: later tasks would not fit either */
-                    break;
-                }
-                if (place_expired(s, t)) {
-                    t = s->ready[d]; /* failing may cascade: rescan this depth */
-                    last = t != NULL ? t->qprev : NULL;
-                    continue;
-                }
-                if (++skipped > DISPATCH_SKIP_MAX)
-                    goto out;
-                ready_step_over(s, t);
-                t = next;
-                continue;
-            }
-            ready_remove(s, t);
-            if (!assign(s, t, w)) {
-                /* Failing it may cascade, and cancel the next one: rescan this depth. */
-                t = s->ready[d];
-                last = t != NULL ? t->qprev : NULL;
-                continue;
-            }
-            t = next;
-        }
-    }
-out:
-    uv_idle_stop(&s->kick);
-    sched__check(s);
-}
-
-void sched__kick(sched *s)
-{
-    if (!s->closing && s->nready > 0 && s->nworkers > 0)
-        uv_idle_start(&s->kick, dispatch);
-}
-
 /* ---------------------------------------------------------- sending ahead */
 
 /* A chain's dependent is sent to the worker that runs its producer before the producer ends, as
@@ -800,15 +447,14 @@ void sched__kick(sched *s)
  * themselves sent ahead), as whole objects; every other object argument is inline here or in
  * w's store (a task with inputs from two workers is dispatched as usual); and its graph admits
  * it. At most SCHED_AHEAD_PER_SLOT x slots tasks (and never more than SCHED_AHEAD_VISITS) are
- * ahead on a worker at once, and a walk looks
- * at SCHED_AHEAD_VISITS consumers, so a wide graph is not pushed onto one worker and the cost per
- * event stays constant. Links of a linear chain (chain_link) may go further, up to
- * SCHED_AHEAD_CHAIN_PER_SLOT x slots: such a link can start nowhere sooner than where its only
- * input is made, so holding more of them there takes no work from other workers, and the round
- * trip through the scheduler that refills a worker is paid once per many hops (with 8, every
- * fourth hop of a chain waited for it: ~10 us a hop on 2 cores, against ~3 with 32). A fan-in
- * (a reduction tree's node) keeps the smaller limit: with 32 for every task, tree_reduce ran
- * slower on 2 cores.
+ * ahead on a worker at once, and a walk looks at SCHED_AHEAD_VISITS consumers, so a wide graph
+ * is not pushed onto one worker and the cost per event stays constant. Links of a linear chain
+ * (chain_link) may go further, up to SCHED_AHEAD_CHAIN_PER_SLOT x slots: such a link can start
+ * nowhere sooner than where its only input is made, so holding more of them there takes no work
+ * from other workers, and the round trip through the scheduler that refills a worker is paid
+ * once per many hops instead of every few. A fan-in (a reduction tree's node) keeps the smaller
+ * limit: its inputs come from several tasks, so holding many fan-ins on one worker takes work
+ * other workers could do.
  * A task ahead stays T_WAITING (it still waits for its input) until its inputs are ready, then
  * becomes T_ASSIGNED with no message: its worker starts it by itself. It counts in its graph's
  * inflight from the moment it is sent. Its worker answers it with exactly one TASK_DONE: a
@@ -846,18 +492,13 @@ static bool ahead_eligible(const sched_task *t, const sched_worker *w)
         if (!here)
             return false;
     }
-    return graph_admits(t->graph, t);
+    return sched__graph_admits(t->graph, t);
 }
 
 static bool ahead_send(sched *s, sched_task *t, sched_worker *w)
 {
-    warg_iter it = {.s = s, .t = t};
     /* In the same TASK_RUNS frame as assign()'s: the worker reads its producer first. */
-    int rc = proto_batch_run(w->conn, PROTO_TASK_RUNS,
-                             &(proto_run_rec){.id = sched__task_out(t)->id,
-                                              .fn = t->fn->name,
-                                              .args = {.n = t->nargs, .put = put_warg, .arg = &it},
-                                              .flags = t->flags | PROTO_TASK_AHEAD});
+    int rc = sched__task_send(s, t, w, t->flags | PROTO_TASK_AHEAD);
     if (rc != 0)
         return false; /* too large for the wire: dispatch fails it, with the reason */
     t->flags |= PROTO_TASK_AHEAD; /* until assign() sends it as usual: SPW_EAHEAD is valid */
@@ -913,9 +554,10 @@ static void ahead_walk_from(sched *s, const sched_task *p, sched_worker *w, int 
 }
 
 /* p was just assigned to w, or its inputs there became ready: its dependents may go ahead. */
-static void ahead_walk(sched *s, sched_task *p, sched_worker *w)
+void sched__ahead_walk(sched *s, sched_task *p, sched_worker *w)
 {
-    if (sched__task_out(p)->consumers == NULL || worker_paused(w) || proto_conn_is_closing(w->conn))
+    if (sched__task_out(p)->consumers == NULL || sched__worker_paused(w) ||
+        proto_conn_is_closing(w->conn))
         return;
     int visits = SCHED_AHEAD_VISITS;
     ahead_walk_from(s, p, w, &visits);
@@ -933,7 +575,7 @@ static void ahead_promote(sched *s, sched_task *t)
     /* Refilled when half empty: the worker then takes several in one read, not one a hop. */
     const sched_arg *c = sched__task_out(t)->consumers;
     if (c != NULL && w->ahead <= ahead_cap(w, t, sched__arg_task(c)) / 2)
-        ahead_walk(s, t, w);
+        sched__ahead_walk(s, t, w);
 }
 
 /* Takes t, assigned or ahead, off its worker. */
@@ -967,7 +609,7 @@ static void ahead_answered(sched *s, sched_worker *w, sched_task *t, uint64_t re
                          "TASK_DONES record %u (task=%s) does not match the schema: task failed", i,
                          spw_id_hex(sched__task_out(t)->id, hex));
         if (t->state == T_WAITING) {
-            task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
+            sched__task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
             return;
         }
     } else if (status == 0)
@@ -1059,7 +701,8 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             proto_conn_error(w->conn, req, SPW_EPROTO,
                              "task=%s was not sent ahead, but answered SPW_EAHEAD: task failed",
                              spw_id_hex(id, hex));
-            task_fail(s, t, SPW_EPROTO, "the worker answered SPW_EAHEAD for a task not sent ahead");
+            sched__task_fail(s, t, SPW_EPROTO,
+                             "the worker answered SPW_EAHEAD for a task not sent ahead");
             return;
         }
         /* Sent ahead; its producer's inline result was gone when it got there: it runs now as
@@ -1074,7 +717,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         proto_conn_error(w->conn, req, SPW_EMALFORMED,
                          "TASK_DONES record %u (task=%s) does not match the schema: task failed", i,
                          spw_id_hex(id, hex));
-        task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
+        sched__task_fail(s, t, SPW_EMALFORMED, "the worker sent a malformed completion");
         return;
     }
     double us = (double)f[F_DONE_RUN_US].u;
@@ -1095,7 +738,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
             return;
         }
-        task_fail(s, t, status, msg);
+        sched__task_fail(s, t, status, msg);
         return;
     }
     o->size = f[F_DONE_SIZE].u;
@@ -1107,7 +750,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             proto_conn_error(w->conn, req, SPW_EMALFORMED,
                              "task=%s: inline result of %u bytes for a size of %llu",
                              spw_id_hex(id, hex), v->bin.len, (unsigned long long)o->size);
-            task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
+            sched__task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
             return;
         }
         if (v->bin.len > 0) {
@@ -1247,7 +890,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
         if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
             continue;
         if (ct->state == T_READY) {
-            ready_remove(s, ct);
+            sched__ready_remove(s, ct);
             sched__task_set_state(s, ct, T_WAITING);
         }
         c->waiting = 1;
@@ -1280,7 +923,7 @@ void sched__worker_lost(sched *s, sched_worker *w)
             snprintf(msg, sizeof msg, "worker %s died while running it, %u times", w->addr,
                      t->retries);
             sched__task_set_state(s, t, T_WAITING);
-            task_fail(s, t, SPW_EWORKERLOST, msg);
+            sched__task_fail(s, t, SPW_EWORKERLOST, msg);
             continue;
         }
         spw_log(SPW_LOG_NOTICE, "task=%s retried after worker=%s was lost",

@@ -12,14 +12,6 @@
  * cluster it starts on the first N of the CPUs it may use (its affinity, which the daemons
  * inherit): with 1, chain_latency measures a hop's work without cross-CPU wake-ups, whose cost
  * depends on the machine (a VM's idle vCPU wakes by an interrupt through the host).
- * Each line carries
- * case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this process, the scheduler,
- * the workers and their executors, reset before each case) and extra (case-specific figures).
- * --spill-workers is the spill case's number of workers (2), --spill-threads their
- * --spill-threads (default min(cores, 4)); its
- * zstd_gbps is plain zstd at the same level and thread count on the same data.
- * The spill case (see case_spill) always starts a separate cluster of small stores and prints
- * one line per kind of data, with peak_rss_mib meaning the largest worker's peak instead.
  * Performance is reported, never asserted: this is not a test.
  */
 #include <dirent.h>
@@ -161,8 +153,12 @@ static double hwm_total(bench *b, json_t *extra)
     return total;
 }
 
+/* Each line carries case, n, seconds, tasks_per_s, peak_rss_mib (VmHWM summed over this
+ * process, the scheduler, the workers and their executors, reset before each case) and extra
+ * (case-specific figures). */
+
 /* One JSON line: case, n, seconds, tasks_per_s, peak_rss_mib, then top-level fields the
- * case's issue names (top, may be NULL), then extra. Consumes extra and top. */
+ * case names (top, may be NULL), then extra. Consumes extra and top. */
 static void emit_with(const char *name, uint64_t n, double seconds, double tasks_per_s,
                       double peak_mib, json_t *extra, json_t *top)
 {
@@ -1695,6 +1691,10 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     emit_with("spill", r->nobj, t_write + t_read, (double)r->nobj / t_write, peak, extra, top);
 }
 
+/* The spill case always starts a separate cluster of small stores and prints one line per kind
+ * of data, with peak_rss_mib meaning the largest worker's peak instead. --spill-workers is its
+ * number of workers (2), --spill-threads their --spill-threads (default min(cores, 4)); its
+ * zstd_gbps is plain zstd at the same level and thread count on the same data. */
 static void case_spill(bench *b)
 {
     static spill_run run; /* large, and reachable from spill_die */

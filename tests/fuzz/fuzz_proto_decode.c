@@ -1,5 +1,5 @@
 /*
- * Fuzz target for the wire decoder, proto_decode (proto/src/proto.c).
+ * Fuzz target for the wire decoder, proto_decode (proto/src/codec.c).
  *
  * The input is treated as a byte stream from a peer and decoded the way proto/src/conn.c's
  * process_input does: decode a frame, consume what it returned, clear the zone, and stop on
@@ -13,10 +13,6 @@
  * length over the limit; out untouched unless the return is > 0. Every field of every decoded
  * message is read, walking records recursively, so a dangling pointer trips ASan; byte strings
  * must point inside the frame and respect the schema's length bounds.
- *
- * The schema mirror below repeats proto.c's private tables (which member of proto_val is valid
- * for each field). If the two drift apart the field counts stop matching and the target aborts,
- * so the checked-in corpus, replayed by ctest, catches it.
  */
 #include "spillway/proto.h"
 
@@ -36,6 +32,11 @@
     } while (0)
 
 /* ------------------------------------------------------------ schema mirror */
+/* ------------------------------------------------------------ schema mirror */
+
+/* This mirror repeats codec.c's private tables (which member of proto_val is valid for each
+ * field). If the two drift apart the field counts stop matching and the target aborts, so the
+ * checked-in corpus, replayed by ctest, catches it. */
 
 enum fk { K_NONE, K_U, K_I, K_BIN, K_STR, K_ID, K_REC, K_RECS, K_LIST_U, K_LIST_ID, K_BATCH };
 

@@ -12,9 +12,6 @@
  * success the header's raw length equals expect_len and the checksum holds: over dst for a
  * version 1 record, over the stored bytes for version 2, whose zstd payload must then also
  * decode, on a context of its own, to exactly dst.
- * Then the record bytes themselves (up to 64 KiB) are used as raw data for a round trip through
- * ost_rec_encode and through ost_rec_try_zstd / ost_rec_raw_header, which must decode back to
- * the same bytes.
  */
 #include "spill_record.h"
 
@@ -125,6 +122,9 @@ static void decode_one(const uint8_t *rec, size_t reclen, size_t expect_len)
     free(dst);
 }
 
+/* The record bytes themselves (up to 64 KiB) are also used as raw data for a round trip through
+ * ost_rec_encode and through ost_rec_try_zstd / ost_rec_raw_header, which must decode back to
+ * the same bytes. */
 /* raw must survive both encoding paths bit for bit. */
 static void round_trip(const uint8_t *raw, size_t len, int level)
 {

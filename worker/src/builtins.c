@@ -1,21 +1,7 @@
 /*
  * Built-in task functions, for tests, benchmarks and simple jobs. They use the same ABI as
  * plugins (spillway/task.h). Integers are little-endian u64 arguments; floats are f64 arrays.
- *
- *   noop()                    empty result
- *   inc(x)                    x + 1
- *   add(a, b, ...)            sum of u64 values
- *   sleep_ms(ms)              sleeps, empty result
- *   fill(n, pattern)          n bytes repeating pattern (default one 0 byte)
- *   random(n, seed)           n pseudo-random bytes (incompressible)
- *   walk_f64(count, seed)     a random walk of count float64 values (compressible numbers)
- *   checksum(data, ...)       XXH3-64 of the concatenated arguments, as u64
- *   sum_f64(data, ...)        sum of the float64 values in all arguments, as f64
- *   concat(a, b, ...)         the arguments one after another
- *   len(a, ...)               total length in bytes, as u64
- *   echo(a)                   a copy of a
- *   fail(text)                fails with text
- *   crash()                   kills its executor with SIGSEGV (tests the executor pool)
+ * The list of them, with their arguments, is above builtin_fns.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -238,6 +224,22 @@ static int fn_crash(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
+/* The built-in functions:
+ *   noop()                    empty result
+ *   inc(x)                    x + 1
+ *   add(a, b, ...)            sum of u64 values
+ *   sleep_ms(ms)              sleeps, empty result
+ *   fill(n, pattern)          n bytes repeating pattern (default one 0 byte)
+ *   random(n, seed)           n pseudo-random bytes (incompressible)
+ *   walk_f64(count, seed)     a random walk of count float64 values (compressible numbers)
+ *   checksum(data, ...)       XXH3-64 of the concatenated arguments, as u64
+ *   sum_f64(data, ...)        sum of the float64 values in all arguments, as f64
+ *   concat(a, b, ...)         the arguments one after another
+ *   len(a, ...)               total length in bytes, as u64
+ *   echo(a)                   a copy of a
+ *   fail(text)                fails with text
+ *   crash()                   kills its executor with SIGSEGV (tests the executor pool)
+ */
 static const spw_plugin_fn builtin_fns[] = {
     {"noop", fn_noop},         {"inc", fn_inc},         {"add", fn_add},
     {"sleep_ms", fn_sleep_ms}, {"fill", fn_fill},       {"random", fn_random},

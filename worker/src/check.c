@@ -8,7 +8,7 @@
  *
  * Cost: one walk over the task table, the ready queue, the executors' FIFOs and the fetch
  * table. Above WRK_CHECK_SMALL tasks and fetches a check waits twenty times its own duration
- * after the last one started (at most ~5 % of the worker's time). Reads only.
+ * after the last one started (at most a twentieth of the worker's time). Reads only.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,18 +9,6 @@
  * runs them in order, and writes their EXEC_DONE frames together once its input is drained, so
  * a burst of short tasks costs two syscalls rather than two per task. A task that crashes takes
  * this process with it; the worker reports the task failed and starts another executor.
- * Every way out goes through the cleanup at the end of wrk_executor_main (no exit() elsewhere):
- * the worker closing the socket, a failed write (the worker is gone), a frame from the worker
- * that cannot be read (status 1: frame_broken; a bad record is answered on its own and the
- * executor goes on), and SIGTERM/SIGINT, whose handler only sets a flag (read after the task
- * running now has finished) and writes a byte to a pipe that every wait for the worker polls
- * with the socket: a signal that comes after the last look at the flag still ends the wait. The
- * handler is SA_RESTART, so a task's own system calls are not cut short by it.
- * Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
- * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
- * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
- * arena, so the store never counts against a task. A task that fails for lack of memory under
- * the limit reports SPW_ETASKMEM.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -548,6 +536,12 @@ static void register_fns(executor *ex, const spw_plugin *p)
     }
 }
 
+/* Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
+ * executor (memory.max), or else by RLIMIT_DATA set to what the process uses at start plus the
+ * limit. RLIMIT_DATA counts private writable mappings and the brk heap, not the MAP_SHARED
+ * arena, so the store never counts against a task. A task that fails for lack of memory under
+ * the limit reports SPW_ETASKMEM. */
+
 /* Joins the cgroup the worker made for this executor (memory.max set there). @return 0 or
  * -errno; on failure the caller falls back to RLIMIT_DATA. */
 static int join_cgroup(const char *dir)
@@ -585,6 +579,13 @@ static int limit_data(uint64_t limit)
     return 0;
 }
 
+/* Every way out goes through the cleanup at the end (no exit() elsewhere): the worker closing
+ * the socket, a failed write (the worker is gone), a frame from the worker that cannot be read
+ * (status 1: frame_broken; a bad record is answered on its own and the executor goes on), and
+ * SIGTERM/SIGINT, whose handler only sets a flag (read after the task running now has finished)
+ * and writes a byte to a pipe that every wait for the worker polls with the socket: a signal
+ * that comes after the last look at the flag still ends the wait. The handler is SA_RESTART, so
+ * a task's own system calls are not cut short by it. */
 int wrk_executor_main(int argc, char **argv)
 {
     if (argc < 6) {

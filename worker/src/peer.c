@@ -20,9 +20,9 @@
 #include "worker_int.h"
 
 /* A broadcast hop forwards in pieces this small, whatever the chunk size: a hop can pass on
- * only what it has received whole, so each hop of a chain lags its upstream by one piece at
- * link rate (256 KiB at 500 Mbit/s: 4 ms; a 4 MiB chunk: 67 ms, which made 8 hops cost half
- * a transfer more than one). */
+ * only what it has received whole, so each hop of a chain lags its upstream by one piece's time
+ * on the link. With whole chunks as pieces, a long chain would cost a good part of a transfer
+ * more than one hop. */
 #define FOLLOW_CHUNK (256u << 10)
 
 /* ================================================================ serving */

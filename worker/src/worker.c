@@ -139,9 +139,10 @@ static void send_heartbeat(wrk *w)
     proto_send_heartbeat(w->sched, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}});
 }
 
-/* Records of one OBJ_LIST frame at most. A store's list goes in frames that the scheduler takes
- * in well under a millisecond each: one frame of 819k objects held its loop about 75 ms to
- * decode (release build), and a list past --max-frame could not be sent at all. */
+/* Records of one OBJ_LIST frame at most. A store's list goes in frames small enough that
+ * decoding one holds the scheduler's loop only briefly: one frame for a whole large store would
+ * hold it for time in proportion to the store's objects, and a list past --max-frame could not
+ * be sent at all. */
 #define OLIST_BATCH 4096
 
 /* A list being sent for spillway-ctl memory: the records of the frame being filled. */

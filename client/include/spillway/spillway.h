@@ -7,12 +7,6 @@
  * it and spillway_errmsg() gives the detail of the last failure on a connection (for a failed
  * task: the task's own error text).
  *
- * References: a put returns a reference the client holds (kind CLIENT at the scheduler); a task
- * submitted with SPILLWAY_KEEP gives a reference to its result (kind OUTPUT). Each held
- * reference is released once with spillway_release(); releasing twice or releasing something
- * never held returns SPW_ENOTHELD and changes nothing. Closing the connection, or the process
- * dying, releases everything it held.
- *
  * @note A spillway handle is not thread safe: use it from one thread at a time. Calls block;
  * they run the connection's private event loop until their answer arrives.
  * @note spillway_connect sets SIGPIPE to SIG_IGN if the program left it at SIG_DFL, so a peer
@@ -175,6 +169,12 @@ typedef struct spillway_view {
 SPILLWAY_API int spillway_get_view(spillway *c, spillway_ref ref, int timeout_ms,
                                    spillway_view *view);
 SPILLWAY_API void spillway_view_release(spillway *c, spillway_view *view);
+
+/* References: a put returns a reference the client holds (kind CLIENT at the scheduler); a task
+ * submitted with SPILLWAY_KEEP gives a reference to its result (kind OUTPUT). Each held
+ * reference is released once with spillway_release(); releasing twice or releasing something
+ * never held returns SPW_ENOTHELD and changes nothing. Closing the connection, or the process
+ * dying, releases everything it held. */
 
 /** Drops a reference this client holds.
  * @return 0, or SPW_ENOTHELD if it is not held (never held, or released already). */

@@ -63,9 +63,9 @@ static spw_slab_chunk *chunk_map(void)
         munmap(p, head);
     if (tail > 0)
         munmap((uint8_t *)a + SPW_SLAB_CHUNK, tail);
-    /* Its pages fault in as records are handed out. Populating the chunk here (one
-     * MADV_POPULATE_WRITE) saved the scheduler ~2 % but cost workers, whose task slab maps and
-     * trims chunks as batches come and go, half their CPU in page population. */
+    /* Its pages fault in as records are handed out. Not populated here (MADV_POPULATE_WRITE):
+     * a worker's task slab maps and trims chunks as batches come and go, and would pay for
+     * making every page of a chunk of which a batch uses a few. */
     return (spw_slab_chunk *)a;
 #endif
 }

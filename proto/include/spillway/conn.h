@@ -12,9 +12,6 @@
  * the server checks it and answers WELCOME with its own proof over the nonces in the other order,
  * which the client checks. With no secret configured on either side the proofs use an empty key,
  * so a cluster with a secret rejects peers without one, and vice versa.
- *
- * Callback promise (libuv's): on_close is called exactly once per connection, after which the
- * connection is freed; no other callback follows it.
  */
 #ifndef SPW_CONN_H
 #define SPW_CONN_H
@@ -39,6 +36,8 @@ typedef struct proto_welcome {
     uint32_t max_frame;    /* largest frame the server accepts, bytes */
 } proto_welcome;
 
+/* A connection's callbacks. The promise is libuv's: on_close is called exactly once per
+ * connection, after which the connection is freed; no other callback follows it. */
 typedef struct proto_conn_cbs {
     /** Server side: the peer proved the secret. Return 0 and fill *w to accept; return an error
      * code (and text in err) to refuse: the peer gets an ERROR frame and is disconnected. */

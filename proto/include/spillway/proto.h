@@ -2,30 +2,13 @@
  * spw_proto: the wire protocol.
  *
  * A frame is a 4-byte big-endian body length followed by a msgpack body
- * [type, request_id, [field, ...]]. Every message type has a schema (proto.c) that lists its
+ * [type, request_id, [field, ...]]. Every message type has a schema (codec.c) that lists its
  * fields' kinds and limits; the decoder checks the whole frame against it, so a handler never
  * sees a value of the wrong type or out of its bounds. Object payloads travel as OBJ_WRITE /
  * OBJ_DATA chunk frames, never as one huge frame.
  *
  * Fields added to a message after its first version may be absent (the decoder marks them nil),
  * so an older sender stays understood; unknown extra fields are refused.
- *
- * One schema (proto_schema.h) is the source of both directions: an X-macro table that lists
- * every message type and record kind with its fields (index constant, C member, kind, limit).
- * Expanded here it gives the field indexes (F_*, R_*) and, per message, a typed struct
- * proto_NAME_msg and a builder proto_enc_NAME (proto_send_NAME in conn.h); expanded in proto.c
- * it gives the decoder's schema rows and the builders' bodies. Code outside proto/ never states a
- * field count or kind: it fills a struct and calls the builder. Builders write straight into the
- * output buffer and allocate nothing; arrays of records stream from an array, a per-record
- * callback or records encoded beforehand (proto_NAME_recs), so hot paths (TASK_RUN, SUBMIT)
- * build no intermediate copies. Debug and sanitizer builds (SPW_CHECK_FRAMES) decode every frame
- * again before it is sent and abort, naming the type and the error, on one that does not decode.
- *
- * Decoding contract (picohttpparser style): proto_decode() is pure, with no I/O and no globals.
- * It returns the bytes consumed (> 0), 0 for "need more", or a negative SPW_E* code for
- * malformed input. The frame length is checked against the limit before anything is buffered.
- * Decoded byte strings point into the caller's buffer and records into the caller's zone:
- * both are valid until the buffer is changed or the zone cleared.
  */
 #ifndef SPW_PROTO_H
 #define SPW_PROTO_H
@@ -96,7 +79,7 @@ enum proto_role {
 };
 const char *proto_role_name(int role);
 
-/* Message types. X(name, value): the schema of each is in proto.c. */
+/* Message types. X(name, value): the schema of each is in codec.c. */
 #define PROTO_MSG_MAP(X)                                                                           \
     X(CHALLENGE, 1)                                                                                \
     X(HELLO, 2)                                                                                    \
@@ -163,7 +146,18 @@ enum proto_type {
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);
 
-/* Field indexes F_<MSG>_<FIELD> (messages) and R_<REC>_<FIELD> (records), and the field
+/* One schema (proto_schema.h) is the source of both directions: an X-macro table that lists
+ * every message type and record kind with its fields (index constant, C member, kind, limit).
+ * Expanded here it gives the field indexes (F_*, R_*) and, per message, a typed struct
+ * proto_NAME_msg and a builder proto_enc_NAME (proto_send_NAME in conn.h); expanded in codec.c
+ * it gives the decoder's schema rows and the builders' bodies. Code outside proto/ never states a
+ * field count or kind: it fills a struct and calls the builder. Builders write straight into the
+ * output buffer and allocate nothing; arrays of records stream from an array, a per-record
+ * callback or records encoded beforehand (proto_NAME_recs), so hot paths (TASK_RUN, SUBMIT)
+ * build no intermediate copies. Debug and sanitizer builds (SPW_CHECK_FRAMES) decode every frame
+ * again before it is sent and abort, naming the type and the error, on one that does not decode.
+ *
+ * Field indexes F_<MSG>_<FIELD> (messages) and R_<REC>_<FIELD> (records), and the field
  * counts PROTO_NF_<MSG> and PROTO_NF_REC_<REC>, all from the schema (proto_schema.h). */
 #define PROTO__ENUM_FIELD(index, member, kind, arg) index,
 #define PROTO__ENUM_REC(NAME, name)                                                                \
@@ -328,6 +322,11 @@ void proto_limits_default(proto_limits *lim);
 int proto_split_payload(const uint8_t *buf, size_t avail, size_t head_max, uint8_t *head,
                         size_t *head_len, size_t *data_off, uint64_t *data_len, uint32_t *field);
 
+/* Decoding contract (picohttpparser style): proto_decode() is pure, with no I/O and no globals.
+ * It returns the bytes consumed (> 0), 0 for "need more", or a negative SPW_E* code for
+ * malformed input. The frame length is checked against the limit before anything is buffered.
+ * Decoded byte strings point into the caller's buffer and records into the caller's zone:
+ * both are valid until the buffer is changed or the zone cleared. */
 /** Decodes one frame from buf.
  * @param[in] buf bytes received so far.
  * @param[in] lim limits to enforce.

@@ -1,37 +1,10 @@
 /*
  * The message schema: the one table every message type, record kind and field comes from.
  *
- * PROTO_SCHEMA(REC, MSG, MSG0, ALIAS) lists the record kinds and message types:
- *   REC(NAME, name)            a record kind; its fields are PROTO_REC_FIELDS_NAME(F, N)
- *   MSG(NAME, name)            a message type PROTO_NAME; fields PROTO_FIELDS_NAME(F, N)
- *   MSG0(NAME, name)           a message type without fields
- *   ALIAS(NAME, name, OF, of)  a message type with the fields of message OF
- * A field list is a macro of two macro arguments, one call per field:
- *   F(INDEX, member, KIND, arg)  a field every sender sends
- *   N(INDEX, member, KIND, arg)  a field added since the first version: a sender may leave it
- *                                out (it and all after it), and the decoder marks it nil then;
- *                                N fields come after all F fields
- * INDEX is the field's index constant (F_* for a message, R_* for a record) that handlers use
- * with proto_msg.f[] and PROTO_REC; member is its name in the typed C struct; KIND and arg:
- *   U, I (0)        unsigned / signed integer           C: uint64_t / int64_t
- *   ID (0)          16-byte id                          C: spw_id
- *   OPT_ID (0)      id or nil                           C: const spw_id * (NULL: nil)
- *   BIN (n)         byte string of exactly n bytes      C: proto_bytes
- *   OPT_BIN (0)     byte string or nil                  C: proto_bytes (ptr NULL: nil)
- *   DATA (0)        object payload, the frame's last field; C: proto_bytes (ptr NULL: only
- *                   the header is written and the bytes follow by proto_conn_send_borrowed)
- *   STR (max)       string of at most max bytes         C: const char * (NULL: "", longer:
- *                                                          cut to max)
- *   REC (kind)      one record of that kind, or nil     C: const proto_kind_rec * (NULL: nil)
- *   RECS (kind)     array of records of that kind       C: proto_kind_recs
- *   BATCH (kind)    RECS, for the batched messages (TASK_RUNS...): a record that does not
- *                   match its kind is marked bad (proto_val.bad on its first field, which
- *                   holds the record's first value if that one could be read) instead of
- *                   failing the whole frame, so each record is answered on its own
- *   LIST_U (min)    array of at least min u64           C: proto_u64s
- *   LIST_ID (0)     array of ids                        C: proto_ids
- * proto.h and proto.c expand this table into the index enums, the typed structs, the decoder's
- * schema rows and the builders; nothing else in the tree states a field count or kind.
+ * proto.h and codec.c expand this table into the index enums, the typed structs, the decoder's
+ * schema rows and the builders; nothing else in the tree states a field count or kind. How the
+ * table is written is described above PROTO_SCHEMA (record kinds and message types) and above
+ * the first field list (the kinds of fields).
  *
  * Adding a message: append X(NAME, value) to PROTO_MSG_MAP in proto.h (at the end), add
  * MSG(NAME, name) here and its PROTO_FIELDS_NAME list; proto_enc_name, proto_send_name and
@@ -42,6 +15,18 @@
 #define SPW_PROTO_SCHEMA_H
 
 /* clang-format off */
+/*
+ * PROTO_SCHEMA(REC, MSG, MSG0, ALIAS) lists the record kinds and message types:
+ *   REC(NAME, name)            a record kind; its fields are PROTO_REC_FIELDS_NAME(F, N)
+ *   MSG(NAME, name)            a message type PROTO_NAME; fields PROTO_FIELDS_NAME(F, N)
+ *   MSG0(NAME, name)           a message type without fields
+ *   ALIAS(NAME, name, OF, of)  a message type with the fields of message OF
+ * A field list is a macro of two macro arguments, one call per field:
+ *   F(INDEX, member, KIND, arg)  a field every sender sends
+ *   N(INDEX, member, KIND, arg)  a field added since the first version: a sender may leave it
+ *                                out (it and all after it), and the decoder marks it nil then;
+ *                                N fields come after all F fields
+ */
 #define PROTO_SCHEMA(REC, MSG, MSG0, ALIAS)                                                        \
     REC(WINFO, winfo)                                                                              \
     REC(LOC, loc)                                                                                  \
@@ -118,6 +103,28 @@
     MSG0(PONG, pong)
 
 /* ------------------------------------------------------------------ records */
+
+/*
+ * INDEX is the field's index constant (F_* for a message, R_* for a record) that handlers use
+ * with proto_msg.f[] and PROTO_REC; member is its name in the typed C struct; KIND and arg:
+ *   U, I (0)        unsigned / signed integer           C: uint64_t / int64_t
+ *   ID (0)          16-byte id                          C: spw_id
+ *   OPT_ID (0)      id or nil                           C: const spw_id * (NULL: nil)
+ *   BIN (n)         byte string of exactly n bytes      C: proto_bytes
+ *   OPT_BIN (0)     byte string or nil                  C: proto_bytes (ptr NULL: nil)
+ *   DATA (0)        object payload, the frame's last field; C: proto_bytes (ptr NULL: only
+ *                   the header is written and the bytes follow by proto_conn_send_borrowed)
+ *   STR (max)       string of at most max bytes         C: const char * (NULL: "", longer:
+ *                                                          cut to max)
+ *   REC (kind)      one record of that kind, or nil     C: const proto_kind_rec * (NULL: nil)
+ *   RECS (kind)     array of records of that kind       C: proto_kind_recs
+ *   BATCH (kind)    RECS, for the batched messages (TASK_RUNS...): a record that does not
+ *                   match its kind is marked bad (proto_val.bad on its first field, which
+ *                   holds the record's first value if that one could be read) instead of
+ *                   failing the whole frame, so each record is answered on its own
+ *   LIST_U (min)    array of at least min u64           C: proto_u64s
+ *   LIST_ID (0)     array of ids                        C: proto_ids
+ */
 
 /* What a worker announces about itself in HELLO. */
 #define PROTO_REC_FIELDS_WINFO(F, N)                                                               \

@@ -4,7 +4,7 @@
  *
  * Every value takes the smallest form, the one msgpack-c's packer chooses, so frames are byte
  * for byte what msgpack_pack_* would write (test_proto_enc checks it). They are the one
- * encoder of the wire format: proto.c's proto_put_* reserve room for one value (an id list,
+ * encoder of the wire format: codec.c's proto_put_* reserve room for one value (an id list,
  * such as RELEASE's: room for the whole list, once) and call them; the client's enc.c
  * reserves room for a whole task record once and runs them back to back, with no call and no
  * check per value.
@@ -33,7 +33,7 @@
 #endif
 
 /* v in bytes (1, 2, 4 or 8) big-endian bytes at p: one byte swap and one store (byte by byte
- * stores of an id's halves compile to ~100 instructions). */
+ * stores of an id's halves compile to a long run of shifts and stores). */
 static inline void proto_wr_store_be(uint8_t *p, uint64_t v, int bytes)
 {
     if (bytes == 1) {

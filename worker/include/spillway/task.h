@@ -9,12 +9,6 @@
  * returning a static table of functions. The worker refuses a plugin whose abi_version differs
  * from SPW_TASK_ABI_VERSION. A plugin links against nothing of spillway's: everything it needs
  * arrives through the spw_task_api table in its context.
- *
- * Arguments are read-only byte ranges. Object arguments point straight into the store's shared
- * memory (no copy); writing to them faults. A function produces at most one output with
- * spw_task_output(): small outputs travel back inside messages, large ones are allocated in the
- * store and written in place. Returning non-zero fails the task; the text given to
- * spw_task_fail() reaches the client that submitted it.
  */
 #ifndef SPW_TASK_H
 #define SPW_TASK_H
@@ -27,6 +21,11 @@ extern "C" {
 
 #define SPW_TASK_ABI_VERSION 1u
 
+/* Arguments are read-only byte ranges. Object arguments point straight into the store's shared
+ * memory (no copy); writing to them faults. A function produces at most one output with
+ * spw_task_output(): small outputs travel back inside messages, large ones are allocated in the
+ * store and written in place. Returning non-zero fails the task; the text given to
+ * spw_task_fail() reaches the client that submitted it. */
 typedef struct spw_task_arg {
     const void *data; /* read-only; NULL when len is 0 */
     uint64_t len;     /* bytes */

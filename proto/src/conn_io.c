@@ -396,8 +396,8 @@ static void dispatch(proto_conn *c, const proto_msg *m)
 
 /* Makes the decode zone ready for the next frame. msgpack_zone_clear keeps only the zone's
  * first chunk and frees the others, so a frame that outgrew it (a batch of records needs a few
- * hundred KiB) would malloc its memory afresh, and the kernel fault it in, for every frame: about
- * a third of the client's CPU in scale_tiny. When a frame overflowed, the zone is made again
+ * hundred KiB) would malloc its memory afresh, and the kernel fault it in, for every frame.
+ * When a frame overflowed, the zone is made again
  * with a first chunk twice as large, up to ZONE_KEEP_MAX, so steady batched traffic decodes into
  * memory that is already there; a connection keeps at most that much between frames. */
 static void zone_reset(proto_conn *c)

@@ -1,0 +1,363 @@
+/*
+ * Placement: which worker a ready task goes to, and the dispatch pass that sends them.
+ *
+ * A dispatch pass (dispatch, started by sched__kick) walks the ready queue deepest first, and
+ * sends each task its graph admits to the worker pick_worker chooses, in that worker's TASK_RUNS
+ * batch. Placement is O(workers × arguments) per task, and each worker gets at most slots × depth
+ * tasks, where depth follows the function's observed run time so that about queue_target_us of
+ * work waits per slot: short tasks are pipelined deeply, long ones are not hoarded by one worker.
+ * The rest of a task's life (intake, dependencies, sending ahead, completion) is in tasks.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <utlist.h>
+
+#include "sched_int.h"
+
+static uint32_t depth_for(const sched *s, const sched_fn *f)
+{
+    if (f->runs == 0)
+        return 2;
+    double d = (double)s->opts.queue_target_us / (f->ewma_us > 1.0 ? f->ewma_us : 1.0);
+    if (d < 1.0)
+        return 1;
+    if (d > s->opts.max_depth)
+        return s->opts.max_depth;
+    return (uint32_t)d;
+}
+
+/* The worker that computed the task's largest computed input, or NULL. */
+static sched_worker *home_worker(sched *s, const sched_task *t)
+{
+    const sched_obj *best = NULL;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
+        if (o != NULL && o->home != 0 && (best == NULL || o->size > best->size))
+            best = o;
+    }
+    return best != NULL ? sched__worker_by_id(s, best->home) : NULL;
+}
+
+static bool worker_takes(const sched_worker *w, uint32_t depth)
+{
+    return !sched__worker_paused(w) && w->assigned < (uint64_t)w->slots * depth &&
+           !proto_conn_is_closing(w->conn);
+}
+
+/* Bytes of the task's stored (not inline) inputs that worker id holds. */
+static uint64_t local_bytes(const sched_task *t, uint32_t id)
+{
+    uint64_t local = 0;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
+        if (o == NULL || o->has_inline)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++)
+            if (o->locs[j] == id)
+                local += o->size;
+    }
+    return local;
+}
+
+/* Without a scan over the workers: only those holding an input are looked at (the inputs'
+ * location lists are short), then the least loaded worker is the load heap's top. Returns
+ * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
+static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
+{
+    sched_worker *best = NULL;
+    uint64_t best_local = 0;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        const sched_obj *o = a->obj;
+        if (o == NULL || o->has_inline || o->size == 0)
+            continue;
+        for (uint32_t j = 0; j < o->nlocs; j++) {
+            sched_worker *w = sched__worker_by_id(s, o->locs[j]);
+            if (w == NULL || w == best || !worker_takes(w, depth))
+                continue;
+            uint64_t local = local_bytes(t, w->id);
+            if (best == NULL || local > best_local ||
+                (local == best_local && sched__worker_less(w, best))) {
+                best = w;
+                best_local = local;
+            }
+        }
+    }
+    if (best != NULL)
+        return best;
+    sched_worker *w = sched__worker_least_loaded(s);
+    if (w == NULL)
+        return NULL;
+    if (sched__worker_paused(w) || proto_conn_is_closing(w->conn)) {
+        *scan = true;
+        return NULL;
+    }
+    /* The least loaded worker's queue is full: so is every other's. */
+    return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
+}
+
+/* Placement. Locality first: a task goes to the worker that computed its (largest) input when
+ * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
+ * worker whatever the cluster's size and its inline results never move. Otherwise the worker
+ * holding most of its input bytes in its store, then the least loaded, within each worker's
+ * queue depth (slots x depth_for). */
+static sched_worker *pick_worker(sched *s, const sched_task *t)
+{
+    uint32_t depth = depth_for(s, t->fn);
+    if (!t->placed) {
+        sched_worker *h = home_worker(s, t);
+        if (h != NULL && !sched__worker_paused(h) && h->assigned < h->slots &&
+            !proto_conn_is_closing(h->conn))
+            return h;
+        bool scan = false;
+        sched_worker *w = pick_indexed(s, t, depth, &scan);
+        if (!scan)
+            return w;
+    }
+    /* A task placed by name, or a paused or closing worker at the top of the load heap. */
+    sched_worker *best = NULL;
+    uint64_t best_local = 0;
+    double best_load = 0;
+    const char *place = sched__task_place(t); /* walks the arguments: once, not per worker */
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
+        if (sched__worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
+            proto_conn_is_closing(w->conn))
+            continue;
+        if (place != NULL && strcmp(place, w->name) != 0)
+            continue;
+        uint64_t local = local_bytes(t, w->id);
+        double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
+        if (best == NULL || local > best_local || (local == best_local && load < best_load)) {
+            best = w;
+            best_local = local;
+            best_load = load;
+        }
+    }
+    if (best != NULL)
+        s->rr++;
+    return best;
+}
+
+typedef struct warg_iter {
+    sched *s;
+    const sched_task *t;
+    const sched_arg *next; /* argument i (the encoder asks for them in order) */
+    sched_locs locs;
+} warg_iter;
+
+/* Argument i of a task as its worker gets it: the bytes, or the object and where it is. */
+static void put_warg(proto_enc *e, uint32_t i, void *arg)
+{
+    warg_iter *it = arg;
+    if (i == 0)
+        it->next = sched__task_args(it->t);
+    const sched_arg *a = it->next;
+    it->next = sched__arg_next(a);
+    const sched_obj *o = a->obj;
+    if (a->kind == PROTO_ARG_INLINE || a->kept ||
+        (o != NULL && o->state != OBJ_PENDING && (o->has_inline || o->size == 0))) {
+        const uint8_t *p;
+        uint64_t len;
+        if (a->kind == PROTO_ARG_INLINE) {
+            p = sched__arg_value(a);
+            len = a->inline_len;
+        } else if (a->kept) {
+            p = sched__arg_kept_value(a, &len); /* a lineage run: the object may be gone */
+        } else {
+            p = sched__obj_inline(o);
+            len = o->size;
+        }
+        if (a->kind == PROTO_ARG_VIEW) {
+            p += a->off;
+            len = a->len;
+        }
+        proto_put_warg_rec(e, &(proto_warg_rec){.kind = PROTO_ARG_INLINE,
+                                                .value = {p != NULL ? (const void *)p : "", len}});
+        return;
+    }
+    proto_put_warg_rec(e, &(proto_warg_rec){.kind = a->kind,
+                                            .obj = &o->id,
+                                            .off = a->kind == PROTO_ARG_VIEW ? a->off : 0,
+                                            .len = a->kind == PROTO_ARG_VIEW ? a->len : o->size,
+                                            .obj_size = o->size,
+                                            .locs = sched__locs(&it->locs, it->s, o)});
+}
+
+int sched__task_send(sched *s, const sched_task *t, sched_worker *w, uint32_t flags)
+{
+    warg_iter it = {.s = s, .t = t};
+    return proto_batch_run(w->conn, PROTO_TASK_RUNS,
+                           &(proto_run_rec){.id = sched__task_out(t)->id,
+                                            .fn = t->fn->name,
+                                            .args = {.n = t->nargs, .put = put_warg, .arg = &it},
+                                            .flags = flags});
+}
+
+/* Checks what can only be checked once inputs exist. Returns 0 or fills err. */
+static int check_inputs(const sched_task *t, char *err, size_t errlen)
+{
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        if (a->kind != PROTO_ARG_VIEW || a->obj == NULL)
+            continue;
+        if (a->off > a->obj->size || a->len > a->obj->size - a->off) {
+            snprintf(err, errlen, "argument %u: view [%llu, +%llu) outside an object of %llu bytes",
+                     i, (unsigned long long)a->off, (unsigned long long)a->len,
+                     (unsigned long long)a->obj->size);
+            return SPW_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Sends t to w. Returns false if it could not (too large for the wire): t is failed then, and
+ * the failure may have freed other records, t's included. */
+static bool assign(sched *s, sched_task *t, sched_worker *w)
+{
+    t->flags &= ~PROTO_TASK_AHEAD; /* sent as usual: its worker may not answer SPW_EAHEAD */
+    /* The tasks one dispatch pass gives a worker share a TASK_RUNS frame. */
+    int rc = sched__task_send(s, t, w, t->flags);
+    if (rc != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "task message too large for the wire: %s", spw_strerror(rc));
+        sched__task_fail(s, t, rc, msg);
+        return false;
+    }
+    sched__task_set_state(s, t, T_ASSIGNED);
+    t->worker = w;
+    t->graph->inflight++;
+    w->assigned++;
+    w->assign_seq = ++s->assign_seq;
+    sched__worker_load(s, w);
+    DL_APPEND2(w->tasks, t, wprev, wnext);
+    sched__ahead_walk(s, t, w);
+    return true;
+}
+
+/* Whether the task's graph lets it start now. The byte cap holds back sources (tasks that
+ * only read puts and values): they are what makes a job's live data grow, while deeper tasks
+ * consume it. A graph with nothing in flight may always start one task. */
+bool sched__graph_admits(const sched_graph *g, const sched_task *t)
+{
+    if (g->inflight == 0)
+        return true;
+    if (g->max_tasks != 0 && g->inflight >= g->max_tasks)
+        return false;
+    if (g->max_bytes != 0 && t->depth == 0 &&
+        (double)g->live_bytes + (double)(g->inflight + 1) * g->avg_src_out > (double)g->max_bytes)
+        return false;
+    return true;
+}
+
+/* A ready task bound to a worker name no connected worker has: it waits --place-wait for such
+ * a worker (a restart under systemd keeps the name), then fails. Returns whether it failed. */
+static bool place_expired(sched *s, sched_task *t)
+{
+    /* Finding the place field walks the arguments: once. */
+    uint64_t *missing = sched__place_missing(t);
+    const char *place = (const char *)(missing + 1);
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        if (strcmp(s->workers[i]->name, place) == 0) {
+            *missing = 0;
+            return false;
+        }
+    uint64_t now = spw_now_ns();
+    if (*missing == 0)
+        *missing = now;
+    if (s->opts.place_wait_ms == 0 || now - *missing < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+        return false;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "bound to worker '%s', and no worker of that name has been "
+             "connected for %u ms",
+             place, s->opts.place_wait_ms);
+    sched__task_fail(s, t, SPW_ENOWORKER, msg);
+    return true;
+}
+
+/* A ready task a dispatch pass stepped over (held by its graph's caps, or bound to a worker
+ * that cannot take it now) goes behind the others of its depth, so that the next pass looks at
+ * those first: else thousands held at the front would hide every task behind them, pass after
+ * pass, however many events kicked one. */
+static void ready_step_over(sched *s, sched_task *t)
+{
+    DL_DELETE2(s->ready[t->depth], t, qprev, qnext);
+    DL_APPEND2(s->ready[t->depth], t, qprev, qnext);
+}
+
+/* Ready tasks a dispatch pass may step over (held by their graph's caps, or bound to a busy
+ * worker) before it ends; the next event that frees capacity kicks a new pass. Bounds the work
+ * of one loop iteration when many tasks wait on a few caps. */
+#define DISPATCH_SKIP_MAX 4096
+
+static void dispatch(uv_idle_t *h)
+{
+    sched *s = h->data;
+    /* Deepest first: a task that consumes outputs goes before one that makes more, so a job's
+     * live data stays near its width instead of its size. Within a depth, FIFO among the tasks
+     * that can go. Tasks held by their graph's caps or bound to a busy worker are stepped over,
+     * a bounded number of times per pass, and go behind the rest of their depth; a pass looks at
+     * each task of a depth once (up to the depth's last task when it began). */
+    int skipped = 0;
+    bool full = false;
+    for (int d = SCHED_DEPTHS - 1; d >= 0 && !full; d--) {
+        sched_task *t = s->ready[d];
+        sched_task *last = t != NULL ? t->qprev : NULL; /* utlist: the head's prev is the tail */
+        while (t != NULL) {
+            sched_task *next = t != last ? t->qnext : NULL;
+            char err[256];
+            int rc = check_inputs(t, err, sizeof err);
+            if (rc != 0) {
+                sched__task_fail(s, t, rc, err);
+                t = s->ready[d]; /* failing may cascade: rescan this depth */
+                last = t != NULL ? t->qprev : NULL;
+                continue;
+            }
+            if (!sched__graph_admits(t->graph, t)) {
+                if (++skipped > DISPATCH_SKIP_MAX)
+                    goto out;
+                ready_step_over(s, t);
+                t = next;
+                continue;
+            }
+            sched_worker *w = pick_worker(s, t);
+            if (w == NULL) {
+                if (!t->placed) {
+                    full = true; /* no capacity anywhere: later tasks would not fit either */
+                    break;
+                }
+                if (place_expired(s, t)) {
+                    t = s->ready[d]; /* failing may cascade: rescan this depth */
+                    last = t != NULL ? t->qprev : NULL;
+                    continue;
+                }
+                if (++skipped > DISPATCH_SKIP_MAX)
+                    goto out;
+                ready_step_over(s, t);
+                t = next;
+                continue;
+            }
+            sched__ready_remove(s, t);
+            if (!assign(s, t, w)) {
+                /* Failing it may cascade, and cancel the next one: rescan this depth. */
+                t = s->ready[d];
+                last = t != NULL ? t->qprev : NULL;
+                continue;
+            }
+            t = next;
+        }
+    }
+out:
+    uv_idle_stop(&s->kick);
+    sched__check(s);
+}
+
+void sched__kick(sched *s)
+{
+    if (!s->closing && s->nready > 0 && s->nworkers > 0)
+        uv_idle_start(&s->kick, dispatch);
+}
