@@ -11,7 +11,9 @@
  */
 #include "client_int.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +75,67 @@ const char *spillway_strerror(int err)
     return spw_strerror(err);
 }
 
+/* Why the calling thread's last spillway_connect failed: it has no handle to carry the text. */
+static _Thread_local char connect_err[PROTO_MAX_STR + 64];
+
 const char *spillway_errmsg(const spillway *c)
 {
-    return c != NULL ? c->errmsg : "";
+    return c != NULL ? c->errmsg : connect_err;
+}
+
+static void connect_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void connect_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(connect_err, sizeof connect_err, fmt, ap);
+    va_end(ap);
+}
+
+/* What is wrong with an address spw_addr_parse refused, for the text of a failed connect. */
+static const char *addr_problem(const char *addr)
+{
+    if (addr == NULL || addr[0] == '\0')
+        return "no address given (want HOST:PORT)";
+    const char *colon = addr[0] == '[' ? strstr(addr, "]:") : strrchr(addr, ':');
+    if (addr[0] == '[' && strchr(addr, ']') == NULL)
+        return "an IPv6 address without its closing ']'";
+    if (colon == NULL)
+        return "no port (want HOST:PORT)";
+    if (addr[0] == '[')
+        colon++;
+    if (colon == addr)
+        return "no host before the port";
+    const char *port = colon + 1;
+    if (*port == '\0')
+        return "an empty port (want HOST:PORT)";
+    char *end;
+    errno = 0;
+    long p = strtol(port, &end, 10);
+    if (*end != '\0' || port[0] == '-' || port[0] == '+')
+        return "the port is not a number";
+    if (errno != 0 || p < 1 || p > 65535)
+        return "the port is outside 1..65535";
+    return "not HOST:PORT, or the host is not an IPv4 address, a host name or a bracketed IPv6 "
+           "address";
+}
+
+static const char *role_name(int role)
+{
+    switch (role) {
+    case PROTO_ROLE_SCHEDULER:
+        return "a scheduler";
+    case PROTO_ROLE_WORKER:
+        return "a worker's peer port";
+    case PROTO_ROLE_CLIENT:
+        return "a client";
+    case PROTO_ROLE_CTL:
+        return "spillway-ctl";
+    case PROTO_ROLE_EXECUTOR:
+        return "an executor";
+    default:
+        return "a peer of unknown role";
+    }
 }
 
 char *spillway_ref_hex(spillway_ref ref, char out[33])
@@ -391,6 +451,15 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
 static void sched_ready(proto_conn *conn, const proto_welcome *w)
 {
     spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    int role = proto_conn_peer_role(conn);
+    if (role != PROTO_ROLE_SCHEDULER) {
+        /* A worker's peer port also says READY HOST:PORT and takes a client's handshake, but
+         * never answers a scheduler's requests: a call made there would wait for ever. */
+        spillway__set_err(c, "%s answered as %s, not a scheduler", c->addr, role_name(role));
+        c->wrong_role = true;
+        proto_conn_close(conn, SPW_EPROTO);
+        return;
+    }
     c->ready = true;
     c->wel = *w;
     if (c->inline_limit == 0)
@@ -445,16 +514,22 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         spillway_opts_init(&defaults);
         o = &defaults;
     }
+    connect_err[0] = '\0';
     spw_addr parsed;
-    if (addr == NULL || spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0)
+    if (addr == NULL || spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0) {
+        connect_fail("cannot connect to '%s': %s", addr != NULL ? addr : "", addr_problem(addr));
         return SPW_EINVAL;
+    }
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     const char *secret_file = spillway__secret_file(o);
     if (secret_file != NULL) {
         int rc = proto_secret_load(secret_file, &secret, &secret_len);
-        if (rc != 0)
+        if (rc != 0) {
+            connect_fail("cannot connect to %s: the secret file %s: %s", addr, secret_file,
+                         spw_strerror(rc));
             return rc;
+        }
     }
     spillway *c = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *c);
     spillway__refs_init(c);
@@ -490,9 +565,18 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         rc = proto_connect(c->ctx, addr, &sched_cbs, NULL, &c->sched);
     }
     if (rc == 0) {
-        rc = spillway__run_until(c, is_ready, NULL, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000);
+        int wait_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000;
+        rc = spillway__run_until(c, is_ready, NULL, wait_ms);
         if (rc == SPW_ECLOSED)
-            rc = c->sched_status;
+            rc = c->wrong_role ? SPW_EPROTO : c->sched_status;
+        if (c->wrong_role)
+            connect_fail("cannot connect to %s", c->errmsg);
+        else if (rc == SPW_ETIMEDOUT)
+            connect_fail("cannot connect to %s: no scheduler answered in %d ms", addr, wait_ms);
+        else if (rc != 0)
+            connect_fail("cannot connect to %s: %s", addr, spw_strerror(rc));
+    } else {
+        connect_fail("cannot connect to %s: %s", addr, spw_strerror(rc));
     }
     if (rc != 0) {
         spillway_close(c);

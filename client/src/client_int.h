@@ -121,6 +121,7 @@ struct spillway {
     int timer_fired;
     char errmsg[PROTO_MAX_STR + 64];
     bool err_set; /* errmsg was written since the public call in progress began */
+    bool wrong_role; /* connect: the peer proved the secret but is no scheduler */
     int peer_refused; /* why the last worker connection closed before it was ready */
 };
 

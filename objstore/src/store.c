@@ -305,6 +305,15 @@ int ost_obj_create(ost_store *s, spw_id id, uint64_t size, ost_obj **out)
 }
 
 
+/* Whether an allocation that does not fit now should fail now: one already gave up with the
+ * spill storage full, which still is, and no spill under way can free memory. */
+static bool full_for_now(ost_store *s)
+{
+    if (s->full_gave_up && !ost__spill_full(s))
+        s->full_gave_up = false; /* the storage takes spills again */
+    return s->full_gave_up && !ost__spill_pending(s);
+}
+
 int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
 {
     ost_obj *o = NULL;
@@ -314,6 +323,10 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
     int rc = create_check(s, id, size);
     if (rc == 0)
         rc = s->waiters == NULL ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
+    if (rc == 0)
+        s->full_gave_up = false;
+    else if (rc == SPW_ENOMEM && full_for_now(s))
+        rc = SPW_ESPILLFULL;
     if (rc != SPW_ENOMEM) {
         cb(arg, rc, rc == 0 ? o : NULL);
         return 0;
@@ -340,6 +353,7 @@ void ost__waiters_retry(ost_store *s)
     s->retrying = true;
     ost_waiter *w, *tmp;
     uint64_t now = spw_now_ns();
+    uint64_t failed_together = 0;
     DL_FOREACH_SAFE(s->waiters, w, tmp)
     {
         ost_obj *o = NULL;
@@ -353,11 +367,17 @@ void ost__waiters_retry(ost_store *s)
         /* First come, first served: a big request is not starved by small ones. Past its
          * deadline it still waits for the spills under way, whose outcome says whether room is
          * coming or the spill storage is full (they end: nothing is spilled twice). */
-        if (rc == SPW_ENOMEM && (now < w->deadline_ns || ost__spill_pending(s)))
+        bool together = rc == SPW_ENOMEM && full_for_now(s);
+        if (rc == SPW_ENOMEM && !together && (now < w->deadline_ns || ost__spill_pending(s)))
             break;
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
-        if (rc == SPW_ENOMEM) {
+        if (rc == 0) {
+            s->full_gave_up = false;
+        } else if (together) {
+            rc = SPW_ESPILLFULL;
+            failed_together++;
+        } else if (rc == SPW_ENOMEM) {
             bool full = ost__spill_full(s);
             spw_log(SPW_LOG_WARN,
                     "store=%s allocation of %llu bytes gave up after %u ms: used=%llu "
@@ -366,6 +386,8 @@ void ost__waiters_retry(ost_store *s)
                     (unsigned long long)s->st.used, (unsigned long long)s->st.pinned,
                     full ? " and the spill storage is full" : "");
             rc = full ? SPW_ESPILLFULL : SPW_EBACKPRESSURE;
+            if (full && !ost__spill_pending(s))
+                s->full_gave_up = true;
         }
         if (w->restore != NULL) {
             if (rc == 0)
@@ -378,6 +400,11 @@ void ost__waiters_retry(ost_store *s)
         spw_free(w);
     }
     s->retrying = false;
+    if (failed_together > 0)
+        spw_log(SPW_LOG_WARN,
+                "store=%s: %llu more allocations failed at once: the store is full, the spill "
+                "storage is full (%s) and nothing is being spilled",
+                s->name, (unsigned long long)failed_together, ost_store_full_reason(s));
     if (s->waiters != NULL)
         ost__spill_maintain(s);
 }

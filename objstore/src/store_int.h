@@ -66,6 +66,10 @@ struct ost_store {
     ost_waiter *waiters;
     uint64_t waiting_bytes;
     bool retrying;
+    /* An allocation gave up with the spill storage full and nothing spilling: until an
+     * allocation succeeds or the storage takes spills again, those that cannot be met at once
+     * fail at once rather than each waiting alloc_wait_ms in turn. */
+    bool full_gave_up;
     bool closing;       /* being freed: no more spill jobs */
     int busy;           /* threadpool jobs in flight */
     ost_stats st;

@@ -12,6 +12,7 @@
  */
 #include "spillway/proto.h"
 #include "spillway/proto_wr.h"
+#include "spillway/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,24 +414,33 @@ static inline uint64_t be64(const uint8_t *p)
     return PROTO_WR_BE(64, v);
 }
 
-/* Whether n bytes at p hold a NUL: eight at a time, for the strings of every task record. */
-static inline __attribute__((always_inline)) bool has_nul(const uint8_t *p, size_t n)
+/* Whether n bytes at p are no string a peer may send: a NUL, or bytes that are not UTF-8
+ * (names and texts end up in JSON). Eight at a time, for the strings of every task record; the
+ * UTF-8 check runs only for a string with a byte past ASCII. */
+static inline __attribute__((always_inline)) bool str_bad(const uint8_t *p, size_t n)
 {
+    uint64_t high = 0;
     if (n < 8) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (p[i] == 0)
                 return true;
-        return false;
-    }
-    const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
-    uint64_t w;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
+            high |= p[i] & 0x80;
+        }
+    } else {
+        const uint64_t lo = 0x0101010101010101u, hi = 0x8080808080808080u;
+        uint64_t w;
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            memcpy(&w, p + i, 8);
+            if (((w - lo) & ~w & hi) != 0)
+                return true;
+            high |= w & hi;
+        }
+        memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
         if (((w - lo) & ~w & hi) != 0)
             return true;
+        high |= w & hi;
     }
-    memcpy(&w, p + n - 8, 8); /* the last (n % 8) bytes, with some seen before */
-    return ((w - lo) & ~w & hi) != 0;
+    return high != 0 && !spw_utf8_valid(p, n);
 }
 
 static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val *v)
@@ -470,7 +480,7 @@ static int check_scalar(uint8_t kind, const pfield *fd, const mobj *o, proto_val
         }
         return 0;
     case PF_STR:
-        if (o->t != MO_STR || o->u > fd->max || has_nul(o->ptr, o->u))
+        if (o->t != MO_STR || o->u > fd->max || str_bad(o->ptr, o->u))
             return SPW_EMALFORMED;
         v->bin.ptr = o->ptr;
         v->bin.len = (uint32_t)o->u;
@@ -611,7 +621,7 @@ DEC_INLINE int dec_str(rd *r, proto_val *v, const pfield *fd)
     }
     if (len > left - hdr)
         return dec_value(r, fd, v);
-    if (len > fd->max || has_nul(p + hdr, len))
+    if (len > fd->max || str_bad(p + hdr, len))
         return SPW_EMALFORMED;
     val_zero(v);
     v->bin.ptr = p + hdr;

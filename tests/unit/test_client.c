@@ -3,10 +3,13 @@
  * encoder of task records (enc.c), which must write exactly proto's bytes, and the client
  * against a scheduler that misbehaves (a fake one on a thread of its own, answering as each
  * test says). */
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -348,6 +351,9 @@ static void *fake_run(void *arg)
     return NULL;
 }
 
+/* The role the fake answers the handshake as: a scheduler, unless a test says otherwise. */
+static int fake_role = PROTO_ROLE_SCHEDULER;
+
 static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *, const proto_msg *))
 {
     memset(f, 0, sizeof *f);
@@ -368,7 +374,7 @@ static void fake_start(fake_sched *f, void (*answer)(fake_sched *, proto_conn *,
     pthread_mutex_init(&f->mu, NULL);
     proto_ctx_opts po;
     proto_ctx_opts_default(&po);
-    po.role = PROTO_ROLE_SCHEDULER;
+    po.role = fake_role;
     po.name = "fake-scheduler";
     po.secret = (const uint8_t *)FAKE_SECRET;
     po.secret_len = strlen(FAKE_SECRET);
@@ -878,6 +884,69 @@ static void client_error_without_a_code_fails_the_call(void **state)
     fake_stop(&f);
 }
 
+/* A worker's peer port proves the secret and says READY like a scheduler, but answers no
+ * scheduler request: connecting there is refused at once, naming what answered, rather than
+ * leaving later calls waiting for ever. */
+static void client_connect_to_a_worker_port_is_refused(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_role = PROTO_ROLE_WORKER;
+    fake_start(&f, NULL);
+    fake_role = PROTO_ROLE_SCHEDULER;
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.secret_file = f.secret_file;
+    o.no_local = 1;
+    spillway *c = NULL;
+    assert_int_equal(spillway_connect(f.addr, &o, &c), SPW_EPROTO);
+    assert_null(c);
+    const char *why = spillway_errmsg(NULL);
+    assert_non_null(strstr(why, f.addr));
+    assert_non_null(strstr(why, "worker"));
+    assert_non_null(strstr(why, "not a scheduler"));
+    fake_stop(&f);
+}
+
+/* A connect that fails leaves a text for spillway_errmsg(NULL) naming the address and why. */
+static void client_connect_failures_say_why(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *addr, *why;
+    } bad[] = {
+        {"127.0.0.1", "no port"},
+        {"127.0.0.1:99999", "outside 1..65535"},
+        {"localhost:", "empty port"},
+        {"127.0.0.1:7x", "not a number"},
+        {":7400", "no host"},
+    };
+    spillway *c = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(spillway_connect(bad[i].addr, NULL, &c), SPW_EINVAL);
+        assert_null(c);
+        const char *why = spillway_errmsg(NULL);
+        assert_non_null(strstr(why, bad[i].addr));
+        assert_non_null(strstr(why, bad[i].why));
+    }
+    /* A port nobody listens on: bound, then closed, so it was free a moment ago. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    close(fd);
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.no_local = 1;
+    assert_int_equal(spillway_connect(addr, &o, &c), SPW_ECONNREFUSED);
+    assert_non_null(strstr(spillway_errmsg(NULL), addr));
+    assert_non_null(strstr(spillway_errmsg(NULL), spillway_strerror(SPW_ECONNREFUSED)));
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -885,6 +954,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_sparse_chunks_are_swept),
     cmocka_unit_test(test_task_rec_matches_proto),
     cmocka_unit_test(client_reply_of_another_type_is_eproto),
+    cmocka_unit_test(client_connect_to_a_worker_port_is_refused),
+    cmocka_unit_test(client_connect_failures_say_why),
     cmocka_unit_test(client_repeated_result_replaces_the_last),
     cmocka_unit_test(client_submit_refusal_keeps_its_message),
     cmocka_unit_test(client_map_blocks_refused_holds_nothing),

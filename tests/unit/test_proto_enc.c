@@ -5,6 +5,7 @@
  * an array of records, strings cut to their limit, borrowed payloads, the sent-frame check, and
  * values written in exactly msgpack-c's forms. */
 #include "spillway/proto.h"
+#include "spillway/utf8.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -446,6 +447,68 @@ static void long_strings_are_cut_to_the_schema_limit(void **state)
     msgpack_zone_destroy(&z);
 }
 
+/* Strings cross to JSON readers: one that is not UTF-8 is refused by the decoder, and our own
+ * encoder writes '?' for every byte that is not part of a well-formed sequence (a sequence
+ * the length limit cut, too), so what we send always decodes. */
+static void strings_are_utf8_both_ways(void **state)
+{
+    (void)state;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    proto_limits lim;
+    proto_limits_default(&lim);
+    /* The encoder: an invalid byte, a surrogate, an overlong NUL, and a cut multi-byte name. */
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"w\xff" "1", "w?1"},
+        {"caf\xc3\xa9", "caf\xc3\xa9"},
+        {"\xed\xa0\x80" "x", "???x"},
+        {"\xc0\x80", "??"},
+        {"long name \xe2\x82", "long name ??"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        spw_buf b = {0};
+        proto_enc e;
+        proto_enc_put_place(&e, &b, 1, &(proto_put_place_msg){.site = cases[i].in});
+        proto_enc_end(&e, UINT32_MAX);
+        proto_msg m;
+        decode_one(&b, &z, &m, PROTO_PUT_PLACE);
+        assert_int_equal(m.f[F_PUTP_SITE].bin.len, strlen(cases[i].out));
+        assert_memory_equal(m.f[F_PUTP_SITE].bin.ptr, cases[i].out, strlen(cases[i].out));
+        spw_buf_release(&b);
+    }
+    /* A cut inside a sequence: PROTO_MAX_NAME - 1 ASCII bytes and a two-byte character. */
+    char name[PROTO_MAX_NAME + 2];
+    memset(name, 'n', PROTO_MAX_NAME - 1);
+    memcpy(name + PROTO_MAX_NAME - 1, "\xc3\xa9", 3);
+    spw_buf b = {0};
+    proto_enc e;
+    proto_enc_put_place(&e, &b, 1, &(proto_put_place_msg){.site = name});
+    proto_enc_end(&e, UINT32_MAX);
+    proto_msg m;
+    decode_one(&b, &z, &m, PROTO_PUT_PLACE);
+    assert_int_equal(m.f[F_PUTP_SITE].bin.len, PROTO_MAX_NAME);
+    assert_int_equal(((const char *)m.f[F_PUTP_SITE].bin.ptr)[PROTO_MAX_NAME - 1], '?');
+    /* The decoder: the same frame with the site's first byte made 0xff is malformed. */
+    for (size_t at = 0; at + 1 < b.len; at++) {
+        if (memcmp(b.data + at, "nnnn", 4) == 0) {
+            b.data[at] = 0xff;
+            break;
+        }
+    }
+    assert_int_equal(proto_decode(b.data, b.len, &lim, &z, &m), SPW_EMALFORMED);
+    spw_buf_release(&b);
+    msgpack_zone_destroy(&z);
+    /* The checker itself, at the edges of the ranges. */
+    assert_true(spw_utf8_valid("\xf4\x8f\xbf\xbf", 4));
+    assert_false(spw_utf8_valid("\xf4\x90\x80\x80", 4));
+    assert_true(spw_utf8_valid("\xef\xbf\xbf", 3));
+    assert_false(spw_utf8_valid("\xe0\x9f\xbf", 3));
+    assert_true(spw_utf8_valid("0123456789abcdef\xc3\xa9", 18));
+    assert_int_equal(spw_utf8_bad_at("0123456789abcdef\x80", 17), 16);
+}
+
 /* A payload left out of the frame (ptr NULL) is announced by its header: appending the bytes
  * gives the same frame as encoding them in. */
 static void borrowed_payload_header_matches_full_frame(void **state)
@@ -568,6 +631,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(batches_built_record_by_record_round_trip),
     cmocka_unit_test(record_arrays_three_ways_same_bytes),
     cmocka_unit_test(long_strings_are_cut_to_the_schema_limit),
+    cmocka_unit_test(strings_are_utf8_both_ways),
     cmocka_unit_test(borrowed_payload_header_matches_full_frame),
     cmocka_unit_test(sent_frame_check_catches_a_wrong_frame),
     cmocka_unit_test(values_match_msgpack_c_packer),

@@ -255,6 +255,51 @@ static void full_spill_map_fails_cleanly_and_keeps_objects(void **state)
     done(s);
 }
 
+/* With the store full and the spill storage full, nothing spilling: once one allocation has
+ * given up, the next ones fail at once with SPW_ESPILLFULL instead of each waiting its whole
+ * alloc_wait in turn (a job of many tasks would take one wait per task to fail). When room
+ * comes back, allocations succeed again. */
+static void full_spill_storage_fails_later_allocations_at_once(void **state)
+{
+    (void)state;
+    ost_store *s = mk(8u << 20, 1u << 20, 1u << 20, 50);
+    put(s, 1, 4u << 20, false); /* random: cannot fit the 1 MiB map */
+    put(s, 2, 3u << 20, false);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_not_equal(ost_store_full_reason(s), "");
+    got first = {0};
+    ost_obj_create_async(s, id(3), 4u << 20, got_cb, &first);
+    while (first.calls == 0) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ost_store_maintain(s);
+    }
+    assert_int_equal(first.status, SPW_ESPILLFULL);
+    for (uint64_t n = 4; n < 8; n++) {
+        got g = {0};
+        ost_obj_create_async(s, id(n), 2u << 20, got_cb, &g);
+        assert_int_equal(g.calls, 1); /* answered before the call returns: no wait */
+        assert_int_equal(g.status, SPW_ESPILLFULL);
+    }
+    /* An allocation that fits is not refused. */
+    ost_obj *o = NULL;
+    got small = {0};
+    ost_obj_create_async(s, id(8), 512u << 10, got_cb, &small);
+    assert_int_equal(small.calls, 1);
+    assert_int_equal(small.status, 0);
+    o = small.o;
+    ost_obj_abort(s, o);
+    /* Room comes back: a large allocation succeeds again. */
+    ost_obj_delete(s, id(1));
+    got later = {0};
+    ost_obj_create_async(s, id(9), 4u << 20, got_cb, &later);
+    while (later.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(later.status, 0);
+    ost_obj_abort(s, later.o);
+    ost_obj_delete(s, id(2));
+    done(s);
+}
+
 static void timer_done(uv_timer_t *t)
 {
     (void)t;
@@ -1055,6 +1100,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(pinned_objects_keep_memory_and_allocations_fail_clearly),
     cmocka_unit_test(larger_than_capacity_is_etoobig),
     cmocka_unit_test(full_spill_map_fails_cleanly_and_keeps_objects),
+    cmocka_unit_test(full_spill_storage_fails_later_allocations_at_once),
     cmocka_unit_test(failed_spill_is_tried_again),
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),

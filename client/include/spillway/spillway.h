@@ -91,8 +91,10 @@ SPILLWAY_API void spillway_opts_init(spillway_opts *o);
  * @param[out] out the connection; untouched on failure.
  * HOST is an IPv4 address, a host name (looked up, every address it has tried in turn) or an
  * IPv6 address in brackets ("[::1]:7400").
+ * On failure, spillway_errmsg(NULL) in the same thread says why, naming the address.
  * @return 0; SPW_EINVAL (bad address); SPW_ENONAME (the name does not resolve);
- *         SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler);
+ *         SPW_ECONNREFUSED / SPW_ETIMEDOUT (no scheduler); SPW_EPROTO (the peer is a spillway
+ *         daemon but no scheduler, e.g. a worker's peer port);
  *         SPW_EAUTH (secret mismatch); SPW_EVERSION; -errno reading the secret file. */
 SPILLWAY_API int spillway_connect(const char *addr, const spillway_opts *opts, spillway **out);
 /** The stall timeout's default: 60 s, twice a worker's default --alloc-wait. */
@@ -115,7 +117,8 @@ SPILLWAY_API void spillway_close(spillway *c);
 /** Text for an error code. Never NULL. */
 SPILLWAY_API const char *spillway_strerror(int err);
 /** Detail of the last failed call on c (for a failed task, its error text). Never NULL.
- * @note valid until the next call on c. */
+ * With c NULL: why this thread's last spillway_connect failed ("" after one that succeeded).
+ * @note valid until the next call on c (with NULL: the thread's next spillway_connect). */
 SPILLWAY_API const char *spillway_errmsg(const spillway *c);
 
 #define SPILLWAY_STR_(x) #x

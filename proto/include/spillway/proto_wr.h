@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "spillway/base.h"
+#include "spillway/utf8.h"
 
 #define PROTO_WR_MAX_HDR 9 /* a scalar, or a str/bin/array header */
 #define PROTO_WR_MAX_LEN 5 /* a str/bin/array header */
@@ -147,11 +148,20 @@ static inline uint8_t *proto_wr_strn(uint8_t *p, const char *s, size_t n)
     return proto_wr_body(proto_wr_str_hdr(p, n), s, n);
 }
 
-/* A string field: NULL is "", one longer than max is cut to max, so a name from configuration
- * can never make a frame the peer refuses. Room: PROTO_WR_MAX_HDR + max. */
+/* A string field: NULL is "", one longer than max is cut to max, and bytes that are not UTF-8
+ * (a sequence the cut split, too) are written as '?', so a name from configuration or a path
+ * from the system can never make a frame the peer refuses. Room: PROTO_WR_MAX_HDR + max. */
 static inline uint8_t *proto_wr_str_max(uint8_t *p, const char *s, size_t max)
 {
-    return proto_wr_strn(p, s, s != NULL ? strnlen(s, max) : 0);
+    size_t n = s != NULL ? strnlen(s, max) : 0;
+    uint8_t *body = proto_wr_str_hdr(p, n);
+    uint8_t *end = proto_wr_body(body, s, n);
+    uint8_t high = 0;
+    for (size_t i = 0; i < n; i++)
+        high |= body[i];
+    if (high & 0x80)
+        spw_utf8_scrub(body, n);
+    return end;
 }
 
 /* An id: bin 8 of 16 bytes, big-endian halves (spw_id_to_bytes). Room: PROTO_WR_ID. */
