@@ -179,7 +179,16 @@ static void print_memory(json_t *doc, bool stats_only)
             snprintf(owner, sizeof owner, "%s:%llu", ctldoc_s(ow, "host"), (unsigned long long)ctldoc_u(ow, "pid"));
             human_age(ctldoc_u(o, "age_ms"), age, sizeof age);
             uint64_t stored = ctldoc_u(o, "stored_size");
-            printf("%-12.12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", ctldoc_s(o, "id"),
+            /* An output of a task of several reads task#index (its id is the task's, with the
+             * index in the low bits). */
+            char idc[40];
+            json_t *out = json_object_get(o, "output");
+            if (out != NULL)
+                snprintf(idc, sizeof idc, "%.12s#%llu", ctldoc_s(out, "task"),
+                         (unsigned long long)ctldoc_u(out, "index"));
+            else
+                snprintf(idc, sizeof idc, "%.12s", ctldoc_s(o, "id"));
+            printf("%-12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", idc,
                    human(ctldoc_u(o, "size"), a), stored ? human(stored, b) : "-", ctldoc_s(o, "state"),
                    where, refs[0] ? refs : "-", owner, ctldoc_s(o, "call_site"), age);
         }

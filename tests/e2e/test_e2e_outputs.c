@@ -71,6 +71,33 @@ static void outputs_read_back_byte_by_byte(void **state)
         check_output(cl, refs[i], i, sizes[i]);
     assert_int_equal(e2e_get_u64(cl, whole), sizes[1]);
     assert_int_equal(e2e_get_u64(cl, viewed), 5000);
+    /* spillway-ctl memory names each output's task and index. */
+    json_t *doc = e2e_ctl_json(&c, "memory");
+    assert_non_null(doc);
+    char want[33], task0[33];
+    spillway_ref_hex(refs[3], want);
+    spillway_ref_hex(refs[0], task0);
+    size_t n;
+    json_t *o, *found = NULL;
+    json_array_foreach(json_object_get(doc, "objects"), n, o)
+    {
+        if (strcmp(json_string_value(json_object_get(o, "id")), want) == 0)
+            found = o;
+    }
+    assert_non_null(found);
+    json_t *out = json_object_get(found, "output");
+    assert_non_null(out);
+    assert_string_equal(json_string_value(json_object_get(out, "task")), task0);
+    assert_int_equal(json_integer_value(json_object_get(out, "index")), 3);
+    assert_int_equal(json_integer_value(json_object_get(out, "of")), K);
+    json_decref(doc);
+    char *table = NULL;
+    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    assert_int_equal(h_run(argv, &table), 0);
+    char cell[24];
+    snprintf(cell, sizeof cell, "%.12s#3", task0);
+    assert_non_null(strstr(table, cell));
+    free(table);
     /* Output 0 is the id a one-output task would have; the others follow it. */
     char h0[33], h1[33];
     spillway_ref_hex(refs[0], h0);
