@@ -204,6 +204,21 @@ static void obj_release(sched *s, sched_obj *o)
     rec_free(s, o);
 }
 
+/* What releasing o ends, whether its record goes or stays (a husk): its waiters are answered,
+ * its bytes uncounted. */
+static void obj_gone(sched *s, sched_obj *o)
+{
+    char hex[33];
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
+        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
+                         spw_id_hex(o->id, hex));
+        sched__waiter_free(s, w);
+    }
+    if (o->state == OBJ_READY)
+        s->obj_bytes -= o->size;
+    sched__live_uncount(s, o);
+}
+
 static void obj_free(sched *s, sched_obj *o)
 {
     char hex[33];
@@ -220,14 +235,7 @@ static void obj_free(sched *s, sched_obj *o)
                 send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
     }
-    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
-        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
-                         spw_id_hex(o->id, hex));
-        sched__waiter_free(s, w);
-    }
-    if (o->state == OBJ_READY)
-        s->obj_bytes -= o->size;
-    sched__live_uncount(s, o);
+    obj_gone(s, o);
     if (sched__obj_producer(o) != NULL)
         sched__task_free(s, sched__obj_producer(o));
     SPW_ASSERT(!o->kept);
@@ -242,19 +250,11 @@ static void obj_free(sched *s, sched_obj *o)
  * go now, its record stays for the task (sched_obj.husk). */
 static void obj_husk(sched *s, sched_obj *o)
 {
-    char hex[33];
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
     o->nlocs = 0;
     sched__broadcast_obj_freed(s, o->id);
-    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
-        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
-                         spw_id_hex(o->id, hex));
-        sched__waiter_free(s, w);
-    }
-    if (o->state == OBJ_READY)
-        s->obj_bytes -= o->size;
-    sched__live_uncount(s, o);
+    obj_gone(s, o);
     if (o->has_inline && o->size > sizeof o->inline_small)
         spw_free(o->inline_heap);
     o->has_inline = 0;
