@@ -180,7 +180,16 @@ static void print_memory(json_t *doc, bool stats_only)
             snprintf(owner, sizeof owner, "%s:%llu", ctl_doc_s(ow, "host"), (unsigned long long)ctl_doc_u(ow, "pid"));
             human_age(ctl_doc_u(o, "age_ms"), age, sizeof age);
             uint64_t stored = ctl_doc_u(o, "stored_size");
-            printf("%-12.12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", ctl_doc_s(o, "id"),
+            /* An output of a task of several reads task#index (its id is the task's, with the
+             * index in the low bits). */
+            char idc[40];
+            json_t *out = json_object_get(o, "output");
+            if (out != NULL)
+                snprintf(idc, sizeof idc, "%.12s#%llu", ctl_doc_s(out, "task"),
+                         (unsigned long long)ctl_doc_u(out, "index"));
+            else
+                snprintf(idc, sizeof idc, "%.12s", ctl_doc_s(o, "id"));
+            printf("%-12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", idc,
                    human(ctl_doc_u(o, "size"), a), stored ? human(stored, b) : "-", ctl_doc_s(o, "state"),
                    where, refs[0] ? refs : "-", owner, ctl_doc_s(o, "call_site"), age);
         }

@@ -544,7 +544,9 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         seed[1] = spw_id_hash((spw_id){seed[0], (uint64_t)getpid()});
     }
     c->id_hi = seed[0];
-    c->id_lo = seed[1] | 1; /* never the nil id */
+    /* Never the nil id; the low bits are zero, for the indexes of a task's outputs (output i of
+     * task id is spw_id_output(id, i)). */
+    c->id_lo = (seed[1] & ~SPW_OUT_INDEX_MASK) | SPW_TASK_OUTPUTS_MAX;
     uv_loop_init(&c->loop);
     uv_timer_init(&c->loop, &c->timer);
     c->timer.data = c;

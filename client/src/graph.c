@@ -178,13 +178,21 @@ static void arg_rec(spillway *c, const spillway_arg *a, spw_id *rid, proto_arg_r
                          .len = view ? a->len : 0};
 }
 
+_Static_assert(SPILLWAY_MAX_OUTPUTS == SPW_TASK_OUTPUTS_MAX, "one limit on a task's outputs");
+
+/* A task of nouts outputs; out: nouts references, or NULL. */
 static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                         unsigned flags, spillway_ref *out, const char *site)
+                         unsigned flags, uint32_t nouts, spillway_ref *out, const char *site)
 {
     if (g == NULL || fn == NULL || fn[0] == '\0' || strlen(fn) > PROTO_MAX_NAME ||
-        (args == NULL && nargs > 0) || nargs > 65535)
+        (args == NULL && nargs > 0) || nargs > 65535 || nouts == 0)
         return SPW_EINVAL;
     spillway *c = g->c;
+    if (nouts > SPILLWAY_MAX_OUTPUTS) {
+        spillway__set_err(c, "task %llu (%s): %u outputs declared, over the limit of %u",
+                          (unsigned long long)g->ntasks, fn, nouts, SPILLWAY_MAX_OUTPUTS);
+        return SPW_ELIMIT;
+    }
     /* Validate before encoding anything, so a refusal leaves the graph as it was. */
     for (size_t i = 0; i < nargs; i++) {
         const spillway_arg *a = &args[i];
@@ -257,7 +265,9 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
                                              .flags = flags & SPILLWAY_KEEP ? PROTO_TASK_KEEP : 0,
                                              .site = site,
                                              .worker = g->place,
-                                             .omit_worker = g->place[0] == '\0'});
+                                             .omit_worker = g->place[0] == '\0' && nouts <= 1,
+                                             .nouts = nouts,
+                                             .omit_nouts = nouts <= 1});
     if (recs != recs_local)
         spw_free(recs);
     size_t rec_len = g->recs.len - before;
@@ -285,17 +295,19 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
     }
     g->nrecs++;
     g->ntasks++;
-    if (flags & SPILLWAY_KEEP) {
+    for (uint32_t i = 0; (flags & SPILLWAY_KEEP) && i < nouts; i++) {
         if (g->nkept == g->capkept) {
             g->capkept = g->capkept ? g->capkept * 2 : 64;
             g->kept = spw_realloc(SPW_MOD_CLIENT, g->kept, g->capkept * sizeof *g->kept);
         }
-        g->kept[g->nkept++] = id;
+        g->kept[g->nkept++] = spw_id_output(id, i);
     }
     if (g->recs.len > frame_budget(c))
         cut_frame(g, false, NULL);
-    if (out != NULL)
-        *out = (spillway_ref){id.hi, id.lo};
+    for (uint32_t i = 0; out != NULL && i < nouts; i++) {
+        spw_id oid = spw_id_output(id, i);
+        out[i] = (spillway_ref){oid.hi, oid.lo};
+    }
     if (av != argv_local)
         spw_free(av);
     return 0;
@@ -502,8 +514,17 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
 {
     spillway *c_ = g != NULL ? g->c : NULL;
     spillway__enter(c_);
-    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, out, site),
+    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, 1, out, site),
                            "spillway_task_at");
+}
+
+int spillway_task_n_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
+                       unsigned flags, uint32_t k, spillway_ref *refs_out, const char *site)
+{
+    spillway *c_ = g != NULL ? g->c : NULL;
+    spillway__enter(c_);
+    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, k, refs_out, site),
+                           "spillway_task_n_at");
 }
 
 int spillway_submit_at(spillway_graph *g, const char *site)

@@ -60,6 +60,8 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     spw_id id = o->id;
     CHECK(o->has_task == 1 && sched__task_out(t) == o, id, "task and its output object disagree");
     CHECK(t->state <= T_FAILED, id, "task state %u unknown", t->state);
+    CHECK(t->nouts >= 1 && t->nouts <= SPW_TASK_OUTPUTS_MAX && t->outs_alive < t->nouts, id,
+          "task of %u outputs, %u of them after the first alive", t->nouts, t->outs_alive);
     tstate[t->state]++;
     bool live = t->state == T_WAITING || t->state == T_READY || t->state == T_ASSIGNED ||
                 t->state == T_RUNNING;
@@ -219,7 +221,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         HASH_FIND(hh, s->sessions, &o->origin->owner, sizeof o->origin->owner, owner);
         CHECK(owner != NULL, id, "kept for session %llu, which is gone",
               (unsigned long long)o->origin->owner);
-        CHECK(o->has_task && (sched__obj_producer(o)->flags & PROTO_TASK_KEEP), id,
+        CHECK((o->has_task || o->is_out) && (sched__obj_task(s, o)->flags & PROTO_TASK_KEEP), id,
               "kept, but not the output of a task that keeps it");
         (*holders)++;
     } else {
@@ -237,10 +239,25 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
     for (int k = 0; k < REF_KINDS; k++)
         total += o->refs[k];
     const sched_task *t = sched__obj_producer(o);
+    /* Output 0 of a task of several stays while the others do: a husk once its task ended. */
+    bool held_by_outs = t != NULL && t->outs_alive > 0;
     if (total == 0)
-        CHECK(t != NULL && t->worker != NULL && o->orphan, id,
+        CHECK((t != NULL && t->worker != NULL && o->orphan) || held_by_outs, id,
               "object with no reference left was not freed (task state %d, orphan %u)",
               t != NULL ? t->state : -1, o->orphan);
+    if (o->husk)
+        CHECK(total == 0 && held_by_outs && o->state == OBJ_LOST && o->nlocs == 0 &&
+                  !o->has_inline && !o->has_failure,
+              id, "husk with references, a copy, a value or no other output of its task");
+    if (o->is_out) {
+        const sched_obj *o0 = sched__obj_find(s, spw_id_output_task(o->id));
+        CHECK(o0 != NULL && o0->has_task, id, "output %u of a task that is gone",
+              spw_id_output_index(o->id));
+        CHECK(spw_id_output_index(o->id) < sched__obj_producer(o0)->nouts, id,
+              "output %u of a task of %u", spw_id_output_index(o->id),
+              sched__obj_producer(o0)->nouts);
+        CHECK(!o->has_task && !o->husk, id, "a later output holds a task or is a husk");
+    }
 
     /* Locations: distinct live workers, and only for ready objects. */
     CHECK(o->nlocs <= o->caplocs, id, "nlocs over caplocs");
@@ -253,7 +270,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         CHECK(o->state == OBJ_READY, id, "object in state %u has %u locations", o->state,
               o->nlocs);
     if (o->has_inline)
-        CHECK(o->size > 0 && o->has_task, id, "inline value of %llu bytes, for a %s",
+        CHECK(o->size > 0 && (o->has_task || o->is_out), id, "inline value of %llu bytes, for a %s",
               (unsigned long long)o->size, o->has_task ? "task" : "put");
     if (o->has_failure) {
         (*failed)++;
@@ -266,7 +283,7 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL, id,
               "ready task output with no copy anywhere");
     }
-    if (o->state == OBJ_PENDING && t == NULL)
+    if (o->state == OBJ_PENDING && t == NULL && !o->is_out)
         CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
     if (o->put_worker != 0) {
         CHECK(t == NULL, id, "task output with an upload worker");
@@ -287,8 +304,9 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
 
     if (o->live) {
         CHECK(o->refs[REF_TASK_ARG] > 0, id, "counted in live bytes with no consumer left");
-        CHECK(t != NULL, id, "a put counted in a graph's live bytes");
-        gacc *ga = gacc_find(graphs, t->graph);
+        const sched_task *lt = sched__obj_task(s, o);
+        CHECK(lt != NULL, id, "a put counted in a graph's live bytes");
+        gacc *ga = gacc_find(graphs, lt->graph);
         CHECK(ga != NULL, id, "counted in a graph that is not on the list");
         ga->live_bytes += o->size;
     }

@@ -232,7 +232,8 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mrec *m
     }
     uint64_t now = spw_wall_ms();
     mloc_iter it = {.head = m};
-    const sched_task *producer = sched__obj_producer(o);
+    const sched_task *producer = sched__obj_task(s, o);
+    uint32_t nouts = producer != NULL ? producer->nouts : 1;
     proto_mobj_rec r = {
         .id = o->id,
         .size = o->size,
@@ -247,7 +248,9 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mrec *m
         /* Locations: what the stores said, else the directory's (their worker did not answer). */
         .locs = m != NULL ? (proto_mloc_recs){.n = m->n, .put = put_mloc, .arg = &it}
                           : (proto_mloc_recs){.n = o->nlocs, .put = put_dir_loc, .arg = (void *)o},
-        .is_inline = o->has_inline};
+        .is_inline = o->has_inline,
+        .nouts = nouts,
+        .omit_nouts = nouts <= 1};
     proto_put_mobj_rec(e, &r);
     spw_buf_release(&holders);
 }
@@ -392,7 +395,7 @@ static void stream_cb(uv_idle_t *h)
         size_t i = q->pos;
         for (; i < end && recs.len < budget; i++) {
             const sched_obj *o = sched__obj_find(s, q->ids[i]);
-            if (o == NULL)
+            if (o == NULL || o->husk) /* a husk is a released output's record: no object */
                 continue;
             put_object(s, &e, o, *index_slot(q, o->id));
             n++;

@@ -22,6 +22,23 @@ sched_obj *sched__obj_find(sched *s, spw_id id)
     return spw_idmap_find(&s->objects, id);
 }
 
+sched_task *sched__obj_task(sched *s, const sched_obj *o)
+{
+    if (!o->is_out)
+        return sched__obj_producer(o);
+    sched_obj *o0 = sched__obj_find(s, spw_id_output_task(o->id));
+    SPW_ASSERT(o0 != NULL && o0->has_task); /* output 0's record outlives the others */
+    return sched__obj_producer(o0);
+}
+
+sched_obj *sched__task_output(sched *s, const sched_task *t, uint32_t i)
+{
+    sched_obj *o0 = sched__task_out(t);
+    if (i == 0)
+        return o0->husk ? NULL : o0;
+    return sched__obj_find(s, spw_id_output(o0->id, i));
+}
+
 /* A zeroed record of `size` bytes: a slab's for sizes up to SCHED_REC_SLAB. NULL if out of
  * memory. */
 static sched_obj *rec_alloc(sched *s, size_t size)
@@ -187,6 +204,21 @@ static void obj_release(sched *s, sched_obj *o)
     rec_free(s, o);
 }
 
+/* What releasing o ends, whether its record goes or stays (a husk): its waiters are answered,
+ * its bytes uncounted. */
+static void obj_gone(sched *s, sched_obj *o)
+{
+    char hex[33];
+    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
+        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
+                         spw_id_hex(o->id, hex));
+        sched__waiter_free(s, w);
+    }
+    if (o->state == OBJ_READY)
+        s->obj_bytes -= o->size;
+    sched__live_uncount(s, o);
+}
+
 static void obj_free(sched *s, sched_obj *o)
 {
     char hex[33];
@@ -203,26 +235,51 @@ static void obj_free(sched *s, sched_obj *o)
                 send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
     }
-    for (sched_waiter *w; (w = sched__obj_waiters(s, o)) != NULL;) {
-        proto_conn_error(w->sess->conn, w->req, SPW_ENOOBJ, "obj=%s was released while waited for",
-                         spw_id_hex(o->id, hex));
-        sched__waiter_free(s, w);
-    }
-    if (o->state == OBJ_READY)
-        s->obj_bytes -= o->size;
-    sched__live_uncount(s, o);
+    obj_gone(s, o);
     if (sched__obj_producer(o) != NULL)
         sched__task_free(s, sched__obj_producer(o));
     SPW_ASSERT(!o->kept);
+    sched_obj *o0 = o->is_out ? sched__obj_find(s, spw_id_output_task(o->id)) : NULL;
     spw_idmap_del(&s->objects, o);
     obj_release(s, o);
+    if (o0 != NULL && --sched__obj_producer(o0)->outs_alive == 0)
+        sched__obj_maybe_free(s, o0); /* a husk, or output 0 waiting for its task to end */
+}
+
+/* Output 0 of a task of several, released while other outputs of it live: its copies and value
+ * go now, its record stays for the task (sched_obj.husk). */
+static void obj_husk(sched *s, sched_obj *o)
+{
+    for (uint32_t i = 0; i < o->nlocs; i++)
+        send_delete(s, o->locs[i], o->id);
+    o->nlocs = 0;
+    sched__broadcast_obj_freed(s, o->id);
+    obj_gone(s, o);
+    if (o->has_inline && o->size > sizeof o->inline_small)
+        spw_free(o->inline_heap);
+    o->has_inline = 0;
+    failure_drop(s, o);
+    o->state = OBJ_LOST;
+    o->husk = 1;
 }
 
 void sched__obj_maybe_free(sched *s, sched_obj *o)
 {
     if (total_refs(o) > 0)
         return;
+    if (o->is_out) {
+        /* A later output: its record goes now, whatever its task does; a copy the task still
+         * makes is dropped when it reports (task_done_rec). */
+        obj_free(s, o);
+        return;
+    }
     sched_task *t = sched__obj_producer(o);
+    if (t != NULL && t->outs_alive > 0) {
+        /* Other outputs of its task live: the task stays, and runs on (or waits) for them. */
+        if (!o->husk && (t->state == T_DONE || t->state == T_FAILED) && !sched__task_ahead(t))
+            obj_husk(s, o);
+        return;
+    }
     if (t != NULL && !t->graph->submitted) {
         /* Its graph is still being submitted: its session holds it until the last frame, as it
          * holds every output that has no reference when it is made (sched__graph_hold). */
@@ -539,12 +596,12 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
 {
     char hex[33];
     sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
-    if (o == NULL) {
+    if (o == NULL || o->husk) {
         /* Released while it was being written: the worker should drop it. */
         send_delete(s, w->id, m->f[F_ADDED_ID].id);
         return;
     }
-    if (o->state == OBJ_PENDING && sched__obj_producer(o) == NULL) {
+    if (o->state == OBJ_PENDING && sched__obj_producer(o) == NULL && !o->is_out) {
         if (m->f[F_ADDED_SIZE].u != o->size) {
             proto_conn_error(w->conn, m->req, SPW_EINVAL,
                              "obj=%s: sealed %llu bytes, %llu announced", spw_id_hex(o->id, hex),
@@ -579,7 +636,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
          * after it. Only ready objects have locations, so the copy is not listed: its worker
          * drops it (else it stays, known to nobody), unless the re-run is there (its output
          * takes the id; a delete would follow it). A broadcast counts it as failed there. */
-        sched_task *t = sched__obj_producer(o);
+        sched_task *t = sched__obj_task(s, o);
         if (t == NULL || t->worker != w)
             send_delete(s, w->id, o->id);
         sched__broadcast_added(s, w, o->id, false);

@@ -194,7 +194,9 @@ int sched__task_send(sched *s, const sched_task *t, sched_worker *w, uint32_t fl
                            &(proto_run_rec){.id = sched__task_out(t)->id,
                                             .fn = t->fn->name,
                                             .args = {.n = t->nargs, .put = put_warg, .arg = &it},
-                                            .flags = flags});
+                                            .flags = flags,
+                                            .nouts = t->nouts,
+                                            .omit_nouts = t->nouts <= 1});
 }
 
 /* Checks what can only be checked once inputs exist. Returns 0 or fills err. */

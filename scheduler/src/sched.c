@@ -199,7 +199,7 @@ static void locate(sched *s, sched_session *ss, const proto_msg *m)
 {
     char hex[33];
     sched_obj *o = sched__obj_find(s, m->f[F_LOCATE_ID].id);
-    if (o == NULL) {
+    if (o == NULL || o->husk) {
         proto_conn_error(ss->conn, m->req, SPW_ENOOBJ, "obj=%s unknown",
                          spw_id_hex(m->f[F_LOCATE_ID].id, hex));
         return;

@@ -206,6 +206,12 @@ struct sched_task {
     uint8_t placed : 1;
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
+    /* Its outputs: nouts of them (1..SPW_TASK_OUTPUTS_MAX), output 0 in this record's object,
+     * output i >= 1 an object of its own (is_out) with id spw_id_output(id, i). outs_alive
+     * counts the records of outputs 1.. that exist: output 0's record, which holds the task, is
+     * freed only once none does (until then, if released, it is a husk). */
+    uint16_t nouts;
+    uint16_t outs_alive;
     sched_graph *graph;
     sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
@@ -272,6 +278,11 @@ struct sched_obj {
     uint8_t has_waiters : 1; /* LOCATE requests wait for it (sched__obj_waiters) */
     uint8_t has_inline : 1;  /* its result (size > 0 bytes) is here (sched__obj_inline) */
     uint8_t has_failure : 1; /* why it failed is in s->failures (sched__obj_failure) */
+    uint8_t is_out : 1;      /* output i >= 1 of a task, which is in output 0's record */
+    /* Output 0 of a task of several outputs, released while others of them live: its data is
+     * gone (no copy, no value; state OBJ_LOST with no failure), and its record stays only for
+     * its task, which may have to run again for them (lineage). Freed with the last of them. */
+    uint8_t husk : 1;
     uint32_t created;        /* ms after origin->base_ms (sched__obj_created_ms) */
     /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
      * in inline_small, larger ones on the heap. */
@@ -446,6 +457,12 @@ static inline sched_task *sched__obj_producer(const sched_obj *o)
 {
     return o->has_task ? (sched_task *)(uintptr_t)(o + 1) : NULL;
 }
+/* The task computing o, or NULL for a put: its own record's (output 0), or that of output 0
+ * of its task for a later output (is_out), looked up by id (spw_id_output_task). */
+sched_task *sched__obj_task(sched *s, const sched_obj *o);
+/* Output i of t (0: the object whose record holds it), or NULL when its record is gone (output i
+ * >= 1 released) or a husk (output 0 released). */
+sched_obj *sched__task_output(sched *s, const sched_task *t, uint32_t i);
 /* A task's output object, whose record holds it; the task's id is the object's. */
 static inline sched_obj *sched__task_out(const sched_task *t)
 {

@@ -63,7 +63,7 @@ void sched__live_uncount(sched *s, sched_obj *o)
 {
     if (!o->live)
         return;
-    sched_graph *g = sched__obj_producer(o)->graph;
+    sched_graph *g = sched__obj_task(s, o)->graph;
     g->live_bytes -= o->size < g->live_bytes ? o->size : g->live_bytes;
     o->live = 0;
     sched__kick(s);
@@ -90,7 +90,7 @@ static void release_args(sched *s, sched_task *t)
         return;
     t->args_released = 1;
     const sched_obj *out = sched__task_out(t);
-    bool stored = t->state == T_DONE && !out->has_inline && out->size > 0;
+    bool stored = t->state == T_DONE && (t->nouts > 1 || (!out->has_inline && out->size > 0));
     sched_arg *a = sched__task_args(t);
     for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
         if (a->obj == NULL)
@@ -130,20 +130,25 @@ static void send_result(sched *s, sched_task *t)
     sched_session *ss = session_by_id(s, sched__task_out(t)->origin->owner);
     if (ss == NULL)
         return;
-    sched_obj *o = sched__task_out(t);
-    proto_tres_rec r = {.id = sched__task_out(t)->id};
-    if (o->state == OBJ_READY) {
-        r.size = o->size;
-        if (o->has_inline || o->size == 0) /* else nil: in a store */
-            r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
-                                    (uint32_t)o->size};
-    } else {
-        const sched_failure *f = sched__obj_failure(s, o);
-        r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
-        r.err = f != NULL ? f->msg : NULL;
+    /* One record per output still held, each under its own id. */
+    for (uint32_t i = 0; i < t->nouts; i++) {
+        sched_obj *o = sched__task_output(s, t, i);
+        if (o == NULL)
+            continue;
+        proto_tres_rec r = {.id = o->id};
+        if (o->state == OBJ_READY) {
+            r.size = o->size;
+            if (o->has_inline || o->size == 0) /* else nil: in a store */
+                r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
+                                        (uint32_t)o->size};
+        } else {
+            const sched_failure *f = sched__obj_failure(s, o);
+            r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
+            r.err = f != NULL ? f->msg : NULL;
+        }
+        /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
+        proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
     }
-    /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
-    proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
 }
 
 void sched__task_fail(sched *s, sched_task *t, int err, const char *msg)
@@ -153,8 +158,12 @@ void sched__task_fail(sched *s, sched_task *t, int err, const char *msg)
     sched__task_set_state(s, t, T_FAILED);
     release_args(s, t);
     sched_obj *o = sched__task_out(t);
-    o->graph_hold++;
-    sched__obj_fail(s, o, err, msg);
+    o->graph_hold++; /* its record holds t: it stays while the outputs fail */
+    for (uint32_t i = 0; i < t->nouts; i++) {
+        sched_obj *oi = sched__task_output(s, t, i);
+        if (oi != NULL)
+            sched__obj_fail(s, oi, err, msg);
+    }
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
@@ -232,6 +241,27 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         snprintf(err, errlen, "task=%s: id already in use", spw_id_hex(id, hex));
         return SPW_EDUPLICATE;
     }
+    /* Absent or 0 (a sender that left it unset): one output. */
+    uint64_t nouts = rec[R_TASK_NOUTS].nil || rec[R_TASK_NOUTS].u == 0 ? 1 : rec[R_TASK_NOUTS].u;
+    if (nouts > SPW_TASK_OUTPUTS_MAX) {
+        snprintf(err, errlen, "task=%s declares %llu outputs: a task has 1 to %u",
+                 spw_id_hex(id, hex), (unsigned long long)nouts, SPW_TASK_OUTPUTS_MAX);
+        return SPW_EINVAL;
+    }
+    if (nouts > 1 && spw_id_output_index(id) != 0) {
+        snprintf(err, errlen,
+                 "task=%s declares %llu outputs, but the low %d bits of its id are not zero "
+                 "(output ids are spw_id_output(task, i))",
+                 spw_id_hex(id, hex), (unsigned long long)nouts, SPW_OUT_INDEX_BITS);
+        return SPW_EINVAL;
+    }
+    for (uint32_t i = 1; i < nouts; i++) {
+        if (sched__obj_find(s, spw_id_output(id, i)) != NULL) {
+            snprintf(err, errlen, "task=%s: the id of its output %u is already in use",
+                     spw_id_hex(id, hex), i);
+            return SPW_EDUPLICATE;
+        }
+    }
     const proto_val *args = &rec[R_TASK_ARGS];
     uint32_t nargs = args->arr.n;
     size_t argbytes = 0; /* of the arguments, each as long as its kind needs */
@@ -272,6 +302,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         t->placed = 1;
     }
     t->nargs = nargs;
+    t->nouts = (uint16_t)nouts;
     t->flags = (uint32_t)rec[R_TASK_FLAGS].u & ~PROTO_TASK_AHEAD; /* ours to set */
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
     t->graph = ss->cur_graph;
@@ -284,10 +315,20 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
     /* An output the client keeps needs no hold while its OUTPUT reference lasts: it gets one if
      * that goes before the graph's last frame (sched__obj_maybe_free), so the session's building
      * list holds only the outputs that would otherwise go, not one pointer per task. */
-    if (t->flags & PROTO_TASK_KEEP)
-        sched__session_ref(s, ss, out, REF_OUTPUT);
-    else
-        sched__graph_hold(ss, out);
+    for (uint32_t i = 0; i < nouts; i++) {
+        sched_obj *oi = out;
+        if (i > 0) {
+            /* Output i: a record of its own, as the submit's objects share their origin. */
+            oi = sched__obj_new(s, spw_id_output(id, i), ss,
+                                (const char *)rec[R_TASK_SITE].bin.ptr, rec[R_TASK_SITE].bin.len);
+            oi->is_out = 1;
+            t->outs_alive++;
+        }
+        if (t->flags & PROTO_TASK_KEEP)
+            sched__session_ref(s, ss, oi, REF_OUTPUT);
+        else
+            sched__graph_hold(ss, oi);
+    }
 
     const char *bad = NULL;
     int bad_err = 0;
@@ -308,7 +349,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         }
         sa->id = a[R_ARG_OBJ].id;
         sched_obj *o = sched__obj_find(s, a[R_ARG_OBJ].id);
-        if (o == out) {
+        if (o == out || (o != NULL && o->is_out && spw_id_eq(spw_id_output_task(o->id), id))) {
             /* A task cannot wait for its own output: it would never run, nor be freed. */
             if (bad == NULL) {
                 snprintf(badbuf, sizeof badbuf, "argument %u names the task itself", i);
@@ -328,7 +369,7 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
         }
         sa->obj = o;
         sched__ref(s, o, REF_TASK_ARG);
-        const sched_task *producer = sched__obj_producer(o);
+        const sched_task *producer = sched__obj_task(s, o);
         if (producer != NULL && producer->depth + 1 > t->depth)
             t->depth = (uint8_t)(producer->depth + 1 < SCHED_DEPTHS ? producer->depth + 1
                                                                     : SCHED_DEPTHS - 1);
@@ -662,6 +703,34 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
     return true;
 }
 
+/* Output o of t, made by w: size bytes, in value (not nil) or in w's store. Its state is left
+ * to the caller (sched__obj_ready once every output is filled). */
+static void out_fill(sched *s, sched_worker *w, sched_task *t, sched_obj *o, uint64_t size,
+                     const proto_val *value)
+{
+    o->size = size;
+    o->home = w->id;
+    if (!value->nil) {
+        if (value->bin.len > 0) {
+            uint8_t *dst = o->inline_small;
+            if (value->bin.len > sizeof o->inline_small)
+                dst = o->inline_heap = spw_malloc(SPW_MOD_SCHED, value->bin.len);
+            memcpy(dst, value->bin.ptr, value->bin.len);
+            o->has_inline = 1;
+        }
+    } else if (size > 0) {
+        sched__obj_add_loc(s, o, w->id);
+        if (o->refs[REF_TASK_ARG] > 0) {
+            /* Produced, not yet consumed: counts against the graph's byte cap. */
+            sched_graph *g = t->graph;
+            o->live = 1;
+            g->live_bytes += size;
+            if (g->live_bytes > g->peak_live)
+                g->peak_live = g->live_bytes;
+        }
+    }
+}
+
 /* One completion: the fields of a TASK_DONE, or record i of a TASK_DONES (f[0].bad: the record
  * did not match the schema; its id, if readable, fails that task). o: the record of its id, found
  * by the caller, or NULL to look it up. now_ms: spw_wall_ms() as the caller read it. */
@@ -741,39 +810,50 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         sched__task_fail(s, t, status, msg);
         return;
     }
-    o->size = f[F_DONE_SIZE].u;
-    o->home = w->id;
-    fn->inline_out = !f[F_DONE_INLINE].nil || o->size == 0;
-    if (!f[F_DONE_INLINE].nil) {
-        const proto_val *v = &f[F_DONE_INLINE];
-        if (v->bin.len != o->size) {
+    /* Output k's size and value (nil: in w's store): output 0 in the record's own fields, the
+     * others in its outs list, exactly one per output after the first. */
+    const proto_val *outs = &f[F_DONE_OUTS];
+    uint32_t nrep = 1 + (outs->nil ? 0 : outs->arr.n);
+    if (nrep != t->nouts) {
+        proto_conn_error(w->conn, req, SPW_EMALFORMED,
+                         "task=%s: %u outputs reported for a task of %u", spw_id_hex(id, hex),
+                         nrep, t->nouts);
+        sched__task_fail(s, t, SPW_EMALFORMED, "the worker reported the wrong number of outputs");
+        return;
+    }
+    for (uint32_t k = 0; k < t->nouts; k++) {
+        const proto_val *sz = k == 0 ? &f[F_DONE_SIZE] : &PROTO_REC(outs, k - 1)[R_OUT_SIZE];
+        const proto_val *v = k == 0 ? &f[F_DONE_INLINE] : &PROTO_REC(outs, k - 1)[R_OUT_INLINE];
+        if (!v->nil && v->bin.len != sz->u) {
             proto_conn_error(w->conn, req, SPW_EMALFORMED,
-                             "task=%s: inline result of %u bytes for a size of %llu",
-                             spw_id_hex(id, hex), v->bin.len, (unsigned long long)o->size);
+                             "task=%s: inline result %u of %u bytes for a size of %llu",
+                             spw_id_hex(id, hex), k, v->bin.len, (unsigned long long)sz->u);
             sched__task_fail(s, t, SPW_EMALFORMED, "worker sent an inconsistent result");
             return;
         }
-        if (v->bin.len > 0) {
-            uint8_t *dst = o->inline_small;
-            if (v->bin.len > sizeof o->inline_small)
-                dst = o->inline_heap = spw_malloc(SPW_MOD_SCHED, v->bin.len);
-            memcpy(dst, v->bin.ptr, v->bin.len);
-            o->has_inline = 1;
+    }
+    bool all_inline = true;
+    uint64_t stored_bytes = 0;
+    for (uint32_t k = 0; k < t->nouts; k++) {
+        uint64_t size = k == 0 ? f[F_DONE_SIZE].u : PROTO_REC(outs, k - 1)[R_OUT_SIZE].u;
+        const proto_val *v = k == 0 ? &f[F_DONE_INLINE] : &PROTO_REC(outs, k - 1)[R_OUT_INLINE];
+        all_inline = all_inline && (!v->nil || size == 0);
+        sched_obj *oi = sched__task_output(s, t, k);
+        if (oi == NULL) {
+            /* Released before it was made (or a husk made again by lineage): its copy goes. */
+            if (v->nil && size > 0)
+                sched__worker_delete(w, spw_id_output(id, k));
+            continue;
         }
-    } else if (o->size > 0) {
-        sched__obj_add_loc(s, o, w->id);
+        out_fill(s, w, t, oi, size, v);
+        if (v->nil)
+            stored_bytes += size;
+    }
+    fn->inline_out = all_inline;
+    if (stored_bytes > 0 && t->depth == 0) {
         sched_graph *g = t->graph;
-        if (t->depth == 0) {
-            g->avg_src_out = g->src_runs++ == 0 ? (double)o->size
-                                                 : 0.8 * g->avg_src_out + 0.2 * (double)o->size;
-        }
-        if (o->refs[REF_TASK_ARG] > 0) {
-            /* Produced, not yet consumed: counts against the graph's byte cap. */
-            o->live = 1;
-            g->live_bytes += o->size;
-            if (g->live_bytes > g->peak_live)
-                g->peak_live = g->live_bytes;
-        }
+        g->avg_src_out = g->src_runs++ == 0 ? (double)stored_bytes
+                                             : 0.8 * g->avg_src_out + 0.2 * (double)stored_bytes;
     }
     /* Submit -> done latency, for /metrics. */
     uint64_t created_ms = sched__obj_created_ms(o);
@@ -785,9 +865,13 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     s->latency[b]++;
     s->latency_sum_us += lat_ms * 1000;
     sched__task_set_state(s, t, T_DONE);
-    o->graph_hold++;
+    o->graph_hold++; /* its record holds t, which the loop below reads */
     release_args(s, t);
-    sched__obj_ready(s, o);
+    for (uint32_t k = 0; k < t->nouts; k++) {
+        sched_obj *oi = sched__task_output(s, t, k);
+        if (oi != NULL)
+            sched__obj_ready(s, oi);
+    }
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
@@ -851,9 +935,41 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
 /* Makes a lost object pending again by re-running the task that produced it, if that task is
  * known and its inputs still exist (or can themselves be recomputed). Its consumers that were
  * ready wait for it again. Returns whether it will be recomputed. */
+/* Output o of a task that runs again: pending, with no copy or value (a copy that survives
+ * elsewhere is dropped, so the re-made one is its only copy and nothing is counted twice), and
+ * its consumers that counted on it wait for it again. */
+static void out_unmake(sched *s, sched_obj *o)
+{
+    if (o->state == OBJ_READY) {
+        s->obj_bytes -= o->size;
+        sched__live_uncount(s, o);
+        for (uint32_t i = 0; i < o->nlocs; i++) {
+            sched_worker *lw = sched__worker_by_id(s, o->locs[i]);
+            if (lw != NULL)
+                sched__worker_delete(lw, o->id);
+        }
+        o->nlocs = 0;
+        if (o->has_inline && o->size > sizeof o->inline_small)
+            spw_free(o->inline_heap);
+        o->has_inline = 0;
+    }
+    o->state = OBJ_PENDING;
+    for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
+        sched_task *ct = sched__arg_task(c);
+        if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
+            continue;
+        if (ct->state == T_READY) {
+            sched__ready_remove(s, ct);
+            sched__task_set_state(s, ct, T_WAITING);
+        }
+        c->waiting = 1;
+        ct->ndeps++;
+    }
+}
+
 static bool lineage_recompute(sched *s, sched_obj *o, int depth)
 {
-    sched_task *t = sched__obj_producer(o);
+    sched_task *t = sched__obj_task(s, o);
     if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
         return false;
     const sched_arg *a = sched__task_args(t);
@@ -883,18 +999,11 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
             t->ndeps++;
         }
     }
-    o->state = OBJ_PENDING;
-    /* Consumers that counted on it wait again. */
-    for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
-        sched_task *ct = sched__arg_task(c);
-        if (c->waiting || (ct->state != T_READY && ct->state != T_WAITING))
-            continue;
-        if (ct->state == T_READY) {
-            sched__ready_remove(s, ct);
-            sched__task_set_state(s, ct, T_WAITING);
-        }
-        c->waiting = 1;
-        ct->ndeps++;
+    /* Every output of it is made again: the lost one, and the others (see out_unmake). */
+    for (uint32_t i = 0; i < t->nouts; i++) {
+        sched_obj *oi = sched__task_output(s, t, i);
+        if (oi != NULL)
+            out_unmake(s, oi);
     }
     sched__task_set_state(s, t, T_WAITING);
     if (t->ndeps == 0)

@@ -1707,6 +1707,80 @@ static void task_too_large_for_the_wire_fails_and_dispatch_goes_on(void **state)
     STEP_UNTIL(e, e->s->objects.n == 0);
 }
 
+/* Task 0x1000 of three outputs (ids 0x1000..0x1002, spw_id_output), none kept; task 2 (kept)
+ * reads output 1. The outputs nobody reads go by the time the task ends (output 2's record at
+ * once, its copy when the task reports; output 0 a husk holding the task for output 1), and
+ * output 1 goes after its consumer. */
+static void outputs_nobody_reads_go_when_their_task_ends(void **state)
+{
+    env *e = *state;
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
+    proto_put_u(&en, 1);
+    proto_put_u(&en, PROTO_SUBMIT_END);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_arr(&en, 2);
+    proto_put_arr(&en, 7); /* with worker "" and nouts */
+    proto_put_id(&en, tid(0x1000));
+    proto_put_str(&en, "fn");
+    proto_put_arr(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_str(&en, "test_sched.c:1");
+    proto_put_str(&en, "");
+    proto_put_u(&en, 3);
+    proto_put_arr(&en, 5);
+    proto_put_id(&en, tid(2));
+    proto_put_str(&en, "fn");
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 5);
+    proto_put_u(&en, PROTO_ARG_OBJ);
+    proto_put_nil(&en);
+    proto_put_id(&en, tid(0x1001));
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, PROTO_TASK_KEEP);
+    proto_put_str(&en, "test_sched.c:1");
+    proto_put_str(&en, "test_sched.c:2");
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(0x1000)));
+    assert_non_null(obj(e, 0x1001));
+    assert_true(obj(e, 0x1001)->is_out);
+    /* Output 2 has no reader and no holder: its record went with the graph's last frame. */
+    assert_null(obj(e, 0x1002));
+    assert_int_equal(sched__obj_producer(obj(e, 0x1000))->outs_alive, 1);
+
+    /* Output 0 inline, 1 and 2 stored. */
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 7);
+    proto_put_id(&en, tid(0x1000));
+    proto_put_i(&en, 0);
+    proto_put_u(&en, 4);
+    proto_put_bin(&en, "abcd", 4);
+    proto_put_str(&en, "");
+    proto_put_u(&en, 100);
+    proto_put_arr(&en, 2);
+    for (int i = 0; i < 2; i++) {
+        proto_put_arr(&en, 2);
+        proto_put_u(&en, i == 0 ? 5000 : 2000);
+        proto_put_nil(&en);
+    }
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+    STEP_UNTIL(e, got(w, PROTO_OBJ_DELETE, tid(0x1002)));
+    assert_null(obj(e, 0x1002));
+    assert_true(obj(e, 0x1000)->husk);
+    assert_int_equal(obj(e, 0x1001)->state, OBJ_READY);
+    assert_int_equal(obj(e, 0x1001)->size, 5000);
+    assert_int_equal(e->s->obj_bytes, 5000);
+    STEP_UNTIL(e, got(w, PROTO_TASK_RUN, tid(2)));
+    done(w, 2, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(2)) && got(w, PROTO_OBJ_DELETE, tid(0x1001)));
+    assert_null(obj(e, 0x1001));
+    assert_null(obj(e, 0x1000));
+    STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -1723,6 +1797,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
+    cmocka_unit_test_setup_teardown(outputs_nobody_reads_go_when_their_task_ends, setup, teardown),
     cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_empty_input, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_small_input, setup,

@@ -88,18 +88,27 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
+/* One output of the running task. */
+typedef struct exec_out {
+    bool called;         /* written (output_at called for it) */
+    uint8_t *inline_out; /* small output, heap */
+    uint8_t *mapped;     /* large output, mapped from the arena */
+    size_t mapped_len;
+    uint64_t size;
+} exec_out;
+
 /* One running task. */
 typedef struct exec_task {
     spw_task_ctx ctx;
     executor *ex;
     spw_id id;
     uint64_t inline_limit;
-    bool output_called;
+    uint32_t nouts;      /* declared (EXEC's nouts; 1 when absent) */
+    uint32_t written;    /* of those, written */
+    uint32_t beyond;     /* output_at calls for an index >= nouts */
     int output_err;
-    uint8_t *inline_out; /* small output, heap */
-    uint8_t *mapped;     /* large output, mapped from the arena */
-    size_t mapped_len;
-    uint64_t out_size;
+    exec_out *outs;      /* nouts of them: out0, or the heap for a task of several */
+    exec_out out0;
     char err[PROTO_MAX_STR]; /* last: run_exec zeroes the fields before it */
 } exec_task;
 
@@ -192,12 +201,14 @@ static int task_output_error(spw_task_ctx *ctx)
 
 /* Asks the worker for room in the store and waits for the answer. Other frames that arrive
  * meanwhile are kept, in order, for later. */
-static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *off)
+static int request_alloc(executor *ex, exec_task *t, uint32_t index, uint64_t size, uint64_t *off)
 {
     uint64_t req = ++ex->next_req;
     proto_batch_end(&ex->done, UINT32_MAX); /* the frames before it stay before it */
     proto_enc e;
-    proto_enc_exec_alloc(&e, &ex->out, req, &(proto_exec_alloc_msg){.id = t->id, .size = size});
+    proto_enc_exec_alloc(&e, &ex->out, req,
+                         &(proto_exec_alloc_msg){
+                             .id = t->id, .size = size, .index = index, .omit_index = index == 0});
     proto_enc_end(&e, UINT32_MAX);
     flush_out(ex);
     if (ex->gone)
@@ -256,25 +267,37 @@ static int request_alloc(executor *ex, exec_task *t, uint64_t size, uint64_t *of
     return result;
 }
 
-static void *task_output(spw_task_ctx *ctx, uint64_t size)
+static void *task_output_at(spw_task_ctx *ctx, uint32_t i, uint64_t size)
 {
     exec_task *t = (exec_task *)ctx;
     executor *ex = t->ex;
-    if (t->output_called) {
-        t->output_err = SPW_EPROTO;
-        snprintf(t->err, sizeof t->err, "a task has one output: output() called twice");
+    if (i >= t->nouts) {
+        /* Counted, and failed once the function returns (run_exec), naming the counts. */
+        t->beyond++;
+        t->output_err = SPW_EINVAL;
+        snprintf(t->err, sizeof t->err, "output %u written, of %u declared", i, t->nouts);
         return NULL;
     }
-    t->output_called = true;
-    t->out_size = size;
+    exec_out *o = &t->outs[i];
+    if (o->called) {
+        t->output_err = SPW_EPROTO;
+        if (t->nouts == 1)
+            snprintf(t->err, sizeof t->err, "a task has one output: output() called twice");
+        else
+            snprintf(t->err, sizeof t->err, "output %u written twice", i);
+        return NULL;
+    }
+    o->called = true;
+    t->written++;
+    o->size = size;
     if (size <= t->inline_limit) {
-        t->inline_out = malloc(size > 0 ? size : 1);
-        if (t->inline_out == NULL)
+        o->inline_out = malloc(size > 0 ? size : 1);
+        if (o->inline_out == NULL)
             t->output_err = SPW_ENOMEM;
-        return t->inline_out;
+        return o->inline_out;
     }
     uint64_t off;
-    int rc = request_alloc(ex, t, size, &off);
+    int rc = request_alloc(ex, t, i, size, &off);
     if (rc != 0) {
         t->output_err = rc;
         return NULL;
@@ -293,28 +316,50 @@ static void *task_output(spw_task_ctx *ctx, uint64_t size)
         snprintf(t->err, sizeof t->err, "cannot map the output: %s", strerror(errno));
         return NULL;
     }
-    t->mapped = p;
-    t->mapped_len = len;
+    o->mapped = p;
+    o->mapped_len = len;
     return p;
 }
 
+static void *task_output(spw_task_ctx *ctx, uint64_t size)
+{
+    return task_output_at(ctx, 0, size);
+}
+
 static const spw_task_api task_api = {
-    SPW_TASK_ABI_VERSION,
-    task_output,
-    task_fail_v,
-    task_output_error,
+    SPW_TASK_ABI_VERSION, task_output, task_fail_v, task_output_error, task_output_at,
 };
+
+/* Output o as a completion reports it: in the store (value nil), or its bytes (an output never
+ * written is empty). */
+static void out_report(const exec_out *o, uint64_t *size, proto_bytes *value)
+{
+    *size = o->mapped != NULL || o->inline_out != NULL ? o->size : 0;
+    *value = o->mapped != NULL ? (proto_bytes){NULL, 0}
+                               : (proto_bytes){o->inline_out != NULL ? (const void *)o->inline_out
+                                                                     : "",
+                                               *size};
+}
+
+/* Record i of a completion's outs: output i + 1. */
+static void put_out(proto_enc *e, uint32_t i, void *arg)
+{
+    proto_out_rec r;
+    out_report(&((const exec_task *)arg)->outs[i + 1], &r.size, &r.value);
+    proto_put_out_rec(e, &r);
+}
 
 static void send_done(executor *ex, const exec_task *t, int status, uint64_t run_us)
 {
-    proto_done_rec d = {.id = t->id, .status = status, .run_us = run_us};
+    proto_done_rec d = {.id = t->id, .status = status, .run_us = run_us, .omit_outs = true};
     if (status != 0) {
         d.err = t->err[0] ? t->err : spw_strerror(status);
-    } else if (t->mapped != NULL) {
-        d.size = t->out_size;
     } else {
-        d.size = t->inline_out != NULL ? t->out_size : 0;
-        d.value = (proto_bytes){t->inline_out != NULL ? (const void *)t->inline_out : "", d.size};
+        out_report(&t->outs[0], &d.size, &d.value);
+        if (t->nouts > 1) {
+            d.outs = (proto_out_recs){.n = t->nouts - 1, .put = put_out, .arg = (void *)t};
+            d.omit_outs = false;
+        }
     }
     /* The completions of one batch read go back as one EXEC_DONES frame (flush_out). */
     proto_put_done_rec(proto_batch_rec(&ex->done, &ex->out, PROTO_EXEC_DONES), &d);
@@ -386,11 +431,33 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
     t.ex = ex;
     t.id = rec[F_EXEC_ID].nil ? (spw_id){0, 0} : rec[F_EXEC_ID].id;
     t.inline_limit = rec[F_EXEC_INLINE_LIMIT].u;
+    t.nouts = 1;
+    t.outs = &t.out0;
+    int status = 0;
+    /* Absent or 0 (a sender that left it unset): one output. */
+    uint64_t nouts = rec[F_EXEC_NOUTS].nil || rec[F_EXEC_ID].bad || rec[F_EXEC_NOUTS].u == 0
+                         ? 1
+                         : rec[F_EXEC_NOUTS].u;
+    if (nouts > 1 && nouts <= SPW_TASK_OUTPUTS_MAX) {
+        t.outs = calloc(nouts, sizeof *t.outs);
+        if (t.outs == NULL) {
+            t.outs = &t.out0;
+            status = SPW_ENOMEM;
+            snprintf(t.err, sizeof t.err, "no memory for %llu outputs", (unsigned long long)nouts);
+        } else {
+            t.nouts = (uint32_t)nouts;
+        }
+    } else if (nouts != 1) {
+        status = SPW_EPROTO;
+        snprintf(t.err, sizeof t.err, "%llu outputs declared: 1 to %u are allowed",
+                 (unsigned long long)nouts, SPW_TASK_OUTPUTS_MAX);
+    }
     const proto_val *args = &rec[F_EXEC_ARGS];
     uint32_t nargs = args->arr.n;
     spw_task_arg stackargs[16];
     spw_task_arg *targs = nargs <= 16 ? stackargs : calloc(nargs, sizeof *targs);
-    int status = 0;
+    if (status != 0)
+        nargs = 0;
     if (targs == NULL) {
         status = SPW_ENOMEM;
         snprintf(t.err, sizeof t.err, "no memory for %u arguments", nargs);
@@ -466,7 +533,14 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
             snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
         } else {
             int rc = f->fn(&t.ctx, targs, nargs);
-            if (rc == 0 && t.output_err != 0) {
+            if (t.beyond > 0 || (rc == 0 && t.nouts > 1 && t.written != t.nouts)) {
+                /* Past the count (whatever it returned then), or short of it. */
+                char hex[33];
+                snprintf(t.err, sizeof t.err, "task=%s (%s) declared %u output%s and wrote %u",
+                         spw_id_hex(t.id, hex), name, t.nouts, t.nouts == 1 ? "" : "s",
+                         t.written + t.beyond);
+                status = SPW_ETASKFAILED;
+            } else if (rc == 0 && t.output_err != 0) {
                 /* It did not check what output() gave it: it has no output to report (an
                  * empty one would pass for its result), so it fails with output()'s error. */
                 char why[PROTO_MAX_STR];
@@ -507,14 +581,19 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
     if (targs != stackargs)
         free(targs); /* NULL when its calloc failed */
     send_done(ex, &t, status, run_us);
-    if (t.mapped != NULL)
-        munmap(t.mapped, t.mapped_len);
-    if (status == 0 && t.mapped == NULL) {
-        kept_put(ex, t.id, t.inline_out, t.out_size); /* takes it (NULL: an empty output) */
+    for (uint32_t i = 0; i < t.nouts; i++)
+        if (t.outs[i].mapped != NULL)
+            munmap(t.outs[i].mapped, t.outs[i].mapped_len);
+    for (uint32_t i = 1; i < t.nouts; i++)
+        free(t.outs[i].inline_out);
+    if (status == 0 && t.outs[0].mapped == NULL) {
+        kept_put(ex, t.id, t.outs[0].inline_out, t.outs[0].size); /* takes it (NULL: empty) */
     } else {
-        free(t.inline_out);
+        free(t.outs[0].inline_out);
         kept_forget(ex, t.id);
     }
+    if (t.outs != &t.out0)
+        free(t.outs);
 }
 
 static void register_fns(executor *ex, const spw_plugin *p)
@@ -632,7 +711,8 @@ int wrk_executor_main(int argc, char **argv)
         void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
         spw_plugin_entry entry = h ? (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL) : NULL;
         const spw_plugin *p = entry ? entry() : NULL;
-        if (p == NULL || p->abi_version != SPW_TASK_ABI_VERSION) {
+        if (p == NULL || p->abi_version < SPW_TASK_ABI_MIN ||
+            p->abi_version > SPW_TASK_ABI_VERSION) {
             spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded in the executor", argv[i]);
             if (h != NULL)
                 dlclose(h);

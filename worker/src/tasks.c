@@ -56,6 +56,21 @@ static void task_release(wrk *w, wtask *t)
         spw_free(t);
 }
 
+/* Drops the outputs allocated for t and not sealed (it failed, or goes back to the queue). */
+static void outs_abort(wrk *w, wtask *t)
+{
+    if (t->out != NULL) {
+        ost_obj_abort(w->store, t->out);
+        t->out = NULL;
+    }
+    for (uint32_t i = 0; t->outx != NULL && i + 1 < t->nouts; i++) {
+        if (t->outx[i] != NULL) {
+            ost_obj_abort(w->store, t->outx[i]);
+            t->outx[i] = NULL;
+        }
+    }
+}
+
 static void task_free(wrk *w, wtask *t)
 {
     for (uint32_t i = 0; i < t->nargs; i++) {
@@ -71,10 +86,9 @@ static void task_free(wrk *w, wtask *t)
     }
     if (t->local > 0)
         DL_DELETE2(w->ahead, t, aprev, anext);
-    if (t->out != NULL) {
-        ost_obj_abort(w->store, t->out);
-        t->out = NULL;
-    }
+    outs_abort(w, t);
+    spw_free(t->outx);
+    t->outx = NULL;
     started_strike(w, t); /* its end tells the scheduler */
     HASH_DEL(w->tasks, t);
     task_release(w, t);
@@ -129,10 +143,35 @@ void wrk__started_timer_cb(uv_timer_t *h)
 static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uint8_t *inl);
 static void heir_start(wrk *w, wtask *t);
 
+/* Record i of a completion's outs, forwarded from the executor's (records of kind OUT). */
+static void put_out_fwd(proto_enc *e, uint32_t i, void *arg)
+{
+    const proto_val *r = PROTO_REC((const proto_val *)arg, i);
+    proto_put_out_rec(e, &(proto_out_rec){
+                             .size = r[R_OUT_SIZE].u,
+                             .value = r[R_OUT_INLINE].nil
+                                          ? (proto_bytes){NULL, 0}
+                                          : (proto_bytes){r[R_OUT_INLINE].bin.ptr != NULL
+                                                              ? r[R_OUT_INLINE].bin.ptr
+                                                              : (const void *)"",
+                                                          r[R_OUT_INLINE].bin.len}});
+}
+
+static void task_report_outs(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
+                             const char *err, uint64_t run_us, const proto_val *outs);
+
 /* Reports a finished task to the scheduler and frees it. The output, if in the store, has been
  * sealed by the caller. */
 static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
                         const char *err, uint64_t run_us)
+{
+    task_report_outs(w, t, status, size, inl, err, run_us, NULL);
+}
+
+/* task_report for a task of several outputs: outs is the executor's list of outputs 1.. (an
+ * array of OUT records), forwarded as it is; NULL for one output or a failure. */
+static void task_report_outs(wrk *w, wtask *t, int status, uint64_t size, const uint8_t *inl,
+                             const char *err, uint64_t run_us, const proto_val *outs)
 {
     if (status == 0)
         w->tasks_done++;
@@ -148,7 +187,11 @@ static void task_report(wrk *w, wtask *t, int status, uint64_t size, const uint8
                                            .size = size,
                                            .value = {inl, inl != NULL ? size : 0},
                                            .err = err,
-                                           .run_us = run_us});
+                                           .run_us = run_us,
+                                           .outs = {.n = outs != NULL ? outs->arr.n : 0,
+                                                    .put = put_out_fwd,
+                                                    .arg = (void *)(uintptr_t)outs},
+                                           .omit_outs = outs == NULL});
     }
     spw_id id = t->id;
     if (status == 0 && inl != NULL && size <= WRK_KEPT_MAX && t->gen == w->gen) {
@@ -559,7 +602,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         spw_log(SPW_LOG_WARN, "task=%s: %s", spw_id_hex(f[F_RUN_ID].id, hex), msg);
         proto_batch_done(
             w->sched, PROTO_TASK_DONES,
-            &(proto_done_rec){.id = f[F_RUN_ID].id, .status = SPW_EMALFORMED, .err = msg});
+            &(proto_done_rec){
+                .id = f[F_RUN_ID].id, .status = SPW_EMALFORMED, .err = msg, .omit_outs = true});
         return;
     }
     spw_id id = f[F_RUN_ID].id;
@@ -599,7 +643,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
                  "the worker is out of memory: no room for the task's %zu-byte record", need);
         spw_log(SPW_LOG_ERR, "task=%s: %s", spw_id_hex(id, hex), msg);
         proto_batch_done(w->sched, PROTO_TASK_DONES,
-                         &(proto_done_rec){.id = id, .status = SPW_ENOMEM, .err = msg});
+                         &(proto_done_rec){
+                             .id = id, .status = SPW_ENOMEM, .err = msg, .omit_outs = true});
         return;
     }
     if (!slab) { /* a slab record comes zeroed */
@@ -611,6 +656,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     t->args = (warg *)(t + 1);
     t->nargs = nargs;
     t->flags = (uint32_t)f[F_RUN_FLAGS].u;
+    t->nouts = 1;
+    t->outx = NULL;
     t->state = WT_INPUTS;
     t->gen = w->gen;
     proto_str(&f[F_RUN_FN], t->fn, sizeof t->fn);
@@ -621,6 +668,15 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     /* First copy everything, so that a failure below can report through the usual path. */
     int bad = 0;
     char badmsg[256] = "";
+    /* Absent or 0 (a sender that left it unset): one output. */
+    uint64_t nouts = f[F_RUN_NOUTS].nil || f[F_RUN_NOUTS].u == 0 ? 1 : f[F_RUN_NOUTS].u;
+    if (nouts > SPW_TASK_OUTPUTS_MAX) {
+        bad = SPW_EINVAL;
+        snprintf(badmsg, sizeof badmsg, "%llu outputs: a task has 1 to %u",
+                 (unsigned long long)nouts, SPW_TASK_OUTPUTS_MAX);
+    } else {
+        t->nouts = (uint32_t)nouts;
+    }
     for (uint32_t i = 0; i < nargs; i++) {
         const proto_val *a = PROTO_REC(args, i);
         warg *wa = &t->args[i];
@@ -664,7 +720,8 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
         /* Unlisted: answered here, as a record that does not match the schema is. */
         w->tasks_failed++;
         proto_batch_done(w->sched, PROTO_TASK_DONES,
-                         &(proto_done_rec){.id = id, .status = bad, .err = badmsg});
+                         &(proto_done_rec){
+                             .id = id, .status = bad, .err = badmsg, .omit_outs = true});
         task_release(w, t);
         return;
     }
@@ -779,7 +836,9 @@ static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
                               &(proto_exec_rec){.id = t->id,
                                                 .fn = t->fn,
                                                 .args = {.n = t->nargs, .put = put_earg, .arg = t},
-                                                .inline_limit = w->inline_limit});
+                                                .inline_limit = w->inline_limit,
+                                                .nouts = t->nouts,
+                                                .omit_nouts = t->nouts <= 1});
     if (rc != 0 && rc != SPW_ECLOSED) {
         /* SPW_EFRAMESIZE: its inline arguments (small outputs of producers here, gathered for
          * it) make a record larger than a frame. Queued unsent, it would never be answered
@@ -856,6 +915,7 @@ static wtask *exec_pop(wrk *w, wrk_exec *ex)
 typedef struct alloc_req {
     wrk *w;
     spw_id task;
+    uint32_t index;      /* which output */
     wrk_exec *ex;        /* the executor that asked */
     uint64_t ex_started; /* its started_ns then: req is that process's request id */
     uint64_t req;
@@ -870,6 +930,7 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
     uint64_t req = r->req;
     uint64_t size = r->size;
+    uint32_t index = r->index;
     /* Not for a successor of the executor that asked (its task requeued when it stopped):
      * that one asks under request ids of its own. */
     bool asker = t != NULL && t->ex == r->ex && t->ex->started_ns == r->ex_started;
@@ -887,7 +948,10 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
                          why);
         return;
     }
-    t->out = o;
+    if (index == 0)
+        t->out = o;
+    else
+        t->outx[index - 1] = o;
     if (w->cgroup != NULL) {
         /* Fault the output's pages in here, so the shared memory is charged to the worker's
          * cgroup, not to the executor's (whose memory.max is the task's own heap). */
@@ -984,33 +1048,53 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
         snprintf(err, sizeof err, "the executor reported status %lld, which is no error code",
                  (long long)st);
     }
-    if (status == 0 && t->out != NULL) {
-        if (!f[F_DONE_INLINE].nil || size != ost_obj_size(t->out)) {
+    /* Outputs: output 0 in the record's size and value, 1.. in its outs, one each. An output
+     * in the store must be the one allocated for it, of the size allocated; one inline must not
+     * have been allocated. Checked for all before any is sealed. */
+    const proto_val *outs = &f[F_DONE_OUTS];
+    if (status == 0 && (outs->nil ? 0 : outs->arr.n) != t->nouts - 1) {
+        status = SPW_EPROTO;
+        snprintf(err, sizeof err, "executor reported %u outputs for a task of %u",
+                 1 + (outs->nil ? 0 : outs->arr.n), t->nouts);
+    }
+    for (uint32_t k = 0; status == 0 && k < t->nouts; k++) {
+        ost_obj *o = k == 0 ? t->out : t->outx != NULL ? t->outx[k - 1] : NULL;
+        uint64_t sz = k == 0 ? size : PROTO_REC(outs, k - 1)[R_OUT_SIZE].u;
+        bool inl = k == 0 ? !f[F_DONE_INLINE].nil : !PROTO_REC(outs, k - 1)[R_OUT_INLINE].nil;
+        if (o != NULL && (inl || sz != ost_obj_size(o))) {
             status = SPW_EPROTO;
             snprintf(err, sizeof err, "executor reported %llu bytes for an output of %llu",
-                     (unsigned long long)size, (unsigned long long)ost_obj_size(t->out));
-        } else {
-            ost_obj *o = t->out;
-            t->out = NULL;
-            ost_obj_seal(w->store, o);
-            stored_note(w, t->fn, true);
+                     (unsigned long long)sz, (unsigned long long)ost_obj_size(o));
+        } else if (o == NULL && !inl && sz != 0) {
+            status = SPW_EPROTO;
+            snprintf(err, sizeof err, "executor reported an output it never allocated");
         }
-    } else if (status == 0 && f[F_DONE_INLINE].nil && size != 0) {
-        status = SPW_EPROTO;
-        snprintf(err, sizeof err, "executor reported an output it never allocated");
     }
+    bool stored = false;
+    for (uint32_t k = 0; status == 0 && k < t->nouts; k++) {
+        ost_obj **slot = k == 0 ? &t->out : t->outx != NULL ? &t->outx[k - 1] : NULL;
+        if (slot == NULL || *slot == NULL)
+            continue;
+        ost_obj *o = *slot;
+        *slot = NULL;
+        ost_obj_seal(w->store, o);
+        stored = true;
+    }
+    if (status == 0 && (stored || !f[F_DONE_INLINE].nil))
+        stored_note(w, t->fn, stored);
     if (status == SPW_ETASKMEM && !ex->recycle) {
         /* Its heap may be left fragmented or leaked by the failed task: start afresh. */
         spw_log(SPW_LOG_NOTICE, "executor pid=%d: %s; replacing it", ex->pid, err);
         ex->recycle = true;
     }
+    const proto_val *fwd = t->nouts > 1 ? outs : NULL;
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!f[F_DONE_INLINE].nil) {
-        stored_note(w, t->fn, false);
-        task_report(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us);
+        task_report_outs(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us,
+                         fwd);
     } else {
-        task_report(w, t, 0, size, NULL, NULL, run_us);
+        task_report_outs(w, t, 0, size, NULL, NULL, run_us, fwd);
     }
     if (ex->inflight == 0)
         exec_check(w, ex, false);
@@ -1033,13 +1117,20 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
     }
     case PROTO_EXEC_ALLOC: {
         wtask *t = ex->head;
-        if (t == NULL || !spw_id_eq(t->id, m->f[F_EALLOC_ID].id) || t->out != NULL) {
-            proto_conn_error(ex->conn, m->req, SPW_EPROTO, "output already allocated or no task");
+        uint64_t index = m->f[F_EALLOC_INDEX].nil ? 0 : m->f[F_EALLOC_INDEX].u;
+        if (t != NULL && index > 0 && index < t->nouts && t->outx == NULL)
+            t->outx = spw_calloc(SPW_MOD_WORKER, t->nouts - 1, sizeof *t->outx);
+        if (t == NULL || !spw_id_eq(t->id, m->f[F_EALLOC_ID].id) || index >= t->nouts ||
+            (index == 0 ? t->out : t->outx[index - 1]) != NULL) {
+            proto_conn_error(ex->conn, m->req, SPW_EPROTO,
+                             "output already allocated, past the task's outputs, or no task");
             return;
         }
         alloc_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (alloc_req){w, t->id, ex, ex->started_ns, m->req, m->f[F_EALLOC_SIZE].u};
-        ost_obj_create_async(w->store, t->id, r->size, exec_alloc_done, r);
+        *r = (alloc_req){w,  t->id, (uint32_t)index, ex, ex->started_ns, m->req,
+                         m->f[F_EALLOC_SIZE].u};
+        ost_obj_create_async(w->store, spw_id_output(t->id, (uint32_t)index), r->size,
+                             exec_alloc_done, r);
         wrk__mem_check(w);
         return;
     }
@@ -1086,10 +1177,7 @@ static void exec_settle(wrk *w, wrk_exec *ex)
             spw_log(SPW_LOG_WARN, "%s", msg);
             task_report(w, t, oom ? SPW_ETASKMEM : SPW_EEXECCRASH, 0, NULL, msg, 0);
         } else {
-            if (t->out != NULL) {
-                ost_obj_abort(w->store, t->out);
-                t->out = NULL;
-            }
+            outs_abort(w, t);
             if (first)
                 t->requeued++;
             /* A chained task's input was on the dead executor: a new one would only answer

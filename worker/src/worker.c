@@ -58,9 +58,9 @@ static int plugin_check(const char *path)
     if (p == NULL) {
         spw_log(SPW_LOG_ERR, "plugin=%s exports no %s()", path, SPW_PLUGIN_SYMBOL);
         rc = SPW_EPLUGIN;
-    } else if (p->abi_version != SPW_TASK_ABI_VERSION) {
-        spw_log(SPW_LOG_ERR, "plugin=%s has task ABI version %u, this worker speaks %u", path,
-                p->abi_version, SPW_TASK_ABI_VERSION);
+    } else if (p->abi_version < SPW_TASK_ABI_MIN || p->abi_version > SPW_TASK_ABI_VERSION) {
+        spw_log(SPW_LOG_ERR, "plugin=%s has task ABI version %u, this worker speaks %u to %u",
+                path, p->abi_version, SPW_TASK_ABI_MIN, SPW_TASK_ABI_VERSION);
         rc = SPW_EPLUGIN;
     } else {
         for (uint32_t i = 0; i < p->nfns; i++) {

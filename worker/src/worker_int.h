@@ -85,7 +85,10 @@ struct wtask {
     uint32_t missing;     /* inputs not yet pinned locally */
     int fail_status;      /* set when an input could not be obtained */
     char *fail_msg;
-    ost_obj *out;         /* output object allocated for the executor */
+    ost_obj *out;         /* output object allocated for the executor (output 0) */
+    ost_obj **outx;       /* outputs 1.. of a task of several, as allocated (nouts - 1; made at
+                             the first EXEC_ALLOC of one of them) */
+    uint32_t nouts;       /* outputs it makes (TASK_RUN's nouts; 1 when absent) */
     wrk_exec *ex;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */

@@ -243,6 +243,17 @@ static void memory_reply(const proto_msg *m, void *arg)
         json_object_set_new(j, "owner", owner);
         json_object_set_new(j, "age_ms", json_integer((json_int_t)o[R_MOBJ_AGE_MS].u));
         json_object_set_new(j, "task", jstr(&o[R_MOBJ_TASK_FN]));
+        if (!o[R_MOBJ_NOUTS].nil && o[R_MOBJ_NOUTS].u > 1) {
+            /* An output of a task of several: which task, which output. */
+            json_t *out = json_object();
+            char thex[33];
+            spw_id_hex(spw_id_output_task(o[R_MOBJ_ID].id), thex);
+            json_object_set_new(out, "task", json_string(thex));
+            json_object_set_new(out, "index",
+                                json_integer((json_int_t)spw_id_output_index(o[R_MOBJ_ID].id)));
+            json_object_set_new(out, "of", json_integer((json_int_t)o[R_MOBJ_NOUTS].u));
+            json_object_set_new(j, "output", out);
+        }
         json_object_set_new(j, "inline", json_boolean(o[R_MOBJ_INLINE].u != 0));
         json_t *refs = json_object();
         const proto_val *rv = &o[R_MOBJ_REFS];

@@ -248,6 +248,26 @@ SPILLWAY_API int spillway_task_at(spillway_graph *g, const char *fn, const spill
                                   const char *site);
 #define spillway_task(g, fn, args, nargs, flags, out)                                              \
     spillway_task_at((g), (fn), (args), (nargs), (flags), (out), SPILLWAY_SITE)
+/** The most outputs one task may declare (spillway_task_n). */
+#define SPILLWAY_MAX_OUTPUTS 4096u
+/** Adds a task running fn(args...) that makes k outputs (1 <= k <= SPILLWAY_MAX_OUTPUTS): the
+ * function writes output i with spw_task_output_at(ctx, i, size) (task ABI version 2), each of
+ * the k exactly once (a task of one output may write none: it is empty). Each output is an
+ * object of its own: refs_out[i] refers to it, and it has its own reference count, location,
+ * spill and release; a later task takes any one of them (spillway_arg_ref(refs_out[i])) or a
+ * view of it. With SPILLWAY_KEEP the client holds all k until it releases each; without, each
+ * lives while tasks of the graph use it, and one nobody uses is freed once the task ends. Output
+ * i's id is the task's with i in its low bits (output 0's is the id spillway_task would give the
+ * task), so k = 1 is exactly spillway_task. Arguments as for spillway_task_at.
+ * @param[out] refs_out k references (may be NULL), untouched on failure.
+ * @return 0; SPW_EINVAL (k = 0, or as spillway_task_at); SPW_ELIMIT (k over
+ *         SPILLWAY_MAX_OUTPUTS: errmsg names k and the limit); SPW_EFRAMESIZE (as
+ *         spillway_task_at). */
+SPILLWAY_API int spillway_task_n_at(spillway_graph *g, const char *fn, const spillway_arg *args,
+                                    size_t nargs, unsigned flags, uint32_t k,
+                                    spillway_ref *refs_out, const char *site);
+#define spillway_task_n(g, fn, args, nargs, flags, k, refs_out)                                    \
+    spillway_task_n_at((g), (fn), (args), (nargs), (flags), (k), (refs_out), SPILLWAY_SITE)
 /** Binds the tasks added next to the worker named worker (its --name); NULL or "" lifts the
  * binding. Such tasks wait for that worker, and fail with SPW_ENOWORKER if none of that name
  * is connected within the scheduler's --place-wait (a task run again to re-make an object lost

@@ -46,6 +46,7 @@
     REC(DONE, done)                                                                                \
     REC(TRES, tres)                                                                                \
     REC(EXEC, exec)                                                                                \
+    REC(OUT, out)                                                                                  \
     MSG(CHALLENGE, challenge)                                                                      \
     MSG(HELLO, hello)                                                                              \
     MSG(WELCOME, welcome)                                                                          \
@@ -148,7 +149,8 @@
     F(R_TASK_ARGS, args, RECS, arg)                                                                \
     F(R_TASK_FLAGS, flags, U, 0)                                                                   \
     F(R_TASK_SITE, site, STR, PROTO_MAX_NAME)                                                      \
-    N(R_TASK_WORKER, worker, STR, PROTO_MAX_NAME) /* run only on the worker of this name */
+    N(R_TASK_WORKER, worker, STR, PROTO_MAX_NAME) /* run only on the worker of this name */     \
+    N(R_TASK_NOUTS, nouts, U, 0) /* outputs it makes (absent or 0: 1) */
 
 /* A task argument as the client sends it: inline bytes, or an object (or a view of one). */
 #define PROTO_REC_FIELDS_ARG(F, N)                                                                 \
@@ -208,7 +210,15 @@
     F(R_MOBJ_REFS, refs, LIST_U, PROTO_REF_KINDS) /* by PROTO_REF_* kind */                        \
     F(R_MOBJ_HOLDERS, holders, RECS, holder)                                                       \
     F(R_MOBJ_LOCS, locs, RECS, mloc)                                                               \
-    F(R_MOBJ_INLINE, is_inline, U, 0) /* 1 if the value lives in the scheduler */
+    F(R_MOBJ_INLINE, is_inline, U, 0) /* 1 if the value lives in the scheduler */             \
+    N(R_MOBJ_NOUTS, nouts, U, 0) /* outputs of its task, sent when more than 1: the object is  \
+                                    output spw_id_output_index(id) of spw_id_output_task(id) */
+
+/* An output of a task after its first, in TASK_DONE / EXEC_DONE (the first is in their size and
+ * value fields). */
+#define PROTO_REC_FIELDS_OUT(F, N)                                                                 \
+    F(R_OUT_SIZE, size, U, 0)                                                                      \
+    F(R_OUT_INLINE, value, OPT_BIN, 0) /* nil: in the store */
 
 #define PROTO_REC_FIELDS_HOLDER(F, N)                                                              \
     F(R_HOLDER_KIND, kind, U, 0)                                                                   \
@@ -337,7 +347,8 @@
     F(P##ID, id, ID, 0)                                                                            \
     F(P##FN, fn, STR, PROTO_MAX_NAME)                                                              \
     F(P##ARGS, args, RECS, warg)                                                                   \
-    F(P##FLAGS, flags, U, 0)
+    F(P##FLAGS, flags, U, 0)                                                                       \
+    N(P##NOUTS, nouts, U, 0) /* outputs it makes (absent or 0: 1) */
 #define PROTO_FIELDS_TASK_RUN(F, N) PROTO__FIELDS_RUN(F, N, F_RUN_)
 #define PROTO_REC_FIELDS_RUN(F, N) PROTO__FIELDS_RUN(F, N, R_RUN_)
 
@@ -348,7 +359,8 @@
     F(P##SIZE, size, U, 0)                                                                         \
     F(P##INLINE, value, OPT_BIN, 0)                                                                \
     F(P##ERR, err, STR, PROTO_MAX_STR)                                                             \
-    F(P##RUN_US, run_us, U, 0)
+    F(P##RUN_US, run_us, U, 0)                                                                     \
+    N(P##OUTS, outs, RECS, out) /* outputs 1.. of a task of several (absent: it has one) */
 #define PROTO_FIELDS_TASK_DONE(F, N) PROTO__FIELDS_DONE(F, N, F_DONE_)
 #define PROTO_REC_FIELDS_DONE(F, N) PROTO__FIELDS_DONE(F, N, R_DONE_)
 
@@ -452,12 +464,14 @@
     F(P##ID, id, ID, 0)                                                                            \
     F(P##FN, fn, STR, PROTO_MAX_NAME)                                                              \
     F(P##ARGS, args, RECS, earg)                                                                   \
-    F(P##INLINE_LIMIT, inline_limit, U, 0)
+    F(P##INLINE_LIMIT, inline_limit, U, 0)                                                         \
+    N(P##NOUTS, nouts, U, 0) /* outputs it must write (absent or 0: 1) */
 #define PROTO_FIELDS_EXEC(F, N) PROTO__FIELDS_EXEC(F, N, F_EXEC_)
 #define PROTO_REC_FIELDS_EXEC(F, N) PROTO__FIELDS_EXEC(F, N, R_EXEC_)
 #define PROTO_FIELDS_EXEC_ALLOC(F, N)                                                              \
     F(F_EALLOC_ID, id, ID, 0)                                                                      \
-    F(F_EALLOC_SIZE, size, U, 0)
+    F(F_EALLOC_SIZE, size, U, 0)                                                                   \
+    N(F_EALLOC_INDEX, index, U, 0) /* which output (absent: 0) */
 #define PROTO_FIELDS_EXEC_ALLOC_OK(F, N) F(F_EALLOCOK_OFF, off, U, 0)
 
 /* Task start notices, worker -> scheduler: the tasks an executor has begun (batched). */

@@ -19,7 +19,19 @@
 extern "C" {
 #endif
 
-#define SPW_TASK_ABI_VERSION 1u
+/* Version 2 added spw_task_api.output_at (many outputs per task) at the end of the table. The
+ * worker loads plugins of version 1 and 2: a version-1 plugin sees the same table (it reads only
+ * the entries it knows) and its functions make one output each, as they always did.
+ *
+ * Many outputs: a task submitted with k outputs (spillway_task_n) writes each of them exactly
+ * once, output i with spw_task_output_at(ctx, i, size) (i < k); spw_task_output(ctx, size) is
+ * output 0. Each is its own object, inline or in the store by its size as a single output is.
+ * A task of k > 1 outputs that returns 0 having written another number of them, or any task
+ * that writes an output index >= k, fails with SPW_ETASKFAILED and a message naming the task,
+ * the count declared and the count written. A task of one output may still write none (its
+ * output is then empty), as in version 1. */
+#define SPW_TASK_ABI_VERSION 2u
+#define SPW_TASK_ABI_MIN 1u /* the oldest version the worker still loads */
 
 /* Arguments are read-only byte ranges. Object arguments point straight into the store's shared
  * memory (no copy); writing to them faults. A function produces at most one output with
@@ -44,6 +56,10 @@ typedef struct spw_task_api {
     void (*fail)(spw_task_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
     /** Why the last output() call returned NULL (a negative spillway error code). */
     int (*output_error)(spw_task_ctx *ctx);
+    /** Version 2: allocates output i (0-based, below the count the task was submitted with) of
+     * size bytes and returns where to write it, or NULL (see output; also for an index past the
+     * count, or one written already). output(ctx, size) is output_at(ctx, 0, size). */
+    void *(*output_at)(spw_task_ctx *ctx, uint32_t i, uint64_t size);
 } spw_task_api;
 
 struct spw_task_ctx {
@@ -64,7 +80,7 @@ typedef struct spw_plugin_fn {
 } spw_plugin_fn;
 
 typedef struct spw_plugin {
-    uint32_t abi_version; /* SPW_TASK_ABI_VERSION */
+    uint32_t abi_version; /* SPW_TASK_ABI_VERSION, or 1 for a plugin that predates output_at */
     const char *name;
     const spw_plugin_fn *fns;
     uint32_t nfns;
@@ -77,6 +93,11 @@ typedef const spw_plugin *(*spw_plugin_entry)(void);
 static inline void *spw_task_output(spw_task_ctx *ctx, uint64_t size)
 {
     return ctx->api->output(ctx, size);
+}
+/** Output i of a task of several (ABI version 2; a plugin using it declares abi_version 2). */
+static inline void *spw_task_output_at(spw_task_ctx *ctx, uint32_t i, uint64_t size)
+{
+    return ctx->api->output_at(ctx, i, size);
 }
 #define spw_task_fail(ctx, ...) ((ctx)->api->fail((ctx), __VA_ARGS__))
 static inline int spw_task_output_error(spw_task_ctx *ctx)

@@ -56,6 +56,31 @@ int spw_id_parse(const char *s, spw_id *out);
 /** Big-endian 16-byte wire form. */
 void spw_id_to_bytes(spw_id id, uint8_t out[16]);
 spw_id spw_id_from_bytes(const uint8_t in[16]);
+/* A task's outputs. A task may declare up to SPW_TASK_OUTPUTS_MAX outputs; output i's object id
+ * is the task's id with i in the low SPW_OUT_INDEX_BITS bits of lo, so output 0 is the task's id
+ * itself (a one-output task is exactly what it always was) and any daemon maps an output's id back
+ * to its task and index with no table. Hence a task that declares more than one output must have
+ * an id whose low SPW_OUT_INDEX_BITS bits of lo are zero (libspillway's ids all do); an object id
+ * is taken for an output only where the directory says so (a put's id has the same shape). */
+#define SPW_OUT_INDEX_BITS 12
+#define SPW_TASK_OUTPUTS_MAX (1u << SPW_OUT_INDEX_BITS)
+#define SPW_OUT_INDEX_MASK ((uint64_t)SPW_TASK_OUTPUTS_MAX - 1)
+/** Output i (< SPW_TASK_OUTPUTS_MAX) of task id `task`. */
+static inline spw_id spw_id_output(spw_id task, uint32_t i)
+{
+    return (spw_id){task.hi, task.lo | ((uint64_t)i & SPW_OUT_INDEX_MASK)};
+}
+/** The index of an output id among its task's outputs. */
+static inline uint32_t spw_id_output_index(spw_id id)
+{
+    return (uint32_t)(id.lo & SPW_OUT_INDEX_MASK);
+}
+/** The id of the task whose output id is. */
+static inline spw_id spw_id_output_task(spw_id id)
+{
+    return (spw_id){id.hi, id.lo & ~SPW_OUT_INDEX_MASK};
+}
+
 /** A well-mixed 64-bit hash of the id, for hash tables. */
 static inline uint64_t spw_id_hash(spw_id id)
 {

@@ -1,0 +1,275 @@
+/* Tasks with many outputs end to end: each output read back byte by byte (inline and stored
+ * outputs mixed), outputs nobody references released, a wrong number of outputs failing with a
+ * clear error, version-1 and version-2 plugins in one worker, and one output lost with its worker
+ * re-made by running its task once more. Real daemons on 127.0.0.1. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+static const char *const worker_args[] = {"--slots",  "2",           "--store-capacity",
+                                          "64M",      "--plugin",    SPW_TEST_PLUGIN,
+                                          "--plugin", SPW_TEST_PLUGIN_V2, NULL};
+
+/* Byte j of output i of the plugin's parts (plugin_outputs.c). */
+static uint8_t part_byte(uint32_t i, uint64_t j)
+{
+    return (uint8_t)(i * 31u + j * 7u + (j >> 8));
+}
+
+/* Adds parts(sizes[0..n)) declaring k outputs, into refs (k of them). */
+static int add_parts(spillway_graph *g, const uint64_t *sizes, uint32_t n, uint32_t k,
+                     unsigned flags, const char *path, spillway_ref *refs)
+{
+    spillway_arg a[2] = {spillway_arg_bytes(sizes, n * sizeof *sizes),
+                         spillway_arg_bytes(path, path != NULL ? strlen(path) : 0)};
+    return spillway_task_n(g, "parts", a, path != NULL ? 2 : 1, flags, k, refs);
+}
+
+/* Output i is there, and is what parts wrote: size bytes of part_byte(i, j). */
+static void check_output(spillway *cl, spillway_ref r, uint32_t i, uint64_t size)
+{
+    void *data;
+    size_t len;
+    int rc = spillway_get(cl, r, 60000, &data, &len);
+    if (rc != 0)
+        fail_msg("output %u: %s: %s", i, spillway_strerror(rc), spillway_errmsg(cl));
+    assert_int_equal(len, size);
+    const uint8_t *p = data;
+    for (uint64_t j = 0; j < len; j++)
+        if (p[j] != part_byte(i, j))
+            fail_msg("output %u: byte %llu is %u, not %u", i, (unsigned long long)j, p[j],
+                     part_byte(i, j));
+    spillway_free(data);
+}
+
+static void outputs_read_back_byte_by_byte(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    h_worker_start(&c, worker_args);
+    spillway *cl = e2e_connect(&c);
+    /* Inline (under the 64 KiB limit), stored, empty and one-byte outputs, mixed. */
+    static const uint64_t sizes[] = {16, 300000, 0, 1000, 100000, 1};
+    enum { K = sizeof sizes / sizeof sizes[0] };
+    spillway_ref refs[K], viewed, whole;
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(add_parts(g, sizes, K, K, SPILLWAY_KEEP, NULL, refs), 0);
+    /* Later tasks take one output, or a view of one. */
+    spillway_arg ca[2] = {spillway_arg_ref(refs[1]), spillway_arg_u64(1)};
+    assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &whole), 0);
+    spillway_arg va[2] = {spillway_arg_view(refs[4], 0, 5000), spillway_arg_u64(4)};
+    assert_int_equal(spillway_task(g, "check_part", va, 2, SPILLWAY_KEEP, &viewed), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (uint32_t i = 0; i < K; i++)
+        check_output(cl, refs[i], i, sizes[i]);
+    assert_int_equal(e2e_get_u64(cl, whole), sizes[1]);
+    assert_int_equal(e2e_get_u64(cl, viewed), 5000);
+    /* spillway-ctl memory names each output's task and index. */
+    json_t *doc = e2e_ctl_json(&c, "memory");
+    assert_non_null(doc);
+    char want[33], task0[33];
+    spillway_ref_hex(refs[3], want);
+    spillway_ref_hex(refs[0], task0);
+    size_t n;
+    json_t *o, *found = NULL;
+    json_array_foreach(json_object_get(doc, "objects"), n, o)
+    {
+        if (strcmp(json_string_value(json_object_get(o, "id")), want) == 0)
+            found = o;
+    }
+    assert_non_null(found);
+    json_t *out = json_object_get(found, "output");
+    assert_non_null(out);
+    assert_string_equal(json_string_value(json_object_get(out, "task")), task0);
+    assert_int_equal(json_integer_value(json_object_get(out, "index")), 3);
+    assert_int_equal(json_integer_value(json_object_get(out, "of")), K);
+    json_decref(doc);
+    char *table = NULL;
+    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    assert_int_equal(h_run(argv, &table), 0);
+    char cell[24];
+    snprintf(cell, sizeof cell, "%.12s#3", task0);
+    assert_non_null(strstr(table, cell));
+    free(table);
+    /* Output 0 is the id a one-output task would have; the others follow it. */
+    char h0[33], h1[33];
+    spillway_ref_hex(refs[0], h0);
+    spillway_ref_hex(refs[1], h1);
+    assert_memory_equal(h0, h1, 29);
+    assert_int_equal(spillway_release_many(cl, refs, K), 0);
+    assert_int_equal(spillway_release(cl, whole), 0);
+    assert_int_equal(spillway_release(cl, viewed), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static bool memory_listing_empty(void *arg)
+{
+    json_t *doc = e2e_ctl_json(arg, "memory");
+    if (doc == NULL)
+        return false;
+    bool empty = json_array_size(json_object_get(doc, "objects")) == 0;
+    json_decref(doc);
+    return empty;
+}
+
+/* Outputs nobody holds go as soon as their task ends; the one a later task reads goes after
+ * that task; the stores end empty. */
+static void unreferenced_outputs_are_released(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    h_worker_start(&c, worker_args);
+    spillway *cl = e2e_connect(&c);
+    static const uint64_t sizes[] = {200000, 100, 300000, 150000};
+    spillway_ref refs[4], sum;
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(add_parts(g, sizes, 4, 4, 0, NULL, refs), 0);
+    spillway_arg ca[2] = {spillway_arg_ref(refs[2]), spillway_arg_u64(2)};
+    assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &sum), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, sum), sizes[2]);
+    /* Only the kept result is left: one object, inline. */
+    json_t *doc = e2e_ctl_json(&c, "memory");
+    assert_non_null(doc);
+    assert_int_equal(json_array_size(json_object_get(doc, "objects")), 1);
+    json_decref(doc);
+    assert_int_equal(spillway_release(cl, sum), 0);
+    assert_true(h_eventually(memory_listing_empty, &c, 20000));
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* Reads a failed output's error: rc and the message. */
+static void expect_failure(spillway *cl, spillway_ref r, const char *part)
+{
+    void *data;
+    size_t len;
+    int rc = spillway_get(cl, r, 60000, &data, &len);
+    if (rc != SPW_ETASKFAILED)
+        fail_msg("got %d (%s), not SPW_ETASKFAILED", rc, spillway_errmsg(cl));
+    if (strstr(spillway_errmsg(cl), part) == NULL)
+        fail_msg("error \"%s\" does not say \"%s\"", spillway_errmsg(cl), part);
+}
+
+static void wrong_number_of_outputs_fails_clearly(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    h_worker_start(&c, worker_args);
+    spillway *cl = e2e_connect(&c);
+    static const uint64_t sizes[] = {10, 20, 30};
+    spillway_ref fewer[4], more[2], v1[2];
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(add_parts(g, sizes, 3, 4, SPILLWAY_KEEP, NULL, fewer), 0);
+    assert_int_equal(add_parts(g, sizes, 3, 2, SPILLWAY_KEEP, NULL, more), 0);
+    /* A version-1 function writes one output. */
+    spillway_arg ra[1] = {spillway_arg_bytes("abc", 3)};
+    assert_int_equal(spillway_task_n(g, "reverse", ra, 1, SPILLWAY_KEEP, 2, v1), 0);
+    /* Over the limit: refused at once, naming k and the limit. */
+    spillway_ref big[1];
+    assert_int_equal(spillway_task_n(g, "parts", ra, 1, 0, SPILLWAY_MAX_OUTPUTS + 1, big),
+                     SPW_ELIMIT);
+    assert_non_null(strstr(spillway_errmsg(cl), "4097 outputs"));
+    assert_non_null(strstr(spillway_errmsg(cl), "4096"));
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    char hex[33], want[96];
+    snprintf(want, sizeof want, "task=%s (parts) declared 4 outputs and wrote 3",
+             spillway_ref_hex(fewer[0], hex));
+    for (int i = 0; i < 4; i++)
+        expect_failure(cl, fewer[i], want);
+    expect_failure(cl, more[1], "declared 2 outputs and wrote 3");
+    expect_failure(cl, v1[0], "(reverse) declared 2 outputs and wrote 1");
+    assert_int_equal(spillway_release_many(cl, fewer, 4), 0);
+    assert_int_equal(spillway_release_many(cl, more, 2), 0);
+    assert_int_equal(spillway_release_many(cl, v1, 2), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* One worker runs functions of a version-1 plugin and of a version-2 one, a version-1 function
+ * in a graph with many-output tasks. */
+static void abi_v1_and_v2_plugins_side_by_side(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    h_worker_start(&c, worker_args);
+    spillway *cl = e2e_connect(&c);
+    static const uint64_t sizes[] = {5, 70000};
+    spillway_ref refs[2], rev;
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(add_parts(g, sizes, 2, 2, SPILLWAY_KEEP, NULL, refs), 0);
+    spillway_arg ra[1] = {spillway_arg_ref(refs[0])};
+    assert_int_equal(spillway_task(g, "reverse", ra, 1, SPILLWAY_KEEP, &rev), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    check_output(cl, refs[1], 1, sizes[1]);
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl, rev, 60000, &data, &len), 0);
+    assert_int_equal(len, 5);
+    for (uint64_t j = 0; j < 5; j++)
+        assert_int_equal(((uint8_t *)data)[j], part_byte(0, 4 - j));
+    spillway_free(data);
+    assert_int_equal(spillway_release_many(cl, refs, 2), 0);
+    assert_int_equal(spillway_release(cl, rev), 0);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* One stored output of a task lives only on a worker that is SIGKILLed: the task runs once more,
+ * on the other worker, and every output reads back right afterwards. */
+static void lost_output_is_remade_by_running_its_task_again(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    h_worker_start(&c, worker_args);
+    spillway *cl = e2e_connect(&c);
+    char count[512];
+    snprintf(count, sizeof count, "%s/runs", c.dir);
+    static const uint64_t sizes[] = {100, 500000, 50};
+    spillway_ref refs[3];
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(add_parts(g, sizes, 3, 3, SPILLWAY_KEEP, count, refs), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (uint32_t i = 0; i < 3; i++)
+        check_output(cl, refs[i], i, sizes[i]); /* made on worker 0 */
+    h_worker_start(&c, worker_args);
+    h_worker_kill(&c, 0, SIGKILL);
+    for (uint32_t i = 0; i < 3; i++)
+        check_output(cl, refs[i], i, sizes[i]);
+    struct stat st;
+    assert_int_equal(stat(count, &st), 0);
+    assert_int_equal(st.st_size, 2); /* run once, then once more for the lost output */
+    assert_int_equal(spillway_release_many(cl, refs, 3), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(outputs_read_back_byte_by_byte),
+    cmocka_unit_test(unreferenced_outputs_are_released),
+    cmocka_unit_test(wrong_number_of_outputs_fails_clearly),
+    cmocka_unit_test(abi_v1_and_v2_plugins_side_by_side),
+    cmocka_unit_test(lost_output_is_remade_by_running_its_task_again),
+};
+
+SPW_TEST_MAIN(tests)
