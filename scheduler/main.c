@@ -55,10 +55,8 @@ int main(int argc, char **argv)
 {
     spw_opts po;
     int rc = spw_opts_parse(&sched_optset, argc, argv, &po);
-    if (rc != 0) {
-        spw_opts_free(&po);
+    if (rc != 0)
         return rc > 0 ? 0 : 2;
-    }
     rc = 2;
     const spw_opt_val *v = po.val;
     spw_log_init("spillway-scheduler", (int)v[SOPT_LOG_LEVEL].u + SPW_LOG_ERR);

@@ -150,10 +150,8 @@ int main(int argc, char **argv)
         return wrk_executor_main(argc, argv);
     spw_opts po;
     int rc = spw_opts_parse(&wrk_optset, argc, argv, &po);
-    if (rc != 0) {
-        spw_opts_free(&po);
+    if (rc != 0)
         return rc > 0 ? 0 : 2;
-    }
     rc = 2;
     const spw_opt_val *v = po.val;
     spw_log_init("spillway-worker", (int)v[WOPT_LOG_LEVEL].u + SPW_LOG_ERR);

@@ -524,7 +524,7 @@ static int take(const spw_optset *set, size_t r, int at, const char *text, spw_o
     return 0;
 }
 
-int spw_opts_parse(const spw_optset *set, int argc, char **argv, spw_opts *out)
+static int opts_parse(const spw_optset *set, int argc, char **argv, spw_opts *out)
 {
     memset(out, 0, sizeof *out);
     const char *base = strrchr(argv[0], '/');
@@ -606,6 +606,14 @@ int spw_opts_parse(const spw_optset *set, int argc, char **argv, spw_opts *out)
         return -1;
     }
     return 0;
+}
+
+int spw_opts_parse(const spw_optset *set, int argc, char **argv, spw_opts *out)
+{
+    int rc = opts_parse(set, argc, argv, out);
+    if (rc != 0)
+        spw_opts_free(out);
+    return rc;
 }
 
 /* ------------------------------------------------------------------- help */

@@ -119,7 +119,8 @@ typedef struct spw_opts {
  * the command line. The config file is also refused, naming FILE:LINE and the key, for an
  * unknown key, a key given twice (unless SPW_OPT_REPEAT), a NUL byte, invalid UTF-8, or a line
  * that is not "key = value". --help and --version print and return 1.
- * @param[out] out filled on 0 and on 1; free it with spw_opts_free (also after an error).
+ * @param[out] out filled on 0; free it with spw_opts_free. Zeroed otherwise (freeing it then is
+ * a no-op).
  * @return 0 to go on, 1 when --help or --version was answered (exit status 0), or -1 when
  * something was refused (the message printed; exit status 2). */
 int spw_opts_parse(const spw_optset *set, int argc, char **argv, spw_opts *out);
