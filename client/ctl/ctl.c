@@ -9,7 +9,8 @@
  *
  * Every reply is first turned into one JSON document (jansson), and the human table is printed
  * from that document, so the table and --json can never disagree. Errors (scheduler down,
- * wrong secret, unknown option) are one line on stderr and a non-zero exit status.
+ * wrong secret, unknown option) are one line on stderr and a non-zero exit status. The global
+ * options are the rows of ctl_opts.c; a command's own options are parsed here.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -22,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "ctl_opts.h"
 #include "spillway/conn.h"
 #include "spillway/docs.h"
 
@@ -378,89 +380,24 @@ static int jobs_run(spillway *cl, const char *addr, int timeout, bool json, bool
     }
 }
 
-static void usage(FILE *f)
+/* Runs the command after the global options that po holds. Returns the exit status. */
+static int run(const spw_opts *po)
 {
-    fputs("usage: spillway-ctl [options] COMMAND\n"
-          "commands:\n"
-          "  status                    workers, slots, tasks by state, clients\n"
-          "  memory                    every object: size, where, references by kind and who\n"
-          "                            holds them, owner, call site, age; then per-node figures\n"
-          "  jobs                      graphs: client, call site, tasks by state, bytes in\n"
-          "                            flight against the graph's cap, age\n"
-          "  http-token                the token the scheduler's HTTP endpoint wants when it\n"
-          "                            listens beyond localhost (needs --secret-file)\n"
-          "memory options (after the command):\n"
-          "  --group-by node|owner|ref-type|call-site   sizes and counts per group\n"
-          "  --sort-by size|age|id     order of the listing (size)\n"
-          "  --stats-only              per-node figures and totals only\n"
-          "  --limit N                 list at most N objects (totals count all)\n"
-          "  --watch SECONDS           refresh every SECONDS until interrupted\n"
-          "jobs options (after the command):\n"
-          "  --watch                   refresh: a progress bar per graph on a terminal, one line\n"
-          "                            per graph otherwise, one JSON document per line with --json\n"
-          "  --interval MS             between refreshes (1000)\n"
-          "  --count N                 stop after N refreshes (0 = until interrupted)\n"
-          "options:\n"
-          "  --scheduler HOST:PORT     the scheduler ($SPILLWAY_SCHEDULER or 127.0.0.1:7400)\n"
-          "  --secret-file PATH        cluster secret (default: $SPILLWAY_SECRET_FILE, else\n"
-          "                            /etc/spillway/secret if readable)\n"
-          "  --json                    one JSON document instead of tables\n"
-          "  --timeout MS              give up after this long (10000)\n"
-          "  --version, --help\n",
-          f);
-}
-
-int main(int argc, char **argv)
-{
-    spw_log_init("spillway-ctl", SPW_LOG_ERR);
+    const spw_opt_val *v = po->val;
     const char *addr = getenv("SPILLWAY_SCHEDULER");
-    if (addr == NULL)
+    if (v[COPT_SCHEDULER].set)
+        addr = v[COPT_SCHEDULER].str;
+    else if (addr == NULL)
         addr = "127.0.0.1:7400";
     spillway_opts o;
     spillway_opts_init(&o);
     o.name = "spillway-ctl";
-    int json = 0, timeout = 10000;
-    static const struct option longopts[] = {
-        {"scheduler", required_argument, 0, 'S'},
-        {"secret-file", required_argument, 0, 's'},
-        {"json", no_argument, 0, 'j'},
-        {"timeout", required_argument, 0, 't'},
-        {"version", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    opterr = 0; /* one line of our own for a bad option */
-    while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'S':
-            addr = optarg;
-            break;
-        case 's':
-            o.secret_file = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 't': {
-            long t;
-            if (!opt_number("--timeout", optarg, 1, INT_MAX, "milliseconds 1..2147483647", &t))
-                return 2;
-            timeout = (int)t;
-            break;
-        }
-        case 'V':
-            printf("spillway-ctl %s\n", SPW_VERSION);
-            return 0;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "spillway-ctl: bad option '%s'; see spillway-ctl --help\n",
-                    argv[optind - 1]);
-            return 2;
-        }
-    }
+    if (v[COPT_SECRET_FILE].set)
+        o.secret_file = v[COPT_SECRET_FILE].str;
+    int json = v[COPT_JSON].set, timeout = (int)v[COPT_TIMEOUT].u;
+    int argc = po->argc, c;
+    char **argv = po->argv;
+    optind = po->operand;
     if (optind >= argc) {
         fprintf(stderr, "spillway-ctl: no command given; see spillway-ctl --help\n");
         return 2;
@@ -609,4 +546,14 @@ int main(int argc, char **argv)
     json_decref(doc);
     spillway_close(cl);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    spw_log_init("spillway-ctl", SPW_LOG_ERR);
+    spw_opts po;
+    int rc = spw_opts_parse(&ctl_optset, argc, argv, &po);
+    rc = rc == 0 ? run(&po) : rc > 0 ? 0 : 2;
+    spw_opts_free(&po);
+    return rc;
 }

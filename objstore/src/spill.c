@@ -37,7 +37,7 @@
 
 #include "spill_record.h"
 
-#define CHUNK (4u << 20)          /* raw bytes per record */
+#define CHUNK OST_SPILL_CHUNK      /* raw bytes per record */
 #define KEY_LEN 28                /* object id (16) + copy (8) + chunk index (4), big-endian */
 #define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
 #define COMPACT_SLACK (64ULL << 20)

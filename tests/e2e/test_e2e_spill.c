@@ -336,7 +336,7 @@ static void full_spill_map_fails_cleanly_nothing_lost(void **state)
     h_cluster c;
     h_cluster_start(&c, false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "500",
-                                "--spill-map-size", "1M", "--spill-map-max", "1M", NULL};
+                                "--spill-map-size", "1M", "--spill-map-max", "4M", NULL};
     h_worker_start(&c, args);
     spillway *cl = e2e_connect(&c);
     uint8_t *data = malloc(4u << 20);

@@ -62,6 +62,9 @@ typedef struct ost_opts {
 } ost_opts;
 
 void ost_opts_default(ost_opts *o);
+/** Raw bytes of an object per spill record: the least a spill map must hold to take a chunk
+ * (a smaller spill_map_max could never hold one). */
+#define OST_SPILL_CHUNK (4u << 20)
 /** The spill lanes a store with these options runs: spill_threads, or min(cores, 4). */
 uint32_t ost_spill_lanes(const ost_opts *o);
 
