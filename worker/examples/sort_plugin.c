@@ -102,17 +102,29 @@ static int gen(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+/* Reads the arguments of split and check (values, j, P) into *j and *p: 0, or -1 with the task
+ * failed. */
+static int bucket_args(spw_task_ctx *ctx, const char *fn, const spw_task_arg *args, uint32_t nargs,
+                       uint64_t *j, uint64_t *p)
 {
-    if (u64_args(ctx, "split", args, nargs, 1, 3) != 0)
+    if (u64_args(ctx, fn, args, nargs, 1, 3) != 0)
         return -1;
-    uint64_t j = get_u64(&args[1]), p = get_u64(&args[2]);
-    if (p == 0 || j >= p || args[0].len % 8 != 0) {
-        spw_task_fail(ctx, "split: bucket %llu of %llu, or a block of %llu bytes",
-                      (unsigned long long)j, (unsigned long long)p,
+    *j = get_u64(&args[1]);
+    *p = get_u64(&args[2]);
+    if (*p == 0 || *j >= *p || args[0].len % 8 != 0) {
+        spw_task_fail(ctx, "%s: bucket %llu of %llu, or values of %llu bytes", fn,
+                      (unsigned long long)*j, (unsigned long long)*p,
                       (unsigned long long)args[0].len);
         return -1;
     }
+    return 0;
+}
+
+static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t j, p;
+    if (bucket_args(ctx, "split", args, nargs, &j, &p) != 0)
+        return -1;
     const uint8_t *in = args[0].data;
     uint64_t n = args[0].len / 8, count = 0;
     for (uint64_t i = 0; i < n; i++)
@@ -189,14 +201,9 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 
 static int check(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
-    if (u64_args(ctx, "check", args, nargs, 1, 3) != 0)
+    uint64_t j, p;
+    if (bucket_args(ctx, "check", args, nargs, &j, &p) != 0)
         return -1;
-    uint64_t j = get_u64(&args[1]), p = get_u64(&args[2]);
-    if (p == 0 || j >= p || args[0].len % 8 != 0) {
-        spw_task_fail(ctx, "check: bucket %llu of %llu, or %llu bytes", (unsigned long long)j,
-                      (unsigned long long)p, (unsigned long long)args[0].len);
-        return -1;
-    }
     const uint8_t *in = args[0].data;
     uint64_t n = args[0].len / 8, x = 0, sum = 0, prev = 0;
     for (uint64_t i = 0; i < n; i++) {
