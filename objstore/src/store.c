@@ -247,10 +247,11 @@ void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before)
     ost__lru_update(s, o);
 }
 
-/* Allocates memory for o; on success updates the figures. */
-int ost__obj_alloc(ost_store *s, ost_obj *o)
+/* Allocates memory for o (within the test hook's limit if `limited`); on success updates the
+ * figures. */
+static int obj_alloc(ost_store *s, ost_obj *o, bool limited)
 {
-    if (s->limit != 0 && s->st.used + o->size > limit_of(s))
+    if (limited && s->limit != 0 && s->st.used + o->size > limit_of(s))
         return SPW_ENOMEM;
     int rc = ost_alloc_get(s->alloc, o->size, &o->blk);
     if (rc != 0)
@@ -264,6 +265,11 @@ int ost__obj_alloc(ost_store *s, ost_obj *o)
     if (o->pins > 0)
         s->st.pinned += bsize;
     return 0;
+}
+
+int ost__obj_alloc(ost_store *s, ost_obj *o)
+{
+    return obj_alloc(s, o, true);
 }
 
 /* Why a creation can never succeed now, whatever is freed: 0 if it can. */
@@ -314,7 +320,7 @@ static bool full_for_now(ost_store *s)
     return s->full_gave_up && !ost__spill_pending(s);
 }
 
-int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
+static int create_async(ost_store *s, spw_id id, uint64_t size, bool first, ost_cb cb, void *arg)
 {
     ost_obj *o = NULL;
     /* A request that cannot succeed is answered now, not after the allocations waiting ahead
@@ -322,7 +328,7 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
      * executor, would wrap waiting_bytes) and wait up to alloc_wait_ms for its error. */
     int rc = create_check(s, id, size);
     if (rc == 0)
-        rc = s->waiters == NULL ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
+        rc = s->waiters == NULL || first ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
     if (rc == 0)
         s->full_gave_up = false;
     else if (rc == SPW_ENOMEM && full_for_now(s))
@@ -338,9 +344,54 @@ int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void
     w->cb = cb;
     w->arg = arg;
     w->deadline_ns = spw_now_ns() + (uint64_t)s->opts.alloc_wait_ms * 1000000ULL;
-    DL_APPEND(s->waiters, w);
+    w->first = first;
+    /* Ahead of the others, behind those ahead of them already (in their order). */
+    ost_waiter *after = NULL;
+    for (ost_waiter *x = s->waiters; first && x != NULL && x->first; x = x->next)
+        after = x;
+    if (!first)
+        DL_APPEND(s->waiters, w);
+    else if (after == NULL)
+        DL_PREPEND(s->waiters, w);
+    else
+        DL_APPEND_ELEM(s->waiters, after, w);
     s->waiting_bytes += size;
     ost__spill_maintain(s);
+    return 0;
+}
+
+int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
+{
+    return create_async(s, id, size, false, cb, arg);
+}
+
+int ost_obj_create_first(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg)
+{
+    return create_async(s, id, size, true, cb, arg);
+}
+
+int ost_obj_resize(ost_store *s, ost_obj *o, uint64_t size)
+{
+    if (o->state != OST_CREATED || o->aborted || o->pins != 1 || o->blk == NULL || size == 0)
+        return SPW_EINVAL;
+    if (size > limit_of(s))
+        return SPW_ETOOBIG;
+    uint64_t old = o->size;
+    if (size == old)
+        return 0;
+    /* Freed and taken again with nothing in between: the freed block (coalesced with its free
+     * neighbours) holds any size up to the old one, so that much always succeeds. */
+    ost__obj_release_memory(s, o);
+    o->size = size;
+    int rc = ost__obj_alloc(s, o);
+    if (rc != 0) {
+        o->size = old;
+        rc = obj_alloc(s, o, false); /* its own block, or a larger one it merged into */
+        SPW_ASSERT(rc == 0);
+        return SPW_ENOMEM;
+    }
+    if (size < old)
+        ost__waiters_retry(s); /* what it gave back */
     return 0;
 }
 

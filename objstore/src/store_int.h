@@ -39,6 +39,7 @@ typedef struct ost_waiter {
     void *arg;
     ost_obj *restore;
     uint64_t deadline_ns;
+    bool first;           /* ost_obj_create_first: ahead of those that are not */
     struct ost_waiter *prev, *next;
 } ost_waiter;
 

@@ -1050,6 +1050,56 @@ static void worker_argument_past_its_object_fails_the_task(void **state)
     assert_int_equal(HASH_COUNT(e->w->tasks), 0);
 }
 
+/* How many of the n objects tid(first).. are pinned. */
+static uint32_t objs_pinned(ost_store *s, uint64_t first, uint32_t n)
+{
+    uint32_t pinned = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const ost_obj *o = ost_obj_find(s, tid(first + k));
+        pinned += o != NULL && ost_obj_pins(o) > 0;
+    }
+    return pinned;
+}
+
+/* Three tasks each read an object of 4 MiB here and make as much, in a 16 MiB store: a task is
+ * given its input only once it is admitted, and two of them (inputs and expected outputs) do not
+ * fit under the store's capacity less its margin together, so one input at a time is pinned.
+ * A worker that pinned every task's inputs at intake held all three while the first ran; in a
+ * fuller store the running task's output then waited for room they held. */
+static void worker_pins_inputs_only_of_tasks_it_admitted(void **state)
+{
+    env *e = *state;
+    ost_store *s = e->w->store;
+    const uint64_t n = 4u << 20;
+    for (uint64_t k = 0; k < 3; k++) {
+        ost_obj *o;
+        assert_int_equal(ost_obj_create(s, tid(600 + k), n, &o), 0);
+        memset(ost_obj_data(o), (int)k, n);
+        assert_int_equal(ost_obj_seal(s, o), 0);
+    }
+    for (uint64_t k = 0; k < 3; k++)
+        task_run_range(e, 1 + k, 600 + k, 0, n, n);
+    uint32_t most = 0;
+    for (uint64_t k = 0; k < 3; k++) {
+        for (int step = 0; step < STEPS && find(e, PROTO_TASK_DONE, 1 + k) == NULL; step++) {
+            uv_run(&e->loop, UV_RUN_ONCE);
+            uint32_t p = objs_pinned(s, 600, 3);
+            most = p > most ? p : most;
+        }
+        const rx *r = find(e, PROTO_TASK_DONE, 1 + k);
+        assert_non_null(r);
+        assert_int_equal(r->status, 0);
+        /* Its input and output go, so the next output has room (this store does not spill). */
+        assert_int_equal(ost_obj_delete(s, tid(1 + k)), 0);
+        assert_int_equal(ost_obj_delete(s, tid(600 + k)), 0);
+    }
+    assert_int_equal(most, 1);
+    STEP_UNTIL(e, HASH_COUNT(e->w->tasks) == 0);
+    assert_int_equal(e->w->adm_reserved, 0);
+    assert_int_equal(e->w->adm_tasks, 0);
+    assert_null(e->w->adm_head);
+}
+
 /* The store's object list for spillway-ctl memory goes in frames of at most 4096 records (the
  * scheduler decodes a frame whole in one loop turn), all but the last saying more = 1, the last
  * with the store's figures; every object is in one of them. Before, the list went in one frame
@@ -2061,6 +2111,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(worker_requeued_task_gets_no_stale_allocation, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_argument_past_its_object_fails_the_task, setup,
                                     teardown),
+    cmocka_unit_test_setup_teardown(worker_pins_inputs_only_of_tasks_it_admitted, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_takes_an_unnamed_failure_for_its_head, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_fails_a_task_whose_status_is_no_code, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_fails_a_task_too_large_for_its_executor,

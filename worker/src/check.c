@@ -27,8 +27,16 @@ static bool is_exec(const wrk *w, const wrk_exec *ex)
     return ex >= w->execs && ex < w->execs + w->nexec;
 }
 
-/* Counts tasks by state: [WT_INPUTS, WT_QUEUED, WT_SENT]. */
-static void check_tasks(const wrk *w, uint64_t n[3])
+static uint32_t inline_args(const wtask *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->nargs; i++)
+        n += t->args[i].kind == PROTO_ARG_INLINE;
+    return n;
+}
+
+/* Counts tasks by state: [WT_INPUTS, WT_QUEUED, WT_SENT, WT_ADMIT]. */
+static void check_tasks(const wrk *w, uint64_t n[4])
 {
     const wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp)
@@ -37,7 +45,7 @@ static void check_tasks(const wrk *w, uint64_t n[3])
         const wtask *found;
         HASH_FIND(hh, w->tasks, &t->id, sizeof t->id, found);
         CHECK(found == t, id, "task not found under its own id");
-        CHECK(t->state <= WT_SENT, id, "task state %u unknown", t->state);
+        CHECK(t->state <= WT_ADMIT, id, "task state %u unknown", t->state);
         n[t->state]++;
         CHECK(t->gen <= w->gen, id, "task of generation %u, the worker is at %u", t->gen, w->gen);
         uint32_t unpinned = 0, local = 0, prev = 0;
@@ -84,10 +92,24 @@ static void check_tasks(const wrk *w, uint64_t n[3])
             bool listed = false;
             for (const wtask *y = w->ahead; y != NULL && !listed; y = y->anext)
                 listed = y == t;
-            CHECK(listed && t->state == WT_INPUTS && t->missing >= local, id,
-                  "task waiting for producers here is not on the ahead list, or not waiting");
+            CHECK(listed && (t->state == WT_INPUTS || t->state == WT_ADMIT) && t->missing >= local,
+                  id, "task waiting for producers here is not on the ahead list, or not waiting");
         }
-        if (t->state == WT_INPUTS) {
+        if (t->state == WT_ADMIT) {
+            /* Waiting for admission (listed, nothing reserved), or admitted and waiting for
+             * its output's room: no input got or pinned yet either way. */
+            CHECK(unpinned == t->nargs - inline_args(t) - prev && t->ex == NULL && !t->pre, id,
+                  "task waiting for admission holds an input, its output's room or an executor");
+            bool listed = false;
+            for (const wtask *y = w->adm_head; y != NULL && !listed; y = y->adm_next)
+                listed = y == t;
+            CHECK(listed == t->adm_listed && t->adm_listed != t->pre_wait &&
+                      t->admitted == t->pre_wait,
+                  id,
+                  "task waiting for admission: listed %d, on the list %d, admitted %d, "
+                  "waiting for room %d",
+                  t->adm_listed, listed, t->admitted, t->pre_wait);
+        } else if (t->state == WT_INPUTS) {
             /* Inputs that failed are counted off without a pin, so missing may be fewer. */
             CHECK(t->missing > 0, id, "task waits for inputs, none missing");
             CHECK(t->missing <= unpinned, id, "%u inputs missing, %u unpinned", t->missing,
@@ -121,7 +143,7 @@ static void check_ahead(const wrk *w)
     }
 }
 
-static void check_queues(const wrk *w, const uint64_t n[3])
+static void check_queues(const wrk *w, const uint64_t n[4])
 {
     uint64_t queued = 0;
     const wtask *last = NULL;
@@ -202,10 +224,36 @@ static void check_fetches(const wrk *w)
     }
 }
 
+/* Admission: the reservations add up, and every waiting task is listed once, in its state. */
+static void check_admission(const wrk *w)
+{
+    uint64_t sum = 0, n = 0, waiting = 0;
+    const wtask *x, *xt;
+    HASH_ITER(hh, w->tasks, x, xt)
+    waiting += x->adm_listed;
+    const wres *r, *tmp;
+    HASH_ITER(hh, w->adm_res, r, tmp)
+    {
+        CHECK(r->refs > 0, r->id, "reservation of %llu bytes with no reference",
+              (unsigned long long)r->bytes);
+        sum += r->bytes;
+    }
+    CHECK(sum == w->adm_reserved, NOID, "reservations add up to %llu, adm_reserved %llu",
+          (unsigned long long)sum, (unsigned long long)w->adm_reserved);
+    for (const wtask *t = w->adm_head; t != NULL; t = t->adm_next) {
+        CHECK(t->state == WT_ADMIT && t->adm_listed, t->id,
+              "task in state %u on the admission list", t->state);
+        CHECK(n++ < waiting, t->id, "admission list longer than the tasks waiting for it");
+    }
+    CHECK(n == waiting, NOID, "%llu tasks wait for admission, its list holds %llu",
+          (unsigned long long)waiting, (unsigned long long)n);
+}
+
 void wrk__check_full(wrk *w)
 {
-    uint64_t n[3] = {0, 0, 0};
+    uint64_t n[4] = {0, 0, 0, 0};
     check_tasks(w, n);
+    check_admission(w);
     check_queues(w, n);
     check_ahead(w);
     check_fetches(w);

@@ -59,6 +59,7 @@ static void task_release(wrk *w, wtask *t)
 /* Drops the outputs allocated for t and not sealed (it failed, or goes back to the queue). */
 static void outs_abort(wrk *w, wtask *t)
 {
+    t->out_bytes = 0;
     if (t->out != NULL) {
         ost_obj_abort(w->store, t->out);
         t->out = NULL;
@@ -86,9 +87,16 @@ static void task_free(wrk *w, wtask *t)
     }
     if (t->local > 0)
         DL_DELETE2(w->ahead, t, aprev, anext);
+    if (t->adm_listed)
+        DL_DELETE2(w->adm_head, t, adm_prev, adm_next);
     outs_abort(w, t);
     spw_free(t->outx);
     t->outx = NULL;
+    if (t->pre != NULL) {
+        ost_obj_abort(w->store, t->pre);
+        t->pre = NULL;
+    }
+    wrk__admit_release(w, t); /* its inputs are unpinned above */
     started_strike(w, t); /* its end tells the scheduler */
     HASH_DEL(w->tasks, t);
     task_release(w, t);
@@ -142,6 +150,7 @@ void wrk__started_timer_cb(uv_timer_t *h)
 
 static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uint8_t *inl);
 static void heir_start(wrk *w, wtask *t);
+static void admit_pump(wrk *w);
 
 /* Record i of a completion's outs, forwarded from the executor's (records of kind OUT). */
 static void put_out_fwd(proto_enc *e, uint32_t i, void *arg)
@@ -207,6 +216,8 @@ static void task_report_outs(wrk *w, wtask *t, int status, uint64_t size, const 
         ahead_settle(w, id, status, size, inl);
     if (heir != NULL)
         heir_start(w, heir);
+    if (w->adm_head != NULL)
+        admit_pump(w); /* its reservation, if it held one, is free */
 }
 
 static void ready_push(wrk *w, wtask *t, bool front)
@@ -305,6 +316,20 @@ static void input_done(void *arg, int status, ost_obj *o)
  * task whose producer is neither here nor sealed in the store when it arrives (its inline result
  * went to the scheduler already). Every task sent ahead is answered with one TASK_DONE. */
 
+/* a becomes the inline value v of len bytes (a producer's small result), copied. */
+static void arg_set_inline(warg *a, const uint8_t *v, uint32_t len)
+{
+    a->kind = PROTO_ARG_INLINE;
+    a->inline_len = len;
+    a->inline_data = NULL;
+    if (len > 0) {
+        uint8_t *copy = spw_malloc(SPW_MOD_WORKER, len);
+        memcpy(copy, v, len);
+        a->inline_data = copy;
+        a->owned = 1;
+    }
+}
+
 /* A producer here ended (status 0: with this result, inline or in the store): the arguments
  * waiting for it get it, or their tasks are dropped. All of them stop waiting first, so that no
  * check in between (a dispatch) sees one waiting for a producer that is gone. */
@@ -336,27 +361,32 @@ static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uin
         uint32_t i = todo[k].arg;
         warg *a = &d->args[i];
         ost_obj *o = NULL;
+        /* A task waiting for admission gets nothing yet: a stored output is got when it is
+         * admitted, and a failure answers it at once (it holds nothing to wait for). */
+        bool waiting = d->state == WT_ADMIT;
+        const char *gone = NULL;
         if (status != 0) {
-            wrk__input_ready(w, d, i, SPW_EAHEAD, "sent ahead; its producer failed here");
+            gone = "sent ahead; its producer failed here";
         } else if (inl != NULL || size == 0) {
-            a->kind = PROTO_ARG_INLINE;
-            a->inline_len = (uint32_t)size;
-            a->inline_data = NULL;
-            if (size > 0) {
-                uint8_t *copy = spw_malloc(SPW_MOD_WORKER, size);
-                memcpy(copy, inl, size);
-                a->inline_data = copy;
-                a->owned = 1;
-            }
-            wrk__input_ready(w, d, i, 0, NULL);
+            arg_set_inline(a, inl, (uint32_t)size);
+            if (waiting)
+                d->missing--;
+            else
+                wrk__input_ready(w, d, i, 0, NULL);
         } else if ((o = ost_obj_find(w->store, id)) == NULL || ost_obj_state(o) != OST_SEALED) {
-            wrk__input_ready(w, d, i, SPW_EAHEAD, "sent ahead; its producer's output is gone");
+            gone = "sent ahead; its producer's output is gone";
+        } else if (waiting) {
+            a->len = a->objsize = ost_obj_size(o);
         } else {
             a->len = a->objsize = ost_obj_size(o);
             input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
             *r = todo[k];
             ost_obj_get_async(w->store, o, input_done, r);
         }
+        if (gone != NULL && waiting)
+            task_report(w, d, SPW_EAHEAD, 0, NULL, gone, 0);
+        else if (gone != NULL)
+            wrk__input_ready(w, d, i, SPW_EAHEAD, gone);
     }
     spw_free(todo);
 }
@@ -367,15 +397,7 @@ static bool ahead_kept(wrk *w, warg *a)
     for (uint32_t k = 0; k < WRK_KEPT_N; k++) {
         if (!spw_id_eq(w->kept[k].id, a->id) || spw_id_is_nil(a->id))
             continue;
-        a->kind = PROTO_ARG_INLINE;
-        a->inline_len = w->kept[k].len;
-        a->inline_data = NULL;
-        if (a->inline_len > 0) {
-            uint8_t *copy = spw_malloc(SPW_MOD_WORKER, a->inline_len);
-            memcpy(copy, w->kept[k].v, a->inline_len);
-            a->inline_data = copy;
-            a->owned = 1;
-        }
+        arg_set_inline(a, w->kept[k].v, w->kept[k].len);
         return true;
     }
     return false;
@@ -481,8 +503,8 @@ static bool stored_fn(const wrk *w, const char *fn)
  * and back for nothing. */
 static wrk_exec *ahead_chain_exec(wrk *w, const wtask *d)
 {
-    if (d->missing != d->local || d->fail_status != 0)
-        return NULL; /* other inputs still to come */
+    if (d->missing != d->local || d->fail_status != 0 || d->state == WT_ADMIT)
+        return NULL; /* other inputs still to come, or not admitted yet */
     wrk_exec *ex = NULL;
     for (uint32_t i = 0; i < d->nargs; i++) {
         const warg *a = &d->args[i];
@@ -737,14 +759,147 @@ static void task_run_rec(wrk *w, uint64_t req, const proto_val *f, uint32_t i_re
     task_begin(w, t);
 }
 
-/* Takes a task in whose arguments are copied: marks what it waits for here, starts getting the
- * rest, or queues it for an executor. */
+/* ------------------------------------------------------------- admission */
+
+/* A task is admitted before it gets, fetches or pins any input (admit.c holds the bytes): in
+ * arrival order, while the reservations of those admitted fit under the store's capacity less
+ * a margin, and always when no other is admitted, so one that fits alone always runs. Tasks
+ * with nothing to get here (inline arguments, or only outputs of producers here, which those
+ * reserve) whose function has not stored an output here skip it: they pin nothing. */
+
+static void task_inputs(wrk *w, wtask *t);
+
+/* The room for an admitted task's output (t->pre) arrived, or could not be had: the task goes
+ * on without it then (its executor's request for the output is served first, see
+ * ost_obj_create_first). */
+static void pre_done(void *arg, int status, ost_obj *o)
+{
+    input_req *r = arg;
+    wrk *w = r->w;
+    wtask *t;
+    HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
+    spw_free(r);
+    if (t == NULL || !t->pre_wait || w->closing) {
+        if (status == 0)
+            ost_obj_abort(w->store, o);
+        return;
+    }
+    t->pre_wait = 0;
+    t->pre = status == 0 ? o : NULL;
+    t->state = WT_INPUTS;
+    if (t->gen != w->gen) {
+        task_report(w, t, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", 0);
+        return;
+    }
+    task_inputs(w, t);
+}
+
+/* Takes the room for the output of a task just admitted, out bytes, before any of its inputs is
+ * pinned: while it waits for that room, the inputs it has here can still be spilled to make
+ * it (pinned, scattered through the arena, they could leave no hole large enough), and when
+ * it runs its output never waits for memory that others' inputs hold. Then the task gets its
+ * inputs. Not for an output expected inline (out 0). It waits only while spilling can make
+ * the room; otherwise it takes room that is free now, or none (its executor's request is
+ * then served first of those waiting, see ost_obj_create_first). */
+static void admit_room(wrk *w, wtask *t, uint64_t out)
+{
+    ost_stats st;
+    bool squeeze = false;
+    if (out != 0 && t->pre == NULL) {
+        ost_stats_get(w->store, &st);
+        squeeze = w->opts.store.spill_dir != NULL && st.capacity - st.pinned >= out;
+        if (!squeeze && ost_obj_create(w->store, t->id, out, &t->pre) != 0)
+            t->pre = NULL;
+    }
+    if (!squeeze) {
+        t->state = WT_INPUTS;
+        task_inputs(w, t);
+        return;
+    }
+    t->state = WT_ADMIT;
+    t->pre_wait = 1;
+    input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (input_req){w, t->id, 0};
+    ost_obj_create_async(w->store, t->id, out, pre_done, r);
+}
+
+/* Admits t if it fits and no task waits ahead of it (queued): 1 (its reservation taken; the
+ * caller goes on with admit_room and *room), or 0 (it waits), or -1 when it can never fit
+ * (answered, freed). */
+static int admit_try(wrk *w, wtask *t, bool queued, uint64_t *room)
+{
+    uint64_t in, out;
+    uint64_t cost = wrk__admit_cost(w, t, &in, &out);
+    uint64_t limit;
+    uint64_t cap = wrk__admit_capacity(w, &limit, NULL);
+    if (in > cap) {
+        char hex[33], msg[512];
+        snprintf(msg, sizeof msg,
+                 "task=%s (%s) cannot run here: its inputs take %llu bytes of store, more than "
+                 "its capacity of %llu bytes",
+                 spw_id_hex(t->id, hex), t->fn, (unsigned long long)in, (unsigned long long)cap);
+        spw_log(SPW_LOG_WARN, "%s", msg);
+        task_report(w, t, SPW_ETOOBIG, 0, NULL, msg, 0);
+        return -1;
+    }
+    if (queued || (w->adm_tasks > 0 && w->adm_reserved + cost > limit))
+        return 0;
+    /* Alone it is admitted whatever its guessed output, the guess cut to what is left beside
+     * its inputs: a guess may be wrong, and the real size is checked when the task asks. */
+    if (in + out > limit)
+        out = in < limit ? limit - in : 0;
+    wrk__admit_take(w, t, out);
+    *room = out;
+    return 1;
+}
+
+/* Admits waiting tasks, oldest first, while they fit. */
+static void admit_pump(wrk *w)
+{
+    if (w->adm_pumping)
+        return; /* the call below us goes on with what this one would see */
+    w->adm_pumping = true;
+    while (w->adm_head != NULL && !w->closing) {
+        wtask *t = w->adm_head;
+        uint64_t room;
+        int rc = admit_try(w, t, false, &room);
+        if (rc == 0)
+            break;
+        if (rc < 0)
+            continue; /* answered and freed: off the list */
+        DL_DELETE2(w->adm_head, t, adm_prev, adm_next);
+        t->adm_listed = 0;
+        admit_room(w, t, room); /* t may be gone after */
+    }
+    w->adm_pumping = false;
+}
+
+/* Takes a task in whose arguments are copied: marks what it waits for here, then admits it
+ * (admit_try) or lists it to wait for admission. */
 static void task_begin(wrk *w, wtask *t)
+{
+    if ((t->flags & PROTO_TASK_AHEAD) && t->missing > 0 && ahead_intake(w, t) != 0)
+        return;
+    if (t->missing > t->local || (w->adm_fns != NULL && wrk__admit_fn_stores(w, t->fn))) {
+        uint64_t room;
+        int rc = admit_try(w, t, w->adm_head != NULL, &room);
+        if (rc == 0) {
+            t->state = WT_ADMIT;
+            t->adm_listed = 1;
+            DL_APPEND2(w->adm_head, t, adm_prev, adm_next);
+        } else if (rc > 0) {
+            admit_room(w, t, room);
+        }
+        return;
+    }
+    task_inputs(w, t);
+}
+
+/* Starts getting an admitted task's inputs, or queues it for an executor. */
+static void task_inputs(wrk *w, wtask *t)
 {
     spw_id id = t->id;
     uint32_t nargs = t->nargs;
-    if ((t->flags & PROTO_TASK_AHEAD) && t->missing > 0 && ahead_intake(w, t) != 0)
-        return;
     if (t->missing == 0) {
         ready_push(w, t, false);
         wrk__dispatch(w);
@@ -963,6 +1118,32 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     proto_send_exec_alloc_ok(c, req, &(proto_exec_alloc_ok_msg){.off = ost_obj_offset(o)});
 }
 
+/* Whether the output t asks for can never fit beside its pinned inputs (then its executor is
+ * answered SPW_ETOOBIG at once, naming the task and the bytes; waiting for room that pinned
+ * inputs hold would only end at --alloc-wait). Otherwise its reservation becomes that size. */
+static bool alloc_never_fits(wrk *w, wtask *t, wrk_exec *ex, uint64_t req, uint64_t size)
+{
+    uint64_t cap = wrk__admit_capacity(w, NULL, NULL);
+    uint64_t in = wrk__admit_pinned(w, t);
+    if (size > cap)
+        return false; /* the store answers that one (SPW_ETOOBIG) */
+    /* The outputs it made already hold their room too (a task of several). */
+    uint64_t made = t->out_bytes;
+    if (in == 0 || (made <= cap - size && in <= cap - size - made)) {
+        wrk__admit_output(w, t, size);
+        return false;
+    }
+    char hex[33], msg[512];
+    snprintf(msg, sizeof msg,
+             "task=%s (%s) needs %llu bytes of store, inputs %llu + output %llu, more than its "
+             "capacity of %llu bytes",
+             spw_id_hex(t->id, hex), t->fn, (unsigned long long)(in + made + size),
+             (unsigned long long)in, (unsigned long long)(made + size), (unsigned long long)cap);
+    spw_log(SPW_LOG_WARN, "%s", msg);
+    proto_conn_error(ex->conn, req, SPW_ETOOBIG, "%s", msg);
+    return true;
+}
+
 /* Marks an executor for recycling when it ran its quota of tasks or grew past the RSS ceiling
  * (read at most every 50 ms unless forced), and closes the socket of a marked one that is idle:
  * it exits through its cleanup and exec_settle starts the next. */
@@ -1091,6 +1272,7 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (status != 0) {
         task_report(w, t, status, 0, NULL, err, run_us);
     } else if (!f[F_DONE_INLINE].nil) {
+        wrk__admit_learn_inline(w, t);
         task_report_outs(w, t, 0, f[F_DONE_INLINE].bin.len, f[F_DONE_INLINE].bin.ptr, NULL, run_us,
                          fwd);
     } else {
@@ -1126,11 +1308,23 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
                              "output already allocated, past the task's outputs, or no task");
             return;
         }
+        uint64_t size = m->f[F_EALLOC_SIZE].u;
+        if (alloc_never_fits(w, t, ex, m->req, size))
+            return;
         alloc_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (alloc_req){w,  t->id, (uint32_t)index, ex, ex->started_ns, m->req,
-                         m->f[F_EALLOC_SIZE].u};
-        ost_obj_create_async(w->store, spw_id_output(t->id, (uint32_t)index), r->size,
-                             exec_alloc_done, r);
+        *r = (alloc_req){w, t->id, (uint32_t)index, ex, ex->started_ns, m->req, size};
+        ost_obj *pre = index == 0 ? t->pre : NULL;
+        if (index == 0)
+            t->pre = NULL;
+        if (pre != NULL && ost_obj_resize(w->store, pre, size) == 0) {
+            exec_alloc_done(r, 0, pre); /* the room taken at admission */
+        } else {
+            if (pre != NULL)
+                ost_obj_abort(w->store, pre); /* larger than expected: asked afresh */
+            /* Ahead of other waiting allocations: its pinned inputs go when it ends. */
+            ost_obj_create_first(w->store, spw_id_output(t->id, (uint32_t)index), size,
+                                 exec_alloc_done, r);
+        }
         wrk__mem_check(w);
         return;
     }
@@ -1411,6 +1605,12 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
 void wrk__tasks_drop(wrk *w)
 {
     started_clear(w); /* notices for the lost scheduler */
+    /* Tasks waiting for admission hold nothing yet, and none of them is admitted on the way (a
+     * task admitted and waiting for its output's room ends through pre_done). */
+    w->adm_pumping = true;
+    while (w->adm_head != NULL)
+        task_report(w, w->adm_head, SPW_ECLOSED, 0, NULL, "the scheduler that sent it is gone", 0);
+    w->adm_pumping = false;
     wtask *t = w->ready_head;
     w->ready_head = w->ready_tail = NULL;
     while (t != NULL) {
@@ -1425,6 +1625,8 @@ void wrk__tasks_free_all(wrk *w)
     w->ready_head = w->ready_tail = NULL;
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp) task_free(w, t);
+    w->adm_head = NULL;
+    wrk__admit_free_all(w);
     spw_slab_trim(&w->task_slab);
     w->ahead = NULL;
     spw_free(w->started);
@@ -1445,6 +1647,10 @@ void wrk__task_cancel(wrk *w, const proto_msg *m)
         HASH_FIND(hh, w->tasks, &id, sizeof id, t);
         if (t == NULL || t->state == WT_SENT)
             continue; /* done already, or started: it finishes and the scheduler drops it */
+        if (t->state == WT_ADMIT) {
+            task_report(w, t, SPW_ECANCELED, 0, NULL, "cancelled: its client went away", 0);
+            continue;
+        }
         if (t->state == WT_INPUTS) {
             /* Fetches and restores under way name it: it goes when the last one answers. */
             if (t->fail_status == 0) {

@@ -45,9 +45,27 @@
 #define EXEC_KEPT_BYTES (1u << 20)
 #define WRK_EXEC_QUEUE_US 2000.0
 
+/* Admission (admit.c): admitted tasks' reservations stay under the store's capacity less a
+ * margin of max(capacity / WRK_ADMIT_MARGIN_DIV, WRK_ADMIT_MARGIN_MIN), at most half of it. The
+ * margin is for what no task reserves: objects a client is writing or holds a view of, reads
+ * served to peers, and free space the arena splits between pinned blocks. */
+#define WRK_ADMIT_MARGIN_DIV 16
+#define WRK_ADMIT_MARGIN_MIN (1ULL << 20)
+/* An output expected from what a function made before is taken as that plus 1/this. */
+#define WRK_ADMIT_OUT_SLACK 8
+
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
 typedef struct wfetch wfetch;
+typedef struct wfnout wfnout;
+
+/* Store bytes reserved for one object by the admitted tasks naming it (admit.c). */
+typedef struct wres {
+    spw_id id;
+    UT_hash_handle hh;
+    uint64_t bytes;       /* the object's size rounded to the granule, or an output's guess */
+    uint32_t refs;        /* admitted tasks' arguments and outputs naming it */
+} wres;
 
 /* One task argument, copied out of TASK_RUN. */
 typedef struct warg {
@@ -58,6 +76,7 @@ typedef struct warg {
                              the task */
     uint8_t prev;         /* sent to the executor as the output of its producer, queued before
                              it there (PROTO_ARG_PREV): the executor keeps that output */
+    uint8_t reserved;     /* holds a reference on w->adm_res for its object (admit.c) */
     uint32_t inline_len;
     const uint8_t *inline_data; /* into the task's blob */
     spw_id id;
@@ -72,6 +91,8 @@ enum wtask_state {
     WT_INPUTS, /* waiting for inputs to be fetched or restored */
     WT_QUEUED, /* inputs pinned, waiting for an executor */
     WT_SENT,   /* sent to an executor */
+    WT_ADMIT,  /* waiting for admission (on w->adm_head), or admitted and waiting for its
+                  output's room (pre_wait): no input got, pinned or fetched yet */
 };
 
 struct wtask {
@@ -89,6 +110,9 @@ struct wtask {
     ost_obj **outx;       /* outputs 1.. of a task of several, as allocated (nouts - 1; made at
                              the first EXEC_ALLOC of one of them) */
     uint32_t nouts;       /* outputs it makes (TASK_RUN's nouts; 1 when absent) */
+    uint64_t out_bytes;   /* bytes of the outputs allocated so far (admit.c) */
+    ost_obj *pre;         /* room for output 0 taken at admission (the output object, CREATED
+                             with the expected size): resized into out when the executor asks */
     wrk_exec *ex;
     uint32_t requeued;    /* times put back after its executor stopped cleanly before it */
     uint32_t gen;         /* w->gen when the scheduler sent it */
@@ -96,6 +120,11 @@ struct wtask {
     uint32_t local;       /* arguments with local set: on w->ahead while there are any */
     uint32_t prev;        /* arguments with prev set (only while sent to an executor) */
     bool slab;            /* from w->task_slab (else spw_malloc) */
+    uint8_t admitted;     /* holds a reservation (admit.c): released when it is freed */
+    uint8_t out_reserved; /* its output's entry in w->adm_res is referenced by it */
+    uint8_t adm_listed;   /* on w->adm_head (waiting for admission) */
+    uint8_t pre_wait;     /* admitted, its output's room (pre) being allocated */
+    wtask *adm_prev, *adm_next; /* w->adm_head, while in state WT_ADMIT */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
     wtask *heir; /* a TASK_RUN of the same id from the next scheduler, waiting (unlisted) for
@@ -249,6 +278,14 @@ struct wrk {
     char stored_fns[WRK_STORED_FNS][PROTO_MAX_NAME + 1];
     uint32_t stored_next, nstored;
     wtask *ready_head, *ready_tail;
+    /* Admission (admit.c, tasks.c): tasks waiting for it in arrival order, the reservations
+     * of those admitted by object id, their sum, and what each function's outputs were. */
+    wtask *adm_head;
+    wres *adm_res;
+    uint64_t adm_reserved; /* bytes */
+    uint32_t adm_tasks;    /* tasks admitted with a reservation */
+    bool adm_pumping;      /* admit_pump is running (a nested call returns) */
+    wfnout *adm_fns;
     wtask *ahead;          /* tasks sent ahead, waiting for outputs of tasks here (tasks.c) */
     struct {
         spw_id id;
@@ -380,6 +417,28 @@ void wrk__check(wrk *w);
 #else
 #define wrk__check(w) ((void)(w))
 #endif
+
+/* admit.c */
+/** The store's capacity; *limit what admitted tasks may reserve together, *margin the rest. */
+uint64_t wrk__admit_capacity(const wrk *w, uint64_t *limit, uint64_t *margin);
+/** Whether tasks of fn were seen storing their output here (then a task of it is admitted for
+ * its output even with no object inputs). */
+bool wrk__admit_fn_stores(const wrk *w, const char *fn);
+/** The bytes admitting t would add to w->adm_reserved; *in_bytes its inputs (each object once),
+ * *out_est the output it is expected to make. */
+uint64_t wrk__admit_cost(const wrk *w, const wtask *t, uint64_t *in_bytes, uint64_t *out_est);
+/** Admits t: references its inputs' and output's reservations (out_est bytes for the output). */
+void wrk__admit_take(wrk *w, wtask *t, uint64_t out_est);
+/** Drops t's reservation (nothing if it holds none). */
+void wrk__admit_release(wrk *w, wtask *t);
+/** The bytes of t's pinned inputs, each object once. */
+uint64_t wrk__admit_pinned(const wrk *w, const wtask *t);
+/** t asked for an output of size bytes: its reservation becomes what its outputs hold (for one
+ * output: that size; for several: at least their sum so far), and fn's is learned. */
+void wrk__admit_output(wrk *w, wtask *t, uint64_t size);
+/** t ended with an inline result: a function not seen yet is known to make no stored output. */
+void wrk__admit_learn_inline(wrk *w, const wtask *t);
+void wrk__admit_free_all(wrk *w);
 
 /* builtins.c */
 const spw_plugin *wrk__builtins(void);

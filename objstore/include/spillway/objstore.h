@@ -136,6 +136,17 @@ typedef void (*ost_cb)(void *arg, int status, ost_obj *o);
  * (the store is freed). It may run before this returns.
  * @return 0, always: every outcome goes to cb. */
 int ost_obj_create_async(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg);
+/** As ost_obj_create_async, but ahead of every waiting allocation not made this way (and tried
+ * at once even while others wait): for memory whose use frees other memory, such as the output
+ * of a running task, whose pinned inputs go when it ends. */
+int ost_obj_create_first(ost_store *s, spw_id id, uint64_t size, ost_cb cb, void *arg);
+/** Gives a CREATED object that nobody but its writer pins (nothing written yet that matters) a
+ * new size: its memory is freed and size bytes taken at once, before any waiting allocation can
+ * have what was freed, so any size up to the old one always succeeds; what a smaller size gives
+ * back goes to the waiting allocations. The bytes are not kept.
+ * @return 0; SPW_EINVAL (not CREATED, pinned by followers, size 0); SPW_ETOOBIG (over the
+ *         capacity); SPW_ENOMEM (larger, and does not fit now: the object is as it was). */
+int ost_obj_resize(ost_store *s, ost_obj *o, uint64_t size);
 
 /** Seals a CREATED object: it becomes readable and immutable, and its writer's pin is dropped.
  * @return 0 or SPW_ESEALED. */

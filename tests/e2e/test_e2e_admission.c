@@ -1,0 +1,277 @@
+/* End-to-end tests of task admission on a worker: jobs several times larger than the stores
+ * complete when the tasks sent ahead to a worker would pin more than its store holds (an
+ * out-of-core sort, a map over chunks of three quarters of a store), and a task that can never
+ * fit beside its inputs fails at once, naming itself, its bytes and the capacity. They use the
+ * example sort plugin (worker/examples/sort_plugin.c). Real daemons on 127.0.0.1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The plugin's generator (gen(n, seed)), value by value. */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Starts a scheduler and two one-slot workers with stores of `store` (a size argument),
+ * allocations waiting `wait` ms, each spilling into its own directory, with the sort plugin. */
+static void cluster_two(h_cluster *c, const char *store, const char *wait)
+{
+    h_cluster_start(c, false, NULL);
+    for (int i = 0; i < 2; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/spill%d", c->dir, i);
+        const char *const args[] = {
+            "--slots", "1",        "--store-capacity", store, "--alloc-wait", wait, "--spill-dir",
+            dir,       "--plugin", SPW_SORT_PLUGIN,    NULL};
+        h_worker_start(c, args);
+    }
+}
+
+/* Whether any worker's log says an allocation gave up waiting for room. */
+static bool a_worker_gave_up(h_cluster *c)
+{
+    bool found = false;
+    for (int i = 0; i < c->nworkers && !found; i++) {
+        FILE *f = fopen(c->workers[i].log, "r");
+        char line[1024];
+        while (f != NULL && fgets(line, sizeof line, f) != NULL && !found)
+            found = strstr(line, "gave up") != NULL;
+        if (f != NULL)
+            fclose(f);
+    }
+    return found;
+}
+
+enum { SORT_BLOCKS = 16, SORT_BUCKETS = 10, SORT_BLOCK_VALUES = 1u << 20 /* 8 MiB */ };
+
+/* 128 MiB of random values sorted in 16 buckets by two workers with 32 MiB stores: four times
+ * what the stores hold together. Every split task of a block pins that block, and each sort
+ * task pins its bucket's part of every block and then asks for an output as large: the worker
+ * must not take in more tasks than its store can hold, or the running sort's output waits for
+ * room held by the inputs of the tasks queued behind it. Each sorted bucket is checked by a
+ * task (ascending, in its bucket) and its count, xor and sum against the generated values. */
+static void sort_four_times_the_stores_completes(void **state)
+{
+    (void)state;
+    h_cluster c;
+    cluster_two(&c, "32M", "3000");
+    spillway *cl = e2e_connect(&c);
+
+    uint64_t want[SORT_BUCKETS][3];
+    memset(want, 0, sizeof want);
+    for (uint64_t b = 0; b < SORT_BLOCKS; b++) {
+        uint64_t x = 1000 + b;
+        for (uint64_t i = 0; i < SORT_BLOCK_VALUES; i++) {
+            uint64_t v = splitmix64(&x);
+            uint64_t j = (uint64_t)(((unsigned __int128)v * SORT_BUCKETS) >> 64);
+            want[j][0]++;
+            want[j][1] ^= v;
+            want[j][2] += v;
+        }
+    }
+
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref blocks[SORT_BLOCKS], parts[SORT_BUCKETS][SORT_BLOCKS], checks[SORT_BUCKETS];
+    for (uint64_t b = 0; b < SORT_BLOCKS; b++) {
+        spillway_arg a[2] = {spillway_arg_u64(SORT_BLOCK_VALUES), spillway_arg_u64(1000 + b)};
+        assert_int_equal(spillway_task(g, "gen", a, 2, 0, &blocks[b]), 0);
+    }
+    for (uint64_t b = 0; b < SORT_BLOCKS; b++) {
+        for (uint64_t j = 0; j < SORT_BUCKETS; j++) {
+            spillway_arg a[3] = {spillway_arg_ref(blocks[b]), spillway_arg_u64(j),
+                                 spillway_arg_u64(SORT_BUCKETS)};
+            assert_int_equal(spillway_task(g, "split", a, 3, 0, &parts[j][b]), 0);
+        }
+    }
+    for (uint64_t j = 0; j < SORT_BUCKETS; j++) {
+        spillway_arg a[SORT_BLOCKS];
+        for (uint64_t b = 0; b < SORT_BLOCKS; b++)
+            a[b] = spillway_arg_ref(parts[j][b]);
+        spillway_ref sorted;
+        assert_int_equal(spillway_task(g, "sort", a, SORT_BLOCKS, 0, &sorted), 0);
+        spillway_arg ca[3] = {spillway_arg_ref(sorted), spillway_arg_u64(j),
+                              spillway_arg_u64(SORT_BUCKETS)};
+        assert_int_equal(spillway_task(g, "check", ca, 3, SPILLWAY_KEEP, &checks[j]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+
+    int rc = spillway_wait(cl, checks, SORT_BUCKETS, 120000);
+    if (rc != 0)
+        fail_msg("sort: %s: %s", spillway_strerror(rc), spillway_errmsg(cl));
+    uint64_t total = 0;
+    for (uint64_t j = 0; j < SORT_BUCKETS; j++) {
+        void *data;
+        size_t len;
+        assert_int_equal(spillway_get(cl, checks[j], 10000, &data, &len), 0);
+        assert_int_equal(len, 24);
+        assert_int_equal(le64(data), want[j][0]);
+        assert_int_equal(le64((uint8_t *)data + 8), want[j][1]);
+        assert_int_equal(le64((uint8_t *)data + 16), want[j][2]);
+        total += le64(data);
+        spillway_free(data);
+    }
+    assert_int_equal(total, (uint64_t)SORT_BLOCKS * SORT_BLOCK_VALUES);
+    assert_int_equal(spillway_release_many(cl, checks, SORT_BUCKETS), 0);
+    assert_false(a_worker_gave_up(&c));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
+
+/* map_blocks over chunks of three quarters of a 16 MiB store, each task making a stored output
+ * (one bucket of its chunk's values): a worker takes the next task's chunk in only once the
+ * running one is done with its own, so no fetch or restore of a chunk waits for room (ahead of
+ * the running task's output) until --alloc-wait gives up. */
+static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state)
+{
+    (void)state;
+    h_cluster c;
+    cluster_two(&c, "16M", "3000");
+    spillway *cl = e2e_connect(&c);
+    uint64_t *buf = malloc(MAP_CHUNK);
+    assert_non_null(buf);
+    spillway_ref chunks[MAP_CHUNKS], out[MAP_CHUNKS];
+    uint64_t want[MAP_CHUNKS] = {0};
+    for (int k = 0; k < MAP_CHUNKS; k++) {
+        uint64_t x = 77 + (uint64_t)k;
+        for (size_t i = 0; i < MAP_CHUNK / 8; i++) {
+            buf[i] = splitmix64(&x);
+            want[k] += buf[i] >> 60 == 0; /* bucket 0 of 16 */
+        }
+        assert_int_equal(spillway_put(cl, buf, MAP_CHUNK, &chunks[k]), 0);
+    }
+    free(buf);
+    spillway_arg shared[2] = {spillway_arg_u64(0), spillway_arg_u64(16)};
+    spillway_map_opts mo = {.nblocks = 1};
+    for (int k = 0; k < MAP_CHUNKS; k++) {
+        spillway_ref *res;
+        size_t n;
+        assert_int_equal(spillway_map_blocks(cl, "split", chunks[k], shared, 2, &mo, &res, &n), 0);
+        assert_int_equal(n, 1);
+        out[k] = res[0];
+        spillway_free(res);
+    }
+    int rc = spillway_wait(cl, out, MAP_CHUNKS, 60000);
+    if (rc != 0)
+        fail_msg("map: %s: %s", spillway_strerror(rc), spillway_errmsg(cl));
+    for (int k = 0; k < MAP_CHUNKS; k++) {
+        void *data;
+        size_t len;
+        assert_int_equal(spillway_get(cl, out[k], 10000, &data, &len), 0);
+        assert_int_equal(len, want[k] * 8);
+        spillway_free(data);
+    }
+    assert_false(a_worker_gave_up(&c));
+    assert_int_equal(spillway_release_many(cl, out, MAP_CHUNKS), 0);
+    assert_int_equal(spillway_release_many(cl, chunks, MAP_CHUNKS), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+/* Waits for r, a task that must fail at once with SPW_ETOOBIG and a text naming it and the
+ * store's capacity (16 MiB). */
+static void fails_at_once(spillway *cl, spillway_ref r, uint64_t t0)
+{
+    int rc = spillway_wait(cl, &r, 1, 60000);
+    uint64_t took = now_ms() - t0;
+    const char *msg = spillway_errmsg(cl);
+    char hex[33];
+    spillway_ref_hex(r, hex);
+    if (rc != SPW_ETOOBIG || strstr(msg, hex) == NULL || strstr(msg, "16777216") == NULL)
+        fail_msg("wanted SPW_ETOOBIG naming task=%s and the capacity, got %s after %llu ms: %s",
+                 hex, spillway_strerror(rc), (unsigned long long)took, msg);
+    if (took >= 5000) /* --alloc-wait is 20 s */
+        fail_msg("failed after %llu ms, not at once: %s", (unsigned long long)took, msg);
+}
+
+/* A task whose output cannot fit beside its pinned input (10 MiB + 10 MiB in a 16 MiB store),
+ * and one whose inputs alone cannot (two of 10 MiB), fail at once rather than after
+ * --alloc-wait, each naming the task, its bytes and the capacity. */
+static void a_task_that_cannot_fit_fails_at_once(void **state)
+{
+    (void)state;
+    h_cluster c;
+    h_cluster_start(&c, false, NULL);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    const char *const args[] = {
+        "--slots", "1", "--store-capacity", "16M", "--alloc-wait", "20000", "--spill-dir",
+        dir,       NULL};
+    h_worker_start(&c, args);
+    spillway *cl = e2e_connect(&c);
+    uint8_t *buf = calloc(1, 10u << 20);
+    assert_non_null(buf);
+    spillway_ref a, b;
+    assert_int_equal(spillway_put(cl, buf, 10u << 20, &a), 0);
+    buf[0] = 1;
+    assert_int_equal(spillway_put(cl, buf, 10u << 20, &b), 0);
+    free(buf);
+
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg one = spillway_arg_ref(a);
+    spillway_ref echo;
+    assert_int_equal(spillway_task(g, "echo", &one, 1, SPILLWAY_KEEP, &echo), 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    fails_at_once(cl, echo, t0);
+    assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* inputs + output */
+
+    g = spillway_graph_new(cl);
+    spillway_arg two[2] = {spillway_arg_ref(a), spillway_arg_ref(b)};
+    spillway_ref cat;
+    assert_int_equal(spillway_task(g, "concat", two, 2, SPILLWAY_KEEP, &cat), 0);
+    t0 = now_ms();
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    fails_at_once(cl, cat, t0);
+    assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* its inputs */
+
+    spillway_release(cl, echo);
+    spillway_release(cl, cat);
+    spillway_release(cl, a);
+    spillway_release(cl, b);
+    assert_false(a_worker_gave_up(&c));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    h_dump_unstopped();
+    return 0;
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_teardown(sort_four_times_the_stores_completes, teardown),
+    cmocka_unit_test_teardown(map_blocks_of_three_quarters_of_the_store_never_give_up, teardown),
+    cmocka_unit_test_teardown(a_task_that_cannot_fit_fails_at_once, teardown),
+};
+
+SPW_TEST_MAIN(tests)

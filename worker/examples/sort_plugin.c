@@ -1,0 +1,241 @@
+/*
+ * An example plugin for an out-of-core sort of 64-bit values, as four task functions:
+ *
+ *   gen(n, seed)       n random u64 (splitmix64 from seed), the block's values in order
+ *   split(block, j, P) the values of block that fall in bucket j of P (v * P >> 64: the top
+ *                      bits of v when P is a power of two), in their order
+ *   sort(parts...)     the concatenation of its arguments, sorted (LSD radix sort)
+ *   check(bucket, j, P) verifies a sorted bucket (ascending, every value in bucket j) and
+ *                      returns 24 bytes: its count, the xor and the sum of its values
+ *
+ * Every number (n, seed, j, P, and the values) is a little-endian u64. A job generates blocks,
+ * runs split for every (block, bucket) pair (a task has one output), one sort per bucket over
+ * that bucket's part of every block, and check on each sorted bucket.
+ *
+ *   cc -O2 -shared -fPIC -o sort.so sort_plugin.c $(pkg-config --cflags spillway)
+ *   spillway-worker --plugin /path/to/sort.so ...
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/task.h>
+
+static uint64_t get_u64(const spw_task_arg *a)
+{
+    const uint8_t *p = a->data;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Values in memory are little-endian u64; this reads one wherever it lies. */
+static uint64_t load(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static void store(uint8_t *p, uint64_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t bucket_of(uint64_t v, uint64_t nbuckets)
+{
+    return (uint64_t)(((unsigned __int128)v * nbuckets) >> 64);
+}
+
+/* Checks that args from `first` on are nargs - first u64 values. */
+static int u64_args(spw_task_ctx *ctx, const char *fn, const spw_task_arg *args, uint32_t nargs,
+                    uint32_t first, uint32_t want)
+{
+    if (nargs != want) {
+        spw_task_fail(ctx, "%s takes %u arguments, got %u", fn, want, nargs);
+        return -1;
+    }
+    for (uint32_t i = first; i < nargs; i++) {
+        if (args[i].len != 8) {
+            spw_task_fail(ctx, "%s: argument %u is not a u64", fn, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int gen(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    if (u64_args(ctx, "gen", args, nargs, 0, 2) != 0)
+        return -1;
+    uint64_t n = get_u64(&args[0]), x = get_u64(&args[1]);
+    if (n == 0 || n > UINT64_MAX / 8) {
+        spw_task_fail(ctx, "gen: bad count %llu", (unsigned long long)n);
+        return -1;
+    }
+    uint8_t *out = spw_task_output(ctx, n * 8);
+    if (out == NULL)
+        return spw_task_output_error(ctx);
+    for (uint64_t i = 0; i < n; i++)
+        store(out + 8 * i, splitmix64(&x));
+    return 0;
+}
+
+/* Reads the arguments of split and check (values, j, P) into *j and *p: 0, or -1 with the task
+ * failed. */
+static int bucket_args(spw_task_ctx *ctx, const char *fn, const spw_task_arg *args, uint32_t nargs,
+                       uint64_t *j, uint64_t *p)
+{
+    if (u64_args(ctx, fn, args, nargs, 1, 3) != 0)
+        return -1;
+    *j = get_u64(&args[1]);
+    *p = get_u64(&args[2]);
+    if (*p == 0 || *j >= *p || args[0].len % 8 != 0) {
+        spw_task_fail(ctx, "%s: bucket %llu of %llu, or values of %llu bytes", fn,
+                      (unsigned long long)*j, (unsigned long long)*p,
+                      (unsigned long long)args[0].len);
+        return -1;
+    }
+    return 0;
+}
+
+static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t j, p;
+    if (bucket_args(ctx, "split", args, nargs, &j, &p) != 0)
+        return -1;
+    const uint8_t *in = args[0].data;
+    uint64_t n = args[0].len / 8, count = 0;
+    for (uint64_t i = 0; i < n; i++)
+        count += bucket_of(load(in + 8 * i), p) == j;
+    uint8_t *out = spw_task_output(ctx, count * 8);
+    if (out == NULL)
+        return spw_task_output_error(ctx);
+    for (uint64_t i = 0, k = 0; i < n; i++) {
+        uint64_t v = load(in + 8 * i);
+        if (bucket_of(v, p) == j)
+            store(out + 8 * k++, v);
+    }
+    return 0;
+}
+
+/* LSD radix sort of n values in a, a byte per pass, with b as scratch; a pass whose byte is the
+ * same in every value (the top bits a bucket shares) is skipped. The result ends in a. */
+static void radix_sort(uint64_t *a, uint64_t *b, uint64_t n)
+{
+    uint64_t count[8][256];
+    memset(count, 0, sizeof count);
+    for (uint64_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++)
+            count[d][(a[i] >> (8 * d)) & 0xff]++;
+    for (int d = 0; d < 8; d++) {
+        if (count[d][(a[0] >> (8 * d)) & 0xff] == n)
+            continue; /* every value has this byte */
+        uint64_t pos[256], sum = 0;
+        for (int k = 0; k < 256; k++) {
+            pos[k] = sum;
+            sum += count[d][k];
+        }
+        for (uint64_t i = 0; i < n; i++)
+            b[pos[(a[i] >> (8 * d)) & 0xff]++] = a[i];
+        memcpy(a, b, n * sizeof *a);
+    }
+}
+
+static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < nargs; i++) {
+        if (args[i].len % 8 != 0) {
+            spw_task_fail(ctx, "sort: argument %u is %llu bytes, not u64 values", i,
+                          (unsigned long long)args[i].len);
+            return -1;
+        }
+        total += args[i].len;
+    }
+    uint64_t n = total / 8;
+    uint64_t *a = malloc(n > 0 ? n * 8 : 8), *b = malloc(n > 0 ? n * 8 : 8);
+    if (a == NULL || b == NULL) {
+        free(a);
+        free(b);
+        spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)n);
+        return -1;
+    }
+    for (uint32_t i = 0, k = 0; i < nargs; i++)
+        for (uint64_t off = 0; off < args[i].len; off += 8)
+            a[k++] = load((const uint8_t *)args[i].data + off);
+    if (n > 0)
+        radix_sort(a, b, n);
+    free(b);
+    uint8_t *out = spw_task_output(ctx, total);
+    if (out == NULL) {
+        free(a);
+        return spw_task_output_error(ctx);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        store(out + 8 * i, a[i]);
+    free(a);
+    return 0;
+}
+
+static int check(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t j, p;
+    if (bucket_args(ctx, "check", args, nargs, &j, &p) != 0)
+        return -1;
+    const uint8_t *in = args[0].data;
+    uint64_t n = args[0].len / 8, x = 0, sum = 0, prev = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v = load(in + 8 * i);
+        if (i > 0 && v < prev) {
+            spw_task_fail(ctx, "check: value %llu is smaller than the one before it",
+                          (unsigned long long)i);
+            return -1;
+        }
+        if (bucket_of(v, p) != j) {
+            spw_task_fail(ctx, "check: value %llu is not in bucket %llu of %llu",
+                          (unsigned long long)i, (unsigned long long)j, (unsigned long long)p);
+            return -1;
+        }
+        x ^= v;
+        sum += v;
+        prev = v;
+    }
+    uint8_t *out = spw_task_output(ctx, 24);
+    if (out == NULL)
+        return spw_task_output_error(ctx);
+    put_u64(out, n);
+    put_u64(out + 8, x);
+    put_u64(out + 16, sum);
+    return 0;
+}
+
+static const spw_plugin_fn fns[] = {
+    {"gen", gen}, {"split", split}, {"sort", sort}, {"check", check}};
+static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "example-sort", fns, 4};
+
+const spw_plugin *spillway_plugin_v1(void)
+{
+    return &plugin;
+}
