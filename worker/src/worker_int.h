@@ -36,7 +36,7 @@
 #define WRK_EXEC_DEPTH_MAX 256
 #define WRK_STORED_FNS 4
 /* Inline outputs an executor keeps for tasks queued behind their producer (PROTO_ARG_PREV,
- * README "Chains on one executor"): at most EXEC_KEPT_N of them, and of those the newest that
+ * README, "Chains are sent ahead"): at most EXEC_KEPT_N of them, and of those the newest that
  * fit in EXEC_KEPT_BYTES (the newest always). The worker chains a task only onto an executor
  * with fewer than EXEC_KEPT_N tasks in flight, so its producer's output is still kept when it
  * runs, unless large outputs pushed it out; a task that misses is answered SPW_EAHEAD and the

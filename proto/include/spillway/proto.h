@@ -204,7 +204,7 @@ enum proto_arg_kind {
     PROTO_ARG_OBJ = 1,    /* a whole object (or a task's output) */
     PROTO_ARG_VIEW = 2,   /* a byte range [off, off+len) of an object */
     /* R_EARG_KIND only (worker to its executor): the output of an earlier task in the same
-     * executor's queue, whose 16-byte id is the value (README "Chains on one executor"). */
+     * executor's queue, whose 16-byte id is the value (README, "Chains are sent ahead"). */
     PROTO_ARG_PREV = 3,
 };
 
