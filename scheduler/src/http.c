@@ -183,6 +183,17 @@ static void sample_take(spw_http *h, json_t *status)
         h->nsamples++;
 }
 
+/* CLOCK_REALTIME ms from now, for pthread_cond_timedwait. */
+static struct timespec realtime_in(uint64_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t ns = (uint64_t)t.tv_nsec + ms * 1000000ULL;
+    t.tv_sec += (time_t)(ns / 1000000000ULL);
+    t.tv_nsec = (long)(ns % 1000000000ULL);
+    return t;
+}
+
 static void *sampler_main(void *arg)
 {
     spw_http *h = arg;
@@ -199,11 +210,7 @@ static void *sampler_main(void *arg)
                 link_failed(h, rc);
             }
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)h->sample_ms * 1000000ULL;
-        until.tv_sec += (time_t)(ns / 1000000000ULL);
-        until.tv_nsec = (long)(ns % 1000000000ULL);
+        struct timespec until = realtime_in(h->sample_ms);
         while (!h->stopping && pthread_cond_timedwait(&h->wake, &h->lock, &until) != ETIMEDOUT)
             ;
     }
@@ -358,11 +365,7 @@ static void *guard_main(void *arg)
                 c->cut = true;
             }
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + SWEEP_MS * 1000000ULL;
-        until.tv_sec += (time_t)(ns / 1000000000ULL);
-        until.tv_nsec = (long)(ns % 1000000000ULL);
+        struct timespec until = realtime_in(SWEEP_MS);
         pthread_cond_timedwait(&h->guard_wake, &h->guard_lock, &until);
     }
     pthread_mutex_unlock(&h->guard_lock);
