@@ -79,6 +79,13 @@ int main(int argc, char **argv)
     const char *http_listen = v[SOPT_HTTP].str;
     const char *http_port_file = v[SOPT_HTTP_PORT_FILE].set ? v[SOPT_HTTP_PORT_FILE].str : NULL;
     bool http_token_always = v[SOPT_HTTP_AUTH].u == SCHED_HTTP_AUTH_TOKEN;
+    for (int i = 0; i < v[SOPT_HTTP_HOST].n; i++)
+        if (!spw_http_hosts_valid(v[SOPT_HTTP_HOST].list[i])) {
+            spw_opt_error(v[SOPT_HTTP_HOST].at, "http-host",
+                          "wants host names or IP literals (IPv6 in [ ]), comma-separated, "
+                          "without a port; got '%s'", v[SOPT_HTTP_HOST].list[i]);
+            goto out;
+        }
 
     if (so.heartbeat_timeout_ms < MIN_HEARTBEATS * WORKER_HEARTBEAT_MS) {
         spw_opt_error(v[SOPT_HEARTBEAT_TIMEOUT].at, "heartbeat-timeout",
@@ -148,7 +155,9 @@ int main(int argc, char **argv)
                             secret_len,
                             (uint32_t)v[SOPT_HTTP_SAMPLE].u,
                             (uint32_t)v[SOPT_HTTP_HISTORY].u,
-                            http_token_always};
+                            http_token_always,
+                            v[SOPT_HTTP_HOST].list,
+                            (size_t)v[SOPT_HTTP_HOST].n};
         char hbound[80];
         int hrc = spw_http_start(&ho, &a.http, hbound, sizeof hbound);
         if (hrc == 0) {

@@ -124,6 +124,14 @@ static const spw_opt rows[SOPT_COUNT] = {
                            .hi = 100000,
                            .def = "600",
                            .help = "dashboard history samples kept"},
+    [SOPT_HTTP_HOST] = {.name = "http-host",
+                        .type = SPW_OPT_PATH, /* checked by main.c (spw_http_hosts_valid) */
+                        .flags = CONF | SPW_OPT_REPEAT,
+                        .hi = 16,
+                        .arg = "NAME[,NAME]",
+                        .help = "a name the HTTP endpoint answers to besides its address and "
+                                "localhost (repeatable)",
+                        .unit = "--http-host values"},
     [SOPT_GRAPH_MAX_TOTAL] = {.name = "graph-max-total",
                               .type = SPW_OPT_COUNT,
                               .flags = CONF,

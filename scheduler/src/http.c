@@ -1,13 +1,17 @@
 /*
  * The scheduler's HTTP endpoint over libmicrohttpd (see http.h for the contract).
  *
- * Threads: libmicrohttpd's polling thread runs every request handler; the sampler thread wakes
- * every sample_ms. Both talk to the scheduler through one spillway-ctl connection (cl) and
- * share the history ring; one mutex (lock) covers both, so requests are answered one at a time
- * (each is one or two round trips on the local port). Nothing here runs on, or reads, the
- * scheduler's loop: it is a ctl client of its own scheduler, which is what makes /api/status
- * byte for byte what `spillway-ctl --json status` prints.
- * Invariants: ring holds nsamples <= cap samples, oldest at (head - nsamples) mod cap.
+ * Threads: libmicrohttpd's polling thread (poll) runs every request handler; the sampler thread
+ * wakes every sample_ms; the guard thread wakes every SWEEP_MS. The first two talk to the
+ * scheduler through one spillway-ctl connection (cl) and share the history ring under lock, so
+ * requests are answered one at a time. Nothing here runs on, or reads, the scheduler's loop: it
+ * is a ctl client of its own scheduler, so /api/status is byte for byte `spillway-ctl --json
+ * status`. The guard keeps one hconn per open connection (guard_lock): a connection has
+ * REQUEST_S seconds from its accept, or from the end of its previous request, to send a whole
+ * request head, however slowly its bytes come, else the guard shuts its socket down (MHD then
+ * closes it; MHD tells us of the close before it closes the descriptor, under the same lock).
+ * Invariants: ring holds nsamples <= cap samples, oldest at (head - nsamples) mod cap; nconns is
+ * the length of the conns list.
  */
 #include "http.h"
 
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,8 +37,17 @@
 #include "spillway/docs.h"
 
 #include "http_assets.h"
+#include "http_host.h"
 
 #define QUERY_MS 5000
+#define REQUEST_S 10      /* from accept (or the previous request's end) to a whole request */
+#define OVER_REQUEST_S 2  /* the same for a connection past max_conns, which only gets a 503 */
+#define IDLE_S 10         /* libmicrohttpd's own timeout: no byte moved this long */
+#define SWEEP_MS 250      /* how often the guard looks for connections past their deadline */
+#define MAX_CONNS 2048    /* connections served at once, when the descriptor limit allows */
+#define SPARE_CONNS 64    /* accepted past max_conns only to be told 503 */
+#define MAX_PER_IP 64     /* connections from one address */
+#define CONN_MEMORY (16 * 1024) /* per connection: request head and response headers */
 
 enum { HW_CAPACITY, HW_USED, HW_PINNED, HW_SPILLED, HW_SPILL_AT, HW_PAUSE_AT, HW_COUNT };
 static const char *const hw_keys[] = {"capacity", "used", "pinned", "spilled_bytes",
@@ -56,10 +70,28 @@ typedef struct hsample {
     hworker *w;
 } hsample;
 
+/* An open connection, known to the guard from MHD's start notice to its close notice. */
+typedef struct hconn {
+    struct hconn *prev, *next;
+    int fd;            /* its socket, open while the hconn is listed */
+    uint64_t since_ms; /* monotonic: accept, or the end of the previous request */
+    bool waiting;      /* a request head is awaited (from since_ms) */
+    bool over;         /* accepted past max_conns: its request is answered 503 */
+    bool cut;          /* the guard has shut it down */
+} hconn;
+
 struct spw_http {
     struct MHD_Daemon *mhd;
     int fd;                  /* listening socket (MHD closes it on stop) */
     bool need_token;
+    spw_http_hosts hosts;    /* the names a request's Host may carry */
+    uint32_t max_conns, per_ip;
+    pthread_mutex_t guard_lock; /* conns, nconns, every hconn's fields, guard_stop */
+    pthread_cond_t guard_wake;
+    pthread_t guard;
+    bool guard_started, guard_stop;
+    hconn *conns;
+    uint32_t nconns;
     char token[65];
     char *sched_addr;
     char *secret_file;
@@ -151,6 +183,17 @@ static void sample_take(spw_http *h, json_t *status)
         h->nsamples++;
 }
 
+/* CLOCK_REALTIME ms from now, for pthread_cond_timedwait. */
+static struct timespec realtime_in(uint64_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t ns = (uint64_t)t.tv_nsec + ms * 1000000ULL;
+    t.tv_sec += (time_t)(ns / 1000000000ULL);
+    t.tv_nsec = (long)(ns % 1000000000ULL);
+    return t;
+}
+
 static void *sampler_main(void *arg)
 {
     spw_http *h = arg;
@@ -167,11 +210,7 @@ static void *sampler_main(void *arg)
                 link_failed(h, rc);
             }
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)h->sample_ms * 1000000ULL;
-        until.tv_sec += (time_t)(ns / 1000000000ULL);
-        until.tv_nsec = (long)(ns % 1000000000ULL);
+        struct timespec until = realtime_in(h->sample_ms);
         while (!h->stopping && pthread_cond_timedwait(&h->wake, &h->lock, &until) != ETIMEDOUT)
             ;
     }
@@ -201,8 +240,8 @@ static json_t *history_json(spw_http *h)
                 continue;
             json_object_set_new(index, s->w[i].addr, json_integer((json_int_t)json_array_size(workers)));
             json_t *jw = json_object();
-            json_object_set_new(jw, "name", json_string(s->w[i].name));
-            json_object_set_new(jw, "address", json_string(s->w[i].addr));
+            json_object_set_new(jw, "name", ctl_doc_str(s->w[i].name));
+            json_object_set_new(jw, "address", ctl_doc_str(s->w[i].addr));
             for (int k = 0; k < HW_COUNT; k++)
                 json_object_set_new(jw, hw_names[k], json_array());
             json_array_append_new(workers, jw);
@@ -233,8 +272,110 @@ static json_t *history_json(spw_http *h)
     return doc;
 }
 
+/* --------------------------------------------------------------- guard */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* MHD's start and close notices, on its thread. A connection we cannot track is shut down at
+ * once rather than left without a deadline. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    spw_http *h = cls;
+    hconn *c = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (c == NULL)
+            return;
+        pthread_mutex_lock(&h->guard_lock);
+        if (c->prev != NULL)
+            c->prev->next = c->next;
+        else
+            h->conns = c->next;
+        if (c->next != NULL)
+            c->next->prev = c->prev;
+        h->nconns--;
+        pthread_mutex_unlock(&h->guard_lock);
+        free(c);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c = calloc(1, sizeof *c);
+    if (c == NULL || ci == NULL) {
+        if (ci != NULL)
+            shutdown(ci->connect_fd, SHUT_RDWR);
+        free(c);
+        return;
+    }
+    c->fd = ci->connect_fd;
+    c->since_ms = mono_ms();
+    c->waiting = true;
+    pthread_mutex_lock(&h->guard_lock);
+    c->next = h->conns;
+    if (h->conns != NULL)
+        h->conns->prev = c;
+    h->conns = c;
+    c->over = ++h->nconns > h->max_conns;
+    pthread_mutex_unlock(&h->guard_lock);
+    *socket_context = c;
+}
+
+/* The connection's guard record, or NULL if it has none. */
+static hconn *conn_guard(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* A request ended (answered, or its connection failed): the next one's deadline starts now. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)req_cls;
+    (void)toe;
+    spw_http *h = cls;
+    hconn *c = conn_guard(conn);
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&h->guard_lock);
+    c->since_ms = mono_ms();
+    c->waiting = true;
+    pthread_mutex_unlock(&h->guard_lock);
+}
+
+/* Shuts down every connection whose request head is overdue: MHD reads the end of the stream
+ * and closes it. Under guard_lock, so the descriptor is still the connection's. */
+static void *guard_main(void *arg)
+{
+    spw_http *h = arg;
+    pthread_mutex_lock(&h->guard_lock);
+    while (!h->guard_stop) {
+        uint64_t now = mono_ms();
+        for (hconn *c = h->conns; c != NULL; c = c->next) {
+            uint64_t limit_ms = (c->over ? OVER_REQUEST_S : REQUEST_S) * 1000ULL;
+            if (c->waiting && !c->cut && now - c->since_ms >= limit_ms) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->cut = true;
+            }
+        }
+        struct timespec until = realtime_in(SWEEP_MS);
+        pthread_cond_timedwait(&h->guard_wake, &h->guard_lock, &until);
+    }
+    pthread_mutex_unlock(&h->guard_lock);
+    return NULL;
+}
+
 /* ------------------------------------------------------------- requests */
 
+/* Answers the request. A refusal by the guard or the request checks (421, 400, 405, 503) also
+ * closes the connection: its client is confused or hostile, and its socket is better freed. */
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
                              void *body, size_t len, enum MHD_ResponseMemoryMode mode)
 {
@@ -247,6 +388,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const c
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (code == 400 || code == 405 || code == 421 || code == 503)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (strncmp(type, "text/html", 9) == 0)
         MHD_add_response_header(r, "Content-Security-Policy",
                                 "default-src 'self'; script-src 'self' 'unsafe-inline'; "
@@ -380,12 +523,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     (void)version;
     (void)upload;
-    spw_http *h = cls;
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply_text(conn, 405, "only GET and HEAD\n");
-    if (*upload_len != 0)
-        return reply_text(conn, 400, "a GET has no body\n");
+    (void)upload_len;
     (void)req_cls;
+    spw_http *h = cls;
+    /* The head is whole: its deadline no longer runs. Refusals come before anything is served,
+     * and the head decides them all, so a body is never waited for (a response queued now is
+     * sent without reading it, and the connection closed). */
+    hconn *c = conn_guard(conn);
+    bool over = false;
+    if (c != NULL) {
+        pthread_mutex_lock(&h->guard_lock);
+        c->waiting = false;
+        over = c->over;
+        pthread_mutex_unlock(&h->guard_lock);
+    }
+    if (over)
+        return reply_text(conn, 503, "too many connections (%u); try again\n", h->max_conns);
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    switch (spw_http_request_check(
+        &h->hosts, method, host,
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH),
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))) {
+    case 0:
+        break;
+    case 421:
+        return reply_text(conn, 421,
+                          "this endpoint does not answer to the name '%.100s' (its address, "
+                          "localhost, or a name given with --http-host)\n",
+                          host != NULL ? host : "");
+    case 405:
+        return reply_text(conn, 405, "only GET and HEAD\n");
+    default:
+        return reply_text(conn, 400, "a GET has no body\n");
+    }
     /* The page and its library need no token (they hold no data); everything else does. */
     if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
         return reply(conn, 200, "text/html; charset=utf-8", (void *)http_asset_index_html,
@@ -406,6 +576,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return ret;
 }
 
+/* libmicrohttpd's messages are nearly all about one client's misbehaviour (a request cut off,
+ * a connection refused at a limit): worth a line when looking into a problem, not a journal an
+ * attacker can fill. */
 static void mhd_log(void *arg, const char *fmt, va_list ap)
 {
     (void)arg;
@@ -414,7 +587,7 @@ static void mhd_log(void *arg, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && msg[n - 1] == '\n')
         msg[--n] = '\0';
-    spw_log(SPW_LOG_WARN, "http: %s", msg);
+    spw_log(SPW_LOG_INFO, "http: %s", msg);
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -452,7 +625,7 @@ static int listen_on(const char *addr, bool *loopback, char *bound, size_t bound
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
         int e = -errno;
         close(fd);
         freeaddrinfo(res);
@@ -477,11 +650,42 @@ static int listen_on(const char *addr, bool *loopback, char *bound, size_t bound
     return fd;
 }
 
+/* The names the endpoint answers to: its own address, the loopback names, --http-host's. */
+static int hosts_init(spw_http *h, const spw_http_opts *o, const char *bound)
+{
+    char ip[80];
+    snprintf(ip, sizeof ip, "%s", bound);
+    char *colon = strrchr(ip, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    h->hosts.any_ip = strcmp(ip, "0.0.0.0") == 0 || strcmp(ip, "[::]") == 0;
+    int rc = spw_http_hosts_add(&h->hosts, "localhost,127.0.0.1,[::1]");
+    if (rc == 0 && !h->hosts.any_ip)
+        rc = spw_http_hosts_add(&h->hosts, ip);
+    for (size_t i = 0; rc == 0 && i < o->nhosts; i++)
+        rc = spw_http_hosts_add(&h->hosts, o->hosts[i]);
+    return rc;
+}
+
+/* Connections served at once: MAX_CONNS, or an eighth of the descriptor limit when that is
+ * less (the scheduler's own port may take three quarters of it). */
+static void conn_limits(spw_http *h)
+{
+    struct rlimit rl;
+    uint64_t nofile = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 1024;
+    uint64_t n = nofile / 8;
+    h->max_conns = n > MAX_CONNS ? MAX_CONNS : n < 64 ? 64 : (uint32_t)n;
+    h->per_ip = h->max_conns / 4 < MAX_PER_IP ? h->max_conns / 4 : MAX_PER_IP;
+}
+
 int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t boundlen)
 {
     *out = NULL;
     if (o->token_always && o->secret == NULL)
         return SPW_EINVAL;
+    for (size_t i = 0; i < o->nhosts; i++)
+        if (!spw_http_hosts_valid(o->hosts[i]))
+            return SPW_EINVAL;
     bool loopback = false;
     int fd = listen_on(o->listen, &loopback, bound, boundlen);
     if (fd < 0)
@@ -507,24 +711,42 @@ int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t b
     }
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->wake, NULL);
-    if (h->ring == NULL || h->sched_addr == NULL) {
+    pthread_mutex_init(&h->guard_lock, NULL);
+    pthread_cond_init(&h->guard_wake, NULL);
+    if (h->ring == NULL || h->sched_addr == NULL || hosts_init(h, o, bound) != 0) {
         spw_http_stop(h);
         return SPW_ENOMEM;
     }
-    h->mhd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                              on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                              MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    conn_limits(h);
+    /* poll(2), not epoll: libmicrohttpd's epoll mode is edge-triggered and takes a short read
+     * as the socket drained, so a request cut off by its sender (its bytes and its close in
+     * one go) was never read to the end and sat in CLOSE_WAIT until the idle timeout. poll is
+     * level-triggered and has no FD_SETSIZE bound. */
+    h->mhd = MHD_start_daemon(
+        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(h->max_conns + SPARE_CONNS),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (h->mhd == NULL) {
         spw_http_stop(h);
         return SPW_EIO;
     }
+    if (pthread_create(&h->guard, NULL, guard_main, h) != 0) {
+        spw_http_stop(h);
+        return SPW_EIO;
+    }
+    h->guard_started = true;
     if (pthread_create(&h->sampler, NULL, sampler_main, h) != 0) {
         spw_http_stop(h);
         return SPW_EIO;
     }
     h->sampler_started = true;
+    spw_log(SPW_LOG_NOTICE, "http: at most %u connections, %u per address; %d s to send a request",
+            h->max_conns, h->per_ip, REQUEST_S);
     *out = h;
     return 0;
 }
@@ -539,6 +761,12 @@ void spw_http_stop(spw_http *h)
     }
     if (h->fd >= 0)
         close(h->fd);
+    pthread_mutex_lock(&h->guard_lock);
+    h->guard_stop = true;
+    pthread_cond_signal(&h->guard_wake);
+    pthread_mutex_unlock(&h->guard_lock);
+    if (h->guard_started)
+        pthread_join(h->guard, NULL);
     pthread_mutex_lock(&h->lock);
     h->stopping = true;
     pthread_cond_signal(&h->wake);
@@ -552,7 +780,10 @@ void spw_http_stop(spw_http *h)
     free(h->ring);
     free(h->sched_addr);
     free(h->secret_file);
+    spw_http_hosts_free(&h->hosts);
     pthread_mutex_destroy(&h->lock);
     pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->guard_lock);
+    pthread_cond_destroy(&h->guard_wake);
     free(h);
 }

@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "spillway/ctl_link.h"
+#include "spillway/utf8.h"
 
 static const char *const stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_CAPACITY] = "capacity",
@@ -53,10 +54,26 @@ const char *const ctl_doc_tstate_names[] = {
 _Static_assert(sizeof ctl_doc_tstate_names / sizeof ctl_doc_tstate_names[0] == PROTO_TSTATE_COUNT,
                "a name for every PROTO_TSTATE_*");
 
+json_t *ctl_doc_str(const char *s)
+{
+    if (s == NULL)
+        s = "";
+    size_t n = strlen(s);
+    if (spw_utf8_valid(s, n))
+        return json_stringn(s, n);
+    char *copy = strdup(s);
+    if (copy == NULL)
+        return NULL;
+    spw_utf8_scrub(copy, n);
+    json_t *j = json_stringn(copy, n);
+    free(copy);
+    return j;
+}
+
 static json_t *jstr(const proto_val *v)
 {
     char buf[PROTO_MAX_STR + 1];
-    return json_string(proto_str(v, buf, sizeof buf));
+    return ctl_doc_str(proto_str(v, buf, sizeof buf));
 }
 
 static void status_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
@@ -87,7 +104,7 @@ static void status_reply(const proto_msg *m, void *arg)
         json_object_set_new(jw, "busy", json_integer((json_int_t)w[R_SWORKER_BUSY].u));
         json_object_set_new(jw, "assigned", json_integer((json_int_t)w[R_SWORKER_ASSIGNED].u));
         json_object_set_new(jw, "state",
-                            json_string(w[R_SWORKER_STATE].u ? "paused" : "running"));
+                            ctl_doc_str(w[R_SWORKER_STATE].u ? "paused" : "running"));
         json_t *mem = json_object();
         const proto_val *st = &w[R_SWORKER_STATS];
         for (uint32_t k = 0; k < st->arr.n && k < PROTO_STAT_COUNT; k++)
@@ -110,7 +127,7 @@ static void status_reply(const proto_msg *m, void *arg)
         json_object_set_new(jc, "session", json_integer((json_int_t)c[R_SCLIENT_SESSION].u));
         json_object_set_new(jc, "host", jstr(&c[R_SCLIENT_HOST]));
         json_object_set_new(jc, "pid", json_integer((json_int_t)c[R_SCLIENT_PID].u));
-        json_object_set_new(jc, "role", json_string(proto_role_name((int)c[R_SCLIENT_ROLE].u)));
+        json_object_set_new(jc, "role", ctl_doc_str(proto_role_name((int)c[R_SCLIENT_ROLE].u)));
         json_object_set_new(jc, "tasks_submitted",
                             json_integer((json_int_t)c[R_SCLIENT_TASKS].u));
         json_object_set_new(jc, "references", json_integer((json_int_t)c[R_SCLIENT_REFS].u));
@@ -232,10 +249,10 @@ static void memory_reply(const proto_msg *m, void *arg)
         const proto_val *o = PROTO_REC(objs, i);
         json_t *j = json_object();
         spw_id_hex(o[R_MOBJ_ID].id, hex);
-        json_object_set_new(j, "id", json_string(hex));
+        json_object_set_new(j, "id", ctl_doc_str(hex));
         json_object_set_new(j, "size", json_integer((json_int_t)o[R_MOBJ_SIZE].u));
         uint64_t st = o[R_MOBJ_STATE].u;
-        json_object_set_new(j, "state", json_string(st < OSTATE_COUNT ? ostate_names[st] : "?"));
+        json_object_set_new(j, "state", ctl_doc_str(st < OSTATE_COUNT ? ostate_names[st] : "?"));
         json_object_set_new(j, "call_site", jstr(&o[R_MOBJ_SITE]));
         json_t *owner = json_object();
         json_object_set_new(owner, "host", jstr(&o[R_MOBJ_OWNER_HOST]));
@@ -269,7 +286,7 @@ static void memory_reply(const proto_msg *m, void *arg)
         for (uint32_t h = 0; h < hv->arr.n; h++) {
             const proto_val *r = PROTO_REC(hv, h);
             json_t *jh = json_object();
-            json_object_set_new(jh, "kind", json_string(proto_refkind_name((int)r[R_HOLDER_KIND].u)));
+            json_object_set_new(jh, "kind", ctl_doc_str(proto_refkind_name((int)r[R_HOLDER_KIND].u)));
             json_object_set_new(jh, "count", json_integer((json_int_t)r[R_HOLDER_COUNT].u));
             json_object_set_new(jh, "who", jstr(&r[R_HOLDER_WHO]));
             json_array_append_new(holders, jh);
@@ -284,7 +301,7 @@ static void memory_reply(const proto_msg *m, void *arg)
             uint64_t where = r[R_MLOC_WHERE].u;
             json_object_set_new(jl, "node_id", json_integer((json_int_t)r[R_MLOC_WORKER].u));
             json_object_set_new(jl, "state",
-                                json_string(where == 3 ? "memory+spilled"
+                                ctl_doc_str(where == 3 ? "memory+spilled"
                                             : where == 2 ? "spilled"
                                             : where == 1 ? "memory"
                                                          : "unknown"));
@@ -336,7 +353,7 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
             char key[32];
             snprintf(key, sizeof key, "%llu", (unsigned long long)ctl_doc_u(loc, "node_id"));
             json_t *nm = json_object_get(names, key);
-            json_object_set_new(loc, "node", json_string(nm ? json_string_value(nm) : "(gone)"));
+            json_object_set_new(loc, "node", ctl_doc_str(nm ? json_string_value(nm) : "(gone)"));
             const char *st = ctl_doc_s(loc, "state");
             in_mem = in_mem || strstr(st, "memory") != NULL;
             on_disk = on_disk || strstr(st, "spilled") != NULL;
@@ -378,9 +395,9 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
                 size_t l;
                 json_t *loc;
                 json_array_foreach(json_object_get(o, "locations"), l, loc)
-                    json_array_append_new(keys, json_string(ctl_doc_s(loc, "node")));
+                    json_array_append_new(keys, ctl_doc_str(ctl_doc_s(loc, "node")));
                 if (json_array_size(keys) == 0)
-                    json_array_append_new(keys, json_string(json_is_true(json_object_get(o, "inline"))
+                    json_array_append_new(keys, ctl_doc_str(json_is_true(json_object_get(o, "inline"))
                                                                 ? "(scheduler, inline)"
                                                                 : "(nowhere)"));
             } else if (strcmp(group_by, "owner") == 0) {
@@ -388,15 +405,15 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
                 json_t *ow = json_object_get(o, "owner");
                 snprintf(key, sizeof key, "%s pid %llu", ctl_doc_s(ow, "host"),
                          (unsigned long long)ctl_doc_u(ow, "pid"));
-                json_array_append_new(keys, json_string(key));
+                json_array_append_new(keys, ctl_doc_str(key));
             } else if (strcmp(group_by, "ref-type") == 0) {
                 for (int k = 0; k < PROTO_REF_KINDS; k++)
                     if (ctl_doc_u(json_object_get(o, "refs"), proto_refkind_name(k)) > 0)
-                        json_array_append_new(keys, json_string(proto_refkind_name(k)));
+                        json_array_append_new(keys, ctl_doc_str(proto_refkind_name(k)));
                 if (json_array_size(keys) == 0)
-                    json_array_append_new(keys, json_string("(none)"));
+                    json_array_append_new(keys, ctl_doc_str("(none)"));
             } else {
-                json_array_append_new(keys, json_string(ctl_doc_s(o, "call_site")));
+                json_array_append_new(keys, ctl_doc_str(ctl_doc_s(o, "call_site")));
             }
             size_t k;
             json_t *key;
@@ -421,13 +438,13 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
         json_object_foreach(groups, key, g)
         {
             json_t *e = json_object();
-            json_object_set_new(e, "group", json_string(key));
+            json_object_set_new(e, "group", ctl_doc_str(key));
             json_object_set(e, "objects", json_object_get(g, "objects"));
             json_object_set(e, "bytes", json_object_get(g, "bytes"));
             json_array_append_new(arr, e);
         }
         json_decref(groups);
-        json_object_set_new(doc, "group_by", json_string(group_by));
+        json_object_set_new(doc, "group_by", ctl_doc_str(group_by));
         json_object_set_new(doc, "groups", arr);
     }
     return doc;
@@ -563,6 +580,29 @@ static void jobs_reply(const proto_msg *m, void *arg)
 int ctl_doc_jobs(spillway *cl, int timeout_ms, json_t **out)
 {
     return doc_request(cl, jobs_enc, jobs_reply, PROTO_GRAPHS, timeout_ms, out);
+}
+
+json_t *ctl_doc__build(const proto_msg *msgs, size_t n, const char *group_by)
+{
+    json_t *doc = NULL;
+    if (n == 0)
+        return NULL;
+    if (msgs[0].type == PROTO_STATUS) {
+        status_reply(&msgs[0], &doc);
+    } else if (msgs[0].type == PROTO_GRAPHS) {
+        jobs_reply(&msgs[0], &doc);
+    } else {
+        memdoc d = {json_array(), json_array(), NULL, false, false};
+        for (size_t i = 0; i < n; i++)
+            memory_reply(&msgs[i], &d);
+        if (d.ended) {
+            doc = memory_finish(&d, group_by);
+            sort_and_limit(doc, "size", -1);
+        }
+        json_decref(d.objects);
+        json_decref(d.nodes);
+    }
+    return doc;
 }
 
 /* ---------------------------------------------------------------- metrics */

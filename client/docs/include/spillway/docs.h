@@ -49,6 +49,19 @@ int ctl_doc_memory(spillway *cl, int timeout_ms, const char *group_by, const cha
  * @param[out] out a new reference on success, else NULL.
  * @return as ctl_doc_status. */
 int ctl_doc_jobs(spillway *cl, int timeout_ms, json_t **out);
+/** The document that reply frames already decoded make, as ctl_doc_status, ctl_doc_jobs and
+ * ctl_doc_memory (sorted by size, all objects) build it: for tests, which can feed it what no
+ * decoder passes (a string that is not UTF-8).
+ * @param[in] msgs a STATUS, a GRAPHS, or MEMORY_OBJS replies then a MEMORY_END.
+ * @param[in] group_by as for ctl_doc_memory.
+ * @return a new reference, or NULL if the replies make no document. */
+json_t *ctl_doc__build(const proto_msg *msgs, size_t n, const char *group_by);
+
+/** Every string the documents hold is made here: s as a JSON string, each byte that is not
+ * part of well-formed UTF-8 replaced by '?' (jansson refuses such text, which would drop the
+ * key). NULL is taken as "". @return a new reference; NULL only when out of memory. */
+json_t *ctl_doc_str(const char *s);
+
 /** /metrics: the Prometheus text exposition of a status document. @return malloc'd text, or
  * NULL when out of memory. */
 char *ctl_doc_metrics(json_t *status);
