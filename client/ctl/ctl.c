@@ -192,26 +192,42 @@ static void human_age(uint64_t ms, char *out, size_t len)
 }
 
 /* The WHERE cell: node:state for each location while they fit in len, then "+N more" for the
- * rest (--json lists them all): a cut is always shown. */
+ * rest (--json lists them all): a cut is always shown. A first location too long for the cell
+ * is cut and marked '~' rather than left out. */
 static void where_cell(json_t *locs, char *out, size_t len)
 {
     size_t n = json_array_size(locs), used = 0, shown = 0;
     out[0] = '\0';
     for (; shown < n; shown++) {
         json_t *loc = json_array_get(locs, shown);
-        char item[2 * PROTO_MAX_NAME];
+        char item[2 * PROTO_MAX_NAME], more[40] = "";
         int k = snprintf(item, sizeof item, "%s%s:%s", shown ? "," : "", ctl_doc_s(loc, "node"),
                          ctl_doc_s(loc, "state"));
         size_t ilen = k < 0 ? 0 : (size_t)k < sizeof item ? (size_t)k : sizeof item - 1;
         /* Room for the NUL, and for ",+N more" while more locations follow. */
-        size_t reserve = shown + 1 < n ? sizeof ",+18446744073709551615 more" : 1;
-        if (used + ilen + reserve > len)
-            break;
+        if (shown + 1 < n)
+            snprintf(more, sizeof more, ",+%zu more", n - shown - 1);
+        size_t reserve = strlen(more) + 1;
+        if (used + ilen + reserve > len) {
+            if (shown > 0 || len < reserve + 2)
+                break;
+            ilen = len - reserve - 1;
+            item[ilen++] = '~';
+            item[ilen] = '\0';
+        }
         memcpy(out + used, item, ilen + 1);
         used += ilen;
     }
     if (shown < n)
         snprintf(out + used, len - used, "%s+%zu more", shown ? "," : "", n - shown);
+}
+
+#define WHERE_W 26
+
+static int group_bytes_cmp(const void *x, const void *y)
+{
+    uint64_t a = ctl_doc_u(*(json_t *const *)x, "bytes"), b = ctl_doc_u(*(json_t *const *)y, "bytes");
+    return a > b ? -1 : a < b;
 }
 
 static void print_memory(json_t *doc, bool stats_only)
@@ -220,12 +236,13 @@ static void print_memory(json_t *doc, bool stats_only)
     json_t *objs = json_object_get(doc, "objects");
     size_t i;
     json_t *o;
-    if (!stats_only && json_object_get(doc, "groups") == NULL) {
+    if (!stats_only) {
         printf("%-12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", "ID", "SIZE", "STORED",
                "STATE", "WHERE", "REFS", "OWNER", "CALL SITE", "AGE");
         json_array_foreach(objs, i, o)
         {
-            char where[160], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
+            /* The column's width: a cut shows as "+N more". */
+            char where[WHERE_W + 1], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
             where_cell(json_object_get(o, "locations"), where, sizeof where);
             if (where[0] == '\0')
                 snprintf(where, sizeof where, "%s",
@@ -263,11 +280,18 @@ static void print_memory(json_t *doc, bool stats_only)
     }
     json_t *groups = json_object_get(doc, "groups");
     if (groups != NULL && !stats_only) {
+        /* Largest first, as the objects are listed. */
+        size_t ng = json_array_size(groups);
+        json_t **sorted = calloc(ng ? ng : 1, sizeof *sorted);
+        json_array_foreach(groups, i, o) sorted[i] = o;
+        qsort(sorted, ng, sizeof *sorted, group_bytes_cmp);
         printf("%-40s %-10s %s\n", "GROUP", "OBJECTS", "BYTES");
-        json_array_foreach(groups, i, o)
-        printf("%-40s %-10llu %s\n", ctl_doc_s(o, "group"), (unsigned long long)ctl_doc_u(o, "objects"),
-               human(ctl_doc_u(o, "bytes"), a));
+        for (i = 0; i < ng; i++)
+            printf("%-40s %-10llu %s\n", ctl_doc_s(sorted[i], "group"),
+                   (unsigned long long)ctl_doc_u(sorted[i], "objects"),
+                   human(ctl_doc_u(sorted[i], "bytes"), a));
         printf("\n");
+        free(sorted);
     }
     printf("%-16s %-10s %-10s %-10s %-10s %-10s %-14s %-16s %s\n", "NODE", "CAPACITY", "USED",
            "PINNED", "SPILLED", "ON DISK", "OBJS MEM/DISK", "SPILLS", "RESTORES");
@@ -579,8 +603,9 @@ static int run(const spw_opts *po)
     if (is_memory) {
         int status;
         for (;;) {
-            if (watch > 0 && !json)
-                printf("\033[H\033[2J"); /* refresh in place */
+            /* In place on a terminal; into a pipe or file, one table after another. */
+            if (watch > 0 && !json && isatty(STDOUT_FILENO))
+                printf("\033[H\033[2J");
             status = memory_once(cl, addr, timeout, json, group_by, sort_by, limit, stats_only);
             if (status != 0 || watch == 0)
                 break;
