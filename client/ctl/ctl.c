@@ -192,37 +192,27 @@ static void human_age(uint64_t ms, char *out, size_t len)
 }
 
 /* The WHERE cell: node:state for each location while they fit in len, then "+N more" for the
- * rest (--json lists them all): a cut is always shown. A first location too long for the cell
- * is cut and marked '~' rather than left out. */
+ * rest (--json lists them all): a cut is always shown. */
 static void where_cell(json_t *locs, char *out, size_t len)
 {
     size_t n = json_array_size(locs), used = 0, shown = 0;
     out[0] = '\0';
     for (; shown < n; shown++) {
         json_t *loc = json_array_get(locs, shown);
-        char item[2 * PROTO_MAX_NAME], more[40] = "";
+        char item[2 * PROTO_MAX_NAME];
         int k = snprintf(item, sizeof item, "%s%s:%s", shown ? "," : "", ctl_doc_s(loc, "node"),
                          ctl_doc_s(loc, "state"));
         size_t ilen = k < 0 ? 0 : (size_t)k < sizeof item ? (size_t)k : sizeof item - 1;
         /* Room for the NUL, and for ",+N more" while more locations follow. */
-        if (shown + 1 < n)
-            snprintf(more, sizeof more, ",+%zu more", n - shown - 1);
-        size_t reserve = strlen(more) + 1;
-        if (used + ilen + reserve > len) {
-            if (shown > 0 || len < reserve + 2)
-                break;
-            ilen = len - reserve - 1;
-            item[ilen++] = '~';
-            item[ilen] = '\0';
-        }
+        size_t reserve = shown + 1 < n ? sizeof ",+18446744073709551615 more" : 1;
+        if (used + ilen + reserve > len)
+            break;
         memcpy(out + used, item, ilen + 1);
         used += ilen;
     }
     if (shown < n)
         snprintf(out + used, len - used, "%s+%zu more", shown ? "," : "", n - shown);
 }
-
-#define WHERE_W 26
 
 static int group_bytes_cmp(const void *x, const void *y)
 {
@@ -241,8 +231,7 @@ static void print_memory(json_t *doc, bool stats_only)
                "STATE", "WHERE", "REFS", "OWNER", "CALL SITE", "AGE");
         json_array_foreach(objs, i, o)
         {
-            /* The column's width: a cut shows as "+N more". */
-            char where[WHERE_W + 1], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
+            char where[160], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
             where_cell(json_object_get(o, "locations"), where, sizeof where);
             if (where[0] == '\0')
                 snprintf(where, sizeof where, "%s",
