@@ -801,6 +801,32 @@ static void case_scale_tiny(h_cluster *c, fleet *f, uint64_t ntasks)
     json_decref(res);
 }
 
+/* Every simulated worker disconnects at once (the fleet stops): the time until the scheduler
+ * lists none. */
+static void case_leave(h_cluster *c, fleet *f)
+{
+    uint32_t n = f->n;
+    double t0 = now_s();
+    fleet_stop(f);
+    double closed = now_s() - t0, gone = -1;
+    size_t listed = n;
+    while (now_s() - t0 < 120) {
+        json_t *doc = status_doc(c, NULL, NULL);
+        listed = doc != NULL ? json_array_size(json_object_get(doc, "workers")) : n;
+        json_decref(doc);
+        if (listed == 0) {
+            gone = now_s() - t0;
+            break;
+        }
+        sleep_s(0.02);
+    }
+    json_t *extra = json_object();
+    json_object_set_new(extra, "fleet_closed_s", json_real(r3(closed)));
+    json_object_set_new(extra, "status_workers_left", json_integer((json_int_t)listed));
+    emit(c, "fleet_leave", n, gone, 0, extra);
+    check(listed == 0, "workers gone after the fleet stopped", (long long)listed, 0);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static bool want(const char *cases, const char *name)
@@ -909,7 +935,7 @@ int main(int argc, char **argv)
             case_broadcast(&c, f);
         if (want(cases, "scale_tiny"))
             case_scale_tiny(&c, f, ntasks);
-        fleet_stop(f);
+        case_leave(&c, f);
         bool stopped = h_cluster_stop(&c);
         check(stopped, "scheduler exits 0", stopped, 1);
     }
