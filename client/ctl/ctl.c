@@ -51,6 +51,31 @@ static char *human(uint64_t b, char *buf)
     return spw_size_fmt(b, buf, 16);
 }
 
+/* Workers listed by the status table; with more, the table shows those that most need a look
+ * (paused first, then the fullest stores) under a summary of all, and --json lists every one. */
+#define STATUS_ROWS_MAX 32
+
+static double worker_fill(json_t *w)
+{
+    json_t *mem = json_object_get(w, "memory");
+    uint64_t cap = ctl_doc_u(mem, "capacity");
+    return cap ? (double)ctl_doc_u(mem, "used") / (double)cap : 0;
+}
+
+static int worker_attention_cmp(const void *x, const void *y)
+{
+    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+    bool pa = strcmp(ctl_doc_s(a, "state"), "paused") == 0;
+    bool pb = strcmp(ctl_doc_s(b, "state"), "paused") == 0;
+    if (pa != pb)
+        return pa ? -1 : 1;
+    double fa = worker_fill(a), fb = worker_fill(b);
+    if (fa != fb)
+        return fa > fb ? -1 : 1;
+    uint64_t ia = ctl_doc_u(a, "id"), ib = ctl_doc_u(b, "id");
+    return ia < ib ? -1 : ia > ib;
+}
+
 static void print_status(json_t *doc)
 {
     json_t *sch = json_object_get(doc, "scheduler");
@@ -59,13 +84,40 @@ static void print_status(json_t *doc)
            (unsigned long long)(up / 3600), (unsigned long long)(up / 60 % 60),
            (unsigned long long)(up % 60));
     json_t *workers = json_object_get(doc, "workers");
-    printf("\nworkers: %zu\n", json_array_size(workers));
+    size_t nworkers = json_array_size(workers), i;
+    json_t *w;
+    /* The rows: every worker, or the STATUS_ROWS_MAX that most need a look. */
+    json_t **rows = calloc(nworkers ? nworkers : 1, sizeof *rows);
+    json_array_foreach(workers, i, w) rows[i] = w;
+    size_t nrows = nworkers;
+    if (nworkers > STATUS_ROWS_MAX) {
+        qsort(rows, nworkers, sizeof *rows, worker_attention_cmp);
+        nrows = STATUS_ROWS_MAX;
+        uint64_t paused = 0, busy = 0, slots = 0, used = 0, cap = 0, spilled = 0;
+        json_array_foreach(workers, i, w)
+        {
+            json_t *mem = json_object_get(w, "memory");
+            paused += strcmp(ctl_doc_s(w, "state"), "paused") == 0;
+            busy += ctl_doc_u(w, "busy");
+            slots += ctl_doc_u(w, "slots");
+            used += ctl_doc_u(mem, "used");
+            cap += ctl_doc_u(mem, "capacity");
+            spilled += ctl_doc_u(mem, "spilled_bytes");
+        }
+        char u[16], c[16], sp[16];
+        printf("\nworkers: %zu  (%llu paused; slots %llu/%llu busy; stores %s/%s used, %s "
+               "spilled)\n",
+               nworkers, (unsigned long long)paused, (unsigned long long)busy,
+               (unsigned long long)slots, human(used, u), human(cap, c), human(spilled, sp));
+        printf("  the %d that most need a look: paused first, then the fullest stores\n",
+               STATUS_ROWS_MAX);
+    } else {
+        printf("\nworkers: %zu\n", nworkers);
+    }
     printf("  %-4s %-21s %-16s %-10s %-8s %-8s %-22s %-10s %-10s %s\n", "ID", "ADDRESS", "NAME",
            "SLOTS", "QUEUED", "STATE", "USED/CAPACITY", "PINNED", "SPILLED", "OBJECTS");
-    size_t i;
-    json_t *w;
-    json_array_foreach(workers, i, w)
-    {
+    for (i = 0; i < nrows; i++) {
+        w = rows[i];
         json_t *mem = json_object_get(w, "memory");
         char u[16], cap[16], pin[16], sp[16], slots[24], usedcap[40], objs[32];
         snprintf(slots, sizeof slots, "%llu/%llu", (unsigned long long)ctl_doc_u(w, "busy"),
@@ -82,21 +134,29 @@ static void print_status(json_t *doc)
                json_string_value(json_object_get(w, "state")), usedcap,
                human(ctl_doc_u(mem, "pinned"), pin), human(ctl_doc_u(mem, "spilled_bytes"), sp), objs);
     }
-    printf("\nnode memory budget (store + slots x task limit + margin):\n");
-    json_array_foreach(workers, i, w)
-    {
+    if (nrows < nworkers)
+        printf("  ... and %zu more (spillway-ctl --json status lists every worker)\n",
+               nworkers - nrows);
+    printf("\nnode memory budget (store + slots x task limit + margin) and executors:\n");
+    for (i = 0; i < nrows; i++) {
+        w = rows[i];
         json_t *mem = json_object_get(w, "memory");
-        char b[16], cap[16], lim[16];
+        char b[16], cap[16], lim[16], budget[96];
         if (ctl_doc_u(mem, "node_budget") == 0)
-            printf("  %-16s unbounded: no task memory limit\n",
-                   json_string_value(json_object_get(w, "name")));
+            snprintf(budget, sizeof budget, "unbounded: no task memory limit");
         else
-            printf("  %-16s %s = %s + %llu x %s + margin; executors replaced %llu\n",
-                   json_string_value(json_object_get(w, "name")), human(ctl_doc_u(mem, "node_budget"), b),
-                   human(ctl_doc_u(mem, "capacity"), cap), (unsigned long long)ctl_doc_u(w, "slots"),
-                   human(ctl_doc_u(mem, "task_memory_limit"), lim),
-                   (unsigned long long)ctl_doc_u(mem, "executor_recycles"));
+            snprintf(budget, sizeof budget, "%s = %s + %llu x %s + margin",
+                     human(ctl_doc_u(mem, "node_budget"), b), human(ctl_doc_u(mem, "capacity"), cap),
+                     (unsigned long long)ctl_doc_u(w, "slots"),
+                     human(ctl_doc_u(mem, "task_memory_limit"), lim));
+        /* Restarts are executors that died (a crash, a kill, the memory limit); recycles were
+         * replaced on purpose (--executor-max-tasks, --executor-max-rss). */
+        printf("  %-16s %s; executors restarted %llu, recycled %llu\n",
+               json_string_value(json_object_get(w, "name")), budget,
+               (unsigned long long)ctl_doc_u(mem, "executor_restarts"),
+               (unsigned long long)ctl_doc_u(mem, "executor_recycles"));
     }
+    free(rows);
     json_t *tasks = json_object_get(doc, "tasks");
     printf("\ntasks:");
     for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
@@ -154,13 +214,19 @@ static void where_cell(json_t *locs, char *out, size_t len)
         snprintf(out + used, len - used, "%s+%zu more", shown ? "," : "", n - shown);
 }
 
+static int group_bytes_cmp(const void *x, const void *y)
+{
+    uint64_t a = ctl_doc_u(*(json_t *const *)x, "bytes"), b = ctl_doc_u(*(json_t *const *)y, "bytes");
+    return a > b ? -1 : a < b;
+}
+
 static void print_memory(json_t *doc, bool stats_only)
 {
     char a[16], b[16], c[16], d[16], e[16];
     json_t *objs = json_object_get(doc, "objects");
     size_t i;
     json_t *o;
-    if (!stats_only && json_object_get(doc, "groups") == NULL) {
+    if (!stats_only) {
         printf("%-12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", "ID", "SIZE", "STORED",
                "STATE", "WHERE", "REFS", "OWNER", "CALL SITE", "AGE");
         json_array_foreach(objs, i, o)
@@ -203,11 +269,18 @@ static void print_memory(json_t *doc, bool stats_only)
     }
     json_t *groups = json_object_get(doc, "groups");
     if (groups != NULL && !stats_only) {
+        /* Largest first, as the objects are listed. */
+        size_t ng = json_array_size(groups);
+        json_t **sorted = calloc(ng ? ng : 1, sizeof *sorted);
+        json_array_foreach(groups, i, o) sorted[i] = o;
+        qsort(sorted, ng, sizeof *sorted, group_bytes_cmp);
         printf("%-40s %-10s %s\n", "GROUP", "OBJECTS", "BYTES");
-        json_array_foreach(groups, i, o)
-        printf("%-40s %-10llu %s\n", ctl_doc_s(o, "group"), (unsigned long long)ctl_doc_u(o, "objects"),
-               human(ctl_doc_u(o, "bytes"), a));
+        for (i = 0; i < ng; i++)
+            printf("%-40s %-10llu %s\n", ctl_doc_s(sorted[i], "group"),
+                   (unsigned long long)ctl_doc_u(sorted[i], "objects"),
+                   human(ctl_doc_u(sorted[i], "bytes"), a));
         printf("\n");
+        free(sorted);
     }
     printf("%-16s %-10s %-10s %-10s %-10s %-10s %-14s %-16s %s\n", "NODE", "CAPACITY", "USED",
            "PINNED", "SPILLED", "ON DISK", "OBJS MEM/DISK", "SPILLS", "RESTORES");
@@ -519,8 +592,9 @@ static int run(const spw_opts *po)
     if (is_memory) {
         int status;
         for (;;) {
-            if (watch > 0 && !json)
-                printf("\033[H\033[2J"); /* refresh in place */
+            /* In place on a terminal; into a pipe or file, one table after another. */
+            if (watch > 0 && !json && isatty(STDOUT_FILENO))
+                printf("\033[H\033[2J");
             status = memory_once(cl, addr, timeout, json, group_by, sort_by, limit, stats_only);
             if (status != 0 || watch == 0)
                 break;

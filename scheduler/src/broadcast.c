@@ -2,12 +2,14 @@
  * Broadcast scatter: an object placed on every worker (or on n of them) once, before the tasks
  * that use it run.
  *
- * The transfer is a pipelined chain: the first target fetches from a worker that has the
- * object, the second from the first while the first is still receiving, and so on, each
- * forwarding chunks as they arrive; so reaching k workers costs about one transfer, not k. Each
- * target is also given the earlier links and the original holders to fall back on. The client
- * holds a BROADCAST reference from the request on; it hears BROADCAST_DONE once every target has
- * a copy or has failed. Owns: the bcast records (s->bcasts).
+ * Copies are pipelined: a target fetches from a worker that may still be receiving the object,
+ * which forwards pieces as they arrive. The plan is a forest rooted at the holders: each holder
+ * heads a chain (every link sends one copy, so reaching k workers costs about one transfer plus a
+ * piece's lag per hop), or, when that lag over the chain's length would cost more than a
+ * transfer, a binary tree (each node sends two copies at half its link's rate, but the depth is
+ * logarithmic). Each target is also given its ancestors and the original holders to fall back
+ * on. The client holds a BROADCAST reference from the request on; it hears BROADCAST_DONE once
+ * every target has a copy or has failed. Owns: the bcast records (s->bcasts).
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,9 +18,14 @@
 
 #include "sched_int.h"
 
-/* Sources named in one REPLICATE: the previous links of the chain and the holders, nearest
+/* Sources named in one REPLICATE: the target's ancestors in the plan, then the holders, nearest
  * first (a worker keeps at most WRK_MAX_LOCS of them). */
 #define MAX_LOCS 8
+
+/* How far, in bytes of the object, each hop lags the one it copies from: a hop forwards only
+ * pieces it has received whole (FOLLOW_CHUNK in worker/src/peer.c, 256 KiB), plus what a fast
+ * link carries while a piece crosses the network and the worker's loop. */
+#define HOP_LAG_BYTES (320u << 10)
 
 typedef struct bcast {
     uint64_t id;        /* request id sent to the targets */
@@ -65,52 +72,97 @@ static void settle(sched *s, bcast *b, uint32_t worker, bool ok)
         done(s, b);
 }
 
-/* Sends REPLICATE along the chain; the object is READY and in at least one store. */
+/* Children per node of the plan: 1 (a chain from each holder) unless the chains' lag, a piece
+ * per hop, would cost more than a binary tree, whose links carry two copies each but whose
+ * depth is logarithmic. In units of the object's bytes: a chain of d hops ends after
+ * size + d x lag, a binary tree of depth t after about 2 x (size + t x lag). */
+static uint32_t plan_fanout(uint64_t size, uint32_t ntargets, uint32_t nroots)
+{
+    if (ntargets <= nroots)
+        return 1;
+    uint64_t chain_depth = (ntargets + nroots - 1) / nroots;
+    uint64_t tree_depth = 0;
+    for (uint64_t reach = 0, level = nroots; reach < ntargets; level *= 2)
+        reach += 2 * level, tree_depth++;
+    double chain = (double)size + (double)chain_depth * HOP_LAG_BYTES;
+    double tree = 2.0 * ((double)size + (double)tree_depth * HOP_LAG_BYTES);
+    return tree < chain ? 2 : 1;
+}
+
+static bool holds(const sched_obj *o, const sched_worker *w)
+{
+    if (w->id == o->put_worker)
+        return true;
+    for (uint32_t i = 0; i < o->nlocs; i++)
+        if (o->locs[i] == w->id)
+            return true;
+    return false;
+}
+
+/* Sends REPLICATE to every target along the plan; the object is READY and in at least one
+ * store, or being uploaded to one. */
 static void start(sched *s, bcast *b, const sched_obj *o)
 {
     b->waiting = false;
     b->copies = o->nlocs > 0 ? o->nlocs : 1; /* a put under way counts as its worker's copy */
     b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
-    /* The chain: holders first, then each new target after the one before it. */
-    sched_worker **chain = spw_malloc(SPW_MOD_SCHED, (o->nlocs + 1 + s->nworkers) * sizeof *chain);
-    uint32_t nchain = 0;
+    /* The plan's nodes in the order they join it, holders first; parent[i] is the index of the
+     * node that node i copies from (holders: none). */
+    uint32_t cap = o->nlocs + 1 + s->nworkers;
+    sched_worker **node = spw_malloc(SPW_MOD_SCHED, cap * sizeof *node);
+    uint32_t *parent = spw_malloc(SPW_MOD_SCHED, cap * sizeof *parent);
+    uint32_t nnode = 0;
     for (uint32_t i = 0; i < o->nlocs; i++) {
         sched_worker *w = sched__worker_by_id(s, o->locs[i]);
         if (w != NULL)
-            chain[nchain++] = w;
+            node[nnode++] = w;
     }
-    if (nchain == 0 && o->put_worker != 0) {
-        /* Still being uploaded: the chain starts at the worker receiving it, and follows. */
+    if (nnode == 0 && o->put_worker != 0) {
+        /* Still being uploaded: the plan starts at the worker receiving it, and follows. */
         sched_worker *w = sched__worker_by_id(s, o->put_worker);
         if (w != NULL)
-            chain[nchain++] = w;
+            node[nnode++] = w;
     }
-    uint32_t holders = nchain;
+    uint32_t holders = nnode, eligible = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++)
+        eligible += !holds(o, s->workers[k]);
+    if (b->want != 0 && b->want > b->copies && eligible > b->want - b->copies)
+        eligible = (uint32_t)(b->want - b->copies);
+    uint32_t fanout = plan_fanout(o->size, eligible, holders > 0 ? holders : 1);
+    /* Parents are given children in the order nodes joined (breadth first), fanout each. */
+    uint32_t next_parent = 0, children = 0;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[k];
-        bool has = w->id == o->put_worker;
-        for (uint32_t i = 0; i < o->nlocs; i++)
-            has = has || o->locs[i] == w->id;
-        if (has || (b->want != 0 && b->copies + b->ntargets >= b->want))
+        if (holds(o, w) || (b->want != 0 && b->copies + b->ntargets >= b->want))
             continue;
-        /* Fetch from the previous link (maybe still receiving), then earlier ones, then the
+        /* Fetch from the parent (maybe still receiving), then its ancestors, then the
          * holders. */
         proto_loc_rec locs[MAX_LOCS];
-        uint32_t nl = nchain < MAX_LOCS ? nchain : MAX_LOCS;
-        uint32_t put = 0;
-        for (int32_t i = (int32_t)nchain - 1; i >= (int32_t)holders && put < nl; i--, put++)
-            locs[put] = sched__loc_rec(chain[i]);
-        for (uint32_t i = 0; i < holders && put < nl; i++, put++)
-            locs[put] = sched__loc_rec(chain[i]);
+        uint32_t nl = 0;
+        uint32_t up = next_parent < nnode ? next_parent : UINT32_MAX; /* none: the first */
+        uint32_t par = up;
+        for (; up != UINT32_MAX && up >= holders && nl < MAX_LOCS; up = parent[up])
+            locs[nl++] = sched__loc_rec(node[up]);
+        for (uint32_t i = 0; i < holders && nl < MAX_LOCS; i++) {
+            /* The parent holder first: several holders each head a part of the plan. */
+            uint32_t h = (up != UINT32_MAX && up < holders ? up + i : i) % holders;
+            locs[nl++] = sched__loc_rec(node[h]);
+        }
         if (proto_send_replicate(w->conn, b->id,
                                  &(proto_replicate_msg){.id = o->id,
                                                         .size = o->size,
                                                         .locs = {.n = nl, .v = locs}}) != 0)
             continue;
         b->targets[b->ntargets++] = w->id;
-        chain[nchain++] = w;
+        parent[nnode] = par;
+        node[nnode++] = w;
+        if (par != UINT32_MAX && ++children == fanout) {
+            children = 0;
+            next_parent++;
+        }
     }
-    spw_free(chain);
+    spw_free(node);
+    spw_free(parent);
     if (b->ntargets == 0)
         done(s, b);
 }

@@ -1051,6 +1051,12 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     spillway_graph_free(g);
     assert_int_equal(e2e_get_u64(cl, sum), n);
     assert_true(h_eventually(executor_restarted, &c, 10000));
+    /* The table says so too: a restart is not a recycle. */
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "status", NULL};
+    char *table = NULL;
+    assert_int_equal(h_run(argv, &table), 0);
+    assert_non_null(strstr(table, "executors restarted 1, recycled 0"));
+    free(table);
     spillway_ref all[] = {obj, slow, sum};
     assert_int_equal(spillway_release_many(cl, all, 3), 0);
     assert_true(e2e_cluster_idle(&c, 20000));
