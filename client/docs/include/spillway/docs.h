@@ -49,6 +49,9 @@ int ctl_doc_memory(spillway *cl, int timeout_ms, const char *group_by, const cha
  * @param[out] out a new reference on success, else NULL.
  * @return as ctl_doc_status. */
 int ctl_doc_jobs(spillway *cl, int timeout_ms, json_t **out);
+/** spillway-ctl plugins: the uploaded plugins {plugins: [{name, hash, size, object, state,
+ * functions, clients, graphs, copies}], bytes}. @return as ctl_doc_status. */
+int ctl_doc_plugins(spillway *cl, int timeout_ms, json_t **out);
 /** /metrics: the Prometheus text exposition of a status document. @return malloc'd text, or
  * NULL when out of memory. */
 char *ctl_doc_metrics(json_t *status);
