@@ -469,6 +469,7 @@ static void plugin_materialize(wrk *w, wplugin *p, ost_obj *o)
             (unsigned long long)size, p->path);
     if (p->check_req != 0)
         wrk__plugin_check_start(w, p);
+    wrk__plugins_report(w, false);
     plugin_settle(w, p, 0, NULL);
 }
 
