@@ -692,8 +692,11 @@ static void check_exit(uv_process_t *proc, int64_t status, int term_signal)
                                         .msg = msg,
                                         .name = name,
                                         .fns = nfns});
-    if (p != NULL && rc == 0)
-        snprintf(p->name, sizeof p->name, "%s", name);
+    if (p != NULL && rc == 0 && strcmp(p->name, name) != 0) {
+        snprintf(p->name, sizeof p->name, "%s", name); /* its own, not its uploader's */
+        w->plugins_changed = true;
+        wrk__plugins_report(w, false);
+    }
     if (p != NULL && rc != 0)
         spw_log(SPW_LOG_WARN, "plugin @%s hash=%s refused: %s", p->prefix, p->hex, msg);
     uv_close((uv_handle_t *)proc, check_closed);
