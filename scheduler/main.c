@@ -74,6 +74,8 @@ int main(int argc, char **argv)
     so.graph_max_tasks = v[SOPT_GRAPH_MAX_TASKS].u;
     so.graph_max_bytes = v[SOPT_GRAPH_MAX_BYTES].u;
     so.graph_max_total = v[SOPT_GRAPH_MAX_TOTAL].u;
+    so.allow_plugin_upload = v[SOPT_ALLOW_PLUGIN_UPLOAD].u == 0;
+    so.plugin_max_size = v[SOPT_PLUGIN_MAX_SIZE].u;
     const char *port_file = v[SOPT_PORT_FILE].set ? v[SOPT_PORT_FILE].str : NULL;
     const char *secret_file = v[SOPT_SECRET_FILE].set ? v[SOPT_SECRET_FILE].str : NULL;
     const char *http_listen = v[SOPT_HTTP].str;

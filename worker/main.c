@@ -148,6 +148,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--executor") == 0)
         return wrk_executor_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--plugin-check") == 0)
+        return wrk_plugin_check_main(argc, argv);
     spw_opts po;
     int rc = spw_opts_parse(&wrk_optset, argc, argv, &po);
     if (rc != 0)
@@ -185,6 +187,9 @@ int main(int argc, char **argv)
     wo.exec_max_tasks = v[WOPT_EXECUTOR_MAX_TASKS].u;
     for (int i = 0; i < v[WOPT_PLUGIN].n; i++)
         wo.plugins[wo.nplugins++] = v[WOPT_PLUGIN].list[i];
+    wo.plugin_cache_max = v[WOPT_PLUGIN_CACHE_MAX].u;
+    wo.plugin_max_size = v[WOPT_PLUGIN_MAX_SIZE].u;
+    wo.allow_plugin_upload = v[WOPT_ALLOW_PLUGIN_UPLOAD].u == 0;
     if (v[WOPT_NAME].set)
         wo.name = v[WOPT_NAME].str;
     if (v[WOPT_LOCAL_GROUP].set &&

@@ -3,6 +3,7 @@
  *
  *   spillway-ctl [--scheduler ADDR] [--secret-file PATH] [--json] status
  *   spillway-ctl [...] jobs [--watch] [--interval MS] [--count N]
+ *   spillway-ctl [...] plugins
  *   spillway-ctl --secret-file PATH http-token
  *   spillway-ctl [...] memory [--group-by node|owner|ref-type|call-site] [--sort-by size|age|id]
  *                             [--stats-only] [--limit N] [--watch SECONDS]
@@ -176,6 +177,42 @@ static void print_status(json_t *doc)
                json_string_value(json_object_get(c, "role")),
                (unsigned long long)ctl_doc_u(c, "tasks_submitted"),
                (unsigned long long)ctl_doc_u(c, "references"));
+    }
+    printf("\nplugins the workers load:\n");
+    json_array_foreach(workers, i, w)
+    {
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(w, "plugins"), k, p)
+        {
+            char sz[16];
+            printf("  %-16s %-24s %.16s  %-8s %s\n", json_string_value(json_object_get(w, "name")),
+                   ctl_doc_s(p, "name"), ctl_doc_s(p, "hash"), human(ctl_doc_u(p, "size"), sz),
+                   json_is_true(json_object_get(p, "uploaded")) ? "uploaded" : "--plugin");
+        }
+    }
+    json_t *mm = json_object_get(doc, "plugin_mismatch");
+    json_array_foreach(mm, i, w)
+    printf("WARNING: workers run different bytes as plugin '%s' (see the hashes above)\n",
+           json_string_value(w));
+}
+
+static void print_plugins(json_t *doc)
+{
+    json_t *list = json_object_get(doc, "plugins");
+    char b[16];
+    printf("uploaded plugins: %zu (%s)\n", json_array_size(list), human(ctl_doc_u(doc, "bytes"), b));
+    printf("  %-20s %-64s %-8s %-8s %-5s %-7s %-6s %s\n", "NAME", "HASH", "SIZE", "STATE", "FNS",
+           "CLIENTS", "GRAPHS", "COPIES");
+    size_t i;
+    json_t *p;
+    json_array_foreach(list, i, p)
+    {
+        printf("  %-20s %-64s %-8s %-8s %-5llu %-7llu %-6llu %llu\n", ctl_doc_s(p, "name"),
+               ctl_doc_s(p, "hash"), human(ctl_doc_u(p, "size"), b), ctl_doc_s(p, "state"),
+               (unsigned long long)ctl_doc_u(p, "functions"),
+               (unsigned long long)ctl_doc_u(p, "clients"),
+               (unsigned long long)ctl_doc_u(p, "graphs"), (unsigned long long)ctl_doc_u(p, "copies"));
     }
 }
 
@@ -477,6 +514,7 @@ static int run(const spw_opts *po)
     }
     const char *cmd = argv[optind];
     bool is_memory = strcmp(cmd, "memory") == 0, is_jobs = strcmp(cmd, "jobs") == 0;
+    bool is_plugins = strcmp(cmd, "plugins") == 0;
     if (strcmp(cmd, "http-token") == 0) {
         if (o.secret_file == NULL) {
             fprintf(stderr, "spillway-ctl: http-token needs --secret-file\n");
@@ -495,7 +533,7 @@ static int run(const spw_opts *po)
         puts(tok);
         return 0;
     }
-    if (strcmp(cmd, "status") != 0 && !is_memory && !is_jobs) {
+    if (strcmp(cmd, "status") != 0 && !is_memory && !is_jobs && !is_plugins) {
         fprintf(stderr, "spillway-ctl: unknown command '%s'; see spillway-ctl --help\n", cmd);
         return 2;
     }
@@ -604,9 +642,9 @@ static int run(const spw_opts *po)
         return status;
     }
     json_t *doc = NULL;
-    rc = ctl_doc_status(cl, timeout, &doc);
+    rc = is_plugins ? ctl_doc_plugins(cl, timeout, &doc) : ctl_doc_status(cl, timeout, &doc);
     if (rc != 0) {
-        fprintf(stderr, "spillway-ctl: status from %s failed: %s\n", addr, spillway_strerror(rc));
+        fprintf(stderr, "spillway-ctl: %s from %s failed: %s\n", cmd, addr, spillway_strerror(rc));
         spillway_close(cl);
         return 1;
     }
@@ -614,6 +652,8 @@ static int run(const spw_opts *po)
         char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(s);
         free(s);
+    } else if (is_plugins) {
+        print_plugins(doc);
     } else {
         print_status(doc);
     }

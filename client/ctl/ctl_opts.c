@@ -39,6 +39,8 @@ const spw_optset ctl_optset = {
         "                            holds them, owner, call site, age; then per-node figures\n"
         "  jobs                      graphs: client, call site, tasks by state, bytes in\n"
         "                            flight against the graph's cap, age\n"
+        "  plugins                   uploaded plugins: name, hash, size, state, functions,\n"
+        "                            references from clients and graphs, copies\n"
         "  http-token                the token the scheduler's HTTP endpoint wants when it\n"
         "                            listens beyond localhost (needs --secret-file)\n"
         "memory options (after the command):\n"

@@ -608,6 +608,7 @@ void spillway_close(spillway *c)
 {
     if (c == NULL)
         return;
+    spillway__plugins_detach(c);
     if (c->ctx != NULL) {
         /* Let queued frames (releases) leave before the connections close. */
         spillway__flush(c);

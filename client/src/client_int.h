@@ -95,6 +95,7 @@ typedef struct xfer {
 } xfer;
 
 struct spillway {
+    struct spillway_plugin *plugins; /* added and not released: detached at close */
     uv_loop_t loop;
     uv_timer_t timer;
     uv_timer_t watch;  /* while a call waits: probes its connections (spillway__run_until) */
@@ -194,6 +195,8 @@ void spillway__locals_free(spillway *c);
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site);
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
+/* The connection closes: its plugin handles stay valid but refer to no connection. */
+void spillway__plugins_detach(spillway *c);
 
 
 /** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments

@@ -46,7 +46,7 @@ const char *proto_role_name(int role)
 const char *proto_refkind_name(int kind)
 {
     static const char *const names[PROTO_REF_KINDS] = {"CLIENT", "TASK_ARG", "PINNED",
-                                                       "BROADCAST", "OUTPUT"};
+                                                       "BROADCAST", "OUTPUT", "PLUGIN"};
     return kind >= 0 && kind < PROTO_REF_KINDS ? names[kind] : "?";
 }
 

@@ -227,8 +227,11 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
     } else {
         CHECK(o->kprev == NULL && o->knext == NULL, id, "not kept, but on a kept list");
     }
+    CHECK(o->refs[REF_PLUGIN] == sched__plugins_on(s, o), id,
+          "refs[PLUGIN] is %u, %u plugin records name it", o->refs[REF_PLUGIN],
+          sched__plugins_on(s, o));
     for (int k = REF_CLIENT; k < REF_KINDS; k++) {
-        if (k == REF_TASK_ARG || k == REF_PINNED)
+        if (k == REF_TASK_ARG || k == REF_PINNED || k == REF_PLUGIN)
             continue;
         CHECK(o->refs[k] == held[k], id, "refs[%d] is %u, its holders hold %llu", k, o->refs[k],
               (unsigned long long)held[k]);

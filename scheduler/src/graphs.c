@@ -36,6 +36,7 @@ sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)
 static void graph_free(sched *s, sched_graph *g)
 {
     DL_DELETE2(s->graphs, g, gprev, gnext);
+    spw_free(g->plugins);
     spw_free(g->site);
     spw_free(g);
 }
@@ -79,6 +80,7 @@ void sched__graph_release(sched *s, sched_graph *g)
 {
     if (g == NULL || --g->ntasks > 0)
         return;
+    sched__plugins_graph_done(s, g);
     if (g->ended_ms == 0)
         g->ended_ms = spw_wall_ms();
     s->graphs_gone++;

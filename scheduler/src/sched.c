@@ -31,6 +31,8 @@ void sched_opts_default(sched_opts *o)
     o->queue_target_us = 2000;
     o->max_depth = 256;
     o->graph_max_total = 2000000;
+    o->allow_plugin_upload = true;
+    o->plugin_max_size = PROTO_PLUGIN_MAX_SIZE_DEFAULT;
 }
 
 /* ----------------------------------------------------------------- workers */
@@ -41,7 +43,9 @@ static void worker_remove(sched *s, sched_worker *w)
     spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
     sched__memory_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
+    sched__plugins_worker_gone(s, w);
     sched__worker_lost(s, w);
+    spw_free(w->plugins);
     spw_free(w);
     sched__kick(s);
 }
@@ -63,6 +67,15 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
         return;
     case PROTO_OBJ_LIST:
         sched__memory_obj_list(s, w, m);
+        return;
+    case PROTO_PLUGIN_GET:
+        sched__plugin_get(s, w, m);
+        return;
+    case PROTO_PLUGIN_CHECKED:
+        sched__plugin_checked(s, w, m);
+        return;
+    case PROTO_WORKER_PLUGINS:
+        sched__worker_plugins(s, w, m);
         return;
     case PROTO_HEARTBEAT: {
         const proto_val *st = &m->f[F_HB_STATS];
@@ -285,6 +298,21 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
     case PROTO_GRAPHS_REQ:
         sched__graphs_req(s, ss, m);
         return;
+    case PROTO_PLUGINS_REQ:
+        sched__plugins_req(s, ss, m);
+        return;
+    case PROTO_PLUGIN_ADD:
+        if (!ctl) {
+            sched__plugin_add(s, ss, m);
+            return;
+        }
+        break;
+    case PROTO_PLUGIN_RELEASE:
+        if (!ctl) {
+            sched__plugin_release(s, ss, m);
+            return;
+        }
+        break;
     case PROTO_BROADCAST:
         if (!ctl) {
             sched__broadcast(s, ss, m);
@@ -430,6 +458,7 @@ static void on_close(proto_conn *c, int status)
                 (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
         sched__memory_session_gone(s, ss);
         sched__broadcast_session_gone(s, ss);
+        sched__plugins_session_gone(s, ss);
         sched__session_drop_all(s, ss);
         HASH_DEL(s->sessions, ss);
         if (s->last_sess == ss)
@@ -541,6 +570,7 @@ static void sched_maybe_done(sched *s)
         spw_free(f->name);
         spw_free(f);
     }
+    sched__plugins_free_all(s);
     sched__objects_purge(s);
     sched__recs_trim(s);
     sched__workers_free(s);

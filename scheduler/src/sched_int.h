@@ -39,10 +39,19 @@ static inline unsigned sched__hash_key(const void *key, size_t len)
 
 /* Reference kinds, as reported by spillway-ctl memory. The wire (R_MOBJ_REFS, F_STATUS_REFS)
  * indexes them by enum proto_refkind, so the two must stay the same list. */
-enum ref_kind { REF_CLIENT, REF_TASK_ARG, REF_PINNED, REF_BROADCAST, REF_OUTPUT, REF_KINDS };
+enum ref_kind {
+    REF_CLIENT,
+    REF_TASK_ARG,
+    REF_PINNED,
+    REF_BROADCAST,
+    REF_OUTPUT,
+    REF_PLUGIN, /* held by the plugin record whose bytes the object is (plugins.c) */
+    REF_KINDS
+};
 #define SCHED_SAME_REF(x) ((int)REF_##x == (int)PROTO_REF_##x)
 _Static_assert(SCHED_SAME_REF(CLIENT) && SCHED_SAME_REF(TASK_ARG) && SCHED_SAME_REF(PINNED) &&
-                   SCHED_SAME_REF(BROADCAST) && SCHED_SAME_REF(OUTPUT) && SCHED_SAME_REF(KINDS),
+                   SCHED_SAME_REF(BROADCAST) && SCHED_SAME_REF(OUTPUT) &&
+                   SCHED_SAME_REF(PLUGIN) && SCHED_SAME_REF(KINDS),
                "enum ref_kind mirrors enum proto_refkind");
 #undef SCHED_SAME_REF
 
@@ -159,6 +168,9 @@ typedef struct sched_graph {
     char *site;          /* call site of the submit, or NULL */
     struct sched_graph *gprev, *gnext; /* s->graphs, oldest first */
     uint64_t total;      /* tasks accepted into it (--graph-max-total) */
+    struct sched_plugin **plugins; /* uploaded plugins its tasks name, each referenced once
+                                      until its last task record goes (plugins.c) */
+    uint32_t nplugins;
 } sched_graph;
 
 /* Graphs whose every task record is gone stay listed (finished) until this many such exist. */
@@ -302,6 +314,45 @@ struct sched_obj {
     sched_origin *origin;     /* who created it, where, when (sched_origin) */
 };
 
+/* A plugin a worker's executors load, as its WORKER_PLUGINS said. */
+typedef struct sched_wplugin {
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    char name[PROTO_MAX_NAME + 1];
+    uint64_t size;
+    bool uploaded;
+} sched_wplugin;
+/* Plugins of one worker kept for status: the 16 of --plugin and the uploaded ones it caches. */
+#define SCHED_WORKER_PLUGINS_MAX 256
+
+/* An uploaded plugin (plugins.c). */
+typedef struct sched_plugin_holder {
+    uint64_t session;
+    uint32_t count; /* PLUGIN_ADDs not yet released */
+} sched_plugin_holder;
+typedef struct sched_plugin_waiter {
+    uint64_t session;
+    uint64_t req; /* its PLUGIN_ADD, answered when the check ends */
+} sched_plugin_waiter;
+typedef struct sched_plugin {
+    char prefix[PROTO_PLUGIN_PREFIX_HEX]; /* key in s->plugins (not NUL-terminated) */
+    UT_hash_handle hh;
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    char hex[PROTO_PLUGIN_HEX_LEN + 1];
+    char name[PROTO_MAX_NAME + 1];
+    uint64_t size;
+    sched_obj *obj;        /* its bytes: holds one PLUGIN reference on it */
+    uint8_t state;         /* PROTO_PLUGIN_CHECKING, PROTO_PLUGIN_READY */
+    uint32_t nfns;
+    uint32_t clients;      /* the holders' counts summed */
+    uint32_t graphs;       /* graphs with task records naming it */
+    sched_plugin_holder *holders;
+    uint32_t nholders, capholders;
+    sched_plugin_waiter *waiters;
+    uint32_t nwaiters, capwaiters;
+    uint64_t check_req;    /* its PLUGIN_CHECK under way (0: none) */
+    uint32_t check_worker; /* the worker asked */
+} sched_plugin;
+
 struct sched_worker {
     uint32_t id;
     proto_conn *conn;
@@ -320,6 +371,8 @@ struct sched_worker {
     UT_hash_handle hh; /* in s->wbyid */
     uint32_t heap_at;  /* index in s->wheap (UINT32_MAX: gone) */
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
+    sched_wplugin *plugins; /* what its executors load (WORKER_PLUGINS) */
+    uint32_t nplugins;
 };
 
 struct sched_session {
@@ -398,6 +451,8 @@ struct sched {
     uint32_t graphs_gone;     /* graphs on that list with no task record left */
     uint64_t latency[PROTO_LATENCY_NBOUNDS + 1]; /* tasks done per submit->done bucket */
     uint64_t latency_sum_us;
+    sched_plugin *plugins;    /* uploaded plugins by prefix (plugins.c) */
+    uint64_t plugin_req;      /* the last PLUGIN_CHECK's request id */
 };
 
 /* objects.c */
@@ -667,6 +722,27 @@ void sched__broadcast_session_gone(sched *s, sched_session *ss);
 void sched__broadcast_free_all(sched *s);
 void sched__broadcast_obj_freed(sched *s, spw_id id);
 void sched__broadcast_obj_ready(sched *s, const sched_obj *o);
+
+/* plugins.c */
+void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m);
+void sched__plugin_release(sched *s, sched_session *ss, const proto_msg *m);
+void sched__plugins_req(sched *s, sched_session *ss, const proto_msg *m);
+void sched__plugin_checked(sched *s, sched_worker *w, const proto_msg *m);
+void sched__plugin_get(sched *s, sched_worker *w, const proto_msg *m);
+void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m);
+void sched__plugins_session_gone(sched *s, sched_session *ss);
+void sched__plugins_worker_gone(sched *s, sched_worker *w);
+/* A task names function fn (len bytes): 0 with *out the uploaded plugin it is in (NULL: none
+ * named), or SPW_ENOFUNC (err says why) for one naming a plugin that is not added. */
+int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin **out, char *err,
+                           size_t errlen);
+/* g's tasks name p: g references it until its last task record goes. */
+void sched__plugin_graph_use(sched *s, sched_graph *g, sched_plugin *p);
+/* g's last task record went: its plugin references go. */
+void sched__plugins_graph_done(sched *s, sched_graph *g);
+/* Plugin records whose bytes are o (the checker). */
+uint32_t sched__plugins_on(const sched *s, const sched_obj *o);
+void sched__plugins_free_all(sched *s);
 
 /* check.c: both abort naming the violated invariant and the task or object. sched__check is
  * the per-event hook (amortised on large states; nothing unless SPW_CHECK_INVARIANTS). */

@@ -7,6 +7,16 @@
 
 #include "sched_int.h"
 
+/* Plugin i of a worker. */
+static void put_wplugin(proto_enc *e, uint32_t i, void *arg)
+{
+    const sched_wplugin *x = &((const sched_worker *)arg)->plugins[i];
+    proto_put_plug_rec(e, &(proto_plug_rec){.hash = {x->hash, PROTO_PLUGIN_HASH_LEN},
+                                            .name = x->name,
+                                            .size = x->size,
+                                            .uploaded = x->uploaded});
+}
+
 static void put_worker(proto_enc *e, uint32_t i, void *arg)
 {
     const sched_worker *w = ((const sched *)arg)->workers[i];
@@ -17,7 +27,10 @@ static void put_worker(proto_enc *e, uint32_t i, void *arg)
                                                   .busy = w->stats[PROTO_STAT_RUNNING],
                                                   .assigned = w->assigned,
                                                   .state = w->stats[PROTO_STAT_PAUSED] ? 1 : 0,
-                                                  .stats = {w->stats, PROTO_STAT_COUNT}});
+                                                  .stats = {w->stats, PROTO_STAT_COUNT},
+                                                  .plugins = {.n = w->nplugins,
+                                                              .put = put_wplugin,
+                                                              .arg = (void *)w}});
 }
 
 /* Sessions in hash order; the cursor is the next one. */

@@ -262,6 +262,11 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
             return SPW_EDUPLICATE;
         }
     }
+    sched_plugin *plugin;
+    int prc = sched__plugin_for_task(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len, &plugin,
+                                     err, errlen);
+    if (prc != 0)
+        return prc;
     const proto_val *args = &rec[R_TASK_ARGS];
     uint32_t nargs = args->arr.n;
     size_t argbytes = 0; /* of the arguments, each as long as its kind needs */
@@ -307,6 +312,8 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
     t->fn = fn_intern(s, rec[R_TASK_FN].bin.ptr, rec[R_TASK_FN].bin.len);
     t->graph = ss->cur_graph;
     t->graph->ntasks++;
+    if (plugin != NULL)
+        sched__plugin_graph_use(s, t->graph, plugin);
     t->state = T_WAITING;
     s->tstate[T_WAITING]++;
     sched__graph_count(t->graph, -1, T_WAITING);

@@ -91,6 +91,8 @@ enum {
     S_TRES,
     S_EXEC,
     S_OUT,
+    S_PLUG,
+    S_SPLUG,
     S_COUNT
 };
 
@@ -100,7 +102,7 @@ static const sspec rec_specs[S_COUNT] = {
     [S_TASK] = {7, {ID, NAME, RECS(S_ARG), U, NAME, NAME, U}, 5},
     [S_ARG] = {5, {U, OPT_BIN, OPT_ID, U, U}, 0},
     [S_WARG] = {7, {U, OPT_BIN, OPT_ID, U, U, U, RECS(S_LOC)}, 0},
-    [S_SWORKER] = {8, {U, NAME, NAME, U, U, U, U, LIST_U(0)}, 0},
+    [S_SWORKER] = {9, {U, NAME, NAME, U, U, U, U, LIST_U(0), RECS(S_PLUG)}, 8},
     [S_SCLIENT] = {6, {U, NAME, U, U, U, U}, 0},
     [S_EARG] = {4, {U, OPT_BIN, U, U}, 0},
     [S_MOBJ] = {13,
@@ -117,6 +119,8 @@ static const sspec rec_specs[S_COUNT] = {
     [S_TRES] = {5, {ID, I, U, OPT_BIN, TEXT}, 0},
     [S_EXEC] = {5, {ID, NAME, RECS(S_EARG), U, U}, 4},
     [S_OUT] = {2, {U, OPT_BIN}, 0},
+    [S_PLUG] = {4, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, U}, 0},
+    [S_SPLUG] = {9, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, ID, U, U, U, U, U}, 0},
 };
 
 static const sspec msg_specs[PROTO_TYPE_MAX] = {
@@ -156,6 +160,16 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_STATUS_REQ] = {0, {{0}}, 0},
     [PROTO_PING] = {0, {{0}}, 0},
     [PROTO_PONG] = {0, {{0}}, 0},
+    [PROTO_PLUGIN_ADD] = {4, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), U, NAME, NAME}, 0},
+    [PROTO_PLUGIN_CHECKED] = {5, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), I, TEXT, NAME, U}, 0},
+    [PROTO_PLUGIN_RELEASE] = {1, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN)}, 0},
+    [PROTO_PLUGIN_GET] = {1, {{K_STR, 0, 0, 0, PROTO_PLUGIN_HEX_LEN}}, 0},
+    [PROTO_PLUGIN_INFO] = {5, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, ID, RECS(S_LOC)}, 0},
+    [PROTO_PLUGIN_CHECK] = {5, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, ID, RECS(S_LOC)}, 0},
+    [PROTO_PLUGINS_REQ] = {0, {{0}}, 0},
+    [PROTO_PLUGINS] = {1, {RECS(S_SPLUG)}, 0},
+    [PROTO_PLUGIN_LOAD] = {2, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), TEXT}, 0},
+    [PROTO_WORKER_PLUGINS] = {1, {RECS(S_PLUG)}, 0},
     [PROTO_STATUS] =
         {12,
          {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U,

@@ -507,6 +507,39 @@ static void scheduler_restart_on_host1(void **state)
     assert_true(h_cluster_stop(&c));
 }
 
+/* A plugin uploaded from host6 runs on every worker host: each fetches it from the store that
+ * holds it, by name across the bed, checks its hash and caches it. */
+static void uploaded_plugin_runs_on_every_host(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    bed_start(&c, NULL, "64M", "30000");
+    spillway *cl = e2e_connect(&c);
+    spillway_plugin *p;
+    int rc = spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p);
+    if (rc != 0)
+        fail_msg("spillway_plugin_add: %s: %s", spillway_strerror(rc), spillway_errmsg(cl));
+    char fn[SPILLWAY_FN_MAX];
+    assert_non_null(spillway_plugin_fn(p, "scale", fn, sizeof fn));
+    spillway_ref out[NW];
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < NW; i++) {
+        spillway_arg a = spillway_arg_u64((uint64_t)i);
+        spillway_graph_place(g, worker_names[i]);
+        assert_int_equal(spillway_task(g, fn, &a, 1, SPILLWAY_KEEP, &out[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(e2e_get_u64(cl, out[i]), (uint64_t)i * 1000 + 1);
+    assert_int_equal(spillway_release_many(cl, out, NW), 0);
+    assert_int_equal(spillway_plugin_release(p), 0);
+    spillway_close(cl);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(h_cluster_stop(&c));
+}
+
 /* A name that does not resolve on the bed is a clear error naming it (the bed's resolver has
  * nowhere to send the question, so this never leaves the machine). */
 static void unresolvable_scheduler_name_is_named(void **state)
@@ -539,6 +572,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(partition_mid_fetch_fails_over, logs_if_failed),
     cmocka_unit_test_teardown(scheduler_restart_on_host1, logs_if_failed),
     cmocka_unit_test_teardown(unresolvable_scheduler_name_is_named, logs_if_failed),
+    cmocka_unit_test_teardown(uploaded_plugin_runs_on_every_host, logs_if_failed),
 };
 
 SPW_TEST_MAIN(tests)

@@ -389,6 +389,70 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_u(&e, 1 << 20);
         proto_put_u(&e, 0);
         break;
+    case PROTO_PLUGINS_REQ:
+        proto_enc_begin(&e, b, type, 21, 0);
+        break;
+    case PROTO_PLUGIN_ADD:
+        proto_enc_begin(&e, b, type, 21, 4);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_u(&e, 4096);
+        proto_put_str(&e, "libfoo.so");
+        proto_put_str(&e, "main.c:9");
+        break;
+    case PROTO_PLUGIN_CHECKED:
+        proto_enc_begin(&e, b, type, 21, 5);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_i(&e, SPW_EPLUGIN);
+        proto_put_str(&e, "wrong ABI version");
+        proto_put_str(&e, "foo");
+        proto_put_u(&e, 2);
+        break;
+    case PROTO_PLUGIN_RELEASE:
+        proto_enc_begin(&e, b, type, 21, 1);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        break;
+    case PROTO_PLUGIN_GET:
+        proto_enc_begin(&e, b, type, 21, 1);
+        proto_put_str(&e, "0123456789abcdef");
+        break;
+    case PROTO_PLUGIN_INFO:
+    case PROTO_PLUGIN_CHECK:
+        proto_enc_begin(&e, b, type, 21, 5);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_str(&e, "foo");
+        proto_put_u(&e, 4096);
+        proto_put_id(&e, SAMPLE_ID1);
+        proto_put_arr(&e, 1);
+        put_loc(&e);
+        break;
+    case PROTO_PLUGINS:
+        proto_enc_begin(&e, b, type, 21, 1);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 9);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_str(&e, "foo");
+        proto_put_u(&e, 4096);
+        proto_put_id(&e, SAMPLE_ID1);
+        proto_put_u(&e, PROTO_PLUGIN_READY);
+        proto_put_u(&e, 2);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 1);
+        break;
+    case PROTO_PLUGIN_LOAD:
+        proto_enc_begin(&e, b, type, 21, 2);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_str(&e, "/var/tmp/plugins/x.so");
+        break;
+    case PROTO_WORKER_PLUGINS:
+        proto_enc_begin(&e, b, type, 21, 1);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 4);
+        proto_put_bin(&e, SAMPLE_PROOF, 32);
+        proto_put_str(&e, "foo");
+        proto_put_u(&e, 4096);
+        proto_put_u(&e, 1);
+        break;
     case PROTO_TASK_RUNS:
     case PROTO_TASK_DONES:
     case PROTO_TASK_RESULTS:

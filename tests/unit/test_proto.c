@@ -52,7 +52,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 55);
+    assert_int_equal(samples, 65);
 }
 
 /* One TASK_DONES record for task {n, 0} (3 bytes of output), its status a string if bad. */
@@ -1052,7 +1052,30 @@ static void resume_from_on_drain_in_the_flusher_is_not_lost(void **state)
     free(data);
 }
 
+/* Plugin names: the hash of known bytes, its object id, and "NAME@PREFIX" parsed strictly. */
+static void plugin_names_derive_from_the_bytes(void **state)
+{
+    (void)state;
+    uint8_t h[PROTO_PLUGIN_HASH_LEN];
+    char hex[PROTO_PLUGIN_HEX_LEN + 1];
+    proto_plugin_hash("", 0, h);
+    /* BLAKE2b-256 of the empty string. */
+    assert_string_equal(proto_plugin_hex(h, hex),
+                        "0e5751c026e543b2e8ab2eb06099daa1d1e5df47778f7787faab45cdf12fe3a8");
+    spw_id id = proto_plugin_obj_id(h);
+    assert_int_equal(id.hi, 0x0e5751c026e543b2ULL);
+    assert_int_equal(spw_id_output_index(id), 1);
+    const char *ok = "scale@0e5751c026e543b2";
+    assert_ptr_equal(proto_plugin_fn_prefix(ok, strlen(ok)), ok + 6);
+    static const char *const bad[] = {"scale", "@0e5751c026e543b2", "scale@0E5751C026E543B2",
+                                      "scale@0e5751c026e543b", "scale@0e5751c026e543b2x",
+                                      "scale#0e5751c026e543b2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_null(proto_plugin_fn_prefix(bad[i], strlen(bad[i])));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(plugin_names_derive_from_the_bytes),
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
     cmocka_unit_test(batch_marks_a_bad_record_and_keeps_the_rest),

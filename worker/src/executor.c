@@ -37,7 +37,17 @@ typedef struct fn_entry {
     size_t len; /* strlen(name) */
     spw_task_fn fn;
     UT_hash_handle hh;
+    char *owned; /* name, when it is ours ("NAME@PREFIX" of an uploaded plugin) */
 } fn_entry;
+
+/* A plugin the worker told this executor to load (PLUGIN_LOAD), by the prefix of its hash: its
+ * functions are registered as "NAME@PREFIX"; one that did not load keeps why, which its tasks
+ * report. */
+typedef struct exec_plugin {
+    char prefix[PROTO_PLUGIN_PREFIX_HEX + 1];
+    void *handle;
+    char *err;
+} exec_plugin;
 
 typedef struct executor {
     const uint8_t *arena;
@@ -46,6 +56,8 @@ typedef struct executor {
     fn_entry *fns;
     void *plugins[WRK_MAX_PLUGINS];
     uint32_t nplugins;
+    exec_plugin *uploaded; /* PLUGIN_LOAD, in the order told */
+    uint32_t nuploaded;
     spw_buf in;      /* bytes from the worker, processed in order */
     size_t in_end;   /* the end in `in` of the frame being run */
     spw_buf backlog; /* frames read while waiting for an allocation reply */
@@ -531,6 +543,13 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
         if (f == NULL) {
             status = SPW_ENOFUNC;
             snprintf(t.err, sizeof t.err, "unknown task function '%s'", name);
+            const char *prefix = proto_plugin_fn_prefix(name, strlen(name));
+            for (uint32_t k = 0; prefix != NULL && k < ex->nuploaded; k++)
+                if (strcmp(ex->uploaded[k].prefix, prefix) == 0 && ex->uploaded[k].err != NULL) {
+                    status = SPW_EPLUGIN;
+                    snprintf(t.err, sizeof t.err, "task function '%s': %s", name,
+                             ex->uploaded[k].err);
+                }
         } else {
             int rc = f->fn(&t.ctx, targs, nargs);
             if (t.beyond > 0 || (rc == 0 && t.nouts > 1 && t.written != t.nouts)) {
@@ -596,23 +615,143 @@ static void run_exec(executor *ex, const proto_val *rec, uint32_t i_rec)
         free(t.outs);
 }
 
-static void register_fns(executor *ex, const spw_plugin *p)
+/* Registers p's functions by their names, or with suffix ("@PREFIX") after each. */
+static void register_fns(executor *ex, const spw_plugin *p, const char *suffix)
 {
     for (uint32_t i = 0; i < p->nfns; i++) {
+        char *owned = NULL;
+        const char *name = p->fns[i].name;
+        if (suffix != NULL) {
+            size_t n = strlen(name) + strlen(suffix) + 1;
+            owned = malloc(n);
+            if (owned == NULL)
+                SPW_PANIC("executor out of memory");
+            snprintf(owned, n, "%s%s", name, suffix);
+            name = owned;
+        }
         fn_entry *f;
-        HASH_FIND_STR(ex->fns, p->fns[i].name, f);
+        HASH_FIND_STR(ex->fns, name, f);
         if (f != NULL) {
             f->fn = p->fns[i].fn; /* a plugin may override a built-in */
+            free(owned);
             continue;
         }
         f = calloc(1, sizeof *f);
         if (f == NULL)
             SPW_PANIC("executor out of memory");
-        f->name = p->fns[i].name;
+        f->name = name;
+        f->owned = owned;
         f->len = strlen(f->name);
         f->fn = p->fns[i].fn;
         HASH_ADD_KEYPTR(hh, ex->fns, f->name, strlen(f->name), f);
     }
+}
+
+int wrk__plugin_open(const char *path, void **handle, const spw_plugin **plugin, char *why,
+                     size_t whylen)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(why, whylen, "cannot be loaded: %s", e != NULL ? e : "?");
+        return SPW_EPLUGIN;
+    }
+    spw_plugin_entry entry = (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL);
+    const spw_plugin *p = entry != NULL ? entry() : NULL;
+    int rc = SPW_EPLUGIN;
+    if (p == NULL) {
+        snprintf(why, whylen, "exports no %s() (or it returned NULL)", SPW_PLUGIN_SYMBOL);
+    } else if (p->abi_version < SPW_TASK_ABI_MIN || p->abi_version > SPW_TASK_ABI_VERSION) {
+        snprintf(why, whylen, "has task ABI version %u, this worker speaks %u to %u",
+                 p->abi_version, SPW_TASK_ABI_MIN, SPW_TASK_ABI_VERSION);
+    } else {
+        rc = 0;
+        for (uint32_t i = 0; i < p->nfns && rc == 0; i++) {
+            if (p->fns[i].name == NULL || p->fns[i].fn == NULL || p->fns[i].name[0] == '\0' ||
+                strlen(p->fns[i].name) + 1 + PROTO_PLUGIN_PREFIX_HEX > PROTO_MAX_NAME ||
+                strchr(p->fns[i].name, '@') != NULL) {
+                snprintf(why, whylen, "function %u has no name or code, a name with '@', or a "
+                                      "name over %u bytes",
+                         i, PROTO_MAX_NAME - 1 - PROTO_PLUGIN_PREFIX_HEX);
+                rc = SPW_EPLUGIN;
+            }
+        }
+    }
+    if (rc != 0) {
+        dlclose(h);
+        return rc;
+    }
+    *handle = h;
+    *plugin = p;
+    return 0;
+}
+
+int wrk__plugin_probe(const char *path, const char **name, uint32_t *nfns, char *why,
+                      size_t whylen)
+{
+    void *h;
+    const spw_plugin *p;
+    int rc = wrk__plugin_open(path, &h, &p, why, whylen);
+    if (rc != 0)
+        return rc;
+    *name = spw_strdup(SPW_MOD_WORKER, p->name != NULL && p->name[0] != '\0' ? p->name : "?");
+    *nfns = p->nfns;
+    dlclose(h);
+    return 0;
+}
+
+int wrk_plugin_check_main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: spillway-worker --plugin-check PATH OUT\n");
+        return 2;
+    }
+    char why[PROTO_MAX_STR - 16];
+    void *h;
+    const spw_plugin *p;
+    int rc = wrk__plugin_open(argv[2], &h, &p, why, sizeof why);
+    FILE *out = fopen(argv[3], "w");
+    if (out == NULL)
+        return 1;
+    if (rc == 0) {
+        fprintf(out, "0 %u %s\n", p->nfns, p->name != NULL && p->name[0] != '\0' ? p->name : "?");
+        dlclose(h);
+    } else {
+        fprintf(out, "%d %s\n", rc, why);
+    }
+    return fclose(out) == 0 ? 0 : 1;
+}
+
+/* PLUGIN_LOAD: loads a plugin from the worker's cache and registers its functions as
+ * "NAME@PREFIX". One that does not load is remembered with why (its tasks fail with it). */
+static void plugin_load(executor *ex, const proto_msg *m)
+{
+    char path[PROTO_MAX_STR + 1], hex[PROTO_PLUGIN_HEX_LEN + 1];
+    proto_str(&m->f[F_PLOAD_PATH], path, sizeof path);
+    proto_plugin_hex(m->f[F_PLOAD_HASH].bin.ptr, hex);
+    hex[PROTO_PLUGIN_PREFIX_HEX] = '\0';
+    for (uint32_t k = 0; k < ex->nuploaded; k++)
+        if (strcmp(ex->uploaded[k].prefix, hex) == 0)
+            return; /* told twice: once is enough */
+    exec_plugin *v = realloc(ex->uploaded, (ex->nuploaded + 1) * sizeof *v);
+    if (v == NULL)
+        SPW_PANIC("executor out of memory");
+    ex->uploaded = v;
+    exec_plugin *e = &v[ex->nuploaded++];
+    memset(e, 0, sizeof *e);
+    memcpy(e->prefix, hex, sizeof e->prefix);
+    char why[PROTO_MAX_STR - 64];
+    const spw_plugin *p;
+    if (wrk__plugin_open(path, &e->handle, &p, why, sizeof why) != 0) {
+        e->handle = NULL;
+        e->err = strdup(why);
+        spw_log(SPW_LOG_ERR, "plugin=%s %s", path, why);
+        return;
+    }
+    char suffix[PROTO_PLUGIN_PREFIX_HEX + 2] = "@";
+    memcpy(suffix + 1, hex, PROTO_PLUGIN_PREFIX_HEX + 1);
+    register_fns(ex, p, suffix);
+    ex->last_fn = NULL;
 }
 
 /* Task memory: with a limit, the task heap is bounded by the cgroup the worker made for this
@@ -706,20 +845,17 @@ int wrk_executor_main(int argc, char **argv)
     }
     ex.arena = arena;
     int rc = 0;
-    register_fns(&ex, wrk__builtins());
+    register_fns(&ex, wrk__builtins(), NULL);
     for (int i = 6; i < argc && ex.nplugins < WRK_MAX_PLUGINS; i++) {
-        void *h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
-        spw_plugin_entry entry = h ? (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL) : NULL;
-        const spw_plugin *p = entry ? entry() : NULL;
-        if (p == NULL || p->abi_version < SPW_TASK_ABI_MIN ||
-            p->abi_version > SPW_TASK_ABI_VERSION) {
-            spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded in the executor", argv[i]);
-            if (h != NULL)
-                dlclose(h);
+        void *h;
+        const spw_plugin *p;
+        char why[512];
+        if (wrk__plugin_open(argv[i], &h, &p, why, sizeof why) != 0) {
+            spw_log(SPW_LOG_ERR, "plugin=%s %s", argv[i], why);
             rc = 1;
             goto out;
         }
-        register_fns(&ex, p);
+        register_fns(&ex, p, NULL);
         ex.plugins[ex.nplugins++] = h;
     }
     if (ex.mem_limit != 0) {
@@ -753,6 +889,8 @@ int wrk_executor_main(int argc, char **argv)
             ex.in_end = pos + (size_t)drc;
             if (m.type == PROTO_EXEC) {
                 run_exec(&ex, m.f, 0);
+            } else if (m.type == PROTO_PLUGIN_LOAD) {
+                plugin_load(&ex, &m);
             } else if (m.type == PROTO_EXECS) {
                 const proto_val *recs = &m.f[F_EXECS_RECS];
                 for (uint32_t i = 0; i < recs->arr.n && !ex.gone && !exec_stop && !ex.broken;
@@ -788,10 +926,17 @@ out:;
     HASH_ITER(hh, ex.fns, f, ftmp)
     {
         HASH_DEL(ex.fns, f);
+        free(f->owned);
         free(f);
     }
     for (uint32_t i = 0; i < ex.nplugins; i++)
         dlclose(ex.plugins[i]);
+    for (uint32_t i = 0; i < ex.nuploaded; i++) {
+        if (ex.uploaded[i].handle != NULL)
+            dlclose(ex.uploaded[i].handle);
+        free(ex.uploaded[i].err);
+    }
+    free(ex.uploaded);
     for (uint32_t k = 0; k < EXEC_KEPT_N; k++)
         free(ex.kept[k].v);
     spw_buf_release(&ex.in);

@@ -40,6 +40,8 @@ static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
 
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
 {
+    if (f->plugin)
+        wrk__plugin_fetched(w, f->id, status, msg);
     wrk__followers_fail(&f->followers, status, msg);
     repl_answer(w, f, status, msg);
     if (f->obj != NULL) {
@@ -65,6 +67,8 @@ static void fetch_done(wrk *w, wfetch *f)
     wrk__followers_advance(w, &f->followers, true);
     wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
     repl_answer(w, f, 0, NULL);
+    bool plugin = f->plugin;
+    spw_id id = f->id;
     fwait *waiters = f->waiters;
     f->waiters = NULL;
     fetch_free(w, f);
@@ -79,6 +83,8 @@ static void fetch_done(wrk *w, wfetch *f)
         wrk__input_ready(w, x->t, x->arg, rc, NULL);
         spw_free(x);
     }
+    if (plugin)
+        wrk__plugin_fetched(w, id, 0, NULL);
     wrk__mem_check(w);
 }
 
@@ -320,6 +326,39 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
     LL_PREPEND(f->waiters, x);
 }
 
+void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
+{
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f != NULL && !f->stale) {
+        f->plugin = true; /* a task's input already: the plugin hears how it ends too */
+        return;
+    }
+    uint32_t nlocs = 0;
+    char addrs[WRK_MAX_LOCS][64];
+    for (uint32_t j = 0; locs != NULL && j < locs->arr.n && nlocs < WRK_MAX_LOCS; j++) {
+        proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], addrs[nlocs], sizeof addrs[0]);
+        if (strcmp(addrs[nlocs], w->bound) != 0)
+            nlocs++;
+    }
+    if (f != NULL || nlocs == 0) {
+        wrk__plugin_fetched(w, id, SPW_EOBJLOST,
+                            f != NULL ? "its copy here is being dropped" : "no worker holds it");
+        return;
+    }
+    f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+    f->id = id;
+    f->size = size;
+    f->nlocs = nlocs;
+    memcpy(f->locs, addrs, sizeof f->locs);
+    f->creating = true;
+    f->plugin = true;
+    HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+    fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (fetch_req){w, id};
+    ost_obj_create_async(w->store, id, size, fetch_created, r);
+}
+
 void wrk__peers_close(wrk *w)
 {
     wfetch *f, *tmp;
@@ -407,6 +446,8 @@ void wrk__fetches_drop(wrk *w)
         }
         /* Waiting for room: its allocation callback frees it; its waiters hear now. */
         f->stale = true;
+        if (f->plugin)
+            wrk__plugin_fetched(w, f->id, SPW_ECLOSED, "the worker lost its scheduler");
         wrk__followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
         fwait *waiters = f->waiters, *x, *xtmp;
         f->waiters = NULL;

@@ -49,6 +49,7 @@ static void task_release(wrk *w, wtask *t)
 {
     if (t->heir != NULL)
         task_release(w, t->heir);
+    wrk__plugin_unuse(w, t);
     spw_free(t->fail_msg);
     if (t->slab)
         spw_slab_free(&w->task_slab, t);
@@ -878,6 +879,15 @@ static void admit_pump(wrk *w)
  * (admit_try) or lists it to wait for admission. */
 static void task_begin(wrk *w, wtask *t)
 {
+    if (t->plugin == NULL) {
+        /* A function of an uploaded plugin not here yet: parked, unadmitted, until it is. */
+        char why[PROTO_MAX_STR];
+        int rc = wrk__plugin_intake(w, t, why, sizeof why);
+        if (rc < 0)
+            wrk__task_fail(w, t, rc, why);
+        if (rc != 0)
+            return;
+    }
     if ((t->flags & PROTO_TASK_AHEAD) && t->missing > 0 && ahead_intake(w, t) != 0)
         return;
     if (t->missing > t->local || (w->adm_fns != NULL && wrk__admit_fn_stores(w, t->fn))) {
@@ -949,6 +959,17 @@ static void heir_start(wrk *w, wtask *t)
     task_begin(w, t);
 }
 
+void wrk__task_begin(wrk *w, wtask *t)
+{
+    task_begin(w, t);
+}
+
+void wrk__task_fail(wrk *w, wtask *t, int status, const char *msg)
+{
+    t->missing = 0;
+    task_report(w, t, status, 0, NULL, msg, 0);
+}
+
 void wrk__task_run(wrk *w, const proto_msg *m)
 {
     task_run_rec(w, m->req, m->f, 0);
@@ -986,6 +1007,8 @@ static void put_earg(proto_enc *e, uint32_t i, void *arg)
  * cannot be sent. */
 static void exec_send(wrk *w, wrk_exec *ex, wtask *t)
 {
+    if (t->plugin != NULL)
+        wrk__plugin_tell(w, ex, t->plugin); /* before its first task there */
     /* The tasks one dispatch gives an executor share an EXECS frame. */
     int rc = proto_batch_exec(ex->conn, PROTO_EXECS,
                               &(proto_exec_rec){.id = t->id,
@@ -1550,8 +1573,8 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     argv[n++] = lim;
     argv[n++] = mem;
     argv[n++] = cg;
-    for (uint32_t i = 0; i < w->opts.nplugins; i++)
-        argv[n++] = w->plugin_paths[i];
+    for (uint32_t i = 0; i < w->nstatic; i++)
+        argv[n++] = w->static_paths[i]; /* the copies in the cache, never the files given */
     argv[n] = NULL;
     uv_stdio_container_t stdio[5];
     stdio[0].flags = UV_IGNORE;
@@ -1591,6 +1614,7 @@ int wrk__exec_start(wrk *w, wrk_exec *ex)
     ex->started_ns = spw_now_ns();
     ex->tasks_sent = 0;
     ex->recycle = false;
+    ex->ntold = 0; /* a new process: it loads uploaded plugins when told again */
     w->handles++;
     rc = proto_conn_open_fd(w->ctx, sv[0], &exec_cbs, ex, &ex->conn);
     if (rc != 0) {

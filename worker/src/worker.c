@@ -7,7 +7,6 @@
  * loop thread. Shutdown order: stop executors (their exit callbacks), close every connection,
  * wait for the store's threadpool jobs, free the store, then report done.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -33,6 +32,9 @@ void wrk_opts_default(wrk_opts *o)
     o->fetch_stall_ms = 30000;
     o->max_frame = PROTO_DEFAULT_MAX_FRAME;
     o->local_group = -1;
+    o->plugin_cache_max = 1ull << 30;
+    o->plugin_max_size = PROTO_PLUGIN_MAX_SIZE_DEFAULT;
+    o->allow_plugin_upload = true;
 }
 
 uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
@@ -42,41 +44,6 @@ uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
     uint64_t left = phys > capacity + WRK_NODE_MARGIN ? phys - capacity - WRK_NODE_MARGIN : 0;
     uint64_t v = left / 2 / (slots ? slots : 1);
     return v < (64ULL << 20) ? 64ULL << 20 : v;
-}
-
-/* Loads a plugin in this process to refuse a bad one before any executor depends on it. */
-static int plugin_check(const char *path)
-{
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        spw_log(SPW_LOG_ERR, "plugin=%s cannot be loaded: %s", path, dlerror());
-        return SPW_EPLUGIN;
-    }
-    int rc = 0;
-    spw_plugin_entry entry = (spw_plugin_entry)(uintptr_t)dlsym(h, SPW_PLUGIN_SYMBOL);
-    const spw_plugin *p = entry != NULL ? entry() : NULL;
-    if (p == NULL) {
-        spw_log(SPW_LOG_ERR, "plugin=%s exports no %s()", path, SPW_PLUGIN_SYMBOL);
-        rc = SPW_EPLUGIN;
-    } else if (p->abi_version < SPW_TASK_ABI_MIN || p->abi_version > SPW_TASK_ABI_VERSION) {
-        spw_log(SPW_LOG_ERR, "plugin=%s has task ABI version %u, this worker speaks %u to %u",
-                path, p->abi_version, SPW_TASK_ABI_MIN, SPW_TASK_ABI_VERSION);
-        rc = SPW_EPLUGIN;
-    } else {
-        for (uint32_t i = 0; i < p->nfns; i++) {
-            if (p->fns[i].name == NULL || p->fns[i].fn == NULL ||
-                strlen(p->fns[i].name) > PROTO_MAX_NAME) {
-                spw_log(SPW_LOG_ERR, "plugin=%s function %u has no name or code", path, i);
-                rc = SPW_EPLUGIN;
-                break;
-            }
-        }
-        if (rc == 0)
-            spw_log(SPW_LOG_NOTICE, "plugin=%s name=%s functions=%u", path,
-                    p->name != NULL ? p->name : "?", p->nfns);
-    }
-    dlclose(h);
-    return rc;
 }
 
 /* ------------------------------------------------------------- heartbeat */
@@ -229,6 +196,8 @@ static void timer_cb(uv_timer_t *t)
     wrk__uploads_check(w);
     wrk__mem_check(w);
     wrk__exec_maintain(w);
+    wrk__plugins_watch(w);
+    wrk__plugins_report(w, false);
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's
      * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
     if (ost_store_trim(w->store) > 0)
@@ -252,6 +221,7 @@ static void sched_ready(proto_conn *c, const proto_welcome *wel)
             w->registered_once ? "registered again with" : "registered with", w->sched_addr,
             (unsigned long long)wel->session, w->hello.addr, w->nexec);
     send_heartbeat(w);
+    wrk__plugins_report(w, true);
     if (!w->registered_once) {
         w->registered_once = true;
         if (w->ready != NULL)
@@ -284,6 +254,7 @@ static void idlist_add(void *arg, const ost_obj *o)
 static void sched_lost(wrk *w)
 {
     w->gen++;
+    wrk__plugins_drop(w);
     wrk__fetches_drop(w);
     wrk__tasks_drop(w);
     /* The small results kept for late dependents are those of its tasks: the next scheduler may
@@ -353,7 +324,13 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     case PROTO_TASK_CANCEL:
         wrk__task_cancel(w, m);
         return;
+    case PROTO_PLUGIN_INFO:
+    case PROTO_PLUGIN_CHECK:
+        wrk__plugin_msg(w, m);
+        return;
     case PROTO_ERROR: {
+        if (wrk__plugin_error(w, m))
+            return;
         char msg[256];
         spw_log(SPW_LOG_WARN, "scheduler says: %s err=%s",
                 proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
@@ -412,11 +389,6 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
 {
     if (o->slots == 0 || o->slots > PROTO_MAX_SLOTS || o->nplugins > WRK_MAX_PLUGINS)
         return SPW_EINVAL;
-    for (uint32_t i = 0; i < o->nplugins; i++) {
-        int rc = plugin_check(o->plugins[i]);
-        if (rc != 0)
-            return rc;
-    }
     wrk *w = spw_calloc(SPW_MOD_WORKER, 1, sizeof *w);
     spw_slab_init(&w->task_slab, WRK_TASK_REC, SPW_MOD_WORKER);
     w->loop = loop;
@@ -429,9 +401,9 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->chunk = PROTO_DEFAULT_CHUNK;
     for (uint32_t i = 0; i < o->nplugins; i++) {
         char real[PATH_MAX];
-        w->plugin_paths[i] = spw_strdup(SPW_MOD_WORKER,
-                                        realpath(o->plugins[i], real) ? real : o->plugins[i]);
-        w->opts.plugins[i] = w->plugin_paths[i];
+        w->plugin_srcs[i] = spw_strdup(SPW_MOD_WORKER,
+                                       realpath(o->plugins[i], real) ? real : o->plugins[i]);
+        w->opts.plugins[i] = w->plugin_srcs[i];
     }
     if (o->executor_path != NULL) {
         w->exe = spw_strdup(SPW_MOD_WORKER, o->executor_path);
@@ -464,6 +436,10 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
                 spw_strerror(rc));
         goto fail;
     }
+    rc = wrk__plugins_init(w); /* the --plugin files, copied and checked (the spill directory
+                                  the cache goes under exists now) */
+    if (rc != 0)
+        goto fail;
 
     proto_ctx_opts po;
     proto_ctx_opts_default(&po);
@@ -602,9 +578,12 @@ void wrk__maybe_done(wrk *w)
     wrk__tasks_free_all(w);
     ost_store_free(w->store);
     wrk__cgroup_cleanup(w);
+    for (uint32_t i = 0; w->execs != NULL && i < w->nexec; i++)
+        spw_free(w->execs[i].told);
     spw_free(w->execs);
+    wrk__plugins_free(w);
     for (uint32_t i = 0; i < WRK_MAX_PLUGINS; i++)
-        spw_free(w->plugin_paths[i]);
+        spw_free((void *)w->plugin_srcs[i]);
     spw_free(w->exe);
     spw_free(w->name);
     spw_free(w->sched_addr);

@@ -67,6 +67,32 @@ typedef struct wres {
     uint32_t refs;        /* admitted tasks' arguments and outputs naming it */
 } wres;
 
+/* A plugin the worker knows (plugins.c): loaded from --plugin at start, or uploaded by a client
+ * and brought here for a task that names it. Keyed by the first PROTO_PLUGIN_PREFIX_HEX hex
+ * digits of its hash, which is how a task names it ("NAME@PREFIX"). */
+typedef struct wplugin {
+    char prefix[PROTO_PLUGIN_PREFIX_HEX + 1];
+    UT_hash_handle hh;   /* in w->plugins */
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    char hex[PROTO_PLUGIN_HEX_LEN + 1];
+    char name[PROTO_MAX_NAME + 1]; /* its own (spw_plugin.name), or the uploader's for it */
+    uint64_t size;       /* bytes */
+    spw_id obj;          /* the object carrying an uploaded one's bytes */
+    char *path;          /* its file in the cache, once written */
+    uint8_t state;       /* WP_GETTING (asked the scheduler), WP_FETCHING, WP_READY */
+    bool uploaded;       /* false: --plugin */
+    uint32_t serial;     /* what executors remember it by (wrk_exec.told) */
+    uint32_t uses;       /* tasks here naming it */
+    uint64_t used_ns;    /* when a task last named it: the cache's LRU order */
+    uint64_t req;        /* its PLUGIN_GET, while asked */
+    uint64_t check_req;  /* the scheduler's PLUGIN_CHECK to answer once it is here (0: none) */
+    spw_buf waiters;     /* spw_id of the tasks parked until it is here */
+    /* --plugin only: the file it was copied from, as it was then, to notice a change. */
+    const char *src;
+    uint64_t src_dev, src_ino, src_size, src_mtime_ns;
+    bool src_changed;    /* noticed (logged once) */
+} wplugin;
+
 /* One task argument, copied out of TASK_RUN. */
 typedef struct warg {
     uint8_t kind;         /* PROTO_ARG_* (INLINE for values the scheduler inlined) */
@@ -129,6 +155,8 @@ struct wtask {
     wtask *aprev, *anext; /* w->ahead */
     wtask *heir; /* a TASK_RUN of the same id from the next scheduler, waiting (unlisted) for
                     this task of an earlier one to leave: then it starts */
+    wplugin *plugin;      /* the uploaded plugin its function is in ("NAME@PREFIX"), or NULL */
+    uint8_t plugin_wait;  /* parked on plugin->waiters until the plugin is here */
 };
 
 struct wrk_exec {
@@ -152,6 +180,8 @@ struct wrk_exec {
     uint64_t tasks_sent;  /* since it started */
     uint64_t rss_checked_ns;
     uint64_t oom_kills;   /* memory.events oom_kill of its cgroup when it started */
+    uint32_t *told;       /* serials of the plugins it was told to load (PLUGIN_LOAD) */
+    uint32_t ntold, captold;
 };
 
 /* A task argument waiting for a fetch (on wfetch.waiters). */
@@ -177,6 +207,7 @@ struct wfetch {
     bool stale;           /* the scheduler that wanted it is gone: dropped once created */
     spw_buf repl;         /* uint64_t request ids of the broadcasts (REPLICATE) to answer */
     struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
+    bool plugin;          /* an uploaded plugin's bytes: wrk__plugin_fetched hears how it ends */
 };
 
 /* A connection to another worker's peer port, for fetches. */
@@ -257,7 +288,14 @@ struct wrk {
     char *name;
     char *sched_addr;
     char *exe;
-    char *plugin_paths[WRK_MAX_PLUGINS];
+    const char *plugin_srcs[WRK_MAX_PLUGINS]; /* --plugin files as given (copies, in opts) */
+    char *static_paths[WRK_MAX_PLUGINS]; /* their copies in the cache, in the executors' argv */
+    uint32_t nstatic;
+    wplugin *plugins;      /* by prefix (plugins.c) */
+    char *plugin_dir;      /* the cache directory */
+    uint64_t plugin_bytes; /* the sizes of the files in it */
+    uint32_t plugin_serial;
+    bool plugins_changed;  /* the scheduler has not heard the list since it changed */
     char bound[SPW_ADDR_MAX];
     char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
     char host_id[128];
@@ -442,5 +480,49 @@ void wrk__admit_free_all(wrk *w);
 
 /* builtins.c */
 const spw_plugin *wrk__builtins(void);
+
+/* tasks.c, for plugins.c: a parked task goes on (its plugin is here), or fails. */
+void wrk__task_begin(wrk *w, wtask *t);
+void wrk__task_fail(wrk *w, wtask *t, int status, const char *msg);
+
+/* plugins.c */
+/* Makes the cache directory and copies the --plugin files into it, checking each. */
+int wrk__plugins_init(wrk *w);
+/* Removes the cache and forgets every plugin (shutdown). */
+void wrk__plugins_free(wrk *w);
+/* Logs, once, a --plugin file changed on disk since the start (the timer). */
+void wrk__plugins_watch(wrk *w);
+/* A task is being taken in: 0 if its function is no uploaded plugin's or that plugin is here
+ * (t->plugin set), 1 if it was parked until the plugin is, or an error (why says it). */
+int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen);
+/* The task is freed: its use of its plugin ends. */
+void wrk__plugin_unuse(wrk *w, wtask *t);
+/* PLUGIN_INFO or PLUGIN_CHECK from the scheduler. */
+void wrk__plugin_msg(wrk *w, const proto_msg *m);
+/* An ERROR from the scheduler: true if it answers a PLUGIN_GET. */
+bool wrk__plugin_error(wrk *w, const proto_msg *m);
+/* A fetch of an uploaded plugin's object ended (fetch.c). */
+void wrk__plugin_fetched(wrk *w, spw_id id, int status, const char *msg);
+/* The scheduler is gone: plugins asked of it are given up. */
+void wrk__plugins_drop(wrk *w);
+/* Tells ex to load p (PLUGIN_LOAD), once per executor. */
+void wrk__plugin_tell(wrk *w, wrk_exec *ex, wplugin *p);
+/* Sends WORKER_PLUGINS when the list changed (or always). */
+void wrk__plugins_report(wrk *w, bool always);
+/* Removes p from the cache and the table (unused, uploaded). */
+void wrk__plugin_forget(wrk *w, wplugin *p);
+/* Loads p in a process of its own and answers p->check_req with PLUGIN_CHECKED. */
+void wrk__plugin_check_start(wrk *w, wplugin *p);
+/* fetch.c: fetches an uploaded plugin's object (no task waits on the fetch itself). */
+void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs);
+
+/* executor.c: loading a plugin. wrk__plugin_open loads the file at path in this process and
+ * checks its entry point, ABI version and functions: 0 with *handle and *plugin, or
+ * SPW_EPLUGIN with why naming what is wrong. wrk__plugin_probe does the same and unloads it,
+ * giving its name (spw_strdup'd, the caller frees) and function count. */
+int wrk__plugin_open(const char *path, void **handle, const spw_plugin **plugin, char *why,
+                     size_t whylen);
+int wrk__plugin_probe(const char *path, const char **name, uint32_t *nfns, char *why,
+                      size_t whylen);
 
 #endif

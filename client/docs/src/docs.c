@@ -76,6 +76,40 @@ static json_t *jstr(const proto_val *v)
     return ctl_doc_str(proto_str(v, buf, sizeof buf));
 }
 
+static json_t *jhash(const proto_val *v)
+{
+    char hex[PROTO_PLUGIN_HEX_LEN + 1];
+    return json_string(proto_plugin_hex(v->bin.ptr, hex));
+}
+
+/* A worker's plugins (R_PLUG records) as an array of {name, hash, size, uploaded}; each added to
+ * byname, name -> {hash: true}, to find names with several hashes. */
+static json_t *plugins_json(const proto_val *pl, json_t *byname)
+{
+    json_t *arr = json_array();
+    for (uint32_t k = 0; k < pl->arr.n; k++) {
+        const proto_val *r = PROTO_REC(pl, k);
+        json_t *j = json_object();
+        json_object_set_new(j, "name", jstr(&r[R_PLUG_NAME]));
+        json_object_set_new(j, "hash", jhash(&r[R_PLUG_HASH]));
+        json_object_set_new(j, "size", json_integer((json_int_t)r[R_PLUG_SIZE].u));
+        json_object_set_new(j, "uploaded", json_boolean(r[R_PLUG_UPLOADED].u != 0));
+        if (r[R_PLUG_UPLOADED].u == 0) {
+            /* Uploaded plugins are named by their hash, side by side by design; a --plugin name
+             * under several hashes means workers run different bytes for one function. */
+            const char *name = json_string_value(json_object_get(j, "name"));
+            json_t *set = json_object_get(byname, name);
+            if (set == NULL) {
+                set = json_object();
+                json_object_set_new(byname, name, set);
+            }
+            json_object_set_new(set, json_string_value(json_object_get(j, "hash")), json_true());
+        }
+        json_array_append_new(arr, j);
+    }
+    return arr;
+}
+
 static void status_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
 {
     (void)arg;
@@ -93,6 +127,7 @@ static void status_reply(const proto_msg *m, void *arg)
     json_object_set_new(sch, "uptime_ms", json_integer((json_int_t)m->f[F_STATUS_UPTIME_MS].u));
     json_object_set_new(doc, "scheduler", sch);
     json_t *workers = json_array();
+    json_t *byname = json_object();
     const proto_val *ws = &m->f[F_STATUS_WORKERS];
     for (uint32_t i = 0; i < ws->arr.n; i++) {
         const proto_val *w = PROTO_REC(ws, i);
@@ -111,9 +146,20 @@ static void status_reply(const proto_msg *m, void *arg)
             if (stat_names[k] != NULL && k != PROTO_STAT_PAUSED && k != PROTO_STAT_RUNNING)
                 json_object_set_new(mem, stat_names[k], json_integer((json_int_t)st->arr.v[k].u));
         json_object_set_new(jw, "memory", mem);
+        if (!w[R_SWORKER_PLUGINS].nil)
+            json_object_set_new(jw, "plugins", plugins_json(&w[R_SWORKER_PLUGINS], byname));
         json_array_append_new(workers, jw);
     }
     json_object_set_new(doc, "workers", workers);
+    /* Names of --plugin plugins that workers run in different bytes. */
+    json_t *mismatch = json_array();
+    const char *name;
+    json_t *set;
+    json_object_foreach(byname, name, set)
+    if (json_object_size(set) > 1)
+        json_array_append_new(mismatch, ctl_doc_str(name));
+    json_object_set_new(doc, "plugin_mismatch", mismatch);
+    json_decref(byname);
     json_t *tasks = json_object();
     const proto_val *ts = &m->f[F_STATUS_TASKS];
     for (uint32_t k = 0; k < ts->arr.n && k < PROTO_TSTATE_COUNT; k++)
@@ -603,6 +649,51 @@ json_t *ctl_doc__build(const proto_msg *msgs, size_t n, const char *group_by)
         json_decref(d.nodes);
     }
     return doc;
+}
+
+/* ---------------------------------------------------------------- plugins */
+
+static void plugins_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
+{
+    (void)arg;
+    proto_enc_plugins_req(e, out, req);
+}
+
+static void plugins_reply(const proto_msg *m, void *arg)
+{
+    json_t **out = arg;
+    if (m->type != PROTO_PLUGINS)
+        return;
+    json_t *list = json_array();
+    const proto_val *ps = &m->f[F_PLUGINS_PLUGINS];
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < ps->arr.n; i++) {
+        const proto_val *r = PROTO_REC(ps, i);
+        json_t *j = json_object();
+        char hex[33];
+        json_object_set_new(j, "name", jstr(&r[R_SPLUG_NAME]));
+        json_object_set_new(j, "hash", jhash(&r[R_SPLUG_HASH]));
+        json_object_set_new(j, "size", json_integer((json_int_t)r[R_SPLUG_SIZE].u));
+        json_object_set_new(j, "object", json_string(spw_id_hex(r[R_SPLUG_OBJ].id, hex)));
+        json_object_set_new(j, "state", json_string(r[R_SPLUG_STATE].u == PROTO_PLUGIN_READY
+                                                        ? "ready"
+                                                        : "checking"));
+        json_object_set_new(j, "functions", json_integer((json_int_t)r[R_SPLUG_FNS].u));
+        json_object_set_new(j, "clients", json_integer((json_int_t)r[R_SPLUG_CLIENTS].u));
+        json_object_set_new(j, "graphs", json_integer((json_int_t)r[R_SPLUG_GRAPHS].u));
+        json_object_set_new(j, "copies", json_integer((json_int_t)r[R_SPLUG_COPIES].u));
+        bytes += r[R_SPLUG_SIZE].u;
+        json_array_append_new(list, j);
+    }
+    json_t *doc = json_object();
+    json_object_set_new(doc, "plugins", list);
+    json_object_set_new(doc, "bytes", json_integer((json_int_t)bytes));
+    *out = doc;
+}
+
+int ctl_doc_plugins(spillway *cl, int timeout_ms, json_t **out)
+{
+    return doc_request(cl, plugins_enc, plugins_reply, PROTO_PLUGINS, timeout_ms, out);
 }
 
 /* ---------------------------------------------------------------- metrics */

@@ -337,6 +337,54 @@ SPILLWAY_API int spillway_map_blocks_at(spillway *c, const char *fn, spillway_re
  *         SPW_ETIMEDOUT; SPW_ENOTHELD for a reference this client does not hold. */
 SPILLWAY_API int spillway_wait(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms);
 
+/* ------------------------------------------------------------------ plugins */
+
+/** A plugin this client uploaded (spillway_plugin_add): task functions that run on every worker
+ * without a restart. It is named by the BLAKE2b-256 hash of its bytes, and a task names one of
+ * its functions as "NAME@PREFIX" (spillway_plugin_fn), PREFIX being the first 16 hex digits of
+ * that hash: two versions of "the same" plugin are two plugins, side by side, and a graph runs
+ * exactly the bytes its tasks name. */
+typedef struct spillway_plugin spillway_plugin;
+
+/** The longest task function name (spillway_plugin_fn's result included), with its NUL. */
+#define SPILLWAY_FN_MAX 256
+
+/** Uploads a plugin (a shared library exporting spillway_plugin_v1, see spillway/task.h) once,
+ * and holds it: its functions may be named in tasks until spillway_plugin_release. The bytes go
+ * to a worker's store like a put (only if no worker has them yet); one worker then loads the
+ * plugin in a process of its own to check it before this returns. Other workers fetch it, check
+ * its hash and cache it the first time a task of theirs needs it, workers that join later
+ * included. Adding bytes that are added already (by this client or another) only takes another
+ * hold on them.
+ * @note Uploading code is running code as the workers' user: the scheduler refuses it
+ * (SPW_EPERM) unless the cluster has a secret, and operators may turn it off
+ * (--allow-plugin-upload no).
+ * @param[out] out the plugin; untouched on failure.
+ * @return 0; SPW_EINVAL (empty); SPW_EPERM (uploads refused, errmsg says why); SPW_ETOOBIG
+ *         (over the scheduler's --plugin-max-size); SPW_EPLUGIN (it does not load on a worker,
+ *         or its task ABI version is not one the workers speak: errmsg names it and why);
+ *         SPW_EDUPLICATE (another plugin has the same 16-digit prefix); as spillway_put. */
+SPILLWAY_API int spillway_plugin_add_mem(spillway *c, const void *data, size_t len,
+                                         spillway_plugin **out);
+/** spillway_plugin_add_mem of the file at path (read once, now: changing the file later changes
+ * nothing uploaded). @return as spillway_plugin_add_mem; -errno reading the file. */
+SPILLWAY_API int spillway_plugin_add(spillway *c, const char *path, spillway_plugin **out);
+/** The name a task gives to run function fn of plugin p: "fn@PREFIX", written into buf
+ * (SPILLWAY_FN_MAX bytes are always enough). @return buf, or NULL if it does not fit or fn is
+ * empty or has an '@'. */
+SPILLWAY_API const char *spillway_plugin_fn(const spillway_plugin *p, const char *fn, char *buf,
+                                            size_t buflen);
+/** The plugin's hash, 64 hex digits. @note valid until spillway_plugin_release. */
+SPILLWAY_API const char *spillway_plugin_hash(const spillway_plugin *p);
+/** The plugin's own name (its spw_plugin.name). @note valid until spillway_plugin_release. */
+SPILLWAY_API const char *spillway_plugin_name(const spillway_plugin *p);
+/** Drops this client's hold on the plugin and frees p (NULL is a no-op). Graphs submitted
+ * already keep it until their tasks are done; once nothing holds it, its bytes are deleted from
+ * the stores and the workers' caches let it go when they need the room. After spillway_close,
+ * it only frees p.
+ * @return 0; SPW_ECLOSED. */
+SPILLWAY_API int spillway_plugin_release(spillway_plugin *p);
+
 /** The raw 32-hex-digit form of a reference, NUL terminated in out (33 bytes). */
 SPILLWAY_API char *spillway_ref_hex(spillway_ref ref, char out[33]);
 

@@ -33,8 +33,10 @@ extern "C" {
  * 3: PING and PONG (types 79-80), which every connection answers (a client that waits on a
  * silent peer probes it with them; a version-2 peer would close the connection instead), and
  * a store's OBJ_LIST in several frames (its `more` field: a version-2 scheduler would take the
- * first frame for the whole list). */
-#define PROTO_VERSION 3
+ * first frame for the whole list).
+ * 4: uploaded plugins (types 81-90) and the PLUGIN reference kind (a fifth entry in every
+ * list of references by kind, which a version-3 peer would refuse). */
+#define PROTO_VERSION 4
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
 #define PROTO_NONCE_LEN 16
@@ -44,6 +46,12 @@ extern "C" {
 #define PROTO_DEFAULT_INLINE_LIMIT (64u << 10)
 #define PROTO_MAX_STR 4096u
 #define PROTO_MAX_NAME 255u
+/* Uploaded plugins: the hash's bytes and hex digits, the hex digits a task function name carries
+ * ("NAME@PREFIX"), and the default of --plugin-max-size (see "Uploaded plugins" below). */
+#define PROTO_PLUGIN_HASH_LEN 32u
+#define PROTO_PLUGIN_HEX_LEN 64u
+#define PROTO_PLUGIN_PREFIX_HEX 16u
+#define PROTO_PLUGIN_MAX_SIZE_DEFAULT (64ull << 20)
 /* Most task slots one worker may declare (HELLO's slots field; --slots). A bound on what a peer
  * can make the scheduler account for, far above any core count a worker is run with. */
 #define PROTO_MAX_SLOTS 4096u
@@ -135,13 +143,23 @@ const char *proto_role_name(int role);
     X(EXECS, 77)                                                                                   \
     X(EXEC_DONES, 78)                                                                              \
     X(PING, 79)                                                                                    \
-    X(PONG, 80)
+    X(PONG, 80)                                                                                    \
+    X(PLUGIN_ADD, 81)                                                                              \
+    X(PLUGIN_CHECKED, 82)                                                                          \
+    X(PLUGIN_RELEASE, 83)                                                                          \
+    X(PLUGIN_GET, 84)                                                                              \
+    X(PLUGIN_INFO, 85)                                                                             \
+    X(PLUGIN_CHECK, 86)                                                                            \
+    X(PLUGINS_REQ, 87)                                                                             \
+    X(PLUGINS, 88)                                                                                 \
+    X(PLUGIN_LOAD, 89)                                                                             \
+    X(WORKER_PLUGINS, 90)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
     PROTO_MSG_MAP(PROTO_TYPE_ENUM)
 #undef PROTO_TYPE_ENUM
-        PROTO_TYPE_MAX = 81
+        PROTO_TYPE_MAX = 91
 };
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);
@@ -194,9 +212,30 @@ enum proto_refkind {
     PROTO_REF_PINNED,
     PROTO_REF_BROADCAST,
     PROTO_REF_OUTPUT,
+    PROTO_REF_PLUGIN, /* an uploaded plugin's bytes, held while anyone references the plugin */
     PROTO_REF_KINDS
 };
 const char *proto_refkind_name(int kind);
+
+/* Uploaded plugins. A plugin is named by the BLAKE2b-256 hash of its bytes (libsodium's
+ * crypto_generichash, 32 bytes, printed as 64 hex digits); its bytes travel as an object whose id
+ * is proto_plugin_obj_id(hash). A task names a function of one as "NAME@PREFIX", PREFIX being
+ * the first PROTO_PLUGIN_PREFIX_HEX hex digits of the hash. */
+/** PLUGIN records' states (R_SPLUG_STATE). */
+enum proto_plugin_state {
+    PROTO_PLUGIN_CHECKING, /* a worker is loading it to check it; not usable yet */
+    PROTO_PLUGIN_READY,
+};
+/** The hash of a plugin's bytes. */
+void proto_plugin_hash(const void *data, size_t len, uint8_t out[PROTO_PLUGIN_HASH_LEN]);
+/** The id of the object that carries a plugin's bytes. */
+spw_id proto_plugin_obj_id(const uint8_t hash[PROTO_PLUGIN_HASH_LEN]);
+/** The hash as 64 lower-case hex digits and a NUL. Returns out. */
+char *proto_plugin_hex(const uint8_t hash[PROTO_PLUGIN_HASH_LEN], char out[PROTO_PLUGIN_HEX_LEN + 1]);
+/** The PREFIX of a task function name "NAME@PREFIX" (exactly PROTO_PLUGIN_PREFIX_HEX lower-case
+ * hex digits after the last '@', NAME not empty), or NULL for any other name (a built-in or a
+ * --plugin function). Looks at len bytes of fn. */
+const char *proto_plugin_fn_prefix(const char *fn, size_t len);
 
 /** Task argument kinds (R_ARG_KIND, R_WARG_KIND, R_EARG_KIND). */
 enum proto_arg_kind {

@@ -47,6 +47,8 @@
     REC(TRES, tres)                                                                                \
     REC(EXEC, exec)                                                                                \
     REC(OUT, out)                                                                                  \
+    REC(PLUG, plug)                                                                                \
+    REC(SPLUG, splug)                                                                              \
     MSG(CHALLENGE, challenge)                                                                      \
     MSG(HELLO, hello)                                                                              \
     MSG(WELCOME, welcome)                                                                          \
@@ -101,7 +103,17 @@
     MSG(EXECS, execs)                                                                              \
     ALIAS(EXEC_DONES, exec_dones, TASK_DONES, task_dones)                                          \
     MSG0(PING, ping)                                                                               \
-    MSG0(PONG, pong)
+    MSG0(PONG, pong)                                                                               \
+    MSG(PLUGIN_ADD, plugin_add)                                                                    \
+    MSG(PLUGIN_CHECKED, plugin_checked)                                                            \
+    MSG(PLUGIN_RELEASE, plugin_release)                                                            \
+    MSG(PLUGIN_GET, plugin_get)                                                                    \
+    MSG(PLUGIN_INFO, plugin_info)                                                                  \
+    ALIAS(PLUGIN_CHECK, plugin_check, PLUGIN_INFO, plugin_info)                                    \
+    MSG0(PLUGINS_REQ, plugins_req)                                                                 \
+    MSG(PLUGINS, plugins)                                                                          \
+    MSG(PLUGIN_LOAD, plugin_load)                                                                  \
+    MSG(WORKER_PLUGINS, worker_plugins)
 
 /* ------------------------------------------------------------------ records */
 
@@ -179,7 +191,8 @@
     F(R_SWORKER_BUSY, busy, U, 0)                                                                  \
     F(R_SWORKER_ASSIGNED, assigned, U, 0)                                                          \
     F(R_SWORKER_STATE, state, U, 0)                                                                \
-    F(R_SWORKER_STATS, stats, LIST_U, 0) /* PROTO_STAT_* */
+    F(R_SWORKER_STATS, stats, LIST_U, 0) /* PROTO_STAT_* */                                        \
+    N(R_SWORKER_PLUGINS, plugins, RECS, plug) /* what its executors load (WORKER_PLUGINS) */
 
 /* A client connection in STATUS. */
 #define PROTO_REC_FIELDS_SCLIENT(F, N)                                                             \
@@ -257,6 +270,25 @@
     F(R_GRAPH_LIVE, live, U, 0) /* bytes of outputs in flight and not yet consumed */              \
     F(R_GRAPH_MAX_BYTES, max_bytes, U, 0) /* its cap on those (0: none) */                         \
     F(R_GRAPH_ENDED_MS, ended_ms, U, 0) /* age when its last task finished; 0: unfinished */
+
+/* A plugin a worker's executors load: its hash, its own name (spw_plugin.name) and size. */
+#define PROTO_REC_FIELDS_PLUG(F, N)                                                                \
+    F(R_PLUG_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                               \
+    F(R_PLUG_NAME, name, STR, PROTO_MAX_NAME)                                                      \
+    F(R_PLUG_SIZE, size, U, 0)                                                                     \
+    F(R_PLUG_UPLOADED, uploaded, U, 0) /* 1: uploaded by a client; 0: --plugin */
+
+/* An uploaded plugin in PLUGINS (spillway-ctl plugins). */
+#define PROTO_REC_FIELDS_SPLUG(F, N)                                                               \
+    F(R_SPLUG_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                              \
+    F(R_SPLUG_NAME, name, STR, PROTO_MAX_NAME)                                                     \
+    F(R_SPLUG_SIZE, size, U, 0)                                                                    \
+    F(R_SPLUG_OBJ, obj, ID, 0)                                                                     \
+    F(R_SPLUG_STATE, state, U, 0) /* PROTO_PLUGIN_* */                                             \
+    F(R_SPLUG_FNS, fns, U, 0) /* functions it exports */                                           \
+    F(R_SPLUG_CLIENTS, clients, U, 0) /* references from client connections */                     \
+    F(R_SPLUG_GRAPHS, graphs, U, 0) /* references from graphs with tasks left */                   \
+    F(R_SPLUG_COPIES, copies, U, 0) /* stores holding its bytes */
 
 /* ----------------------------------------------------------------- messages */
 
@@ -492,6 +524,36 @@
 #define PROTO_FIELDS_TASK_DONES(F, N) F(F_DONES_RECS, recs, BATCH, done)
 #define PROTO_FIELDS_TASK_RESULTS(F, N) F(F_TRESS_RECS, recs, BATCH, tres)
 #define PROTO_FIELDS_EXECS(F, N) F(F_EXECS_RECS, recs, BATCH, exec)
+/* Uploaded plugins (proto.h). A client adds one with PLUGIN_ADD, answered PLUGIN_CHECKED once a
+ * worker holding its bytes loaded it in a process of its own (PLUGIN_CHECK, answered with
+ * PLUGIN_CHECKED), or ERROR (SPW_ENOOBJ: put its bytes first, then add again). A worker that
+ * needs one asks PLUGIN_GET by prefix, answered PLUGIN_INFO (where its bytes are). The worker
+ * tells an executor to load a plugin from its cache with PLUGIN_LOAD, and tells the scheduler
+ * which plugins its executors load with WORKER_PLUGINS. */
+#define PROTO_FIELDS_PLUGIN_ADD(F, N)                                                              \
+    F(F_PADD_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                               \
+    F(F_PADD_SIZE, size, U, 0)                                                                     \
+    F(F_PADD_NAME, name, STR, PROTO_MAX_NAME) /* the client's name for it (a file name) */         \
+    F(F_PADD_SITE, site, STR, PROTO_MAX_NAME)
+#define PROTO_FIELDS_PLUGIN_CHECKED(F, N)                                                          \
+    F(F_PCHK_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                               \
+    F(F_PCHK_STATUS, status, I, 0)                                                                 \
+    F(F_PCHK_MSG, msg, STR, PROTO_MAX_STR) /* why it was refused */                                \
+    F(F_PCHK_NAME, name, STR, PROTO_MAX_NAME) /* the plugin's own name (spw_plugin.name) */        \
+    F(F_PCHK_FNS, fns, U, 0)
+#define PROTO_FIELDS_PLUGIN_RELEASE(F, N) F(F_PREL_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)
+#define PROTO_FIELDS_PLUGIN_GET(F, N) F(F_PGET_PREFIX, prefix, STR, PROTO_PLUGIN_HEX_LEN)
+#define PROTO_FIELDS_PLUGIN_INFO(F, N)                                                             \
+    F(F_PINFO_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                              \
+    F(F_PINFO_NAME, name, STR, PROTO_MAX_NAME)                                                     \
+    F(F_PINFO_SIZE, size, U, 0)                                                                    \
+    F(F_PINFO_OBJ, obj, ID, 0)                                                                     \
+    F(F_PINFO_LOCS, locs, RECS, loc)
+#define PROTO_FIELDS_PLUGINS(F, N) F(F_PLUGINS_PLUGINS, plugins, RECS, splug)
+#define PROTO_FIELDS_PLUGIN_LOAD(F, N)                                                             \
+    F(F_PLOAD_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                              \
+    F(F_PLOAD_PATH, path, STR, PROTO_MAX_STR)
+#define PROTO_FIELDS_WORKER_PLUGINS(F, N) F(F_WPLUG_PLUGINS, plugins, RECS, plug)
 /* clang-format on */
 
 #endif /* SPW_PROTO_SCHEMA_H */

@@ -6,6 +6,7 @@
 #ifndef SPW_SCHED_H
 #define SPW_SCHED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <uv.h>
@@ -38,6 +39,8 @@ typedef struct sched_opts {
                                       more are refused with SPW_ELIMIT */
     uint32_t max_conns;            /* accepted connections at once (0: no cap); an eighth of
                                       them (4..64) are kept for workers and spillway-ctl */
+    bool allow_plugin_upload;      /* clients may add plugins (true; also needs a secret) */
+    uint64_t plugin_max_size;      /* largest plugin a client may add, bytes (64 MiB) */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

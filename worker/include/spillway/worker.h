@@ -32,8 +32,13 @@ typedef struct wrk_opts {
     size_t secret_len;
     ost_opts store;            /* capacity, spill settings */
     const char *executor_path; /* binary to run as executor (default /proc/self/exe) */
-    const char *plugins[WRK_MAX_PLUGINS];
+    const char *plugins[WRK_MAX_PLUGINS]; /* --plugin files: copied into the cache at start */
     uint32_t nplugins;
+    const char *plugin_cache_dir; /* where the cache directory is made (NULL: the spill
+                                     directory, else $STATE_DIRECTORY, else /var/tmp) */
+    uint64_t plugin_cache_max; /* bytes of plugins the cache keeps at most (0: no cap) */
+    uint64_t plugin_max_size;  /* largest plugin accepted, bytes (0: no cap) */
+    bool allow_plugin_upload;  /* run plugins clients upload (also needs a secret) */
     uint32_t heartbeat_ms;     /* default 1000 */
     uint32_t reconnect_max_ms; /* longest wait between reconnect attempts after losing the
                                 * scheduler (default 30000); 0: report the loss and stop */
@@ -77,6 +82,9 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg);
 /** Runs an executor process (the `--executor` mode of the worker binary). Never returns
  * to the caller's loop; returns the process exit status. */
 int wrk_executor_main(int argc, char **argv);
+/** `--plugin-check PATH OUT`: loads the plugin at PATH, checks it, and writes one line to OUT:
+ * "0 NFNS NAME", or "CODE why" (CODE a negative error code). Returns the exit status. */
+int wrk_plugin_check_main(int argc, char **argv);
 
 #ifdef __cplusplus
 }

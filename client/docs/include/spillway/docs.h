@@ -62,6 +62,9 @@ json_t *ctl_doc__build(const proto_msg *msgs, size_t n, const char *group_by);
  * key). NULL is taken as "". @return a new reference; NULL only when out of memory. */
 json_t *ctl_doc_str(const char *s);
 
+/** spillway-ctl plugins: the uploaded plugins {plugins: [{name, hash, size, object, state,
+ * functions, clients, graphs, copies}], bytes}. @return as ctl_doc_status. */
+int ctl_doc_plugins(spillway *cl, int timeout_ms, json_t **out);
 /** /metrics: the Prometheus text exposition of a status document. @return malloc'd text, or
  * NULL when out of memory. */
 char *ctl_doc_metrics(json_t *status);
