@@ -343,6 +343,22 @@ SPILLWAY_API int spillway_map_blocks_at(spillway *c, const char *fn, spillway_re
     spillway_map_blocks_at((c), (fn), (input), (shared), (nshared), (opts), (results),            \
                            (nresults), SPILLWAY_SITE)
 
+/** map_blocks over several objects as one job (one graph, one entry in spillway-ctl jobs):
+ * fn(view of block j of inputs[i], shared...) for every block of every input, inputs in order.
+ * opts.block_size cuts each input into blocks of that size (the last block of each input may
+ * be shorter); opts.nblocks cuts the inputs together into about that many blocks of one size.
+ * Without reduce, *results holds the blocks' kept results, input by input, block by block;
+ * with reduce, one result for all of them.
+ * @return as spillway_map_blocks; SPW_EINVAL also for no inputs. */
+SPILLWAY_API int spillway_map_blocks_list_at(spillway *c, const char *fn, const spillway_ref *inputs,
+                                             size_t ninputs, const spillway_arg *shared,
+                                             size_t nshared, const spillway_map_opts *opts,
+                                             spillway_ref **results, size_t *nresults,
+                                             const char *site);
+#define spillway_map_blocks_list(c, fn, inputs, ninputs, shared, nshared, opts, results, nresults)  \
+    spillway_map_blocks_list_at((c), (fn), (inputs), (ninputs), (shared), (nshared), (opts),       \
+                                (results), (nresults), SPILLWAY_SITE)
+
 /** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
  * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);
  *         SPW_ETIMEDOUT; SPW_ENOTHELD for a reference this client does not hold. */
