@@ -198,6 +198,23 @@ static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sch
     return o;
 }
 
+/* Answers a PUT_PLACE: the worker to upload to (w; NULL for a chunked object), whether the
+ * bytes are there already, and the chunk size (omitted for a client that did not ask). */
+static void put_target_send(sched_session *ss, uint64_t req, spw_id id, const sched_worker *w,
+                            uint64_t exists, uint64_t chunk, bool omit_chunk)
+{
+    proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
+    proto_send_put_target(ss->conn, req,
+                          &(proto_put_target_msg){.id = id,
+                                                  .worker = to.worker,
+                                                  .addr = to.addr,
+                                                  .host_id = to.host_id,
+                                                  .local = to.local,
+                                                  .exists = exists,
+                                                  .chunk = chunk,
+                                                  .omit_chunk = omit_chunk});
+}
+
 static void put_place(sched *s, sched_session *ss, const proto_msg *m)
 {
     char hex[33];
@@ -210,17 +227,8 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
     }
     if (flags & PROTO_PUT_CHUNK) {
         sched_worker *w;
-        sched_obj *c = chunk_new(s, ss, m, &w);
-        if (c == NULL)
-            return;
-        proto_loc_rec to = sched__loc_rec(w);
-        proto_send_put_target(ss->conn, m->req,
-                              &(proto_put_target_msg){.id = id,
-                                                      .worker = to.worker,
-                                                      .addr = to.addr,
-                                                      .host_id = to.host_id,
-                                                      .local = to.local,
-                                                      .omit_chunk = true});
+        if (chunk_new(s, ss, m, &w) != NULL)
+            put_target_send(ss, m->req, id, w, 0, 0, true);
         return;
     }
     uint64_t chunk = 0;
@@ -240,8 +248,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         p->chunks.n = (uint16_t)((size + chunk - 1) / chunk);
         p->chunks.ready = 0;
         sched__session_ref(s, ss, p, REF_CLIENT);
-        proto_send_put_target(ss->conn, m->req,
-                              &(proto_put_target_msg){.id = id, .chunk = chunk});
+        put_target_send(ss, m->req, id, NULL, 0, chunk, false);
         return;
     }
     bool may_chunk = (flags & PROTO_PUT_MAY_CHUNK) != 0;
@@ -279,15 +286,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         w->reserved += size;
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
-    proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
-    proto_send_put_target(ss->conn, m->req,
-                          &(proto_put_target_msg){.id = id,
-                                                  .worker = to.worker,
-                                                  .addr = to.addr,
-                                                  .host_id = to.host_id,
-                                                  .local = to.local,
-                                                  .exists = exists,
-                                                  .omit_chunk = !may_chunk});
+    put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
 }
 
 static void locate(sched *s, sched_session *ss, const proto_msg *m)
