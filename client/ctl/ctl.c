@@ -270,7 +270,10 @@ static void print_memory(json_t *doc, bool stats_only)
         {
             char where[160], refs[128] = "", owner[PROTO_MAX_NAME + 24], age[40];
             where_cell(json_object_get(o, "locations"), where, sizeof where);
-            if (where[0] == '\0')
+            if (where[0] == '\0' && json_object_get(o, "chunks") != NULL)
+                snprintf(where, sizeof where, "%llu chunks",
+                         (unsigned long long)ctl_doc_u(o, "chunks"));
+            else if (where[0] == '\0')
                 snprintf(where, sizeof where, "%s",
                          json_is_true(json_object_get(o, "inline")) ? "scheduler:inline" : "-");
             for (int k = 0; k < PROTO_REF_KINDS; k++) {
@@ -289,9 +292,14 @@ static void print_memory(json_t *doc, bool stats_only)
              * index in the low bits). */
             char idc[40];
             json_t *out = json_object_get(o, "output");
+            json_t *chunk = json_object_get(o, "chunk");
             if (out != NULL)
                 snprintf(idc, sizeof idc, "%.12s#%llu", ctl_doc_s(out, "task"),
                          (unsigned long long)ctl_doc_u(out, "index"));
+            else if (chunk != NULL) /* chunk i of n of a chunked object, under its id */
+                snprintf(idc, sizeof idc, "%.12s[%llu/%llu]", ctl_doc_s(chunk, "parent"),
+                         (unsigned long long)ctl_doc_u(chunk, "index"),
+                         (unsigned long long)ctl_doc_u(chunk, "of"));
             else
                 snprintf(idc, sizeof idc, "%.12s", ctl_doc_s(o, "id"));
             printf("%-12s %-10s %-10s %-8s %-26s %-34s %-22s %-24s %s\n", idc,

@@ -17,6 +17,7 @@ typedef struct handle {
     spw_id id;
     uint8_t kind;
     uint8_t state;
+    uint8_t chunk_shift; /* a chunked put: its chunks are 1 << chunk_shift bytes; else 0 */
     int status;
     uint64_t size;
     uint8_t *inl; /* small value or small result (owned), NULL otherwise */
@@ -110,6 +111,7 @@ struct spillway {
     uint64_t inline_limit;
     bool auto_put;
     bool no_local;
+    uint64_t chunk_size; /* spillway_opts.chunk_size */
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
     reftab refs; /* the references this client holds, by id (refs.c) */
@@ -194,7 +196,9 @@ extern uint8_t spillway__empty[1];
 void spillway__locals_free(spillway *c);
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site);
-int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
+/* The size of an object, waiting for it to exist; *chunk its chunks' size if it is chunked,
+ * else 0 (chunk may be NULL). */
+int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size, uint64_t *chunk);
 /* The connection closes: its plugin handles stay valid but refer to no connection. */
 void spillway__plugins_detach(spillway *c);
 

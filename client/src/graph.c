@@ -180,6 +180,52 @@ static void arg_rec(spillway *c, const spillway_arg *a, spw_id *rid, proto_arg_r
 
 _Static_assert(SPILLWAY_MAX_OUTPUTS == SPW_TASK_OUTPUTS_MAX, "one limit on a task's outputs");
 
+static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
+                         unsigned flags, uint32_t nouts, spillway_ref *out, const char *site);
+
+/* An argument naming a chunked object this client put (id, size bytes in chunks of 1 << shift)
+ * becomes an argument naming its chunks, which are objects of their own: the chunk its range
+ * lies in (whole, or a view of it), or, for a range across chunks or the whole object, the
+ * output of a `concat` task over views of the chunks it covers, added to the graph first: those
+ * bytes are gathered, once, in one store. Argument i of the task being added, for errors. */
+static int chunk_arg(spillway_graph *g, spw_id id, uint64_t size, unsigned shift,
+                     const spillway_arg *a, size_t i, const char *site, spillway_arg *out)
+{
+    spillway *c = g->c;
+    uint64_t off = a->kind == SPILLWAY_ARG_VIEW ? a->off : 0;
+    uint64_t len = a->kind == SPILLWAY_ARG_VIEW ? a->len : size;
+    if (off > size || len > size - off) {
+        spillway__set_err(c, "argument %zu: view outside a %llu-byte object", i,
+                          (unsigned long long)size);
+        return SPW_EINVAL;
+    }
+    uint64_t cs = (uint64_t)1 << shift, nchunks = (size + cs - 1) / cs;
+    uint64_t first = off / cs, last = len > 0 ? (off + len - 1) / cs : first;
+    if (first >= nchunks)
+        first = last = nchunks - 1; /* an empty view at the very end */
+    if (first == last) {
+        spillway_ref r = {id.hi, id.lo | (1 + first)};
+        uint64_t at = off - first * cs, clen = size - first * cs < cs ? size - first * cs : cs;
+        *out = at == 0 && len == clen ? spillway_arg_ref(r) : spillway_arg_view(r, at, len);
+        return 0;
+    }
+    size_t n = (size_t)(last - first + 1);
+    spillway_arg *parts = spw_try_malloc(SPW_MOD_CLIENT, n * sizeof *parts);
+    if (parts == NULL)
+        return SPW_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t cb = (first + k) * cs, ce = cb + cs < size ? cb + cs : size;
+        uint64_t b = off > cb ? off : cb, e = off + len < ce ? off + len : ce;
+        parts[k] = spillway_arg_view((spillway_ref){id.hi, id.lo | (1 + first + k)}, b - cb, e - b);
+    }
+    spillway_ref r;
+    int rc = task_at__impl(g, "concat", parts, n, 0, 1, &r, site);
+    spw_free(parts);
+    if (rc == 0)
+        *out = spillway_arg_ref(r);
+    return rc;
+}
+
 /* A task of nouts outputs; out: nouts references, or NULL. */
 static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
                          unsigned flags, uint32_t nouts, spillway_ref *out, const char *site)
@@ -220,7 +266,19 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
     spillway_arg *av = nargs <= 16 ? argv_local : spw_malloc(SPW_MOD_CLIENT, nargs * sizeof *av);
     for (size_t i = 0; i < nargs; i++) {
         av[i] = args[i];
-        if (args[i].kind != SPILLWAY_ARG_BYTES || args[i].len <= c->inline_limit)
+        if (args[i].kind != SPILLWAY_ARG_BYTES) {
+            handle *h = spillway__handle_find(c, (spw_id){args[i].ref.hi, args[i].ref.lo});
+            if (h == NULL || h->chunk_shift == 0)
+                continue;
+            int rc = chunk_arg(g, h->id, h->size, h->chunk_shift, &args[i], i, site, &av[i]);
+            if (rc != 0) {
+                if (av != argv_local)
+                    spw_free(av);
+                return rc;
+            }
+            continue;
+        }
+        if (args[i].len <= c->inline_limit)
             continue;
         if (!c->auto_put) {
             g->embedded += args[i].len;
@@ -355,47 +413,69 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     return rc;
 }
 
-static int map_blocks_at__impl(spillway *c, const char *fn, spillway_ref input,
-                               const spillway_arg *shared, size_t nshared,
-                               const spillway_map_opts *o, spillway_ref **results, size_t *nresults,
-                               const char *site)
+/* map_blocks over inputs[0..ninputs) as one graph (spillway_map_blocks_list). */
+static int map_blocks_list_at__impl(spillway *c, const char *fn, const spillway_ref *inputs,
+                                    size_t ninputs, const spillway_arg *shared, size_t nshared,
+                                    const spillway_map_opts *o, spillway_ref **results,
+                                    size_t *nresults, const char *site)
 {
     if (c == NULL || fn == NULL || o == NULL || results == NULL || nresults == NULL ||
-        (o->block_size == 0 && o->nblocks == 0) || (shared == NULL && nshared > 0) ||
-        nshared > 1000)
+        inputs == NULL || ninputs == 0 || (o->block_size == 0 && o->nblocks == 0) ||
+        (shared == NULL && nshared > 0) || nshared > 1000)
         return SPW_EINVAL;
-    uint64_t size;
-    int rc = spillway__resolve_size(c, (spw_id){input.hi, input.lo}, &size);
-    if (rc != 0)
-        return rc;
+    uint64_t *sizes = spw_try_malloc(SPW_MOD_CLIENT, ninputs * sizeof *sizes);
+    if (sizes == NULL)
+        return SPW_ENOMEM;
+    uint64_t total = 0;
+    int rc = 0;
+    for (size_t i = 0; i < ninputs && rc == 0; i++) {
+        rc = spillway__resolve_size(c, (spw_id){inputs[i].hi, inputs[i].lo}, &sizes[i], NULL);
+        total += rc == 0 ? sizes[i] : 0;
+    }
     uint64_t bs = o->block_size;
     if (bs == 0)
-        bs = (size + o->nblocks - 1) / o->nblocks;
+        bs = (total + o->nblocks - 1) / o->nblocks;
     if (bs == 0)
         bs = 1;
-    uint64_t nb = size == 0 ? 1 : (size + bs - 1) / bs;
-    if (nb > SIZE_MAX / sizeof(spillway_ref))
-        return SPW_ENOMEM; /* more references than an array can count */
-    spillway_graph *g = spillway_graph_new(c);
-    if (g == NULL)
-        return SPW_ENOMEM;
+    uint64_t nb = 0;
+    for (size_t i = 0; i < ninputs && rc == 0; i++)
+        nb += sizes[i] == 0 ? 1 : (sizes[i] + bs - 1) / bs;
+    if (rc == 0 && nb > SIZE_MAX / sizeof(spillway_ref))
+        rc = SPW_ENOMEM; /* more references than an array can count */
+    spillway_graph *g = rc == 0 ? spillway_graph_new(c) : NULL;
+    if (rc == 0 && g == NULL)
+        rc = SPW_ENOMEM;
+    if (rc != 0) {
+        spw_free(sizes);
+        return rc;
+    }
     spillway_graph_limits(g, o->max_tasks, o->max_bytes);
     spillway_ref *parts = spw_try_malloc(SPW_MOD_CLIENT, nb * sizeof *parts);
     spillway_arg *av = spw_try_malloc(SPW_MOD_CLIENT, (nshared + 1) * sizeof *av);
     if (parts == NULL || av == NULL) {
         spw_free(parts);
         spw_free(av);
+        spw_free(sizes);
         spillway_graph_free(g);
         return SPW_ENOMEM;
     }
     for (size_t i = 0; i < nshared; i++)
         av[i + 1] = shared[i];
     unsigned keep = o->reduce == NULL ? SPILLWAY_KEEP : 0;
-    for (uint64_t b = 0; b < nb && rc == 0; b++) {
-        uint64_t off = b * bs, len = size - off < bs ? size - off : bs;
-        av[0] = spillway_arg_view(input, off, len);
-        rc = spillway_task_at(g, fn, av, nshared + 1, keep, &parts[b], site);
+    /* A block of a chunked input is a view of its chunk (spillway_task_at makes it so): a block
+     * size dividing the chunk size never makes a block straddle two. */
+    uint64_t b = 0;
+    for (size_t i = 0; i < ninputs && rc == 0; i++) {
+        uint64_t size = sizes[i];
+        for (uint64_t off = 0; rc == 0 && (off < size || (size == 0 && off == 0)); off += bs) {
+            uint64_t len = size - off < bs ? size - off : bs;
+            av[0] = spillway_arg_view(inputs[i], off, len);
+            rc = spillway_task_at(g, fn, av, nshared + 1, keep, &parts[b++], site);
+            if (size == 0)
+                break;
+        }
     }
+    spw_free(sizes);
     /* A pairwise reduction tree: partial results are released as soon as they are combined. */
     uint64_t width = nb;
     while (rc == 0 && o->reduce != NULL && width > 1) {
@@ -540,7 +620,21 @@ int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
 {
     spillway *c_ = c;
     spillway__enter(c_);
-    return spillway__leave(
-        c_, map_blocks_at__impl(c, fn, input, shared, nshared, o, results, nresults, site),
-        "spillway_map_blocks_at");
+    return spillway__leave(c_,
+                           map_blocks_list_at__impl(c, fn, &input, 1, shared, nshared, o, results,
+                                                    nresults, site),
+                           "spillway_map_blocks_at");
+}
+
+int spillway_map_blocks_list_at(spillway *c, const char *fn, const spillway_ref *inputs,
+                                size_t ninputs, const spillway_arg *shared, size_t nshared,
+                                const spillway_map_opts *o, spillway_ref **results,
+                                size_t *nresults, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_,
+                           map_blocks_list_at__impl(c, fn, inputs, ninputs, shared, nshared, o,
+                                                    results, nresults, site),
+                           "spillway_map_blocks_list_at");
 }

@@ -320,6 +320,7 @@ typedef struct put_target {
     char host_id[128];
     char local[64];
     uint64_t exists;
+    uint64_t chunk; /* not 0: put it as a chunked object, in chunks of this many bytes */
 } put_target;
 
 static void on_put_target(const proto_msg *m, void *arg)
@@ -329,6 +330,7 @@ static void on_put_target(const proto_msg *m, void *arg)
     proto_str(&m->f[F_PUTT_HOSTID], t->host_id, sizeof t->host_id);
     proto_str(&m->f[F_PUTT_LOCAL], t->local, sizeof t->local);
     t->exists = m->f[F_PUTT_EXISTS].u;
+    t->chunk = m->f[F_PUTT_CHUNK].nil ? 0 : m->f[F_PUTT_CHUNK].u;
 }
 
 static void on_bcast_done(const proto_msg *m, void *arg);
@@ -338,15 +340,18 @@ typedef struct bcast_res {
 } bcast_res;
 
 /* Uploads len bytes as object id (flags: PROTO_PUT_*). The client holds a CLIENT reference
- * afterwards. With bcast != NULL it also asks for copies on nworkers (0: all) right after
- * placement, so the copies follow the upload as it happens instead of starting after it. */
+ * afterwards (a chunk: its parent does). With bcast != NULL it also asks for copies on nworkers
+ * (0: all) right after placement, so the copies follow the upload as it happens instead of
+ * starting after it. With chunked != NULL (PROTO_PUT_MAY_CHUNK) the scheduler may answer that
+ * it goes in chunks: then *chunked is their size, nothing was sent, and the client holds the
+ * chunked object, pending until its chunks are put (put_chunks). */
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
-                      const char *site, bcast_res *bcast, unsigned nworkers);
+                      const char *site, bcast_res *bcast, unsigned nworkers, uint64_t *chunked);
 
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site)
 {
-    return put_object(c, id, data, len, flags, site, NULL, 0);
+    return put_object(c, id, data, len, flags, site, NULL, 0, NULL);
 }
 
 /* A put's chunk is no longer queued: written, or its connection is gone. */
@@ -357,7 +362,7 @@ static void chunk_released(void *arg)
 }
 
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
-                      const char *site, bcast_res *bcast, unsigned nworkers)
+                      const char *site, bcast_res *bcast, unsigned nworkers, uint64_t *chunked)
 {
     if (c->sched == NULL)
         return SPW_ECLOSED;
@@ -370,12 +375,19 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
                          &(proto_put_place_msg){.id = id,
                                                 .size = len,
                                                 .site = site,
-                                                .flags = flags,
+                                                .flags = flags |
+                                                         (chunked != NULL ? PROTO_PUT_MAY_CHUNK : 0),
                                                 /* prefer our host */
-                                                .host_id = c->no_local ? "" : c->host_id});
+                                                .host_id = c->no_local ? "" : c->host_id,
+                                                .chunk_max = c->chunk_size,
+                                                .omit_chunk_max = chunked == NULL});
     int rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
+    if (chunked != NULL && tgt.chunk != 0) {
+        *chunked = tgt.chunk;
+        return 0;
+    }
     if (bcast != NULL) {
         spillway__call_begin(c, PROTO_BROADCAST_DONE);
         uint64_t breq = c->call.req;
@@ -439,10 +451,27 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
             release_ids(c, &id, 1);
         }
     }
-    if (rc != 0) {
-        /* The scheduler holds a reference for us: give it back. */
+    if (rc != 0 && !(flags & PROTO_PUT_CHUNK)) {
+        /* The scheduler holds a reference for us: give it back. (A chunk's parent holds it.) */
         release_id(c, id);
     }
+    return rc;
+}
+
+/* Puts the chunks of the chunked object id (len bytes at data, in chunks of chunk bytes) one
+ * after the other, each sent from the caller's buffer; the scheduler spreads them over the
+ * stores. On failure the chunked object is released, and its chunks with it. */
+static int put_chunks(spillway *c, spw_id id, const uint8_t *data, size_t len, uint64_t chunk,
+                      const char *site)
+{
+    int rc = 0;
+    for (uint64_t off = 0, i = 0; off < len && rc == 0; off += chunk, i++) {
+        uint64_t n = len - off < chunk ? len - off : chunk;
+        rc = put_object(c, spw_id_output(id, (uint32_t)(1 + i)), data + off, n, PROTO_PUT_CHUNK,
+                        site, NULL, 0, NULL);
+    }
+    if (rc != 0)
+        release_id(c, id);
     return rc;
 }
 
@@ -468,12 +497,16 @@ static int put_at__impl(spillway *c, const void *data, size_t len, spillway_ref 
         *out = (spillway_ref){id.hi, id.lo};
         return 0;
     }
-    int rc = spillway__put_object(c, id, data, len, 0, site != NULL ? site : "");
+    uint64_t chunk = 0;
+    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", NULL, 0, &chunk);
+    if (rc == 0 && chunk != 0)
+        rc = put_chunks(c, id, data, len, chunk, site != NULL ? site : "");
     if (rc != 0)
         return rc;
     handle *h = spillway__handle_add(c, id, H_PUT);
     h->state = H_DONE;
     h->size = len;
+    h->chunk_shift = (uint8_t)(chunk != 0 ? __builtin_ctzll(chunk) : 0);
     *out = (spillway_ref){id.hi, id.lo};
     return 0;
 }
@@ -521,6 +554,10 @@ static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
         return SPW_ENOTHELD;
     if (h->kind == H_SMALL)
         return 0; /* small values travel with every task anyway */
+    if (h->chunk_shift != 0) {
+        spillway__set_err(c, "a chunked object is spread over the stores: it is not broadcast");
+        return SPW_EINVAL;
+    }
     if (c->sched == NULL)
         return SPW_ECLOSED;
     bcast_res res = {0, 0};
@@ -543,7 +580,7 @@ static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned 
         return spillway_put_at(c, data, len, out, site); /* travels with every task anyway */
     spw_id id = spillway__new_id(c);
     bcast_res res = {0, 0};
-    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", &res, nworkers);
+    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", &res, nworkers, NULL);
     if (rc != 0)
         return rc;
     handle *h = spillway__handle_add(c, id, H_PUT);
@@ -572,6 +609,7 @@ typedef struct loc_src {
 typedef struct location {
     int status;
     uint64_t size;
+    uint64_t chunk; /* a chunked object: its chunks' size (no copies, no value); else 0 */
     uint8_t *inl;
     bool has_inl;
     uint32_t nlocs;
@@ -584,6 +622,7 @@ static void on_location(const proto_msg *m, void *arg)
     location *l = arg;
     l->status = proto_status(m->f[F_LOC_STATUS].i);
     l->size = m->f[F_LOC_SIZE].u;
+    l->chunk = m->f[F_LOC_CHUNK].nil ? 0 : m->f[F_LOC_CHUNK].u;
     proto_str(&m->f[F_LOC_ERR], l->err, sizeof l->err);
     if (!m->f[F_LOC_INLINE].nil) {
         const proto_val *v = &m->f[F_LOC_INLINE];
@@ -638,6 +677,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     /* Not a memset: err is 4 KiB, and a fetch of an inline result needs none of it. */
     loc->status = 0;
     loc->size = 0;
+    loc->chunk = 0;
     loc->inl = NULL;
     loc->has_inl = false;
     loc->nlocs = 0;
@@ -748,15 +788,56 @@ static int fetch_tcp(spillway *c, spw_id id, const location *loc, uint8_t *buf)
     return rc;
 }
 
-int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size)
+int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size, uint64_t *chunk)
 {
     location loc;
     int rc = resolve(c, id, -1, &loc);
     if (rc == 0)
         *size = loc.size;
+    if (rc == 0 && chunk != NULL)
+        *chunk = loc.chunk;
     bytes_free(loc.inl);
     spw_free(loc.srcs);
     return rc;
+}
+
+/* Reads a whole object whose location is known into buf (loc->size bytes): from a
+ * same-host arena, or over TCP. */
+static int read_into(spillway *c, spw_id id, const location *loc, uint8_t *buf)
+{
+    uint64_t off;
+    local *l = pin_local(c, id, loc, &off);
+    if (l == NULL)
+        return fetch_tcp(c, id, loc, buf);
+    memcpy(buf, l->base + off, loc->size);
+    local_unpin(c, l, id);
+    return 0;
+}
+
+/* Gathers the chunked object id (size bytes, chunks of chunk bytes) into buf, chunk by chunk:
+ * the caller's buffer is all the memory it takes. */
+static int gather_chunks(spillway *c, spw_id id, uint64_t size, uint64_t chunk, int timeout_ms,
+                         uint8_t *buf)
+{
+    char hex[33];
+    for (uint64_t off = 0, i = 0; off < size; off += chunk, i++) {
+        spw_id cid = spw_id_output(id, (uint32_t)(1 + i));
+        uint64_t n = size - off < chunk ? size - off : chunk;
+        location loc;
+        int rc = resolve(c, cid, timeout_ms, &loc);
+        if (rc == 0 && (loc.has_inl || loc.size != n)) {
+            spillway__set_err(c, "obj=%s: chunk %llu is not the %llu bytes its object says",
+                              spw_id_hex(id, hex), (unsigned long long)i, (unsigned long long)n);
+            rc = SPW_EPROTO;
+        }
+        if (rc == 0)
+            rc = read_into(c, cid, &loc, buf + off);
+        bytes_free(loc.inl);
+        spw_free(loc.srcs);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
@@ -778,14 +859,10 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
         spw_free(loc.srcs);
         return SPW_ENOMEM;
     }
-    uint64_t off;
-    local *l = pin_local(c, id, &loc, &off);
-    if (l != NULL) {
-        memcpy(buf, l->base + off, loc.size);
-        local_unpin(c, l, id);
-    } else {
-        rc = fetch_tcp(c, id, &loc, buf);
-    }
+    if (loc.chunk != 0)
+        rc = gather_chunks(c, id, loc.size, loc.chunk, timeout_ms, buf);
+    else
+        rc = read_into(c, id, &loc, buf);
     spw_free(loc.srcs);
     if (rc != 0) {
         spw_free(buf);
@@ -823,13 +900,16 @@ static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillwa
         vp->copy = loc.inl;
         view->data = loc.inl;
         view->zero_copy = 0;
-    } else if ((vp->l = pin_local(c, id, &loc, &off)) != NULL) {
+    } else if (loc.chunk == 0 && (vp->l = pin_local(c, id, &loc, &off)) != NULL) {
         /* Straight from the worker's shared memory: pinned until released. */
         view->data = vp->l->base + off;
         view->zero_copy = 1;
     } else {
+        /* A private copy; of a chunked object, gathered from its chunks. */
         vp->copy = spw_try_malloc(SPW_MOD_CLIENT, loc.size > 0 ? loc.size : 1);
-        rc = vp->copy == NULL ? SPW_ENOMEM : fetch_tcp(c, id, &loc, vp->copy);
+        rc = vp->copy == NULL           ? SPW_ENOMEM
+             : loc.chunk != 0 ? gather_chunks(c, id, loc.size, loc.chunk, timeout_ms, vp->copy)
+                              : fetch_tcp(c, id, &loc, vp->copy);
         if (rc != 0) {
             spw_free(loc.srcs);
             spw_free(vp->copy);

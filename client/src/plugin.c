@@ -85,7 +85,7 @@ static int plugin_add_mem(spillway *c, const void *data, size_t len, const char 
             h->state = H_DONE;
             h->size = len;
             uint64_t size;
-            rc = spillway__resolve_size(c, id, &size);
+            rc = spillway__resolve_size(c, id, &size, NULL);
             if (rc == 0)
                 rc = add(c, &a);
             /* The plugin's record holds its bytes now (or nothing does: refused). */

@@ -237,8 +237,9 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
               (unsigned long long)held[k]);
     }
 
-    /* Nothing unreferenced stays, except an output whose task still runs (orphan). */
-    uint64_t total = o->graph_hold;
+    /* Nothing unreferenced stays, except an output whose task still runs (orphan) and a chunk
+     * of a chunked object, which holds it. */
+    uint64_t total = o->graph_hold + o->is_chunk;
     for (int k = 0; k < REF_KINDS; k++)
         total += o->refs[k];
     const sched_task *t = sched__obj_producer(o);
@@ -262,6 +263,27 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         CHECK(!o->has_task && !o->husk, id, "a later output holds a task or is a husk");
     }
 
+    if (o->chunked) {
+        CHECK(!o->has_task && !o->is_out && !o->is_chunk && !o->has_inline && o->nlocs == 0 &&
+                  o->put_worker == 0,
+              id, "a chunked object with a task, a copy or a value of its own");
+        CHECK(o->chunks.n > 0 && o->chunks.n <= PROTO_CHUNKS_MAX &&
+                  o->chunks.ready <= o->chunks.n &&
+                  ((uint64_t)o->chunks.n - 1) << o->chunks.shift < o->size &&
+                  (uint64_t)o->chunks.n << o->chunks.shift >= o->size,
+              id, "chunked object: %u chunks (%u sealed) of 2^%u bytes for %llu bytes",
+              o->chunks.n, o->chunks.ready, o->chunks.shift, (unsigned long long)o->size);
+        CHECK(o->state != OBJ_READY || o->chunks.ready == o->chunks.n, id,
+              "chunked object ready with %u of %u chunks", o->chunks.ready, o->chunks.n);
+    }
+    if (o->is_chunk) {
+        const sched_obj *p = sched__obj_find(s, spw_id_output_task(o->id));
+        uint32_t idx = spw_id_output_index(o->id);
+        CHECK(p != NULL && p->chunked && idx >= 1 && idx <= p->chunks.n &&
+                  o->size == sched__chunk_bytes(p, idx - 1) && !o->has_task,
+              id, "chunk %u of no chunked object, or of the wrong size", idx);
+    }
+
     /* Locations: distinct live workers, and only for ready objects. */
     CHECK(o->nlocs <= o->caplocs, id, "nlocs over caplocs");
     for (uint32_t i = 0; i < o->nlocs; i++) {
@@ -282,11 +304,11 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
               "failure recorded for an object in state %u", o->state);
     }
     if (o->state == OBJ_READY) {
-        *obj_bytes += o->size;
+        *obj_bytes += o->chunked ? 0 : o->size; /* a chunked object's bytes are its chunks' */
         CHECK(o->nlocs > 0 || o->has_inline || o->size == 0 || sched__obj_producer(o) == NULL, id,
               "ready task output with no copy anywhere");
     }
-    if (o->state == OBJ_PENDING && t == NULL && !o->is_out)
+    if (o->state == OBJ_PENDING && t == NULL && !o->is_out && !o->chunked)
         CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
     if (o->put_worker != 0) {
         CHECK(t == NULL, id, "task output with an upload worker");

@@ -234,6 +234,7 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mrec *m
     mloc_iter it = {.head = m};
     const sched_task *producer = sched__obj_task(s, o);
     uint32_t nouts = producer != NULL ? producer->nouts : 1;
+    uint32_t nchunks = o->chunked ? o->chunks.n : o->is_chunk ? sched__chunk_parent(s, o)->chunks.n : 0;
     proto_mobj_rec r = {
         .id = o->id,
         .size = o->size,
@@ -250,7 +251,9 @@ static void put_object(sched *s, proto_enc *e, const sched_obj *o, const mrec *m
                           : (proto_mloc_recs){.n = o->nlocs, .put = put_dir_loc, .arg = (void *)o},
         .is_inline = o->has_inline,
         .nouts = nouts,
-        .omit_nouts = nouts <= 1};
+        .omit_nouts = nouts <= 1 && nchunks == 0,
+        .chunks = nchunks,
+        .omit_chunks = nchunks == 0};
     proto_put_mobj_rec(e, &r);
     spw_buf_release(&holders);
 }

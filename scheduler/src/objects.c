@@ -7,7 +7,8 @@
  * TASK_ARG. An object is freed when its total reaches zero and no task computing it is running
  * (a running producer marks it orphan and frees it on completion); freeing tells every worker
  * holding a copy to delete it. An object never has a negative count: an unknown id or a double
- * release is refused before anything changes.
+ * release is refused before anything changes. A chunked object holds its chunks (is_chunk
+ * counts as one reference of each) until it is freed; it is ready once all of them are.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ sched_obj *sched__obj_new_task(sched *s, spw_id id, sched_session *ss, const cha
 
 static uint64_t total_refs(const sched_obj *o)
 {
-    uint64_t n = o->graph_hold;
+    uint64_t n = o->graph_hold + o->is_chunk;
     for (int k = 0; k < REF_KINDS; k++)
         n += o->refs[k];
     return n;
@@ -214,9 +215,65 @@ static void obj_gone(sched *s, sched_obj *o)
                          spw_id_hex(o->id, hex));
         sched__waiter_free(s, w);
     }
-    if (o->state == OBJ_READY)
+    if (o->state == OBJ_READY && !o->chunked)
         s->obj_bytes -= o->size;
     sched__live_uncount(s, o);
+}
+
+/* ---------------------------------------------------------- chunked objects */
+
+uint64_t sched__chunk_size(sched *s, uint64_t size, uint64_t chunk_max)
+{
+    uint64_t smallest = 0, largest = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        const sched_worker *w = s->workers[k];
+        uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
+        if (smallest == 0 || cap < smallest)
+            smallest = cap;
+        if (cap > largest)
+            largest = cap;
+    }
+    /* A quarter of the smallest store: a chunk then fits beside others anywhere, and a store
+     * spills whole chunks. */
+    uint64_t limit = smallest / 4;
+    if (chunk_max != 0 && chunk_max < limit)
+        limit = chunk_max;
+    if (s->nworkers == 0 || (size <= largest && (chunk_max == 0 || size <= chunk_max)))
+        return 0;
+    /* A power of two, so that blocks of a power-of-two size never straddle two chunks. */
+    uint64_t cs = SCHED_CHUNK_MIN;
+    while (cs * 2 <= limit)
+        cs *= 2;
+    while ((size + cs - 1) / cs > PROTO_CHUNKS_MAX)
+        cs *= 2;
+    return cs <= largest ? cs : 0;
+}
+
+sched_obj *sched__chunk_parent(sched *s, const sched_obj *c)
+{
+    sched_obj *p = sched__obj_find(s, spw_id_output_task(c->id));
+    SPW_ASSERT(p != NULL && p->chunked); /* it holds its chunks */
+    return p;
+}
+
+/* The chunked object p is being freed: its chunks are no longer held by it. */
+static void chunks_release(sched *s, sched_obj *p)
+{
+    for (uint32_t i = 0; i < p->chunks.n; i++) {
+        sched_obj *c = sched__obj_find(s, spw_id_output(p->id, 1 + i));
+        if (c == NULL || !c->is_chunk)
+            continue; /* not put yet */
+        c->is_chunk = 0;
+        sched__obj_maybe_free(s, c);
+    }
+}
+
+/* Chunk c was sealed: its parent is ready with its last chunk. */
+static void chunk_ready(sched *s, sched_obj *c)
+{
+    sched_obj *p = sched__chunk_parent(s, c);
+    if (p->state == OBJ_PENDING && ++p->chunks.ready == p->chunks.n)
+        sched__obj_ready(s, p);
 }
 
 static void obj_free(sched *s, sched_obj *o)
@@ -238,6 +295,8 @@ static void obj_free(sched *s, sched_obj *o)
     obj_gone(s, o);
     if (sched__obj_producer(o) != NULL)
         sched__task_free(s, sched__obj_producer(o));
+    if (o->chunked)
+        chunks_release(s, o);
     SPW_ASSERT(!o->kept);
     sched_obj *o0 = o->is_out ? sched__obj_find(s, spw_id_output_task(o->id)) : NULL;
     spw_idmap_del(&s->objects, o);
@@ -501,7 +560,10 @@ void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o
                                               .size = o->size,
                                               .value = value,
                                               .err = msg,
-                                              .locs = sched__locs(&l, s, o)});
+                                              .locs = sched__locs(&l, s, o),
+                                              .chunk = o->chunked ? (uint64_t)1 << o->chunks.shift
+                                                                  : 0,
+                                              .omit_chunk = !o->chunked});
 }
 
 static void wake_waiters(sched *s, sched_obj *o)
@@ -515,7 +577,8 @@ static void wake_waiters(sched *s, sched_obj *o)
 void sched__obj_ready(sched *s, sched_obj *o)
 {
     o->state = OBJ_READY;
-    s->obj_bytes += o->size;
+    if (!o->chunked) /* its bytes are its chunks' */
+        s->obj_bytes += o->size;
     /* Hold the object while its consumers move on: one of them may drop the last reference. */
     o->graph_hold++;
     sched_arg *a, *tmp;
@@ -541,6 +604,12 @@ uint32_t sched__failures_count(const sched *s)
 
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 {
+    if (o->is_chunk && o->state == OBJ_PENDING) {
+        /* Its upload failed: so does the chunked object's, whose waiters hear it. */
+        sched_obj *p = sched__chunk_parent(s, o);
+        if (p->state == OBJ_PENDING)
+            sched__obj_fail(s, p, err, msg);
+    }
     o->state = OBJ_FAILED;
     sched_failure *f = (sched_failure *)(uintptr_t)sched__obj_failure(s, o);
     if (f == NULL) {
@@ -615,6 +684,8 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         }
         sched__obj_add_loc(s, o, w->id);
         sched__obj_ready(s, o);
+        if (o->is_chunk)
+            chunk_ready(s, o);
         sched__broadcast_obj_ready(s, o);
         sched__broadcast_added(s, w, o->id, true); /* a copy that followed the upload */
     } else if (o->state == OBJ_READY || o->state == OBJ_LOST) {

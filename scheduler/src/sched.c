@@ -155,15 +155,116 @@ static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
     return best;
 }
 
+/* Where chunk i of a chunked object goes: round robin over the stores that can hold it, from
+ * a start the object's id picks, so that its chunks spread evenly; a paused worker only when
+ * every one is. */
+static sched_worker *place_chunk(sched *s, const sched_obj *parent, uint32_t i, uint64_t size)
+{
+    sched_worker *fallback = NULL;
+    uint64_t start = spw_id_hash(parent->id) + i;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[(start + k) % s->nworkers];
+        uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
+        if (cap < size)
+            continue;
+        if (!w->stats[PROTO_STAT_PAUSED])
+            return w;
+        if (fallback == NULL)
+            fallback = w;
+    }
+    return fallback;
+}
+
+/* PUT_PLACE of chunk 1 + i of a chunked object this session is putting: checked against its
+ * parent, which holds it, and placed by place_chunk. NULL after answering an error. */
+static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sched_worker **wp)
+{
+    char hex[33];
+    spw_id id = m->f[F_PUTP_ID].id;
+    uint64_t size = m->f[F_PUTP_SIZE].u;
+    uint32_t idx = spw_id_output_index(id);
+    sched_obj *p = sched__obj_find(s, spw_id_output_task(id));
+    if (p == NULL || !p->chunked || p->state != OBJ_PENDING || p->origin->owner != ss->id ||
+        idx == 0 || idx > p->chunks.n || size != sched__chunk_bytes(p, idx - 1)) {
+        proto_conn_error(ss->conn, m->req, SPW_EINVAL,
+                         "obj=%s is no chunk of %llu bytes of a chunked object this client puts",
+                         spw_id_hex(id, hex), (unsigned long long)size);
+        return NULL;
+    }
+    if (sched__obj_find(s, id) != NULL) {
+        proto_conn_error(ss->conn, m->req, SPW_EDUPLICATE, "obj=%s already exists",
+                         spw_id_hex(id, hex));
+        return NULL;
+    }
+    sched_worker *w = place_chunk(s, p, idx - 1, size);
+    if (w == NULL) {
+        proto_conn_error(ss->conn, m->req, s->nworkers ? SPW_ETOOBIG : SPW_ENOWORKER,
+                         "no worker for a chunk of %llu bytes", (unsigned long long)size);
+        return NULL;
+    }
+    sched_obj *o = sched__obj_new(s, id, ss, p->origin->site, p->origin->len);
+    o->size = size;
+    o->put_worker = w->id;
+    o->is_chunk = 1;
+    w->reserved += size;
+    *wp = w;
+    return o;
+}
+
+/* Answers a PUT_PLACE: the worker to upload to (w; NULL for a chunked object), whether the
+ * bytes are there already, and the chunk size (omitted for a client that did not ask). */
+static void put_target_send(sched_session *ss, uint64_t req, spw_id id, const sched_worker *w,
+                            uint64_t exists, uint64_t chunk, bool omit_chunk)
+{
+    proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
+    proto_send_put_target(ss->conn, req,
+                          &(proto_put_target_msg){.id = id,
+                                                  .worker = to.worker,
+                                                  .addr = to.addr,
+                                                  .host_id = to.host_id,
+                                                  .local = to.local,
+                                                  .exists = exists,
+                                                  .chunk = chunk,
+                                                  .omit_chunk = omit_chunk});
+}
+
 static void put_place(sched *s, sched_session *ss, const proto_msg *m)
 {
     char hex[33];
     spw_id id = m->f[F_PUTP_ID].id;
     uint64_t size = m->f[F_PUTP_SIZE].u;
+    uint64_t flags = m->f[F_PUTP_FLAGS].u;
     if (spw_id_is_nil(id) || size == 0) {
         proto_conn_error(ss->conn, m->req, SPW_EINVAL, "put needs a non-nil id and a size > 0");
         return;
     }
+    if (flags & PROTO_PUT_CHUNK) {
+        sched_worker *w;
+        if (chunk_new(s, ss, m, &w) != NULL)
+            put_target_send(ss, m->req, id, w, 0, 0, true);
+        return;
+    }
+    uint64_t chunk = 0;
+    if ((flags & PROTO_PUT_MAY_CHUNK) && sched__obj_find(s, id) == NULL &&
+        spw_id_output_index(id) == 0) {
+        uint64_t chunk_max = m->f[F_PUTP_CHUNK_MAX].nil ? 0 : m->f[F_PUTP_CHUNK_MAX].u;
+        chunk = sched__chunk_size(s, size, chunk_max);
+    }
+    if (chunk != 0) {
+        /* A chunked object: held by this session, pending until every chunk is sealed. */
+        char site[PROTO_MAX_NAME + 1];
+        proto_str(&m->f[F_PUTP_SITE], site, sizeof site);
+        sched_obj *p = sched__obj_new(s, id, ss, site, strlen(site));
+        p->size = size;
+        p->chunked = 1;
+        p->chunks.shift = (uint8_t)__builtin_ctzll(chunk);
+        p->chunks.n = (uint16_t)((size + chunk - 1) / chunk);
+        p->chunks.ready = 0;
+        sched__session_ref(s, ss, p, REF_CLIENT);
+        put_target_send(ss, m->req, id, NULL, 0, chunk, false);
+        return;
+    }
+    bool may_chunk = (flags & PROTO_PUT_MAY_CHUNK) != 0;
     sched_obj *o = sched__obj_find(s, id);
     sched_worker *w = NULL;
     uint64_t exists = 0;
@@ -198,14 +299,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         w->reserved += size;
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
-    proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
-    proto_send_put_target(ss->conn, m->req,
-                          &(proto_put_target_msg){.id = id,
-                                                  .worker = to.worker,
-                                                  .addr = to.addr,
-                                                  .host_id = to.host_id,
-                                                  .local = to.local,
-                                                  .exists = exists});
+    put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
 }
 
 static void locate(sched *s, sched_session *ss, const proto_msg *m)

@@ -176,6 +176,10 @@ typedef struct sched_graph {
 /* Graphs whose every task record is gone stay listed (finished) until this many such exist. */
 #define SCHED_GRAPHS_KEPT 32
 
+/* The smallest chunk of a chunked object (sched__chunk_size): below it a client's chunk_max is
+ * rounded up. */
+#define SCHED_CHUNK_MIN (64u << 10)
+
 #define SCHED_DEPTHS 64 /* ready tasks are bucketed by depth; deeper runs first */
 #define SCHED_AHEAD_PER_SLOT 8 /* tasks sent ahead to a worker at once, per slot (tasks.c) */
 #define SCHED_AHEAD_CHAIN_PER_SLOT 32 /* the same for links of a linear chain (tasks.c) */
@@ -295,12 +299,22 @@ struct sched_obj {
      * gone (no copy, no value; state OBJ_LOST with no failure), and its record stays only for
      * its task, which may have to run again for them (lineage). Freed with the last of them. */
     uint8_t husk : 1;
+    /* A chunked put (an object larger than a store): its bytes are in its chunks, objects of
+     * their own with ids spw_id_output(id, 1 + i), which it holds while it lives (each has
+     * is_chunk). It has no copy and no value; it is ready once every chunk is. */
+    uint8_t chunked : 1;
+    uint8_t is_chunk : 1; /* chunk of the chunked object spw_id_output_task(id): held by it */
     uint32_t created;        /* ms after origin->base_ms (sched__obj_created_ms) */
     /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
-     * in inline_small, larger ones on the heap. */
+     * in inline_small, larger ones on the heap. A chunked object has none: its layout is here. */
     union {
         uint8_t inline_small[8];
         uint8_t *inline_heap;
+        struct {
+            uint8_t shift;  /* its chunks are 1 << shift bytes, the last one what is left */
+            uint16_t n;     /* chunks */
+            uint16_t ready; /* chunks sealed so far */
+        } chunks;
     };
     uint32_t refs[REF_KINDS];
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
@@ -603,6 +617,18 @@ static inline uint64_t sched__obj_created_ms(const sched_obj *o)
     return o->origin->base_ms + o->created;
 }
 void sched__obj_maybe_free(sched *s, sched_obj *o);
+/* Chunked objects (objects.c). The chunk size of a put of size bytes, or 0 to put it whole:
+ * chunked when no store is large enough, or when the client asked for chunks of at most
+ * chunk_max bytes (not 0) and it is larger. */
+uint64_t sched__chunk_size(sched *s, uint64_t size, uint64_t chunk_max);
+/* Bytes of chunk i of the chunked object o. */
+static inline uint64_t sched__chunk_bytes(const sched_obj *o, uint32_t i)
+{
+    uint64_t cs = (uint64_t)1 << o->chunks.shift, off = (uint64_t)i * cs;
+    return o->size - off < cs ? o->size - off : cs;
+}
+/* The chunked object holding chunk c (c->is_chunk). */
+sched_obj *sched__chunk_parent(sched *s, const sched_obj *c);
 /* Frees whatever is left at shutdown (nothing, if every reference was dropped). */
 void sched__objects_purge(sched *s);
 void sched__locate_reply(sched *s, sched_session *ss, uint64_t req, sched_obj *o);

@@ -365,12 +365,19 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
             }
             continue;
         }
-        if (o == NULL) {
-            if (bad == NULL) {
+        if (o == NULL || o->chunked) {
+            if (bad == NULL && o == NULL) {
                 snprintf(badbuf, sizeof badbuf, "argument %u: no such object %s", i,
                          spw_id_hex(a[R_ARG_OBJ].id, hex));
                 bad = badbuf;
                 bad_err = SPW_ENOOBJ;
+            } else if (bad == NULL) {
+                /* Its bytes are in no one store: a task takes views of its chunks. */
+                snprintf(badbuf, sizeof badbuf,
+                         "argument %u: obj=%s is chunked; pass its chunks (libspillway does)", i,
+                         spw_id_hex(a[R_ARG_OBJ].id, hex));
+                bad = badbuf;
+                bad_err = SPW_EINVAL;
             }
             continue;
         }

@@ -185,8 +185,9 @@ static void larger_than_any_store_fails_clearly(void **state)
     size_t n = (16u << 20) + 1;
     uint8_t *big = calloc(1, n);
     spillway_ref r;
-    assert_int_equal(spillway_put(cl, big, n, &r), SPW_ETOOBIG);
-    assert_non_null(strstr(spillway_errmsg(cl), "no worker has a store of"));
+    /* A put that large is chunked (test_e2e_bigobj); a task's output cannot be. */
+    assert_int_equal(spillway_put(cl, big, n, &r), 0);
+    assert_int_equal(spillway_release(cl, r), 0);
     free(big);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_arg a = spillway_arg_u64(n);

@@ -651,7 +651,7 @@ static void optional_trailing_fields_may_be_absent(void **state)
     msgpack_zone z;
     msgpack_zone_init(&z, 4096);
     proto_msg m;
-    for (int nf = 3; nf <= 6; nf++) {
+    for (int nf = 3; nf <= 7; nf++) {
         spw_buf b = {0};
         proto_enc e;
         proto_enc_begin(&e, &b, PROTO_PUT_PLACE, 1, (uint32_t)nf);
@@ -664,14 +664,17 @@ static void optional_trailing_fields_may_be_absent(void **state)
             proto_put_str(&e, "host-a");
         if (nf > 5)
             proto_put_u(&e, 1);
+        if (nf > 6)
+            proto_put_u(&e, 1);
         proto_enc_end(&e, UINT32_MAX);
         int rc = proto_decode(b.data, b.len, &lim, &z, &m);
-        if (nf == 3 || nf == 6) {
+        if (nf == 3 || nf == 7) {
             assert_int_equal(rc, SPW_EMALFORMED);
         } else {
             assert_int_equal(rc, (int)b.len);
             assert_int_equal(m.f[F_PUTP_HOSTID].nil, nf == 4);
-            if (nf == 5)
+            assert_int_equal(m.f[F_PUTP_CHUNK_MAX].nil, nf < 6);
+            if (nf >= 5)
                 assert_int_equal(m.f[F_PUTP_HOSTID].bin.len, 6);
         }
         msgpack_zone_clear(&z);

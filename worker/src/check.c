@@ -200,12 +200,18 @@ static void check_queues(const wrk *w, const uint64_t n[4])
 static void check_fetches(const wrk *w)
 {
     const wfetch *f, *tmp;
+    uint32_t ranged = 0;
     HASH_ITER(hh, w->fetches, f, tmp)
     {
+        ranged += f->ranged;
         spw_id id = f->id;
         const wfetch *found;
         HASH_FIND(hh, w->fetches, &f->id, sizeof f->id, found);
         CHECK(found == f, id, "fetch not found under its own id");
+        CHECK(f->ranged ? f->src_off + f->size <= f->src_size && f->size < f->src_size
+                        : spw_id_eq(f->src, f->id) && f->src_off == 0 && f->src_size == f->size,
+              id, "fetch of %llu bytes at %llu of %llu", (unsigned long long)f->size,
+              (unsigned long long)f->src_off, (unsigned long long)f->src_size);
         CHECK(f->nlocs <= WRK_MAX_LOCS && f->next_loc <= f->nlocs, id,
               "fetch: %u locations, next %u", f->nlocs, f->next_loc);
         CHECK(f->received <= f->size, id, "fetch received %llu of %llu bytes",
@@ -217,11 +223,16 @@ static void check_fetches(const wrk *w)
             CHECK(t == x->t, id, "fetch waited for by a task not in the table");
             CHECK(t->state == WT_INPUTS && t->missing > 0, id,
                   "fetch waited for by task in state %u", t->state);
-            CHECK(x->arg < t->nargs && spw_id_eq(t->args[x->arg].id, f->id), id,
+            CHECK(x->arg < t->nargs && spw_id_eq(t->args[x->arg].id, f->src), id,
                   "fetch waiter names argument %u of another object", x->arg);
+            CHECK(!f->ranged ||
+                      spw_id_eq(wrk__view_id(f->src, t->args[x->arg].off, t->args[x->arg].len),
+                                f->id),
+                  id, "ranged fetch waiter wants another range (argument %u)", x->arg);
             CHECK(!t->args[x->arg].pinned, id, "fetch waiter's argument is already pinned");
         }
     }
+    CHECK(ranged == w->nranged, NOID, "%u ranged fetches, %u counted", ranged, w->nranged);
 }
 
 /* Admission: the reservations add up, and every waiting task is listed once, in its state. */

@@ -2,13 +2,17 @@
  * Fetching objects from other workers' peer ports: a task whose input lives elsewhere gets it
  * from a worker that holds it, trying each location in turn, once per object however many tasks
  * wait for it; a broadcast copy (REPLICATE) is fetched the same way along its chain. Readers of
- * this worker may follow an object while it arrives (peer.c).
- * Invariant: a fetch is in w->fetches until it seals or gives up.
+ * this worker may follow an object while it arrives (peer.c). A task given a strict view of an
+ * object that is not here fetches the view's bytes only, into a transient object (ranged) that
+ * goes when its tasks are done with it: nothing of the rest is read or kept.
+ * Invariant: a fetch is in w->fetches until it seals or gives up; w->nranged counts the ranged
+ * ones.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include <utlist.h>
+#include <xxhash.h>
 
 #include "worker_int.h"
 
@@ -19,6 +23,8 @@ static void fetch_start(wrk *w, wfetch *f);
 static void fetch_free(wrk *w, wfetch *f)
 {
     HASH_DEL(w->fetches, f);
+    if (f->ranged)
+        w->nranged--;
     fwait *x, *tmp;
     LL_FOREACH_SAFE(f->waiters, x, tmp) spw_free(x);
     spw_buf_release(&f->repl);
@@ -64,22 +70,34 @@ static void fetch_done(wrk *w, wfetch *f)
     ost_obj *o = f->obj;
     f->obj = NULL;
     ost_obj_seal(w->store, o);
-    wrk__followers_advance(w, &f->followers, true);
-    wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
-    repl_answer(w, f, 0, NULL);
-    bool plugin = f->plugin;
+    bool ranged = f->ranged;
     spw_id id = f->id;
+    if (!ranged) {
+        wrk__followers_advance(w, &f->followers, true);
+        wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
+        repl_answer(w, f, 0, NULL);
+    }
+    bool plugin = f->plugin;
     fwait *waiters = f->waiters;
     f->waiters = NULL;
     fetch_free(w, f);
+    /* Pin for every waiter before any input_ready: one may run its task at once. */
     fwait *x, *tmp;
+    LL_FOREACH(waiters, x)
+    {
+        warg *a = &x->t->args[x->arg];
+        if (ost_obj_pin(w->store, o) == 0) {
+            a->obj = o;
+            a->pinned = 1;
+            if (ranged)
+                a->off = 0; /* the view's bytes are the whole transient object */
+        }
+    }
+    if (ranged)
+        ost_obj_delete(w->store, id); /* freed at its waiters' last unpin, or now */
     LL_FOREACH_SAFE(waiters, x, tmp)
     {
-        int rc = ost_obj_pin(w->store, o);
-        if (rc == 0) {
-            x->t->args[x->arg].obj = o;
-            x->t->args[x->arg].pinned = 1;
-        }
+        int rc = x->t->args[x->arg].pinned ? 0 : SPW_EAGAIN;
         wrk__input_ready(w, x->t, x->arg, rc, NULL);
         spw_free(x);
     }
@@ -95,8 +113,8 @@ static void fetch_send(wrk *w, wfetch *f)
     /* A broadcast copy may come from a worker still receiving it, or about to. */
     bool chain = f->repl.len != 0;
     proto_send_obj_read(c, f->req,
-                        &(proto_obj_read_msg){.id = f->id,
-                                              .off = 0,
+                        &(proto_obj_read_msg){.id = f->src,
+                                              .off = f->src_off,
                                               .len = f->size,
                                               .flags = PROTO_READ_FOLLOW,
                                               .omit_flags = !chain});
@@ -124,19 +142,28 @@ static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
     return NULL;
 }
 
+/* The fetch an OBJ_DATA of object id answers (request req, from p), or NULL: found by id,
+ * or, while views are fetched (keyed by their private ids), by request. */
+static wfetch *fetch_for_data(wrk *w, wpeer *p, spw_id id, uint64_t req)
+{
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if ((f == NULL || f->peer != p || f->req != req) && w->nranged > 0)
+        f = fetch_by_req(w, p, req);
+    return f;
+}
+
 static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
 {
     wpeer *p = proto_conn_data(c);
     if (head->type != PROTO_OBJ_DATA)
         return NULL;
-    spw_id id = head->f[F_DATA_ID].id;
-    uint64_t off = head->f[F_DATA_OFF].u;
-    wfetch *f;
-    HASH_FIND(hh, p->w->fetches, &id, sizeof id, f);
+    wfetch *f = fetch_for_data(p->w, p, head->f[F_DATA_ID].id, head->req);
     if (f == NULL || f->peer != p || f->req != head->req || f->obj == NULL ||
-        off != f->received || head->f[F_DATA_TOTAL].u != f->size || len > f->size - off)
+        head->f[F_DATA_OFF].u != f->src_off + f->received ||
+        head->f[F_DATA_TOTAL].u != f->src_size || len > f->size - f->received)
         return NULL; /* fpeer_msg deals with it */
-    return wrk__sink_into(p->w, &p->sink_obj, f->obj, off);
+    return wrk__sink_into(p->w, &p->sink_obj, f->obj, f->received);
 }
 
 static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
@@ -156,24 +183,24 @@ static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
         proto_conn_error(c, m->req, SPW_EPROTO, "unexpected %s", proto_type_name(m->type));
         return;
     }
-    spw_id id = m->f[F_DATA_ID].id;
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    wfetch *f = fetch_for_data(w, p, m->f[F_DATA_ID].id, m->req);
     const proto_val *data = &m->f[F_DATA_DATA];
     uint64_t off = m->f[F_DATA_OFF].u;
     if (f == NULL || f->peer != p || f->req != m->req || f->obj == NULL)
         return; /* a fetch we gave up on: late chunks are dropped */
-    if (off != f->received || data->bin.len > f->size - f->received ||
-        m->f[F_DATA_TOTAL].u != f->size) {
+    if (off != f->src_off + f->received || data->bin.len > f->size - f->received ||
+        m->f[F_DATA_TOTAL].u != f->src_size) {
         spw_log(SPW_LOG_WARN, "fetch from %s: chunk at %llu, expected %llu: trying elsewhere",
-                p->addr, (unsigned long long)off, (unsigned long long)f->received);
+                p->addr, (unsigned long long)off,
+                (unsigned long long)(f->src_off + f->received));
         fetch_start(w, f);
         return;
     }
-    uint8_t *dst = ost_obj_data(f->obj) + off;
+    uint8_t *dst = ost_obj_data(f->obj) + f->received;
     if (data->bin.ptr != dst) /* else it was received in place */
         memcpy(dst, data->bin.ptr, data->bin.len);
     f->received += data->bin.len;
+    w->fetched_bytes += data->bin.len;
     if (f->followers != NULL && f->received < f->size)
         wrk__followers_advance(w, &f->followers, false);
     if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
@@ -285,15 +312,26 @@ static void fetch_created(void *arg, int status, ost_obj *o)
         return;
     }
     f->obj = o;
-    wrk__unpark(w, f->id, o, &f->followers, &f->received);
+    if (!f->ranged)
+        wrk__unpark(w, f->id, o, &f->followers, &f->received);
     fetch_start(w, f);
+}
+
+spw_id wrk__view_id(spw_id id, uint64_t off, uint64_t len)
+{
+    uint64_t key[4] = {id.hi, id.lo, off, len};
+    XXH128_hash_t h = XXH3_128bits_withSeed(key, sizeof key, WRK_VIEW_ID_SEED);
+    return (spw_id){h.high64, h.low64};
 }
 
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
 {
     warg *wa = &t->args[arg];
+    /* A strict part of an object: only those bytes, under an id of their own. */
+    bool ranged = wa->kind == PROTO_ARG_VIEW && wa->len > 0 && wa->len < wa->objsize;
+    spw_id key = ranged ? wrk__view_id(wa->id, wa->off, wa->len) : wa->id;
     wfetch *f;
-    HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
+    HASH_FIND(hh, w->fetches, &key, sizeof key, f);
     if (f != NULL && f->stale) {
         /* Given up (its copy goes once created): nobody would answer a waiter. */
         wrk__input_ready(w, t, arg, SPW_EOBJLOST, "its copy here is being dropped");
@@ -305,8 +343,13 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
             return;
         }
         f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
-        f->id = wa->id;
-        f->size = wa->objsize;
+        f->id = key;
+        f->src = wa->id;
+        f->ranged = ranged;
+        f->src_off = ranged ? wa->off : 0;
+        f->src_size = wa->objsize;
+        f->size = ranged ? wa->len : wa->objsize;
+        w->nranged += ranged;
         f->nlocs = wa->nlocs;
         memcpy(f->locs, wa->locs, sizeof f->locs);
         f->creating = true;
@@ -316,8 +359,8 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
         x->arg = arg;
         LL_PREPEND(f->waiters, x);
         fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-        *r = (fetch_req){w, wa->id};
-        ost_obj_create_async(w->store, wa->id, f->size, fetch_created, r);
+        *r = (fetch_req){w, key};
+        ost_obj_create_async(w->store, key, f->size, fetch_created, r);
         return;
     }
     fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
@@ -348,6 +391,8 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
     }
     f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
     f->id = id;
+    f->src = id; /* the whole object, from offset 0 */
+    f->src_size = size;
     f->size = size;
     f->nlocs = nlocs;
     memcpy(f->locs, addrs, sizeof f->locs);
@@ -398,8 +443,8 @@ void wrk__replicate(wrk *w, const proto_msg *m)
             return;
         }
         f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
-        f->id = id;
-        f->size = m->f[F_REPL_SIZE].u;
+        f->id = f->src = id;
+        f->size = f->src_size = m->f[F_REPL_SIZE].u;
         for (uint32_t j = 0; j < locs->arr.n && f->nlocs < WRK_MAX_LOCS; j++) {
             proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], f->locs[f->nlocs], sizeof f->locs[0]);
             if (strcmp(f->locs[f->nlocs], w->bound) != 0)

@@ -14,10 +14,12 @@
  * no use is removed from the cache, least recently used first, and only to make room under
  * --plugin-cache-max; a file in the cache always has the bytes its name says.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,17 +47,64 @@ static void cache_remove_dir(wrk *w)
                 strerror(errno));
 }
 
-static int cache_mkdir(wrk *w)
+/* The folder caches go in: --plugin-cache-dir, else the spill folder, else the state folder. */
+static const char *cache_base(const wrk *w)
 {
     const char *base = w->opts.plugin_cache_dir;
-    char tmpl[PATH_MAX];
     if (base == NULL)
         base = w->opts.store.spill_dir;
     if (base == NULL) {
         const char *state = getenv("STATE_DIRECTORY");
         base = state != NULL && state[0] == '/' && strchr(state, ':') == NULL ? state : "/var/tmp";
     }
-    if ((size_t)snprintf(tmpl, sizeof tmpl, "%s/spillway-plugins.XXXXXX", base) >= sizeof tmpl)
+    return base;
+}
+
+/* Removes the caches that workers killed before their cleanup left under base: each is named
+ * for its worker's pid, and a pid that no process has is gone (a reused one is only skipped). */
+static void cache_sweep(const char *base)
+{
+    DIR *d = opendir(base);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        unsigned long pid;
+        char tail[16];
+        if (sscanf(e->d_name, "spillway-plugins-%lu.%15s", &pid, tail) != 2 || pid == 0 ||
+            pid > INT_MAX || (pid_t)pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_MAX];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", base, e->d_name) >= sizeof path)
+            continue;
+        int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sub = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (sub == NULL) {
+            if (dfd >= 0)
+                close(dfd);
+            continue;
+        }
+        struct dirent *f;
+        while ((f = readdir(sub)) != NULL)
+            if (f->d_name[0] != '.')
+                unlinkat(dfd, f->d_name, 0);
+        closedir(sub);
+        if (rmdir(path) == 0)
+            spw_log(SPW_LOG_INFO, "plugin cache %s of a worker gone: removed", path);
+    }
+    closedir(d);
+}
+
+/* Makes the cache folder the first time something goes in it: a worker that never caches a
+ * plugin leaves nothing behind, even when killed. */
+static int cache_mkdir(wrk *w)
+{
+    if (w->plugin_dir != NULL)
+        return 0;
+    const char *base = cache_base(w);
+    char tmpl[PATH_MAX];
+    if ((size_t)snprintf(tmpl, sizeof tmpl, "%s/spillway-plugins-%d.XXXXXX", base,
+                         (int)getpid()) >= sizeof tmpl)
         return SPW_ENAMETOOLONG;
     if (mkdtemp(tmpl) == NULL) { /* mode 0700 */
         int rc = -errno;
@@ -70,6 +119,9 @@ static int cache_mkdir(wrk *w)
  * sees half a file). *path gets the file's name. */
 static int cache_write(wrk *w, const char *hex, const void *data, size_t len, char **path)
 {
+    int mk = cache_mkdir(w);
+    if (mk != 0)
+        return mk;
     char tmp[PATH_MAX], final[PATH_MAX];
     snprintf(final, sizeof final, "%s/%s.so", w->plugin_dir, hex);
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", w->plugin_dir, hex);
@@ -229,9 +281,8 @@ static int read_file(const char *path, uint64_t max, uint8_t **data, size_t *len
 
 int wrk__plugins_init(wrk *w)
 {
-    int rc = cache_mkdir(w);
-    if (rc != 0)
-        return rc;
+    cache_sweep(cache_base(w));
+    int rc = 0;
     for (uint32_t i = 0; i < w->opts.nplugins; i++) {
         const char *src = w->plugin_srcs[i];
         uint8_t *data = NULL;

@@ -88,6 +88,7 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
             : 0;
     v[PROTO_STAT_EXEC_RECYCLES] = w->exec_recycles;
     v[PROTO_STAT_TASKS_CANCELLED] = w->tasks_cancelled;
+    v[PROTO_STAT_FETCHED_BYTES] = w->fetched_bytes;
 }
 
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)

@@ -191,11 +191,17 @@ typedef struct fwait {
     struct fwait *next;
 } fwait;
 
-/* A fetch of an object from a peer worker, trying its locations in turn. */
+/* A fetch of an object from a peer worker, trying its locations in turn; or of a view of one
+ * (ranged): the view's bytes only, into a transient object of its own, keyed by an id private
+ * to this worker (wrk__view_id), never reported to the scheduler and deleted once its waiting
+ * tasks have pinned it, so that it goes with their last unpin. */
 struct wfetch {
     spw_id id;
     UT_hash_handle hh;
     uint64_t size;
+    bool ranged;          /* the bytes [src_off, src_off + size) of object src */
+    spw_id src;           /* the object read (id itself unless ranged) */
+    uint64_t src_off, src_size;
     uint32_t nlocs, next_loc;
     char locs[WRK_MAX_LOCS][64];
     ost_obj *obj;         /* local object being written */
@@ -335,6 +341,7 @@ struct wrk {
     wupload *uploads;      /* uploads under way on any connection, by id (hh_all) */
     struct wread *parked;  /* FOLLOW reads of objects not here yet */
     wpeer *peers;          /* by address */
+    uint32_t nranged;      /* fetches of views under way (fetch.c) */
     uint64_t next_req;
     uv_timer_t timer;      /* heartbeat and store maintenance */
     bool closing;
@@ -355,6 +362,7 @@ struct wrk {
     uint64_t tasks_done, tasks_failed, exec_restarts;
     uint64_t exec_recycles;  /* executors replaced for memory or task count */
     uint64_t tasks_cancelled; /* dropped before they started: their client went away */
+    uint64_t fetched_bytes;   /* received from other workers' peer ports (fetch.c) */
     char *cgroup;          /* delegated cgroup v2 directory, NULL: task limits by rlimit */
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
@@ -429,6 +437,10 @@ void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *av
 
 /* fetch.c: fetching from other workers */
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg);
+/* The private id under which this worker keeps the bytes [off, off + len) of object id fetched
+ * for a view (a ranged fetch): a hash of the four, seeded so that it is no id anyone makes. */
+#define WRK_VIEW_ID_SEED 0x7370696c6c766965ULL
+spw_id wrk__view_id(spw_id id, uint64_t off, uint64_t len);
 void wrk__replicate(wrk *w, const proto_msg *m);
 /* The scheduler released an object: a fetch of it under way stops. */
 void wrk__fetch_cancel(wrk *w, spw_id id);

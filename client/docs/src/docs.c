@@ -46,6 +46,7 @@ static const char *const stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_NODE_BUDGET] = "node_budget",
     [PROTO_STAT_EXEC_RECYCLES] = "executor_recycles",
     [PROTO_STAT_TASKS_CANCELLED] = "tasks_cancelled",
+    [PROTO_STAT_FETCHED_BYTES] = "fetched_bytes",
 };
 
 const char *const ctl_doc_tstate_names[] = {
@@ -317,6 +318,21 @@ static void memory_reply(const proto_msg *m, void *arg)
             json_object_set_new(out, "of", json_integer((json_int_t)o[R_MOBJ_NOUTS].u));
             json_object_set_new(j, "output", out);
         }
+        if (!o[R_MOBJ_CHUNKS].nil && o[R_MOBJ_CHUNKS].u > 0) {
+            /* A chunked object (its chunks listed as objects of their own), or one chunk. */
+            uint32_t idx = spw_id_output_index(o[R_MOBJ_ID].id);
+            if (idx == 0) {
+                json_object_set_new(j, "chunks", json_integer((json_int_t)o[R_MOBJ_CHUNKS].u));
+            } else {
+                json_t *ch = json_object();
+                char phex[33];
+                spw_id_hex(spw_id_output_task(o[R_MOBJ_ID].id), phex);
+                json_object_set_new(ch, "parent", json_string(phex));
+                json_object_set_new(ch, "index", json_integer((json_int_t)(idx - 1)));
+                json_object_set_new(ch, "of", json_integer((json_int_t)o[R_MOBJ_CHUNKS].u));
+                json_object_set_new(j, "chunk", ch);
+            }
+        }
         json_object_set_new(j, "inline", json_boolean(o[R_MOBJ_INLINE].u != 0));
         json_t *refs = json_object();
         const proto_val *rv = &o[R_MOBJ_REFS];
@@ -388,7 +404,8 @@ static json_t *memory_finish(memdoc *d, const char *group_by)
     {
         count++;
         uint64_t size = ctl_doc_u(o, "size");
-        bytes += size;
+        if (json_object_get(o, "chunks") == NULL) /* a chunked object's bytes are its chunks' */
+            bytes += size;
         if (json_is_true(json_object_get(o, "inline")))
             inl += size;
         size_t l;

@@ -59,6 +59,10 @@ typedef struct spillway_opts {
     int no_auto_put;         /* 1: embed large BYTES arguments in every task (with a warning) */
     int no_local;            /* 1: never use same-host shared memory, always TCP (also with
                                 SPILLWAY_NO_LOCAL set in the environment at connect) */
+    uint64_t chunk_size;     /* 0: a put larger than every store is chunked (in chunks of a
+                                quarter of the smallest store); else a put larger than this is
+                                chunked too, in chunks of at most this (a power of two, at
+                                least 64 KiB) */
 } spillway_opts;
 
 /** The library's version: MAJOR * 10000 + MINOR * 100 + PATCH (compare SPILLWAY_VERSION_NUMBER). */
@@ -131,8 +135,15 @@ SPILLWAY_API const char *spillway_errmsg(const spillway *c);
 /** Stores len bytes as an immutable object and returns a reference to it. Small values (up to
  * the inline limit) stay in the client and travel inside task messages; larger ones go to a
  * worker's store once. The data is copied; the caller may reuse it on return.
- * @return 0; SPW_EINVAL for len 0; SPW_ETOOBIG if no store is large enough; SPW_ENOWORKER;
- *         SPW_EBACKPRESSURE if the store stayed full; SPW_ECLOSED. */
+ * An object larger than every store (or than spillway_opts.chunk_size) becomes a chunked
+ * object: chunks of a power-of-two size, each an object of its own spread over the workers'
+ * stores, under the one reference returned (released as one). spillway_get gathers it into the
+ * caller's buffer; a task given a view within one chunk reads that chunk in place; a task given
+ * a view across chunks, or the whole object, gets those bytes gathered first by a `concat`
+ * task (one copy of them, in one store: a whole object larger than every store cannot be a
+ * task's argument). spillway_map_blocks runs over its chunks without gathering it.
+ * @return 0; SPW_EINVAL for len 0; SPW_ETOOBIG if no store is large enough for a chunk;
+ *         SPW_ENOWORKER; SPW_EBACKPRESSURE if the store stayed full; SPW_ECLOSED. */
 SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len,
                                  spillway_ref *out, const char *site);
 #define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
@@ -331,6 +342,22 @@ SPILLWAY_API int spillway_map_blocks_at(spillway *c, const char *fn, spillway_re
 #define spillway_map_blocks(c, fn, input, shared, nshared, opts, results, nresults)                \
     spillway_map_blocks_at((c), (fn), (input), (shared), (nshared), (opts), (results),            \
                            (nresults), SPILLWAY_SITE)
+
+/** map_blocks over several objects as one job (one graph, one entry in spillway-ctl jobs):
+ * fn(view of block j of inputs[i], shared...) for every block of every input, inputs in order.
+ * opts.block_size cuts each input into blocks of that size (the last block of each input may
+ * be shorter); opts.nblocks cuts the inputs together into about that many blocks of one size.
+ * Without reduce, *results holds the blocks' kept results, input by input, block by block;
+ * with reduce, one result for all of them.
+ * @return as spillway_map_blocks; SPW_EINVAL also for no inputs. */
+SPILLWAY_API int spillway_map_blocks_list_at(spillway *c, const char *fn, const spillway_ref *inputs,
+                                             size_t ninputs, const spillway_arg *shared,
+                                             size_t nshared, const spillway_map_opts *opts,
+                                             spillway_ref **results, size_t *nresults,
+                                             const char *site);
+#define spillway_map_blocks_list(c, fn, inputs, ninputs, shared, nshared, opts, results, nresults)  \
+    spillway_map_blocks_list_at((c), (fn), (inputs), (ninputs), (shared), (nshared), (opts),       \
+                                (results), (nresults), SPILLWAY_SITE)
 
 /** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
  * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);

@@ -261,6 +261,15 @@ enum proto_arg_kind {
 #define PROTO_CHUNK_LAST 1u
 /** PUT_PLACE flags. */
 #define PROTO_PUT_CONTENT_ID 1u /* the id is a content hash: dedupe against an existing copy */
+/* The client can put the object in chunks: the scheduler may answer PUT_TARGET with a chunk
+ * size instead of a worker (an object larger than a store, or than F_PUTP_CHUNK_MAX). It then
+ * holds the object, pending, as the parent of its chunks, each put with PROTO_PUT_CHUNK. */
+#define PROTO_PUT_MAY_CHUNK 2u
+/* Chunk i of a chunked object being put: the id is spw_id_output(parent, 1 + i). The parent
+ * holds it (no CLIENT reference); chunks are spread over the workers. */
+#define PROTO_PUT_CHUNK 4u
+/* The most chunks of one chunked object: chunk i's id is spw_id_output(parent, 1 + i). */
+#define PROTO_CHUNKS_MAX (SPW_TASK_OUTPUTS_MAX - 1u)
 
 /** Indexes into HEARTBEAT's stats list (worker store figures). */
 enum proto_stat {
@@ -292,6 +301,7 @@ enum proto_stat {
     PROTO_STAT_NODE_BUDGET,     /* capacity + slots x task limit + margin, 0 = unbounded */
     PROTO_STAT_EXEC_RECYCLES,   /* executors replaced for memory or task count */
     PROTO_STAT_TASKS_CANCELLED, /* dropped before they started: their client went away */
+    PROTO_STAT_FETCHED_BYTES,   /* bytes of objects and views fetched from other workers */
     PROTO_STAT_COUNT
 };
 

@@ -225,7 +225,9 @@
     F(R_MOBJ_LOCS, locs, RECS, mloc)                                                               \
     F(R_MOBJ_INLINE, is_inline, U, 0) /* 1 if the value lives in the scheduler */             \
     N(R_MOBJ_NOUTS, nouts, U, 0) /* outputs of its task, sent when more than 1: the object is  \
-                                    output spw_id_output_index(id) of spw_id_output_task(id) */
+                                    output spw_id_output_index(id) of spw_id_output_task(id) */ \
+    N(R_MOBJ_CHUNKS, chunks, U, 0) /* a chunked object (index 0) or one of its chunks (index   \
+                                      1 + i of spw_id_output_task(id)): how many chunks */
 
 /* An output of a task after its first, in TASK_DONE / EXEC_DONE (the first is in their size and
  * value fields). */
@@ -325,7 +327,9 @@
     F(F_PUTP_SIZE, size, U, 0)                                                                     \
     F(F_PUTP_SITE, site, STR, PROTO_MAX_NAME)                                                      \
     F(F_PUTP_FLAGS, flags, U, 0) /* PROTO_PUT_* */                                                 \
-    N(F_PUTP_HOSTID, host_id, STR, PROTO_MAX_NAME) /* the client's host: prefer it */
+    N(F_PUTP_HOSTID, host_id, STR, PROTO_MAX_NAME) /* the client's host: prefer it */      \
+    N(F_PUTP_CHUNK_MAX, chunk_max, U, 0) /* PROTO_PUT_MAY_CHUNK: largest chunk the client      \
+                                            wants (0: the scheduler chooses) */
 
 #define PROTO_FIELDS_PUT_TARGET(F, N)                                                              \
     F(F_PUTT_ID, id, ID, 0)                                                                        \
@@ -333,7 +337,9 @@
     F(F_PUTT_ADDR, addr, STR, PROTO_MAX_NAME)                                                      \
     F(F_PUTT_HOSTID, host_id, STR, PROTO_MAX_NAME)                                                 \
     F(F_PUTT_LOCAL, local, STR, PROTO_MAX_NAME)                                                    \
-    F(F_PUTT_EXISTS, exists, U, 0)
+    F(F_PUTT_EXISTS, exists, U, 0)                                                                 \
+    N(F_PUTT_CHUNK, chunk, U, 0) /* not 0: put it as chunks of this many bytes (a chunked      \
+                                    object, PROTO_PUT_CHUNK); sent only for PROTO_PUT_MAY_CHUNK */
 
 #define PROTO_FIELDS_LOCATE(F, N)                                                                  \
     F(F_LOCATE_ID, id, ID, 0)                                                                      \
@@ -345,7 +351,9 @@
     F(F_LOC_SIZE, size, U, 0)                                                                      \
     F(F_LOC_INLINE, value, OPT_BIN, 0)                                                             \
     F(F_LOC_ERR, err, STR, PROTO_MAX_STR)                                                          \
-    F(F_LOC_LOCS, locs, RECS, loc)
+    F(F_LOC_LOCS, locs, RECS, loc)                                                                 \
+    N(F_LOC_CHUNK, chunk, U, 0) /* a chunked object: its chunks' size (chunk i, of at most     \
+                                   that many bytes, is spw_id_output(id, 1 + i)) */
 
 #define PROTO_FIELDS_RELEASE(F, N) F(F_RELEASE_IDS, ids, LIST_ID, 0)
 
