@@ -1,14 +1,18 @@
+/* Helpers shared by the end-to-end test files; see e2e_util.h. */
 #include "e2e_util.h"
 
 #include <dirent.h>
 #include <limits.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -67,6 +71,18 @@ uint64_t e2e_get_u64(spillway *cl, spillway_ref r)
     memcpy(&v, data, 8);
     spillway_free(data);
     return v;
+}
+
+void e2e_client_works(spillway *cl)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(41);
+    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(e2e_get_u64(cl, r), 42);
+    assert_int_equal(spillway_release(cl, r), 0);
 }
 
 typedef struct idle_arg {
@@ -152,4 +168,47 @@ uint64_t e2e_arena_resident(int pid)
     }
     closedir(d);
     return v;
+}
+
+void e2e__stop(h_cluster *c, spillway *cl, bool idle_first, const char *file, int line)
+{
+    if (idle_first)
+        _assert_true(e2e_cluster_idle(c, 20000), "e2e_cluster_idle(c, 20000)", file, line);
+    spillway_close(cl);
+    _assert_true(h_cluster_stop(c), "h_cluster_stop(c)", file, line);
+}
+
+pid_t e2e_client_fork(h_cluster *c, e2e_client_fn fn, void *arg, bool wait_ready)
+{
+    fflush(NULL);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        close(ready[0]);
+        spillway *cl = NULL;
+        if (spillway_connect(c->addr, NULL, &cl) != 0 || fn(cl, arg) != 0)
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        pause(); /* until killed */
+        _exit(0);
+    }
+    h_track(pid);
+    close(ready[1]);
+    if (wait_ready) {
+        char x;
+        assert_int_equal(read(ready[0], &x, 1), 1);
+    }
+    close(ready[0]);
+    return pid;
+}
+
+void e2e_client_kill(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
 }

@@ -37,9 +37,9 @@ static uint64_t le64(const uint8_t *p)
 
 /* Starts a scheduler and two one-slot workers with stores of `store` (a size argument),
  * allocations waiting `wait` ms, each spilling into its own directory, with the sort plugin. */
-static void cluster_two(h_cluster *c, const char *store, const char *wait)
+static h_cluster *cluster_two(const char *store, const char *wait)
 {
-    h_cluster_start(c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < 2; i++) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/spill%d", c->dir, i);
@@ -48,6 +48,7 @@ static void cluster_two(h_cluster *c, const char *store, const char *wait)
             dir,       "--plugin", SPW_SORT_PLUGIN,    NULL};
         h_worker_start(c, args);
     }
+    return c;
 }
 
 /* Whether any worker's log says an allocation gave up waiting for room. */
@@ -76,9 +77,8 @@ enum { SORT_BLOCKS = 16, SORT_BUCKETS = 10, SORT_BLOCK_VALUES = 1u << 20 /* 8 Mi
 static void sort_four_times_the_stores_completes(void **state)
 {
     (void)state;
-    h_cluster c;
-    cluster_two(&c, "32M", "3000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = cluster_two("32M", "3000");
+    spillway *cl = e2e_connect(c);
 
     uint64_t want[SORT_BUCKETS][3];
     memset(want, 0, sizeof want);
@@ -136,9 +136,8 @@ static void sort_four_times_the_stores_completes(void **state)
     }
     assert_int_equal(total, (uint64_t)SORT_BLOCKS * SORT_BLOCK_VALUES);
     assert_int_equal(spillway_release_many(cl, checks, SORT_BUCKETS), 0);
-    assert_false(a_worker_gave_up(&c));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_false(a_worker_gave_up(c));
+    E2E_STOP(c, cl);
 }
 
 enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
@@ -150,9 +149,8 @@ enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
 static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state)
 {
     (void)state;
-    h_cluster c;
-    cluster_two(&c, "16M", "3000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = cluster_two("16M", "3000");
+    spillway *cl = e2e_connect(c);
     uint64_t *buf = malloc(MAP_CHUNK);
     assert_non_null(buf);
     spillway_ref chunks[MAP_CHUNKS], out[MAP_CHUNKS];
@@ -186,11 +184,10 @@ static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state
         assert_int_equal(len, want[k] * 8);
         spillway_free(data);
     }
-    assert_false(a_worker_gave_up(&c));
+    assert_false(a_worker_gave_up(c));
     assert_int_equal(spillway_release_many(cl, out, MAP_CHUNKS), 0);
     assert_int_equal(spillway_release_many(cl, chunks, MAP_CHUNKS), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 /* Waits for r, a task that must fail at once with SPW_ETOOBIG and a text naming it and the
@@ -215,15 +212,14 @@ static void fails_at_once(spillway *cl, spillway_ref r, uint64_t t0)
 static void a_task_that_cannot_fit_fails_at_once(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
     const char *const args[] = {
         "--slots", "1", "--store-capacity", "16M", "--alloc-wait", "20000", "--spill-dir",
         dir,       NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *buf = calloc(1, 10u << 20);
     assert_non_null(buf);
     spillway_ref a, b;
@@ -256,22 +252,14 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_release(cl, cat);
     spillway_release(cl, a);
     spillway_release(cl, b);
-    assert_false(a_worker_gave_up(&c));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_dump_unstopped();
-    return 0;
+    assert_false(a_worker_gave_up(c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(sort_four_times_the_stores_completes, teardown),
-    cmocka_unit_test_teardown(map_blocks_of_three_quarters_of_the_store_never_give_up, teardown),
-    cmocka_unit_test_teardown(a_task_that_cannot_fit_fails_at_once, teardown),
+    H_CASE(sort_four_times_the_stores_completes),
+    H_CASE(map_blocks_of_three_quarters_of_the_store_never_give_up),
+    H_CASE(a_task_that_cannot_fit_fails_at_once),
 };
 
 SPW_TEST_MAIN(tests)

@@ -40,9 +40,8 @@ static bool one_worker_did_all(void *arg)
 static void chain_results_are_right(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 2);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_simple(2);
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref prev;
     spillway_arg a = spillway_arg_u64(7);
@@ -55,7 +54,7 @@ static void chain_results_are_right(void **state)
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
     assert_int_equal(e2e_get_u64(cl, prev), 7 + CHAIN);
-    done_count d = {&c, CHAIN};
+    done_count d = {c, CHAIN};
     assert_true(h_eventually(one_worker_did_all, &d, 20000));
     assert_int_equal(spillway_release(cl, prev), 0);
 
@@ -78,9 +77,7 @@ static void chain_results_are_right(void **state)
         assert_int_equal(e2e_get_u64(cl, len), sizes[k]);
         assert_int_equal(spillway_release(cl, len), 0);
     }
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* A task failing mid-chain fails everything after it, as if each had been dispatched after it
@@ -89,9 +86,8 @@ static void chain_results_are_right(void **state)
 static void failing_producer_in_a_chain(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 2);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_simple(2);
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref before, bad, prev;
     spillway_arg a = spillway_arg_u64(1);
@@ -116,7 +112,7 @@ static void failing_producer_in_a_chain(void **state)
     assert_int_equal(e2e_get_u64(cl, before), 3);
     spillway_ref all[] = {before, bad, prev};
     assert_int_equal(spillway_release_many(cl, all, 3), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
 
     /* The cluster goes on: a chain after it is right. */
     g = spillway_graph_new(cl);
@@ -130,14 +126,12 @@ static void failing_producer_in_a_chain(void **state)
     spillway_graph_free(g);
     assert_int_equal(e2e_get_u64(cl, prev), 50);
     assert_int_equal(spillway_release(cl, prev), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(chain_results_are_right),
-    cmocka_unit_test(failing_producer_in_a_chain),
+    H_CASE(chain_results_are_right),
+    H_CASE(failing_producer_in_a_chain),
 };
 
 SPW_TEST_MAIN(tests)

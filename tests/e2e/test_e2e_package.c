@@ -95,16 +95,15 @@ static void log_cb(int level, const char *msg)
 static void library_warns_once_each_on_stderr_by_default(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 1);
-    job_arg a = {&c, 3};
+    h_cluster *c = h_cluster_simple(1);
+    job_arg a = {c, 3};
     char *err = capture_stderr(embedding_job, &a);
     assert_int_equal(count(err, "embeds a 100.0 KiB argument"), 1);
     assert_int_equal(count(err, "graph of 1 tasks carried 100.0 KiB"), 1);
     assert_int_equal(count(err, "libspillway: warning: "), 2);
     assert_null(strstr(err, "<4>"));
     free(err);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* With a callback, every message up to the level goes there, repeats included, and none to
@@ -112,10 +111,9 @@ static void library_warns_once_each_on_stderr_by_default(void **state)
 static void library_log_callback_gets_every_message_up_to_its_level(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 1);
+    h_cluster *c = h_cluster_simple(1);
     spillway_set_log(log_cb, SPILLWAY_LOG_WARN);
-    job_arg a = {&c, 3};
+    job_arg a = {c, 3};
     char *err = capture_stderr(embedding_job, &a);
     assert_string_equal(err, "");
     free(err);
@@ -128,7 +126,7 @@ static void library_log_callback_gets_every_message_up_to_its_level(void **state
     assert_string_equal(err, "");
     free(err);
     assert_int_equal(logged[SPILLWAY_LOG_WARN], 0);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* ------------------------------------------------------------ under journald */
@@ -139,12 +137,9 @@ static void library_log_callback_gets_every_message_up_to_its_level(void **state
 static void daemon_lines_under_journald_carry_no_ident_and_no_ready(void **state)
 {
     (void)state;
-    h_cluster c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.dir, sizeof c.dir, "/tmp/spillway-e2e.XXXXXX");
-    assert_non_null(mkdtemp(c.dir));
+    h_cluster *c = h_cluster_bare();
     char log[600], sock[108];
-    snprintf(log, sizeof log, "%s/journal.log", c.dir);
+    snprintf(log, sizeof log, "%s/journal.log", c->dir);
     snprintf(sock, sizeof sock, "/tmp/spw-journal-notify-%d", (int)getpid());
     unlink(sock);
     int lfd = open(log, O_WRONLY | O_CREAT, 0644);
@@ -163,7 +158,7 @@ static void daemon_lines_under_journald_carry_no_ident_and_no_ready(void **state
     setenv("NOTIFY_SOCKET", sock, 1);
     const char *argv[] = {h_bin("spillway-scheduler"), "--listen", "127.0.0.1:0", "--http", "none",
                           NULL};
-    pid_t pid = h_spawn(&c, argv, "journal");
+    pid_t pid = h_spawn(c, argv, "journal");
     unsetenv("JOURNAL_STREAM");
     unsetenv("NOTIFY_SOCKET");
     struct timeval tv = {30, 0};
@@ -181,15 +176,15 @@ static void daemon_lines_under_journald_carry_no_ident_and_no_ready(void **state
     assert_non_null(fgets(text, 65536, f));
     fclose(f);
     assert_true(strncmp(text, "<5>listening on 127.0.0.1:", 26) == 0);
-    snprintf(c.addr, sizeof c.addr, "%s", text + 16);
-    c.addr[strcspn(c.addr, "\n")] = '\0';
+    snprintf(c->addr, sizeof c->addr, "%s", text + 16);
+    c->addr[strcspn(c->addr, "\n")] = '\0';
     spillway *cl;
-    assert_int_equal(spillway_connect(c.addr, NULL, &cl), 0);
+    assert_int_equal(spillway_connect(c->addr, NULL, &cl), 0);
     spillway_close(cl);
     /* Stopped like a worker of the harness: SIGTERM, a bounded wait (then SIGKILL). */
-    c.nworkers = 1;
-    c.workers[0].pid = pid;
-    int status = h_worker_kill(&c, 0, SIGTERM);
+    c->nworkers = 1;
+    c->workers[0].pid = pid;
+    int status = h_worker_kill(c, 0, SIGTERM);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     f = fopen(log, "r");
     assert_non_null(f);
@@ -201,9 +196,7 @@ static void daemon_lines_under_journald_carry_no_ident_and_no_ready(void **state
     assert_null(strstr(text, "spillway-scheduler["));
     assert_null(strstr(text, "READY "));
     free(text);
-    unlink(log);
     unlink(sock);
-    rmdir(c.dir);
 }
 
 /* ---------------------------------------------------------------- the secret */
@@ -231,35 +224,34 @@ static void write_file(const char *path, const char *text, mode_t mode)
 static void secret_comes_from_options_then_environment(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    assert_int_equal(chmod(c.secret_file, 0640), 0);
+    h_cluster *c = h_cluster_start(true, NULL);
+    assert_int_equal(chmod(c->secret_file, 0640), 0);
     const char *wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
-    h_worker_start(&c, wargs); /* a worker reads the 0640 file */
+    h_worker_start(c, wargs); /* a worker reads the 0640 file */
     char wrong[600], open_[600];
-    snprintf(wrong, sizeof wrong, "%s/wrong", c.dir);
-    snprintf(open_, sizeof open_, "%s/open", c.dir);
+    snprintf(wrong, sizeof wrong, "%s/wrong", c->dir);
+    snprintf(open_, sizeof open_, "%s/open", c->dir);
     write_file(wrong, "another-cluster-secret\n", 0600); /* 16+ bytes: refused as wrong */
     write_file(open_, "e2e-cluster-secret\n", 0644);
 
     unsetenv("SPILLWAY_SECRET_FILE");
-    assert_int_equal(connect_null(&c), SPW_EAUTH); /* no secret anywhere (no /etc/spillway) */
-    setenv("SPILLWAY_SECRET_FILE", c.secret_file, 1);
-    assert_int_equal(connect_null(&c), 0);
+    assert_int_equal(connect_null(c), SPW_EAUTH); /* no secret anywhere (no /etc/spillway) */
+    setenv("SPILLWAY_SECRET_FILE", c->secret_file, 1);
+    assert_int_equal(connect_null(c), 0);
     setenv("SPILLWAY_SECRET_FILE", wrong, 1);
-    assert_int_equal(connect_null(&c), SPW_EAUTH);
+    assert_int_equal(connect_null(c), SPW_EAUTH);
     spillway_opts o;
     spillway_opts_init(&o);
-    o.secret_file = c.secret_file; /* the options win over the environment */
+    o.secret_file = c->secret_file; /* the options win over the environment */
     spillway *cl;
-    assert_int_equal(spillway_connect(c.addr, &o, &cl), 0);
+    assert_int_equal(spillway_connect(c->addr, &o, &cl), 0);
     spillway_close(cl);
     setenv("SPILLWAY_SECRET_FILE", open_, 1);
-    assert_int_equal(connect_null(&c), SPW_EACCES);
+    assert_int_equal(connect_null(c), SPW_EACCES);
 
     /* spillway-ctl, no --secret-file: the environment. */
-    setenv("SPILLWAY_SECRET_FILE", c.secret_file, 1);
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "status", NULL};
+    setenv("SPILLWAY_SECRET_FILE", c->secret_file, 1);
+    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "status", NULL};
     char *out = NULL;
     assert_int_equal(h_run(argv, &out), 0);
     assert_non_null(strstr(out, "workers: 1"));
@@ -276,7 +268,7 @@ static void secret_comes_from_options_then_environment(void **state)
     assert_int_not_equal(h_run(sargv, &out), 0);
     assert_non_null(strstr(out, "0640"));
     free(out);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* In a mount namespace of its own with a tmpfs over /etc: /etc/spillway/secret is used when
@@ -309,16 +301,15 @@ static int etc_child(h_cluster *c, const char *secret_text)
 static void secret_falls_back_to_etc_spillway_secret(void **state)
 {
     (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
+    h_cluster *c = h_cluster_start(true, NULL);
     char errlog[600];
-    snprintf(errlog, sizeof errlog, "%s/child.err", c.dir);
+    snprintf(errlog, sizeof errlog, "%s/child.err", c->dir);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         int fd = open(errlog, O_WRONLY | O_CREAT | O_TRUNC, 0666);
         dup2(fd, 2);
-        _exit(etc_child(&c, "e2e-cluster-secret\n"));
+        _exit(etc_child(c, "e2e-cluster-secret\n"));
     }
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -329,20 +320,20 @@ static void secret_falls_back_to_etc_spillway_secret(void **state)
     if (fgets(line, sizeof line, f) == NULL)
         line[0] = '\0';
     fclose(f);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
     if (WEXITSTATUS(status) == 77) /* no mount namespace here (not root) */
-        skip();
+        h_skip();
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_non_null(strstr(line, "libspillway: warning: /etc/spillway/secret: Permission denied: "
                                  "connecting without a cluster secret"));
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(library_warns_once_each_on_stderr_by_default),
-    cmocka_unit_test(library_log_callback_gets_every_message_up_to_its_level),
-    cmocka_unit_test(daemon_lines_under_journald_carry_no_ident_and_no_ready),
-    cmocka_unit_test(secret_comes_from_options_then_environment),
-    cmocka_unit_test(secret_falls_back_to_etc_spillway_secret),
+    H_CASE(library_warns_once_each_on_stderr_by_default),
+    H_CASE(library_log_callback_gets_every_message_up_to_its_level),
+    H_CASE(daemon_lines_under_journald_carry_no_ident_and_no_ready),
+    H_CASE(secret_comes_from_options_then_environment),
+    H_CASE(secret_falls_back_to_etc_spillway_secret),
 };
 
 SPW_TEST_MAIN(tests)

@@ -2,11 +2,9 @@
  * which arena mapping each gets, the connection cap, configuration mistakes, and error
  * reporting. Real daemons on 127.0.0.1 with ephemeral ports; a case that needs root (to run a
  * helper as another user) exits 77, which ctest reports as SKIP, when not root. */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -16,43 +14,24 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "wire_client.h"
 #include "spillway/proto.h"
 
 #define SKIP_CODE 77
 
-static h_cluster g_cluster;
+/* The case's cluster, where helpers below start it (the harness owns it). */
+static h_cluster *g_cluster;
 static void errmsg_has(spillway *cl, const char *want);
-static bool g_running;
 
-static bool cluster_stop(h_cluster *c)
-{
-    g_running = false;
-    return h_cluster_stop(c);
-}
-
-/* The case's one-worker cluster (teardown stops it, with its logs, if an assertion fails). */
+/* The case's one-worker cluster. */
 static h_cluster *one_worker_cluster(void)
 {
-    h_cluster_simple(&g_cluster, 1);
-    g_running = true;
-    return &g_cluster;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    if (g_running) {
-        fprintf(stderr, "case failed: daemon logs follow\n");
-        h_dump_logs(&g_cluster);
-        g_running = false;
-        h_cluster_stop(&g_cluster);
-    }
-    return 0;
+    g_cluster = h_cluster_simple(1);
+    return g_cluster;
 }
 
 static void need_root(void)
@@ -96,10 +75,9 @@ static void local_socket_refuses_other_uid_and_client_reads_over_tcp(void **stat
 {
     (void)state;
     need_root();
-    one_worker_cluster();
-    assert_int_equal(run_probe(&g_cluster, "refused"), 0);
-    assert_true(e2e_cluster_idle(&g_cluster, 20000));
-    assert_true(cluster_stop(&g_cluster));
+    h_cluster *c = h_cluster_simple(1);
+    assert_int_equal(run_probe(c, "refused"), 0);
+    E2E_FINISH(c, NULL);
 }
 
 /* With --local-group nogroup, nobody (whose primary group that is) may map the arena: a reader
@@ -111,14 +89,12 @@ static void local_group_member_gets_read_only_arena_for_reads(void **state)
     need_root();
     if (getgrnam("nogroup") == NULL)
         fail_msg("no group nogroup");
-    h_cluster_start(&g_cluster, false, NULL);
-    g_running = true;
+    h_cluster *c = h_cluster_start(false, NULL);
     static const char *const args[] = {"--slots", "1", "--store-capacity", "256M",
                                        "--local-group", "nogroup", NULL};
-    h_worker_start(&g_cluster, args);
-    assert_int_equal(run_probe(&g_cluster, "allowed"), 0);
-    assert_true(e2e_cluster_idle(&g_cluster, 20000));
-    assert_true(cluster_stop(&g_cluster));
+    h_worker_start(c, args);
+    assert_int_equal(run_probe(c, "allowed"), 0);
+    E2E_FINISH(c, NULL);
 }
 
 /* A --local-group member whose membership is one supplementary group among more than 256 (the
@@ -132,85 +108,17 @@ static void local_group_member_with_many_groups_gets_in(void **state)
     struct group *gr = getgrnam("nogroup");
     if (gr == NULL)
         fail_msg("no group nogroup");
-    h_cluster_start(&g_cluster, false, NULL);
-    g_running = true;
+    h_cluster *c = h_cluster_start(false, NULL);
     static const char *const args[] = {"--slots", "1", "--store-capacity", "256M",
                                        "--local-group", "nogroup", NULL};
-    h_worker_start(&g_cluster, args);
+    h_worker_start(c, args);
     char supp[16];
     snprintf(supp, sizeof supp, "%u", (unsigned)gr->gr_gid);
-    assert_int_equal(run_probe_as(&g_cluster, "allowed", "39999", supp), 0);
-    assert_true(e2e_cluster_idle(&g_cluster, 20000));
-    assert_true(cluster_stop(&g_cluster));
+    assert_int_equal(run_probe_as(c, "allowed", "39999", supp), 0);
+    E2E_FINISH(c, NULL);
 }
 
 /* ============================================================ connection caps */
-
-/* A raw TCP connection to addr with 30 s receive timeouts. */
-static int raw_connect(const char *addr)
-{
-    char host[64];
-    int port;
-    assert_int_equal(spw_addr_split(addr, host, &port), 0);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sin;
-    memset(&sin, 0, sizeof sin);
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0)
-        fail_msg("connect %s: %s", addr, strerror(errno));
-    return fd;
-}
-
-/* Reads the first frame the daemon sends: 1 with its type and error code/message, 0 if the
- * daemon closed the connection without a frame, -1 on timeout. */
-static int raw_first_frame(int fd, uint32_t *type, int64_t *code, char *msg, size_t msglen)
-{
-    uint8_t buf[8192];
-    size_t len = 0;
-    for (;;) {
-        proto_limits lim;
-        proto_limits_default(&lim);
-        msgpack_zone z;
-        msgpack_zone_init(&z, 4096);
-        proto_msg m;
-        int rc = proto_decode(buf, len, &lim, &z, &m);
-        if (rc > 0) {
-            *type = m.type;
-            *code = m.type == PROTO_ERROR ? m.f[F_ERROR_CODE].i : 0;
-            if (m.type == PROTO_ERROR)
-                proto_str(&m.f[F_ERROR_MSG], msg, msglen);
-            msgpack_zone_destroy(&z);
-            return 1;
-        }
-        msgpack_zone_destroy(&z);
-        assert_true(rc == 0 && len < sizeof buf);
-        ssize_t n = recv(fd, buf + len, sizeof buf - len, 0);
-        if (n == 0 || (n < 0 && errno == ECONNRESET))
-            return 0;
-        if (n < 0)
-            return errno == EINTR ? raw_first_frame(fd, type, code, msg, msglen) : -1;
-        len += (size_t)n;
-    }
-}
-
-/* Lines of a daemon's log that contain needle. */
-static int log_count(const h_proc *p, const char *needle)
-{
-    FILE *f = fopen(p->log, "re");
-    if (f == NULL)
-        return 0;
-    char line[2048];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL)
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
 
 typedef struct log_arg {
     const h_proc *p;
@@ -220,20 +128,7 @@ typedef struct log_arg {
 static bool logged_cond(void *arg)
 {
     log_arg *a = arg;
-    return log_count(a->p, a->needle) > 0;
-}
-
-/* The client does a round trip: an inc task on 41 gives 42. */
-static void client_works(spillway *cl)
-{
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref r;
-    spillway_arg a = spillway_arg_u64(41);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_int_equal(e2e_get_u64(cl, r), 42);
-    assert_int_equal(spillway_release(cl, r), 0);
+    return h_log_count(a->p, a->needle) > 0;
 }
 
 static int ctl_workers(h_cluster *c)
@@ -285,9 +180,7 @@ static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
 {
     (void)state;
     static const char *const sargs[] = {"--max-connections", "8", NULL};
-    h_cluster_start(&g_cluster, false, sargs);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = h_cluster_start(false, sargs);
     static const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
     h_worker_start(c, wargs);
     enum { QUOTA = 4 };
@@ -300,23 +193,24 @@ static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
         assert_int_equal(rc, SPW_ELIMIT);
         assert_null(extra);
     }
-    assert_int_equal(log_count(&c->sched, "too many connections: 4 clients connected"), 1);
+    assert_int_equal(h_log_count(&c->sched, "too many connections: 4 clients connected"), 1);
     /* The reserved room: a new worker registers and spillway-ctl answers. */
     h_worker_start(c, wargs);
     assert_int_equal(ctl_workers(c), 2);
-    client_works(cl[0]);
-    client_works(cl[QUOTA - 1]);
+    e2e_client_works(cl[0]);
+    e2e_client_works(cl[QUOTA - 1]);
 
     /* Scheduler connections now: 4 clients + 2 workers (+ spillway-ctl's, until the scheduler
      * has seen it go). Raw connections fill the rest of the cap of 8; the next one is refused
      * before its handshake. */
-    int raw[4], nraw = 0;
+    wire *raw[4];
+    int nraw = 0;
     uint32_t type = 0;
     int64_t code = 0;
     char msg[512] = "";
     while (nraw < 4) {
-        raw[nraw] = raw_connect(c->addr);
-        assert_int_equal(raw_first_frame(raw[nraw++], &type, &code, msg, sizeof msg), 1);
+        raw[nraw] = wire_open(c->addr);
+        assert_int_equal(wire_first_frame(raw[nraw++], &type, &code, msg, sizeof msg), 1);
         if (type != PROTO_CHALLENGE)
             break;
     }
@@ -325,25 +219,24 @@ static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
     fprintf(stderr, "refusal after %d raw connections: %s\n", nraw - 1, msg);
     assert_non_null(strstr(msg, "too many connections: --max-connections 8 reached"));
     for (int i = 0; i < nraw; i++)
-        close(raw[i]);
+        wire_close(raw[i]);
     int port;
     char host[64];
     assert_int_equal(spw_addr_split(c->addr, host, &port), 0);
     conns_arg ca = {port, 6};
     assert_true(h_eventually(conns_at_most, &ca, 20000)); /* the scheduler saw them go */
-    assert_int_equal(log_count(&c->sched, "--max-connections 8 reached"), 1);
+    assert_int_equal(h_log_count(&c->sched, "--max-connections 8 reached"), 1);
     /* Once those are gone there is room again. */
     assert_int_equal(ctl_workers(c), 2);
-    client_works(cl[1]);
+    e2e_client_works(cl[1]);
     for (int i = 0; i < QUOTA; i++)
         spillway_close(cl[i]);
     ca.most = 2;
     assert_true(h_eventually(conns_at_most, &ca, 20000));
     spillway *again = e2e_connect(c);
-    client_works(again);
+    e2e_client_works(again);
     spillway_close(again);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* The same on a worker's peer port: with --max-connections 8, four clients uploading over TCP
@@ -352,9 +245,7 @@ static void connection_cap_refuses_clients_but_not_workers_or_ctl(void **state)
 static void worker_connection_cap_keeps_room_for_workers(void **state)
 {
     (void)state;
-    h_cluster_start(&g_cluster, false, NULL);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = h_cluster_start(false, NULL);
     static const char *const w0[] = {"--slots", "1", "--store-capacity", "64M",
                                      "--max-connections", "8", NULL};
     h_worker_start(c, w0);
@@ -376,7 +267,7 @@ static void worker_connection_cap_keeps_room_for_workers(void **state)
             errmsg_has(cl[i], "limit exceeded");
         }
     }
-    assert_int_equal(log_count(&c->workers[0], "too many connections: 4 clients connected"), 1);
+    assert_int_equal(h_log_count(&c->workers[0], "too many connections: 4 clients connected"), 1);
     static const char *const w1[] = {"--slots", "1", "--store-capacity", "64M", NULL};
     h_worker_start(c, w1);
     assert_int_equal(spillway_broadcast(cl[0], r[0], 0), 0); /* worker 1 fetched it from 0 */
@@ -390,8 +281,7 @@ static void worker_connection_cap_keeps_room_for_workers(void **state)
             assert_int_equal(spillway_release(cl[i], r[i]), 0);
         spillway_close(cl[i]);
     }
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* CPU seconds the process has used (user + system). */
@@ -438,14 +328,15 @@ static void accept_survives_emfile_without_spinning(void **state)
     low.rlim_max = old.rlim_max;
     assert_int_equal(prlimit(pid, RLIMIT_NOFILE, &low, NULL), 0);
     enum { N = 40 };
-    int fds[N], challenged = 0, closed = 0;
+    wire *fds[N];
+    int challenged = 0, closed = 0;
     for (int i = 0; i < N; i++)
-        fds[i] = raw_connect(c->addr);
+        fds[i] = wire_open(c->addr);
     for (int i = 0; i < N; i++) {
         uint32_t type;
         int64_t code;
         char msg[256];
-        int rc = raw_first_frame(fds[i], &type, &code, msg, sizeof msg);
+        int rc = wire_first_frame(fds[i], &type, &code, msg, sizeof msg);
         assert_true(rc >= 0); /* answered or closed, never left hanging */
         if (rc == 1)
             challenged++;
@@ -456,7 +347,7 @@ static void accept_survives_emfile_without_spinning(void **state)
     assert_true(closed > 0);
     log_arg la = {&c->sched, "raise the descriptor limit"};
     assert_true(h_eventually(logged_cond, &la, 20000));
-    assert_int_equal(log_count(&c->sched, "raise the descriptor limit"), 1);
+    assert_int_equal(h_log_count(&c->sched, "raise the descriptor limit"), 1);
     /* With the table still full, the scheduler is idle: no accept busy loop. */
     double cpu0 = proc_cpu_s(pid);
     poll(NULL, 0, 1000);
@@ -466,13 +357,12 @@ static void accept_survives_emfile_without_spinning(void **state)
     /* Descriptors again: the limit back up (the held connections stay, and count). */
     assert_int_equal(prlimit(pid, RLIMIT_NOFILE, &old, NULL), 0);
     for (int i = 0; i < N; i++)
-        close(fds[i]);
+        wire_close(fds[i]);
     assert_int_equal(ctl_workers(c), 1);
     spillway *cl = e2e_connect(c);
-    client_works(cl);
+    e2e_client_works(cl);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* Established TCP connections to or from port (both ends: the daemon's accepted socket and the
@@ -533,8 +423,7 @@ static void every_tcp_connection_has_keepalive(void **state)
     assert_true(h_eventually(ka_cond, &a, 20000));
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* ============================================================ configuration */
@@ -748,9 +637,7 @@ static void errmsg_has(spillway *cl, const char *want)
 static void every_failing_call_sets_errmsg(void **state)
 {
     (void)state;
-    h_cluster_start(&g_cluster, false, NULL);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *plugin = getenv("SPW_TEST_PLUGIN") ? getenv("SPW_TEST_PLUGIN") : SPW_TEST_PLUGIN;
     const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--plugin", plugin, NULL};
     h_worker_start(c, args);
@@ -797,8 +684,7 @@ static void every_failing_call_sets_errmsg(void **state)
     assert_int_equal(spillway_release(cl, t2), 0);
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* Releasing references once the scheduler connection is gone says so (SPW_ECLOSED), for one
@@ -813,7 +699,7 @@ static void release_on_closed_connection_is_eclosed(void **state)
     spillway_ref r[3];
     for (int i = 0; i < 3; i++)
         assert_int_equal(spillway_put(cl, big, sizeof big, &r[i]), 0);
-    assert_true(cluster_stop(c)); /* the scheduler is gone: our connection is closed */
+    E2E_STOP(c, NULL); /* the scheduler is gone: our connection is closed */
     assert_int_equal(spillway_release_many(cl, r, 2), SPW_ECLOSED);
     errmsg_has(cl, "is closed");
     assert_int_equal(spillway_release(cl, r[2]), SPW_ECLOSED);
@@ -831,9 +717,7 @@ static void release_many_fits_a_small_max_frame(void **state)
     (void)state;
     const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
                                  "4K", NULL};
-    h_cluster_start(&g_cluster, false, sargs);
-    g_running = true;
-    h_cluster *c = &g_cluster;
+    h_cluster *c = h_cluster_start(false, sargs);
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
     h_worker_start(c, wargs);
     spillway *cl = e2e_connect(c);
@@ -851,8 +735,7 @@ static void release_many_fits_a_small_max_frame(void **state)
     assert_int_equal(spillway_release_many(cl, r, N), 0);
     free(r);
     assert_true(e2e_cluster_idle(c, 20000)); /* the scheduler holds none of them */
-    spillway_close(cl);
-    assert_true(cluster_stop(c));
+    E2E_STOP(c, cl);
 }
 
 /* ============================================================ silent peers */
@@ -876,10 +759,10 @@ static spillway *stall_client(int ms, const char *fn, uint64_t arg, spillway_gra
 static void call_on_a_stopped_scheduler_times_out(void **state)
 {
     (void)state;
-    h_cluster *c = &g_cluster;
     spillway_graph *g;
     spillway_ref r;
     spillway *cl = stall_client(600, "inc", 1, &g, &r);
+    h_cluster *c = g_cluster;
     assert_int_equal(spillway_set_stall_timeout(cl, -1), SPW_EINVAL);
     assert_int_equal(kill(c->sched.pid, SIGSTOP), 0);
     int rc = spillway_submit(g);
@@ -890,8 +773,7 @@ static void call_on_a_stopped_scheduler_times_out(void **state)
     spillway_ref r2;
     static uint8_t b[300000]; /* above the inline limit: it needs the scheduler */
     assert_int_equal(spillway_put(cl, b, sizeof b, &r2), SPW_ECLOSED);
-    spillway_close(cl);
-    assert_true(cluster_stop(c));
+    E2E_STOP(c, cl);
 }
 
 /* A client with a 600 ms stall timeout whose kept sleep_ms(60 s) (*r) is submitted on a cluster
@@ -911,14 +793,14 @@ static spillway *client_of_a_stopped_scheduler(h_cluster *c, spillway_ref *r)
     }
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    assert_int_equal(kill(g_cluster.sched.pid, SIGSTOP), 0);
+    assert_int_equal(kill(g_cluster->sched.pid, SIGSTOP), 0);
     return cl;
 }
 
 /* The scheduler goes on; the client's wait on it (rc) failed as a stall naming it. */
 static void stopped_scheduler_wait_failed(spillway *cl, int rc)
 {
-    assert_int_equal(kill(g_cluster.sched.pid, SIGCONT), 0);
+    assert_int_equal(kill(g_cluster->sched.pid, SIGCONT), 0);
     assert_int_equal(rc, SPW_ETIMEDOUT);
     errmsg_has(cl, "sent nothing for 600 ms");
     spillway_close(cl);
@@ -934,11 +816,11 @@ static void wait_on_a_stopped_scheduler_names_it(void **state)
     spillway *cl = client_of_a_stopped_scheduler(NULL, &r);
     stopped_scheduler_wait_failed(cl, spillway_wait(cl, &r, 1, -1));
 
-    cl = client_of_a_stopped_scheduler(&g_cluster, &r);
+    cl = client_of_a_stopped_scheduler(g_cluster, &r);
     void *data = NULL;
     size_t len = 0;
     stopped_scheduler_wait_failed(cl, spillway_get(cl, r, -1, &data, &len));
-    assert_true(cluster_stop(&g_cluster));
+    E2E_STOP(g_cluster, NULL);
 }
 
 /* A program that polls (short waits in a loop, its own work between them) on a scheduler that
@@ -955,7 +837,7 @@ static void polling_waits_on_a_stopped_scheduler_find_it_silent(void **state)
            polls++ < 300)
         rc = spillway_wait(cl, &r, 1, 100);
     stopped_scheduler_wait_failed(cl, rc);
-    assert_true(cluster_stop(&g_cluster));
+    E2E_STOP(g_cluster, NULL);
 }
 
 /* The stall timeout is about silence, not about how long the answer takes: a result that
@@ -964,10 +846,10 @@ static void polling_waits_on_a_stopped_scheduler_find_it_silent(void **state)
 static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
 {
     (void)state;
-    h_cluster *c = &g_cluster;
     spillway_graph *g;
     spillway_ref r;
     spillway *cl = stall_client(300, "sleep_ms", 2000, &g, &r);
+    h_cluster *c = g_cluster;
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
     void *data = NULL;
@@ -976,8 +858,7 @@ static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
     spillway_free(data);
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* Silence while no call waits is not a stall: a client busy elsewhere for longer than its stall
@@ -989,11 +870,11 @@ static void slow_answer_from_a_live_scheduler_is_not_a_stall(void **state)
 static void idle_spell_before_a_wait_is_not_a_stall(void **state)
 {
     (void)state;
-    h_cluster *c = &g_cluster;
     spillway_graph *g;
     spillway_ref r;
     spillway_ref first;
     spillway *cl = stall_client(3000, "sleep_ms", 600, &g, &first);
+    h_cluster *c = g_cluster;
     spillway_arg a = spillway_arg_u64(6000);
     assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
     assert_int_equal(spillway_submit(g), 0);
@@ -1006,8 +887,7 @@ static void idle_spell_before_a_wait_is_not_a_stall(void **state)
     assert_int_equal(spillway_release(cl, first), 0);
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 /* A put over TCP to a worker that stopped reading (SIGSTOP, once the connection is up) fails
@@ -1043,30 +923,29 @@ static void put_to_a_stopped_worker_times_out(void **state)
     spillway_free(data);
     assert_int_equal(spillway_release(cl, first), 0);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(c, 20000));
-    assert_true(cluster_stop(c));
+    E2E_FINISH(c, NULL);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(local_socket_refuses_other_uid_and_client_reads_over_tcp, teardown),
-    cmocka_unit_test_teardown(local_group_member_gets_read_only_arena_for_reads, teardown),
-    cmocka_unit_test_teardown(local_group_member_with_many_groups_gets_in, teardown),
-    cmocka_unit_test_teardown(connection_cap_refuses_clients_but_not_workers_or_ctl, teardown),
-    cmocka_unit_test_teardown(worker_connection_cap_keeps_room_for_workers, teardown),
-    cmocka_unit_test_teardown(accept_survives_emfile_without_spinning, teardown),
-    cmocka_unit_test_teardown(every_tcp_connection_has_keepalive, teardown),
-    cmocka_unit_test(config_file_mistakes_name_file_line_and_key),
-    cmocka_unit_test(config_cross_checks_refuse_with_a_reason),
-    cmocka_unit_test(secret_and_path_mistakes_name_the_path),
-    cmocka_unit_test_teardown(every_failing_call_sets_errmsg, teardown),
-    cmocka_unit_test_teardown(release_on_closed_connection_is_eclosed, teardown),
-    cmocka_unit_test_teardown(release_many_fits_a_small_max_frame, teardown),
-    cmocka_unit_test_teardown(call_on_a_stopped_scheduler_times_out, teardown),
-    cmocka_unit_test_teardown(wait_on_a_stopped_scheduler_names_it, teardown),
-    cmocka_unit_test_teardown(polling_waits_on_a_stopped_scheduler_find_it_silent, teardown),
-    cmocka_unit_test_teardown(slow_answer_from_a_live_scheduler_is_not_a_stall, teardown),
-    cmocka_unit_test_teardown(idle_spell_before_a_wait_is_not_a_stall, teardown),
-    cmocka_unit_test_teardown(put_to_a_stopped_worker_times_out, teardown),
+    H_CASE(local_socket_refuses_other_uid_and_client_reads_over_tcp),
+    H_CASE(local_group_member_gets_read_only_arena_for_reads),
+    H_CASE(local_group_member_with_many_groups_gets_in),
+    H_CASE(connection_cap_refuses_clients_but_not_workers_or_ctl),
+    H_CASE(worker_connection_cap_keeps_room_for_workers),
+    H_CASE(accept_survives_emfile_without_spinning),
+    H_CASE(every_tcp_connection_has_keepalive),
+    H_CASE(config_file_mistakes_name_file_line_and_key),
+    H_CASE(config_cross_checks_refuse_with_a_reason),
+    H_CASE(secret_and_path_mistakes_name_the_path),
+    H_CASE(every_failing_call_sets_errmsg),
+    H_CASE(release_on_closed_connection_is_eclosed),
+    H_CASE(release_many_fits_a_small_max_frame),
+    H_CASE(call_on_a_stopped_scheduler_times_out),
+    H_CASE(wait_on_a_stopped_scheduler_names_it),
+    H_CASE(polling_waits_on_a_stopped_scheduler_find_it_silent),
+    H_CASE(slow_answer_from_a_live_scheduler_is_not_a_stall),
+    H_CASE(idle_spell_before_a_wait_is_not_a_stall),
+    H_CASE(put_to_a_stopped_worker_times_out),
 };
 
 SPW_TEST_MAIN(tests)

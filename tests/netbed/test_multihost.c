@@ -25,15 +25,14 @@ static void need_bed(void)
 {
     if (getenv("NETBED_PREFIX") == NULL) {
         fprintf(stderr, "SKIP: not on the netbed (run under tests/netbed/netbed.sh)\n");
-        skip();
+        h_skip();
     }
 }
 
 /* The bed's cluster; extra arguments for the scheduler and for every worker. */
-static void bed_start(h_cluster *c, const char *const *sargs, const char *cap,
-                      const char *reconnect)
+static h_cluster *bed_start(const char *const *sargs, const char *cap, const char *reconnect)
 {
-    h_cluster_start_on(c, "host1", true, sargs);
+    h_cluster *c = h_cluster_start_on("host1", true, sargs);
     for (int i = 0; i < NW; i++) {
         const char *v[16];
         int n = 0;
@@ -57,6 +56,7 @@ static void bed_start(h_cluster *c, const char *const *sargs, const char *cap,
         v[n] = NULL;
         h_worker_start_on(c, worker_hosts[i], v);
     }
+    return c;
 }
 
 static json_t *worker_by_name(json_t *status, const char *name)
@@ -159,13 +159,12 @@ static void cluster_across_hosts_by_name(void **state)
 {
     (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "64M", "30000");
-    assert_int_equal(strncmp(c.addr, "host1:", 6), 0);
+    h_cluster *c = bed_start(NULL, "64M", "30000");
+    assert_int_equal(strncmp(c->addr, "host1:", 6), 0);
 
     /* What each worker advertises: its bound address, the address of its interface towards
      * the scheduler for the wildcard, the name it was given for --advertise. */
-    json_t *st = e2e_ctl_json(&c, "status");
+    json_t *st = e2e_ctl_json(c, "status");
     assert_non_null(st);
     static const char *const want_addr[NW] = {"10.213.0.2:", "10.213.0.3:", "10.213.0.4:",
                                               "host5:"};
@@ -178,7 +177,7 @@ static void cluster_across_hosts_by_name(void **state)
     }
     json_decref(st);
 
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
 
     /* Scatter: one copy on every host, identical everywhere, listed by spillway-ctl memory. */
@@ -191,7 +190,7 @@ static void cluster_across_hosts_by_name(void **state)
     uint64_t want = XXH3_64bits(data, n);
     for (int i = 0; i < NW; i++)
         assert_int_equal(checksum_on(cl, r, worker_names[i]), want);
-    json_t *mem = e2e_ctl_json(&c, "memory");
+    json_t *mem = e2e_ctl_json(c, "memory");
     assert_non_null(mem);
     json_t *objs = json_object_get(mem, "objects");
     bool found = false;
@@ -207,8 +206,8 @@ static void cluster_across_hosts_by_name(void **state)
     assert_true(found);
     assert_int_equal(json_array_size(json_object_get(mem, "nodes")), NW);
     json_decref(mem);
-    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file",
-                               c.secret_file, "memory", NULL};
+    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--secret-file",
+                               c->secret_file,        "memory",      NULL};
     char *text = NULL;
     assert_int_equal(h_run(text_argv, &text), 0);
     for (int k = 0; k < NW; k++)
@@ -236,10 +235,9 @@ static void cluster_across_hosts_by_name(void **state)
     free(input);
     free(data);
 
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 static bool some_store_spilled(void *arg)
@@ -264,9 +262,8 @@ static void spilling_job_across_hosts(void **state)
 {
     (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "16M", "30000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(NULL, "16M", "30000");
+    spillway *cl = e2e_connect(c);
     enum { N = 40, SIZE = 2u << 20 };
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref out[N];
@@ -278,7 +275,7 @@ static void spilling_job_across_hosts(void **state)
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
     assert_int_equal(spillway_wait(cl, out, N, 120000), 0);
-    assert_true(h_eventually(some_store_spilled, &c, 20000));
+    assert_true(h_eventually(some_store_spilled, c, 20000));
     uint8_t *want = malloc(SIZE);
     for (int i = 0; i < N; i++) {
         void *data;
@@ -292,10 +289,9 @@ static void spilling_job_across_hosts(void **state)
     }
     free(want);
     assert_int_equal(spillway_release_many(cl, out, N), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 static int netbed(const char *what, const char *host, const char *arg)
@@ -357,10 +353,9 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
 {
     (void)state;
     need_bed();
-    h_cluster c;
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    bed_start(&c, sargs, "64M", "1000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(sargs, "64M", "1000");
+    spillway *cl = e2e_connect(c);
     enum { N = 24, SIZE = 256u << 10 };
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref sums[N];
@@ -379,7 +374,7 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     }
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    busy_arg b = {&c, "w2"};
+    busy_arg b = {c, "w2"};
     assert_true(h_eventually(worker_busy, &b, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
     assert_true(h_eventually(worker_gone, &b, 20000));
@@ -391,7 +386,7 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     free(buf);
     assert_int_equal(spillway_release_many(cl, sums, N), 0);
     assert_int_equal(netbed("link", "host2", "up"), 0);
-    assert_true(h_eventually(all_registered, &c, 30000));
+    assert_true(h_eventually(all_registered, c, 30000));
     /* The next job: a task that only w2 may run. */
     spillway_graph *g2 = spillway_graph_new(cl);
     spillway_graph_place(g2, "w2");
@@ -403,10 +398,9 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     assert_int_equal(e2e_get_u64(cl, r), 42);
     assert_int_equal(spillway_release(cl, r), 0);
     cross_host_transfers_are_exact(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 /* A partition in the middle of a worker-to-worker fetch: the fetching worker hears nothing more
@@ -417,17 +411,16 @@ static void partition_mid_fetch_fails_over(void **state)
 {
     (void)state;
     need_bed();
-    h_cluster c;
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    h_cluster_start_on(&c, "host1", true, sargs);
+    h_cluster *c = h_cluster_start_on("host1", true, sargs);
     for (int i = 0; i < 2; i++) {
         const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
                                  "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
                                  NULL};
-        h_worker_start_on(&c, worker_hosts[i], v);
+        h_worker_start_on(c, worker_hosts[i], v);
     }
     assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     enum { SIZE = 32u << 20 };
     uint8_t pat[3] = {0x11, 0x22, 0x33};
     spillway_graph *g = spillway_graph_new(cl);
@@ -444,7 +437,7 @@ static void partition_mid_fetch_fails_over(void **state)
     assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sum), 0);
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
-    busy_arg w3 = {&c, "w3"};
+    busy_arg w3 = {c, "w3"};
     assert_true(h_eventually(worker_busy, &w3, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
     uint8_t *buf = malloc(SIZE);
@@ -457,12 +450,11 @@ static void partition_mid_fetch_fails_over(void **state)
     assert_int_equal(spillway_release_many(cl, all, 2), 0);
     assert_int_equal(netbed("link", "host2", "up"), 0);
     assert_int_equal(netbed("shape", "host2", "0"), 0);
-    busy_arg w2 = {&c, "w2"};
+    busy_arg w2 = {c, "w2"};
     assert_true(h_eventually(worker_present, &w2, 30000));
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 /* kill -9 of the scheduler on host1 mid-job; the client hears SPW_ECLOSED at once; a scheduler
@@ -471,9 +463,8 @@ static void scheduler_restart_on_host1(void **state)
 {
     (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "64M", "2000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(NULL, "64M", "2000");
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref kept[NW], slow[NW];
     for (int i = 0; i < NW; i++) {
@@ -487,7 +478,7 @@ static void scheduler_restart_on_host1(void **state)
     assert_int_equal(spillway_submit(g), 0);
     spillway_graph_free(g);
     assert_int_equal(spillway_wait(cl, kept, NW, 60000), 0);
-    int ws = h_sched_kill(&c, SIGKILL);
+    int ws = h_sched_kill(c, SIGKILL);
     assert_true(WIFSIGNALED(ws));
     void *out;
     size_t len;
@@ -497,14 +488,14 @@ static void scheduler_restart_on_host1(void **state)
     assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
     free(big);
     spillway_close(cl);
-    h_sched_restart(&c, NULL);
-    assert_true(h_eventually(all_registered, &c, 10000));
-    cl = e2e_connect(&c);
+    h_sched_restart(c, NULL);
+    assert_true(h_eventually(all_registered, c, 10000));
+    cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, NULL);
 }
 
 /* A name that does not resolve on the bed is a clear error naming it (the bed's resolver has
@@ -523,22 +514,13 @@ static void unresolvable_scheduler_name_is_named(void **state)
     free(text);
 }
 
-/* A case that failed left before stopping its cluster: its daemons' logs are what tells why
- * (a failure under load may not come again). */
-static int logs_if_failed(void **state)
-{
-    (void)state;
-    h_dump_unstopped();
-    return 0;
-}
-
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(cluster_across_hosts_by_name, logs_if_failed),
-    cmocka_unit_test_teardown(spilling_job_across_hosts, logs_if_failed),
-    cmocka_unit_test_teardown(partition_mid_job_then_worker_serves_next_job, logs_if_failed),
-    cmocka_unit_test_teardown(partition_mid_fetch_fails_over, logs_if_failed),
-    cmocka_unit_test_teardown(scheduler_restart_on_host1, logs_if_failed),
-    cmocka_unit_test_teardown(unresolvable_scheduler_name_is_named, logs_if_failed),
+    H_CASE(cluster_across_hosts_by_name),
+    H_CASE(spilling_job_across_hosts),
+    H_CASE(partition_mid_job_then_worker_serves_next_job),
+    H_CASE(partition_mid_fetch_fails_over),
+    H_CASE(scheduler_restart_on_host1),
+    H_CASE(unresolvable_scheduler_name_is_named),
 };
 
 SPW_TEST_MAIN(tests)
