@@ -17,12 +17,43 @@ spillway *e2e_connect(h_cluster *c);
 json_t *e2e_ctl_json(h_cluster *c, const char *cmd);
 /* The client does a round trip: an inc task on 41 gives 42 (released after). */
 void e2e_client_works(spillway *cl);
+/* Fails the test unless the client's last error text contains want (printed either way). */
+void e2e_errmsg_has(spillway *cl, const char *want);
+/* Writes text to path (created or truncated) and gives it mode. */
+void e2e_write_file(const char *path, const char *text, mode_t mode);
 /* Fetches a u64 result. */
 uint64_t e2e_get_u64(spillway *cl, spillway_ref r);
 /* Waits until the scheduler reports no objects and no unfinished tasks. */
 bool e2e_cluster_idle(h_cluster *c, int deadline_ms);
 /* Sum of "used" over the workers in a status document. */
 uint64_t e2e_used_bytes(json_t *status);
+/* Sum of "used" over the workers in a fresh `spillway-ctl status`, into *used; false (and
+ * *used untouched) if that fails. */
+bool e2e_status_used(h_cluster *c, uint64_t *used);
+/* Sum of the workers' memory.FIELD ("pinned", "peak_used", "tasks_done"...) in a fresh
+ * `spillway-ctl status`; 0 if that fails. */
+uint64_t e2e_memory_sum(h_cluster *c, const char *field);
+/* Submits graph g, asserting success (a failure is reported at the caller's line), and frees
+ * it; the caller's line is the graph's call site, as with spillway_submit. */
+#define E2E_SUBMIT(g) e2e__submit((g), SPILLWAY_SITE, __FILE__, __LINE__)
+void e2e__submit(spillway_graph *g, const char *site, const char *file, int line);
+/* Submits one kept task fn(x) in a graph of its own and returns its result. The caller's line
+ * is the task's and the graph's call site, as with spillway_task and spillway_submit. */
+#define e2e_submit_u64(cl, fn, x) e2e__submit_u64((cl), (fn), (x), SPILLWAY_SITE)
+spillway_ref e2e__submit_u64(spillway *cl, const char *fn, uint64_t x, const char *site);
+/* A datagram socket bound at path (removed first): what NOTIFY_SOCKET names for a daemon. */
+int e2e_notify_socket(const char *path);
+/* Receives one notification from fd within timeout_s seconds into msg (NUL-terminated); the
+ * test fails if none comes. */
+void e2e_notify_recv(int fd, int timeout_s, char *msg, size_t len);
+/* Entries of a directory, the dot files aside; 0 if it cannot be read. */
+int e2e_dir_entries(const char *path);
+/* Blocks allocated to the files behind a process's descriptors whose link contains `what`
+ * (the arena's memfd, the spill environment's unlinked data.mdb), counted once per file. */
+uint64_t e2e_fd_blocks(int pid, const char *what);
+/* A node's memory: the private memory of worker pid and of its executors plus the pages its
+ * arena holds. */
+uint64_t e2e_node_memory(int pid);
 /* A "Name:  N kB" field of /proc/PID/status, in KiB; 0 if the process or field is gone. */
 long e2e_status_kib(int pid, const char *field);
 /* Bytes of shared memory a worker's arena holds (its memfd's allocated blocks), counted once

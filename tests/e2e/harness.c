@@ -182,7 +182,8 @@ int h_case_setup(void **state)
 
 void h_case_run(void **state)
 {
-    current->fn(state);
+    (void)state;
+    current->fn();
     current->finished = true;
 }
 
@@ -476,12 +477,17 @@ int h_worker_start_on(h_cluster *c, const char *host, const char *const *args)
     return worker_start(c, host, args);
 }
 
+void h_workers_start(h_cluster *c, int n, const char *const *args)
+{
+    for (int i = 0; i < n; i++)
+        h_worker_start(c, args);
+}
+
 h_cluster *h_cluster_simple(int n)
 {
     h_cluster *c = h_cluster_start(false, NULL);
     static const char *const args[] = {"--slots", "1", "--store-capacity", "256M", NULL};
-    for (int i = 0; i < n; i++)
-        h_worker_start(c, args);
+    h_workers_start(c, n, args);
     return c;
 }
 

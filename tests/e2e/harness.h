@@ -44,7 +44,7 @@ typedef struct h_cluster {
 
 /* One case: the test function and whether it returned (an assertion leaves it by longjmp). */
 typedef struct h_case {
-    void (*fn)(void **state);
+    void (*fn)(void);
     bool finished;
 } h_case;
 
@@ -52,8 +52,9 @@ int h_case_setup(void **state);
 void h_case_run(void **state);
 int h_case_teardown(void **state);
 
-/** A CMUnitTest for fn run under the harness's life cycle (see the top of this file). The
- * case table is a file-scope array, so the compound literal has static storage. */
+/** A CMUnitTest for `static void fn(void)` run under the harness's life cycle (see the top of
+ * this file). The case table is a file-scope array, so the compound literal has static
+ * storage. */
 #define H_CASE(fn)                                                                                 \
     {                                                                                              \
 #fn, h_case_run, h_case_setup, h_case_teardown, &(h_case)                                  \
@@ -80,6 +81,8 @@ h_cluster *h_cluster_start(bool secret, const char *const *sched_args);
 h_cluster *h_cluster_bare(void);
 /** Starts a worker with extra args (NULL-terminated). Returns its index. */
 int h_worker_start(h_cluster *c, const char *const *args);
+/** Starts n workers with the same extra args. */
+void h_workers_start(h_cluster *c, int n, const char *const *args);
 
 /* Multi-host runs, under tests/netbed/netbed.sh (NETBED_PREFIX set): the daemon starts on the
  * bed's host ("host1"...) through `ip netns exec`, listening on that host's name (extra args

@@ -74,9 +74,8 @@ enum { SORT_BLOCKS = 16, SORT_BUCKETS = 10, SORT_BLOCK_VALUES = 1u << 20 /* 8 Mi
  * must not take in more tasks than its store can hold, or the running sort's output waits for
  * room held by the inputs of the tasks queued behind it. Each sorted bucket is checked by a
  * task (ascending, in its bucket) and its count, xor and sum against the generated values. */
-static void sort_four_times_the_stores_completes(void **state)
+static void sort_four_times_the_stores_completes(void)
 {
-    (void)state;
     h_cluster *c = cluster_two("32M", "3000");
     spillway *cl = e2e_connect(c);
 
@@ -116,8 +115,7 @@ static void sort_four_times_the_stores_completes(void **state)
                               spillway_arg_u64(SORT_BUCKETS)};
         assert_int_equal(spillway_task(g, "check", ca, 3, SPILLWAY_KEEP, &checks[j]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
 
     int rc = spillway_wait(cl, checks, SORT_BUCKETS, 120000);
     if (rc != 0)
@@ -146,9 +144,8 @@ enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
  * (one bucket of its chunk's values): a worker takes the next task's chunk in only once the
  * running one is done with its own, so no fetch or restore of a chunk waits for room (ahead of
  * the running task's output) until --alloc-wait gives up. */
-static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state)
+static void map_blocks_of_three_quarters_of_the_store_never_give_up(void)
 {
-    (void)state;
     h_cluster *c = cluster_two("16M", "3000");
     spillway *cl = e2e_connect(c);
     uint64_t *buf = malloc(MAP_CHUNK);
@@ -209,9 +206,8 @@ static void fails_at_once(spillway *cl, spillway_ref r, uint64_t t0)
 /* A task whose output cannot fit beside its pinned input (10 MiB + 10 MiB in a 16 MiB store),
  * and one whose inputs alone cannot (two of 10 MiB), fail at once rather than after
  * --alloc-wait, each naming the task, its bytes and the capacity. */
-static void a_task_that_cannot_fit_fails_at_once(void **state)
+static void a_task_that_cannot_fit_fails_at_once(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/spill", c->dir);
@@ -233,8 +229,7 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_ref echo;
     assert_int_equal(spillway_task(g, "echo", &one, 1, SPILLWAY_KEEP, &echo), 0);
     uint64_t t0 = now_ms();
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     fails_at_once(cl, echo, t0);
     assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* inputs + output */
 
@@ -243,8 +238,7 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_ref cat;
     assert_int_equal(spillway_task(g, "concat", two, 2, SPILLWAY_KEEP, &cat), 0);
     t0 = now_ms();
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     fails_at_once(cl, cat, t0);
     assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* its inputs */
 

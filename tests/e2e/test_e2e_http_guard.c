@@ -345,9 +345,8 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void http_metrics_answer_under_a_thousand_hostile_connections(void **state)
+static void http_metrics_answer_under_a_thousand_hostile_connections(void)
 {
-    (void)state;
     raise_nofile(ATTACKERS + 256);
     h_cluster *c = start(NULL);
     int port = http_port(c);
@@ -414,9 +413,8 @@ static void http_metrics_answer_under_a_thousand_hostile_connections(void **stat
     E2E_STOP(c, NULL);
 }
 
-static void http_caps_connections_per_address(void **state)
+static void http_caps_connections_per_address(void)
 {
-    (void)state;
     raise_nofile(512);
     h_cluster *c = start(NULL);
     int port = http_port(c);
@@ -453,9 +451,8 @@ static void http_caps_connections_per_address(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void http_releases_half_sent_requests_at_once(void **state)
+static void http_releases_half_sent_requests_at_once(void)
 {
-    (void)state;
     raise_nofile(1024);
     h_cluster *c = start(NULL);
     int port = http_port(c);
@@ -495,9 +492,8 @@ static void http_releases_half_sent_requests_at_once(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void http_full_answers_503(void **state)
+static void http_full_answers_503(void)
 {
-    (void)state;
     /* A small descriptor limit, inherited by the scheduler, makes the total small enough to
      * fill: it takes an eighth of the limit. */
     struct rlimit rl = {1024, 1024};
@@ -534,9 +530,8 @@ static void http_full_answers_503(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void http_refuses_foreign_host_names(void **state)
+static void http_refuses_foreign_host_names(void)
 {
-    (void)state;
     h_cluster *c = start(NULL);
     int port = http_port(c);
     char p[16];
@@ -569,9 +564,8 @@ static void http_refuses_foreign_host_names(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void http_host_option_adds_names(void **state)
+static void http_host_option_adds_names(void)
 {
-    (void)state;
     const char *const extra[] = {"--http-host", "dash.example", "--http-host",
                                  "b.example,[::2]", NULL};
     h_cluster *c = start(extra);
@@ -603,9 +597,8 @@ static void http_host_option_adds_names(void **state)
     }
 }
 
-static void http_get_with_a_body_is_400(void **state)
+static void http_get_with_a_body_is_400(void)
 {
-    (void)state;
     h_cluster *c = start(NULL);
     int port = http_port(c);
     static const struct {
@@ -646,9 +639,8 @@ static bool worker_listed(void *arg)
     return ok;
 }
 
-static void ctl_json_status_round_trips_a_utf8_worker_name(void **state)
+static void ctl_json_status_round_trips_a_utf8_worker_name(void)
 {
-    (void)state;
     h_cluster *c = start(NULL);
     const char *name = "w\xc3\xb6rker";
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "32M", "--name", name, NULL};

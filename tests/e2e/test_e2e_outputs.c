@@ -47,9 +47,8 @@ static void check_output(spillway *cl, spillway_ref r, uint32_t i, uint64_t size
     spillway_free(data);
 }
 
-static void outputs_read_back_byte_by_byte(void **state)
+static void outputs_read_back_byte_by_byte(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     h_worker_start(c, worker_args);
     spillway *cl = e2e_connect(c);
@@ -120,9 +119,8 @@ static bool memory_listing_empty(void *arg)
 
 /* Outputs nobody holds go as soon as their task ends; the one a later task reads goes after
  * that task; the stores end empty. */
-static void unreferenced_outputs_are_released(void **state)
+static void unreferenced_outputs_are_released(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     h_worker_start(c, worker_args);
     spillway *cl = e2e_connect(c);
@@ -157,9 +155,8 @@ static void expect_failure(spillway *cl, spillway_ref r, const char *part)
         fail_msg("error \"%s\" does not say \"%s\"", spillway_errmsg(cl), part);
 }
 
-static void wrong_number_of_outputs_fails_clearly(void **state)
+static void wrong_number_of_outputs_fails_clearly(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     h_worker_start(c, worker_args);
     spillway *cl = e2e_connect(c);
@@ -194,9 +191,8 @@ static void wrong_number_of_outputs_fails_clearly(void **state)
 
 /* One worker runs functions of a version-1 plugin and of a version-2 one, a version-1 function
  * in a graph with many-output tasks. */
-static void abi_v1_and_v2_plugins_side_by_side(void **state)
+static void abi_v1_and_v2_plugins_side_by_side(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     h_worker_start(c, worker_args);
     spillway *cl = e2e_connect(c);
@@ -223,9 +219,8 @@ static void abi_v1_and_v2_plugins_side_by_side(void **state)
 
 /* One stored output of a task lives only on a worker that is SIGKILLed: the task runs once more,
  * on the other worker, and every output reads back right afterwards. */
-static void lost_output_is_remade_by_running_its_task_again(void **state)
+static void lost_output_is_remade_by_running_its_task_again(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     h_worker_start(c, worker_args);
     spillway *cl = e2e_connect(c);

@@ -57,26 +57,12 @@ typedef struct probe {
     pthread_t th;
 } probe;
 
-static uint64_t worker_memory(int pid)
-{
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
-    FILE *f = fopen(path, "r");
-    int child;
-    while (f != NULL && fscanf(f, "%d", &child) == 1)
-        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
-    if (f != NULL)
-        fclose(f);
-    return v;
-}
-
 static void *probe_run(void *arg)
 {
     probe *p = arg;
     while (!atomic_load(&p->stop)) {
         for (int i = 0; i < p->c->nworkers; i++) {
-            uint64_t m = worker_memory(p->c->workers[i].pid);
+            uint64_t m = e2e_node_memory(p->c->workers[i].pid);
             if (m > p->peak[i])
                 p->peak[i] = m;
         }
@@ -97,13 +83,11 @@ static bool entries_gone(void *arg)
 
 /* A job whose outputs are ten times the stores' capacity, all kept referenced, completes; every
  * byte checks; the stores spill; each worker stays within its capacity plus a fixed margin. */
-static void job_ten_times_capacity_completes_with_flat_memory(void **state)
+static void job_ten_times_capacity_completes_with_flat_memory(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--spill-dir", "/var/tmp", NULL};
-    h_worker_start(c, args);
-    h_worker_start(c, args);
+    h_workers_start(c, 2, args);
     probe p = {.c = c};
     pthread_create(&p.th, NULL, probe_run, &p);
     spillway *cl = e2e_connect(c);
@@ -122,8 +106,7 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
             assert_int_equal(spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &outs[i]), 0);
         }
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, outs, N, 300000), 0);
     /* Read everything back on the workers (restoring what was spilled)... */
     g = spillway_graph_new(cl);
@@ -131,8 +114,7 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
         spillway_arg a = spillway_arg_ref(outs[i]);
         assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &sums[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint8_t *want = malloc(OBJ);
     for (int i = 0; i < N; i++) {
         if (i % 2 == 0)
@@ -172,9 +154,8 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
     E2E_STOP(c, cl);
 }
 
-static void larger_than_any_store_fails_clearly(void **state)
+static void larger_than_any_store_fails_clearly(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", NULL};
     h_worker_start(c, args);
@@ -188,8 +169,7 @@ static void larger_than_any_store_fails_clearly(void **state)
     spillway_graph *g = spillway_graph_new(cl);
     spillway_arg a = spillway_arg_u64(n);
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, r, 60000, &out, &len), SPW_ETOOBIG);
@@ -210,9 +190,8 @@ static bool none_pinned(void *arg)
 
 /* Views pin objects; a store full of pinned objects makes an allocation wait, then fail with a
  * clear error, and the worker keeps serving. */
-static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
+static void pinned_memory_gives_back_pressure_then_a_clear_error(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "300",
                                 "--pause-threshold", "1.0", "--spill-threshold", "1.0", NULL};
@@ -232,8 +211,7 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     spillway_ref big;
     spillway_arg a = spillway_arg_u64(8u << 20);
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &big), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, big, 60000, &out, &len), SPW_EBACKPRESSURE);
@@ -249,8 +227,7 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     g = spillway_graph_new(cl);
     spillway_ref ok;
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &ok), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_get(cl, ok, 60000, &out, &len), 0);
     assert_int_equal(len, 8u << 20);
     spillway_free(out);
@@ -284,9 +261,8 @@ static bool task_ready_not_assigned(void *arg)
 }
 
 /* Above the pause threshold a worker gets no new tasks until it drops below. */
-static void paused_worker_gets_no_tasks_until_memory_drops(void **state)
+static void paused_worker_gets_no_tasks_until_memory_drops(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", NULL};
     h_worker_start(c, args);
@@ -300,12 +276,7 @@ static void paused_worker_gets_no_tasks_until_memory_drops(void **state)
         assert_int_equal(spillway_get_view(cl, objs[i], 10000, &views[i]), 0);
     }
     assert_true(h_eventually(worker_paused, c, 10000)); /* 15 of 16 MiB pinned */
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref r;
-    spillway_arg a = spillway_arg_u64(41);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    spillway_ref r = e2e_submit_u64(cl, "inc", 41);
     /* The task waits, ready but not sent to the paused worker. */
     assert_true(h_eventually(task_ready_not_assigned, c, 5000));
     assert_int_equal(spillway_wait(cl, &r, 1, 300), SPW_ETIMEDOUT);
@@ -322,9 +293,8 @@ static void paused_worker_gets_no_tasks_until_memory_drops(void **state)
 
 /* A spill map too small to grow: spills fail cleanly, what is in memory stays readable, and
  * the allocation that cannot be served says the spill storage is full. */
-static void full_spill_map_fails_cleanly_nothing_lost(void **state)
+static void full_spill_map_fails_cleanly_nothing_lost(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "500",
                                 "--spill-map-size", "1M", "--spill-map-max", "4M", NULL};
@@ -357,18 +327,6 @@ static void full_spill_map_fails_cleanly_nothing_lost(void **state)
     E2E_STOP(c, cl);
 }
 
-static int dir_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    int n = 0;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    if (d != NULL)
-        closedir(d);
-    return n;
-}
-
 static bool spilled_something(void *arg)
 {
     return worker_figure(arg, 0, "spilled_bytes") > 0;
@@ -384,9 +342,8 @@ static bool no_worker_left(void *arg)
 
 /* A worker killed with data spilled leaves no file behind; a new one on the same directory
  * starts clean (spill data belongs to the process that wrote it: see README). */
-static void killed_worker_leaves_no_spill_files(void **state)
+static void killed_worker_leaves_no_spill_files(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/spill", c->dir);
@@ -401,7 +358,7 @@ static void killed_worker_leaves_no_spill_files(void **state)
     }
     assert_true(h_eventually(spilled_something, c, 20000));
     h_worker_kill(c, 0, SIGKILL);
-    assert_int_equal(dir_entries(dir), 0);
+    assert_int_equal(e2e_dir_entries(dir), 0);
     /* A get before the scheduler has seen the connection drop would still be sent to the dead
      * worker (a connection error, not the loss); await the scheduler counting no worker. */
     assert_true(h_eventually(no_worker_left, c, 20000));
@@ -424,7 +381,7 @@ static void killed_worker_leaves_no_spill_files(void **state)
     assert_int_equal(spillway_release_many(cl, objs, 8), 0);
     free(data);
     E2E_STOP(c, cl);
-    assert_int_equal(dir_entries(dir), 0);
+    assert_int_equal(e2e_dir_entries(dir), 0);
 }
 
 static const struct CMUnitTest tests[] = {

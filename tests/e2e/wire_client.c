@@ -25,41 +25,46 @@ const char *wire_err_name(int64_t code)
     return spw_err_name((int)code);
 }
 
-wire *wire_open(const char *addr)
+/* A socket of this domain with the read and write timeouts, and the state of a connection;
+ * the caller connects w->fd. */
+static wire *wire_new(int domain)
 {
     if (sodium_init() < 0)
         fail_msg("sodium_init failed");
-    char host[64];
-    int port;
-    if (spw_addr_split(addr, host, &port) != 0)
-        fail_msg("bad address %s", addr);
     wire *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    w->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    w->fd = socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(w->fd >= 0);
     struct timeval tv = {WIRE_TIMEOUT_S, 0};
     setsockopt(w->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(w->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    int one = 1;
-    setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    msgpack_zone_init(&w->zone, 4096);
+    proto_limits_default(&w->lim);
+    return w;
+}
+
+wire *wire_open(const char *addr)
+{
+    char host[64];
+    int port;
+    if (spw_addr_split(addr, host, &port) != 0)
+        fail_msg("bad address %s", addr);
     struct sockaddr_in sin;
     memset(&sin, 0, sizeof sin);
     sin.sin_family = AF_INET;
     sin.sin_port = htons((uint16_t)port);
     if (inet_pton(AF_INET, strcmp(host, "localhost") == 0 ? "127.0.0.1" : host, &sin.sin_addr) != 1)
         fail_msg("bad host %s", host);
+    wire *w = wire_new(AF_INET);
+    int one = 1;
+    setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(w->fd, (struct sockaddr *)&sin, sizeof sin) != 0)
         fail_msg("connect to %s: %s", addr, strerror(errno));
-    msgpack_zone_init(&w->zone, 4096);
-    proto_limits_default(&w->lim);
     return w;
 }
 
-/* Connects to worker pid's local socket ("@spillway-worker-PID-XXXXXXXX" in /proc/net/unix). */
 wire *wire_open_local(int pid)
 {
-    if (sodium_init() < 0)
-        fail_msg("sodium_init failed");
     FILE *f = fopen("/proc/net/unix", "re");
     assert_non_null(f);
     char line[512], want[64], name[108] = "";
@@ -74,23 +79,15 @@ wire *wire_open_local(int pid)
     fclose(f);
     if (name[0] == '\0')
         fail_msg("no local socket of worker %d in /proc/net/unix", pid);
-    wire *w = calloc(1, sizeof *w);
-    assert_non_null(w);
-    w->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(w->fd >= 0);
-    struct timeval tv = {WIRE_TIMEOUT_S, 0};
-    setsockopt(w->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(w->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_un sun;
     memset(&sun, 0, sizeof sun);
     sun.sun_family = AF_UNIX;
     size_t n = strlen(name);
     memcpy(sun.sun_path + 1, name + 1, n - 1); /* abstract: a NUL where the '@' is */
     socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    wire *w = wire_new(AF_UNIX);
     if (connect(w->fd, (struct sockaddr *)&sun, alen) != 0)
         fail_msg("connect to %s: %s", name, strerror(errno));
-    msgpack_zone_init(&w->zone, 4096);
-    proto_limits_default(&w->lim);
     return w;
 }
 
@@ -312,7 +309,7 @@ const spw_buf *wire_hello_frame(wire *w, const hello_args *a)
     proto_put_bin(e, proof, sizeof proof);
     proto_put_u(e, (uint64_t)getpid());
     proto_put_str(e, "e2e-wire-host");
-    proto_put_str(e, "test_e2e_wire");
+    proto_put_str(e, "wire_client");
     if (a->worker_addr != NULL) {
         proto_put_arr(e, 5);
         proto_put_str(e, a->worker_addr);
@@ -415,7 +412,7 @@ void wire_send_put_place(wire *w, uint64_t req, spw_id id, uint64_t size)
     proto_enc *e = wire_begin(w, PROTO_PUT_PLACE, req, 4);
     proto_put_id(e, id);
     proto_put_u(e, size);
-    proto_put_str(e, "test_e2e_wire.c");
+    proto_put_str(e, "wire_client.c");
     proto_put_u(e, 0);
     wire_end(w);
 }
@@ -444,7 +441,7 @@ void wire_put_task(proto_enc *e, const raw_task *t)
         proto_put_u(e, a->len);
     }
     proto_put_u(e, t->flags);
-    proto_put_str(e, "test_e2e_wire.c");
+    proto_put_str(e, "wire_client.c");
 }
 
 void wire_send_submit(wire *w, uint64_t req, uint64_t graph, uint64_t flags, const raw_task *ts,

@@ -78,8 +78,7 @@ static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
     spillway_ref out;
     spillway_arg a = spillway_arg_ref(r);
     assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint64_t v = e2e_get_u64(cl, out);
     assert_int_equal(spillway_release(cl, out), 0);
     return v;
@@ -109,8 +108,7 @@ static void cross_host_transfers_are_exact(spillway *cl)
         spillway_graph_place(g, worker_names[i]);
         assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &joined[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint8_t *want = malloc(2 * PART);
     for (int i = 0; i < NW; i++) {
         void *out;
@@ -129,12 +127,8 @@ static void cross_host_transfers_are_exact(spillway *cl)
 
 static bool stores_empty(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used == 0;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used == 0;
 }
 
 static bool all_registered(void *arg)
@@ -155,9 +149,8 @@ static bool all_registered(void *arg)
 
 /* Everything by name across hosts: addresses advertised, transfers, a scatter to every host,
  * map_blocks with a shared argument, and spillway-ctl memory seeing every host's store. */
-static void cluster_across_hosts_by_name(void **state)
+static void cluster_across_hosts_by_name(void)
 {
-    (void)state;
     need_bed();
     h_cluster *c = bed_start(NULL, "64M", "30000");
     assert_int_equal(strncmp(c->addr, "host1:", 6), 0);
@@ -258,9 +251,8 @@ static bool some_store_spilled(void *arg)
 }
 
 /* Kept outputs worth more than the four stores together: they spill, and come back exact. */
-static void spilling_job_across_hosts(void **state)
+static void spilling_job_across_hosts(void)
 {
-    (void)state;
     need_bed();
     h_cluster *c = bed_start(NULL, "16M", "30000");
     spillway *cl = e2e_connect(c);
@@ -272,8 +264,7 @@ static void spilling_job_across_hosts(void **state)
         spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
         assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &out[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, out, N, 120000), 0);
     assert_true(h_eventually(some_store_spilled, c, 20000));
     uint8_t *want = malloc(SIZE);
@@ -349,9 +340,8 @@ static bool worker_gone(void *arg)
 /* host2's link goes down mid-job: the scheduler drops w2 after its heartbeat timeout, its
  * tasks run elsewhere, what only it held is made again; the job completes exactly. The link
  * comes back, w2 registers again as a new worker and runs a task bound to it. */
-static void partition_mid_job_then_worker_serves_next_job(void **state)
+static void partition_mid_job_then_worker_serves_next_job(void)
 {
-    (void)state;
     need_bed();
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
     h_cluster *c = bed_start(sargs, "64M", "1000");
@@ -372,8 +362,7 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
         spillway_arg b = spillway_arg_ref(part);
         assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sums[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     busy_arg b = {c, "w2"};
     assert_true(h_eventually(worker_busy, &b, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
@@ -393,8 +382,7 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     spillway_ref r;
     spillway_arg a = spillway_arg_u64(41);
     assert_int_equal(spillway_task(g2, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g2), 0);
-    spillway_graph_free(g2);
+    E2E_SUBMIT(g2);
     assert_int_equal(e2e_get_u64(cl, r), 42);
     assert_int_equal(spillway_release(cl, r), 0);
     cross_host_transfers_are_exact(cl);
@@ -407,9 +395,8 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
  * from the holder (no reset ever comes), gives up after --fetch-stall, the task fails over to
  * re-making its input (the holder was dropped by the scheduler meanwhile) and the result is
  * exact. host2's link is slowed so that the fetch is still under way when the link goes. */
-static void partition_mid_fetch_fails_over(void **state)
+static void partition_mid_fetch_fails_over(void)
 {
-    (void)state;
     need_bed();
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
     h_cluster *c = h_cluster_start_on("host1", true, sargs);
@@ -428,15 +415,13 @@ static void partition_mid_fetch_fails_over(void **state)
     spillway_ref big, sum;
     spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
     assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &big), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, &big, 1, 60000), 0);
     g = spillway_graph_new(cl);
     spillway_graph_place(g, "w3");
     spillway_arg b = spillway_arg_ref(big);
     assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     busy_arg w3 = {c, "w3"};
     assert_true(h_eventually(worker_busy, &w3, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
@@ -459,9 +444,8 @@ static void partition_mid_fetch_fails_over(void **state)
 
 /* kill -9 of the scheduler on host1 mid-job; the client hears SPW_ECLOSED at once; a scheduler
  * restarted on host1 gets every worker back within 10 s; a new job passes; stores end empty. */
-static void scheduler_restart_on_host1(void **state)
+static void scheduler_restart_on_host1(void)
 {
-    (void)state;
     need_bed();
     h_cluster *c = bed_start(NULL, "64M", "2000");
     spillway *cl = e2e_connect(c);
@@ -475,8 +459,7 @@ static void scheduler_restart_on_host1(void **state)
         spillway_arg s = spillway_arg_u64(3000);
         assert_int_equal(spillway_task(g, "sleep_ms", &s, 1, SPILLWAY_KEEP, &slow[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, kept, NW, 60000), 0);
     int ws = h_sched_kill(c, SIGKILL);
     assert_true(WIFSIGNALED(ws));
@@ -500,9 +483,8 @@ static void scheduler_restart_on_host1(void **state)
 
 /* A name that does not resolve on the bed is a clear error naming it (the bed's resolver has
  * nowhere to send the question, so this never leaves the machine). */
-static void unresolvable_scheduler_name_is_named(void **state)
+static void unresolvable_scheduler_name_is_named(void)
 {
-    (void)state;
     need_bed();
     spillway *cl = NULL;
     assert_int_equal(spillway_connect("host99:7400", NULL, &cl), SPW_ENONAME);

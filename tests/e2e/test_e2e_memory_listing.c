@@ -94,14 +94,12 @@ static json_t *ctl_memory(h_cluster *c, const char *const *extra)
     return doc;
 }
 
-static void memory_lists_every_object_with_its_holders(void **state)
+static void memory_lists_every_object_with_its_holders(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M",
                                 "--plugin", SPW_TEST_PLUGIN, NULL};
-    h_worker_start(c, args);
-    h_worker_start(c, args);
+    h_workers_start(c, 2, args);
     spillway *cl = e2e_connect(c);
     uint8_t *buf = calloc(1, 4u << 20);
     /* The task t2 waits on runs until the test creates this file: the listings below see t2
@@ -120,8 +118,7 @@ static void memory_lists_every_object_with_its_holders(void **state)
     spillway_arg ca[2] = {spillway_arg_ref(a), spillway_arg_ref(t1)};
     snprintf(site_t2, sizeof site_t2, "%s:%d", __FILE__, __LINE__ + 1);
     assert_int_equal(spillway_task(g, "concat", ca, 2, SPILLWAY_KEEP, &t2), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     /* A broadcast object, on both nodes. */
     spillway_ref b;
     memset(buf, 1, 2u << 20);
@@ -287,9 +284,8 @@ static spillway *small_frame_cluster_with_puts(h_cluster **cp, int n, spillway_r
 
 /* A scheduler run with a small --max-frame still lists every object: the listing's frames
  * are cut to fit the frame limit, not dropped whole when a batch of records outgrows it. */
-static void memory_lists_every_object_under_a_small_max_frame(void **state)
+static void memory_lists_every_object_under_a_small_max_frame(void)
 {
-    (void)state;
     h_cluster *c;
     /* Records of a thousand objects take well over 64 KiB. */
     enum { N = 1000 };
@@ -311,9 +307,8 @@ static void memory_lists_every_object_under_a_small_max_frame(void **state)
  * what only the store knows: the worker sends its list in frames of bounded size (OBJ_LIST
  * with more = 1 but for the last), where one frame of all of it was refused and the query
  * ended without that worker ("a worker did not answer", every location "unknown"). */
-static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
+static void memory_lists_a_store_whose_list_outgrows_a_frame(void)
 {
-    (void)state;
     h_cluster *c;
     /* A store's record of an object takes over 20 bytes: 4000 of them well over 64 KiB. */
     enum { N = 4000 };

@@ -1,6 +1,7 @@
 /* Seeing a cluster work: the running state, per-graph progress (spillway-ctl jobs and
- * spillway_graph_status), the HTTP endpoint (/metrics through Prometheus's own parser, /api/status, memory and jobs
- * against spillway-ctl's output, the token) and the dashboard in headless Chromium. Real
+ * spillway_graph_status), the HTTP endpoint (/metrics through Prometheus's own parser,
+ * /api/status, memory and jobs against spillway-ctl's output, the token) and the dashboard in
+ * headless Chromium. Real
  * daemons on 127.0.0.1; every wait is a bounded poll of state the scheduler reports, never a
  * sleep standing in for an event. tests/e2e/http_check.py does the HTTP and browser work. */
 #include <stdio.h>
@@ -73,13 +74,11 @@ static bool graph_finished(void *arg)
     return p->finished;
 }
 
-static void running_state_and_graph_progress(void **state)
+static void running_state_and_graph_progress(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "2", "--store-capacity", "64M", NULL};
-    h_worker_start(c, args);
-    h_worker_start(c, args);
+    h_workers_start(c, 2, args);
     spillway *cl = e2e_connect(c);
 
     spillway_graph *g = spillway_graph_new(cl);
@@ -92,8 +91,7 @@ static void running_state_and_graph_progress(void **state)
         assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &out[i]), 0);
     char site[64];
     snprintf(site, sizeof site, "%s:%d", __FILE__, __LINE__ + 1);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
 
     /* status: `running` is set once an executor has a task, not only `assigned`. */
     assert_true(h_eventually(some_running, c, 20000));
@@ -351,18 +349,11 @@ static uint64_t run_fill_job(spillway *cl, int n, uint64_t size, spillway_ref *o
 /* The workers' heartbeats have told the scheduler of every finished task. */
 static bool workers_report_12_done(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    json_int_t done = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w) done += jget(w, "memory", "tasks_done");
-    json_decref(st);
-    return done >= 12;
+    return e2e_memory_sum(arg, "tasks_done") >= 12;
 }
 
-static void http_metrics_and_api_match_ctl(void **state)
+static void http_metrics_and_api_match_ctl(void)
 {
-    (void)state;
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
     h_cluster *c = h_cluster_start(false, sargs);
     assert_true(c->http[0] != '\0');
@@ -426,9 +417,8 @@ static void http_metrics_and_api_match_ctl(void **state)
 /* /api/memory's numbers are refused with a 400 that names them when out of range, never read
  * as something else: a limit past a long's range (strtol would saturate it to "no limit"),
  * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. */
-static void http_memory_query_out_of_range_is_400_naming_it(void **state)
+static void http_memory_query_out_of_range_is_400_naming_it(void)
 {
-    (void)state;
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
     h_cluster *c = h_cluster_start(false, sargs);
     static const struct {
@@ -491,9 +481,8 @@ static bool two_samples_since(void *arg)
 
 /* Two workers of one name (--name may repeat: tasks placed by name go to either) each have
  * their own series in /api/history, with their own figures, as in /api/status and /metrics. */
-static void http_history_keeps_workers_of_one_name_apart(void **state)
+static void http_history_keeps_workers_of_one_name_apart(void)
 {
-    (void)state;
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "50", NULL};
     h_cluster *c = h_cluster_start(false, sargs);
     const char *const w8[] = {"--store-capacity", "8M", "--name", "pool", NULL};
@@ -523,9 +512,8 @@ static void http_history_keeps_workers_of_one_name_apart(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void http_token_when_asked(void **state)
+static void http_token_when_asked(void)
 {
-    (void)state;
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-auth", "token", NULL};
     h_cluster *c = h_cluster_start(true, sargs);
     const char *targv[] = {h_bin("spillway-ctl"), "--secret-file", c->secret_file, "http-token",
@@ -628,19 +616,11 @@ static bool quiet_and_sampled(void *arg)
 
 static bool spilled_somewhere(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    bool yes = false;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-        yes = yes || jget(w, "memory", "spilled_bytes") > 0;
-    json_decref(st);
-    return yes;
+    return e2e_memory_sum(arg, "spilled_bytes") > 0;
 }
 
-static void dashboard_shows_a_spilling_job(void **state)
+static void dashboard_shows_a_spilling_job(void)
 {
-    (void)state;
     const char *pyargv[] = {SPW_PYTHON3, "-c", "import shutil,sys; sys.exit(0 if shutil.which('chromium') else 1)", NULL};
     if (h_run(pyargv, NULL) != 0) {
         fprintf(stderr, "SKIP: chromium is not installed (tests/run.sh installs it)\n");

@@ -67,16 +67,14 @@ static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
     spillway_ref out;
     spillway_arg a = spillway_arg_ref(r);
     assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint64_t v = e2e_get_u64(cl, out);
     assert_int_equal(spillway_release(cl, out), 0);
     return v;
 }
 
-static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
+static void broadcast_to_four_workers_delivers_identical_bytes(void)
 {
-    (void)state;
     h_cluster *c = start_named(4, "64M");
     spillway *cl = e2e_connect(c);
     size_t n = (16u << 20) + 12345;
@@ -112,9 +110,8 @@ static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
  * memory listing shows every one, each on a different node, and a task on the last worker reads
  * its own copy. Small stores and one slot each, so ten workers fit a two-core machine under the
  * sanitizers. */
-static void broadcast_to_ten_workers_lists_every_location(void **state)
+static void broadcast_to_ten_workers_lists_every_location(void)
 {
-    (void)state;
     enum { NW = 10 };
     h_cluster *c = start_named(NW, "8M");
     spillway *cl = e2e_connect(c);
@@ -180,9 +177,8 @@ static void broadcast_to_ten_workers_lists_every_location(void **state)
 
 /* A worker name longer than the scheduler's old 64-byte field: a task placed by that name runs
  * there (it used to be truncated, so no worker ever matched). */
-static void task_placed_on_a_long_worker_name_runs_there(void **state)
+static void task_placed_on_a_long_worker_name_runs_there(void)
 {
-    (void)state;
     char name[201];
     for (size_t i = 0; i < sizeof name - 1; i++)
         name[i] = (char)('a' + i % 26);
@@ -230,9 +226,8 @@ static int scattering_client(spillway *cl, void *arg)
 }
 
 /* The client that scattered dies while the copies travel: nothing half-written stays. */
-static void broadcast_whose_source_dies_leaves_nothing(void **state)
+static void broadcast_whose_source_dies_leaves_nothing(void)
 {
-    (void)state;
     h_cluster *c = start_named(4, "128M");
     pid_t pid = e2e_client_fork(c, scattering_client, NULL, false);
     /* Kill it as soon as the scheduler knows of the broadcast, whatever its progress. */
@@ -254,9 +249,8 @@ static void broadcast_whose_source_dies_leaves_nothing(void **state)
 
 /* The Dask case: one 8 MiB object used by 500 map_blocks tasks. Scattered, passed as a plain
  * large argument, or as the same bytes twice: each node's store holds exactly one copy. */
-static void large_shared_argument_is_stored_once_per_node(void **state)
+static void large_shared_argument_is_stored_once_per_node(void)
 {
-    (void)state;
     h_cluster *c = start_named(2, "256M");
     spillway *cl = e2e_connect(c);
     size_t n = 8u << 20;
@@ -333,30 +327,15 @@ static void large_shared_argument_is_stored_once_per_node(void **state)
     E2E_STOP(c, NULL);
 }
 
-static uint64_t peak_used_sum(h_cluster *c)
-{
-    json_t *st = e2e_ctl_json(c, "status");
-    uint64_t v = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-    {
-        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "peak_used"));
-    }
-    json_decref(st);
-    return v;
-}
-
 static bool peak_at_least(void *arg)
 {
-    return peak_used_sum(arg) >= (8u << 20);
+    return e2e_memory_sum(arg, "peak_used") >= (8u << 20);
 }
 
 /* The Rayon case: 10,000 tasks each producing 8 MiB, consumed by a sum, on 2 slots with the
  * default caps: live bytes stay bounded by the caps, not by the job, and the sum is right. */
-static void ten_thousand_8mib_outputs_stay_bounded(void **state)
+static void ten_thousand_8mib_outputs_stay_bounded(void)
 {
-    (void)state;
     h_cluster *c = start_named(2, "128M"); /* default byte cap: a quarter of 256 MiB */
     spillway *cl = e2e_connect(c);
     enum { N = 10000 };
@@ -386,8 +365,7 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
             level[next++] = level[width - 1];
         width = next;
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, level[0], 600000, &out, &len), 0);
@@ -398,7 +376,7 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
     /* The bound from the caps: the byte cap, plus one block per slot of estimate lag, plus a
      * block being read by its consumer on each worker. 80 GB went through. */
     assert_true(h_eventually(peak_at_least, c, 10000));
-    uint64_t peak = peak_used_sum(c), bound = cap + 2 * 2 * block;
+    uint64_t peak = e2e_memory_sum(c, "peak_used"), bound = cap + 2 * 2 * block;
     fprintf(stderr, "peak live bytes in the stores: %.1f MiB (bound %.1f MiB)\n",
             (double)peak / (1 << 20), (double)bound / (1 << 20));
     if (peak > bound)
@@ -410,9 +388,8 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
 }
 
 /* map_blocks over views of an object, with and without a reduction. */
-static void map_blocks_matches_local_computation(void **state)
+static void map_blocks_matches_local_computation(void)
 {
-    (void)state;
     h_cluster *c = start_named(2, "128M");
     spillway *cl = e2e_connect(c);
     size_t count = 3u << 20; /* 24 MiB of f64 */

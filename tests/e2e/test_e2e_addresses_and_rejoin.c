@@ -1,6 +1,8 @@
-/* End-to-end tests of addresses: daemons and clients reached by host name (localhost), over
- * IPv6 loopback ([::1], skipped where the machine has none), and workers that listen on a
- * wildcard or advertise an address. Everything stays on this host's loopback. */
+/* End-to-end tests of addresses and of workers rejoining: daemons and clients reached by host
+ * name (localhost), over IPv6 loopback ([::1], skipped where the machine has none), workers
+ * that listen on a wildcard or advertise an address, malformed addresses refused by name, and
+ * workers that register again with a restarted scheduler (or exit, with --reconnect-max 0).
+ * Everything stays on this host's loopback. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -58,8 +60,7 @@ static void transfers_are_exact(spillway *cl)
         spillway_arg a[2] = {spillway_arg_ref(parts[i]), spillway_arg_ref(parts[N - 1 - i])};
         assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &cat[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < N / 2; i++) {
         void *out;
         size_t len;
@@ -101,9 +102,8 @@ static const char *port_of(const char *addr)
     return colon + 1;
 }
 
-static void cluster_by_name_localhost(void **state)
+static void cluster_by_name_localhost(void)
 {
-    (void)state;
     need_localhost();
     const char *const sargs[] = {"--listen", "localhost:0", NULL};
     h_cluster *c = h_cluster_start(false, sargs);
@@ -111,8 +111,7 @@ static void cluster_by_name_localhost(void **state)
     snprintf(c->addr, sizeof c->addr, "localhost:%s", port_of(c->sched.addr));
     const char *const wargs[] = {"--listen", "localhost:0", "--slots", "1", "--store-capacity",
                                  "64M", NULL};
-    h_worker_start(c, wargs);
-    h_worker_start(c, wargs);
+    h_workers_start(c, 2, wargs);
     spillway *cl = e2e_connect(c);
     transfers_are_exact(cl);
     E2E_FINISH(c, cl);
@@ -131,9 +130,8 @@ static bool have_ipv6_loopback(void)
     return ok;
 }
 
-static void cluster_over_ipv6_loopback(void **state)
+static void cluster_over_ipv6_loopback(void)
 {
-    (void)state;
     if (!have_ipv6_loopback()) {
         fprintf(stderr, "SKIP: this machine has no IPv6 loopback (cannot bind [::1])\n");
         h_skip();
@@ -143,8 +141,7 @@ static void cluster_over_ipv6_loopback(void **state)
     assert_int_equal(strncmp(c->addr, "[::1]:", 6), 0);
     const char *const wargs[] = {"--listen", "[::1]:0", "--slots", "1", "--store-capacity", "64M",
                                  NULL};
-    h_worker_start(c, wargs);
-    h_worker_start(c, wargs);
+    h_workers_start(c, 2, wargs);
     char addrs[512];
     worker_addrs(c, addrs, sizeof addrs);
     assert_int_equal(strncmp(addrs, "[::1]:", 6), 0);
@@ -153,9 +150,8 @@ static void cluster_over_ipv6_loopback(void **state)
     E2E_FINISH(c, cl);
 }
 
-static void wildcard_and_advertised_workers_are_reachable(void **state)
+static void wildcard_and_advertised_workers_are_reachable(void)
 {
-    (void)state;
     need_localhost();
     h_cluster *c = h_cluster_start(false, NULL);
     /* One listens everywhere and must advertise the address that reaches the scheduler
@@ -178,9 +174,8 @@ static void wildcard_and_advertised_workers_are_reachable(void **state)
     E2E_FINISH(c, cl);
 }
 
-static void malformed_addresses_are_refused_by_name(void **state)
+static void malformed_addresses_are_refused_by_name(void)
 {
-    (void)state;
     spillway *cl = NULL;
     assert_int_equal(spillway_connect("::1:7400", NULL, &cl), SPW_EINVAL);
     assert_int_equal(spillway_connect("bad_host!:7400", NULL, &cl), SPW_EINVAL);
@@ -217,37 +212,25 @@ static bool workers_registered(void *arg)
 
 static bool stores_empty(void *arg)
 {
-    h_cluster *c = arg;
-    json_t *st = e2e_ctl_json(c, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used == 0;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used == 0;
 }
 
 static bool stores_hold_8mib(void *arg)
 {
-    h_cluster *c = arg;
-    json_t *st = e2e_ctl_json(c, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used >= 8u << 20;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used >= 8u << 20;
 }
 
 /* kill -9 of the scheduler in the middle of a job: the client's calls end with SPW_ECLOSED,
  * the workers keep running and register with a scheduler restarted on the same port, drop
  * what they held for the old one, and serve a new job. */
-static void scheduler_restart_workers_rejoin(void **state)
+static void scheduler_restart_workers_rejoin(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(true, NULL);
     const char *const wargs[] = {"--slots", "2", "--store-capacity", "64M", "--reconnect-max",
                                  "2000", NULL};
-    h_worker_start(c, wargs);
-    h_worker_start(c, wargs);
+    h_workers_start(c, 2, wargs);
     spillway *cl = e2e_connect(c);
     /* Objects on the workers (kept outputs, a put) and tasks still running when it dies. */
     spillway_graph *g = spillway_graph_new(cl);
@@ -257,8 +240,7 @@ static void scheduler_restart_workers_rejoin(void **state)
         spillway_arg a[2] = {spillway_arg_u64(2u << 20), spillway_arg_bytes(&pat, 1)};
         assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &kept[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < 4; i++) {
         void *out;
         size_t len;
@@ -270,8 +252,7 @@ static void scheduler_restart_workers_rejoin(void **state)
         spillway_arg a = spillway_arg_u64(3000);
         assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &slow[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(stores_hold_8mib, c, 10000)); /* figures come with heartbeats */
 
     int ws = h_sched_kill(c, SIGKILL);
@@ -302,9 +283,8 @@ static void scheduler_restart_workers_rejoin(void **state)
 }
 
 /* --reconnect-max 0 keeps the old behaviour: the worker exits with status 3. */
-static void reconnect_max_zero_exits_with_status_3(void **state)
+static void reconnect_max_zero_exits_with_status_3(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--reconnect-max", "0",
                                  NULL};

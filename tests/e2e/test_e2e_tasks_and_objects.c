@@ -1,5 +1,7 @@
-/* End-to-end tests of a running cluster through libspillway and spillway-ctl: real daemons on
- * 127.0.0.1 with ephemeral ports, one cluster per test. */
+/* End-to-end tests of a running cluster through libspillway and spillway-ctl: tasks and graphs
+ * (failures, caps, plugins), objects (put/get, release, zero-copy views, transfers between
+ * workers), what survives a dead client, executor or worker, spillway-ctl's answers and the
+ * shipped configs. Real daemons on 127.0.0.1 with ephemeral ports, one cluster per test. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,9 +19,8 @@
 
 #define N_INDEPENDENT 10000
 
-static void ten_thousand_independent_tasks(void **state)
+static void ten_thousand_independent_tasks(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
@@ -28,8 +29,7 @@ static void ten_thousand_independent_tasks(void **state)
         spillway_arg a = spillway_arg_u64(i * 3);
         assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &refs[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, refs, N_INDEPENDENT, 120000), 0);
     for (uint64_t i = 0; i < N_INDEPENDENT; i++)
         assert_int_equal(e2e_get_u64(cl, refs[i]), i * 3 + 1);
@@ -54,9 +54,8 @@ static void ten_thousand_independent_tasks(void **state)
 }
 
 /* A random DAG of additions checked against the same computation done locally. */
-static void dependency_graph_matches_local_computation(void **state)
+static void dependency_graph_matches_local_computation(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     enum { N = 600 };
@@ -80,8 +79,7 @@ static void dependency_graph_matches_local_computation(void **state)
         unsigned flags = i % 5 == 0 || i == N - 1 ? SPILLWAY_KEEP : 0;
         assert_int_equal(spillway_task(g, "add", args, (size_t)n, flags, &refs[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < N; i++) {
         if (i % 5 == 0 || i == N - 1) {
             assert_int_equal(e2e_get_u64(cl, refs[i]), local[i]);
@@ -103,9 +101,8 @@ static spillway *plugin_cluster(h_cluster **cp, const char *slots)
     return e2e_connect(c);
 }
 
-static void plugin_task_runs_and_bad_plugin_is_refused(void **state)
+static void plugin_task_runs_and_bad_plugin_is_refused(void)
 {
-    (void)state;
     h_cluster *c;
     spillway *cl = plugin_cluster(&c, "1");
     /* Small (inline) and large (in the store, 1 MiB) inputs through the plugin. */
@@ -120,8 +117,7 @@ static void plugin_task_runs_and_bad_plugin_is_refused(void **state)
     assert_int_equal(spillway_task(g, "reverse", &a, 1, SPILLWAY_KEEP, &rev), 0);
     spillway_arg xa[2] = {spillway_arg_bytes("hello", 5), spillway_arg_bytes("\x20", 1)};
     assert_int_equal(spillway_task(g, "xor_key", xa, 2, SPILLWAY_KEEP, &x), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, rev, 60000, &out, &len), 0);
@@ -152,9 +148,8 @@ static void plugin_task_runs_and_bad_plugin_is_refused(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
+static void failed_task_reports_its_text_and_cluster_keeps_working(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
@@ -164,8 +159,7 @@ static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
     spillway_arg r = spillway_arg_ref(bad);
     assert_int_equal(spillway_task(g, "len", &r, 1, SPILLWAY_KEEP, &dep), 0);
     assert_int_equal(spillway_task(g, "no_such_function", NULL, 0, SPILLWAY_KEEP, &unknown), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, bad, 60000, &out, &len), SPW_ETASKFAILED);
@@ -180,8 +174,7 @@ static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
     spillway_ref ok;
     spillway_arg one = spillway_arg_u64(1);
     assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &ok), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, ok), 2);
     spillway_ref all[] = {bad, dep, unknown, ok};
     assert_int_equal(spillway_release_many(cl, all, 4), 0);
@@ -191,9 +184,8 @@ static void failed_task_reports_its_text_and_cluster_keeps_working(void **state)
 /* A task function that returns SPW_EAHEAD, the code by which an executor says it dropped a task
  * sent ahead unrun, has run: it fails once, as any failed task, rather than being taken in again
  * and run twice (before: 3 runs for these 2 tasks, both failed with SPW_EPROTO). */
-static void task_returning_the_ahead_code_runs_once(void **state)
+static void task_returning_the_ahead_code_runs_once(void)
 {
-    (void)state;
     h_cluster *c;
     spillway *cl = plugin_cluster(&c, "1");
     char path[600];
@@ -207,8 +199,7 @@ static void task_returning_the_ahead_code_runs_once(void **state)
                          spillway_arg_u64((uint64_t)(int64_t)SPW_EAHEAD), spillway_arg_ref(p)};
     assert_int_equal(spillway_task(g, "count_return", a, 3, SPILLWAY_KEEP, &t[0]), 0);
     assert_int_equal(spillway_task(g, "count_return", a, 2, SPILLWAY_KEEP, &t[1]), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < 2; i++) {
         void *out;
         size_t len;
@@ -227,9 +218,8 @@ static void task_returning_the_ahead_code_runs_once(void **state)
  * another graph's task at the same depth: the other graph's task runs while the first is still
  * near its start, not once it has fewer ready tasks than a dispatch pass steps over (4,096).
  * The capped graph's tasks count their runs in a file; the other task reads that count. */
-static void capped_graph_does_not_hold_back_others(void **state)
+static void capped_graph_does_not_hold_back_others(void)
 {
-    (void)state;
     h_cluster *c;
     spillway *cl = plugin_cluster(&c, "2");
     char path[600];
@@ -241,14 +231,12 @@ static void capped_graph_does_not_hold_back_others(void **state)
     spillway_arg ca[2] = {spillway_arg_bytes(path, strlen(path)), spillway_arg_u64(0)};
     for (int i = 0; i < N; i++)
         assert_int_equal(spillway_task(g, "count_return", ca, 2, SPILLWAY_KEEP, &a[i]), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     g = spillway_graph_new(cl);
     spillway_ref b;
     spillway_arg ba = spillway_arg_bytes(path, strlen(path));
     assert_int_equal(spillway_task(g, "file_size", &ba, 1, SPILLWAY_KEEP, &b), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint64_t runs = e2e_get_u64(cl, b);
     /* The pass after the submit steps over 4,096 held tasks; the next ones reach it. */
     assert_true(runs < 1000);
@@ -282,9 +270,8 @@ static int busy_client(spillway *cl, void *arg)
 }
 
 /* A client process killed mid-job: its work is dropped and others carry on. */
-static void client_killed_mid_job_leaves_cluster_working(void **state)
+static void client_killed_mid_job_leaves_cluster_working(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     e2e_client_kill(e2e_client_fork(c, busy_client, NULL, true));
     /* Another client's work runs to completion meanwhile. */
@@ -295,8 +282,7 @@ static void client_killed_mid_job_leaves_cluster_working(void **state)
         spillway_arg a = spillway_arg_u64((uint64_t)i);
         assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &refs[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < 100; i++)
         assert_int_equal(e2e_get_u64(cl, refs[i]), (uint64_t)i + 1);
     assert_int_equal(spillway_release_many(cl, refs, 100), 0);
@@ -305,9 +291,8 @@ static void client_killed_mid_job_leaves_cluster_working(void **state)
     E2E_STOP(c, cl);
 }
 
-static void put_get_round_trips_every_size(void **state)
+static void put_get_round_trips_every_size(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     static const size_t sizes[] = {1, 65536, 65537, 1 << 20, (10 << 20) + 3};
@@ -330,9 +315,8 @@ static void put_get_round_trips_every_size(void **state)
     E2E_FINISH(c, cl);
 }
 
-static void release_twice_or_unknown_is_enotheld(void **state)
+static void release_twice_or_unknown_is_enotheld(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(1);
     spillway *cl = e2e_connect(c);
     uint8_t data[200000];
@@ -360,8 +344,7 @@ static spillway_ref placed_inc(spillway *cl, const char *worker, uint64_t v)
     spillway_arg a = spillway_arg_u64(v);
     spillway_ref r;
     assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     return r;
 }
 
@@ -369,9 +352,8 @@ static spillway_ref placed_inc(spillway *cl, const char *worker, uint64_t v)
  * failures, automatic puts (ids the client did not make) and releases in between: each is
  * found, fetched, waited for and released once, and spillway_wait reports the first failure in
  * the order given. An empty result comes back as a non-NULL pointer of length 0. */
-static void many_kept_results_across_reference_chunks(void **state)
+static void many_kept_results_across_reference_chunks(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     enum { N = 3000, BIG = 300000 };
@@ -395,8 +377,7 @@ static void many_kept_results_across_reference_chunks(void **state)
         unsigned keep = i % 3 == 1 && fn[0] == 'n' ? 0 : SPILLWAY_KEEP;
         assert_int_equal(spillway_task(g, fn, &a, 1, keep, keep ? &refs[i] : NULL), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     /* The kept ones, in order, except the two failures. */
     spillway_ref *kept = calloc(N, sizeof *kept);
     size_t nk = 0;
@@ -459,9 +440,8 @@ static void many_kept_results_across_reference_chunks(void **state)
 }
 
 /* Large outputs made on one worker and consumed on another arrive byte for byte. */
-static void large_outputs_move_between_workers(void **state)
+static void large_outputs_move_between_workers(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     enum { N = 16 };
@@ -476,8 +456,7 @@ static void large_outputs_move_between_workers(void **state)
         spillway_arg a[2] = {spillway_arg_ref(parts[2 * i]), spillway_arg_ref(parts[N - 1 - 2 * i])};
         assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &cat[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < N / 2; i++) {
         void *out;
         size_t len;
@@ -497,9 +476,8 @@ static void large_outputs_move_between_workers(void **state)
     E2E_FINISH(c, cl);
 }
 
-static void executor_crash_fails_one_task_and_worker_survives(void **state)
+static void executor_crash_fails_one_task_and_worker_survives(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(1);
     spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
@@ -509,8 +487,7 @@ static void executor_crash_fails_one_task_and_worker_survives(void **state)
         spillway_arg a = spillway_arg_u64((uint64_t)i);
         assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &after[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, crash, 60000, &out, &len), SPW_EEXECCRASH);
@@ -527,9 +504,8 @@ static void executor_crash_fails_one_task_and_worker_survives(void **state)
     E2E_STOP(c, cl);
 }
 
-static void ctl_status_reports_workers_tasks_and_clients(void **state)
+static void ctl_status_reports_workers_tasks_and_clients(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const w1[] = {"--slots", "2", "--store-capacity", "32M", "--name", "alpha", NULL};
     const char *const w2[] = {"--slots", "3", "--store-capacity", "48M", "--name", "beta", NULL};
@@ -581,9 +557,8 @@ static void ctl_status_reports_workers_tasks_and_clients(void **state)
     E2E_STOP(c, cl);
 }
 
-static void ctl_errors_are_one_line_and_nonzero(void **state)
+static void ctl_errors_are_one_line_and_nonzero(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(true, NULL);
     char *text = NULL;
     /* Nothing listens on port 1 of 127.0.0.1. */
@@ -649,21 +624,15 @@ static void ctl_errors_are_one_line_and_nonzero(void **state)
     E2E_STOP(c, NULL);
 }
 
-static void secret_is_required_of_clients_and_workers(void **state)
+static void secret_is_required_of_clients_and_workers(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(true, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", NULL};
     h_worker_start(c, args); /* with the cluster's secret */
     spillway *cl = NULL;
     assert_int_equal(spillway_connect(c->addr, NULL, &cl), SPW_EAUTH);
     cl = e2e_connect(c);
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref r;
-    spillway_arg a = spillway_arg_u64(9);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    spillway_ref r = e2e_submit_u64(cl, "inc", 9);
     assert_int_equal(e2e_get_u64(cl, r), 10);
     assert_int_equal(spillway_release(cl, r), 0);
     spillway_close(cl);
@@ -679,9 +648,8 @@ static void secret_is_required_of_clients_and_workers(void **state)
 
 /* The configs shipped in deploy/ parse, with every default written out, and the command line
  * overrides them. */
-static void shipped_configs_parse_and_command_line_wins(void **state)
+static void shipped_configs_parse_and_command_line_wins(void)
 {
-    (void)state;
     h_cluster *c;
     const char *const sargs[] = {"--config", SPW_SOURCE_DIR "/deploy/scheduler.conf", NULL};
     /* h_cluster_start puts --listen and --secret-file first; the config file's values come
@@ -710,28 +678,18 @@ static void shipped_configs_parse_and_command_line_wins(void **state)
 }
 
 /* Type=notify: with NOTIFY_SOCKET set, a daemon sends READY=1 once it serves. */
-static void daemons_notify_systemd_when_ready(void **state)
+static void daemons_notify_systemd_when_ready(void)
 {
-    (void)state;
     char path[108];
     snprintf(path, sizeof path, "/tmp/spw-notify-%d", (int)getpid());
-    unlink(path);
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    int fd = e2e_notify_socket(path);
     setenv("NOTIFY_SOCKET", path, 1);
     h_cluster *c = h_cluster_simple(1);
     unsetenv("NOTIFY_SOCKET");
     int ready = 0;
     for (int i = 0; i < 2; i++) {
-        struct timeval tv = {10, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         char msg[512];
-        ssize_t n = recv(fd, msg, sizeof msg - 1, 0);
-        assert_true(n > 0);
-        msg[n] = '\0';
+        e2e_notify_recv(fd, 10, msg, sizeof msg);
         ready += strstr(msg, "READY=1") != NULL;
     }
     assert_int_equal(ready, 2); /* the scheduler and the worker */
@@ -755,34 +713,19 @@ static bool in_arena_mapping(const void *p)
     return found;
 }
 
-static uint64_t pinned_bytes(h_cluster *c)
-{
-    json_t *st = e2e_ctl_json(c, "status");
-    uint64_t pinned = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-    {
-        pinned += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "pinned"));
-    }
-    json_decref(st);
-    return pinned;
-}
-
 static bool nothing_pinned(void *arg)
 {
-    return pinned_bytes(arg) == 0;
+    return e2e_memory_sum(arg, "pinned") == 0;
 }
 
 static bool something_pinned(void *arg)
 {
-    return pinned_bytes(arg) > 0;
+    return e2e_memory_sum(arg, "pinned") > 0;
 }
 
 /* A client on the worker's host reads an object straight from the store's shared memory. */
-static void zero_copy_view_points_into_the_arena(void **state)
+static void zero_copy_view_points_into_the_arena(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     size_t n = 8u << 20;
@@ -816,9 +759,8 @@ static void zero_copy_view_points_into_the_arena(void **state)
 }
 
 /* Without the local path (as for a client on another host) the same calls go over TCP. */
-static void views_fall_back_to_tcp_copies(void **state)
+static void views_fall_back_to_tcp_copies(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(1);
     setenv("SPILLWAY_NO_LOCAL", "1", 1);
     spillway *cl = e2e_connect(c);
@@ -855,9 +797,8 @@ static int viewing_client(spillway *cl, void *arg)
 }
 
 /* A client that dies holding a zero-copy view does not keep the object pinned. */
-static void dead_reader_releases_its_pins(void **state)
+static void dead_reader_releases_its_pins(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(1);
     pid_t pid = e2e_client_fork(c, viewing_client, NULL, true);
     assert_true(h_eventually(something_pinned, c, 10000));
@@ -866,30 +807,15 @@ static void dead_reader_releases_its_pins(void **state)
     E2E_STOP(c, NULL);
 }
 
-static uint64_t sum_worker_figure(h_cluster *c, const char *field)
-{
-    json_t *st = e2e_ctl_json(c, "status");
-    uint64_t v = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-    {
-        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), field));
-    }
-    json_decref(st);
-    return v;
-}
-
 static bool peak_reported(void *arg)
 {
-    return sum_worker_figure(arg, "peak_used") >= (1u << 20);
+    return e2e_memory_sum(arg, "peak_used") >= (1u << 20);
 }
 
 /* A chain of 1,000 dependent tasks passing 1 MiB each: intermediates are freed as soon as their
  * consumer finishes, so the stores never hold more than a handful at once. */
-static void long_chain_holds_a_handful_of_objects(void **state)
+static void long_chain_holds_a_handful_of_objects(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(2);
     spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
@@ -900,8 +826,7 @@ static void long_chain_holds_a_handful_of_objects(void **state)
         spillway_arg a = spillway_arg_ref(prev);
         assert_int_equal(spillway_task(g, "echo", &a, 1, i == 999 ? SPILLWAY_KEEP : 0, &prev), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, prev, 120000, &out, &len), 0);
@@ -911,7 +836,7 @@ static void long_chain_holds_a_handful_of_objects(void **state)
     /* 1,000 MiB went through the stores; at most a few MiB were ever there at once. The
      * figures come with the workers' heartbeats. */
     assert_true(h_eventually(peak_reported, c, 10000));
-    uint64_t peak = sum_worker_figure(c, "peak_used");
+    uint64_t peak = e2e_memory_sum(c, "peak_used");
     if (peak > (6u << 20))
         fail_msg("stores peaked at %llu bytes", (unsigned long long)peak);
     assert_int_equal(spillway_release(cl, prev), 0);
@@ -947,14 +872,13 @@ static bool slot_busy(void *arg)
 
 static bool executor_restarted(void *arg)
 {
-    return sum_worker_figure(arg, "executor_restarts") >= 1;
+    return e2e_memory_sum(arg, "executor_restarts") >= 1;
 }
 
 /* An executor killed from outside mid-task: that task fails with the reason, the worker and
  * its store carry on, a new executor takes over. */
-static void executor_killed_mid_task_leaves_store_intact(void **state)
+static void executor_killed_mid_task_leaves_store_intact(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_simple(1);
     spillway *cl = e2e_connect(c);
     size_t n = 2u << 20;
@@ -966,8 +890,7 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     spillway_graph *g = spillway_graph_new(cl);
     spillway_arg sl = spillway_arg_u64(3000);
     assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &slow), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     pid_t ex = 0;
     for (int i = 0; i < 1000 && ex == 0; i++)
         ex = executor_pid(c, 0);
@@ -988,8 +911,7 @@ static void executor_killed_mid_task_leaves_store_intact(void **state)
     spillway_ref sum;
     spillway_arg ar = spillway_arg_ref(obj);
     assert_int_equal(spillway_task(g, "len", &ar, 1, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, sum), n);
     assert_true(h_eventually(executor_restarted, c, 10000));
     /* The table says so too: a restart is not a recycle. */
@@ -1030,9 +952,8 @@ static bool file_exists(void *arg)
 
 /* A worker dies: its running task is retried elsewhere, and the object only it held is
  * recomputed from the task that produced it (lineage), byte for byte. */
-static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state)
+static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "64M",
                                 "--plugin", SPW_TEST_PLUGIN, NULL};
@@ -1042,8 +963,7 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     spillway_ref made, slow;
     spillway_arg ra[2] = {spillway_arg_u64(4u << 20), spillway_arg_u64(77)};
     assert_int_equal(spillway_task(g, "random", ra, 2, SPILLWAY_KEEP, &made), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *first;
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on worker 0 */
@@ -1056,8 +976,7 @@ static void dead_worker_tasks_retry_and_lost_objects_are_recomputed(void **state
     spillway_arg wa[3] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000),
                           spillway_arg_bytes(mark, strlen(mark))};
     assert_int_equal(spillway_task(g, "wait_file", wa, 3, SPILLWAY_KEEP, &slow), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(file_exists, mark, 60000)); /* running on worker 0 */
     h_worker_start(c, args);
     h_worker_kill(c, 0, SIGKILL);
@@ -1087,9 +1006,8 @@ static bool task_assigned(void *arg)
  * with SPW_EOBJLOST. The holder is stopped (SIGSTOP) while the task is handed out, so the fetch
  * cannot finish before the holder dies. The input's task was bound to the dead worker: it is
  * re-made on another. */
-static void assigned_task_survives_loss_of_its_input(void **state)
+static void assigned_task_survives_loss_of_its_input(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const a_args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "wa", NULL};
     h_worker_start(c, a_args);
@@ -1099,8 +1017,7 @@ static void assigned_task_survives_loss_of_its_input(void **state)
     spillway_arg ra[2] = {spillway_arg_u64(4u << 20), spillway_arg_u64(91)};
     assert_int_equal(spillway_graph_place(g, "wa"), 0); /* re-made elsewhere all the same */
     assert_int_equal(spillway_task(g, "random", ra, 2, SPILLWAY_KEEP, &made), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *first;
     size_t len;
     assert_int_equal(spillway_get(cl, made, 60000, &first, &len), 0); /* made on wa */
@@ -1111,8 +1028,7 @@ static void assigned_task_survives_loss_of_its_input(void **state)
     assert_int_equal(spillway_graph_place(g, "wb"), 0);
     spillway_arg la = spillway_arg_ref(made);
     assert_int_equal(spillway_task(g, "len", &la, 1, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(task_assigned, c, 20000)); /* wb is fetching from stopped wa */
     h_worker_kill(c, 0, SIGKILL);
     assert_int_equal(e2e_get_u64(cl, sum), 4u << 20);
@@ -1124,9 +1040,8 @@ static void assigned_task_survives_loss_of_its_input(void **state)
  * The two halves run on two schedulers: the first waits forever (--place-wait 0), so wb's
  * start, however slow on a loaded machine, cannot outlast the window the test relies on; the
  * second has a short window that only a worker that never comes can exceed. */
-static void task_bound_to_absent_worker_waits_then_fails(void **state)
+static void task_bound_to_absent_worker_waits_then_fails(void)
 {
-    (void)state;
     const char *const sargs[] = {"--place-wait", "0", NULL};
     h_cluster *c = h_cluster_start(false, sargs);
     const char *const a_args[] = {"--slots", "1", "--name", "wa", NULL};

@@ -15,18 +15,12 @@
 #include "../unit/test_main.h"
 #include "e2e_util.h"
 
-static int fd_count(int pid)
+/* Descriptors the scheduler holds. */
+static int sched_fds(h_cluster *c)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", pid);
-    DIR *d = opendir(path);
-    int n = 0;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    if (d != NULL)
-        closedir(d);
-    return n;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)c->sched.pid);
+    return e2e_dir_entries(path);
 }
 
 /* One job: a few sources of 512 KiB to 2 MiB, each checked by a checksum task, and a sum of
@@ -46,8 +40,7 @@ static void run_job(spillway *cl, unsigned seed)
         sums[i] = spillway_arg_ref(sum[i]);
     }
     assert_int_equal(spillway_task(g, "len", sums, W, SPILLWAY_KEEP, &total), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     int rc = spillway_get(cl, total, 120000, &out, &len);
@@ -109,14 +102,12 @@ static bool nothing_left(void *arg)
     return n == 0 && listed == 0;
 }
 
-static void chaos_soak_leaves_nothing_behind(void **state)
+static void chaos_soak_leaves_nothing_behind(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "24M", "--alloc-wait", "5000",
                                 NULL};
-    h_worker_start(c, args);
-    h_worker_start(c, args);
+    h_workers_start(c, 2, args);
     spillway *cl = e2e_connect(c);
     srand(1234);
     enum { JOBS = 200, WARM = 20 };
@@ -127,7 +118,7 @@ static void chaos_soak_leaves_nothing_behind(void **state)
         if (j == WARM) {
             assert_true(e2e_cluster_idle(c, 60000));
             warm_rss = e2e_status_kib(c->sched.pid, "VmRSS");
-            warm_fds = fd_count(c->sched.pid);
+            warm_fds = sched_fds(c);
         }
         if (j % 2 == 1)
             killed_client_job(c, (unsigned)j, rand() % 30000);
@@ -152,7 +143,7 @@ static void chaos_soak_leaves_nothing_behind(void **state)
     assert_true(e2e_cluster_idle(c, 60000));
     assert_true(h_eventually(nothing_left, c, 30000));
     long end_rss = e2e_status_kib(c->sched.pid, "VmRSS");
-    int end_fds = fd_count(c->sched.pid);
+    int end_fds = sched_fds(c);
     fprintf(stderr, "%d jobs, %d workers killed: scheduler RSS %ld KiB warm, %ld KiB at the end; "
                     "descriptors %d warm, %d at the end\n",
             JOBS, kills, warm_rss, end_rss, warm_fds, end_fds);

@@ -53,21 +53,10 @@ static int children(int pid, int *out, int max)
     return n;
 }
 
-/* A node's memory: the worker's and its executors' private memory plus the arena's pages. */
-static uint64_t node_memory(int pid)
-{
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
-    int kids[64];
-    int n = children(pid, kids, 64);
-    for (int i = 0; i < n; i++)
-        v += (uint64_t)e2e_status_kib(kids[i], "RssAnon") * 1024;
-    return v;
-}
-
 typedef struct probe {
     int pid;
     atomic_int stop; /* set by the test, read by the sampler thread */
-    uint64_t peak;   /* bytes, node_memory's largest sample */
+    uint64_t peak;   /* bytes, e2e_node_memory's largest sample */
     pthread_t th;
 } probe;
 
@@ -75,7 +64,7 @@ static void *probe_run(void *arg)
 {
     probe *p = arg;
     while (!atomic_load(&p->stop)) {
-        uint64_t m = node_memory(p->pid);
+        uint64_t m = e2e_node_memory(p->pid);
         if (m > p->peak)
             p->peak = m;
         struct timespec ts = {0, 2 * 1000000}; /* a sampling period, not synchronisation */
@@ -112,9 +101,8 @@ static int run_one(spillway *cl, const char *fn, uint64_t arg, spillway_ref *out
 /* A task that allocates four times its limit fails with SPW_ETASKMEM, naming the limit and the
  * task, while the node stays under its stated budget; its executor is replaced and the next
  * task on that worker succeeds. */
-static void task_over_its_memory_limit_fails_and_the_node_stays_in_budget(void **state)
+static void task_over_its_memory_limit_fails_and_the_node_stays_in_budget(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
                                 "--task-memory-limit", "64M", "--plugin", SPW_TEST_PLUGIN, NULL};
@@ -151,8 +139,7 @@ static void task_over_its_memory_limit_fails_and_the_node_stays_in_budget(void *
     spillway_arg a = spillway_arg_u64(41);
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r2), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, r2), 42);
     assert_int_equal(spillway_release(cl, r2), 0);
     fig_arg fa = {c, "w0", "executor_recycles", 1};
@@ -243,9 +230,8 @@ static void cg_remove(const char *top)
  * kernel there (memory.events counts it) and fails with SPW_ETASKMEM; the next task succeeds.
  * Needs root and a pure cgroup v2 tree at /sys/fs/cgroup whose memory controller can be handed
  * to a new child of the root; otherwise SKIP with the reason. */
-static void task_over_limit_in_delegated_cgroup_is_oom_killed(void **state)
+static void task_over_limit_in_delegated_cgroup_is_oom_killed(void)
 {
-    (void)state;
     struct statfs sf;
     if (geteuid() != 0)
         cg_skip("needs root to create a cgroup");
@@ -299,8 +285,7 @@ static void task_over_limit_in_delegated_cgroup_is_oom_killed(void **state)
     spillway_arg a = spillway_arg_u64(41);
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r2), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, r2), 42);
     assert_int_equal(spillway_release(cl, r2), 0);
     cg_read(exec0, "cgroup.procs", v, sizeof v);
@@ -323,9 +308,8 @@ static bool figure_is(void *arg)
 
 /* A plugin that leaks grows its executor by the leak every run; past --executor-max-rss the
  * executor is replaced between tasks, and no task fails for it. */
-static void leaking_executor_is_recycled(void **state)
+static void leaking_executor_is_recycled(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--name", "w0",
                                 "--task-memory-limit", "512M", "--executor-max-rss", "64M",
@@ -345,9 +329,8 @@ static void leaking_executor_is_recycled(void **state)
 }
 
 /* --executor-max-tasks N: each executor runs N tasks, then a fresh one takes over. */
-static void executor_max_tasks_recycles(void **state)
+static void executor_max_tasks_recycles(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--name", "w0",
                                 "--executor-max-tasks", "2", NULL};
@@ -359,8 +342,7 @@ static void executor_max_tasks_recycles(void **state)
         spillway_arg a = spillway_arg_u64((uint64_t)i);
         assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < 7; i++)
         assert_int_equal(e2e_get_u64(cl, r[i]), (uint64_t)i + 1);
     assert_int_equal(spillway_release_many(cl, r, 7), 0);
@@ -383,9 +365,8 @@ static bool file_exists(void *arg)
 
 /* A worker stopped while its executor runs a task exits 0; the executor finishes the task and
  * leaves through its cleanup (under valgrind: nothing lost, not even "possibly"). */
-static void worker_stopped_mid_task_exits_cleanly(void **state)
+static void worker_stopped_mid_task_exits_cleanly(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w0",
                                 "--plugin", SPW_TEST_PLUGIN, NULL};
@@ -398,8 +379,7 @@ static void worker_stopped_mid_task_exits_cleanly(void **state)
     spillway_arg a[2] = {spillway_arg_bytes(mark, strlen(mark)), spillway_arg_u64(1000)};
     spillway_ref r;
     assert_int_equal(spillway_task(g, "mark_sleep", a, 2, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(file_exists, mark, 60000)); /* running in the executor */
     int st = h_worker_kill(c, 0, SIGTERM);
     assert_true(WIFEXITED(st));
@@ -422,8 +402,7 @@ static void signal_worker_and_executors_together(int sig)
     spillway_arg a = spillway_arg_u64(2000);
     spillway_ref r;
     assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(worker_busy, c, 30000));
     int kids[8];
     int n = children(c->workers[0].pid, kids, 8);
@@ -437,23 +416,20 @@ static void signal_worker_and_executors_together(int sig)
     E2E_STOP(c, cl);
 }
 
-static void sigterm_to_worker_and_executor_together_exits_zero(void **state)
+static void sigterm_to_worker_and_executor_together_exits_zero(void)
 {
-    (void)state;
     signal_worker_and_executors_together(SIGTERM);
 }
 
-static void sigint_to_worker_and_executors_together_exits_zero(void **state)
+static void sigint_to_worker_and_executors_together_exits_zero(void)
 {
-    (void)state;
     signal_worker_and_executors_together(SIGINT);
 }
 
 /* An executor told to stop (SIGTERM) while the worker goes on: the task it ran finishes, the
  * tasks queued behind it are not failed but run on its successor. */
-static void executor_sigterm_alone_loses_no_task(void **state)
+static void executor_sigterm_alone_loses_no_task(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w0", NULL};
     h_worker_start(c, args);
@@ -464,8 +440,7 @@ static void executor_sigterm_alone_loses_no_task(void **state)
         spillway_arg a = spillway_arg_u64(300);
         assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &r[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_true(h_eventually(worker_busy, c, 30000));
     int kid;
     assert_int_equal(children(c->workers[0].pid, &kid, 1), 1);
@@ -520,9 +495,8 @@ static int queueing_client(spillway *kc, void *arg)
  * one, and another in the scheduler: the queued one is cancelled on the worker at once, neither
  * ever runs; the running one finishes and its output is dropped. A function never run queues 2
  * deep per slot, whatever the machine's speed, so no timing is needed to know the depth. */
-static void dead_client_queued_tasks_never_run(void **state)
+static void dead_client_queued_tasks_never_run(void)
 {
-    (void)state;
     h_cluster *c = h_cluster_start(false, NULL);
     const char *const a1[] = {"--slots",  "1",  "--store-capacity", "16M", "--name",
                               "w1",       "--plugin", SPW_TEST_PLUGIN,  NULL};
