@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "plugin_files.h"
 #include "spillway/task.h"
 
 static int reverse(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
@@ -48,20 +49,6 @@ static int u64_arg(const spw_task_arg *a, uint64_t *v)
     if (a->len != 8)
         return -1;
     memcpy(v, a->data, 8);
-    return 0;
-}
-
-/* Creates the file whose path is the argument a (its length checked by the caller): 0 or
- * -errno. */
-static int touch(const spw_task_arg *a)
-{
-    char path[512];
-    memcpy(path, a->data, a->len);
-    path[a->len] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    close(fd);
     return 0;
 }
 
@@ -134,12 +121,12 @@ __attribute__((destructor)) static void leaks_free(void)
 static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t ms;
-    char path[512];
-    if (nargs != 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &ms)) {
+    if (nargs != 2 || args[0].len == 0 || args[0].len >= PLUGIN_PATH_MAX ||
+        u64_arg(&args[1], &ms)) {
         spw_task_fail(ctx, "mark_sleep takes a path and a u64 of milliseconds");
         return -1;
     }
-    int rc = touch(&args[0]);
+    int rc = plugin_touch(&args[0]);
     if (rc != 0)
         return rc;
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -161,7 +148,7 @@ static int wait_file(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
         spw_task_fail(ctx, "wait_file takes a path, a u64 of milliseconds and maybe a mark path");
         return -1;
     }
-    int rc = nargs == 3 ? touch(&args[2]) : 0;
+    int rc = nargs == 3 ? plugin_touch(&args[2]) : 0;
     if (rc != 0)
         return rc;
     memcpy(path, args[0].data, args[0].len);
@@ -192,21 +179,13 @@ static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
 static int count_return(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t code;
-    char path[512];
-    if (nargs < 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &code)) {
+    if (nargs < 2 || args[0].len == 0 || args[0].len >= PLUGIN_PATH_MAX ||
+        u64_arg(&args[1], &code)) {
         spw_task_fail(ctx, "count_return takes a path and a u64 holding the code to return");
         return -1;
     }
-    memcpy(path, args[0].data, args[0].len);
-    path[args[0].len] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = write(fd, "r", 1);
-    close(fd);
-    if (n != 1)
-        return -EIO;
-    return (int)(int64_t)code;
+    int rc = plugin_count_run(&args[0]);
+    return rc != 0 ? rc : (int)(int64_t)code;
 }
 
 /* file_size(path): the size of the file `path` now (0 if there is none), as a u64. */

@@ -63,8 +63,7 @@ static void outputs_read_back_byte_by_byte(void)
     assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &whole), 0);
     spillway_arg va[2] = {spillway_arg_view(refs[4], 0, 5000), spillway_arg_u64(4)};
     assert_int_equal(spillway_task(g, "check_part", va, 2, SPILLWAY_KEEP, &viewed), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (uint32_t i = 0; i < K; i++)
         check_output(cl, refs[i], i, sizes[i]);
     assert_int_equal(e2e_get_u64(cl, whole), sizes[1]);
@@ -130,8 +129,7 @@ static void unreferenced_outputs_are_released(void)
     assert_int_equal(add_parts(g, sizes, 4, 4, 0, NULL, refs), 0);
     spillway_arg ca[2] = {spillway_arg_ref(refs[2]), spillway_arg_u64(2)};
     assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, sum), sizes[2]);
     /* Only the kept result is left: one object, inline. */
     json_t *doc = e2e_ctl_json(c, "memory");
@@ -174,8 +172,7 @@ static void wrong_number_of_outputs_fails_clearly(void)
                      SPW_ELIMIT);
     assert_non_null(strstr(spillway_errmsg(cl), "4097 outputs"));
     assert_non_null(strstr(spillway_errmsg(cl), "4096"));
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     char hex[33], want[96];
     snprintf(want, sizeof want, "task=%s (parts) declared 4 outputs and wrote 3",
              spillway_ref_hex(fewer[0], hex));
@@ -202,8 +199,7 @@ static void abi_v1_and_v2_plugins_side_by_side(void)
     assert_int_equal(add_parts(g, sizes, 2, 2, SPILLWAY_KEEP, NULL, refs), 0);
     spillway_arg ra[1] = {spillway_arg_ref(refs[0])};
     assert_int_equal(spillway_task(g, "reverse", ra, 1, SPILLWAY_KEEP, &rev), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     check_output(cl, refs[1], 1, sizes[1]);
     void *data;
     size_t len;
@@ -230,8 +226,7 @@ static void lost_output_is_remade_by_running_its_task_again(void)
     spillway_ref refs[3];
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(add_parts(g, sizes, 3, 3, SPILLWAY_KEEP, count, refs), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (uint32_t i = 0; i < 3; i++)
         check_output(cl, refs[i], i, sizes[i]); /* made on worker 0 */
     h_worker_start(c, worker_args);
