@@ -235,6 +235,23 @@ void e2e_notify_recv(int fd, int timeout_s, char *msg, size_t len)
     msg[n] = '\0';
 }
 
+int e2e_tcp_count(int port, unsigned states)
+{
+    FILE *f = fopen("/proc/net/tcp", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned lport, st;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
+            st < 32 && (states & (1u << st)) != 0)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
 int e2e_dir_entries(const char *path)
 {
     DIR *d = opendir(path);

@@ -11,6 +11,13 @@
 #include "harness.h"
 #include "spillway/spillway.h"
 
+/* A cluster and a name (a worker's, a figure's): the argument of many h_eventually
+ * conditions. */
+typedef struct e2e_named {
+    h_cluster *c;
+    const char *name;
+} e2e_named;
+
 /* Connects a client to the cluster (with its secret, if any); fails the test on error. */
 spillway *e2e_connect(h_cluster *c);
 /* `spillway-ctl --json ARGS...` against the cluster, parsed; NULL if it failed. */
@@ -46,6 +53,9 @@ int e2e_notify_socket(const char *path);
 /* Receives one notification from fd within timeout_s seconds into msg (NUL-terminated); the
  * test fails if none comes. */
 void e2e_notify_recv(int fd, int timeout_s, char *msg, size_t len);
+/* Sockets of /proc/net/tcp (IPv4) on local port whose state is in `states`, a mask of
+ * 1u << state (1 ESTABLISHED, 8 CLOSE_WAIT); -1 if the table cannot be read. */
+int e2e_tcp_count(int port, unsigned states);
 /* Entries of a directory, the dot files aside; 0 if it cannot be read. */
 int e2e_dir_entries(const char *path);
 /* Blocks allocated to the files behind a process's descriptors whose link contains `what`

@@ -41,23 +41,10 @@ static int ctl_workers(h_cluster *c)
     return n;
 }
 
-/* Connections a daemon listening on port still holds (ESTABLISHED or CLOSE_WAIT on its side,
- * from /proc/net/tcp). */
+/* Connections a daemon listening on port still holds (ESTABLISHED or CLOSE_WAIT on its side). */
 static int daemon_conns(int port)
 {
-    FILE *f = fopen("/proc/net/tcp", "re");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        unsigned lport, st;
-        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
-            (st == 1 || st == 8))
-            n++;
-    }
-    fclose(f);
-    return n;
+    return e2e_tcp_count(port, 1u << 1 | 1u << 8);
 }
 
 typedef struct conns_arg {

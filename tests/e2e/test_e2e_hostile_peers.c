@@ -1242,17 +1242,12 @@ static void local_create_waiting_for_room_holds_the_next_requests(void)
     E2E_FINISH(c, NULL);
 }
 
-typedef struct figure_arg {
-    h_cluster *c;
-    const char *field;
-} figure_arg;
-
 static bool worker_figure_nonzero(void *arg)
 {
-    figure_arg *a = arg;
+    e2e_named *a = arg;
     json_t *st = e2e_ctl_json(a->c, "status");
     json_t *wj = json_array_get(json_object_get(st, "workers"), 0);
-    json_int_t v = json_integer_value(json_object_get(json_object_get(wj, "memory"), a->field));
+    json_int_t v = json_integer_value(json_object_get(json_object_get(wj, "memory"), a->name));
     json_decref(st);
     return v > 0;
 }
@@ -1275,7 +1270,7 @@ static spillway *cluster_with_a_spilled_object(h_cluster *c, spillway_ref objs[8
         assert_int_equal(spillway_put(cl, data, SPILLED_OBJ_SIZE, &objs[i]), 0);
     }
     free(data);
-    figure_arg fa = {c, "spilled_bytes"}; /* 32 MiB went into 16 */
+    e2e_named fa = {c, "spilled_bytes"}; /* 32 MiB went into 16 */
     assert_true(h_eventually(worker_figure_nonzero, &fa, 20000));
     return cl;
 }

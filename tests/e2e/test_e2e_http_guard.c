@@ -172,19 +172,7 @@ static int count_fds(int pid)
 /* Sockets in CLOSE_WAIT on the local port (IPv4). */
 static int close_waits(int port)
 {
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        unsigned lport, st;
-        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
-            st == 0x08)
-            n++;
-    }
-    fclose(f);
-    return n;
+    return e2e_tcp_count(port, 1u << 8);
 }
 
 /* ------------------------------------------------------------- attacker */
@@ -623,14 +611,9 @@ static void http_get_with_a_body_is_400(void)
     E2E_STOP(c, NULL);
 }
 
-typedef struct named {
-    h_cluster *c;
-    const char *name;
-} named;
-
 static bool worker_listed(void *arg)
 {
-    named *n = arg;
+    e2e_named *n = arg;
     json_t *st = e2e_ctl_json(n->c, "status");
     const char *name = json_string_value(
         json_object_get(json_array_get(json_object_get(st, "workers"), 0), "name"));
@@ -645,7 +628,7 @@ static void ctl_json_status_round_trips_a_utf8_worker_name(void)
     const char *name = "w\xc3\xb6rker";
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "32M", "--name", name, NULL};
     h_worker_start(c, wargs);
-    named n = {c, name};
+    e2e_named n = {c, name};
     assert_true(h_eventually(worker_listed, &n, 10000));
     char host[64], *body = NULL;
     snprintf(host, sizeof host, "127.0.0.1:%d", http_port(c));
