@@ -49,7 +49,7 @@
 
 typedef struct bench {
     spillway *cl;
-    h_cluster cluster;
+    h_cluster *cluster; /* ours (own_cluster), else an empty one */
     bool own_cluster;
     bool quick;
     int workers;          /* of our own cluster (--workers), default 2 */
@@ -97,10 +97,10 @@ static void collect_pids(bench *b)
     b->pids[b->npids++] = getpid();
     if (!b->own_cluster)
         return;
-    b->pids[b->npids++] = b->cluster.sched.pid;
-    for (int i = 0; i < b->cluster.nworkers; i++) {
-        b->pids[b->npids++] = b->cluster.workers[i].pid;
-        add_children(b, b->cluster.workers[i].pid);
+    b->pids[b->npids++] = b->cluster->sched.pid;
+    for (int i = 0; i < b->cluster->nworkers; i++) {
+        b->pids[b->npids++] = b->cluster->workers[i].pid;
+        add_children(b, b->cluster->workers[i].pid);
     }
 }
 
@@ -144,7 +144,9 @@ static double hwm_total(bench *b, json_t *extra)
         double mib = (double)kib(b->pids[i], "VmHWM") / 1024.0;
         total += mib;
         char key[32];
-        const char *role = i == 0 ? "bench" : (b->pids[i] == b->cluster.sched.pid ? "scheduler" : "worker_or_executor");
+        const char *role =
+            i == 0 ? "bench"
+                   : (b->pids[i] == b->cluster->sched.pid ? "scheduler" : "worker_or_executor");
         snprintf(key, sizeof key, "%s_%d", role, (int)b->pids[i]);
         json_object_set_new(per, key, json_real((double)(long)(mib * 10) / 10));
     }
@@ -381,8 +383,8 @@ static void case_put_get(bench *b)
     o.inline_limit = 1;
     o.name = "spillway-bench-put-get";
     spillway *cl;
-    int rc = spillway_connect(b->cluster.addr[0] ? b->cluster.addr : getenv("SPW_BENCH_ADDR"),
-                              &o, &cl);
+    int rc = spillway_connect(b->cluster->addr[0] ? b->cluster->addr : getenv("SPW_BENCH_ADDR"), &o,
+                              &cl);
     if (rc != 0)
         die(b, "connect", rc);
     static const size_t sizes[] = {1024, 1 << 20, 64 << 20};
@@ -1358,7 +1360,7 @@ static void spill_measure_limit(const spill_kind *k, const char *dir, int thread
 
 typedef struct spill_run {
     bench *b;
-    h_cluster cluster;
+    h_cluster *cluster;
     spillway *cl;
     spill_probe probe;
     char dir[256];     /* the spill directory, ours to remove */
@@ -1384,7 +1386,7 @@ static void spill_teardown(spill_run *r)
         spillway_close(r->cl);
     r->cl = NULL;
     probe_stop(&r->probe);
-    if (!h_cluster_stop(&r->cluster))
+    if (!h_cluster_stop(r->cluster))
         fprintf(stderr, "spillway-bench: the spill cluster did not stop cleanly\n");
     if (nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "spillway-bench: could not remove %s\n", r->dir);
@@ -1394,7 +1396,7 @@ static _Noreturn void spill_die(spill_run *r, const char *what, int rc)
 {
     fprintf(stderr, "spillway-bench: spill: %s: %s: %s\n", what, spillway_strerror(rc),
             r->cl != NULL ? spillway_errmsg(r->cl) : "");
-    h_dump_logs(&r->cluster);
+    h_dump_logs(r->cluster);
     spill_teardown(r);
     exit(1);
 }
@@ -1417,7 +1419,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
 
     wstats base[SPILL_WORKERS], wrote[SPILL_WORKERS], rd[SPILL_WORKERS], after[SPILL_WORKERS];
     double waited;
-    if (!spill_status(&r->cluster, base))
+    if (!spill_status(r->cluster, base))
         spill_die(r, "spillway-ctl status", SPW_EIO);
     probe_reset(&r->probe);
     wcpu cpu0[SPILL_WORKERS];
@@ -1425,7 +1427,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
         worker_cpu(&r->probe, i, &cpu0[i]);
     double probe_cpu0 = r->probe.cpu_s;
     mcpu m0, mw;
-    machine_cpu(&r->cluster, &m0);
+    machine_cpu(r->cluster, &m0);
 
     /* Write: every object a kept task output; the stores spill as they fill. */
     double t0 = now_s();
@@ -1445,12 +1447,12 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     if (rc != 0)
         spill_die(r, "wait", rc);
     double t_write = now_s() - t0;
-    bool settled_w = spill_settle(&r->cluster, cond_tasks_done, base, r->nobj, wrote, &waited);
+    bool settled_w = spill_settle(r->cluster, cond_tasks_done, base, r->nobj, wrote, &waited);
     double settle_w = waited;
     wcpu cpu_w[SPILL_WORKERS];
     for (int i = 0; i < spill_workers; i++)
         worker_cpu(&r->probe, i, &cpu_w[i]);
-    machine_cpu(&r->cluster, &mw);
+    machine_cpu(r->cluster, &mw);
     /* The reference again, right after the spills it is compared with: use the mean. */
     double zstd_before = lim.zstd_gbps, zstd_all_before = lim.zstd_all_gbps, zstd_after,
            zstd_all_after;
@@ -1481,7 +1483,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
         t_check += now_s() - tb;
     }
     double t_read = now_s() - t1;
-    bool settled_r = spill_settle(&r->cluster, cond_restored, wrote, total, rd, &waited);
+    bool settled_r = spill_settle(r->cluster, cond_restored, wrote, total, rd, &waited);
     double settle_r = waited;
     wcpu cpu1[SPILL_WORKERS];
     for (int i = 0; i < spill_workers; i++)
@@ -1492,7 +1494,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     rc = spillway_release_many(r->cl, r->refs, r->nobj);
     if (rc != 0)
         spill_die(r, "release", rc);
-    bool emptied = spill_settle(&r->cluster, cond_empty, NULL, 0, after, &waited);
+    bool emptied = spill_settle(r->cluster, cond_empty, NULL, 0, after, &waited);
     double t_cleanup = now_s() - t2;
 
     /* Figures: deltas over this kind's write and read; bytes on disk as they stood after the
@@ -1568,7 +1570,7 @@ static void spill_one_kind(spill_run *r, const spill_kind *k)
     pthread_mutex_unlock(&r->probe.mu);
     int grows, warns;
     char first_warn[256] = "";
-    spill_log_scan(&r->cluster, &grows, &warns, first_warn, sizeof first_warn);
+    spill_log_scan(r->cluster, &grows, &warns, first_warn, sizeof first_warn);
 
     uint64_t spilled = ws_sum(rd, WS_SPILLED), stored = ws_sum(rd, WS_STORED);
     double spill_gbps = gbps_of(sp_bytes, sp_ns), restore_gbps = gbps_of(rs_bytes, rs_ns);
@@ -1714,21 +1716,21 @@ static void case_spill(bench *b)
     snprintf(threads, sizeof threads, "%d", b->spill_threads);
     /* With the HTTP endpoint on a free port: open it to watch the stores spill. */
     static const char *const http[] = {"--http", "127.0.0.1:0", NULL};
-    h_cluster_start(&r->cluster, false, http);
-    fprintf(stderr, "spillway-bench: spill case: dashboard at http://%s/\n", r->cluster.http);
+    r->cluster = h_cluster_start(false, http);
+    fprintf(stderr, "spillway-bench: spill case: dashboard at http://%s/\n", r->cluster->http);
     for (int i = 0; i < spill_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "spill-w%d", i);
         const char *args[] = {
             "--slots",       "1",     "--store-capacity", cap,     "--spill-dir", r->dir,
             "--spill-threads", threads, "--name",           name,    NULL};
-        h_worker_start(&r->cluster, args);
+        h_worker_start(r->cluster, args);
     }
-    probe_start(&r->probe, &r->cluster);
+    probe_start(&r->probe, r->cluster);
     spillway_opts o;
     spillway_opts_init(&o);
     o.name = "spillway-bench-spill";
-    int rc = spillway_connect(r->cluster.addr, &o, &r->cl);
+    int rc = spillway_connect(r->cluster->addr, &o, &r->cl);
     if (rc != 0)
         spill_die(r, "connect", rc);
     r->refs = calloc(r->nobj, sizeof *r->refs);
@@ -1789,15 +1791,16 @@ static double cluster_hwm_mib(h_cluster *c)
     return total;
 }
 
-static void start_cluster(h_cluster *c, int nworkers, const char *cap)
+static h_cluster *start_cluster(int nworkers, const char *cap)
 {
-    h_cluster_start(c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < nworkers; i++) {
         char name[32];
         snprintf(name, sizeof name, "bw%d", i);
         const char *args[] = {"--slots", "1", "--store-capacity", cap, "--name", name, NULL};
         h_worker_start(c, args);
     }
+    return c;
 }
 
 static spillway *connect_to(const char *addr, bool no_local)
@@ -1826,11 +1829,10 @@ static void case_broadcast(bench *b)
     static const int counts[] = {1, 2, 4};
     double base = 0;
     for (size_t k = 0; k < 3; k++) {
-        h_cluster c;
-        start_cluster(&c, counts[k], "256M");
+        h_cluster *c = start_cluster(counts[k], "256M");
         double best[2] = {1e9, 1e9};
         for (int mode = 0; mode < 2; mode++) {
-            spillway *cl = connect_to(c.addr, mode == 0);
+            spillway *cl = connect_to(c->addr, mode == 0);
             for (int r = 0; r < reps; r++) {
                 spillway_ref ref;
                 double t0 = now_s();
@@ -1854,8 +1856,8 @@ static void case_broadcast(bench *b)
         json_t *top = json_object();
         json_object_set_new(top, "workers", json_integer(counts[k]));
         json_object_set_new(top, "bytes", json_integer((json_int_t)size));
-        emit_with("broadcast", (uint64_t)counts[k], best[0], 0, cluster_hwm_mib(&c), extra, top);
-        h_cluster_stop(&c);
+        emit_with("broadcast", (uint64_t)counts[k], best[0], 0, cluster_hwm_mib(c), extra, top);
+        h_cluster_release(c);
     }
     free(data);
 }
@@ -1900,10 +1902,9 @@ static void case_embed_vs_scatter(bench *b)
     for (size_t i = 0; i < size; i++)
         payload[i] = (uint8_t)(i * 7919u >> 5);
     for (int mode = 0; mode < 2; mode++) {
-        h_cluster c;
-        start_cluster(&c, 2, "512M");
-        spillway *cl = connect_to(c.addr, false);
-        cluster_hwm_reset(&c);
+        h_cluster *c = start_cluster(2, "512M");
+        spillway *cl = connect_to(c->addr, false);
+        cluster_hwm_reset(c);
         double t0 = now_s();
         spillway_ref shared = {0, 0};
         if (mode == 1 && spillway_scatter(cl, payload, size, 0, &shared) != 0)
@@ -1935,8 +1936,8 @@ static void case_embed_vs_scatter(bench *b)
             ok = ok && v == size + 8;
         }
         double t = now_s() - t0;
-        int copies = store_copies(&c, size);
-        double peak = cluster_hwm_mib(&c);
+        int copies = store_copies(c, size);
+        double peak = cluster_hwm_mib(c);
         spillway_release_many(cl, refs, n);
         if (mode == 1)
             spillway_release(cl, shared);
@@ -1953,7 +1954,7 @@ static void case_embed_vs_scatter(bench *b)
         json_object_set_new(top, "store_copies", json_integer(copies));
         emit_with(mode == 0 ? "embed_vs_scatter.embed" : "embed_vs_scatter.scatter", n, t,
                   (double)n / t, peak, extra, top);
-        h_cluster_stop(&c);
+        h_cluster_release(c);
     }
     free(payload);
 }
@@ -1999,7 +2000,7 @@ static bool pin_cpus(int n)
 /* The scheduler's own figures: resident now and at its peak (KiB), CPU seconds so far. */
 static long sched_kib(bench *b, const char *field)
 {
-    return b->own_cluster ? kib(b->cluster.sched.pid, field) : 0;
+    return b->own_cluster ? kib(b->cluster->sched.pid, field) : 0;
 }
 
 /* CPU seconds of one thread (tid) of process pid: the first field of its schedstat
@@ -2025,7 +2026,7 @@ static double thread_cpu_s(pid_t pid, pid_t tid)
  * id is the process's: it runs every decision) in *loop_s when loop_s is not NULL. */
 static double sched_cpu_s(bench *b, double *loop_s)
 {
-    pid_t pid = b->cluster.sched.pid;
+    pid_t pid = b->cluster->sched.pid;
     if (loop_s != NULL)
         *loop_s = b->own_cluster ? thread_cpu_s(pid, pid) : 0;
     return b->own_cluster ? proc_cpu_s(pid) : 0;
@@ -2035,11 +2036,11 @@ static double sched_cpu_s(bench *b, double *loop_s)
 static double workers_cpu_s(bench *b, double *exec_s)
 {
     double w = 0, e = 0;
-    for (int i = 0; b->own_cluster && i < b->cluster.nworkers; i++) {
-        w += proc_cpu_s(b->cluster.workers[i].pid);
+    for (int i = 0; b->own_cluster && i < b->cluster->nworkers; i++) {
+        w += proc_cpu_s(b->cluster->workers[i].pid);
         char path[64];
-        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)b->cluster.workers[i].pid,
-                 (int)b->cluster.workers[i].pid);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)b->cluster->workers[i].pid,
+                 (int)b->cluster->workers[i].pid);
         FILE *f = fopen(path, "r");
         int child;
         while (f != NULL && fscanf(f, "%d", &child) == 1)
@@ -2180,8 +2181,8 @@ static void sched_loop_extra(json_t *extra, const char *per, uint64_t units, dou
  * Returns false if the status could not be read. */
 static bool sched_tables(bench *b, uint64_t *objects, uint64_t *tasks)
 {
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", b->cluster.addr, "--json", "status",
-                          NULL};
+    const char *argv[] = {
+        h_bin("spillway-ctl"), "--scheduler", b->cluster->addr, "--json", "status", NULL};
     char *text = NULL;
     int rc = h_run(argv, &text);
     json_t *doc = rc == 0 && text != NULL ? json_loads(text, 0, NULL) : NULL;
@@ -2243,7 +2244,7 @@ static void case_scale_tiny(bench *b)
         long base_kib = sched_kib(b, "VmRSS");
         hwm_reset(b);
         hwc h;
-        hwc_open(&h, b->own_cluster ? b->cluster.sched.pid : 0);
+        hwc_open(&h, b->own_cluster ? b->cluster->sched.pid : 0);
         double c_loop, c_loop1, cycles = 0, instructions = 0;
         double c_sched = sched_cpu_s(b, &c_loop), c_exec, c_work = workers_cpu_s(b, &c_exec);
         double c_self = self_cpu_s(), c_exec1;
@@ -2358,7 +2359,7 @@ static void case_chain_latency(bench *b)
     run_chain(b, 50, &v);
     hwm_reset(b);
     hwc h;
-    hwc_open(&h, b->own_cluster ? b->cluster.sched.pid : 0);
+    hwc_open(&h, b->own_cluster ? b->cluster->sched.pid : 0);
     double c_loop, c_loop1, cycles = 0, instructions = 0;
     double c_sched = sched_cpu_s(b, &c_loop);
     bool verified = true;
@@ -2446,6 +2447,8 @@ int main(int argc, char **argv)
 {
     bench b;
     memset(&b, 0, sizeof b);
+    static h_cluster no_cluster;
+    b.cluster = &no_cluster;
     const char *only = NULL, *addr = NULL, *secret = NULL;
     b.workers = 2;
     b.slots = 1;
@@ -2577,7 +2580,7 @@ int main(int argc, char **argv)
     if (addr == NULL) {
         /* Our own cluster. */
         b.own_cluster = true;
-        h_cluster_start(&b.cluster, false, NULL);
+        b.cluster = h_cluster_start(false, NULL);
         char slots[16];
         snprintf(slots, sizeof slots, "%d", b.slots);
         for (int i = 0; i < b.workers; i++) {
@@ -2585,9 +2588,9 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "bench-w%d", i);
             const char *const wargs[] = {"--slots", slots, "--store-capacity", "2G", "--name",
                                          name, NULL};
-            h_worker_start(&b.cluster, wargs);
+            h_worker_start(b.cluster, wargs);
         }
-        addr = b.cluster.addr;
+        addr = b.cluster->addr;
     }
     setenv("SPW_BENCH_ADDR", addr, 1);
     spillway_opts o;
@@ -2598,7 +2601,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "spillway-bench: cannot connect to %s: %s\n", addr, spillway_strerror(rc));
         if (b.own_cluster)
-            h_cluster_stop(&b.cluster);
+            h_cluster_stop(b.cluster);
         return 1;
     }
     for (size_t i = 0; i < NCASES; i++) {
@@ -2613,7 +2616,7 @@ int main(int argc, char **argv)
         cases[i].run(&b);
     }
     spillway_close(b.cl);
-    if (b.own_cluster && !h_cluster_stop(&b.cluster)) {
+    if (b.own_cluster && !h_cluster_stop(b.cluster)) {
         fprintf(stderr, "spillway-bench: the cluster did not stop cleanly\n");
         return 1;
     }

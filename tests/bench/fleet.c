@@ -916,28 +916,28 @@ int main(int argc, char **argv)
                     n, n * 2 + 64, (unsigned long long)rl.rlim_cur);
             return 1;
         }
-        h_cluster c;
         char maxc[32];
         snprintf(maxc, sizeof maxc, "%u", n + n / 4 + 64);
         const char *args[] = {"--http", "127.0.0.1:0", "--max-connections", maxc, NULL};
-        h_cluster_start(&c, false, args);
+        h_cluster *c = h_cluster_start(false, args);
         sleep_s(0.5);
-        long base_kib = sched_kib(&c, "VmRSS");
-        fleet *f = fleet_start(c.addr, n);
-        case_join(&c, f); /* always: the other cases need the fleet */
+        long base_kib = sched_kib(c, "VmRSS");
+        fleet *f = fleet_start(c->addr, n);
+        case_join(c, f); /* always: the other cases need the fleet */
         if (want(cases, "idle"))
-            case_idle(&c, f, base_kib, idle_s);
+            case_idle(c, f, base_kib, idle_s);
         if (want(cases, "ctl"))
-            case_ctl(&c, f);
+            case_ctl(c, f);
         if (want(cases, "dashboard") && shots != NULL)
-            case_dashboard(&c, f, shots);
+            case_dashboard(c, f, shots);
         if (want(cases, "broadcast"))
-            case_broadcast(&c, f);
+            case_broadcast(c, f);
         if (want(cases, "scale_tiny"))
-            case_scale_tiny(&c, f, ntasks);
-        case_leave(&c, f);
-        bool stopped = h_cluster_stop(&c);
+            case_scale_tiny(c, f, ntasks);
+        case_leave(c, f);
+        bool stopped = h_cluster_stop(c);
         check(stopped, "scheduler exits 0", stopped, 1);
+        h_cluster_release(c);
     }
     if (failures > 0)
         fprintf(stderr, "spillway-fleet: %d check(s) failed\n", failures);

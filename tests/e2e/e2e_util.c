@@ -1,14 +1,22 @@
+/* Helpers shared by the end-to-end test files; see e2e_util.h. */
 #include "e2e_util.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -69,14 +77,33 @@ uint64_t e2e_get_u64(spillway *cl, spillway_ref r)
     return v;
 }
 
-typedef struct idle_arg {
-    h_cluster *c;
-} idle_arg;
+void e2e_client_works(spillway *cl)
+{
+    spillway_ref r = e2e_submit_u64(cl, "inc", 41);
+    assert_int_equal(e2e_get_u64(cl, r), 42);
+    assert_int_equal(spillway_release(cl, r), 0);
+}
+
+void e2e_errmsg_has(spillway *cl, const char *want)
+{
+    const char *m = spillway_errmsg(cl);
+    fprintf(stderr, "errmsg: %s\n", m);
+    if (strstr(m, want) == NULL)
+        fail_msg("errmsg '%s' lacks '%s'", m, want);
+}
+
+void e2e_write_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(chmod(path, mode), 0);
+}
 
 static bool is_idle(void *arg)
 {
-    idle_arg *a = arg;
-    json_t *st = e2e_ctl_json(a->c, "status");
+    json_t *st = e2e_ctl_json(arg, "status");
     if (st == NULL)
         return false;
     json_t *tasks = json_object_get(st, "tasks");
@@ -94,8 +121,7 @@ static bool is_idle(void *arg)
 
 bool e2e_cluster_idle(h_cluster *c, int deadline_ms)
 {
-    idle_arg a = {c};
-    return h_eventually(is_idle, &a, deadline_ms);
+    return h_eventually(is_idle, c, deadline_ms);
 }
 
 uint64_t e2e_used_bytes(json_t *status)
@@ -103,11 +129,19 @@ uint64_t e2e_used_bytes(json_t *status)
     uint64_t used = 0;
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(status, "workers"), i, w)
-    {
-        used += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "used"));
-    }
+    json_array_foreach(json_object_get(status, "workers"), i, w) used +=
+        (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "used"));
     return used;
+}
+
+bool e2e_status_used(h_cluster *c, uint64_t *used)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    if (st == NULL)
+        return false;
+    *used = e2e_used_bytes(st);
+    json_decref(st);
+    return true;
 }
 
 long e2e_status_kib(int pid, const char *field)
@@ -126,9 +160,7 @@ long e2e_status_kib(int pid, const char *field)
     return v;
 }
 
-/* Bytes of shared memory the worker's arena holds: the memfd's allocated blocks. Counting it
- * once, rather than each process's RssShmem, does not count pages shared with executors twice. */
-uint64_t e2e_arena_resident(int pid)
+uint64_t e2e_fd_blocks(int pid, const char *what)
 {
     char dirp[64];
     snprintf(dirp, sizeof dirp, "/proc/%d/fd", pid);
@@ -136,6 +168,8 @@ uint64_t e2e_arena_resident(int pid)
     if (d == NULL)
         return 0;
     uint64_t v = 0;
+    ino_t seen[16];
+    int nseen = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char path[PATH_MAX], link[PATH_MAX];
@@ -145,11 +179,162 @@ uint64_t e2e_arena_resident(int pid)
             continue;
         link[n] = '\0';
         struct stat st;
-        if (strncmp(link, "/memfd:spillway-worker", 22) == 0 && stat(path, &st) == 0) {
-            v = (uint64_t)st.st_blocks * 512;
-            break;
-        }
+        if (strstr(link, what) == NULL || stat(path, &st) != 0)
+            continue;
+        bool dup = false;
+        for (int i = 0; i < nseen; i++)
+            dup = dup || seen[i] == st.st_ino;
+        if (dup)
+            continue;
+        if (nseen < 16)
+            seen[nseen++] = st.st_ino;
+        v += (uint64_t)st.st_blocks * 512;
     }
     closedir(d);
     return v;
+}
+
+/* Counting the memfd's blocks once, rather than each process's RssShmem, does not count pages
+ * shared with executors twice. */
+uint64_t e2e_arena_resident(int pid)
+{
+    return e2e_fd_blocks(pid, "/memfd:spillway-worker");
+}
+
+uint64_t e2e_node_memory(int pid)
+{
+    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+    FILE *f = fopen(path, "r");
+    int child;
+    while (f != NULL && fscanf(f, "%d", &child) == 1)
+        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+int e2e_notify_socket(const char *path)
+{
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    return fd;
+}
+
+void e2e_notify_recv(int fd, int timeout_s, char *msg, size_t len)
+{
+    struct timeval tv = {timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t n = recv(fd, msg, len - 1, 0);
+    assert_true(n > 0);
+    msg[n] = '\0';
+}
+
+int e2e_tcp_count(int port, unsigned states)
+{
+    FILE *f = fopen("/proc/net/tcp", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned lport, st;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
+            st < 32 && (states & (1u << st)) != 0)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+int e2e_dir_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+uint64_t e2e_memory_sum(h_cluster *c, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t v = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(st, "workers"), i, w)
+    {
+        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), field));
+    }
+    json_decref(st);
+    return v;
+}
+
+void e2e__submit(spillway_graph *g, const char *site, const char *file, int line)
+{
+    int rc = spillway_submit_at(g, site);
+    spillway_graph_free(g);
+    _assert_int_equal((uintmax_t)rc, 0, file, line);
+}
+
+spillway_ref e2e__submit_u64(spillway *cl, const char *fn, uint64_t x, const char *site)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_ref r;
+    spillway_arg a = spillway_arg_u64(x);
+    assert_int_equal(spillway_task_at(g, fn, &a, 1, SPILLWAY_KEEP, &r, site), 0);
+    assert_int_equal(spillway_submit_at(g, site), 0);
+    spillway_graph_free(g);
+    return r;
+}
+
+void e2e__stop(h_cluster *c, spillway *cl, bool idle_first, const char *file, int line)
+{
+    if (idle_first)
+        _assert_true(e2e_cluster_idle(c, 20000), "e2e_cluster_idle(c, 20000)", file, line);
+    spillway_close(cl);
+    _assert_true(h_cluster_stop(c), "h_cluster_stop(c)", file, line);
+}
+
+pid_t e2e_client_fork(h_cluster *c, e2e_client_fn fn, void *arg, bool wait_ready)
+{
+    fflush(NULL);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        close(ready[0]);
+        spillway *cl = NULL;
+        if (spillway_connect(c->addr, NULL, &cl) != 0 || fn(cl, arg) != 0)
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        pause(); /* until killed */
+        _exit(0);
+    }
+    h_track(pid);
+    close(ready[1]);
+    if (wait_ready) {
+        char x;
+        assert_int_equal(read(ready[0], &x, 1), 1);
+    }
+    close(ready[0]);
+    return pid;
+}
+
+void e2e_client_kill(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
 }

@@ -1,9 +1,15 @@
-/* End-to-end harness; see harness.h. */
+/* End-to-end harness; see harness.h for the life cycle. The clusters and helper processes of the
+ * running case are kept in two static tables: a cluster is added when started and freed, with
+ * its directory, by the case's teardown; a helper process is held by a pidfd, so killing it at
+ * teardown can never reach another process that took its pid. */
 #include "harness.h"
 
 #include "spillway/base.h"
 
 #include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,6 +23,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 static uint64_t now_ms(void)
 {
@@ -41,6 +49,158 @@ static void die(const char *fmt, const char *arg)
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n");
     abort();
+}
+
+/* ------------------------------------------------- what the running case owns */
+
+#define H_MAX_CLUSTERS 8
+#define H_MAX_TRACKED 32
+
+static h_cluster *clusters[H_MAX_CLUSTERS]; /* started by the running case; NULL: free slot */
+static int tracked[H_MAX_TRACKED];          /* pidfds of its helper processes; -1: free slot */
+static h_case *current;                     /* the running case, between setup and teardown */
+static bool skipped;                        /* the running case called h_skip */
+static pid_t owner;                         /* the test process (not a forked child) */
+
+static void release_at_exit(void);
+
+/* The tables start empty, and whatever is in them at exit is released. */
+static void tables_init(void)
+{
+    if (owner != 0)
+        return;
+    owner = getpid();
+    for (int i = 0; i < H_MAX_TRACKED; i++)
+        tracked[i] = -1;
+    atexit(release_at_exit);
+}
+
+static h_cluster *cluster_new(void)
+{
+    tables_init();
+    for (int i = 0; i < H_MAX_CLUSTERS; i++) {
+        if (clusters[i] == NULL) {
+            clusters[i] = calloc(1, sizeof *clusters[i]);
+            if (clusters[i] == NULL)
+                die("%s", "out of memory");
+            return clusters[i];
+        }
+    }
+    die("more than %s clusters in one case", "8");
+    return NULL;
+}
+
+void h_track(pid_t pid)
+{
+    tables_init();
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0)
+        return; /* gone already */
+    for (int i = 0; i < H_MAX_TRACKED; i++) {
+        if (tracked[i] < 0) {
+            tracked[i] = fd;
+            return;
+        }
+    }
+    die("more than %s helper processes in one case", "32");
+}
+
+/* Kills and reaps every tracked helper that still runs (a test may have reaped it: waitid on
+ * the pidfd then says ECHILD). */
+static void tracked_kill(void)
+{
+    for (int i = 0; i < H_MAX_TRACKED; i++) {
+        if (tracked[i] < 0)
+            continue;
+        syscall(SYS_pidfd_send_signal, tracked[i], SIGKILL, NULL, 0);
+        siginfo_t si;
+        while (waitid(P_PIDFD, (id_t)tracked[i], &si, WEXITED) != 0 && errno == EINTR) {
+        }
+        close(tracked[i]);
+        tracked[i] = -1;
+    }
+}
+
+static void cluster_free(int i)
+{
+    h_cluster *c = clusters[i];
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "harness: could not remove %s\n", c->dir);
+    free(c);
+    clusters[i] = NULL;
+}
+
+void h_cluster_release(h_cluster *c)
+{
+    if (!c->stopped)
+        h_cluster_stop(c);
+    for (int i = 0; i < H_MAX_CLUSTERS; i++)
+        if (clusters[i] == c)
+            cluster_free(i);
+}
+
+/* Stops what still runs; with logs, prints every cluster's daemon logs; then removes the
+ * clusters' directories and frees them. Returns false if a daemon stopped here exited
+ * non-zero. */
+static bool release_all(bool logs)
+{
+    tracked_kill();
+    bool ok = true;
+    for (int i = 0; i < H_MAX_CLUSTERS; i++)
+        if (clusters[i] != NULL && !clusters[i]->stopped)
+            ok = h_cluster_stop(clusters[i]) && ok;
+    logs = logs || !ok;
+    if (logs)
+        fprintf(stderr, "harness: the case failed; the logs of its daemons follow\n");
+    for (int i = 0; i < H_MAX_CLUSTERS; i++) {
+        if (clusters[i] == NULL)
+            continue;
+        if (logs)
+            h_dump_logs(clusters[i]);
+        cluster_free(i);
+    }
+    return ok;
+}
+
+/* A case that leaves by exit() (a skip with status 77) still leaves nothing behind; a forked
+ * child that exits does not touch its parent's daemons. */
+static void release_at_exit(void)
+{
+    if (getpid() == owner)
+        release_all(false);
+}
+
+int h_case_setup(void **state)
+{
+    current = *state;
+    current->finished = false;
+    skipped = false;
+    return 0;
+}
+
+void h_case_run(void **state)
+{
+    (void)state;
+    current->fn();
+    current->finished = true;
+}
+
+int h_case_teardown(void **state)
+{
+    (void)state;
+    bool failed = !current->finished && !skipped;
+    bool ok = release_all(failed);
+    current = NULL;
+    /* A case that returned but left a daemon that exited non-zero fails here. */
+    return failed || ok ? 0 : -1;
+}
+
+void h_skip(void)
+{
+    skipped = true;
+    skip();
 }
 
 static char spawn_cgroup[512]; /* h_spawn_in_cgroup */
@@ -172,10 +332,8 @@ static void start_proc(h_cluster *c, h_proc *pr, const char *const *argv0, const
     pr->exited = false;
     bool ok = read_ready(fd, pr->addr, sizeof pr->addr, ready_deadline_ms());
     close(fd);
-    if (!ok) {
-        h_dump_logs(c);
-        die("%s did not report READY", argv[0]);
-    }
+    if (!ok) /* the teardown stops it and prints the logs */
+        fail_msg("%s did not report READY", argv[0]);
 }
 
 #define MAX_ARGS 64
@@ -186,24 +344,6 @@ static int build_args(const char **v, int n, const char *const *extra)
         v[n++] = extra[i];
     v[n] = NULL;
     return n;
-}
-
-/* The directories of clusters started and not yet stopped (h_dump_unstopped). */
-#define H_UNSTOPPED_MAX 8
-static char unstopped[H_UNSTOPPED_MAX][256];
-
-static void unstopped_set(const char *dir, bool on)
-{
-    for (int i = 0; i < H_UNSTOPPED_MAX; i++) {
-        if (on && unstopped[i][0] == '\0') {
-            snprintf(unstopped[i], sizeof unstopped[i], "%s", dir);
-            return;
-        }
-        if (!on && strcmp(unstopped[i], dir) == 0) {
-            unstopped[i][0] = '\0';
-            return;
-        }
-    }
 }
 
 static void dump_file(const char *path)
@@ -224,39 +364,24 @@ static int log_name(const struct dirent *d)
     return n > 4 && strcmp(d->d_name + n - 4, ".log") == 0;
 }
 
-void h_dump_unstopped(void)
+h_cluster *h_cluster_bare(void)
 {
-    for (int i = 0; i < H_UNSTOPPED_MAX; i++) {
-        if (unstopped[i][0] == '\0')
-            continue;
-        struct dirent **names;
-        int n = scandir(unstopped[i], &names, log_name, alphasort); /* scheduler*, worker* */
-        for (int k = 0; k < n; k++) {
-            char path[2 * 256 + 2];
-            snprintf(path, sizeof path, "%.255s/%.255s", unstopped[i], names[k]->d_name);
-            dump_file(path);
-            free(names[k]);
-        }
-        if (n >= 0)
-            free(names);
-        unstopped[i][0] = '\0';
-    }
+    h_cluster *c = cluster_new();
+    const char *tmp = getenv("TMPDIR");
+    snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
+    if (mkdtemp(c->dir) == NULL)
+        die("mkdtemp: %s", strerror(errno));
+    return c;
 }
 
-static void cluster_start(h_cluster *c, const char *host, bool secret,
-                          const char *const *sched_args)
+static h_cluster *cluster_start(const char *host, bool secret, const char *const *sched_args)
 {
-    memset(c, 0, sizeof *c);
+    h_cluster *c = h_cluster_bare();
     char listen[64] = "127.0.0.1:0";
     if (host != NULL) {
         snprintf(c->sched.host, sizeof c->sched.host, "%s", host);
         snprintf(listen, sizeof listen, "%s:0", host);
     }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
-    if (mkdtemp(c->dir) == NULL)
-        die("mkdtemp: %s", strerror(errno));
-    unstopped_set(c->dir, true);
     const char *v[MAX_ARGS];
     int n = 0;
     v[n++] = h_bin("spillway-scheduler");
@@ -301,17 +426,17 @@ static void cluster_start(h_cluster *c, const char *host, bool secret,
         snprintf(c->http, sizeof c->http, "%.*s", (int)len, text);
         spw_free(text);
     }
+    return c;
 }
 
-void h_cluster_start(h_cluster *c, bool secret, const char *const *sched_args)
+h_cluster *h_cluster_start(bool secret, const char *const *sched_args)
 {
-    cluster_start(c, NULL, secret, sched_args);
+    return cluster_start(NULL, secret, sched_args);
 }
 
-void h_cluster_start_on(h_cluster *c, const char *host, bool secret,
-                        const char *const *sched_args)
+h_cluster *h_cluster_start_on(const char *host, bool secret, const char *const *sched_args)
 {
-    cluster_start(c, host, secret, sched_args);
+    return cluster_start(host, secret, sched_args);
 }
 
 static int worker_start(h_cluster *c, const char *host, const char *const *args)
@@ -352,12 +477,18 @@ int h_worker_start_on(h_cluster *c, const char *host, const char *const *args)
     return worker_start(c, host, args);
 }
 
-void h_cluster_simple(h_cluster *c, int n)
+void h_workers_start(h_cluster *c, int n, const char *const *args)
 {
-    h_cluster_start(c, false, NULL);
-    static const char *const args[] = {"--slots", "1", "--store-capacity", "256M", NULL};
     for (int i = 0; i < n; i++)
         h_worker_start(c, args);
+}
+
+h_cluster *h_cluster_simple(int n)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    static const char *const args[] = {"--slots", "1", "--store-capacity", "256M", NULL};
+    h_workers_start(c, n, args);
+    return c;
 }
 
 static bool wait_exit(h_proc *p, int deadline_ms)
@@ -463,18 +594,33 @@ void h_sched_restart(h_cluster *c, const char *const *sched_args)
     start_proc(c, &c->sched, v, name);
 }
 
+int h_log_count(const h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log, "re");
+    if (f == NULL)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Every log of the cluster's directory: each scheduler generation and worker, and the helpers
+ * started with h_spawn. */
 void h_dump_logs(h_cluster *c)
 {
-    h_proc *all[H_MAX_WORKERS + 1];
-    int n = 0;
-    all[n++] = &c->sched;
-    for (int i = 0; i < c->nworkers; i++)
-        all[n++] = &c->workers[i];
-    for (int i = 0; i < n; i++) {
-        if (all[i]->log[0] == '\0')
-            continue;
-        dump_file(all[i]->log);
+    struct dirent **names;
+    int n = scandir(c->dir, &names, log_name, alphasort);
+    for (int k = 0; k < n; k++) {
+        char path[2 * 256 + 2];
+        snprintf(path, sizeof path, "%.255s/%.255s", c->dir, names[k]->d_name);
+        dump_file(path);
+        free(names[k]);
     }
+    if (n >= 0)
+        free(names);
 }
 
 bool h_cluster_stop(h_cluster *c)
@@ -488,13 +634,8 @@ bool h_cluster_stop(h_cluster *c)
         ok = stop_proc(&c->workers[i], "worker") && ok;
     }
     ok = stop_proc(&c->sched, "scheduler") && ok;
-    if (!ok)
-        h_dump_logs(c);
-    unstopped_set(c->dir, false);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "harness: could not remove %s\n", c->dir);
+    c->stopped = true;
+    c->stop_ok = ok;
     return ok;
 }
 
@@ -502,7 +643,9 @@ pid_t h_spawn(h_cluster *c, const char *const *argv, const char *logname)
 {
     char log[512];
     snprintf(log, sizeof log, "%s/%s.log", c->dir, logname);
-    return spawn(argv, log, NULL);
+    pid_t pid = spawn(argv, log, NULL);
+    h_track(pid);
+    return pid;
 }
 
 int h_run(const char *const *argv, char **out)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of test_e2e_see: talks to the scheduler's HTTP endpoint and prints JSON for the C test.
+"""Helper of test_e2e_observe: talks to the scheduler's HTTP endpoint and prints JSON for the C test.
 
   http_check.py get URL [TOKEN]          the body; exit 1 with the status on anything but 200
   http_check.py status URL [TOKEN]       just the HTTP status code

@@ -1,10 +1,9 @@
 /*
  * spw_local_probe: a client that first becomes another user, then checks what a worker's local
- * socket gives it. Started by test_e2e_safe as root; it drops to UID:GID itself (setresgid,
- * setgroups, setresuid) so the test needs no setpriv.
+ * socket gives it. Started by test_e2e_local_socket_access as root; it drops to UID:GID itself
+ * (setresgid, setgroups, setresuid) so the test needs no setpriv.
  *
  *   spw_local_probe UID GID SCHEDULER WORKER_PID refused|allowed [SUPP_GID]
- *
  * refused: attaching to the worker's arena (read or write) fails with SPW_EAUTH, no arena
  *          descriptor is ever held, and a put and a get of 1 MiB through libspillway still
  *          return the right bytes (over TCP, a copy).

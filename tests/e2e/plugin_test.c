@@ -3,12 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "plugin_files.h"
 #include "spillway/task.h"
 
 static int reverse(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
@@ -50,15 +52,25 @@ static int u64_arg(const spw_task_arg *a, uint64_t *v)
     return 0;
 }
 
+/* The one u64 byte count `fn` takes, into *n; 0, or -1 with the task failed. */
+static int byte_count_arg(spw_task_ctx *ctx, const char *fn, const spw_task_arg *args,
+                          uint32_t nargs, uint64_t *n)
+{
+    if (nargs == 1 && u64_arg(&args[0], n) == 0)
+        return 0;
+    char msg[64];
+    snprintf(msg, sizeof msg, "%s takes a u64 byte count", fn);
+    spw_task_fail(ctx, msg);
+    return -1;
+}
+
 /* hog(n): takes n bytes of heap 1 MiB at a time, touching every page, then gives it back. Out of
  * memory (a task memory limit) it frees what it took and returns -ENOMEM. */
 static int hog(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t n;
-    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
-        spw_task_fail(ctx, "hog takes a u64 byte count");
+    if (byte_count_arg(ctx, "hog", args, nargs, &n) != 0)
         return -1;
-    }
     size_t nchunks = (size_t)((n + (1u << 20) - 1) >> 20), got = 0;
     void **chunks = calloc(nchunks ? nchunks : 1, sizeof *chunks);
     if (chunks == NULL)
@@ -87,10 +99,8 @@ unsigned spw_test_nleaked;
 static int leak(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t n;
-    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
-        spw_task_fail(ctx, "leak takes a u64 byte count");
+    if (byte_count_arg(ctx, "leak", args, nargs, &n) != 0)
         return -1;
-    }
     void *p = malloc(n);
     if (p == NULL)
         return -ENOMEM;
@@ -111,17 +121,14 @@ __attribute__((destructor)) static void leaks_free(void)
 static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t ms;
-    char path[512];
-    if (nargs != 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &ms)) {
+    if (nargs != 2 || args[0].len == 0 || args[0].len >= PLUGIN_PATH_MAX ||
+        u64_arg(&args[1], &ms)) {
         spw_task_fail(ctx, "mark_sleep takes a path and a u64 of milliseconds");
         return -1;
     }
-    memcpy(path, args[0].data, args[0].len);
-    path[args[0].len] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    close(fd);
+    int rc = plugin_touch(&args[0]);
+    if (rc != 0)
+        return rc;
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0)
         ;
@@ -141,14 +148,9 @@ static int wait_file(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
         spw_task_fail(ctx, "wait_file takes a path, a u64 of milliseconds and maybe a mark path");
         return -1;
     }
-    if (nargs == 3) {
-        memcpy(path, args[2].data, args[2].len);
-        path[args[2].len] = '\0';
-        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return -errno;
-        close(fd);
-    }
+    int rc = nargs == 3 ? plugin_touch(&args[2]) : 0;
+    if (rc != 0)
+        return rc;
     memcpy(path, args[0].data, args[0].len);
     path[args[0].len] = '\0';
     for (uint64_t waited = 0; access(path, F_OK) != 0; waited += 5) {
@@ -177,21 +179,13 @@ static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
 static int count_return(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t code;
-    char path[512];
-    if (nargs < 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &code)) {
+    if (nargs < 2 || args[0].len == 0 || args[0].len >= PLUGIN_PATH_MAX ||
+        u64_arg(&args[1], &code)) {
         spw_task_fail(ctx, "count_return takes a path and a u64 holding the code to return");
         return -1;
     }
-    memcpy(path, args[0].data, args[0].len);
-    path[args[0].len] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = write(fd, "r", 1);
-    close(fd);
-    if (n != 1)
-        return -EIO;
-    return (int)(int64_t)code;
+    int rc = plugin_count_run(&args[0]);
+    return rc != 0 ? rc : (int)(int64_t)code;
 }
 
 /* file_size(path): the size of the file `path` now (0 if there is none), as a u64. */
@@ -218,10 +212,8 @@ static int file_size(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
 static int ignore_output(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t n;
-    if (nargs != 1 || u64_arg(&args[0], &n) != 0) {
-        spw_task_fail(ctx, "ignore_output takes a u64 byte count");
+    if (byte_count_arg(ctx, "ignore_output", args, nargs, &n) != 0)
         return -1;
-    }
     uint8_t *out = spw_task_output(ctx, n);
     if (out != NULL)
         memset(out, 1, n);

@@ -37,9 +37,9 @@ static uint64_t le64(const uint8_t *p)
 
 /* Starts a scheduler and two one-slot workers with stores of `store` (a size argument),
  * allocations waiting `wait` ms, each spilling into its own directory, with the sort plugin. */
-static void cluster_two(h_cluster *c, const char *store, const char *wait)
+static h_cluster *cluster_two(const char *store, const char *wait)
 {
-    h_cluster_start(c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < 2; i++) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/spill%d", c->dir, i);
@@ -48,6 +48,7 @@ static void cluster_two(h_cluster *c, const char *store, const char *wait)
             dir,       "--plugin", SPW_SORT_PLUGIN,    NULL};
         h_worker_start(c, args);
     }
+    return c;
 }
 
 /* Whether any worker's log says an allocation gave up waiting for room. */
@@ -73,12 +74,10 @@ enum { SORT_BLOCKS = 16, SORT_BUCKETS = 10, SORT_BLOCK_VALUES = 1u << 20 /* 8 Mi
  * must not take in more tasks than its store can hold, or the running sort's output waits for
  * room held by the inputs of the tasks queued behind it. Each sorted bucket is checked by a
  * task (ascending, in its bucket) and its count, xor and sum against the generated values. */
-static void sort_four_times_the_stores_completes(void **state)
+static void sort_four_times_the_stores_completes(void)
 {
-    (void)state;
-    h_cluster c;
-    cluster_two(&c, "32M", "3000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = cluster_two("32M", "3000");
+    spillway *cl = e2e_connect(c);
 
     uint64_t want[SORT_BUCKETS][3];
     memset(want, 0, sizeof want);
@@ -116,8 +115,7 @@ static void sort_four_times_the_stores_completes(void **state)
                               spillway_arg_u64(SORT_BUCKETS)};
         assert_int_equal(spillway_task(g, "check", ca, 3, SPILLWAY_KEEP, &checks[j]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
 
     int rc = spillway_wait(cl, checks, SORT_BUCKETS, 120000);
     if (rc != 0)
@@ -136,9 +134,8 @@ static void sort_four_times_the_stores_completes(void **state)
     }
     assert_int_equal(total, (uint64_t)SORT_BLOCKS * SORT_BLOCK_VALUES);
     assert_int_equal(spillway_release_many(cl, checks, SORT_BUCKETS), 0);
-    assert_false(a_worker_gave_up(&c));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_false(a_worker_gave_up(c));
+    E2E_STOP(c, cl);
 }
 
 enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
@@ -147,12 +144,10 @@ enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
  * (one bucket of its chunk's values): a worker takes the next task's chunk in only once the
  * running one is done with its own, so no fetch or restore of a chunk waits for room (ahead of
  * the running task's output) until --alloc-wait gives up. */
-static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state)
+static void map_blocks_of_three_quarters_of_the_store_never_give_up(void)
 {
-    (void)state;
-    h_cluster c;
-    cluster_two(&c, "16M", "3000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = cluster_two("16M", "3000");
+    spillway *cl = e2e_connect(c);
     uint64_t *buf = malloc(MAP_CHUNK);
     assert_non_null(buf);
     spillway_ref chunks[MAP_CHUNKS], out[MAP_CHUNKS];
@@ -186,11 +181,10 @@ static void map_blocks_of_three_quarters_of_the_store_never_give_up(void **state
         assert_int_equal(len, want[k] * 8);
         spillway_free(data);
     }
-    assert_false(a_worker_gave_up(&c));
+    assert_false(a_worker_gave_up(c));
     assert_int_equal(spillway_release_many(cl, out, MAP_CHUNKS), 0);
     assert_int_equal(spillway_release_many(cl, chunks, MAP_CHUNKS), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 /* Waits for r, a task that must fail at once with SPW_ETOOBIG and a text naming it and the
@@ -212,18 +206,16 @@ static void fails_at_once(spillway *cl, spillway_ref r, uint64_t t0)
 /* A task whose output cannot fit beside its pinned input (10 MiB + 10 MiB in a 16 MiB store),
  * and one whose inputs alone cannot (two of 10 MiB), fail at once rather than after
  * --alloc-wait, each naming the task, its bytes and the capacity. */
-static void a_task_that_cannot_fit_fails_at_once(void **state)
+static void a_task_that_cannot_fit_fails_at_once(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
     const char *const args[] = {
         "--slots", "1", "--store-capacity", "16M", "--alloc-wait", "20000", "--spill-dir",
         dir,       NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *buf = calloc(1, 10u << 20);
     assert_non_null(buf);
     spillway_ref a, b;
@@ -237,8 +229,7 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_ref echo;
     assert_int_equal(spillway_task(g, "echo", &one, 1, SPILLWAY_KEEP, &echo), 0);
     uint64_t t0 = now_ms();
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     fails_at_once(cl, echo, t0);
     assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* inputs + output */
 
@@ -247,8 +238,7 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_ref cat;
     assert_int_equal(spillway_task(g, "concat", two, 2, SPILLWAY_KEEP, &cat), 0);
     t0 = now_ms();
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     fails_at_once(cl, cat, t0);
     assert_true(strstr(spillway_errmsg(cl), "20971520") != NULL); /* its inputs */
 
@@ -256,22 +246,14 @@ static void a_task_that_cannot_fit_fails_at_once(void **state)
     spillway_release(cl, cat);
     spillway_release(cl, a);
     spillway_release(cl, b);
-    assert_false(a_worker_gave_up(&c));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_dump_unstopped();
-    return 0;
+    assert_false(a_worker_gave_up(c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(sort_four_times_the_stores_completes, teardown),
-    cmocka_unit_test_teardown(map_blocks_of_three_quarters_of_the_store_never_give_up, teardown),
-    cmocka_unit_test_teardown(a_task_that_cannot_fit_fails_at_once, teardown),
+    H_CASE(sort_four_times_the_stores_completes),
+    H_CASE(map_blocks_of_three_quarters_of_the_store_never_give_up),
+    H_CASE(a_task_that_cannot_fit_fails_at_once),
 };
 
 SPW_TEST_MAIN(tests)

@@ -59,14 +59,12 @@ static bool stores_empty(void *arg)
     return empty;
 }
 
-static void put_larger_than_a_store_is_chunked_and_read_back(void **state)
+static void put_larger_than_a_store_is_chunked_and_read_back(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < 3; i++)
-        h_worker_start(&c, small_store);
-    spillway *cl = e2e_connect(&c);
+        h_worker_start(c, small_store);
+    spillway *cl = e2e_connect(c);
     size_t len = 48 * MIB; /* three times a store */
     uint8_t *data = make_data(len, 1);
     spillway_ref big;
@@ -75,7 +73,7 @@ static void put_larger_than_a_store_is_chunked_and_read_back(void **state)
         fail_msg("put of %zu bytes: %s: %s", len, spillway_strerror(rc), spillway_errmsg(cl));
 
     /* One object for the client, its chunks spread evenly over the three stores. */
-    json_t *doc = e2e_ctl_json(&c, "memory");
+    json_t *doc = e2e_ctl_json(c, "memory");
     assert_non_null(doc);
     char hex[33];
     spillway_ref_hex(big, hex);
@@ -112,7 +110,7 @@ static void put_larger_than_a_store_is_chunked_and_read_back(void **state)
         assert_int_equal(per[k], nchunks / 3);
     json_decref(doc);
     char *table = NULL;
-    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "memory", NULL};
     assert_int_equal(h_run(argv, &table), 0);
     char cell[40];
     snprintf(cell, sizeof cell, "%.12s[0/%zu]", hex, nchunks);
@@ -150,10 +148,10 @@ static void put_larger_than_a_store_is_chunked_and_read_back(void **state)
     /* Released as one: every store goes back to nothing. */
     assert_int_equal(spillway_release(cl, big), 0);
     assert_int_equal(spillway_release(cl, big), SPW_ENOTHELD);
-    assert_true(h_eventually(stores_empty, &c, 30000));
+    assert_true(h_eventually(stores_empty, c, 30000));
     spillway_close(cl);
     free(data);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
 typedef struct fig_arg {
@@ -191,24 +189,22 @@ static bool figure_is_zero(void *arg)
     return figure(a->c, a->worker, a->field) == 0;
 }
 
-static void view_of_remote_object_fetches_only_its_bytes(void **state)
+static void view_of_remote_object_fetches_only_its_bytes(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     static const char *const a0[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
                                      NULL};
     static const char *const a1[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w1",
                                      NULL};
-    h_worker_start(&c, a0);
-    h_worker_start(&c, a1);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, a0);
+    h_worker_start(c, a1);
+    spillway *cl = e2e_connect(c);
     size_t len = 12 * MIB;
     uint8_t *data = make_data(len, 2);
     spillway_ref obj;
     assert_int_equal(spillway_put(cl, data, len, &obj), 0);
     /* Where it went: the task runs on the other worker. */
-    json_t *doc = e2e_ctl_json(&c, "memory");
+    json_t *doc = e2e_ctl_json(c, "memory");
     assert_non_null(doc);
     char hex[33];
     spillway_ref_hex(obj, hex);
@@ -224,7 +220,7 @@ static void view_of_remote_object_fetches_only_its_bytes(void **state)
     assert_non_null(home);
     const char *other = strcmp(home, "w0") == 0 ? "w1" : "w0";
     json_decref(doc);
-    assert_int_equal(figure(&c, other, "fetched_bytes"), 0);
+    assert_int_equal(figure(c, other, "fetched_bytes"), 0);
 
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(spillway_graph_place(g, other), 0);
@@ -237,15 +233,15 @@ static void view_of_remote_object_fetches_only_its_bytes(void **state)
     assert_int_equal(spillway_release(cl, sum), 0);
 
     /* It fetched the view's bytes, no more, and kept nothing of them. */
-    fig_arg fa = {&c, other, "fetched_bytes", 1};
+    fig_arg fa = {c, other, "fetched_bytes", 1};
     assert_true(h_eventually(figure_reaches, &fa, 10000));
-    uint64_t fetched = figure(&c, other, "fetched_bytes");
+    uint64_t fetched = figure(c, other, "fetched_bytes");
     if (fetched > MIB + 64 * 1024)
         fail_msg("worker %s fetched %llu bytes for a view of %u", other,
                  (unsigned long long)fetched, MIB);
-    fig_arg fu = {&c, other, "used", 0};
+    fig_arg fu = {c, other, "used", 0};
     assert_true(h_eventually(figure_is_zero, &fu, 10000));
-    doc = e2e_ctl_json(&c, "memory");
+    doc = e2e_ctl_json(c, "memory");
     json_array_foreach(json_object_get(doc, "objects"), n, o)
     {
         if (strcmp(json_string_value(json_object_get(o, "id")), hex) == 0)
@@ -255,20 +251,18 @@ static void view_of_remote_object_fetches_only_its_bytes(void **state)
     }
     json_decref(doc);
     assert_int_equal(spillway_release(cl, obj), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     free(data);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
-static void map_blocks_over_a_list_is_one_job(void **state)
+static void map_blocks_over_a_list_is_one_job(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < 2; i++)
-        h_worker_start(&c, (const char *const[]){"--slots", "2", "--store-capacity", "64M", NULL});
-    spillway *cl = e2e_connect(&c);
+        h_worker_start(c, (const char *const[]){"--slots", "2", "--store-capacity", "64M", NULL});
+    spillway *cl = e2e_connect(c);
     static const size_t sizes[3] = {3 * MIB, 5 * MIB + 17, 2 * MIB};
     uint8_t *data[3];
     spillway_ref in[3];
@@ -292,7 +286,7 @@ static void map_blocks_over_a_list_is_one_job(void **state)
             check_bytes(cl, res[b], data[i] + off, blen, "block", b);
         }
     /* One graph on the dashboard, with every block's task. */
-    json_t *jobs = e2e_ctl_json(&c, "jobs");
+    json_t *jobs = e2e_ctl_json(c, "jobs");
     assert_non_null(jobs);
     json_t *graphs = json_object_get(jobs, "graphs");
     assert_int_equal(json_array_size(graphs), 1);
@@ -319,17 +313,17 @@ static void map_blocks_over_a_list_is_one_job(void **state)
     assert_int_equal(spillway_release_many(cl, res, nres), 0);
     spillway_free(res);
     assert_int_equal(spillway_release_many(cl, in, 3), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     for (int i = 0; i < 3; i++)
         free(data[i]);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(put_larger_than_a_store_is_chunked_and_read_back),
-    cmocka_unit_test(view_of_remote_object_fetches_only_its_bytes),
-    cmocka_unit_test(map_blocks_over_a_list_is_one_job),
+    H_CASE(put_larger_than_a_store_is_chunked_and_read_back),
+    H_CASE(view_of_remote_object_fetches_only_its_bytes),
+    H_CASE(map_blocks_over_a_list_is_one_job),
 };
 
 SPW_TEST_MAIN(tests)

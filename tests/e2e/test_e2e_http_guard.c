@@ -172,19 +172,7 @@ static int count_fds(int pid)
 /* Sockets in CLOSE_WAIT on the local port (IPv4). */
 static int close_waits(int port)
 {
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        unsigned lport, st;
-        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port &&
-            st == 0x08)
-            n++;
-    }
-    fclose(f);
-    return n;
+    return e2e_tcp_count(port, 1u << 8);
 }
 
 /* ------------------------------------------------------------- attacker */
@@ -309,20 +297,21 @@ static void raise_nofile(rlim_t want)
     struct rlimit rl;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
     if (rl.rlim_max < want)
-        skip();
+        h_skip();
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-static void start(h_cluster *c, const char *const *extra)
+static h_cluster *start(const char *const *extra)
 {
     const char *args[16] = {"--http", "127.0.0.1:0"};
     int n = 2;
     for (int i = 0; extra != NULL && extra[i] != NULL; i++)
         args[n++] = extra[i];
     args[n] = NULL;
-    h_cluster_start(c, false, args);
+    h_cluster *c = h_cluster_start(false, args);
     assert_true(c->http[0] != '\0');
+    return c;
 }
 
 /* -------------------------------------------------------------- tests */
@@ -344,18 +333,16 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void http_metrics_answer_under_a_thousand_hostile_connections(void **state)
+static void http_metrics_answer_under_a_thousand_hostile_connections(void)
 {
-    (void)state;
     raise_nofile(ATTACKERS + 256);
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     unsigned total, per_ip;
-    limits(&c, &total, &per_ip);
+    limits(c, &total, &per_ip);
     assert_true(total > ATTACKERS);
-    assert_int_equal(scrape(&c), 200);
-    quiet q = {c.sched.pid, port, count_fds(c.sched.pid)};
+    assert_int_equal(scrape(c), 200);
+    quiet q = {c->sched.pid, port, count_fds(c->sched.pid)};
 
     static const int kinds[] = {IDLE, TRICKLE, HALF_SENT};
     attack at;
@@ -368,7 +355,7 @@ static void http_metrics_answer_under_a_thousand_hostile_connections(void **stat
     int failed = 0;
     for (int i = 0; i < SCRAPES; i++) {
         uint64_t t0 = now_ms();
-        int code = scrape(&c);
+        int code = scrape(c);
         lat[i] = now_ms() - t0;
         if (code != 200) {
             fprintf(stderr, "scrape %d: %d after %llu ms\n", i, code, (unsigned long long)lat[i]);
@@ -411,18 +398,16 @@ static void http_metrics_answer_under_a_thousand_hostile_connections(void **stat
         fail_msg("after the attack: %d descriptors (before: %d), %d in CLOSE_WAIT",
                  count_fds(q.pid), q.fds, close_waits(port));
     assert_true(limits_logged);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_caps_connections_per_address(void **state)
+static void http_caps_connections_per_address(void)
 {
-    (void)state;
     raise_nofile(512);
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     unsigned total, per_ip;
-    limits(&c, &total, &per_ip);
+    limits(c, &total, &per_ip);
     assert_true(per_ip < total);
     static const int kinds[] = {IDLE};
     attack at;
@@ -445,24 +430,22 @@ static void http_caps_connections_per_address(void **state)
     printf("%d connections from one address: %d kept, %d closed at once (cap %u)\n", n, open,
            closed, per_ip);
     /* Another address is served meanwhile. */
-    assert_int_equal(scrape(&c), 200);
+    assert_int_equal(scrape(c), 200);
     attack_stop(&at);
     free(at.c);
     assert_int_equal(open, (int)per_ip);
     assert_int_equal(closed, n - (int)per_ip);
     assert_true(limits_logged);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_releases_half_sent_requests_at_once(void **state)
+static void http_releases_half_sent_requests_at_once(void)
 {
-    (void)state;
     raise_nofile(1024);
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     unsigned total, per_ip;
-    limits(&c, &total, &per_ip);
+    limits(c, &total, &per_ip);
     /* Idle connections first (as many as the old fixed limit held), then requests cut off by
      * their sender: none may linger in CLOSE_WAIT. */
     static const int idle[] = {IDLE}, half[] = {HALF_SENT};
@@ -488,31 +471,29 @@ static void http_releases_half_sent_requests_at_once(void **state)
            "after %llu ms\n", sent ? "yes" : "no", waits, (unsigned long long)(now_ms() - t0));
     assert_true(sent);
     assert_int_equal(waits, 0);
-    assert_int_equal(scrape(&c), 200);
+    assert_int_equal(scrape(c), 200);
     attack_stop(&cut);
     attack_stop(&hold);
     free(cut.c);
     free(hold.c);
     assert_true(limits_logged);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_full_answers_503(void **state)
+static void http_full_answers_503(void)
 {
-    (void)state;
     /* A small descriptor limit, inherited by the scheduler, makes the total small enough to
      * fill: it takes an eighth of the limit. */
     struct rlimit rl = {1024, 1024};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-        skip();
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+        h_skip();
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     unsigned total, per_ip;
-    limits(&c, &total, &per_ip);
+    limits(c, &total, &per_ip);
     assert_true(total < 512);
-    assert_int_equal(scrape(&c), 200); /* the endpoint's own session is up before the count */
-    quiet q = {c.sched.pid, port, count_fds(c.sched.pid)};
+    assert_int_equal(scrape(c), 200); /* the endpoint's own session is up before the count */
+    quiet q = {c->sched.pid, port, count_fds(c->sched.pid)};
     static const int idle[] = {IDLE};
     attack at;
     attack_start(&at, port, (int)total, (int)per_ip, 2, idle, 1);
@@ -532,17 +513,15 @@ static void http_full_answers_503(void **state)
     if (!h_eventually(back_to_normal, &q, 5000))
         fail_msg("after the attack: %d descriptors (before: %d), %d in CLOSE_WAIT",
                  count_fds(q.pid), q.fds, close_waits(port));
-    assert_int_equal(scrape(&c), 200);
+    assert_int_equal(scrape(c), 200);
     assert_true(limits_logged);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_refuses_foreign_host_names(void **state)
+static void http_refuses_foreign_host_names(void)
 {
-    (void)state;
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     char p[16];
     snprintf(p, sizeof p, "%d", port);
     static const struct {
@@ -570,31 +549,29 @@ static void http_refuses_foreign_host_names(void **state)
     }
     /* No Host at all (HTTP/1.0) names nothing. */
     assert_int_equal(http_get("127.0.0.1", port, "/metrics", NULL, NULL), 421);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_host_option_adds_names(void **state)
+static void http_host_option_adds_names(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const extra[] = {"--http-host", "dash.example", "--http-host",
                                  "b.example,[::2]", NULL};
-    start(&c, extra);
-    int port = http_port(&c);
+    h_cluster *c = start(extra);
+    int port = http_port(c);
     static const struct {
         const char *host;
         int code;
     } cases[] = {
-        {"dash.example", 200}, {"DASH.example:443", 200}, {"b.example:80", 200},
-        {"[::2]", 200},        {"[0::2]:1", 200},         {"localhost", 200},
-        {"c.example", 421},    {"dash.example.evil", 421},
+        {"dash.example", 200}, {"DASH.example:443", 200},  {"b.example:80", 200},
+        {"[::2]", 200},        {"[0::2]:1", 200},          {"localhost", 200},
+        {"c->example", 421},   {"dash.example.evil", 421},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int code = http_get("127.0.0.1", port, "/metrics", cases[i].host, NULL);
         if (code != cases[i].code)
             fail_msg("Host '%s': %d, wanted %d", cases[i].host, code, cases[i].code);
     }
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
     /* A name with a port, or an empty one, is refused at start. */
     static const char *const bad[] = {"a.example:80", "a.example,,b", "evil/x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -608,12 +585,10 @@ static void http_host_option_adds_names(void **state)
     }
 }
 
-static void http_get_with_a_body_is_400(void **state)
+static void http_get_with_a_body_is_400(void)
 {
-    (void)state;
-    h_cluster c;
-    start(&c, NULL);
-    int port = http_port(&c);
+    h_cluster *c = start(NULL);
+    int port = http_port(c);
     static const struct {
         const char *head, *body;
         int code;
@@ -633,17 +608,12 @@ static void http_get_with_a_body_is_400(void **state)
         if (code != cases[i].code)
             fail_msg("%.30s...: %d, wanted %d", cases[i].head, code, cases[i].code);
     }
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
-
-typedef struct named {
-    h_cluster *c;
-    const char *name;
-} named;
 
 static bool worker_listed(void *arg)
 {
-    named *n = arg;
+    e2e_named *n = arg;
     json_t *st = e2e_ctl_json(n->c, "status");
     const char *name = json_string_value(
         json_object_get(json_array_get(json_object_get(st, "workers"), 0), "name"));
@@ -652,19 +622,17 @@ static bool worker_listed(void *arg)
     return ok;
 }
 
-static void ctl_json_status_round_trips_a_utf8_worker_name(void **state)
+static void ctl_json_status_round_trips_a_utf8_worker_name(void)
 {
-    (void)state;
-    h_cluster c;
-    start(&c, NULL);
+    h_cluster *c = start(NULL);
     const char *name = "w\xc3\xb6rker";
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "32M", "--name", name, NULL};
-    h_worker_start(&c, wargs);
-    named n = {&c, name};
+    h_worker_start(c, wargs);
+    e2e_named n = {c, name};
     assert_true(h_eventually(worker_listed, &n, 10000));
     char host[64], *body = NULL;
-    snprintf(host, sizeof host, "127.0.0.1:%d", http_port(&c));
-    assert_int_equal(http_get("127.0.0.1", http_port(&c), "/api/status", host, &body), 200);
+    snprintf(host, sizeof host, "127.0.0.1:%d", http_port(c));
+    assert_int_equal(http_get("127.0.0.1", http_port(c), "/api/status", host, &body), 200);
     json_t *doc = json_loads(strstr(body, "\r\n\r\n") + 4, 0, NULL);
     assert_non_null(doc);
     assert_string_equal(
@@ -673,25 +641,18 @@ static void ctl_json_status_round_trips_a_utf8_worker_name(void **state)
         name);
     json_decref(doc);
     free(body);
-    assert_true(h_cluster_stop(&c));
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    h_dump_unstopped();
-    return 0;
+    E2E_STOP(c, NULL);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(http_metrics_answer_under_a_thousand_hostile_connections, teardown),
-    cmocka_unit_test_teardown(http_caps_connections_per_address, teardown),
-    cmocka_unit_test_teardown(http_releases_half_sent_requests_at_once, teardown),
-    cmocka_unit_test_teardown(http_full_answers_503, teardown),
-    cmocka_unit_test_teardown(http_refuses_foreign_host_names, teardown),
-    cmocka_unit_test_teardown(http_host_option_adds_names, teardown),
-    cmocka_unit_test_teardown(http_get_with_a_body_is_400, teardown),
-    cmocka_unit_test_teardown(ctl_json_status_round_trips_a_utf8_worker_name, teardown),
+    H_CASE(http_metrics_answer_under_a_thousand_hostile_connections),
+    H_CASE(http_caps_connections_per_address),
+    H_CASE(http_releases_half_sent_requests_at_once),
+    H_CASE(http_full_answers_503),
+    H_CASE(http_refuses_foreign_host_names),
+    H_CASE(http_host_option_adds_names),
+    H_CASE(http_get_with_a_body_is_400),
+    H_CASE(ctl_json_status_round_trips_a_utf8_worker_name),
 };
 
 SPW_TEST_MAIN(tests)

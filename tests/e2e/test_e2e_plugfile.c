@@ -80,18 +80,17 @@ static void restart_executor(spillway *cl, const char *worker)
 
 static void replaced_plugin_changes_nothing(bool in_place)
 {
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     char path[512];
-    snprintf(path, sizeof path, "%s/plugin.so", c.dir);
+    snprintf(path, sizeof path, "%s/plugin.so", c->dir);
     copy_file(SPW_TEST_PLUGIN_VER1, path, false);
     const char *const w0[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
                               "--plugin", path, NULL};
     const char *const w1[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w1",
                               "--plugin", path, NULL};
-    h_worker_start(&c, w0);
-    h_worker_start(&c, w1);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, w0);
+    h_worker_start(c, w1);
+    spillway *cl = e2e_connect(c);
     int same, other;
     run_versions(cl, "w0", 16, 1, &same, &other);
     assert_int_equal(same, 16);
@@ -112,24 +111,22 @@ static void replaced_plugin_changes_nothing(bool in_place)
     run_versions(cl, "w1", 16, 1, &same, &other);
     assert_int_equal(other, 0);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
-static void plugin_moved_over_under_running_workers_changes_nothing(void **state)
+static void plugin_moved_over_under_running_workers_changes_nothing(void)
 {
-    (void)state;
     replaced_plugin_changes_nothing(false);
 }
 
-static void plugin_copied_over_under_running_workers_changes_nothing(void **state)
+static void plugin_copied_over_under_running_workers_changes_nothing(void)
 {
-    (void)state;
     replaced_plugin_changes_nothing(true);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(plugin_moved_over_under_running_workers_changes_nothing),
-    cmocka_unit_test(plugin_copied_over_under_running_workers_changes_nothing),
+    H_CASE(plugin_moved_over_under_running_workers_changes_nothing),
+    H_CASE(plugin_copied_over_under_running_workers_changes_nothing),
 };
 
 SPW_TEST_MAIN(tests)

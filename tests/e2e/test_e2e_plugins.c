@@ -75,23 +75,21 @@ static spillway_plugin *add(spillway *cl, const char *path)
     return p;
 }
 
-static void client_uploads_a_plugin_and_runs_it_everywhere(void **state)
+static void client_uploads_a_plugin_and_runs_it_everywhere(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    h_worker_start(&c, wargs0);
-    h_worker_start(&c, wargs1);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(true, NULL);
+    h_worker_start(c, wargs0);
+    h_worker_start(c, wargs1);
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER1);
     assert_string_equal(spillway_plugin_name(p), "versioned");
     assert_int_equal(strlen(spillway_plugin_hash(p)), 64);
     assert_int_equal(run_one(cl, p, "scale", "w0", 7), 7001);
     assert_int_equal(run_one(cl, p, "scale", "w1", 8), 8001);
     /* Both workers report it, by hash; spillway-ctl plugins lists it once. */
-    plugin_seen_arg a = {&c, spillway_plugin_hash(p), 2};
+    plugin_seen_arg a = {c, spillway_plugin_hash(p), 2};
     assert_true(h_eventually(plugin_seen, &a, 20000));
-    json_t *pls = e2e_ctl_json(&c, "plugins");
+    json_t *pls = e2e_ctl_json(c, "plugins");
     assert_non_null(pls);
     json_t *list = json_object_get(pls, "plugins");
     assert_int_equal(json_array_size(list), 1);
@@ -99,19 +97,15 @@ static void client_uploads_a_plugin_and_runs_it_everywhere(void **state)
                         spillway_plugin_hash(p));
     json_decref(pls);
     assert_int_equal(spillway_plugin_release(p), 0);
-    spillway_close(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
-static void two_versions_run_side_by_side(void **state)
+static void two_versions_run_side_by_side(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    h_worker_start(&c, wargs0);
-    h_worker_start(&c, wargs1);
-    spillway *a = e2e_connect(&c), *b = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(true, NULL);
+    h_worker_start(c, wargs0);
+    h_worker_start(c, wargs1);
+    spillway *a = e2e_connect(c), *b = e2e_connect(c);
     spillway_plugin *pa = add(a, SPW_TEST_PLUGIN_VER1), *pb = add(b, SPW_TEST_PLUGIN_VER2);
     assert_string_not_equal(spillway_plugin_hash(pa), spillway_plugin_hash(pb));
     /* Graphs of both in flight at once, on both workers. */
@@ -140,24 +134,22 @@ static void two_versions_run_side_by_side(void **state)
     assert_int_equal(spillway_plugin_release(pb), 0);
     spillway_close(a);
     spillway_close(b);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_cluster_stop(c));
 }
 
-static void worker_started_after_the_upload_runs_its_tasks(void **state)
+static void worker_started_after_the_upload_runs_its_tasks(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    h_worker_start(&c, wargs0);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(true, NULL);
+    h_worker_start(c, wargs0);
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER2);
     assert_int_equal(run_one(cl, p, "scale", "w0", 1), 1002);
-    h_worker_start(&c, wargs1);
+    h_worker_start(c, wargs1);
     assert_int_equal(run_one(cl, p, "scale", "w1", 3), 3002);
     assert_int_equal(spillway_plugin_release(p), 0);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -174,13 +166,11 @@ static uint8_t *read_all(const char *path, size_t *len)
     return b;
 }
 
-static void bytes_that_do_not_match_the_hash_are_refused(void **state)
+static void bytes_that_do_not_match_the_hash_are_refused(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    h_worker_start(&c, wargs0);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(true, NULL);
+    h_worker_start(c, wargs0);
+    spillway *cl = e2e_connect(c);
     size_t len;
     uint8_t *b = read_all(SPW_TEST_PLUGIN_VER1, &len);
     uint8_t hash[PROTO_PLUGIN_HASH_LEN];
@@ -197,40 +187,36 @@ static void bytes_that_do_not_match_the_hash_are_refused(void **state)
         fail_msg("errmsg: %s", spillway_errmsg(cl));
     free(b);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
-static void uploads_are_refused_without_a_secret_or_when_off(void **state)
+static void uploads_are_refused_without_a_secret_or_when_off(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, wargs0);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, wargs0);
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p = NULL;
     assert_int_equal(spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p), SPW_EPERM);
     assert_non_null(strstr(spillway_errmsg(cl), "secret"));
     assert_null(p);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 
     const char *const off[] = {"--allow-plugin-upload", "no", NULL};
-    h_cluster_start(&c, true, off);
-    h_worker_start(&c, wargs0);
-    cl = e2e_connect(&c);
+    c = h_cluster_start(true, off);
+    h_worker_start(c, wargs0);
+    cl = e2e_connect(c);
     assert_int_equal(spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p), SPW_EPERM);
     assert_non_null(strstr(spillway_errmsg(cl), "allow-plugin-upload"));
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
-static void bad_plugins_are_refused_naming_why(void **state)
+static void bad_plugins_are_refused_naming_why(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
-    h_worker_start(&c, wargs0);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(true, NULL);
+    h_worker_start(c, wargs0);
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p = NULL;
     assert_int_equal(spillway_plugin_add(cl, SPW_TEST_BAD_PLUGIN, &p), SPW_EPLUGIN);
     if (strstr(spillway_errmsg(cl), "ABI version") == NULL)
@@ -254,24 +240,22 @@ static void bad_plugins_are_refused_naming_why(void **state)
     assert_int_equal(spillway_submit(g), SPW_ENOFUNC);
     spillway_graph_free(g);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
 /* The cache holds one of the plugins at a time: the unused one goes for the next, and the
  * worker's list says so; a released plugin leaves every store. */
-static void cache_cap_holds_and_released_plugins_go(void **state)
+static void cache_cap_holds_and_released_plugins_go(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
+    h_cluster *c = h_cluster_start(true, NULL);
     size_t len;
     free(read_all(SPW_TEST_PLUGIN_VER1, &len));
     char cap[32];
     snprintf(cap, sizeof cap, "%zu", len + len / 2);
     const char *const args[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w0",
                                 "--plugin-cache-max", cap, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p1 = add(cl, SPW_TEST_PLUGIN_VER1);
     assert_int_equal(run_one(cl, p1, "scale", "w0", 1), 1001);
     spillway_plugin *p2 = add(cl, SPW_TEST_PLUGIN_VER2);
@@ -282,28 +266,28 @@ static void cache_cap_holds_and_released_plugins_go(void **state)
     assert_int_equal(spillway_plugin_release(p1), 0);
     assert_int_equal(spillway_plugin_release(p2), 0);
     /* Nothing references them: their objects leave the stores. */
-    assert_true(e2e_cluster_idle(&c, 20000));
-    json_t *pls = e2e_ctl_json(&c, "plugins");
+    assert_true(e2e_cluster_idle(c, 20000));
+    json_t *pls = e2e_ctl_json(c, "plugins");
     assert_non_null(pls);
     assert_int_equal(json_array_size(json_object_get(pls, "plugins")), 0);
     json_decref(pls);
     /* The worker caches at most one of the two. */
-    json_t *st = e2e_ctl_json(&c, "status");
+    json_t *st = e2e_ctl_json(c, "status");
     json_t *wl = json_object_get(json_array_get(json_object_get(st, "workers"), 0), "plugins");
     assert_true(json_array_size(wl) <= 1);
     json_decref(st);
     spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_cluster_stop(c));
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(client_uploads_a_plugin_and_runs_it_everywhere),
-    cmocka_unit_test(two_versions_run_side_by_side),
-    cmocka_unit_test(worker_started_after_the_upload_runs_its_tasks),
-    cmocka_unit_test(bytes_that_do_not_match_the_hash_are_refused),
-    cmocka_unit_test(uploads_are_refused_without_a_secret_or_when_off),
-    cmocka_unit_test(bad_plugins_are_refused_naming_why),
-    cmocka_unit_test(cache_cap_holds_and_released_plugins_go),
+    H_CASE(client_uploads_a_plugin_and_runs_it_everywhere),
+    H_CASE(two_versions_run_side_by_side),
+    H_CASE(worker_started_after_the_upload_runs_its_tasks),
+    H_CASE(bytes_that_do_not_match_the_hash_are_refused),
+    H_CASE(uploads_are_refused_without_a_secret_or_when_off),
+    H_CASE(bad_plugins_are_refused_naming_why),
+    H_CASE(cache_cap_holds_and_released_plugins_go),
 };
 
 SPW_TEST_MAIN(tests)

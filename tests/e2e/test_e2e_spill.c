@@ -57,26 +57,12 @@ typedef struct probe {
     pthread_t th;
 } probe;
 
-static uint64_t worker_memory(int pid)
-{
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
-    FILE *f = fopen(path, "r");
-    int child;
-    while (f != NULL && fscanf(f, "%d", &child) == 1)
-        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
-    if (f != NULL)
-        fclose(f);
-    return v;
-}
-
 static void *probe_run(void *arg)
 {
     probe *p = arg;
     while (!atomic_load(&p->stop)) {
         for (int i = 0; i < p->c->nworkers; i++) {
-            uint64_t m = worker_memory(p->c->workers[i].pid);
+            uint64_t m = e2e_node_memory(p->c->workers[i].pid);
             if (m > p->peak[i])
                 p->peak[i] = m;
         }
@@ -97,17 +83,14 @@ static bool entries_gone(void *arg)
 
 /* A job whose outputs are ten times the stores' capacity, all kept referenced, completes; every
  * byte checks; the stores spill; each worker stays within its capacity plus a fixed margin. */
-static void job_ten_times_capacity_completes_with_flat_memory(void **state)
+static void job_ten_times_capacity_completes_with_flat_memory(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--spill-dir", "/var/tmp", NULL};
-    h_worker_start(&c, args);
-    h_worker_start(&c, args);
-    probe p = {.c = &c};
+    h_workers_start(c, 2, args);
+    probe p = {.c = c};
     pthread_create(&p.th, NULL, probe_run, &p);
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     enum { N = 160 }; /* 640 MiB: 10x the 64 MiB of store */
     spillway_ref outs[N], sums[N];
     spillway_graph *g = spillway_graph_new(cl);
@@ -123,8 +106,7 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
             assert_int_equal(spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &outs[i]), 0);
         }
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, outs, N, 300000), 0);
     /* Read everything back on the workers (restoring what was spilled)... */
     g = spillway_graph_new(cl);
@@ -132,8 +114,7 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
         spillway_arg a = spillway_arg_ref(outs[i]);
         assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &sums[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint8_t *want = malloc(OBJ);
     for (int i = 0; i < N; i++) {
         if (i % 2 == 0)
@@ -155,9 +136,9 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
     free(want);
     atomic_store(&p.stop, 1);
     pthread_join(p.th, NULL);
-    assert_true(all_workers_figure(&c, "spill_total_bytes") > 0);
-    assert_true(all_workers_figure(&c, "restore_total_bytes") > 0);
-    for (int i = 0; i < c.nworkers; i++) {
+    assert_true(all_workers_figure(c, "spill_total_bytes") > 0);
+    assert_true(all_workers_figure(c, "restore_total_bytes") > 0);
+    for (int i = 0; i < c->nworkers; i++) {
         fprintf(stderr, "worker %d peak memory %.1f MiB (capacity 32 MiB)\n", i,
                 (double)p.peak[i] / (1 << 20));
 #ifndef SPW_SANITIZE /* ASan's shadow and quarantine are not ours to bound */
@@ -168,20 +149,17 @@ static void job_ten_times_capacity_completes_with_flat_memory(void **state)
     /* Releasing everything deletes the spilled copies too. */
     assert_int_equal(spillway_release_many(cl, outs, N), 0);
     assert_int_equal(spillway_release_many(cl, sums, N), 0);
-    assert_true(e2e_cluster_idle(&c, 30000));
-    assert_true(h_eventually(entries_gone, &c, 30000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 30000));
+    assert_true(h_eventually(entries_gone, c, 30000));
+    E2E_STOP(c, cl);
 }
 
-static void larger_than_any_store_fails_clearly(void **state)
+static void larger_than_any_store_fails_clearly(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     size_t n = (16u << 20) + 1;
     uint8_t *big = calloc(1, n);
     spillway_ref r;
@@ -192,15 +170,13 @@ static void larger_than_any_store_fails_clearly(void **state)
     spillway_graph *g = spillway_graph_new(cl);
     spillway_arg a = spillway_arg_u64(n);
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, r, 60000, &out, &len), SPW_ETOOBIG);
     assert_non_null(strstr(spillway_errmsg(cl), "larger than the store"));
     assert_int_equal(spillway_release(cl, r), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static bool all_pinned(void *arg)
@@ -215,15 +191,13 @@ static bool none_pinned(void *arg)
 
 /* Views pin objects; a store full of pinned objects makes an allocation wait, then fail with a
  * clear error, and the worker keeps serving. */
-static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
+static void pinned_memory_gives_back_pressure_then_a_clear_error(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "300",
                                 "--pause-threshold", "1.0", "--spill-threshold", "1.0", NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *data = malloc(4u << 20);
     memset(data, 9, 4u << 20);
     spillway_ref objs[3];
@@ -238,8 +212,7 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     spillway_ref big;
     spillway_arg a = spillway_arg_u64(8u << 20);
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &big), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, big, 60000, &out, &len), SPW_EBACKPRESSURE);
@@ -247,16 +220,15 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     /* The worker's reports arrive in order: once they show the pins, a later report of none
      * means the releases below reached it. Without awaiting that, the next allocation could
      * reach the worker before the unpins on a loaded machine and time out like the first. */
-    assert_true(h_eventually(all_pinned, &c, 20000));
+    assert_true(h_eventually(all_pinned, c, 20000));
     for (int i = 0; i < 3; i++)
         spillway_view_release(cl, &views[i]);
-    assert_true(h_eventually(none_pinned, &c, 20000));
+    assert_true(h_eventually(none_pinned, c, 20000));
     /* Unpinned, they can move to disk: the same allocation now succeeds. */
     g = spillway_graph_new(cl);
     spillway_ref ok;
     assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &ok), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_get(cl, ok, 60000, &out, &len), 0);
     assert_int_equal(len, 8u << 20);
     spillway_free(out);
@@ -266,8 +238,7 @@ static void pinned_memory_gives_back_pressure_then_a_clear_error(void **state)
     spillway_ref all[] = {objs[0], objs[1], objs[2], big, ok};
     assert_int_equal(spillway_release_many(cl, all, 5), 0);
     free(data);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static bool worker_paused(void *arg)
@@ -291,14 +262,12 @@ static bool task_ready_not_assigned(void *arg)
 }
 
 /* Above the pause threshold a worker gets no new tasks until it drops below. */
-static void paused_worker_gets_no_tasks_until_memory_drops(void **state)
+static void paused_worker_gets_no_tasks_until_memory_drops(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *data = malloc(5u << 20);
     memset(data, 3, 5u << 20);
     spillway_ref objs[3];
@@ -307,39 +276,31 @@ static void paused_worker_gets_no_tasks_until_memory_drops(void **state)
         assert_int_equal(spillway_put(cl, data, 5u << 20, &objs[i]), 0);
         assert_int_equal(spillway_get_view(cl, objs[i], 10000, &views[i]), 0);
     }
-    assert_true(h_eventually(worker_paused, &c, 10000)); /* 15 of 16 MiB pinned */
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref r;
-    spillway_arg a = spillway_arg_u64(41);
-    assert_int_equal(spillway_task(g, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    assert_true(h_eventually(worker_paused, c, 10000)); /* 15 of 16 MiB pinned */
+    spillway_ref r = e2e_submit_u64(cl, "inc", 41);
     /* The task waits, ready but not sent to the paused worker. */
-    assert_true(h_eventually(task_ready_not_assigned, &c, 5000));
+    assert_true(h_eventually(task_ready_not_assigned, c, 5000));
     assert_int_equal(spillway_wait(cl, &r, 1, 300), SPW_ETIMEDOUT);
     for (int i = 0; i < 3; i++)
         spillway_view_release(cl, &views[i]);
     /* Unpinned objects spill, the worker resumes, the task runs. */
     assert_int_equal(e2e_get_u64(cl, r), 42);
-    assert_false(worker_paused(&c));
+    assert_false(worker_paused(c));
     spillway_ref all[] = {objs[0], objs[1], objs[2], r};
     assert_int_equal(spillway_release_many(cl, all, 4), 0);
     free(data);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 /* A spill map too small to grow: spills fail cleanly, what is in memory stays readable, and
  * the allocation that cannot be served says the spill storage is full. */
-static void full_spill_map_fails_cleanly_nothing_lost(void **state)
+static void full_spill_map_fails_cleanly_nothing_lost(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "500",
                                 "--spill-map-size", "1M", "--spill-map-max", "4M", NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *data = malloc(4u << 20);
     spillway_ref objs[3];
     for (int i = 0; i < 3; i++) {
@@ -361,23 +322,10 @@ static void full_spill_map_fails_cleanly_nothing_lost(void **state)
         assert_memory_equal(out, data, 4u << 20);
         spillway_free(out);
     }
-    assert_int_equal(worker_figure(&c, 0, "spill_entries"), 0);
+    assert_int_equal(worker_figure(c, 0, "spill_entries"), 0);
     assert_int_equal(spillway_release_many(cl, objs, 3), 0);
     free(data);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
-}
-
-static int dir_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    int n = 0;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    if (d != NULL)
-        closedir(d);
-    return n;
+    E2E_STOP(c, cl);
 }
 
 static bool spilled_something(void *arg)
@@ -395,34 +343,32 @@ static bool no_worker_left(void *arg)
 
 /* A worker killed with data spilled leaves no file behind; a new one on the same directory
  * starts clean (spill data belongs to the process that wrote it: see README). */
-static void killed_worker_leaves_no_spill_files(void **state)
+static void killed_worker_leaves_no_spill_files(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--spill-dir", dir, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *data = malloc(4u << 20);
     spillway_ref objs[8];
     for (int i = 0; i < 8; i++) {
         gen_walk(data, (4u << 20) / 8, (uint64_t)i);
         assert_int_equal(spillway_put(cl, data, 4u << 20, &objs[i]), 0);
     }
-    assert_true(h_eventually(spilled_something, &c, 20000));
-    h_worker_kill(&c, 0, SIGKILL);
-    assert_int_equal(dir_entries(dir), 0);
+    assert_true(h_eventually(spilled_something, c, 20000));
+    h_worker_kill(c, 0, SIGKILL);
+    assert_int_equal(e2e_dir_entries(dir), 0);
     /* A get before the scheduler has seen the connection drop would still be sent to the dead
      * worker (a connection error, not the loss); await the scheduler counting no worker. */
-    assert_true(h_eventually(no_worker_left, &c, 20000));
+    assert_true(h_eventually(no_worker_left, c, 20000));
     /* The objects went with the worker: the scheduler says so, not a hang. */
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, objs[0], 10000, &out, &len), SPW_EOBJLOST);
     spillway_release_many(cl, objs, 8);
-    h_worker_start(&c, args);
+    h_worker_start(c, args);
     for (int i = 0; i < 8; i++) {
         gen_walk(data, (4u << 20) / 8, (uint64_t)i + 100);
         assert_int_equal(spillway_put(cl, data, 4u << 20, &objs[i]), 0);
@@ -435,18 +381,17 @@ static void killed_worker_leaves_no_spill_files(void **state)
     }
     assert_int_equal(spillway_release_many(cl, objs, 8), 0);
     free(data);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
-    assert_int_equal(dir_entries(dir), 0);
+    E2E_STOP(c, cl);
+    assert_int_equal(e2e_dir_entries(dir), 0);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(job_ten_times_capacity_completes_with_flat_memory),
-    cmocka_unit_test(larger_than_any_store_fails_clearly),
-    cmocka_unit_test(pinned_memory_gives_back_pressure_then_a_clear_error),
-    cmocka_unit_test(paused_worker_gets_no_tasks_until_memory_drops),
-    cmocka_unit_test(full_spill_map_fails_cleanly_nothing_lost),
-    cmocka_unit_test(killed_worker_leaves_no_spill_files),
+    H_CASE(job_ten_times_capacity_completes_with_flat_memory),
+    H_CASE(larger_than_any_store_fails_clearly),
+    H_CASE(pinned_memory_gives_back_pressure_then_a_clear_error),
+    H_CASE(paused_worker_gets_no_tasks_until_memory_drops),
+    H_CASE(full_spill_map_fails_cleanly_nothing_lost),
+    H_CASE(killed_worker_leaves_no_spill_files),
 };
 
 SPW_TEST_MAIN(tests)

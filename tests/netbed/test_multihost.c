@@ -25,15 +25,14 @@ static void need_bed(void)
 {
     if (getenv("NETBED_PREFIX") == NULL) {
         fprintf(stderr, "SKIP: not on the netbed (run under tests/netbed/netbed.sh)\n");
-        skip();
+        h_skip();
     }
 }
 
 /* The bed's cluster; extra arguments for the scheduler and for every worker. */
-static void bed_start(h_cluster *c, const char *const *sargs, const char *cap,
-                      const char *reconnect)
+static h_cluster *bed_start(const char *const *sargs, const char *cap, const char *reconnect)
 {
-    h_cluster_start_on(c, "host1", true, sargs);
+    h_cluster *c = h_cluster_start_on("host1", true, sargs);
     for (int i = 0; i < NW; i++) {
         const char *v[16];
         int n = 0;
@@ -57,6 +56,7 @@ static void bed_start(h_cluster *c, const char *const *sargs, const char *cap,
         v[n] = NULL;
         h_worker_start_on(c, worker_hosts[i], v);
     }
+    return c;
 }
 
 static json_t *worker_by_name(json_t *status, const char *name)
@@ -78,8 +78,7 @@ static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
     spillway_ref out;
     spillway_arg a = spillway_arg_ref(r);
     assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint64_t v = e2e_get_u64(cl, out);
     assert_int_equal(spillway_release(cl, out), 0);
     return v;
@@ -109,8 +108,7 @@ static void cross_host_transfers_are_exact(spillway *cl)
         spillway_graph_place(g, worker_names[i]);
         assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &joined[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint8_t *want = malloc(2 * PART);
     for (int i = 0; i < NW; i++) {
         void *out;
@@ -129,12 +127,8 @@ static void cross_host_transfers_are_exact(spillway *cl)
 
 static bool stores_empty(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used == 0;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used == 0;
 }
 
 static bool all_registered(void *arg)
@@ -155,17 +149,15 @@ static bool all_registered(void *arg)
 
 /* Everything by name across hosts: addresses advertised, transfers, a scatter to every host,
  * map_blocks with a shared argument, and spillway-ctl memory seeing every host's store. */
-static void cluster_across_hosts_by_name(void **state)
+static void cluster_across_hosts_by_name(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "64M", "30000");
-    assert_int_equal(strncmp(c.addr, "host1:", 6), 0);
+    h_cluster *c = bed_start(NULL, "64M", "30000");
+    assert_int_equal(strncmp(c->addr, "host1:", 6), 0);
 
     /* What each worker advertises: its bound address, the address of its interface towards
      * the scheduler for the wildcard, the name it was given for --advertise. */
-    json_t *st = e2e_ctl_json(&c, "status");
+    json_t *st = e2e_ctl_json(c, "status");
     assert_non_null(st);
     static const char *const want_addr[NW] = {"10.213.0.2:", "10.213.0.3:", "10.213.0.4:",
                                               "host5:"};
@@ -178,7 +170,7 @@ static void cluster_across_hosts_by_name(void **state)
     }
     json_decref(st);
 
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
 
     /* Scatter: one copy on every host, identical everywhere, listed by spillway-ctl memory. */
@@ -191,7 +183,7 @@ static void cluster_across_hosts_by_name(void **state)
     uint64_t want = XXH3_64bits(data, n);
     for (int i = 0; i < NW; i++)
         assert_int_equal(checksum_on(cl, r, worker_names[i]), want);
-    json_t *mem = e2e_ctl_json(&c, "memory");
+    json_t *mem = e2e_ctl_json(c, "memory");
     assert_non_null(mem);
     json_t *objs = json_object_get(mem, "objects");
     bool found = false;
@@ -207,8 +199,8 @@ static void cluster_across_hosts_by_name(void **state)
     assert_true(found);
     assert_int_equal(json_array_size(json_object_get(mem, "nodes")), NW);
     json_decref(mem);
-    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--secret-file",
-                               c.secret_file, "memory", NULL};
+    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--secret-file",
+                               c->secret_file,        "memory",      NULL};
     char *text = NULL;
     assert_int_equal(h_run(text_argv, &text), 0);
     for (int k = 0; k < NW; k++)
@@ -236,10 +228,9 @@ static void cluster_across_hosts_by_name(void **state)
     free(input);
     free(data);
 
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 static bool some_store_spilled(void *arg)
@@ -260,13 +251,11 @@ static bool some_store_spilled(void *arg)
 }
 
 /* Kept outputs worth more than the four stores together: they spill, and come back exact. */
-static void spilling_job_across_hosts(void **state)
+static void spilling_job_across_hosts(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "16M", "30000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(NULL, "16M", "30000");
+    spillway *cl = e2e_connect(c);
     enum { N = 40, SIZE = 2u << 20 };
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref out[N];
@@ -275,10 +264,9 @@ static void spilling_job_across_hosts(void **state)
         spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
         assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &out[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, out, N, 120000), 0);
-    assert_true(h_eventually(some_store_spilled, &c, 20000));
+    assert_true(h_eventually(some_store_spilled, c, 20000));
     uint8_t *want = malloc(SIZE);
     for (int i = 0; i < N; i++) {
         void *data;
@@ -292,10 +280,9 @@ static void spilling_job_across_hosts(void **state)
     }
     free(want);
     assert_int_equal(spillway_release_many(cl, out, N), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 static int netbed(const char *what, const char *host, const char *arg)
@@ -353,14 +340,12 @@ static bool worker_gone(void *arg)
 /* host2's link goes down mid-job: the scheduler drops w2 after its heartbeat timeout, its
  * tasks run elsewhere, what only it held is made again; the job completes exactly. The link
  * comes back, w2 registers again as a new worker and runs a task bound to it. */
-static void partition_mid_job_then_worker_serves_next_job(void **state)
+static void partition_mid_job_then_worker_serves_next_job(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    bed_start(&c, sargs, "64M", "1000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(sargs, "64M", "1000");
+    spillway *cl = e2e_connect(c);
     enum { N = 24, SIZE = 256u << 10 };
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref sums[N];
@@ -377,9 +362,8 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
         spillway_arg b = spillway_arg_ref(part);
         assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sums[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    busy_arg b = {&c, "w2"};
+    E2E_SUBMIT(g);
+    busy_arg b = {c, "w2"};
     assert_true(h_eventually(worker_busy, &b, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
     assert_true(h_eventually(worker_gone, &b, 20000));
@@ -391,43 +375,39 @@ static void partition_mid_job_then_worker_serves_next_job(void **state)
     free(buf);
     assert_int_equal(spillway_release_many(cl, sums, N), 0);
     assert_int_equal(netbed("link", "host2", "up"), 0);
-    assert_true(h_eventually(all_registered, &c, 30000));
+    assert_true(h_eventually(all_registered, c, 30000));
     /* The next job: a task that only w2 may run. */
     spillway_graph *g2 = spillway_graph_new(cl);
     spillway_graph_place(g2, "w2");
     spillway_ref r;
     spillway_arg a = spillway_arg_u64(41);
     assert_int_equal(spillway_task(g2, "inc", &a, 1, SPILLWAY_KEEP, &r), 0);
-    assert_int_equal(spillway_submit(g2), 0);
-    spillway_graph_free(g2);
+    E2E_SUBMIT(g2);
     assert_int_equal(e2e_get_u64(cl, r), 42);
     assert_int_equal(spillway_release(cl, r), 0);
     cross_host_transfers_are_exact(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 /* A partition in the middle of a worker-to-worker fetch: the fetching worker hears nothing more
  * from the holder (no reset ever comes), gives up after --fetch-stall, the task fails over to
  * re-making its input (the holder was dropped by the scheduler meanwhile) and the result is
  * exact. host2's link is slowed so that the fetch is still under way when the link goes. */
-static void partition_mid_fetch_fails_over(void **state)
+static void partition_mid_fetch_fails_over(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    h_cluster_start_on(&c, "host1", true, sargs);
+    h_cluster *c = h_cluster_start_on("host1", true, sargs);
     for (int i = 0; i < 2; i++) {
         const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
                                  "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
                                  NULL};
-        h_worker_start_on(&c, worker_hosts[i], v);
+        h_worker_start_on(c, worker_hosts[i], v);
     }
     assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     enum { SIZE = 32u << 20 };
     uint8_t pat[3] = {0x11, 0x22, 0x33};
     spillway_graph *g = spillway_graph_new(cl);
@@ -435,16 +415,14 @@ static void partition_mid_fetch_fails_over(void **state)
     spillway_ref big, sum;
     spillway_arg a[2] = {spillway_arg_u64(SIZE), spillway_arg_bytes(pat, 3)};
     assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &big), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, &big, 1, 60000), 0);
     g = spillway_graph_new(cl);
     spillway_graph_place(g, "w3");
     spillway_arg b = spillway_arg_ref(big);
     assert_int_equal(spillway_task(g, "checksum", &b, 1, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    busy_arg w3 = {&c, "w3"};
+    E2E_SUBMIT(g);
+    busy_arg w3 = {c, "w3"};
     assert_true(h_eventually(worker_busy, &w3, 20000));
     assert_int_equal(netbed("link", "host2", "down"), 0);
     uint8_t *buf = malloc(SIZE);
@@ -457,23 +435,20 @@ static void partition_mid_fetch_fails_over(void **state)
     assert_int_equal(spillway_release_many(cl, all, 2), 0);
     assert_int_equal(netbed("link", "host2", "up"), 0);
     assert_int_equal(netbed("shape", "host2", "0"), 0);
-    busy_arg w2 = {&c, "w2"};
+    busy_arg w2 = {c, "w2"};
     assert_true(h_eventually(worker_present, &w2, 30000));
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
 }
 
 /* kill -9 of the scheduler on host1 mid-job; the client hears SPW_ECLOSED at once; a scheduler
  * restarted on host1 gets every worker back within 10 s; a new job passes; stores end empty. */
-static void scheduler_restart_on_host1(void **state)
+static void scheduler_restart_on_host1(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "64M", "2000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(NULL, "64M", "2000");
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref kept[NW], slow[NW];
     for (int i = 0; i < NW; i++) {
@@ -484,10 +459,9 @@ static void scheduler_restart_on_host1(void **state)
         spillway_arg s = spillway_arg_u64(3000);
         assert_int_equal(spillway_task(g, "sleep_ms", &s, 1, SPILLWAY_KEEP, &slow[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, kept, NW, 60000), 0);
-    int ws = h_sched_kill(&c, SIGKILL);
+    int ws = h_sched_kill(c, SIGKILL);
     assert_true(WIFSIGNALED(ws));
     void *out;
     size_t len;
@@ -497,25 +471,23 @@ static void scheduler_restart_on_host1(void **state)
     assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
     free(big);
     spillway_close(cl);
-    h_sched_restart(&c, NULL);
-    assert_true(h_eventually(all_registered, &c, 10000));
-    cl = e2e_connect(&c);
+    h_sched_restart(c, NULL);
+    assert_true(h_eventually(all_registered, c, 10000));
+    cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, NULL);
 }
 
 /* A plugin uploaded from host6 runs on every worker host: each fetches it from the store that
  * holds it, by name across the bed, checks its hash and caches it. */
-static void uploaded_plugin_runs_on_every_host(void **state)
+static void uploaded_plugin_runs_on_every_host(void)
 {
-    (void)state;
     need_bed();
-    h_cluster c;
-    bed_start(&c, NULL, "64M", "30000");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = bed_start(NULL, "64M", "30000");
+    spillway *cl = e2e_connect(c);
     spillway_plugin *p;
     int rc = spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p);
     if (rc != 0)
@@ -535,16 +507,13 @@ static void uploaded_plugin_runs_on_every_host(void **state)
         assert_int_equal(e2e_get_u64(cl, out[i]), (uint64_t)i * 1000 + 1);
     assert_int_equal(spillway_release_many(cl, out, NW), 0);
     assert_int_equal(spillway_plugin_release(p), 0);
-    spillway_close(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* A name that does not resolve on the bed is a clear error naming it (the bed's resolver has
  * nowhere to send the question, so this never leaves the machine). */
-static void unresolvable_scheduler_name_is_named(void **state)
+static void unresolvable_scheduler_name_is_named(void)
 {
-    (void)state;
     need_bed();
     spillway *cl = NULL;
     assert_int_equal(spillway_connect("host99:7400", NULL, &cl), SPW_ENONAME);
@@ -556,23 +525,14 @@ static void unresolvable_scheduler_name_is_named(void **state)
     free(text);
 }
 
-/* A case that failed left before stopping its cluster: its daemons' logs are what tells why
- * (a failure under load may not come again). */
-static int logs_if_failed(void **state)
-{
-    (void)state;
-    h_dump_unstopped();
-    return 0;
-}
-
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test_teardown(cluster_across_hosts_by_name, logs_if_failed),
-    cmocka_unit_test_teardown(spilling_job_across_hosts, logs_if_failed),
-    cmocka_unit_test_teardown(partition_mid_job_then_worker_serves_next_job, logs_if_failed),
-    cmocka_unit_test_teardown(partition_mid_fetch_fails_over, logs_if_failed),
-    cmocka_unit_test_teardown(scheduler_restart_on_host1, logs_if_failed),
-    cmocka_unit_test_teardown(unresolvable_scheduler_name_is_named, logs_if_failed),
-    cmocka_unit_test_teardown(uploaded_plugin_runs_on_every_host, logs_if_failed),
+    H_CASE(cluster_across_hosts_by_name),
+    H_CASE(spilling_job_across_hosts),
+    H_CASE(partition_mid_job_then_worker_serves_next_job),
+    H_CASE(partition_mid_fetch_fails_over),
+    H_CASE(scheduler_restart_on_host1),
+    H_CASE(unresolvable_scheduler_name_is_named),
+    H_CASE(uploaded_plugin_runs_on_every_host),
 };
 
 SPW_TEST_MAIN(tests)

@@ -67,29 +67,27 @@ static void unmount_at_exit(void)
  * within --alloc-wait with SPW_ESPILLFULL naming the directory (nothing hangs), the log says
  * "no space left on device" with the path, and once the client releases its objects the
  * worker is no longer paused and serves the next job. */
-static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **state)
+static void full_spill_disk_fails_allocations_and_the_worker_recovers(void)
 {
-    (void)state;
     if (geteuid() != 0) {
         fprintf(stderr, "SKIP: mounting a tmpfs needs root\n");
         exit(SKIP_CODE);
     }
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c.dir);
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
     assert_int_equal(mkdir(dir, 0700), 0);
     if (mount("tmpfs", dir, "tmpfs", 0, "size=16m,mode=0700") != 0) {
         fprintf(stderr, "SKIP: cannot mount a tmpfs on %s: %s\n", dir, strerror(errno));
-        h_cluster_stop(&c);
+        h_cluster_stop(c);
         exit(SKIP_CODE);
     }
     snprintf(mounted, sizeof mounted, "%s", dir);
     atexit(unmount_at_exit);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M", "--alloc-wait", "2000",
                                 "--spill-dir", dir, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     enum { N = 16 };
     uint8_t *data = malloc(4u << 20);
     spillway_ref objs[N];
@@ -106,8 +104,6 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
         }
     }
     (void)t0;
-    if (rc != SPW_ESPILLFULL)
-        h_dump_logs(&c);
     assert_int_equal(rc, SPW_ESPILLFULL);
     assert_non_null(strstr(spillway_errmsg(cl), dir));
     /* A task whose output cannot be stored fails with the same code, and the client hears it. */
@@ -115,8 +111,7 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
     spillway_ref big;
     spillway_arg a[2] = {spillway_arg_u64(8u << 20), spillway_arg_u64(7)};
     assert_int_equal(spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &big), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, big, 60000, &out, &len), SPW_ESPILLFULL);
@@ -127,15 +122,13 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
     assert_memory_equal(out, data, 4u << 20);
     spillway_free(out);
     assert_int_equal(spillway_release_many(cl, objs, n), 0);
-    assert_true(e2e_cluster_idle(&c, 30000));
-    assert_true(h_eventually(worker_running, &c, 30000));
+    assert_true(e2e_cluster_idle(c, 30000));
+    assert_true(h_eventually(worker_running, c, 30000));
     /* The next job runs, spilling again where it must. */
     spillway_ref more[6];
     for (int i = 0; i < 6; i++) {
         spw_gen_random(data, 4u << 20, 100 + (uint64_t)i);
         rc = spillway_put(cl, data, 4u << 20, &more[i]);
-        if (rc != 0)
-            h_dump_logs(&c);
         assert_int_equal(rc, 0);
     }
     for (int i = 0; i < 6; i++) {
@@ -148,56 +141,19 @@ static void full_spill_disk_fails_allocations_and_the_worker_recovers(void **sta
     free(data);
     spillway_close(cl);
     char log[2048];
-    snprintf(log, sizeof log, "grep -q 'no space left on device.*%s' '%s'", dir, c.workers[0].log);
+    snprintf(log, sizeof log, "grep -q 'no space left on device.*%s' '%s'", dir, c->workers[0].log);
     int found = system(log);
-    if (found != 0)
-        h_dump_logs(&c);
     umount2(dir, MNT_DETACH); /* the worker keeps its (unlinked) files until it exits */
     mounted[0] = '\0';
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
     assert_int_equal(found, 0);
-}
-
-/* Blocks allocated to the files behind a process's descriptors whose link contains `what`
- * (the arena's memfd, the spill environment's unlinked data.mdb), counted once per file. */
-static uint64_t fd_blocks(int pid, const char *what)
-{
-    char dirp[64];
-    snprintf(dirp, sizeof dirp, "/proc/%d/fd", pid);
-    DIR *d = opendir(dirp);
-    if (d == NULL)
-        return 0;
-    uint64_t v = 0;
-    ino_t seen[16];
-    int nseen = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char path[PATH_MAX], link[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dirp, e->d_name);
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n <= 0)
-            continue;
-        link[n] = '\0';
-        struct stat st;
-        if (strstr(link, what) == NULL || stat(path, &st) != 0)
-            continue;
-        bool dup = false;
-        for (int i = 0; i < nseen; i++)
-            dup = dup || seen[i] == st.st_ino;
-        if (dup)
-            continue;
-        if (nseen < 16)
-            seen[nseen++] = st.st_ino;
-        v += (uint64_t)st.st_blocks * 512;
-    }
-    closedir(d);
-    return v;
 }
 
 /* A worker's memory: its private pages plus what its arena holds. */
 static uint64_t worker_memory(int pid)
 {
-    return (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + fd_blocks(pid, "/memfd:spillway-worker");
+    return (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 +
+           e2e_fd_blocks(pid, "/memfd:spillway-worker");
 }
 
 #define RSS_SLACK (32ULL << 20) /* see README: arena within 4 MiB of used, private memory
@@ -221,7 +177,7 @@ static bool spill_disk_back(void *arg)
 {
     h_cluster *c = arg;
     for (int i = 0; i < c->nworkers; i++)
-        if (fd_blocks(c->workers[i].pid, "data.mdb") > (64ULL << 20))
+        if (e2e_fd_blocks(c->workers[i].pid, "data.mdb") > (64ULL << 20))
             return false;
     return true;
 }
@@ -232,7 +188,7 @@ static bool spill_disk_compacted(void *arg)
 {
     h_cluster *c = arg;
     for (int i = 0; i < c->nworkers; i++)
-        if (fd_blocks(c->workers[i].pid, "data.mdb") >
+        if (e2e_fd_blocks(c->workers[i].pid, "data.mdb") >
             2 * worker_figure(c, i, "spilled_stored_bytes") + (64ULL << 20))
             return false;
     return true;
@@ -242,19 +198,16 @@ static bool spill_disk_compacted(void *arg)
  * worker's spill file is compacted while the rest still reads back byte-exact; after the
  * release of everything, each worker's memory comes back to within the stated slack of what it
  * was at start, and its spill files' allocated blocks to at most 64 MiB. */
-static void memory_and_spill_disk_handed_back_after_a_big_job(void **state)
+static void memory_and_spill_disk_handed_back_after_a_big_job(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "32M", "--spill-dir",
                                 "/var/tmp", NULL};
-    h_worker_start(&c, args);
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
-    back_arg ba = {.c = &c};
-    for (int i = 0; i < c.nworkers; i++)
-        ba.start[i] = worker_memory(c.workers[i].pid);
+    h_workers_start(c, 2, args);
+    spillway *cl = e2e_connect(c);
+    back_arg ba = {.c = c};
+    for (int i = 0; i < c->nworkers; i++)
+        ba.start[i] = worker_memory(c->workers[i].pid);
     enum { N = 160, OBJ = 4 << 20 }; /* 640 MiB: 10x the 64 MiB of store */
     spillway_ref outs[N];
     spillway_graph *g = spillway_graph_new(cl);
@@ -262,12 +215,12 @@ static void memory_and_spill_disk_handed_back_after_a_big_job(void **state)
         spillway_arg a[2] = {spillway_arg_u64(OBJ), spillway_arg_u64((uint64_t)i)};
         assert_int_equal(spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &outs[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, outs, N, 300000), 0);
     uint64_t peak_disk = 0, peak_mem = 0;
-    for (int i = 0; i < c.nworkers; i++) {
-        uint64_t d = fd_blocks(c.workers[i].pid, "data.mdb"), m = worker_memory(c.workers[i].pid);
+    for (int i = 0; i < c->nworkers; i++) {
+        uint64_t d = e2e_fd_blocks(c->workers[i].pid, "data.mdb"),
+                 m = worker_memory(c->workers[i].pid);
         peak_disk = d > peak_disk ? d : peak_disk;
         peak_mem = m > peak_mem ? m : peak_mem;
     }
@@ -281,11 +234,11 @@ static void memory_and_spill_disk_handed_back_after_a_big_job(void **state)
             gone[ngone++] = outs[i];
     }
     assert_int_equal(spillway_release_many(cl, gone, ngone), 0);
-    assert_true(h_eventually(spill_disk_compacted, &c, 60000));
-    for (int i = 0; i < c.nworkers; i++)
-        fprintf(stderr, "worker %d: spill disk after releasing 9/10: %.1f MiB (%.1f MiB live)\n",
-                i, (double)fd_blocks(c.workers[i].pid, "data.mdb") / (1 << 20),
-                (double)worker_figure(&c, i, "spilled_stored_bytes") / (1 << 20));
+    assert_true(h_eventually(spill_disk_compacted, c, 60000));
+    for (int i = 0; i < c->nworkers; i++)
+        fprintf(stderr, "worker %d: spill disk after releasing 9/10: %.1f MiB (%.1f MiB live)\n", i,
+                (double)e2e_fd_blocks(c->workers[i].pid, "data.mdb") / (1 << 20),
+                (double)worker_figure(c, i, "spilled_stored_bytes") / (1 << 20));
     uint8_t *want = malloc(OBJ);
     for (int k = 0; k < nkept; k++) {
         void *data;
@@ -298,25 +251,23 @@ static void memory_and_spill_disk_handed_back_after_a_big_job(void **state)
     }
     free(want);
     assert_int_equal(spillway_release_many(cl, kept, nkept), 0);
-    assert_true(e2e_cluster_idle(&c, 60000));
+    assert_true(e2e_cluster_idle(c, 60000));
     bool mem_ok = h_eventually(memory_back, &ba, 30000);
-    bool disk_ok = h_eventually(spill_disk_back, &c, 30000);
-    for (int i = 0; i < c.nworkers; i++)
+    bool disk_ok = h_eventually(spill_disk_back, c, 30000);
+    for (int i = 0; i < c->nworkers; i++)
         fprintf(stderr,
                 "worker %d: memory at start %.1f MiB, with the job %.1f MiB, after release %.1f "
                 "MiB; spill disk with the job %.1f MiB, after release %.1f MiB\n",
                 i, (double)ba.start[i] / (1 << 20), (double)peak_mem / (1 << 20),
-                (double)worker_memory(c.workers[i].pid) / (1 << 20),
-                (double)peak_disk / (1 << 20),
-                (double)fd_blocks(c.workers[i].pid, "data.mdb") / (1 << 20));
+                (double)worker_memory(c->workers[i].pid) / (1 << 20), (double)peak_disk / (1 << 20),
+                (double)e2e_fd_blocks(c->workers[i].pid, "data.mdb") / (1 << 20));
 #ifndef SPW_SANITIZE /* a sanitizer's shadow and quarantine are not ours to bound */
     assert_true(mem_ok);
 #else
     (void)mem_ok;
 #endif
     assert_true(disk_ok);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 typedef struct rss_arg {
@@ -343,25 +294,19 @@ static bool rss_under(void *arg)
 #define HB_GROUPS 1000
 #define HB_TOTAL "100000"
 #endif
-static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
+static void idle_scheduler_returns_memory_after_a_million_tasks(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const sargs[] = {"--graph-max-total", HB_TOTAL, NULL};
-    h_cluster_start(&c, false, sargs);
+    h_cluster *c = h_cluster_start(false, sargs);
     const char *const args[] = {"--slots", "2", "--store-capacity", "64M", NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     /* Warm up (connections, buffers), then take the baseline. */
-    spillway_graph *g = spillway_graph_new(cl);
-    spillway_ref w;
-    spillway_arg one = spillway_arg_u64(1);
-    assert_int_equal(spillway_task(g, "inc", &one, 1, SPILLWAY_KEEP, &w), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    spillway_graph *g;
+    spillway_ref w = e2e_submit_u64(cl, "inc", 1);
     assert_int_equal(e2e_get_u64(cl, w), 2);
     assert_int_equal(spillway_release(cl, w), 0);
-    uint64_t base = (uint64_t)e2e_status_kib(c.sched.pid, "VmRSS") * 1024;
+    uint64_t base = (uint64_t)e2e_status_kib(c->sched.pid, "VmRSS") * 1024;
     enum { GROUPS = HB_GROUPS, WIDTH = 99 };
     spillway_ref *res = calloc(GROUPS, sizeof *res);
     g = spillway_graph_new(cl);
@@ -374,19 +319,19 @@ static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
         }
         assert_int_equal(spillway_task(g, "len", a, WIDTH, SPILLWAY_KEEP, &res[k]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    uint64_t peak = (uint64_t)e2e_status_kib(c.sched.pid, "VmRSS") * 1024;
+    E2E_SUBMIT(g);
+    uint64_t peak = (uint64_t)e2e_status_kib(c->sched.pid, "VmRSS") * 1024;
     assert_int_equal(spillway_wait(cl, res, GROUPS, 600000), 0);
     assert_int_equal(e2e_get_u64(cl, res[GROUPS - 1]), 0);
     assert_int_equal(spillway_release_many(cl, res, GROUPS), 0);
     free(res);
-    assert_true(e2e_cluster_idle(&c, 120000));
-    rss_arg ra = {c.sched.pid, base + (64ULL << 20)};
+    assert_true(e2e_cluster_idle(c, 120000));
+    rss_arg ra = {c->sched.pid, base + (64ULL << 20)};
     bool ok = h_eventually(rss_under, &ra, 30000);
-    fprintf(stderr, "scheduler RSS: %.1f MiB before, %.1f MiB with the graph, %.1f MiB idle after\n",
+    fprintf(stderr,
+            "scheduler RSS: %.1f MiB before, %.1f MiB with the graph, %.1f MiB idle after\n",
             (double)base / (1 << 20), (double)peak / (1 << 20),
-            (double)e2e_status_kib(c.sched.pid, "VmRSS") / 1024);
+            (double)e2e_status_kib(c->sched.pid, "VmRSS") / 1024);
 #ifndef SPW_SANITIZE /* ASan's quarantine keeps freed memory on purpose */
     assert_true(ok);
 #else
@@ -405,14 +350,13 @@ static void idle_scheduler_returns_memory_after_a_million_tasks(void **state)
     size_t len;
     assert_int_equal(spillway_get(cl, r, 10000, &out, &len), SPW_ELIMIT);
     spillway_release(cl, r);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(idle_scheduler_returns_memory_after_a_million_tasks),
-    cmocka_unit_test(memory_and_spill_disk_handed_back_after_a_big_job),
-    cmocka_unit_test(full_spill_disk_fails_allocations_and_the_worker_recovers),
+    H_CASE(idle_scheduler_returns_memory_after_a_million_tasks),
+    H_CASE(memory_and_spill_disk_handed_back_after_a_big_job),
+    H_CASE(full_spill_disk_fails_allocations_and_the_worker_recovers),
 };
 
 SPW_TEST_MAIN(tests)

@@ -47,13 +47,11 @@ static void check_output(spillway *cl, spillway_ref r, uint32_t i, uint64_t size
     spillway_free(data);
 }
 
-static void outputs_read_back_byte_by_byte(void **state)
+static void outputs_read_back_byte_by_byte(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, worker_args);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
     /* Inline (under the 64 KiB limit), stored, empty and one-byte outputs, mixed. */
     static const uint64_t sizes[] = {16, 300000, 0, 1000, 100000, 1};
     enum { K = sizeof sizes / sizeof sizes[0] };
@@ -65,14 +63,13 @@ static void outputs_read_back_byte_by_byte(void **state)
     assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &whole), 0);
     spillway_arg va[2] = {spillway_arg_view(refs[4], 0, 5000), spillway_arg_u64(4)};
     assert_int_equal(spillway_task(g, "check_part", va, 2, SPILLWAY_KEEP, &viewed), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (uint32_t i = 0; i < K; i++)
         check_output(cl, refs[i], i, sizes[i]);
     assert_int_equal(e2e_get_u64(cl, whole), sizes[1]);
     assert_int_equal(e2e_get_u64(cl, viewed), 5000);
     /* spillway-ctl memory names each output's task and index. */
-    json_t *doc = e2e_ctl_json(&c, "memory");
+    json_t *doc = e2e_ctl_json(c, "memory");
     assert_non_null(doc);
     char want[33], task0[33];
     spillway_ref_hex(refs[3], want);
@@ -92,7 +89,7 @@ static void outputs_read_back_byte_by_byte(void **state)
     assert_int_equal(json_integer_value(json_object_get(out, "of")), K);
     json_decref(doc);
     char *table = NULL;
-    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    const char *const argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "memory", NULL};
     assert_int_equal(h_run(argv, &table), 0);
     char cell[24];
     snprintf(cell, sizeof cell, "%.12s#3", task0);
@@ -106,9 +103,7 @@ static void outputs_read_back_byte_by_byte(void **state)
     assert_int_equal(spillway_release_many(cl, refs, K), 0);
     assert_int_equal(spillway_release(cl, whole), 0);
     assert_int_equal(spillway_release(cl, viewed), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 static bool memory_listing_empty(void *arg)
@@ -123,32 +118,27 @@ static bool memory_listing_empty(void *arg)
 
 /* Outputs nobody holds go as soon as their task ends; the one a later task reads goes after
  * that task; the stores end empty. */
-static void unreferenced_outputs_are_released(void **state)
+static void unreferenced_outputs_are_released(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, worker_args);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
     static const uint64_t sizes[] = {200000, 100, 300000, 150000};
     spillway_ref refs[4], sum;
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(add_parts(g, sizes, 4, 4, 0, NULL, refs), 0);
     spillway_arg ca[2] = {spillway_arg_ref(refs[2]), spillway_arg_u64(2)};
     assert_int_equal(spillway_task(g, "check_part", ca, 2, SPILLWAY_KEEP, &sum), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, sum), sizes[2]);
     /* Only the kept result is left: one object, inline. */
-    json_t *doc = e2e_ctl_json(&c, "memory");
+    json_t *doc = e2e_ctl_json(c, "memory");
     assert_non_null(doc);
     assert_int_equal(json_array_size(json_object_get(doc, "objects")), 1);
     json_decref(doc);
     assert_int_equal(spillway_release(cl, sum), 0);
-    assert_true(h_eventually(memory_listing_empty, &c, 20000));
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    assert_true(h_eventually(memory_listing_empty, c, 20000));
+    E2E_FINISH(c, cl);
 }
 
 /* Reads a failed output's error: rc and the message. */
@@ -163,13 +153,11 @@ static void expect_failure(spillway *cl, spillway_ref r, const char *part)
         fail_msg("error \"%s\" does not say \"%s\"", spillway_errmsg(cl), part);
 }
 
-static void wrong_number_of_outputs_fails_clearly(void **state)
+static void wrong_number_of_outputs_fails_clearly(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, worker_args);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
     static const uint64_t sizes[] = {10, 20, 30};
     spillway_ref fewer[4], more[2], v1[2];
     spillway_graph *g = spillway_graph_new(cl);
@@ -184,8 +172,7 @@ static void wrong_number_of_outputs_fails_clearly(void **state)
                      SPW_ELIMIT);
     assert_non_null(strstr(spillway_errmsg(cl), "4097 outputs"));
     assert_non_null(strstr(spillway_errmsg(cl), "4096"));
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     char hex[33], want[96];
     snprintf(want, sizeof want, "task=%s (parts) declared 4 outputs and wrote 3",
              spillway_ref_hex(fewer[0], hex));
@@ -196,28 +183,23 @@ static void wrong_number_of_outputs_fails_clearly(void **state)
     assert_int_equal(spillway_release_many(cl, fewer, 4), 0);
     assert_int_equal(spillway_release_many(cl, more, 2), 0);
     assert_int_equal(spillway_release_many(cl, v1, 2), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* One worker runs functions of a version-1 plugin and of a version-2 one, a version-1 function
  * in a graph with many-output tasks. */
-static void abi_v1_and_v2_plugins_side_by_side(void **state)
+static void abi_v1_and_v2_plugins_side_by_side(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, worker_args);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
     static const uint64_t sizes[] = {5, 70000};
     spillway_ref refs[2], rev;
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(add_parts(g, sizes, 2, 2, SPILLWAY_KEEP, NULL, refs), 0);
     spillway_arg ra[1] = {spillway_arg_ref(refs[0])};
     assert_int_equal(spillway_task(g, "reverse", ra, 1, SPILLWAY_KEEP, &rev), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     check_output(cl, refs[1], 1, sizes[1]);
     void *data;
     size_t len;
@@ -228,48 +210,42 @@ static void abi_v1_and_v2_plugins_side_by_side(void **state)
     spillway_free(data);
     assert_int_equal(spillway_release_many(cl, refs, 2), 0);
     assert_int_equal(spillway_release(cl, rev), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* One stored output of a task lives only on a worker that is SIGKILLed: the task runs once more,
  * on the other worker, and every output reads back right afterwards. */
-static void lost_output_is_remade_by_running_its_task_again(void **state)
+static void lost_output_is_remade_by_running_its_task_again(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
-    h_worker_start(&c, worker_args);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
     char count[512];
-    snprintf(count, sizeof count, "%s/runs", c.dir);
+    snprintf(count, sizeof count, "%s/runs", c->dir);
     static const uint64_t sizes[] = {100, 500000, 50};
     spillway_ref refs[3];
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(add_parts(g, sizes, 3, 3, SPILLWAY_KEEP, count, refs), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (uint32_t i = 0; i < 3; i++)
         check_output(cl, refs[i], i, sizes[i]); /* made on worker 0 */
-    h_worker_start(&c, worker_args);
-    h_worker_kill(&c, 0, SIGKILL);
+    h_worker_start(c, worker_args);
+    h_worker_kill(c, 0, SIGKILL);
     for (uint32_t i = 0; i < 3; i++)
         check_output(cl, refs[i], i, sizes[i]);
     struct stat st;
     assert_int_equal(stat(count, &st), 0);
     assert_int_equal(st.st_size, 2); /* run once, then once more for the lost output */
     assert_int_equal(spillway_release_many(cl, refs, 3), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(outputs_read_back_byte_by_byte),
-    cmocka_unit_test(unreferenced_outputs_are_released),
-    cmocka_unit_test(wrong_number_of_outputs_fails_clearly),
-    cmocka_unit_test(abi_v1_and_v2_plugins_side_by_side),
-    cmocka_unit_test(lost_output_is_remade_by_running_its_task_again),
+    H_CASE(outputs_read_back_byte_by_byte),
+    H_CASE(unreferenced_outputs_are_released),
+    H_CASE(wrong_number_of_outputs_fails_clearly),
+    H_CASE(abi_v1_and_v2_plugins_side_by_side),
+    H_CASE(lost_output_is_remade_by_running_its_task_again),
 };
 
 SPW_TEST_MAIN(tests)

@@ -94,21 +94,18 @@ static json_t *ctl_memory(h_cluster *c, const char *const *extra)
     return doc;
 }
 
-static void memory_lists_every_object_with_its_holders(void **state)
+static void memory_lists_every_object_with_its_holders(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "16M",
                                 "--plugin", SPW_TEST_PLUGIN, NULL};
-    h_worker_start(&c, args);
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_workers_start(c, 2, args);
+    spillway *cl = e2e_connect(c);
     uint8_t *buf = calloc(1, 4u << 20);
     /* The task t2 waits on runs until the test creates this file: the listings below see t2
      * pending however slow the machine is. */
     char go[512];
-    snprintf(go, sizeof go, "%s/go", c.dir);
+    snprintf(go, sizeof go, "%s/go", c->dir);
 
     /* A client handle, which a pending task also uses. */
     spillway_ref a;
@@ -121,8 +118,7 @@ static void memory_lists_every_object_with_its_holders(void **state)
     spillway_arg ca[2] = {spillway_arg_ref(a), spillway_arg_ref(t1)};
     snprintf(site_t2, sizeof site_t2, "%s:%d", __FILE__, __LINE__ + 1);
     assert_int_equal(spillway_task(g, "concat", ca, 2, SPILLWAY_KEEP, &t2), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     /* A broadcast object, on both nodes. */
     spillway_ref b;
     memset(buf, 1, 2u << 20);
@@ -139,9 +135,9 @@ static void memory_lists_every_object_with_its_holders(void **state)
         memset(buf, 10 + i, 4u << 20);
         assert_int_equal(spillway_put(cl, buf, 4u << 20, &fill[i]), 0);
     }
-    assert_true(h_eventually(some_spilled, &c, 20000));
+    assert_true(h_eventually(some_spilled, c, 20000));
 
-    json_t *doc = ctl_memory(&c, NULL);
+    json_t *doc = ctl_memory(c, NULL);
     assert_non_null(doc);
     json_t *oa = find_object(doc, a);
     assert_non_null(oa);
@@ -198,7 +194,7 @@ static void memory_lists_every_object_with_its_holders(void **state)
     static const char *const partitions[] = {"owner", "call-site"};
     for (int k = 0; k < 2; k++) {
         const char *extra[] = {"--group-by", partitions[k], NULL};
-        json_t *gd = ctl_memory(&c, extra);
+        json_t *gd = ctl_memory(c, extra);
         assert_non_null(gd);
         json_int_t so = 0, sb = 0;
         json_t *gr;
@@ -216,19 +212,19 @@ static void memory_lists_every_object_with_its_holders(void **state)
     (void)nbytes;
     /* --limit, --stats-only. */
     const char *lim[] = {"--limit", "2", "--sort-by", "size", NULL};
-    json_t *ld = ctl_memory(&c, lim);
+    json_t *ld = ctl_memory(c, lim);
     assert_int_equal(json_array_size(json_object_get(ld, "objects")), 2);
     assert_true(json_integer_value(json_object_get(json_array_get(json_object_get(ld, "objects"), 0), "size")) >=
                 json_integer_value(json_object_get(json_array_get(json_object_get(ld, "objects"), 1), "size")));
     json_decref(ld);
     const char *so_args[] = {"--stats-only", NULL};
-    json_t *sd = ctl_memory(&c, so_args);
+    json_t *sd = ctl_memory(c, so_args);
     assert_null(json_object_get(sd, "objects"));
     assert_non_null(json_object_get(sd, "nodes"));
     json_decref(sd);
 
     /* The table has its columns. */
-    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "memory", NULL};
     char *text = NULL;
     assert_int_equal(h_run(targv, &text), 0);
     static const char *const cols[] = {"ID", "SIZE", "STORED", "STATE", "WHERE", "REFS", "OWNER",
@@ -240,8 +236,8 @@ static void memory_lists_every_object_with_its_holders(void **state)
     assert_non_null(strstr(text, "BROADCAST=1"));
     assert_non_null(strstr(text, "spilled"));
     free(text);
-    const char *bad[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", "--group-by",
-                         "colour", NULL};
+    const char *bad[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "memory",
+                         "--group-by",          "colour",      NULL};
     assert_int_equal(h_run(bad, &text), 2);
     free(text);
 
@@ -259,20 +255,20 @@ static void memory_lists_every_object_with_its_holders(void **state)
     spillway_view_release(cl, &v);
     spillway_ref all[] = {a, t2, b, p, fill[0], fill[1], fill[2], fill[3], fill[4], fill[5]};
     assert_int_equal(spillway_release_many(cl, all, 10), 0);
-    assert_true(h_eventually(listing_empty, &c, 20000));
+    assert_true(h_eventually(listing_empty, c, 20000));
     spillway_close(cl);
     free(buf);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* A scheduler with a 64 KiB --max-frame, one worker, and n objects of 1,100 bytes put (over the
  * 1 KiB inline limit: in the store, listed by the directory) into *refs (heap; the caller
  * frees it after releasing them). */
-static spillway *small_frame_cluster_with_puts(h_cluster *c, int n, spillway_ref **refs)
+static spillway *small_frame_cluster_with_puts(h_cluster **cp, int n, spillway_ref **refs)
 {
     const char *const sargs[] = {"--max-frame", "64K", "--chunk-size", "16K", "--inline-limit",
                                  "1K", NULL};
-    h_cluster_start(c, false, sargs);
+    h_cluster *c = *cp = h_cluster_start(false, sargs);
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", NULL};
     h_worker_start(c, wargs);
     spillway *cl = e2e_connect(c);
@@ -288,40 +284,37 @@ static spillway *small_frame_cluster_with_puts(h_cluster *c, int n, spillway_ref
 
 /* A scheduler run with a small --max-frame still lists every object: the listing's frames
  * are cut to fit the frame limit, not dropped whole when a batch of records outgrows it. */
-static void memory_lists_every_object_under_a_small_max_frame(void **state)
+static void memory_lists_every_object_under_a_small_max_frame(void)
 {
-    (void)state;
-    h_cluster c;
+    h_cluster *c;
     /* Records of a thousand objects take well over 64 KiB. */
     enum { N = 1000 };
     spillway_ref *refs;
     spillway *cl = small_frame_cluster_with_puts(&c, N, &refs);
-    json_t *doc = ctl_memory(&c, NULL);
+    json_t *doc = ctl_memory(c, NULL);
     assert_non_null(doc);
     assert_int_equal(json_array_size(json_object_get(doc, "objects")), N);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "totals"), "objects")),
                      N);
     json_decref(doc);
     assert_int_equal(spillway_release_many(cl, refs, N), 0);
-    assert_true(h_eventually(listing_empty, &c, 20000));
+    assert_true(h_eventually(listing_empty, c, 20000));
     free(refs);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 /* A store whose object list outgrows the scheduler's --max-frame is still listed whole, with
  * what only the store knows: the worker sends its list in frames of bounded size (OBJ_LIST
  * with more = 1 but for the last), where one frame of all of it was refused and the query
  * ended without that worker ("a worker did not answer", every location "unknown"). */
-static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
+static void memory_lists_a_store_whose_list_outgrows_a_frame(void)
 {
-    (void)state;
-    h_cluster c;
+    h_cluster *c;
     /* A store's record of an object takes over 20 bytes: 4000 of them well over 64 KiB. */
     enum { N = 4000 };
     spillway_ref *refs;
     spillway *cl = small_frame_cluster_with_puts(&c, N, &refs);
-    json_t *doc = ctl_memory(&c, NULL);
+    json_t *doc = ctl_memory(c, NULL);
     assert_non_null(doc);
     assert_true(json_is_true(json_object_get(json_object_get(doc, "totals"), "complete")));
     json_t *objs = json_object_get(doc, "objects");
@@ -338,16 +331,15 @@ static void memory_lists_a_store_whose_list_outgrows_a_frame(void **state)
     }
     json_decref(doc);
     assert_int_equal(spillway_release_many(cl, refs, N), 0); /* cut to fit the frame */
-    assert_true(h_eventually(listing_empty, &c, 20000));
+    assert_true(h_eventually(listing_empty, c, 20000));
     free(refs);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(memory_lists_every_object_with_its_holders),
-    cmocka_unit_test(memory_lists_every_object_under_a_small_max_frame),
-    cmocka_unit_test(memory_lists_a_store_whose_list_outgrows_a_frame),
+    H_CASE(memory_lists_every_object_with_its_holders),
+    H_CASE(memory_lists_every_object_under_a_small_max_frame),
+    H_CASE(memory_lists_a_store_whose_list_outgrows_a_frame),
 };
 
 SPW_TEST_MAIN(tests)

@@ -1,6 +1,7 @@
 /* Seeing a cluster work: the running state, per-graph progress (spillway-ctl jobs and
- * spillway_graph_status), the HTTP endpoint (/metrics through Prometheus's own parser, /api/status, memory and jobs
- * against spillway-ctl's output, the token) and the dashboard in headless Chromium. Real
+ * spillway_graph_status), the HTTP endpoint (/metrics through Prometheus's own parser,
+ * /api/status, memory and jobs against spillway-ctl's output, the token) and the dashboard in
+ * headless Chromium. Real
  * daemons on 127.0.0.1; every wait is a bounded poll of state the scheduler reports, never a
  * sleep standing in for an event. tests/e2e/http_check.py does the HTTP and browser work. */
 #include <stdio.h>
@@ -73,15 +74,12 @@ static bool graph_finished(void *arg)
     return p->finished;
 }
 
-static void running_state_and_graph_progress(void **state)
+static void running_state_and_graph_progress(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "2", "--store-capacity", "64M", NULL};
-    h_worker_start(&c, args);
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_workers_start(c, 2, args);
+    spillway *cl = e2e_connect(c);
 
     spillway_graph *g = spillway_graph_new(cl);
     assert_non_null(g);
@@ -93,14 +91,13 @@ static void running_state_and_graph_progress(void **state)
         assert_int_equal(spillway_task(g, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &out[i]), 0);
     char site[64];
     snprintf(site, sizeof site, "%s:%d", __FILE__, __LINE__ + 1);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
 
     /* status: `running` is set once an executor has a task, not only `assigned`. */
-    assert_true(h_eventually(some_running, &c, 20000));
+    assert_true(h_eventually(some_running, c, 20000));
 
     /* jobs: the graph, its submitter and call site, and `done` growing while it runs. */
-    json_t *doc = e2e_ctl_json(&c, "jobs");
+    json_t *doc = e2e_ctl_json(c, "jobs");
     json_t *jg = only_graph(doc);
     assert_non_null(jg);
     assert_int_equal(json_integer_value(json_object_get(jg, "graph")), (json_int_t)gid);
@@ -108,7 +105,7 @@ static void running_state_and_graph_progress(void **state)
     assert_int_equal(jget(jg, "tasks", "total"), NTASKS);
     assert_int_equal(jget(jg, "client", "pid"), (json_int_t)getpid());
     json_decref(doc);
-    progress_probe p = {&c, 0, 0, false};
+    progress_probe p = {c, 0, 0, false};
     assert_true(h_eventually(done_grows, &p, 60000));
 
     /* The client library sees the same counts. */
@@ -125,14 +122,15 @@ static void running_state_and_graph_progress(void **state)
     assert_int_equal(gp.failed, 0);
     assert_int_equal(gp.finished, 1);
     /* Nothing left running once every task is done. */
-    doc = e2e_ctl_json(&c, "status");
+    doc = e2e_ctl_json(c, "status");
     assert_int_equal(jget(doc, "tasks", "running"), 0);
     assert_int_equal(jget(doc, "tasks", "assigned"), 0);
     json_decref(doc);
 
     /* jobs --watch --json: one compact document per line, one line per refresh. */
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "--json", "jobs",
-                          "--watch", "--interval", "50", "--count", "3", NULL};
+    const char *argv[] = {
+        h_bin("spillway-ctl"), "--scheduler", c->addr,   "--json", "jobs", "--watch",
+        "--interval",          "50",          "--count", "3",      NULL};
     char *text = NULL;
     assert_int_equal(h_run(argv, &text), 0);
     int lines = 0;
@@ -147,8 +145,8 @@ static void running_state_and_graph_progress(void **state)
     assert_int_equal(lines, 3);
     free(text);
     /* Without a terminal, --watch prints plain lines. */
-    const char *argv2[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "jobs", "--watch",
-                           "--count", "1", NULL};
+    const char *argv2[] = {
+        h_bin("spillway-ctl"), "--scheduler", c->addr, "jobs", "--watch", "--count", "1", NULL};
     assert_int_equal(h_run(argv2, &text), 0);
     assert_non_null(strstr(text, "done=" NTASKS_STR));
     assert_non_null(strstr(text, " finished"));
@@ -156,9 +154,7 @@ static void running_state_and_graph_progress(void **state)
     free(text);
 
     assert_int_equal(spillway_release_many(cl, out, NTASKS), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* ------------------------------------------------------------------- HTTP */
@@ -353,38 +349,30 @@ static uint64_t run_fill_job(spillway *cl, int n, uint64_t size, spillway_ref *o
 /* The workers' heartbeats have told the scheduler of every finished task. */
 static bool workers_report_12_done(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    json_int_t done = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w) done += jget(w, "memory", "tasks_done");
-    json_decref(st);
-    return done >= 12;
+    return e2e_memory_sum(arg, "tasks_done") >= 12;
 }
 
-static void http_metrics_and_api_match_ctl(void **state)
+static void http_metrics_and_api_match_ctl(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
-    h_cluster_start(&c, false, sargs);
-    assert_true(c.http[0] != '\0');
+    h_cluster *c = h_cluster_start(false, sargs);
+    assert_true(c->http[0] != '\0');
     const char *const args[] = {"--slots", "2", "--store-capacity", "64M", "--name", NULL, NULL};
     const char *a1[] = {args[0], args[1], args[2], args[3], args[4], "alpha", NULL};
     const char *a2[] = {args[0], args[1], args[2], args[3], args[4], "beta", NULL};
-    h_worker_start(&c, a1);
-    h_worker_start(&c, a2);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, a1);
+    h_worker_start(c, a2);
+    spillway *cl = e2e_connect(c);
     spillway_ref out[12];
     run_fill_job(cl, 12, 1u << 20, out);
-    assert_true(h_eventually(workers_report_12_done, &c, 20000));
+    assert_true(h_eventually(workers_report_12_done, c, 20000));
 
     /* /metrics: valid for Prometheus's parser, and the figures of status --json. */
-    match_probe mp = {&c, ""};
+    match_probe mp = {c, ""};
     if (!h_eventually(metrics_match_status, &mp, 20000))
         fail_msg("/metrics never matched status --json: %s", mp.why);
     char url[256];
-    snprintf(url, sizeof url, "http://%s/metrics", c.http);
+    snprintf(url, sizeof url, "http://%s/metrics", c->http);
     const char *margs[] = {"metrics", url, NULL};
     json_t *m = http_check(margs, NULL, NULL);
     assert_non_null(m);
@@ -403,40 +391,36 @@ static void http_metrics_and_api_match_ctl(void **state)
     json_decref(m);
 
     /* /api/status, /api/memory, /api/jobs: the documents spillway-ctl prints. */
-    api_probe ap = {&c, "status", "/api/status"};
+    api_probe ap = {c, "status", "/api/status"};
     assert_true(h_eventually(api_equals_ctl, &ap, 20000));
-    ap = (api_probe){&c, "memory", "/api/memory"};
+    ap = (api_probe){c, "memory", "/api/memory"};
     assert_true(h_eventually(api_equals_ctl, &ap, 20000));
-    ap = (api_probe){&c, "jobs", "/api/jobs"};
+    ap = (api_probe){c, "jobs", "/api/jobs"};
     assert_true(h_eventually(api_equals_ctl, &ap, 20000));
     /* Bad queries and pages are refused with a reason. */
-    snprintf(url, sizeof url, "http://%s/api/memory?limit=x", c.http);
+    snprintf(url, sizeof url, "http://%s/api/memory?limit=x", c->http);
     const char *bad[] = {"status", url, NULL};
     char *text = NULL;
     json_t *code = http_check(bad, &text, NULL);
     assert_int_equal(json_integer_value(code), 400);
     json_decref(code);
     free(text);
-    snprintf(url, sizeof url, "http://%s/nope", c.http);
+    snprintf(url, sizeof url, "http://%s/nope", c->http);
     code = http_check(bad, NULL, NULL);
     assert_int_equal(json_integer_value(code), 404);
     json_decref(code);
 
     assert_int_equal(spillway_release_many(cl, out, 12), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* /api/memory's numbers are refused with a 400 that names them when out of range, never read
  * as something else: a limit past a long's range (strtol would saturate it to "no limit"),
  * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. */
-static void http_memory_query_out_of_range_is_400_naming_it(void **state)
+static void http_memory_query_out_of_range_is_400_naming_it(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
-    h_cluster_start(&c, false, sargs);
+    h_cluster *c = h_cluster_start(false, sargs);
     static const struct {
         const char *query, *names;
     } bad[] = {
@@ -451,7 +435,7 @@ static void http_memory_query_out_of_range_is_400_naming_it(void **state)
     };
     char url[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(url, sizeof url, "http://%s/api/memory?%s", c.http, bad[i].query);
+        snprintf(url, sizeof url, "http://%s/api/memory?%s", c->http, bad[i].query);
         const char *args[] = {"get", url, NULL};
         char *out = NULL;
         int rc = 0;
@@ -467,12 +451,12 @@ static void http_memory_query_out_of_range_is_400_naming_it(void **state)
                                        "/api/memory?limit=0&stats_only=0",
                                        "/api/memory?stats_only=1"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        json_t *doc = http_json(&c, good[i]);
+        json_t *doc = http_json(c, good[i]);
         if (doc == NULL)
             fail_msg("%s was refused", good[i]);
         json_decref(doc);
     }
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 typedef struct hist_probe {
@@ -497,20 +481,18 @@ static bool two_samples_since(void *arg)
 
 /* Two workers of one name (--name may repeat: tasks placed by name go to either) each have
  * their own series in /api/history, with their own figures, as in /api/status and /metrics. */
-static void http_history_keeps_workers_of_one_name_apart(void **state)
+static void http_history_keeps_workers_of_one_name_apart(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "50", NULL};
-    h_cluster_start(&c, false, sargs);
+    h_cluster *c = h_cluster_start(false, sargs);
     const char *const w8[] = {"--store-capacity", "8M", "--name", "pool", NULL};
     const char *const w16[] = {"--store-capacity", "16M", "--name", "pool", NULL};
-    h_worker_start(&c, w8);
-    h_worker_start(&c, w16);
-    json_t *st = e2e_ctl_json(&c, "status");
+    h_worker_start(c, w8);
+    h_worker_start(c, w16);
+    json_t *st = e2e_ctl_json(c, "status");
     assert_int_equal(json_array_size(json_object_get(st, "workers")), 2);
     json_decref(st);
-    hist_probe p = {&c, (json_int_t)spw_wall_ms(), NULL};
+    hist_probe p = {c, (json_int_t)spw_wall_ms(), NULL};
     assert_true(h_eventually(two_samples_since, &p, 20000));
     json_t *ws = json_object_get(p.hist, "workers");
     assert_int_equal(json_array_size(ws), 2);
@@ -527,22 +509,21 @@ static void http_history_keeps_workers_of_one_name_apart(void **state)
     assert_string_not_equal(json_string_value(json_object_get(json_array_get(ws, 0), "address")),
                             json_string_value(json_object_get(json_array_get(ws, 1), "address")));
     json_decref(p.hist);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
-static void http_token_when_asked(void **state)
+static void http_token_when_asked(void)
 {
-    (void)state;
-    h_cluster c;
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-auth", "token", NULL};
-    h_cluster_start(&c, true, sargs);
-    const char *targv[] = {h_bin("spillway-ctl"), "--secret-file", c.secret_file, "http-token", NULL};
+    h_cluster *c = h_cluster_start(true, sargs);
+    const char *targv[] = {h_bin("spillway-ctl"), "--secret-file", c->secret_file, "http-token",
+                           NULL};
     char *tok = NULL;
     assert_int_equal(h_run(targv, &tok), 0);
     tok[strcspn(tok, "\n")] = '\0';
     assert_int_equal(strlen(tok), 64);
     char url[256];
-    snprintf(url, sizeof url, "http://%s/api/status", c.http);
+    snprintf(url, sizeof url, "http://%s/api/status", c->http);
     const char *no[] = {"status", url, NULL};
     json_t *code = http_check(no, NULL, NULL);
     assert_int_equal(json_integer_value(code), 401);
@@ -555,13 +536,13 @@ static void http_token_when_asked(void **state)
     code = http_check(yes, NULL, NULL);
     assert_int_equal(json_integer_value(code), 200);
     json_decref(code);
-    snprintf(url, sizeof url, "http://%s/metrics?token=%s", c.http, tok);
+    snprintf(url, sizeof url, "http://%s/metrics?token=%s", c->http, tok);
     const char *query[] = {"status", url, NULL};
     code = http_check(query, NULL, NULL);
     assert_int_equal(json_integer_value(code), 200);
     json_decref(code);
     /* The page itself holds no data: it loads, and asks with ?token= from its own URL. */
-    snprintf(url, sizeof url, "http://%s/", c.http);
+    snprintf(url, sizeof url, "http://%s/", c->http);
     const char *page[] = {"status", url, NULL};
     code = http_check(page, NULL, NULL);
     assert_int_equal(json_integer_value(code), 200);
@@ -574,7 +555,7 @@ static void http_token_when_asked(void **state)
     assert_int_equal(h_run(argv, &err), 2);
     assert_non_null(strstr(err, "--secret-file"));
     free(err);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* ------------------------------------------------------------- dashboard */
@@ -635,49 +616,40 @@ static bool quiet_and_sampled(void *arg)
 
 static bool spilled_somewhere(void *arg)
 {
-    json_t *st = e2e_ctl_json(arg, "status");
-    bool yes = false;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-        yes = yes || jget(w, "memory", "spilled_bytes") > 0;
-    json_decref(st);
-    return yes;
+    return e2e_memory_sum(arg, "spilled_bytes") > 0;
 }
 
-static void dashboard_shows_a_spilling_job(void **state)
+static void dashboard_shows_a_spilling_job(void)
 {
-    (void)state;
     const char *pyargv[] = {SPW_PYTHON3, "-c", "import shutil,sys; sys.exit(0 if shutil.which('chromium') else 1)", NULL};
     if (h_run(pyargv, NULL) != 0) {
         fprintf(stderr, "SKIP: chromium is not installed (tests/run.sh installs it)\n");
         exit(77);
     }
-    h_cluster c;
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "200", NULL};
-    h_cluster_start(&c, false, sargs);
+    h_cluster *c = h_cluster_start(false, sargs);
     const char *a1[] = {"--slots", "2", "--store-capacity", "16M", "--name", "worker-a", NULL};
     const char *a2[] = {"--slots", "2", "--store-capacity", "16M", "--name", "worker-b", NULL};
-    h_worker_start(&c, a1);
-    h_worker_start(&c, a2);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, a1);
+    h_worker_start(c, a2);
+    spillway *cl = e2e_connect(c);
     /* 48 MiB of results into 32 MiB of stores: they spill. */
     spillway_ref out[12];
     uint64_t gid = run_fill_job(cl, 12, 4u << 20, out);
-    assert_true(h_eventually(spilled_somewhere, &c, 20000));
-    quiet_probe qp = {&c, NULL};
+    assert_true(h_eventually(spilled_somewhere, c, 20000));
+    quiet_probe qp = {c, NULL};
     assert_true(h_eventually(quiet_and_sampled, &qp, 30000));
     json_decref(qp.last);
 
     char url[256];
-    snprintf(url, sizeof url, "http://%s/", c.http);
+    snprintf(url, sizeof url, "http://%s/", c->http);
     const char *dargs[] = {"dashboard", url, SPW_ARTIFACT_DIR, NULL};
     char *raw = NULL;
     json_t *dom = http_check(dargs, &raw, NULL);
     if (dom == NULL)
         fail_msg("dashboard check failed: %s", raw ? raw : "");
     free(raw);
-    json_t *st = http_json(&c, "/api/status");
+    json_t *st = http_json(c, "/api/status");
     assert_non_null(st);
     assert_string_equal(json_string_value(json_object_get(dom, "error")), "");
     assert_true(json_integer_value(json_object_get(dom, "refreshes")) >= 1);
@@ -722,18 +694,16 @@ static void dashboard_shows_a_spilling_job(void **state)
     json_decref(dom);
 
     assert_int_equal(spillway_release_many(cl, out, 12), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(running_state_and_graph_progress),
-    cmocka_unit_test(http_metrics_and_api_match_ctl),
-    cmocka_unit_test(http_memory_query_out_of_range_is_400_naming_it),
-    cmocka_unit_test(http_history_keeps_workers_of_one_name_apart),
-    cmocka_unit_test(http_token_when_asked),
-    cmocka_unit_test(dashboard_shows_a_spilling_job),
+    H_CASE(running_state_and_graph_progress),
+    H_CASE(http_metrics_and_api_match_ctl),
+    H_CASE(http_memory_query_out_of_range_is_400_naming_it),
+    H_CASE(http_history_keeps_workers_of_one_name_apart),
+    H_CASE(http_token_when_asked),
+    H_CASE(dashboard_shows_a_spilling_job),
 };
 
 SPW_TEST_MAIN(tests)

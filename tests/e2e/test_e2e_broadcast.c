@@ -48,15 +48,16 @@ static bool stores_within(void *arg)
     return true;
 }
 
-static void start_named(h_cluster *c, int n, const char *cap)
+static h_cluster *start_named(int n, const char *cap)
 {
-    h_cluster_start(c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "w%d", i);
         const char *const args[] = {"--slots", "1", "--store-capacity", cap, "--name", name, NULL};
         h_worker_start(c, args);
     }
+    return c;
 }
 
 static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
@@ -66,19 +67,16 @@ static uint64_t checksum_on(spillway *cl, spillway_ref r, const char *worker)
     spillway_ref out;
     spillway_arg a = spillway_arg_ref(r);
     assert_int_equal(spillway_task(g, "checksum", &a, 1, SPILLWAY_KEEP, &out), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     uint64_t v = e2e_get_u64(cl, out);
     assert_int_equal(spillway_release(cl, out), 0);
     return v;
 }
 
-static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
+static void broadcast_to_four_workers_delivers_identical_bytes(void)
 {
-    (void)state;
-    h_cluster c;
-    start_named(&c, 4, "64M");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = start_named(4, "64M");
+    spillway *cl = e2e_connect(c);
     size_t n = (16u << 20) + 12345;
     uint8_t *data = malloc(n);
     for (size_t i = 0; i < n; i++)
@@ -86,7 +84,7 @@ static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
     spillway_ref r;
     assert_int_equal(spillway_scatter(cl, data, n, 0, &r), 0);
     /* Every node holds it once, in memory, before any task ran. */
-    json_t *mem = memory_doc(&c);
+    json_t *mem = memory_doc(c);
     json_t *objs = json_object_get(mem, "objects");
     assert_int_equal(json_array_size(objs), 1);
     json_t *o = json_array_get(objs, 0);
@@ -102,30 +100,28 @@ static void broadcast_to_four_workers_delivers_identical_bytes(void **state)
         assert_int_equal(checksum_on(cl, r, name), want);
     }
     assert_int_equal(spillway_release(cl, r), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     free(data);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* More copies than any fixed-size list in the scheduler or the client once held (8): the
  * memory listing shows every one, each on a different node, and a task on the last worker reads
  * its own copy. Small stores and one slot each, so ten workers fit a two-core machine under the
  * sanitizers. */
-static void broadcast_to_ten_workers_lists_every_location(void **state)
+static void broadcast_to_ten_workers_lists_every_location(void)
 {
-    (void)state;
     enum { NW = 10 };
-    h_cluster c;
-    start_named(&c, NW, "8M");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = start_named(NW, "8M");
+    spillway *cl = e2e_connect(c);
     size_t n = (1u << 20) + 77;
     uint8_t *data = malloc(n);
     for (size_t i = 0; i < n; i++)
         data[i] = (uint8_t)(i * 40503u >> 7);
     spillway_ref r;
     assert_int_equal(spillway_scatter(cl, data, n, 0, &r), 0);
-    json_t *mem = memory_doc(&c);
+    json_t *mem = memory_doc(c);
     json_t *nodes = json_object_get(mem, "nodes");
     assert_int_equal(json_array_size(nodes), NW);
     json_t *objs = json_object_get(mem, "objects");
@@ -154,7 +150,7 @@ static void broadcast_to_ten_workers_lists_every_location(void **state)
     }
     json_decref(mem);
     /* The table's WHERE cell names all ten too (it used to stop at 63 characters). */
-    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c.addr, "memory", NULL};
+    const char *targv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "memory", NULL};
     char *text = NULL;
     assert_int_equal(h_run(targv, &text), 0);
     int shown = 0;
@@ -173,33 +169,30 @@ static void broadcast_to_ten_workers_lists_every_location(void **state)
     assert_memory_equal(back, data, n);
     spillway_free(back);
     assert_int_equal(spillway_release(cl, r), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     free(data);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* A worker name longer than the scheduler's old 64-byte field: a task placed by that name runs
  * there (it used to be truncated, so no worker ever matched). */
-static void task_placed_on_a_long_worker_name_runs_there(void **state)
+static void task_placed_on_a_long_worker_name_runs_there(void)
 {
-    (void)state;
     char name[201];
     for (size_t i = 0; i < sizeof name - 1; i++)
         name[i] = (char)('a' + i % 26);
     name[sizeof name - 1] = '\0';
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "8M", "--name", name, NULL};
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_worker_start(c, args);
+    spillway *cl = e2e_connect(c);
     static const uint8_t data[] = "placed by a long name";
     spillway_ref r;
     assert_int_equal(spillway_put(cl, data, sizeof data, &r), 0);
     assert_int_equal(checksum_on(cl, r, name), XXH3_64bits(data, sizeof data));
     assert_int_equal(spillway_release(cl, r), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, cl);
 }
 
 static bool broadcast_ref_seen(void *arg)
@@ -220,55 +213,46 @@ static bool no_objects_listed(void *arg)
     return empty;
 }
 
-/* The client that scattered dies while the copies travel: nothing half-written stays. */
-static void broadcast_whose_source_dies_leaves_nothing(void **state)
+/* A client that scatters 96 MiB. */
+static int scattering_client(spillway *cl, void *arg)
 {
-    (void)state;
-    h_cluster c;
-    start_named(&c, 4, "128M");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        spillway *cl = NULL;
-        if (spillway_connect(c.addr, NULL, &cl) != 0)
-            _exit(1);
-        size_t n = 96u << 20;
-        uint8_t *data = malloc(n);
-        memset(data, 0x42, n);
-        spillway_ref r;
-        spillway_scatter(cl, data, n, 0, &r);
-        pause();
-        _exit(0);
-    }
+    (void)arg;
+    size_t n = 96u << 20;
+    uint8_t *data = malloc(n);
+    memset(data, 0x42, n);
+    spillway_ref r;
+    spillway_scatter(cl, data, n, 0, &r);
+    return 0;
+}
+
+/* The client that scattered dies while the copies travel: nothing half-written stays. */
+static void broadcast_whose_source_dies_leaves_nothing(void)
+{
+    h_cluster *c = start_named(4, "128M");
+    pid_t pid = e2e_client_fork(c, scattering_client, NULL, false);
     /* Kill it as soon as the scheduler knows of the broadcast, whatever its progress. */
-    assert_true(h_eventually(broadcast_ref_seen, &c, 30000));
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
-    assert_true(e2e_cluster_idle(&c, 30000)); /* no object, no byte used on any node */
+    assert_true(h_eventually(broadcast_ref_seen, c, 30000));
+    e2e_client_kill(pid);
+    assert_true(e2e_cluster_idle(c, 30000)); /* no object, no byte used on any node */
     /* The stores' own listing (fresh, not a heartbeat's): no orphan, no half-copied object. */
-    assert_true(h_eventually(no_objects_listed, &c, 30000));
-    json_t *mem = memory_doc(&c);
+    assert_true(h_eventually(no_objects_listed, c, 30000));
+    json_t *mem = memory_doc(c);
     if (json_array_size(json_object_get(mem, "objects")) != 0) {
         char *d = json_dumps(mem, JSON_INDENT(1));
         fprintf(stderr, "%s\n", d);
         free(d);
-        h_dump_logs(&c);
     }
     assert_int_equal(json_array_size(json_object_get(mem, "objects")), 0); /* no orphan */
     json_decref(mem);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 /* The Dask case: one 8 MiB object used by 500 map_blocks tasks. Scattered, passed as a plain
  * large argument, or as the same bytes twice: each node's store holds exactly one copy. */
-static void large_shared_argument_is_stored_once_per_node(void **state)
+static void large_shared_argument_is_stored_once_per_node(void)
 {
-    (void)state;
-    h_cluster c;
-    start_named(&c, 2, "256M");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = start_named(2, "256M");
+    spillway *cl = e2e_connect(c);
     size_t n = 8u << 20;
     uint8_t *big = malloc(n);
     for (size_t i = 0; i < n; i++)
@@ -304,7 +288,7 @@ static void large_shared_argument_is_stored_once_per_node(void **state)
         /* Each task's len is its block plus the shared argument(s). */
         assert_int_equal(e2e_get_u64(cl, res[0]), blocks * (64 * 8 + nshared * n));
         /* Now the stores: per node at most the input and the shared object, once. */
-        json_t *mem = memory_doc(&c);
+        json_t *mem = memory_doc(c);
         size_t i;
         json_t *o;
         int big_objects = 0;
@@ -328,7 +312,7 @@ static void large_shared_argument_is_stored_once_per_node(void **state)
         assert_int_equal(big_objects, mode == 0 || mode == 1 ? (mode == 0 ? 1 : 0) : 0);
         /* The figures come with the workers' heartbeats: the room admission took for outputs
          * of a function not seen yet (len's are inline) is handed back when its tasks end. */
-        used_bound ub = {&c, n + blocks * 64 * 8 + (1u << 20)};
+        used_bound ub = {c, n + blocks * 64 * 8 + (1u << 20)};
         assert_true(h_eventually(stores_within, &ub, 10000));
         assert_int_equal(spillway_release(cl, res[0]), 0);
         spillway_free(res);
@@ -336,40 +320,24 @@ static void large_shared_argument_is_stored_once_per_node(void **state)
             assert_int_equal(spillway_release(cl, shared_ref), 0);
     }
     assert_int_equal(spillway_release(cl, in), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     free(big);
     free(input);
-    assert_true(h_cluster_stop(&c));
-}
-
-static uint64_t peak_used_sum(h_cluster *c)
-{
-    json_t *st = e2e_ctl_json(c, "status");
-    uint64_t v = 0;
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-    {
-        v += (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), "peak_used"));
-    }
-    json_decref(st);
-    return v;
+    E2E_STOP(c, NULL);
 }
 
 static bool peak_at_least(void *arg)
 {
-    return peak_used_sum(arg) >= (8u << 20);
+    return e2e_memory_sum(arg, "peak_used") >= (8u << 20);
 }
 
 /* The Rayon case: 10,000 tasks each producing 8 MiB, consumed by a sum, on 2 slots with the
  * default caps: live bytes stay bounded by the caps, not by the job, and the sum is right. */
-static void ten_thousand_8mib_outputs_stay_bounded(void **state)
+static void ten_thousand_8mib_outputs_stay_bounded(void)
 {
-    (void)state;
-    h_cluster c;
-    start_named(&c, 2, "128M"); /* default byte cap: a quarter of 256 MiB */
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = start_named(2, "128M"); /* default byte cap: a quarter of 256 MiB */
+    spillway *cl = e2e_connect(c);
     enum { N = 10000 };
     const uint64_t block = 8u << 20, cap = (256u << 20) / 4;
     spillway_graph *g = spillway_graph_new(cl);
@@ -397,8 +365,7 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
             level[next++] = level[width - 1];
         width = next;
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, level[0], 600000, &out, &len), 0);
@@ -408,8 +375,8 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
     assert_true(fabs(got - expect) < 1e-6 * expect);
     /* The bound from the caps: the byte cap, plus one block per slot of estimate lag, plus a
      * block being read by its consumer on each worker. 80 GB went through. */
-    assert_true(h_eventually(peak_at_least, &c, 10000));
-    uint64_t peak = peak_used_sum(&c), bound = cap + 2 * 2 * block;
+    assert_true(h_eventually(peak_at_least, c, 10000));
+    uint64_t peak = e2e_memory_sum(c, "peak_used"), bound = cap + 2 * 2 * block;
     fprintf(stderr, "peak live bytes in the stores: %.1f MiB (bound %.1f MiB)\n",
             (double)peak / (1 << 20), (double)bound / (1 << 20));
     if (peak > bound)
@@ -417,18 +384,14 @@ static void ten_thousand_8mib_outputs_stay_bounded(void **state)
                  (unsigned long long)bound);
     assert_int_equal(spillway_release(cl, level[0]), 0);
     free(level);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* map_blocks over views of an object, with and without a reduction. */
-static void map_blocks_matches_local_computation(void **state)
+static void map_blocks_matches_local_computation(void)
 {
-    (void)state;
-    h_cluster c;
-    start_named(&c, 2, "128M");
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = start_named(2, "128M");
+    spillway *cl = e2e_connect(c);
     size_t count = 3u << 20; /* 24 MiB of f64 */
     double *v = malloc(count * 8), total = 0;
     for (size_t i = 0; i < count; i++) {
@@ -469,20 +432,20 @@ static void map_blocks_matches_local_computation(void **state)
     assert_int_equal(spillway_release(cl, res[0]), 0);
     spillway_free(res);
     assert_int_equal(spillway_release(cl, in), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     free(v);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(broadcast_to_four_workers_delivers_identical_bytes),
-    cmocka_unit_test(broadcast_to_ten_workers_lists_every_location),
-    cmocka_unit_test(task_placed_on_a_long_worker_name_runs_there),
-    cmocka_unit_test(broadcast_whose_source_dies_leaves_nothing),
-    cmocka_unit_test(large_shared_argument_is_stored_once_per_node),
-    cmocka_unit_test(ten_thousand_8mib_outputs_stay_bounded),
-    cmocka_unit_test(map_blocks_matches_local_computation),
+    H_CASE(broadcast_to_four_workers_delivers_identical_bytes),
+    H_CASE(broadcast_to_ten_workers_lists_every_location),
+    H_CASE(task_placed_on_a_long_worker_name_runs_there),
+    H_CASE(broadcast_whose_source_dies_leaves_nothing),
+    H_CASE(large_shared_argument_is_stored_once_per_node),
+    H_CASE(ten_thousand_8mib_outputs_stay_bounded),
+    H_CASE(map_blocks_matches_local_computation),
 };
 
 SPW_TEST_MAIN(tests)

@@ -1,6 +1,8 @@
-/* End-to-end tests of addresses: daemons and clients reached by host name (localhost), over
- * IPv6 loopback ([::1], skipped where the machine has none), and workers that listen on a
- * wildcard or advertise an address. Everything stays on this host's loopback. */
+/* End-to-end tests of addresses and of workers rejoining: daemons and clients reached by host
+ * name (localhost), over IPv6 loopback ([::1], skipped where the machine has none), workers
+ * that listen on a wildcard or advertise an address, malformed addresses refused by name, and
+ * workers that register again with a restarted scheduler (or exit, with --reconnect-max 0).
+ * Everything stays on this host's loopback. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -58,8 +60,7 @@ static void transfers_are_exact(spillway *cl)
         spillway_arg a[2] = {spillway_arg_ref(parts[i]), spillway_arg_ref(parts[N - 1 - i])};
         assert_int_equal(spillway_task(g, "concat", a, 2, SPILLWAY_KEEP, &cat[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < N / 2; i++) {
         void *out;
         size_t len;
@@ -101,24 +102,19 @@ static const char *port_of(const char *addr)
     return colon + 1;
 }
 
-static void cluster_by_name_localhost(void **state)
+static void cluster_by_name_localhost(void)
 {
-    (void)state;
     need_localhost();
-    h_cluster c;
     const char *const sargs[] = {"--listen", "localhost:0", NULL};
-    h_cluster_start(&c, false, sargs);
+    h_cluster *c = h_cluster_start(false, sargs);
     /* From here on every daemon, the client and spillway-ctl know the scheduler by name. */
-    snprintf(c.addr, sizeof c.addr, "localhost:%s", port_of(c.sched.addr));
+    snprintf(c->addr, sizeof c->addr, "localhost:%s", port_of(c->sched.addr));
     const char *const wargs[] = {"--listen", "localhost:0", "--slots", "1", "--store-capacity",
                                  "64M", NULL};
-    h_worker_start(&c, wargs);
-    h_worker_start(&c, wargs);
-    spillway *cl = e2e_connect(&c);
+    h_workers_start(c, 2, wargs);
+    spillway *cl = e2e_connect(c);
     transfers_are_exact(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 static bool have_ipv6_loopback(void)
@@ -134,62 +130,52 @@ static bool have_ipv6_loopback(void)
     return ok;
 }
 
-static void cluster_over_ipv6_loopback(void **state)
+static void cluster_over_ipv6_loopback(void)
 {
-    (void)state;
     if (!have_ipv6_loopback()) {
         fprintf(stderr, "SKIP: this machine has no IPv6 loopback (cannot bind [::1])\n");
-        skip();
+        h_skip();
     }
-    h_cluster c;
     const char *const sargs[] = {"--listen", "[::1]:0", NULL};
-    h_cluster_start(&c, false, sargs);
-    assert_int_equal(strncmp(c.addr, "[::1]:", 6), 0);
+    h_cluster *c = h_cluster_start(false, sargs);
+    assert_int_equal(strncmp(c->addr, "[::1]:", 6), 0);
     const char *const wargs[] = {"--listen", "[::1]:0", "--slots", "1", "--store-capacity", "64M",
                                  NULL};
-    h_worker_start(&c, wargs);
-    h_worker_start(&c, wargs);
+    h_workers_start(c, 2, wargs);
     char addrs[512];
-    worker_addrs(&c, addrs, sizeof addrs);
+    worker_addrs(c, addrs, sizeof addrs);
     assert_int_equal(strncmp(addrs, "[::1]:", 6), 0);
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     transfers_are_exact(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
-static void wildcard_and_advertised_workers_are_reachable(void **state)
+static void wildcard_and_advertised_workers_are_reachable(void)
 {
-    (void)state;
     need_localhost();
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     /* One listens everywhere and must advertise the address that reaches the scheduler
      * (127.0.0.1 here); the other advertises a name, without a port (its bound one). */
     const char *const w1[] = {"--listen", "0.0.0.0:0", "--slots", "1", "--store-capacity", "64M",
                               "--name", "wild", NULL};
     const char *const w2[] = {"--advertise", "localhost", "--slots", "1", "--store-capacity",
                               "64M", "--name", "adv", NULL};
-    h_worker_start(&c, w1);
-    h_worker_start(&c, w2);
+    h_worker_start(c, w1);
+    h_worker_start(c, w2);
     char addrs[512], want[128];
-    worker_addrs(&c, addrs, sizeof addrs);
-    snprintf(want, sizeof want, "127.0.0.1:%s,", port_of(c.workers[0].addr));
+    worker_addrs(c, addrs, sizeof addrs);
+    snprintf(want, sizeof want, "127.0.0.1:%s,", port_of(c->workers[0].addr));
     assert_non_null(strstr(addrs, want));
-    snprintf(want, sizeof want, "localhost:%s,", port_of(c.workers[1].addr));
+    snprintf(want, sizeof want, "localhost:%s,", port_of(c->workers[1].addr));
     assert_non_null(strstr(addrs, want));
     assert_null(strstr(addrs, "0.0.0.0"));
-    spillway *cl = e2e_connect(&c);
+    spillway *cl = e2e_connect(c);
     transfers_are_exact(cl);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
-static void malformed_addresses_are_refused_by_name(void **state)
+static void malformed_addresses_are_refused_by_name(void)
 {
-    (void)state;
     spillway *cl = NULL;
     assert_int_equal(spillway_connect("::1:7400", NULL, &cl), SPW_EINVAL);
     assert_int_equal(spillway_connect("bad_host!:7400", NULL, &cl), SPW_EINVAL);
@@ -226,39 +212,26 @@ static bool workers_registered(void *arg)
 
 static bool stores_empty(void *arg)
 {
-    h_cluster *c = arg;
-    json_t *st = e2e_ctl_json(c, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used == 0;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used == 0;
 }
 
 static bool stores_hold_8mib(void *arg)
 {
-    h_cluster *c = arg;
-    json_t *st = e2e_ctl_json(c, "status");
-    if (st == NULL)
-        return false;
-    uint64_t used = e2e_used_bytes(st);
-    json_decref(st);
-    return used >= 8u << 20;
+    uint64_t used;
+    return e2e_status_used(arg, &used) && used >= 8u << 20;
 }
 
 /* kill -9 of the scheduler in the middle of a job: the client's calls end with SPW_ECLOSED,
  * the workers keep running and register with a scheduler restarted on the same port, drop
  * what they held for the old one, and serve a new job. */
-static void scheduler_restart_workers_rejoin(void **state)
+static void scheduler_restart_workers_rejoin(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, true, NULL);
+    h_cluster *c = h_cluster_start(true, NULL);
     const char *const wargs[] = {"--slots", "2", "--store-capacity", "64M", "--reconnect-max",
                                  "2000", NULL};
-    h_worker_start(&c, wargs);
-    h_worker_start(&c, wargs);
-    spillway *cl = e2e_connect(&c);
+    h_workers_start(c, 2, wargs);
+    spillway *cl = e2e_connect(c);
     /* Objects on the workers (kept outputs, a put) and tasks still running when it dies. */
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref kept[4], slow[4];
@@ -267,8 +240,7 @@ static void scheduler_restart_workers_rejoin(void **state)
         spillway_arg a[2] = {spillway_arg_u64(2u << 20), spillway_arg_bytes(&pat, 1)};
         assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &kept[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     for (int i = 0; i < 4; i++) {
         void *out;
         size_t len;
@@ -280,11 +252,10 @@ static void scheduler_restart_workers_rejoin(void **state)
         spillway_arg a = spillway_arg_u64(3000);
         assert_int_equal(spillway_task(g, "sleep_ms", &a, 1, SPILLWAY_KEEP, &slow[i]), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
-    assert_true(h_eventually(stores_hold_8mib, &c, 10000)); /* figures come with heartbeats */
+    E2E_SUBMIT(g);
+    assert_true(h_eventually(stores_hold_8mib, c, 10000)); /* figures come with heartbeats */
 
-    int ws = h_sched_kill(&c, SIGKILL);
+    int ws = h_sched_kill(c, SIGKILL);
     assert_true(WIFSIGNALED(ws));
     /* Every call of the client now ends with SPW_ECLOSED, promptly: the tasks sleep 3 s, and a
      * client that noticed nothing would get their results (or SPW_ETIMEDOUT), not ECLOSED. */
@@ -298,44 +269,42 @@ static void scheduler_restart_workers_rejoin(void **state)
     free(big);
     spillway_close(cl);
 
-    h_sched_restart(&c, NULL);
+    h_sched_restart(c, NULL);
     /* Reconnect waits are at most 2 s here: both workers are back well within 10 s. */
-    assert_true(h_eventually(workers_registered, &c, 10000));
-    cl = e2e_connect(&c);
+    assert_true(h_eventually(workers_registered, c, 10000));
+    cl = e2e_connect(c);
     transfers_are_exact(cl);
     spillway_close(cl);
     /* Nothing of the old scheduler's survived: once the sleeping tasks are stopped and the
      * new job released, every store is empty. */
-    assert_true(e2e_cluster_idle(&c, 20000));
-    assert_true(h_eventually(stores_empty, &c, 20000));
-    assert_true(h_cluster_stop(&c));
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, NULL);
 }
 
 /* --reconnect-max 0 keeps the old behaviour: the worker exits with status 3. */
-static void reconnect_max_zero_exits_with_status_3(void **state)
+static void reconnect_max_zero_exits_with_status_3(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const wargs[] = {"--slots", "1", "--store-capacity", "16M", "--reconnect-max", "0",
                                  NULL};
-    h_worker_start(&c, wargs);
-    h_sched_kill(&c, SIGKILL);
-    int st = h_worker_kill(&c, 0, 0); /* signal 0: only waits for it to exit */
+    h_worker_start(c, wargs);
+    h_sched_kill(c, SIGKILL);
+    int st = h_worker_kill(c, 0, 0); /* signal 0: only waits for it to exit */
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 3);
-    c.sched.exited = false; /* judged below: a killed scheduler is not a failed stop */
-    c.sched.pid = 0;
-    assert_true(h_cluster_stop(&c));
+    c->sched.exited = false; /* judged below: a killed scheduler is not a failed stop */
+    c->sched.pid = 0;
+    E2E_STOP(c, NULL);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(cluster_by_name_localhost),
-    cmocka_unit_test(cluster_over_ipv6_loopback),
-    cmocka_unit_test(wildcard_and_advertised_workers_are_reachable),
-    cmocka_unit_test(malformed_addresses_are_refused_by_name),
-    cmocka_unit_test(scheduler_restart_workers_rejoin),
-    cmocka_unit_test(reconnect_max_zero_exits_with_status_3),
+    H_CASE(cluster_by_name_localhost),
+    H_CASE(cluster_over_ipv6_loopback),
+    H_CASE(wildcard_and_advertised_workers_are_reachable),
+    H_CASE(malformed_addresses_are_refused_by_name),
+    H_CASE(scheduler_restart_workers_rejoin),
+    H_CASE(reconnect_max_zero_exits_with_status_3),
 };
 
 SPW_TEST_MAIN(tests)

@@ -15,18 +15,12 @@
 #include "../unit/test_main.h"
 #include "e2e_util.h"
 
-static int fd_count(int pid)
+/* Descriptors the scheduler holds. */
+static int sched_fds(h_cluster *c)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", pid);
-    DIR *d = opendir(path);
-    int n = 0;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    if (d != NULL)
-        closedir(d);
-    return n;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)c->sched.pid);
+    return e2e_dir_entries(path);
 }
 
 /* One job: a few sources of 512 KiB to 2 MiB, each checked by a checksum task, and a sum of
@@ -46,8 +40,7 @@ static void run_job(spillway *cl, unsigned seed)
         sums[i] = spillway_arg_ref(sum[i]);
     }
     assert_int_equal(spillway_task(g, "len", sums, W, SPILLWAY_KEEP, &total), 0);
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     int rc = spillway_get(cl, total, 120000, &out, &len);
@@ -60,47 +53,33 @@ static void run_job(spillway *cl, unsigned seed)
     assert_int_equal(spillway_release(cl, total), 0);
 }
 
+/* A client that submits a job of large outputs (seed: *(unsigned *)arg) and holds them. */
+static int large_output_client(spillway *kc, void *arg)
+{
+    unsigned seed = *(unsigned *)arg;
+    static uint8_t buf[1 << 20];
+    memset(buf, (int)seed, sizeof buf);
+    spillway_ref put;
+    spillway_put(kc, buf, sizeof buf, &put);
+    spillway_graph *g = spillway_graph_new(kc);
+    for (int i = 0; i < 12; i++) {
+        spillway_arg a[2] = {spillway_arg_u64(1u << 20), spillway_arg_u64(seed + (unsigned)i)};
+        spillway_ref r;
+        spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &r);
+        spillway_arg s = spillway_arg_ref(r);
+        spillway_task(g, "checksum", &s, 1, SPILLWAY_KEEP, NULL);
+    }
+    spillway_submit(g);
+    return 0;
+}
+
 /* A client that submits a job of large outputs and holds them, and is killed after `delay_us`. */
 static void killed_client_job(h_cluster *c, unsigned seed, int delay_us)
 {
-    fflush(NULL);
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        close(ready[0]);
-        spillway *kc = NULL;
-        if (spillway_connect(c->addr, NULL, &kc) != 0)
-            _exit(1);
-        static uint8_t buf[1 << 20];
-        memset(buf, (int)seed, sizeof buf);
-        spillway_ref put;
-        spillway_put(kc, buf, sizeof buf, &put);
-        spillway_graph *g = spillway_graph_new(kc);
-        for (int i = 0; i < 12; i++) {
-            spillway_arg a[2] = {spillway_arg_u64(1u << 20), spillway_arg_u64(seed + (unsigned)i)};
-            spillway_ref r;
-            spillway_task(g, "random", a, 2, SPILLWAY_KEEP, &r);
-            spillway_arg s = spillway_arg_ref(r);
-            spillway_task(g, "checksum", &s, 1, SPILLWAY_KEEP, NULL);
-        }
-        spillway_submit(g);
-        if (write(ready[1], "x", 1) != 1)
-            _exit(1);
-        pause(); /* until killed */
-        _exit(0);
-    }
-    close(ready[1]);
-    char x;
-    assert_int_equal(read(ready[0], &x, 1), 1);
-    close(ready[0]);
+    pid_t pid = e2e_client_fork(c, large_output_client, &seed, true);
     struct timespec ts = {0, delay_us * 1000L}; /* chaos: where in its job it dies */
     nanosleep(&ts, NULL);
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
+    e2e_client_kill(pid);
 }
 
 static int live_workers(h_cluster *c)
@@ -123,16 +102,13 @@ static bool nothing_left(void *arg)
     return n == 0 && listed == 0;
 }
 
-static void chaos_soak_leaves_nothing_behind(void **state)
+static void chaos_soak_leaves_nothing_behind(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_start(&c, false, NULL);
+    h_cluster *c = h_cluster_start(false, NULL);
     const char *const args[] = {"--slots", "1", "--store-capacity", "24M", "--alloc-wait", "5000",
                                 NULL};
-    h_worker_start(&c, args);
-    h_worker_start(&c, args);
-    spillway *cl = e2e_connect(&c);
+    h_workers_start(c, 2, args);
+    spillway *cl = e2e_connect(c);
     srand(1234);
     enum { JOBS = 200, WARM = 20 };
     long warm_rss = 0;
@@ -140,44 +116,44 @@ static void chaos_soak_leaves_nothing_behind(void **state)
     int kills = 0;
     for (int j = 0; j < JOBS; j++) {
         if (j == WARM) {
-            assert_true(e2e_cluster_idle(&c, 60000));
-            warm_rss = e2e_status_kib(c.sched.pid, "VmRSS");
-            warm_fds = fd_count(c.sched.pid);
+            assert_true(e2e_cluster_idle(c, 60000));
+            warm_rss = e2e_status_kib(c->sched.pid, "VmRSS");
+            warm_fds = sched_fds(c);
         }
         if (j % 2 == 1)
-            killed_client_job(&c, (unsigned)j, rand() % 30000);
-        if (j % 33 == 32 && c.nworkers < H_MAX_WORKERS) {
+            killed_client_job(c, (unsigned)j, rand() % 30000);
+        if (j % 33 == 32 && c->nworkers < H_MAX_WORKERS) {
             /* A worker dies (mid-work, when the killed client's tasks still run) and a new one
              * takes its place. */
             int victim = -1;
-            for (int i = 0; i < c.nworkers && victim < 0; i++)
-                if (!c.workers[i].exited && rand() % 2 == 0)
+            for (int i = 0; i < c->nworkers && victim < 0; i++)
+                if (!c->workers[i].exited && rand() % 2 == 0)
                     victim = i;
-            for (int i = 0; i < c.nworkers && victim < 0; i++)
-                if (!c.workers[i].exited)
+            for (int i = 0; i < c->nworkers && victim < 0; i++)
+                if (!c->workers[i].exited)
                     victim = i;
-            h_worker_kill(&c, victim, SIGKILL);
+            h_worker_kill(c, victim, SIGKILL);
             kills++;
-            h_worker_start(&c, args);
+            h_worker_start(c, args);
         }
         run_job(cl, (unsigned)j);
     }
-    assert_int_equal(live_workers(&c), 2);
+    assert_int_equal(live_workers(c), 2);
     spillway_close(cl);
-    assert_true(e2e_cluster_idle(&c, 60000));
-    assert_true(h_eventually(nothing_left, &c, 30000));
-    long end_rss = e2e_status_kib(c.sched.pid, "VmRSS");
-    int end_fds = fd_count(c.sched.pid);
+    assert_true(e2e_cluster_idle(c, 60000));
+    assert_true(h_eventually(nothing_left, c, 30000));
+    long end_rss = e2e_status_kib(c->sched.pid, "VmRSS");
+    int end_fds = sched_fds(c);
     fprintf(stderr, "%d jobs, %d workers killed: scheduler RSS %ld KiB warm, %ld KiB at the end; "
                     "descriptors %d warm, %d at the end\n",
             JOBS, kills, warm_rss, end_rss, warm_fds, end_fds);
     assert_true(end_rss <= warm_rss + 16 * 1024);
     assert_true(end_fds <= warm_fds);
-    assert_true(h_cluster_stop(&c));
+    E2E_STOP(c, NULL);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(chaos_soak_leaves_nothing_behind),
+    H_CASE(chaos_soak_leaves_nothing_behind),
 };
 
 SPW_TEST_MAIN(tests)

@@ -37,12 +37,10 @@ static bool one_worker_did_all(void *arg)
 /* A chain of inline results and one of stored results (over the inline limit, so each hop's
  * input is an object in the store) give the right answers, each hop on the worker of the one
  * before it though another worker is idle. */
-static void chain_results_are_right(void **state)
+static void chain_results_are_right(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 2);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_simple(2);
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref prev;
     spillway_arg a = spillway_arg_u64(7);
@@ -52,10 +50,9 @@ static void chain_results_are_right(void **state)
         assert_int_equal(spillway_task(g, "inc", &a, 1, i == CHAIN - 1 ? SPILLWAY_KEEP : 0, &prev),
                          0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, prev), 7 + CHAIN);
-    done_count d = {&c, CHAIN};
+    done_count d = {c, CHAIN};
     assert_true(h_eventually(one_worker_did_all, &d, 20000));
     assert_int_equal(spillway_release(cl, prev), 0);
 
@@ -73,25 +70,20 @@ static void chain_results_are_right(void **state)
         a = spillway_arg_ref(prev);
         spillway_ref len;
         assert_int_equal(spillway_task(g, "len", &a, 1, SPILLWAY_KEEP, &len), 0);
-        assert_int_equal(spillway_submit(g), 0);
-        spillway_graph_free(g);
+        E2E_SUBMIT(g);
         assert_int_equal(e2e_get_u64(cl, len), sizes[k]);
         assert_int_equal(spillway_release(cl, len), 0);
     }
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 /* A task failing mid-chain fails everything after it, as if each had been dispatched after it
  * (SPW_EDEPFAILED naming the failure), keeps what came before it, and leaves nothing behind;
  * the cluster goes on. */
-static void failing_producer_in_a_chain(void **state)
+static void failing_producer_in_a_chain(void)
 {
-    (void)state;
-    h_cluster c;
-    h_cluster_simple(&c, 2);
-    spillway *cl = e2e_connect(&c);
+    h_cluster *c = h_cluster_simple(2);
+    spillway *cl = e2e_connect(c);
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref before, bad, prev;
     spillway_arg a = spillway_arg_u64(1);
@@ -105,8 +97,7 @@ static void failing_producer_in_a_chain(void **state)
         a = spillway_arg_ref(prev);
         assert_int_equal(spillway_task(g, "inc", &a, 1, i == 29 ? SPILLWAY_KEEP : 0, &prev), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     void *out;
     size_t len;
     assert_int_equal(spillway_get(cl, prev, 60000, &out, &len), SPW_EDEPFAILED);
@@ -116,7 +107,7 @@ static void failing_producer_in_a_chain(void **state)
     assert_int_equal(e2e_get_u64(cl, before), 3);
     spillway_ref all[] = {before, bad, prev};
     assert_int_equal(spillway_release_many(cl, all, 3), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
+    assert_true(e2e_cluster_idle(c, 20000));
 
     /* The cluster goes on: a chain after it is right. */
     g = spillway_graph_new(cl);
@@ -126,18 +117,15 @@ static void failing_producer_in_a_chain(void **state)
         a = spillway_arg_ref(prev);
         assert_int_equal(spillway_task(g, "inc", &a, 1, i == 49 ? SPILLWAY_KEEP : 0, &prev), 0);
     }
-    assert_int_equal(spillway_submit(g), 0);
-    spillway_graph_free(g);
+    E2E_SUBMIT(g);
     assert_int_equal(e2e_get_u64(cl, prev), 50);
     assert_int_equal(spillway_release(cl, prev), 0);
-    assert_true(e2e_cluster_idle(&c, 20000));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(&c));
+    E2E_FINISH(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(chain_results_are_right),
-    cmocka_unit_test(failing_producer_in_a_chain),
+    H_CASE(chain_results_are_right),
+    H_CASE(failing_producer_in_a_chain),
 };
 
 SPW_TEST_MAIN(tests)
