@@ -54,7 +54,7 @@ static void die(const char *fmt, const char *arg)
 /* ------------------------------------------------- what the running case owns */
 
 #define H_MAX_CLUSTERS 8
-#define H_MAX_TRACKED 32
+#define H_MAX_TRACKED 256
 
 static h_cluster *clusters[H_MAX_CLUSTERS]; /* started by the running case; NULL: free slot */
 static int tracked[H_MAX_TRACKED];          /* pidfds of its helper processes; -1: free slot */
@@ -96,13 +96,24 @@ void h_track(pid_t pid)
     int fd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (fd < 0)
         return; /* gone already */
-    for (int i = 0; i < H_MAX_TRACKED; i++) {
-        if (tracked[i] < 0) {
-            tracked[i] = fd;
-            return;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < H_MAX_TRACKED; i++) {
+            if (tracked[i] < 0) {
+                tracked[i] = fd;
+                return;
+            }
+        }
+        /* Full: the slots of helpers the case reaped itself (waitid says ECHILD) are free. */
+        for (int i = 0; i < H_MAX_TRACKED; i++) {
+            siginfo_t si;
+            if (waitid(P_PIDFD, (id_t)tracked[i], &si, WEXITED | WNOHANG | WNOWAIT) != 0 &&
+                errno == ECHILD) {
+                close(tracked[i]);
+                tracked[i] = -1;
+            }
         }
     }
-    die("more than %s helper processes in one case", "32");
+    die("more than %s helper processes running in one case", "256");
 }
 
 /* Kills and reaps every tracked helper that still runs (a test may have reaped it: waitid on
