@@ -253,8 +253,6 @@ proto_conn *conn__new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data)
     c->cbs = *cbs;
     c->data = data;
     c->h.handle.data = c;
-    msgpack_zone_init(&c->zone, ZONE_FIRST);
-    c->zone_first = c->zone.chunk_list.head;
     snprintf(c->peer, sizeof c->peer, "?");
     DL_APPEND(ctx->conns, c);
     ctx->handles++;
@@ -289,7 +287,8 @@ static void conn_closed_cb(uv_handle_t *h)
     conn__outq_release(&c->out, false);
     conn__outq_release(&c->wout, false);
     spw_buf_release(&c->in);
-    msgpack_zone_destroy(&c->zone);
+    if (c->zone_first != NULL)
+        msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
     if (c->ai != NULL)
         uv_freeaddrinfo(c->ai);

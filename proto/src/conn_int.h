@@ -36,9 +36,12 @@
 #define IN_READ_MIN (256u << 10)
 #define OUT_HIGH_WATER (32u << 20)
 #define OUT_LOW_WATER (8u << 20)
-#define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
-#define ZONE_FIRST (64u << 10)  /* a connection's decode zone starts with this much, */
+#define BUF_KEEP_MAX (8u << 20)  /* buffers above this are freed when emptied */
+#define ZONE_FIRST (64u << 10)   /* a connection's decode zone starts with this much, */
 #define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (conn_io.c zone_reset) */
+#define ZONE_PREAUTH 1024u       /* before the handshake: made per frame, this small */
+/* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
+#define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -88,7 +91,9 @@ enum conn_state {
 
 /* Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
  * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
- * yet written. */
+ * yet written. Until its peer is authenticated (state before ST_READY) a connection holds its
+ * record and at most IN_PREAUTH input bytes, and between frames no decode zone and no output
+ * buffers: that is all an unauthenticated peer costs (README). */
 struct proto_conn {
     union {
         uv_handle_t handle;
@@ -136,16 +141,20 @@ struct proto_conn {
     size_t sink_head_len;
     bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
     uint8_t sink_head[SINK_HEAD_MAX];
-    msgpack_zone zone;
-    const void *zone_first; /* the zone's first chunk: another head means a frame overflowed it */
-    outq out;  /* being filled */
-    proto_batch batch; /* an open batched frame at the end of out.buf (batch.n > 0) */
-    outq wout; /* being written */
+    msgpack_zone zone;      /* made for a frame's decoding (conn_io.c conn_zone); kept between
+                               frames only once the peer is authenticated */
+    const void *zone_first; /* the zone's first chunk (another head means a frame overflowed it);
+                               NULL: no zone made */
+    outq out;               /* being filled */
+    proto_batch batch;      /* an open batched frame at the end of out.buf (batch.n > 0) */
+    outq wout;              /* being written */
     size_t queued;
     uv_buf_t *wbufs;
     size_t wbufs_cap;
-    uv_write_t wreq;
-    uv_connect_t creq;
+    union { /* a connection connects before it writes, so one request's memory serves both */
+        uv_write_t wreq;
+        uv_connect_t creq;
+    };
     /* Connecting by name: the pending lookup, the addresses it gave and the next to try. */
     struct conn_gai *gai;
     struct addrinfo *ai, *ai_next;
