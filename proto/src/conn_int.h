@@ -10,9 +10,9 @@
  * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
  * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
  * is active poll does not block, so queued frames never wait for unrelated I/O) and an
- * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
- * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
- * Everything here runs on the loop's thread.
+ * unref'd uv_timer that drops peers stuck in the handshake or in a draining close and trims the
+ * heap after connection churn. A connection is freed in its close callback, right after
+ * on_close; the ctx is freed when its last handle is. Everything here runs on the loop's thread.
  */
 #ifndef SPW_CONN_INT_H
 #define SPW_CONN_INT_H
@@ -50,6 +50,8 @@
 #define KEEPALIVE_INTVL_S 10 /* then one every 10 s; */
 #define KEEPALIVE_CNT 6      /* a peer that answers none of 6 is dead (about 2 minutes) */
 #define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
+#define TRIM_CLOSED 256      /* after this many accepted connections closed, */
+#define TRIM_MIN_MS 5000     /* the heap is trimmed, at most once per this long (conn.c) */
 
 /* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
 enum {
@@ -192,6 +194,8 @@ struct proto_ctx {
     bool closing;
     uint32_t naccepted;              /* server-side connections, handshakes included */
     uint32_t nclients;               /* of those, authenticated CLIENT and PEER roles */
+    uint32_t closed_since_trim;      /* accepted connections closed since the heap was trimmed */
+    uint64_t trim_last_ns;           /* when it was */
     uint64_t lim_last_ns[LIM_COUNT]; /* when each limit event was last logged */
     uint64_t lim_quiet[LIM_COUNT];   /* events since then that were not logged */
     int handles;                     /* open handles we own, conns and listeners included */
