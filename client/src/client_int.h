@@ -144,6 +144,11 @@ static inline void spillway__enter(spillway *c)
         c->err_set = false;
 }
 int spillway__leave(spillway *c, int rc, const char *fn);
+/* Refuses the public call fn's arguments: errmsg reads "FUNCTION: <rc's text>: WHY", where why
+ * names the argument, its value and the limit ("fn is 999 bytes; at most 255"). c may be NULL
+ * (then nothing is recorded). @return rc. */
+int spillway__refuse(spillway *c, int rc, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Runs the loop until cond holds (0), the deadline passes (SPW_ETIMEDOUT), or the scheduler's
  * connection is gone: SPW_ECLOSED, or SPW_ETIMEDOUT with the error text naming the scheduler
  * when the stall watch closed it (spillway__stalled; callers keep that text). */
