@@ -194,6 +194,10 @@ void spillway__locals_free(spillway *c);
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site);
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size);
+/* The connection a graph was made on. */
+spillway *spillway__graph_client(const spillway_graph *g);
+/* Lifts a graph's byte cap when none was set (0 would mean the scheduler's default). */
+void spillway__graph_uncap_bytes(spillway_graph *g);
 
 
 /** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments
