@@ -15,6 +15,7 @@
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "shuffle_job.h"
 
 #define NW 4
 
@@ -523,6 +524,38 @@ static void unresolvable_scheduler_name_is_named(void **state)
     free(text);
 }
 
+static uint64_t deal_values(uint32_t i)
+{
+    return 2000 + (uint64_t)i * 977 % 12000;
+}
+
+/* Shuffles across the four hosts, every byte checked: inputs dealt to partitions with the
+ * reduces taking the maps' outputs directly and through a tree of merges, and a sort of twice
+ * what the stores hold. Every piece a reduce takes from another host crosses the bed. */
+static void shuffle_across_hosts(void **state)
+{
+    (void)state;
+    need_bed();
+    h_cluster c;
+    h_cluster_start_on(&c, "host1", true, NULL);
+    for (int i = 0; i < NW; i++) {
+        const char *const v[] = {"--name",           worker_names[i], "--slots", "1",
+                                 "--store-capacity", "16M",           "--plugin", SPW_SORT_PLUGIN,
+                                 NULL};
+        h_worker_start_on(&c, worker_hosts[i], v);
+    }
+    spillway *cl = e2e_connect(&c);
+    spillway_shuffle_opts o = {0};
+    assert_int_equal(shuffle_job_deal(cl, 40, deal_values, 8, o), 40 + 8);
+    o.fan_in = 4;
+    o.merge = "concat";
+    assert_true(shuffle_job_deal(cl, 40, deal_values, 8, o) > 40 + 8);
+    shuffle_job_sort(cl, 32, 1u << 19, 32, NULL, NULL);
+    assert_true(e2e_cluster_idle(&c, 20000));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(&c));
+}
+
 /* A case that failed left before stopping its cluster: its daemons' logs are what tells why
  * (a failure under load may not come again). */
 static int logs_if_failed(void **state)
@@ -539,6 +572,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(partition_mid_fetch_fails_over, logs_if_failed),
     cmocka_unit_test_teardown(scheduler_restart_on_host1, logs_if_failed),
     cmocka_unit_test_teardown(unresolvable_scheduler_name_is_named, logs_if_failed),
+    cmocka_unit_test_teardown(shuffle_across_hosts, logs_if_failed),
 };
 
 SPW_TEST_MAIN(tests)
