@@ -6,9 +6,16 @@
  *   spw-netbed-bench ADDR broadcast K BYTES MBIT REPS   scatter BYTES to K workers (best of REPS)
  *   spw-netbed-bench ADDR transfer BYTES MBIT REPS      w2 makes BYTES, a task on w3 reads them
  *   spw-netbed-bench ADDR tiny N HOSTS DELAY_MS         N noop tasks, submitted and awaited
+ *   spw-netbed-bench ADDR sort BYTES HOSTS MBIT P BLOCK  BYTES of u64 sorted by spillway_shuffle
+ *                                                      (the example sort plugin's gen, split,
+ *                                                      sort, check) in P partitions over HOSTS
+ *                                                      workers; verified against the generator
+ *                                                      run here
  *
  * Performance is reported, never asserted: this is not a test.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +103,73 @@ static double bench_tiny(spillway *cl, unsigned n)
     return t;
 }
 
+/* The plugin's generator: gen(n, seed) gives these n values. */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* gen, shuffle (split, sort) and check in one graph; *verified: every partition's count, xor
+ * and sum are those of its bucket of the generated values. Returns the seconds it took. */
+static double bench_sort(spillway *cl, uint64_t bytes, uint32_t p, uint64_t block, bool *verified)
+{
+    uint64_t total = bytes / 8, per = block / 8;
+    uint32_t nb = (uint32_t)((total + per - 1) / per);
+    spillway_arg *in = calloc(nb, sizeof *in);
+    spillway_ref *parts = calloc(p, sizeof *parts), *checks = calloc(p, sizeof *checks);
+    uint64_t *want = calloc(3 * (size_t)p, 8);
+    double t0 = now_s();
+    spillway_graph *g = spillway_graph_new(cl);
+    for (uint32_t b = 0; b < nb; b++) {
+        uint64_t n = b + 1 < nb ? per : total - (uint64_t)b * per;
+        spillway_arg a[2] = {spillway_arg_u64(n), spillway_arg_u64(1 + b)};
+        spillway_ref r;
+        check(cl, "gen", spillway_task(g, "gen", a, 2, 0, &r));
+        in[b] = spillway_arg_ref(r);
+    }
+    spillway_arg np = spillway_arg_u64(p);
+    spillway_shuffle_opts o = {.partitions = p};
+    check(cl, "shuffle", spillway_graph_shuffle(g, "split", in, nb, &np, 1, "sort", &o, 0, parts));
+    for (uint32_t j = 0; j < p; j++) {
+        spillway_arg a[3] = {spillway_arg_ref(parts[j]), spillway_arg_u64(j), np};
+        check(cl, "check", spillway_task(g, "check", a, 3, SPILLWAY_KEEP, &checks[j]));
+    }
+    check(cl, "submit", spillway_submit(g));
+    spillway_graph_free(g);
+    for (uint32_t b = 0; b < nb; b++) {
+        uint64_t n = b + 1 < nb ? per : total - (uint64_t)b * per, x = 1 + b;
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t v = splitmix64(&x), *w = &want[3 * (((unsigned __int128)v * p) >> 64)];
+            w[0]++;
+            w[1] ^= v;
+            w[2] += v;
+        }
+    }
+    check(cl, "wait", spillway_wait(cl, checks, p, 1800000));
+    double t = now_s() - t0;
+    *verified = true;
+    for (uint32_t j = 0; j < p; j++) {
+        void *data;
+        size_t len;
+        check(cl, "get", spillway_get(cl, checks[j], 60000, &data, &len));
+        *verified = *verified && len == 24 && memcmp(data, &want[3 * (size_t)j], 24) == 0;
+        spillway_free(data);
+    }
+    check(cl, "release", spillway_release_many(cl, checks, p));
+    free(in);
+    free(parts);
+    free(checks);
+    free(want);
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spw-netbed-bench ADDR broadcast|transfer|tiny ARGS...\n");
+        fprintf(stderr, "usage: spw-netbed-bench ADDR broadcast|transfer|tiny|sort ARGS...\n");
         return 2;
     }
     spillway_opts o;
@@ -128,6 +198,21 @@ int main(int argc, char **argv)
         printf("{\"case\":\"tiny_tasks_hosts\",\"hosts\":%s,\"tasks_per_s\":%.0f,"
                "\"delay_ms\":%s,\"n\":%u,\"seconds\":%.4f}\n",
                argv[4], (double)n / s, argv[5], n, s);
+    } else if (strcmp(what, "sort") == 0 && argc == 8) {
+        uint64_t bytes = strtoull(argv[3], NULL, 10), block = strtoull(argv[7], NULL, 10);
+        unsigned hosts = (unsigned)atoi(argv[4]);
+        uint32_t p = (uint32_t)atoi(argv[6]);
+        bool ok;
+        double s = bench_sort(cl, bytes, p, block, &ok);
+        /* The network's limit: a piece crosses the links unless its partition is reduced where
+         * it was made, (hosts - 1) / hosts of the bytes, every host sending its share at once. */
+        double rate = atof(argv[5]) * 1e6 / 8;
+        double limit = (double)bytes * (hosts - 1) / hosts / hosts / rate;
+        printf("{\"case\":\"sort_hosts\",\"hosts\":%u,\"link_mbit\":%s,\"bytes\":%llu,"
+               "\"partitions\":%u,\"seconds\":%.4f,\"limit_s\":%.4f,\"vs_limit\":%.4f,"
+               "\"verified\":%s}\n",
+               hosts, argv[5], (unsigned long long)bytes, p, s, limit, limit / s,
+               ok ? "true" : "false");
     } else {
         fprintf(stderr, "spw-netbed-bench: bad arguments for '%s'\n", what);
         spillway_close(cl);
