@@ -34,6 +34,7 @@
 #include "spillway/base.h"
 #include "spillway/spillway.h"
 #include "spillway/task.h"
+#include "sort_job.h"
 
 static uint64_t opt_data, opt_store = 128u << 20, opt_block;
 static uint32_t opt_parts;
@@ -339,31 +340,16 @@ static void check_rc(spillway *cl, const char *what, int rc)
 }
 
 /* The job on the cluster; fills got (P x 24 bytes of check outputs). Returns its seconds. */
-static double cluster_run(h_cluster *c, uint32_t nblocks, uint64_t per_block, uint64_t total,
+static double cluster_run(h_cluster *c, uint64_t per_block, uint64_t total,
                           uint32_t p, uint64_t *got, wpeak *pk)
 {
     spillway *cl;
     if (spillway_connect(c->addr, NULL, &cl) != 0)
         die("connect", spillway_errmsg(NULL));
-    spillway_arg *in = calloc(nblocks, sizeof *in);
-    spillway_ref *parts = calloc(p, sizeof *parts), *checks = calloc(p, sizeof *checks);
+    spillway_ref *checks = calloc(p, sizeof *checks);
     double t0 = now_s();
     spillway_graph *g = spillway_graph_new(cl);
-    for (uint32_t b = 0; b < nblocks; b++) {
-        uint64_t n = b + 1 < nblocks ? per_block : total - (uint64_t)b * per_block;
-        spillway_arg a[2] = {spillway_arg_u64(n), spillway_arg_u64(1 + b)};
-        spillway_ref r;
-        check_rc(cl, "gen", spillway_task(g, "gen", a, 2, 0, &r));
-        in[b] = spillway_arg_ref(r);
-    }
-    spillway_arg np = spillway_arg_u64(p);
-    spillway_shuffle_opts o = {.partitions = p};
-    check_rc(cl, "shuffle",
-             spillway_graph_shuffle(g, "split", in, nblocks, &np, 1, "sort", &o, 0, parts));
-    for (uint32_t j = 0; j < p; j++) {
-        spillway_arg a[3] = {spillway_arg_ref(parts[j]), spillway_arg_u64(j), np};
-        check_rc(cl, "check", spillway_task(g, "check", a, 3, SPILLWAY_KEEP, &checks[j]));
-    }
+    check_rc(cl, "graph", sort_job_add(g, total, per_block, p, checks));
     check_rc(cl, "submit", spillway_submit(g));
     spillway_graph_free(g);
     int rc;
@@ -382,8 +368,6 @@ static double cluster_run(h_cluster *c, uint32_t nblocks, uint64_t per_block, ui
     }
     spillway_release_many(cl, checks, p);
     spillway_close(cl);
-    free(in);
-    free(parts);
     free(checks);
     return t;
 }
@@ -433,7 +417,7 @@ void sort_bench_run(int workers, int slots)
     }
     wpeak pk[H_MAX_WORKERS] = {{0}};
     running = &c;
-    double secs = cluster_run(&c, nblocks, per_block, total, p, got, pk);
+    double secs = cluster_run(&c, per_block, total, p, got, pk);
     running = NULL;
     uint64_t spilled = workers_sum(&c, "spill_total_bytes");
     uint64_t restored = workers_sum(&c, "restore_total_bytes");

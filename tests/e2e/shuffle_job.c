@@ -6,15 +6,7 @@
 #include <string.h>
 
 #include "../unit/test_main.h"
-
-/* The sort plugin's generator (gen(n, seed)), value by value. */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+#include "spillway/datagen.h"
 
 static uint64_t bucket_of(uint64_t v, uint64_t p)
 {
@@ -42,7 +34,7 @@ static uint8_t *deal_block(uint32_t i, uint64_t n)
     assert_non_null(b);
     uint64_t x = i + 1;
     for (uint64_t k = 0; k < n; k++)
-        put_le(b + 8 * k, splitmix64(&x));
+        put_le(b + 8 * k, spw_splitmix64(&x));
     return b;
 }
 
@@ -187,7 +179,7 @@ void shuffle_job_sort(spillway *cl, uint32_t nblocks, uint64_t values, uint32_t 
     for (uint32_t i = 0; i < nblocks; i++) {
         uint64_t x = 1000 + i;
         for (uint64_t k = 0; k < values; k++)
-            all[(uint64_t)i * values + k] = splitmix64(&x);
+            all[(uint64_t)i * values + k] = spw_splitmix64(&x);
     }
     qsort(all, n, 8, cmp_u64);
     for (uint64_t k = 0; k < n; k++)

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "spillway/spillway.h"
+#include "sort_job.h"
 
 static double now_s(void)
 {
@@ -103,51 +104,19 @@ static double bench_tiny(spillway *cl, unsigned n)
     return t;
 }
 
-/* The plugin's generator: gen(n, seed) gives these n values. */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* gen, shuffle (split, sort) and check in one graph; *verified: every partition's count, xor
- * and sum are those of its bucket of the generated values. Returns the seconds it took. */
+/* The sort job (tests/bench/sort_job.h); *verified: every partition's count, xor and sum are
+ * those of its bucket of the generated values. Returns the seconds it took. */
 static double bench_sort(spillway *cl, uint64_t bytes, uint32_t p, uint64_t block, bool *verified)
 {
     uint64_t total = bytes / 8, per = block / 8;
-    uint32_t nb = (uint32_t)((total + per - 1) / per);
-    spillway_arg *in = calloc(nb, sizeof *in);
-    spillway_ref *parts = calloc(p, sizeof *parts), *checks = calloc(p, sizeof *checks);
+    spillway_ref *checks = calloc(p, sizeof *checks);
     uint64_t *want = calloc(3 * (size_t)p, 8);
     double t0 = now_s();
     spillway_graph *g = spillway_graph_new(cl);
-    for (uint32_t b = 0; b < nb; b++) {
-        uint64_t n = b + 1 < nb ? per : total - (uint64_t)b * per;
-        spillway_arg a[2] = {spillway_arg_u64(n), spillway_arg_u64(1 + b)};
-        spillway_ref r;
-        check(cl, "gen", spillway_task(g, "gen", a, 2, 0, &r));
-        in[b] = spillway_arg_ref(r);
-    }
-    spillway_arg np = spillway_arg_u64(p);
-    spillway_shuffle_opts o = {.partitions = p};
-    check(cl, "shuffle", spillway_graph_shuffle(g, "split", in, nb, &np, 1, "sort", &o, 0, parts));
-    for (uint32_t j = 0; j < p; j++) {
-        spillway_arg a[3] = {spillway_arg_ref(parts[j]), spillway_arg_u64(j), np};
-        check(cl, "check", spillway_task(g, "check", a, 3, SPILLWAY_KEEP, &checks[j]));
-    }
+    check(cl, "graph", sort_job_add(g, total, per, p, checks));
     check(cl, "submit", spillway_submit(g));
     spillway_graph_free(g);
-    for (uint32_t b = 0; b < nb; b++) {
-        uint64_t n = b + 1 < nb ? per : total - (uint64_t)b * per, x = 1 + b;
-        for (uint64_t k = 0; k < n; k++) {
-            uint64_t v = splitmix64(&x), *w = &want[3 * (((unsigned __int128)v * p) >> 64)];
-            w[0]++;
-            w[1] ^= v;
-            w[2] += v;
-        }
-    }
+    sort_job_expect(total, per, p, want);
     check(cl, "wait", spillway_wait(cl, checks, p, 1800000));
     double t = now_s() - t0;
     *verified = true;
@@ -159,8 +128,6 @@ static double bench_sort(spillway *cl, uint64_t bytes, uint32_t p, uint64_t bloc
         spillway_free(data);
     }
     check(cl, "release", spillway_release_many(cl, checks, p));
-    free(in);
-    free(parts);
     free(checks);
     free(want);
     return t;
