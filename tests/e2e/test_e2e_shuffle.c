@@ -126,10 +126,12 @@ static void shuffle_sorts_four_times_the_stores(void **state)
     spillway *cl = e2e_connect(&c);
     peaks pk = {.c = &c};
     shuffle_job_sort(cl, 16, 1u << 19, 16, sample_peaks, &pk);
+#ifndef SPW_SANITIZE /* ASan's shadow and quarantine are not ours to bound */
     for (int i = 0; i < c.nworkers; i++) {
         if (pk.bytes[i] > (16u << 20) + (4u << 20) + (64u << 20))
             fail_msg("worker %d peaked at %llu bytes", i, (unsigned long long)pk.bytes[i]);
     }
+#endif
     assert_true(e2e_cluster_idle(&c, 20000));
     spillway_close(cl);
     assert_true(h_cluster_stop(&c));
