@@ -206,6 +206,10 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size, uint64_t *chunk);
 /* The connection closes: its plugin handles stay valid but refer to no connection. */
 void spillway__plugins_detach(spillway *c);
+/* The connection a graph was made on. */
+spillway *spillway__graph_client(const spillway_graph *g);
+/* Lifts a graph's byte cap when none was set (0 would mean the scheduler's default). */
+void spillway__graph_uncap_bytes(spillway_graph *g);
 
 
 /** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments

@@ -115,6 +115,17 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
     return 0;
 }
 
+spillway *spillway__graph_client(const spillway_graph *g)
+{
+    return g->c;
+}
+
+void spillway__graph_uncap_bytes(spillway_graph *g)
+{
+    if (g->max_bytes == 0)
+        g->max_bytes = UINT64_MAX;
+}
+
 /* SUBMIT frames are cut past 256 KiB of records (a record larger than that goes alone). The
  * scheduler decodes a frame whole into its connection's zone, several times the frame's size
  * for tiny tasks, so the frame size bounds the scheduler's transient memory per client, and
