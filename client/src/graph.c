@@ -268,7 +268,7 @@ static int task_at__impl(spillway_graph *g, const char *me, const char *fn,
     if (nouts == 0)
         return spillway__refuse(c, SPW_EINVAL, me, "k is 0; a task has at least one output");
     if (nouts > SPILLWAY_MAX_OUTPUTS)
-        return spillway__refuse(c, SPW_ELIMIT, me, "k is %u; at most %u outputs (task %llu, %s)",
+        return spillway__refuse(c, SPW_ELIMIT, me, "k is %u outputs; at most %u (task %llu, %s)",
                                 nouts, SPILLWAY_MAX_OUTPUTS, (unsigned long long)g->ntasks, fn);
     /* Validate before encoding anything, so a refusal leaves the graph as it was. */
     for (size_t i = 0; i < nargs; i++) {

@@ -992,8 +992,8 @@ static void client_refusals_name_the_argument_and_the_limit(void **state)
                  "k is 0; a task has at least one output");
     assert_int_equal(spillway_task_n(g, "f", NULL, 0, 0, SPILLWAY_MAX_OUTPUTS + 1, NULL),
                      SPW_ELIMIT);
-    assert_non_null(strstr(spillway_errmsg(c), "spillway_task_n_at: limit exceeded: k is 4097; "
-                                               "at most 4096 outputs"));
+    assert_non_null(strstr(spillway_errmsg(c), "spillway_task_n_at: limit exceeded: k is 4097 "
+                                               "outputs; at most 4096"));
     name[400] = '\0';
     refused_says(c, spillway_graph_place(g, name), "spillway_graph_place",
                  "worker is 400 bytes; at most 255");
