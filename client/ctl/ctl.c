@@ -499,6 +499,14 @@ static int jobs_run(spillway *cl, const char *addr, int timeout, bool json, bool
 }
 
 /* Runs the command after the global options that po holds. Returns the exit status. */
+/* One document as --json prints it. */
+static void print_json(json_t *doc)
+{
+    char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    puts(s);
+    free(s);
+}
+
 /* How long drain waits without --timeout: copying a large store takes a while. */
 #define DRAIN_WAIT_MS (3600 * 1000)
 
@@ -666,9 +674,7 @@ static int run(const spw_opts *po)
         return 1;
     }
     if (json) {
-        char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        puts(s);
-        free(s);
+        print_json(doc);
     } else if (is_plugins) {
         print_plugins(doc);
     } else {
@@ -708,9 +714,7 @@ static int drain_run(spillway_opts *o, const char *addr, int timeout, bool json,
         return 1;
     }
     if (json) {
-        char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        puts(s);
-        free(s);
+        print_json(doc);
     } else {
         printf("worker %s drained: %llu copies made; it takes no tasks\n", args[0],
                (unsigned long long)ctl_doc_u(doc, "copies"));
