@@ -423,6 +423,7 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
 {
     uint64_t assigned = 0, reserved = 0;
     uint32_t depth_max = s->opts.max_depth > 2 ? s->opts.max_depth : 2;
+    uint32_t ndraining = 0;
     for (uint32_t i = 0; i < s->nworkers; i++) {
         const sched_worker *w = s->workers[i];
         CHECK(w->conn != NULL && w->slots > 0, NOID, "worker %u without a connection or slots",
@@ -458,9 +459,15 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         CHECK(w->assigned <= (uint64_t)w->slots * (depth_max + SCHED_AHEAD_CHAIN_PER_SLOT), NOID,
               "worker %u: %u tasks assigned to %u slots", w->id, w->assigned, w->slots);
         CHECK(running <= w->assigned, NOID, "worker %u: more running than assigned", w->id);
+        CHECK(w->drain != 0 || (w->ndrain_q == 0 && w->drain_inflight == 0 &&
+                                w->ndrain_reqs == 0),
+              NOID, "worker %u: drain work while it does not drain", w->id);
+        ndraining += w->drain != 0;
         assigned += n;
         reserved += w->reserved;
     }
+    CHECK(ndraining == s->ndraining, NOID, "%u workers drain, %u counted", ndraining,
+          s->ndraining);
     CHECK(HASH_COUNT(s->wbyid) == s->nworkers, NOID, "%u workers indexed by id, %u connected",
           HASH_COUNT(s->wbyid), s->nworkers);
     CHECK(assigned == tstate[T_ASSIGNED] + tstate[T_RUNNING], NOID,

@@ -78,6 +78,16 @@ static void answer(sched *s, sched_worker *w, const sched_drain_req *r, int err,
         proto_conn_error(c, r->req, err, "worker=%u %s: %s", w->id, w->name, msg);
 }
 
+/* Whether w has a task whose output someone wants (one nobody wants any more is not waited
+ * for: it is dropped when it ends). */
+static bool tasks_needed(const sched_worker *w)
+{
+    for (const sched_task *t = w->tasks; t != NULL; t = t->wnext)
+        if (!sched__task_out(t)->orphan)
+            return true;
+    return false;
+}
+
 /* Starts copies from w's queue while the window has room; answers its requests once it is
  * drained. */
 static void pump(sched *s, sched_worker *w)
@@ -103,7 +113,7 @@ static void pump(sched *s, sched_worker *w)
     }
     w->drain_pumping = false;
     if (w->drain == PROTO_WSTATE_DRAINING && w->ndrain_q == 0 && w->drain_inflight == 0 &&
-        w->assigned == 0 && w->ahead == 0 && w->reserved == 0) {
+        w->reserved == 0 && !tasks_needed(w)) {
         w->drain = PROTO_WSTATE_DRAINED;
         spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s drained: %llu copies made%s", w->id, w->addr,
                 (unsigned long long)w->drain_copies,

@@ -829,7 +829,9 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
             snprintf(msg, sizeof msg, "the worker reported status %lld, which is no error code",
                      (long long)st);
         if (status == SPW_ECANCELED && w->drain && !o->orphan) {
-            /* Taken back from a worker that drains before it started: it runs elsewhere. */
+            /* Taken back from a worker that drains before it started: it runs elsewhere, as if
+             * never sent (it did not run: no retry counted). */
+            t->flags &= ~PROTO_TASK_AHEAD;
             ready_push(s, t);
             return;
         }
