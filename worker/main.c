@@ -41,6 +41,8 @@ const char *__tsan_default_options(void)
 typedef struct app {
     uv_loop_t loop;
     wrk *w;
+    uint32_t drain_timeout_ms; /* --drain-timeout */
+    bool draining;             /* a first signal started a drain */
     uv_signal_t sigterm, sigint;
     const char *port_file;
     const char *bound;
@@ -68,11 +70,24 @@ static void stop(app *a)
         wrk_close(a->w, wrk_done, a);
 }
 
+static void drained(void *arg, int status)
+{
+    (void)status; /* said in the log */
+    stop(arg);
+}
+
+/* The first SIGTERM or SIGINT drains the worker first (its sole copies go to other workers,
+ * within --drain-timeout), then stops it; a second one stops it at once. */
 static void on_signal(uv_signal_t *h, int sig)
 {
     app *a = h->data;
     spw_log(SPW_LOG_NOTICE, "signal %d: shutting down", sig);
     spw_sd_notify("STOPPING=1");
+    if (!a->draining && a->w != NULL && a->drain_timeout_ms > 0) {
+        a->draining = true;
+        if (wrk_drain(a->w, a->drain_timeout_ms, drained, a) == 0)
+            return;
+    }
     stop(a);
 }
 
@@ -169,6 +184,7 @@ int main(int argc, char **argv)
         wo.advertise = v[WOPT_ADVERTISE].str;
     wo.reconnect_max_ms = (uint32_t)v[WOPT_RECONNECT_MAX].u;
     wo.fetch_stall_ms = (uint32_t)v[WOPT_FETCH_STALL].u;
+    a.drain_timeout_ms = (uint32_t)v[WOPT_DRAIN_TIMEOUT].u;
     if (v[WOPT_PORT_FILE].set)
         a.port_file = v[WOPT_PORT_FILE].str;
     if (v[WOPT_SLOTS].set)

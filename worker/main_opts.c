@@ -45,6 +45,13 @@ static const spw_opt rows[WOPT_COUNT] = {
                           .hi = DAY_MS,
                           .def = "30000",
                           .help = "give up on a peer silent this long mid-fetch; 0 = never"},
+    [WOPT_DRAIN_TIMEOUT] = {.name = "drain-timeout",
+                            .type = SPW_OPT_MS,
+                            .flags = CONF,
+                            .hi = DAY_MS,
+                            .def = "60000",
+                            .help = "on SIGTERM, wait this long at most for the objects only this "
+                                    "worker holds to be copied to others; 0 = stop at once"},
     [WOPT_PORT_FILE] = {.name = "port-file",
                         .type = SPW_OPT_PATH,
                         .flags = CONF,

@@ -499,6 +499,20 @@ static int jobs_run(spillway *cl, const char *addr, int timeout, bool json, bool
 }
 
 /* Runs the command after the global options that po holds. Returns the exit status. */
+/* One document as --json prints it. */
+static void print_json(json_t *doc)
+{
+    char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    puts(s);
+    free(s);
+}
+
+/* How long drain waits without --timeout: copying a large store takes a while. */
+#define DRAIN_WAIT_MS (3600 * 1000)
+
+static int drain_run(spillway_opts *o, const char *addr, int timeout, bool json, int nargs,
+                     char **args);
+
 static int run(const spw_opts *po)
 {
     const spw_opt_val *v = po->val;
@@ -541,6 +555,9 @@ static int run(const spw_opts *po)
         puts(tok);
         return 0;
     }
+    if (strcmp(cmd, "drain") == 0)
+        return drain_run(&o, addr, v[COPT_TIMEOUT].set ? timeout : DRAIN_WAIT_MS, json,
+                         argc - optind - 1, argv + optind + 1);
     if (strcmp(cmd, "status") != 0 && !is_memory && !is_jobs && !is_plugins) {
         fprintf(stderr, "spillway-ctl: unknown command '%s'; see spillway-ctl --help\n", cmd);
         return 2;
@@ -657,13 +674,50 @@ static int run(const spw_opts *po)
         return 1;
     }
     if (json) {
-        char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        puts(s);
-        free(s);
+        print_json(doc);
     } else if (is_plugins) {
         print_plugins(doc);
     } else {
         print_status(doc);
+    }
+    json_decref(doc);
+    spillway_close(cl);
+    return 0;
+}
+
+/* spillway-ctl drain WORKER: asks the scheduler to drain it and waits until it is drained. */
+static int drain_run(spillway_opts *o, const char *addr, int timeout, bool json, int nargs,
+                     char **args)
+{
+    if (nargs != 1 || args[0][0] == '-') {
+        fprintf(stderr, "spillway-ctl: drain wants one worker (its id, name or address)\n");
+        return 2;
+    }
+    spillway *cl;
+    int rc = ctl_doc_connect(addr, o, &cl);
+    if (rc != 0) {
+        fprintf(stderr, "spillway-ctl: cannot connect to the scheduler at %s: %s\n", addr,
+                spillway_strerror(rc));
+        return 1;
+    }
+    json_t *doc = NULL;
+    rc = ctl_doc_drain(cl, timeout, args[0], &doc);
+    if (rc != 0) {
+        const char *msg = spillway_errmsg(cl);
+        if (rc == SPW_ETIMEDOUT)
+            fprintf(stderr, "spillway-ctl: worker %s is not drained yet (it goes on: see "
+                            "spillway-ctl status)\n", args[0]);
+        else
+            fprintf(stderr, "spillway-ctl: drain %s: %s%s%s\n", args[0], spillway_strerror(rc),
+                    msg[0] != '\0' ? ": " : "", msg);
+        spillway_close(cl);
+        return 1;
+    }
+    if (json) {
+        print_json(doc);
+    } else {
+        printf("worker %s drained: %llu copies made; it takes no tasks\n", args[0],
+               (unsigned long long)ctl_doc_u(doc, "copies"));
     }
     json_decref(doc);
     spillway_close(cl);

@@ -563,6 +563,7 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     c->auto_put = !o->no_auto_put;
     c->no_local = o->no_local || getenv("SPILLWAY_NO_LOCAL") != NULL;
     c->chunk_size = o->chunk_size;
+    c->put_replicas = o->put_replicas;
     spw_host_id(c->host_id, sizeof c->host_id);
     uint64_t seed[2];
     if (getrandom(seed, sizeof seed, 0) != sizeof seed) {

@@ -112,6 +112,7 @@ struct spillway {
     bool auto_put;
     bool no_local;
     uint64_t chunk_size; /* spillway_opts.chunk_size */
+    unsigned put_replicas; /* spillway_opts.put_replicas */
     uint64_t next_req;
     uint64_t id_hi, id_lo, next_id;
     reftab refs; /* the references this client holds, by id (refs.c) */

@@ -346,12 +346,13 @@ typedef struct bcast_res {
  * it goes in chunks: then *chunked is their size, nothing was sent, and the client holds the
  * chunked object, pending until its chunks are put (put_chunks). */
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
-                      const char *site, bcast_res *bcast, unsigned nworkers, uint64_t *chunked);
+                      const char *site, bcast_res *bcast, unsigned nworkers, bool keep,
+                      uint64_t *chunked);
 
 int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
                          const char *site)
 {
-    return put_object(c, id, data, len, flags, site, NULL, 0, NULL);
+    return put_object(c, id, data, len, flags, site, NULL, 0, false, NULL);
 }
 
 /* A put's chunk is no longer queued: written, or its connection is gone. */
@@ -361,8 +362,11 @@ static void chunk_released(void *arg)
     c->put_borrowed--;
 }
 
+/* bcast: copies on nworkers workers, reported there; keep: the scheduler keeps that many (a put
+ * with replicas). */
 static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint64_t flags,
-                      const char *site, bcast_res *bcast, unsigned nworkers, uint64_t *chunked)
+                      const char *site, bcast_res *bcast, unsigned nworkers, bool keep,
+                      uint64_t *chunked)
 {
     if (c->sched == NULL)
         return SPW_ECLOSED;
@@ -393,7 +397,9 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
         uint64_t breq = c->call.req;
         c->call.on_reply = on_bcast_done;
         c->call.arg = bcast;
-        proto_send_broadcast(c->sched, breq, &(proto_broadcast_msg){.id = id, .workers = nworkers});
+        proto_send_broadcast(c->sched, breq,
+                             &(proto_broadcast_msg){
+                                 .id = id, .workers = nworkers, .keep = 1, .omit_keep = !keep});
     }
     if (tgt.exists)
         return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
@@ -468,12 +474,15 @@ static int put_chunks(spillway *c, spw_id id, const uint8_t *data, size_t len, u
     for (uint64_t off = 0, i = 0; off < len && rc == 0; off += chunk, i++) {
         uint64_t n = len - off < chunk ? len - off : chunk;
         rc = put_object(c, spw_id_output(id, (uint32_t)(1 + i)), data + off, n, PROTO_PUT_CHUNK,
-                        site, NULL, 0, NULL);
+                        site, NULL, 0, false, NULL);
     }
     if (rc != 0)
         release_id(c, id);
     return rc;
 }
+
+static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned nworkers,
+                            bool keep, spillway_ref *out, const char *site);
 
 static int put_at__impl(spillway *c, const void *data, size_t len, spillway_ref *out,
                         const char *site)
@@ -486,19 +495,12 @@ static int put_at__impl(spillway *c, const void *data, size_t len, spillway_ref 
                                                  : data == NULL ? "data is NULL" : "out is NULL");
         return SPW_EINVAL;
     }
+    if (len <= c->inline_limit || c->put_replicas > 1)
+        return scatter_at__impl(c, data, len, c->put_replicas > 1 ? c->put_replicas : 1, true,
+                                out, site);
     spw_id id = spillway__new_id(c);
-    if (len <= c->inline_limit) {
-        handle *h = spillway__handle_add(c, id, H_SMALL);
-        h->inl = spw_malloc(SPW_MOD_CLIENT, len);
-        memcpy(h->inl, data, len);
-        h->has_inl = true;
-        h->size = len;
-        h->state = H_DONE;
-        *out = (spillway_ref){id.hi, id.lo};
-        return 0;
-    }
     uint64_t chunk = 0;
-    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", NULL, 0, &chunk);
+    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", NULL, 0, false, &chunk);
     if (rc == 0 && chunk != 0)
         rc = put_chunks(c, id, data, len, chunk, site != NULL ? site : "");
     if (rc != 0)
@@ -571,19 +573,33 @@ static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
     return broadcast_settle(c, id, &res);
 }
 
+/* A put with copies on nworkers workers (0: all), kept at that many with keep. */
 static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned nworkers,
-                            spillway_ref *out, const char *site)
+                            bool keep, spillway_ref *out, const char *site)
 {
     if (c == NULL || data == NULL || len == 0 || out == NULL)
         return spillway__refuse(c, SPW_EINVAL, "spillway_scatter_at", "%s",
                                 len == 0       ? "len is 0; an object has at least one byte"
                                 : data == NULL ? "data is NULL"
                                                : "out is NULL");
-    if (len <= c->inline_limit)
-        return spillway_put_at(c, data, len, out, site); /* travels with every task anyway */
+    if (len <= c->inline_limit) {
+        /* Travels with every task anyway, and lives in the client: never lost. */
+        spillway_ref r;
+        spw_id id = spillway__new_id(c);
+        handle *h = spillway__handle_add(c, id, H_SMALL);
+        h->inl = spw_malloc(SPW_MOD_CLIENT, len);
+        memcpy(h->inl, data, len);
+        h->has_inl = true;
+        h->size = len;
+        h->state = H_DONE;
+        r = (spillway_ref){id.hi, id.lo};
+        *out = r;
+        return 0;
+    }
     spw_id id = spillway__new_id(c);
     bcast_res res = {0, 0};
-    int rc = put_object(c, id, data, len, 0, site != NULL ? site : "", &res, nworkers, NULL);
+    int rc =
+        put_object(c, id, data, len, 0, site != NULL ? site : "", &res, nworkers, keep, NULL);
     if (rc != 0)
         return rc;
     handle *h = spillway__handle_add(c, id, H_PUT);
@@ -1099,8 +1115,39 @@ int spillway_scatter_at(spillway *c, const void *data, size_t len, unsigned nwor
 {
     spillway *c_ = c;
     spillway__enter(c_);
-    return spillway__leave(c_, scatter_at__impl(c, data, len, nworkers, out, site),
+    return spillway__leave(c_, scatter_at__impl(c, data, len, nworkers, false, out, site),
                            "spillway_scatter_at");
+}
+
+static int put_replicas__impl(spillway *c, const void *data, size_t len, unsigned k,
+                              spillway_ref *out, const char *site)
+{
+    if (c == NULL)
+        return SPW_EINVAL;
+    if (k > SPILLWAY_MAX_REPLICAS) {
+        spillway__set_err(c, "spillway_put_replicas: k is %u, at most %u copies are kept", k,
+                          SPILLWAY_MAX_REPLICAS);
+        return SPW_EINVAL;
+    }
+    if (k <= 1) {
+        unsigned saved = c->put_replicas;
+        c->put_replicas = 1;
+        int rc = put_at__impl(c, data, len, out, site);
+        c->put_replicas = saved;
+        return rc;
+    }
+    if (len == 0 || data == NULL || out == NULL)
+        return put_at__impl(c, data, len, out, site); /* says which argument is wrong */
+    return scatter_at__impl(c, data, len, k, true, out, site);
+}
+
+int spillway_put_replicas_at(spillway *c, const void *data, size_t len, unsigned k,
+                             spillway_ref *out, const char *site)
+{
+    spillway *c_ = c;
+    spillway__enter(c_);
+    return spillway__leave(c_, put_replicas__impl(c, data, len, k, out, site),
+                           "spillway_put_replicas_at");
 }
 
 int spillway_get(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)

@@ -38,6 +38,10 @@ typedef struct bcast {
     uint32_t failed;
     uint64_t want;      /* workers asked for (0 = all) */
     bool waiting;       /* the put is not sealed yet: replication starts when it is */
+    bool internal;      /* copies the scheduler wants (drain.c): no client, targets with room */
+    uint32_t drainer;   /* internal: the draining worker told when it ends (0: none) */
+    uint32_t rot;       /* where the search for targets starts among the workers */
+    uint32_t copies0;   /* copies when it started */
     struct bcast *next;
 } bcast;
 
@@ -49,8 +53,13 @@ static void done(sched *s, bcast *b)
             &(proto_broadcast_done_msg){.id = b->obj, .copies = b->copies, .failed = b->failed});
     }
     LL_DELETE(s->bcasts, b);
+    bool internal = b->internal, ok = b->failed == 0 && b->copies > b->copies0;
+    uint32_t drainer = b->drainer;
+    spw_id id = b->obj;
     spw_free(b->targets);
     spw_free(b);
+    if (internal && drainer != 0)
+        sched__drain_copied(s, drainer, id, ok);
 }
 
 /* A target answered (ok) or went away: it no longer holds the broadcast up. */
@@ -91,6 +100,8 @@ static uint32_t plan_fanout(uint64_t size, uint32_t ntargets, uint32_t nroots)
 
 static bool holds(const sched_obj *o, const sched_worker *w)
 {
+    if (w->drain)
+        return true; /* a worker that drains takes no copy: as if it had one */
     if (w->id == o->put_worker)
         return true;
     for (uint32_t i = 0; i < o->nlocs; i++)
@@ -99,12 +110,25 @@ static bool holds(const sched_obj *o, const sched_worker *w)
     return false;
 }
 
+/* Whether w may be given a copy of o: it lacks one and does not drain; for the scheduler's own
+ * copies, its store can hold it too. */
+static bool target_ok(const bcast *b, const sched_obj *o, const sched_worker *w)
+{
+    if (holds(o, w))
+        return false;
+    if (!b->internal)
+        return true;
+    uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
+    return cap >= o->size && !proto_conn_is_closing(w->conn);
+}
+
 /* Sends REPLICATE to every target along the plan; the object is READY and in at least one
  * store, or being uploaded to one. */
 static void start(sched *s, bcast *b, const sched_obj *o)
 {
     b->waiting = false;
     b->copies = o->nlocs > 0 ? o->nlocs : 1; /* a put under way counts as its worker's copy */
+    b->copies0 = b->copies;
     b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
     /* The plan's nodes in the order they join it, holders first; parent[i] is the index of the
      * node that node i copies from (holders: none). */
@@ -125,15 +149,15 @@ static void start(sched *s, bcast *b, const sched_obj *o)
     }
     uint32_t holders = nnode, eligible = 0;
     for (uint32_t k = 0; k < s->nworkers; k++)
-        eligible += !holds(o, s->workers[k]);
+        eligible += target_ok(b, o, s->workers[k]);
     if (b->want != 0 && b->want > b->copies && eligible > b->want - b->copies)
         eligible = (uint32_t)(b->want - b->copies);
     uint32_t fanout = plan_fanout(o->size, eligible, holders > 0 ? holders : 1);
     /* Parents are given children in the order nodes joined (breadth first), fanout each. */
     uint32_t next_parent = 0, children = 0;
     for (uint32_t k = 0; k < s->nworkers; k++) {
-        sched_worker *w = s->workers[k];
-        if (holds(o, w) || (b->want != 0 && b->copies + b->ntargets >= b->want))
+        sched_worker *w = s->workers[(b->rot + k) % s->nworkers];
+        if (!target_ok(b, o, w) || (b->want != 0 && b->copies + b->ntargets >= b->want))
             continue;
         /* Fetch from the parent (maybe still receiving), then its ancestors, then the
          * holders. */
@@ -180,6 +204,9 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
         return;
     }
     sched__session_ref(s, ss, o, REF_BROADCAST);
+    uint64_t want = m->f[F_BCAST_WORKERS].u;
+    if (!m->f[F_BCAST_KEEP].nil && m->f[F_BCAST_KEEP].u != 0 && want > o->copies_want)
+        o->copies_want = (uint8_t)(want < SCHED_COPIES_MAX ? want : SCHED_COPIES_MAX);
     bcast *b = spw_calloc(SPW_MOD_SCHED, 1, sizeof *b);
     static uint64_t next_id;
     b->id = ++next_id;
@@ -192,6 +219,27 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
         b->waiting = true; /* no worker for it yet (should not happen): wait for it */
     else
         start(s, b, o); /* a put under way is followed as it is uploaded */
+}
+
+bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer)
+{
+    static uint64_t next_id;
+    bcast probe = {.internal = true};
+    uint32_t eligible = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++)
+        eligible += target_ok(&probe, o, s->workers[k]);
+    if (eligible == 0 || o->nlocs == 0)
+        return false;
+    bcast *b = spw_calloc(SPW_MOD_SCHED, 1, sizeof *b);
+    b->id = (1ULL << 63) | ++next_id; /* apart from clients' broadcasts (their ids are small) */
+    b->obj = o->id;
+    b->want = want;
+    b->internal = true;
+    b->drainer = drainer;
+    b->rot = s->copy_rr++;
+    LL_PREPEND(s->bcasts, b);
+    start(s, b, o);
+    return true;
 }
 
 /* A put became ready: broadcasts that waited for it start. */

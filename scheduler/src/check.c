@@ -55,7 +55,7 @@ static bool worker_live(const sched *s, uint32_t id)
 
 /* A task's own invariants, and its contribution to its graph's. */
 static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *graphs,
-                       uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t *linked)
+                       uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t *linked, uint64_t *held)
 {
     spw_id id = o->id;
     CHECK(o->has_task == 1 && sched__task_out(t) == o, id, "task and its output object disagree");
@@ -95,8 +95,15 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
         if (t->args_released) {
             CHECK(a->obj == NULL && !a->linked && !a->waiting, id,
                   "finished task's argument %u still holds its object", i);
+            if (a->held) {
+                const sched_obj *in = sched__obj_find(s, a->id);
+                CHECK(in != NULL && in->lineage > 0, id,
+                      "argument %u holds lineage on an object that is gone or not counted", i);
+                (*held)++;
+            }
             continue;
         }
+        CHECK(!a->held, id, "unfinished task's argument %u holds lineage", i);
         /* The TASK_ARG reference of an unfinished task is its link on obj->consumers; the
          * object's walk counts the links, so refs[TASK_ARG] is checked there. */
         CHECK(a->obj != NULL && a->linked, id, "unfinished task's argument %u is not linked", i);
@@ -168,7 +175,7 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
 static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[PROTO_TSTATE_COUNT],
                          uint64_t refs[REF_KINDS], uint64_t *obj_bytes, uint64_t *linked,
                          uint64_t *consumers, uint64_t *holders, uint64_t *reserved_total,
-                         uint64_t *waited, uint64_t *failed)
+                         uint64_t *waited, uint64_t *failed, uint64_t lin[3])
 {
     spw_id id = o->id;
     CHECK(sched__obj_find(s, o->id) == o, id, "object not found under its own id");
@@ -244,11 +251,14 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         total += o->refs[k];
     const sched_task *t = sched__obj_producer(o);
     /* Output 0 of a task of several stays while the others do: a husk once its task ended. */
-    bool held_by_outs = t != NULL && t->outs_alive > 0;
+    /* Any output finished tasks read stays for lineage (sched_obj.lineage). */
+    bool held_by_outs = (t != NULL && t->outs_alive > 0) || o->lineage > 0;
     if (total == 0)
         CHECK((t != NULL && t->worker != NULL && o->orphan) || held_by_outs, id,
               "object with no reference left was not freed (task state %d, orphan %u)",
               t != NULL ? t->state : -1, o->orphan);
+    if (o->lineage > 0)
+        CHECK(o->has_task || o->is_out, id, "lineage counted on a put");
     if (o->husk)
         CHECK(total == 0 && held_by_outs && o->state == OBJ_LOST && o->nlocs == 0 &&
                   !o->has_inline && !o->has_failure,
@@ -260,7 +270,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         CHECK(spw_id_output_index(o->id) < sched__obj_producer(o0)->nouts, id,
               "output %u of a task of %u", spw_id_output_index(o->id),
               sched__obj_producer(o0)->nouts);
-        CHECK(!o->has_task && !o->husk, id, "a later output holds a task or is a husk");
+        CHECK(!o->has_task && (!o->husk || o->lineage > 0), id,
+              "a later output holds a task or is a husk nothing reads");
     }
 
     if (o->chunked) {
@@ -337,7 +348,9 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
     }
 
     if (t != NULL)
-        check_task(s, o, t, graphs, tstate, linked);
+        check_task(s, o, t, graphs, tstate, linked, &lin[0]);
+    lin[1] += o->lineage;
+    lin[2] += o->husk;
 }
 
 static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
@@ -410,6 +423,7 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
 {
     uint64_t assigned = 0, reserved = 0;
     uint32_t depth_max = s->opts.max_depth > 2 ? s->opts.max_depth : 2;
+    uint32_t ndraining = 0;
     for (uint32_t i = 0; i < s->nworkers; i++) {
         const sched_worker *w = s->workers[i];
         CHECK(w->conn != NULL && w->slots > 0, NOID, "worker %u without a connection or slots",
@@ -445,9 +459,15 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         CHECK(w->assigned <= (uint64_t)w->slots * (depth_max + SCHED_AHEAD_CHAIN_PER_SLOT), NOID,
               "worker %u: %u tasks assigned to %u slots", w->id, w->assigned, w->slots);
         CHECK(running <= w->assigned, NOID, "worker %u: more running than assigned", w->id);
+        CHECK(w->drain != 0 || (w->ndrain_q == 0 && w->drain_inflight == 0 &&
+                                w->ndrain_reqs == 0),
+              NOID, "worker %u: drain work while it does not drain", w->id);
+        ndraining += w->drain != 0;
         assigned += n;
         reserved += w->reserved;
     }
+    CHECK(ndraining == s->ndraining, NOID, "%u workers drain, %u counted", ndraining,
+          s->ndraining);
     CHECK(HASH_COUNT(s->wbyid) == s->nworkers, NOID, "%u workers indexed by id, %u connected",
           HASH_COUNT(s->wbyid), s->nworkers);
     CHECK(assigned == tstate[T_ASSIGNED] + tstate[T_RUNNING], NOID,
@@ -550,9 +570,15 @@ void sched__check_full(sched *s)
     }
     pos = 0;
     uint64_t waited = 0, failed = 0;
+    uint64_t lin[3] = {0}; /* arguments holding lineage, lineage counted, husks */
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
         check_object(s, o, graphs, tstate, refs, &obj_bytes, &linked, &consumers, &holders,
-                     &reserved, &waited, &failed);
+                     &reserved, &waited, &failed, lin);
+    CHECK(lin[0] == lin[1], NOID, "%llu arguments hold lineage, objects count %llu",
+          (unsigned long long)lin[0], (unsigned long long)lin[1]);
+    CHECK(lin[2] == s->nhusks, NOID, "%llu husks, %llu counted", (unsigned long long)lin[2],
+          (unsigned long long)s->nhusks);
+    CHECK(s->nlin_drop == 0, NOID, "%u lineage counts left to drop", s->nlin_drop);
     CHECK(failed == sched__failures_count(s), NOID, "%llu objects failed, %u failures recorded",
           (unsigned long long)failed, sched__failures_count(s));
     CHECK(waited == sched__waitqs_count(s), NOID,

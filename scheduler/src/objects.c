@@ -35,9 +35,8 @@ sched_task *sched__obj_task(sched *s, const sched_obj *o)
 sched_obj *sched__task_output(sched *s, const sched_task *t, uint32_t i)
 {
     sched_obj *o0 = sched__task_out(t);
-    if (i == 0)
-        return o0->husk ? NULL : o0;
-    return sched__obj_find(s, spw_id_output(o0->id, i));
+    sched_obj *oi = i == 0 ? o0 : sched__obj_find(s, spw_id_output(o0->id, i));
+    return oi != NULL && !oi->husk ? oi : NULL;
 }
 
 /* A zeroed record of `size` bytes: a slab's for sizes up to SCHED_REC_SLAB. NULL if out of
@@ -293,6 +292,8 @@ static void obj_free(sched *s, sched_obj *o)
         }
     }
     obj_gone(s, o);
+    if (o->husk)
+        s->nhusks--;
     if (sched__obj_producer(o) != NULL)
         sched__task_free(s, sched__obj_producer(o));
     if (o->chunked)
@@ -305,10 +306,11 @@ static void obj_free(sched *s, sched_obj *o)
         sched__obj_maybe_free(s, o0); /* a husk, or output 0 waiting for its task to end */
 }
 
-/* Output 0 of a task of several, released while other outputs of it live: its copies and value
- * go now, its record stays for the task (sched_obj.husk). */
+/* A task output released while its task must stay (sched_obj.husk): its copies and value go
+ * now, its record stays. */
 static void obj_husk(sched *s, sched_obj *o)
 {
+    s->nhusks++;
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
     o->nlocs = 0;
@@ -326,6 +328,14 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
 {
     if (total_refs(o) > 0)
         return;
+    if (o->lineage > 0) {
+        /* Finished tasks read it: its record stays for lineage, its bytes go once its task has
+         * ended (a re-run nobody waits for any more finishes, and is husked then). */
+        sched_task *t = sched__obj_task(s, o);
+        if (!o->husk && (t->state == T_DONE || t->state == T_FAILED) && !sched__task_ahead(t))
+            obj_husk(s, o);
+        return;
+    }
     if (o->is_out) {
         /* A later output: its record goes now, whatever its task does; a copy the task still
          * makes is dropped when it reports (task_done_rec). */
@@ -362,6 +372,31 @@ void sched__obj_maybe_free(sched *s, sched_obj *o)
     if (t != NULL && (t->state == T_WAITING || t->state == T_READY))
         sched__task_cancel(s, t);
     obj_free(s, o);
+}
+
+void sched__lineage_drop(sched *s, spw_id id)
+{
+    if (s->nlin_drop == s->caplin_drop) {
+        s->caplin_drop = s->caplin_drop ? s->caplin_drop * 2 : 16;
+        s->lin_drop = spw_realloc(SPW_MOD_SCHED, s->lin_drop, s->caplin_drop * sizeof(spw_id));
+    }
+    s->lin_drop[s->nlin_drop++] = id;
+    if (s->lin_dropping)
+        return; /* the loop below, further up the stack, takes it */
+    s->lin_dropping = true;
+    while (s->nlin_drop > 0) {
+        /* Still there: a count on it keeps its record. */
+        sched_obj *o = sched__obj_find(s, s->lin_drop[--s->nlin_drop]);
+        SPW_ASSERT(o != NULL && o->lineage > 0);
+        o->lineage--;
+        sched__obj_maybe_free(s, o);
+    }
+    s->lin_dropping = false;
+    if (s->caplin_drop > 1024) {
+        spw_free(s->lin_drop);
+        s->lin_drop = NULL;
+        s->caplin_drop = 0;
+    }
 }
 
 void sched__ref(sched *s, sched_obj *o, int kind)
@@ -639,10 +674,11 @@ void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
 
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
 {
-    (void)s;
     for (uint32_t i = 0; i < o->nlocs; i++)
         if (o->locs[i] == worker)
             return;
+    if (s->ndraining > 0)
+        sched__drain_obj_added(s, o, worker); /* a copy on a draining worker: copied away */
     if (o->nlocs == o->caplocs) {
         o->caplocs = o->caplocs ? o->caplocs * 2 : 2;
         o->locs = spw_realloc(SPW_MOD_SCHED, o->locs, o->caplocs * sizeof *o->locs);
@@ -812,13 +848,18 @@ void sched__objects_purge(sched *s)
     uint64_t n = 0;
     uint32_t pos = 0;
     while ((o = spw_idmap_next(&s->objects, &pos)) != NULL) {
-        /* Only objects whose references were never taken back remain; report, then free. */
-        n++;
+        /* Only objects whose references were never taken back remain (and the husks they
+         * keep for lineage); report, then free. */
+        n += !o->husk;
         sched_task *t = sched__obj_producer(o);
         if (t != NULL) {
             if (t->state == T_READY || t->state == T_ASSIGNED || t->state == T_RUNNING)
                 sched__task_set_state(s, t, T_FAILED);
             t->args_released = 1;
+            sched_arg *a = sched__task_args(t);
+            for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a))
+                if (a->kind != PROTO_ARG_INLINE)
+                    a->held = 0; /* every record goes: no count to drop */
         }
         o->consumers = NULL;
         o->holders = NULL;
@@ -834,6 +875,9 @@ void sched__objects_purge(sched *s)
         obj_release(s, o);
     }
     spw_idmap_free(&s->objects);
+    spw_free(s->lin_drop);
+    s->lin_drop = NULL;
+    s->nlin_drop = s->caplin_drop = 0;
     if (n > 0)
         spw_log(SPW_LOG_WARN, "shutdown freed %llu objects that were still referenced",
                 (unsigned long long)n);

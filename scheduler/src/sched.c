@@ -42,6 +42,7 @@ static void worker_remove(sched *s, sched_worker *w)
     sched__workers_remove(s, w);
     spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
     sched__memory_worker_gone(s, w);
+    sched__drain_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
     sched__plugins_worker_gone(s, w);
     sched__worker_lost(s, w);
@@ -50,7 +51,16 @@ static void worker_remove(sched *s, sched_worker *w)
     sched__kick(s);
 }
 
+static void worker_msg_handle(sched *s, sched_worker *w, const proto_msg *m);
+
 static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
+{
+    worker_msg_handle(s, w, m);
+    if (w->drain)
+        sched__drain_poke(s, w); /* a task done, an upload sealed: its drain may move on */
+}
+
+static void worker_msg_handle(sched *s, sched_worker *w, const proto_msg *m)
 {
     switch (m->type) {
     case PROTO_TASK_DONE:
@@ -76,6 +86,9 @@ static void worker_msg(sched *s, sched_worker *w, const proto_msg *m)
         return;
     case PROTO_WORKER_PLUGINS:
         sched__worker_plugins(s, w, m);
+        return;
+    case PROTO_DRAIN:
+        sched__drain(s, w, NULL, m);
         return;
     case PROTO_HEARTBEAT: {
         const proto_val *st = &m->f[F_HB_STATS];
@@ -125,7 +138,7 @@ static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
         uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
-        if (cap < size || w->stats[PROTO_STAT_PAUSED])
+        if (cap < size || sched__worker_paused(w))
             continue;
         uint64_t after = w->stats[PROTO_STAT_USED] + w->reserved + size;
         double fill = (double)after / (double)cap;
@@ -147,7 +160,7 @@ static sched_worker *place_put(sched *s, uint64_t size, const char *host_id)
         /* Every worker is paused: still place it, on the largest store, and let back-pressure
          * at the worker hold the upload. */
         for (uint32_t k = 0; k < s->nworkers; k++)
-            if (s->workers[k]->capacity >= size &&
+            if (s->workers[k]->capacity >= size && !s->workers[k]->drain &&
                 (best == NULL || s->workers[k]->capacity > best->capacity))
                 best = s->workers[k];
     }
@@ -165,7 +178,7 @@ static sched_worker *place_chunk(sched *s, const sched_obj *parent, uint32_t i, 
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(start + k) % s->nworkers];
         uint64_t cap = w->stats[PROTO_STAT_CAPACITY] ? w->stats[PROTO_STAT_CAPACITY] : w->capacity;
-        if (cap < size)
+        if (cap < size || w->drain)
             continue;
         if (!w->stats[PROTO_STAT_PAUSED])
             return w;
@@ -395,6 +408,12 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
     case PROTO_PLUGINS_REQ:
         sched__plugins_req(s, ss, m);
         return;
+    case PROTO_DRAIN:
+        if (ctl) {
+            sched__drain(s, NULL, ss, m);
+            return;
+        }
+        break;
     case PROTO_PLUGIN_ADD:
         if (!ctl) {
             sched__plugin_add(s, ss, m);
@@ -552,6 +571,7 @@ static void on_close(proto_conn *c, int status)
                 (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
         sched__memory_session_gone(s, ss);
         sched__broadcast_session_gone(s, ss);
+        sched__drain_session_gone(s, ss);
         sched__plugins_session_gone(s, ss);
         sched__session_drop_all(s, ss);
         HASH_DEL(s->sessions, ss);

@@ -97,7 +97,10 @@ typedef struct sched_fn {
 typedef struct sched_arg {
     uint8_t kind;         /* PROTO_ARG_* */
     uint8_t waiting;      /* the object is pending: counted in task->ndeps */
-    uint8_t linked;       /* on obj->consumers */
+    uint8_t linked : 1;   /* on obj->consumers */
+    /* Its task finished with an output in a store: it holds one lineage count on the object
+     * (sched_obj.lineage), whose task can then run again to re-make it (tasks.c). */
+    uint8_t held : 1;
     uint8_t kept; /* 0, or its value is kept: length + 1, the bytes in kept_small */
     union {
         uint32_t task_off;   /* PROTO_ARG_OBJ, PROTO_ARG_VIEW: bytes from its task to it */
@@ -228,6 +231,7 @@ struct sched_task {
      * freed only once none does (until then, if released, it is a husk). */
     uint16_t nouts;
     uint16_t outs_alive;
+    uint32_t mark;        /* the last lineage pass that chose it to run again (tasks.c) */
     sched_graph *graph;
     sched_worker *worker; /* while assigned, or sent ahead there (sched__task_ahead) */
     /* A task is on a ready bucket (T_READY) or on its worker's list (T_ASSIGNED, T_RUNNING, or
@@ -295,15 +299,20 @@ struct sched_obj {
     uint8_t has_inline : 1;  /* its result (size > 0 bytes) is here (sched__obj_inline) */
     uint8_t has_failure : 1; /* why it failed is in s->failures (sched__obj_failure) */
     uint8_t is_out : 1;      /* output i >= 1 of a task, which is in output 0's record */
-    /* Output 0 of a task of several outputs, released while others of them live: its data is
-     * gone (no copy, no value; state OBJ_LOST with no failure), and its record stays only for
-     * its task, which may have to run again for them (lineage). Freed with the last of them. */
+    /* A released task output whose record stays for its task, which may have to run again
+     * (lineage): output 0 of a task of several while others of them live, or an output finished
+     * tasks read (lineage > 0). Its data is gone (no copy, no value; state OBJ_LOST with no
+     * failure). Freed with the last of them. */
     uint8_t husk : 1;
     /* A chunked put (an object larger than a store): its bytes are in its chunks, objects of
      * their own with ids spw_id_output(id, 1 + i), which it holds while it lives (each has
      * is_chunk). It has no copy and no value; it is ready once every chunk is. */
     uint8_t chunked : 1;
     uint8_t is_chunk : 1; /* chunk of the chunked object spw_id_output_task(id): held by it */
+    /* Copies of it the cluster keeps (a put with replicas, BROADCAST's keep): a holder lost or
+     * drained is replaced while workers remain (0 or 1: no more than it has). */
+    uint8_t copies_want : 5;
+#define SCHED_COPIES_MAX 31
     uint32_t created;        /* ms after origin->base_ms (sched__obj_created_ms) */
     /* Small results live here, not in a store (has_inline; their length is size): up to 8 bytes
      * in inline_small, larger ones on the heap. A chunked object has none: its layout is here. */
@@ -318,6 +327,10 @@ struct sched_obj {
     };
     uint32_t refs[REF_KINDS];
     uint32_t graph_hold;   /* held while its graph is being submitted or while it is processed */
+    /* Finished tasks with stored outputs that read it (sched_arg.held): while there are any, a
+     * released task output keeps its record as a husk, so that lineage can make it again for
+     * them (tasks.c). Not a reference: it keeps no bytes anywhere. */
+    uint32_t lineage;
     uint32_t *locs;        /* worker ids holding a copy */
     uint32_t nlocs, caplocs;
     sched_ref *holders;    /* sessions holding references */
@@ -387,6 +400,16 @@ struct sched_worker {
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
     sched_wplugin *plugins; /* what its executors load (WORKER_PLUGINS) */
     uint32_t nplugins;
+    /* Draining (drain.c): 0, PROTO_WSTATE_DRAINING or PROTO_WSTATE_DRAINED. */
+    uint8_t drain;
+    bool drain_pumping;
+    spw_id *drain_q;         /* objects whose copy here may be one too few elsewhere */
+    uint32_t ndrain_q, capdrain_q;
+    uint32_t drain_inflight; /* copies of its objects under way */
+    uint32_t drain_failed;   /* copies that failed */
+    uint64_t drain_copies;   /* copies made */
+    struct sched_drain_req *drain_reqs; /* DRAIN requests answered once it is drained */
+    uint32_t ndrain_reqs, capdrain_reqs;
 };
 
 struct sched_session {
@@ -465,6 +488,15 @@ struct sched {
     uint32_t graphs_gone;     /* graphs on that list with no task record left */
     uint64_t latency[PROTO_LATENCY_NBOUNDS + 1]; /* tasks done per submit->done bucket */
     uint64_t latency_sum_us;
+    uint32_t ndraining;       /* workers draining or drained (drain.c) */
+    uint32_t copy_rr;         /* where the next copy's search for a target starts */
+    uint32_t lineage_mark;    /* the last lineage pass (sched_task.mark) */
+    uint64_t lineage_reruns;  /* tasks run again to re-make lost outputs */
+    uint64_t objects_lost;    /* objects lost with no task to re-make them */
+    uint64_t nhusks;          /* records that are husks (no object to users) */
+    spw_id *lin_drop;         /* lineage counts to drop, one at a time (sched__lineage_drop) */
+    uint32_t nlin_drop, caplin_drop;
+    bool lin_dropping;
     sched_plugin *plugins;    /* uploaded plugins by prefix (plugins.c) */
     uint64_t plugin_req;      /* the last PLUGIN_CHECK's request id */
 };
@@ -617,6 +649,9 @@ static inline uint64_t sched__obj_created_ms(const sched_obj *o)
     return o->origin->base_ms + o->created;
 }
 void sched__obj_maybe_free(sched *s, sched_obj *o);
+/* A finished task's record goes: the lineage count its argument held on object id is dropped,
+ * which may free that record too. Iterative: a long chain of husks goes without recursion. */
+void sched__lineage_drop(sched *s, spw_id id);
 /* Chunked objects (objects.c). The chunk size of a put of size bytes, or 0 to put it whole:
  * chunked when no store is large enough, or when the client asked for chunks of at most
  * chunk_max bytes (not 0) and it is larger. */
@@ -699,9 +734,10 @@ void sched__ready_remove(sched *s, sched_task *t);
 void sched__ahead_walk(sched *s, sched_task *p, sched_worker *w);
 
 /* place.c */
+/* Whether w takes no new task: its store is above its pause threshold, or it drains. */
 static inline bool sched__worker_paused(const sched_worker *w)
 {
-    return w->stats[PROTO_STAT_PAUSED] != 0;
+    return w->stats[PROTO_STAT_PAUSED] != 0 || w->drain != 0;
 }
 /* Starts a dispatch pass on the next loop iteration, if tasks are ready and workers connected. */
 void sched__kick(sched *s);
@@ -748,6 +784,25 @@ void sched__broadcast_session_gone(sched *s, sched_session *ss);
 void sched__broadcast_free_all(sched *s);
 void sched__broadcast_obj_freed(sched *s, spw_id id);
 void sched__broadcast_obj_ready(sched *s, const sched_obj *o);
+
+/* Copies of o onto workers lacking it (none that drains), until it has `want`, tracked as a
+ * broadcast with no client. true: REPLICATE went to at least one worker, and
+ * sched__drain_copied(s, drainer, id, ok) runs once when all answered (drainer 0: nobody is
+ * told); false: no worker can take it, nothing was sent and nothing will run. */
+bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer);
+
+/* drain.c */
+/* DRAIN: from the worker self itself (ss NULL), or from spillway-ctl session ss naming one. */
+void sched__drain(sched *s, sched_worker *self, sched_session *ss, const proto_msg *m);
+/* Something changed for a draining w (a message from it): copies go on, drained is noticed. */
+void sched__drain_poke(sched *s, sched_worker *w);
+/* Worker `worker` got a copy of o: queued if it drains. Only while s->ndraining > 0. */
+void sched__drain_obj_added(sched *s, sched_obj *o, uint32_t worker);
+void sched__drain_copied(sched *s, uint32_t drainer, spw_id id, bool ok);
+void sched__drain_worker_gone(sched *s, sched_worker *w);
+void sched__drain_session_gone(sched *s, sched_session *ss);
+/* o lost a holder: copies are made until it has its copies_want again. */
+void sched__copies_restore(sched *s, sched_obj *o);
 
 /* plugins.c */
 void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m);

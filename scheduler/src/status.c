@@ -26,7 +26,10 @@ static void put_worker(proto_enc *e, uint32_t i, void *arg)
                                                   .slots = w->slots,
                                                   .busy = w->stats[PROTO_STAT_RUNNING],
                                                   .assigned = w->assigned,
-                                                  .state = w->stats[PROTO_STAT_PAUSED] ? 1 : 0,
+                                                  .state = w->drain ? w->drain
+                                                           : w->stats[PROTO_STAT_PAUSED]
+                                                               ? PROTO_WSTATE_PAUSED
+                                                               : PROTO_WSTATE_RUNNING,
                                                   .stats = {w->stats, PROTO_STAT_COUNT},
                                                   .plugins = {.n = w->nplugins,
                                                               .put = put_wplugin,
@@ -60,6 +63,8 @@ void sched__status(sched *s, proto_conn *c, uint64_t req)
     uint64_t latency[PROTO_LATENCY_NBOUNDS + 2];
     memcpy(latency, s->latency, sizeof s->latency);
     latency[PROTO_LATENCY_NBOUNDS + 1] = s->latency_sum_us;
+    uint64_t lineage[PROTO_LINEAGE_COUNT] = {[PROTO_LINEAGE_RERUNS] = s->lineage_reruns,
+                                             [PROTO_LINEAGE_LOST] = s->objects_lost};
     sched_session *cursor = s->sessions;
     proto_send_status(
         c, req,
@@ -70,10 +75,11 @@ void sched__status(sched *s, proto_conn *c, uint64_t req)
             .workers = {.n = s->nworkers, .put = put_worker, .arg = s},
             .clients = {.n = HASH_COUNT(s->sessions), .put = put_session, .arg = &cursor},
             .tasks = {s->tstate, PROTO_TSTATE_COUNT},
-            .objects = s->objects.n,
+            .objects = s->objects.n - s->nhusks,
             .obj_bytes = s->obj_bytes,
             .refs = {s->refs, REF_KINDS},
             .conns = {conns, PROTO_ROLE_PEER + 1},
             .io = {io, PROTO_IO_COUNT},
-            .latency = {latency, PROTO_LATENCY_NBOUNDS + 2}});
+            .latency = {latency, PROTO_LATENCY_NBOUNDS + 2},
+            .lineage = {lineage, PROTO_LINEAGE_COUNT}});
 }

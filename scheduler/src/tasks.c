@@ -106,6 +106,11 @@ static void release_args(sched *s, sched_task *t)
         if (stored && a->obj->state == OBJ_READY &&
             (a->obj->has_inline || a->obj->size == 0) && a->obj->size <= SCHED_ARG_KEEP_MAX)
             arg_keep(a, a->obj);
+        else if (stored && (a->obj->has_task || a->obj->is_out)) {
+            /* Its output may have to be made again, and then this input with it. */
+            a->obj->lineage++;
+            a->held = 1;
+        }
         sched_obj *o = a->obj;
         a->obj = NULL;
         sched__unref(s, o, REF_TASK_ARG);
@@ -184,6 +189,13 @@ void sched__task_free(sched *s, sched_task *t)
                t->worker == NULL);
     s->tstate[t->state]--;
     sched__graph_release(s, t->graph);
+    sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+        if (a->kind != PROTO_ARG_INLINE && a->held) {
+            a->held = 0;
+            sched__lineage_drop(s, a->id);
+        }
+    }
     /* Its memory is its output object's record, freed with it. */
 }
 
@@ -684,7 +696,7 @@ static void ahead_lost(sched *s, sched_task *t)
 
 /* ------------------------------------------------------------- completion */
 
-static bool lineage_recompute(sched *s, sched_obj *o, int depth);
+static bool lineage_recompute(sched *s, sched_obj *o);
 
 /* A task's worker could not get one of its inputs from any holder: the holder died (often
  * before we heard of it). If every input can still be had (held elsewhere, being made, or
@@ -699,7 +711,7 @@ static bool task_retry_lost_input(sched *s, sched_task *t)
         sched_obj *in = a->obj;
         if (a->kind == PROTO_ARG_INLINE || in == NULL)
             continue;
-        if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in, 0)))
+        if (in->state == OBJ_FAILED || (in->state == OBJ_LOST && !lineage_recompute(s, in)))
             return false;
     }
     t->retries++;
@@ -816,6 +828,13 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         if (status == SPW_EPROTO && st != SPW_EPROTO)
             snprintf(msg, sizeof msg, "the worker reported status %lld, which is no error code",
                      (long long)st);
+        if (status == SPW_ECANCELED && w->drain && !o->orphan) {
+            /* Taken back from a worker that drains before it started: it runs elsewhere, as if
+             * never sent (it did not run: no retry counted). */
+            t->flags &= ~PROTO_TASK_AHEAD;
+            ready_push(s, t);
+            return;
+        }
         if (status == SPW_EOBJLOST && task_retry_lost_input(s, t)) {
             spw_log(SPW_LOG_NOTICE, "task=%s retried: %s", spw_id_hex(id, hex), msg);
             sched__obj_maybe_free(s, o); /* an orphan is dropped, not rerun */
@@ -946,12 +965,10 @@ void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
     }
 }
 
-/* Makes a lost object pending again by re-running the task that produced it, if that task is
- * known and its inputs still exist (or can themselves be recomputed). Its consumers that were
- * ready wait for it again. Returns whether it will be recomputed. */
 /* Output o of a task that runs again: pending, with no copy or value (a copy that survives
  * elsewhere is dropped, so the re-made one is its only copy and nothing is counted twice), and
- * its consumers that counted on it wait for it again. */
+ * its consumers that counted on it wait for it again. A husk that finished tasks read (lineage)
+ * is an object again, to be filled when its task reports. */
 static void out_unmake(sched *s, sched_obj *o)
 {
     if (o->state == OBJ_READY) {
@@ -967,6 +984,10 @@ static void out_unmake(sched *s, sched_obj *o)
             spw_free(o->inline_heap);
         o->has_inline = 0;
     }
+    if (o->husk && o->lineage > 0) {
+        o->husk = 0;
+        s->nhusks--;
+    }
     o->state = OBJ_PENDING;
     for (sched_arg *c = o->consumers; c != NULL; c = c->cnext) {
         sched_task *ct = sched__arg_task(c);
@@ -981,22 +1002,13 @@ static void out_unmake(sched *s, sched_obj *o)
     }
 }
 
-static bool lineage_recompute(sched *s, sched_obj *o, int depth)
+/* A finished task runs again (its inputs exist or are being made again): its arguments are
+ * taken and linked as at intake, its outputs made pending. */
+static void lineage_rerun(sched *s, sched_task *t)
 {
-    sched_task *t = sched__obj_task(s, o);
-    if (t == NULL || t->state != T_DONE || t->retries >= s->opts.task_retries || depth > 64)
-        return false;
-    const sched_arg *a = sched__task_args(t);
-    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
-        if (a->kind == PROTO_ARG_INLINE || a->kept)
-            continue; /* kept: its value is here, its object may be gone */
-        sched_obj *in = sched__obj_find(s, a->id);
-        if (in == NULL || in->state == OBJ_FAILED)
-            return false;
-        if (in->state == OBJ_LOST && !lineage_recompute(s, in, depth + 1))
-            return false;
-    }
-    t->retries++;
+    if (t->retries < UINT8_MAX)
+        t->retries++;
+    s->lineage_reruns++;
     t->args_released = 0;
     t->placed = 0; /* its output is what matters now, not where it was made */
     sched_arg *ra = sched__task_args(t);
@@ -1006,6 +1018,10 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
         sched_obj *in = sched__obj_find(s, ra->id);
         ra->obj = in;
         sched__ref(s, in, REF_TASK_ARG);
+        if (ra->held) {
+            ra->held = 0; /* the reference taken now holds it */
+            in->lineage--;
+        }
         DL_APPEND2(in->consumers, ra, cprev, cnext);
         ra->linked = 1;
         if (in->state == OBJ_PENDING) {
@@ -1015,14 +1031,71 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     }
     /* Every output of it is made again: the lost one, and the others (see out_unmake). */
     for (uint32_t i = 0; i < t->nouts; i++) {
-        sched_obj *oi = sched__task_output(s, t, i);
-        if (oi != NULL)
+        sched_obj *oi = i == 0 ? sched__task_out(t)
+                               : sched__obj_find(s, spw_id_output(sched__task_out(t)->id, i));
+        if (oi != NULL && (!oi->husk || oi->lineage > 0))
             out_unmake(s, oi);
     }
     sched__task_set_state(s, t, T_WAITING);
     if (t->ndeps == 0)
         ready_push(s, t);
-    return true;
+}
+
+/* Makes a lost object pending again by running its task again, and, first, the tasks of those
+ * of its task's inputs that are lost too, however deep (their records stay while finished tasks
+ * read them: sched_obj.lineage). One pass marks each task it chooses, so a task is run again at
+ * most once per loss however many lost outputs need it. Nothing changes unless every task it
+ * needs can run: a lost input with no task (a put whose copies are gone) or one that failed
+ * leaves o lost. Returns whether o will be made again. */
+static bool lineage_recompute(sched *s, sched_obj *o)
+{
+    sched_task *t0 = sched__obj_task(s, o);
+    if (t0 == NULL || t0->state != T_DONE)
+        return false;
+    if (++s->lineage_mark == 0)
+        s->lineage_mark = 1;
+    uint32_t mark = s->lineage_mark;
+    /* order: the tasks chosen, each after the first task found needing it (a walk over a list,
+     * not the stack: chains of any length). */
+    uint32_t n = 0, cap = 16, top = 0;
+    sched_task **order = spw_malloc(SPW_MOD_SCHED, cap * sizeof *order);
+    order[n++] = t0;
+    t0->mark = mark;
+    bool ok = true;
+    while (ok && top < n) {
+        sched_task *t = order[top++];
+        const sched_arg *a = sched__task_args(t);
+        for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a)) {
+            if (a->kind == PROTO_ARG_INLINE || a->kept)
+                continue; /* kept: its value is here, its object may be gone */
+            sched_obj *in = sched__obj_find(s, a->id);
+            if (in == NULL || in->state == OBJ_FAILED) {
+                ok = false;
+                break;
+            }
+            if (in->state != OBJ_LOST)
+                continue; /* ready, or being made */
+            sched_task *it = sched__obj_task(s, in);
+            if (it == NULL || it->state != T_DONE) {
+                ok = false;
+                break;
+            }
+            if (it->mark == mark)
+                continue;
+            it->mark = mark;
+            if (n == cap) {
+                cap *= 2;
+                order = spw_realloc(SPW_MOD_SCHED, order, cap * sizeof *order);
+            }
+            order[n++] = it;
+        }
+    }
+    /* Producers mostly first (a consumer that still finds an input lost is made to wait for it
+     * when that input's task runs again: out_unmake). */
+    for (uint32_t i = n; ok && i-- > 0;)
+        lineage_rerun(s, order[i]);
+    spw_free(order);
+    return ok;
 }
 
 void sched__worker_lost(sched *s, sched_worker *w)
@@ -1077,16 +1150,20 @@ void sched__worker_lost(sched *s, sched_worker *w)
         }
         uint32_t before = o->nlocs;
         sched__obj_drop_loc(s, o, w->id);
+        if (o->nlocs > 0 && o->nlocs < before)
+            sched__copies_restore(s, o); /* kept at more copies (a put with replicas) */
         if (before > 0 && o->nlocs == 0 && o->state == OBJ_READY && !o->has_inline) {
             s->obj_bytes -= o->size;
             o->state = OBJ_LOST;
             sched__live_uncount(s, o); /* counted again if it is made again */
-            if (lineage_recompute(s, o, 0))
+            if (lineage_recompute(s, o))
                 spw_log(SPW_LOG_NOTICE, "obj=%s lost with worker=%s: recomputing it",
                         spw_id_hex(o->id, hex), w->addr);
-            else
+            else {
+                s->objects_lost++;
                 spw_log(SPW_LOG_WARN, "obj=%s lost with worker=%s", spw_id_hex(o->id, hex),
                         w->addr);
+            }
         }
     }
     spw_free(ids);

@@ -453,6 +453,11 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_u(&e, 4096);
         proto_put_u(&e, 1);
         break;
+    case PROTO_DRAIN:
+        proto_enc_begin(&e, b, type, 22, 2);
+        proto_put_u(&e, 3);
+        proto_put_str(&e, "w1");
+        break;
     case PROTO_TASK_RUNS:
     case PROTO_TASK_DONES:
     case PROTO_TASK_RESULTS:

@@ -877,7 +877,9 @@ static peer *chain_loses_output_after_input_released(env *e, uint64_t size, peer
     STEP_UNTIL(e, tstate(e, 2) == T_ASSIGNED);
     done(w1, 2, 0, 2000, false);
     STEP_UNTIL(e, tstate(e, 2) == T_DONE && tstate(e, 3) == T_ASSIGNED);
-    assert_null(obj(e, 1)); /* nothing references task 1's output any more */
+    /* Nothing references task 1's output any more: its record is gone, or (a value too large to
+     * keep in task 2's argument) a husk kept for lineage. */
+    assert_true(obj(e, 1) == NULL || obj(e, 1)->husk);
     assert_int_equal(obj(e, 2)->nlocs, 1);
     peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
     peer_close(e, w1);
@@ -923,16 +925,103 @@ static void lost_output_remade_from_a_released_16_byte_input(void **state)
     lost_output_remade_from_a_released_inline_input(*state, SCHED_ARG_KEEP_MAX);
 }
 
-/* A larger inline value is not kept (a copy per finished task would be memory that no listing
- * shows): as for a released stored input, the output cannot be made again and is lost. */
-static void lost_output_of_a_larger_released_input_is_lost(void **state)
+/* Runs task id on w, once the scheduler has it assigned there (sent ahead or not): a stored
+ * result of `size` bytes. */
+static void run_stored(env *e, peer *w, uint64_t id, uint64_t size)
+{
+    STEP_UNTIL(e, (tstate(e, id) == T_ASSIGNED || tstate(e, id) == T_RUNNING) &&
+                      sched__obj_producer(obj(e, id))->worker != NULL &&
+                      sched__obj_producer(obj(e, id))->worker->conn != NULL &&
+                      runs(w, id, NULL) > 0);
+    done(w, id, 0, size, false);
+}
+
+/* A larger inline value is not kept in the argument (a copy per finished task would be memory
+ * no listing shows): task 1's record stays instead, a husk, and task 1 runs again before task
+ * 2 when task 2's output is lost. */
+static void lost_output_of_a_larger_released_input_is_remade_with_it(void **state)
 {
     env *e = *state;
     peer *c;
     peer *w2 = chain_loses_output_after_input_released(e, SCHED_ARG_KEEP_MAX + 1, &c);
-    STEP_UNTIL(e, obj(e, 2) == NULL || obj(e, 2)->state == OBJ_LOST);
-    assert_false(got(w2, PROTO_TASK_RUN, tid(2)));
-    (void)c;
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(1)));
+    assert_int_equal(obj(e, 1)->state, OBJ_PENDING);
+    assert_false(obj(e, 1)->husk);
+    assert_int_equal(tstate(e, 2), T_WAITING);
+    assert_int_equal(e->s->lineage_reruns, 2);
+    done(w2, 1, 0, SCHED_ARG_KEEP_MAX + 1, true);
+    run_stored(e, w2, 2, 2000);
+    STEP_UNTIL(e, tstate(e, 3) == T_ASSIGNED || tstate(e, 3) == T_RUNNING);
+    done(w2, 3, 0, 8, true);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+    assert_int_equal(last(c, PROTO_TASK_RESULT)->code, 0);
+    uint64_t kept[] = {3};
+    send_ids(c, PROTO_RELEASE, kept, 1);
+    STEP_UNTIL(e, e->s->objects.n == 0);
+}
+
+/* Every output of the chain 1 -> 2 -> 3 (3 kept) is stored on w1, and w1 dies once all are
+ * done: the kept output is made again by running all three again, once each, though the
+ * first two outputs were released long before; the husks kept for that go with the result. */
+static void lost_chain_is_remade_all_the_way_down(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2, .args = {1}, .nargs = 1},
+                  {.id = 3, .args = {2}, .nargs = 1, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 3);
+    for (uint64_t k = 1; k <= 3; k++)
+        run_stored(e, w1, k, 1000 * k);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(3)));
+    assert_true(obj(e, 1)->husk && obj(e, 2)->husk);
+    assert_int_equal(e->s->nhusks, 2);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer_close(e, w1);
+    STEP_UNTIL(e, obj(e, 3)->state == OBJ_PENDING);
+    assert_int_equal(e->s->lineage_reruns, 3);
+    for (uint64_t k = 1; k <= 3; k++)
+        run_stored(e, w2, k, 1000 * k);
+    STEP_UNTIL(e, obj(e, 3)->state == OBJ_READY);
+    for (uint64_t k = 1; k <= 3; k++)
+        assert_int_equal(runs(w2, k, NULL), 1);
+    assert_int_equal(e->s->lineage_reruns, 3);
+    uint64_t kept[] = {3};
+    send_ids(c, PROTO_RELEASE, kept, 1);
+    STEP_UNTIL(e, e->s->objects.n == 0);
+    assert_int_equal(e->s->nhusks, 0);
+}
+
+/* A diamond 1 -> {2, 3} -> 4 (4 kept), every output stored on w1, which dies: task 1, which
+ * both lost outputs need, runs again once. */
+static void diamond_producer_runs_again_once_per_loss(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[] = {{.id = 1},
+                  {.id = 2, .args = {1}, .nargs = 1},
+                  {.id = 3, .args = {1}, .nargs = 1},
+                  {.id = 4, .args = {2, 3}, .nargs = 2, .flags = PROTO_TASK_KEEP}};
+    submit(c, 1, 0, 0, ts, 4);
+    for (uint64_t k = 1; k <= 4; k++)
+        run_stored(e, w1, k, 1000 * k);
+    STEP_UNTIL(e, got(c, PROTO_TASK_RESULT, tid(4)));
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer_close(e, w1);
+    STEP_UNTIL(e, obj(e, 4)->state == OBJ_PENDING);
+    assert_int_equal(e->s->lineage_reruns, 4);
+    run_stored(e, w2, 1, 1000);
+    run_stored(e, w2, 2, 2000);
+    run_stored(e, w2, 3, 3000);
+    run_stored(e, w2, 4, 4000);
+    STEP_UNTIL(e, obj(e, 4)->state == OBJ_READY);
+    for (uint64_t k = 1; k <= 4; k++)
+        assert_int_equal(runs(w2, k, NULL), 1);
+    uint64_t kept[] = {4};
+    send_ids(c, PROTO_RELEASE, kept, 1);
+    STEP_UNTIL(e, e->s->objects.n == 0);
 }
 
 /* ---------------------------------------------------- sending ahead (tasks.c) */
@@ -1804,8 +1893,10 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(lost_output_remade_from_a_released_16_byte_input, setup,
                                     teardown),
-    cmocka_unit_test_setup_teardown(lost_output_of_a_larger_released_input_is_lost, setup,
-                                    teardown),
+    cmocka_unit_test_setup_teardown(lost_output_of_a_larger_released_input_is_remade_with_it,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(lost_chain_is_remade_all_the_way_down, setup, teardown),
+    cmocka_unit_test_setup_teardown(diamond_producer_runs_again_once_per_loss, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_chain_goes_with_its_producer, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_stored_chain_goes_one_hop, setup, teardown),
     cmocka_unit_test_setup_teardown(ahead_linear_chain_goes_deeper, setup, teardown),

@@ -296,6 +296,41 @@ static void reconnect_later(wrk *w)
     uv_timer_start(&w->reconnect, reconnect_cb, delay, 0);
 }
 
+/* The drain ended: status 0 (drained), or why not. Tells the caller once. */
+static void drain_end(wrk *w, int status)
+{
+    void (*done)(void *, int) = w->drain_done;
+    if (done == NULL)
+        return;
+    w->drain_done = NULL;
+    w->drain_req = 0;
+    uv_timer_stop(&w->drain_timer);
+    done(w->drain_arg, status);
+}
+
+static void drain_timeout(uv_timer_t *t)
+{
+    wrk *w = t->data;
+    spw_log(SPW_LOG_WARN, "not drained in time: going on without it");
+    drain_end(w, SPW_ETIMEDOUT);
+}
+
+int wrk_drain(wrk *w, uint32_t timeout_ms, void (*done)(void *arg, int status), void *arg)
+{
+    if (w->closing || w->drain_done != NULL)
+        return SPW_EINVAL;
+    if (w->sched == NULL || !w->welcomed)
+        return SPW_ECLOSED; /* nobody to hand anything to */
+    w->drain_req = ++w->next_req;
+    w->drain_done = done;
+    w->drain_arg = arg;
+    proto_send_drain(w->sched, w->drain_req, &(proto_drain_msg){.worker = 0, .name = ""});
+    uv_timer_start(&w->drain_timer, drain_timeout, timeout_ms, 0);
+    spw_log(SPW_LOG_NOTICE, "draining: no new tasks; copies only here go to other workers "
+            "(at most %u ms)", timeout_ms);
+    return 0;
+}
+
 static void sched_msg(proto_conn *c, const proto_msg *m)
 {
     wrk *w = proto_ctx_data(proto_conn_ctx(c));
@@ -329,7 +364,21 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
     case PROTO_PLUGIN_CHECK:
         wrk__plugin_msg(w, m);
         return;
+    case PROTO_OK:
+        if (w->drain_req != 0 && m->req == w->drain_req) {
+            spw_log(SPW_LOG_NOTICE, "drained: %llu copies made elsewhere",
+                    (unsigned long long)m->f[F_OK_VALUE].u);
+            drain_end(w, 0);
+        }
+        return;
     case PROTO_ERROR: {
+        if (w->drain_req != 0 && m->req == w->drain_req) {
+            char msg[256];
+            spw_log(SPW_LOG_WARN, "the scheduler could not drain us: %s",
+                    proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg));
+            drain_end(w, (int)m->f[F_ERROR_CODE].i);
+            return;
+        }
         if (wrk__plugin_error(w, m))
             return;
         char msg[256];
@@ -359,6 +408,7 @@ static void sched_close(proto_conn *c, int status)
             fatal ? "" : " (reconnecting)");
     if (was_welcomed)
         sched_lost(w);
+    drain_end(w, SPW_ECLOSED); /* a new scheduler knows nothing of ours */
     if (fatal) {
         if (w->ready != NULL)
             w->ready(w->ready_arg, status != 0 ? status : SPW_ECLOSED);
@@ -421,8 +471,10 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->reconnect.data = w;
     uv_timer_init(loop, &w->started_timer);
     w->started_timer.data = w;
+    uv_timer_init(loop, &w->drain_timer);
+    w->drain_timer.data = w;
     w->backoff_ms = RECONNECT_FIRST_MS;
-    w->handles = 3;
+    w->handles = 4;
 
     char storename[64];
     snprintf(storename, sizeof storename, "worker-%d", (int)getpid());
@@ -645,6 +697,9 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
     uv_close((uv_handle_t *)&w->reconnect, handle_closed);
     wrk__started_flush(w);
     uv_close((uv_handle_t *)&w->started_timer, handle_closed);
+    uv_close((uv_handle_t *)&w->drain_timer, handle_closed);
+    w->drain_req = 0;
+    w->drain_done = NULL;
     bool running = false;
     for (uint32_t i = 0; i < w->nexec; i++) {
         wrk_exec *ex = &w->execs[i];

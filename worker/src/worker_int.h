@@ -374,6 +374,12 @@ struct wrk {
     uint32_t nstarted, capstarted;
     uint32_t nstarted_live; /* entries not struck out */
     uv_timer_t started_timer;
+    /* Draining (wrk_drain): the DRAIN request the scheduler answers once nothing here is needed
+     * any more, the deadline, and whom to tell. */
+    uv_timer_t drain_timer;
+    uint64_t drain_req; /* 0: not draining */
+    void (*drain_done)(void *arg, int status);
+    void *drain_arg;
 };
 
 /* A task with at most one argument and 64 bytes of inline arguments (a noop, a chain's hop)

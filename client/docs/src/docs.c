@@ -139,8 +139,11 @@ static void status_reply(const proto_msg *m, void *arg)
         json_object_set_new(jw, "slots", json_integer((json_int_t)w[R_SWORKER_SLOTS].u));
         json_object_set_new(jw, "busy", json_integer((json_int_t)w[R_SWORKER_BUSY].u));
         json_object_set_new(jw, "assigned", json_integer((json_int_t)w[R_SWORKER_ASSIGNED].u));
-        json_object_set_new(jw, "state",
-                            ctl_doc_str(w[R_SWORKER_STATE].u ? "paused" : "running"));
+        static const char *const wstates[PROTO_WSTATE_COUNT] = {"running", "paused",
+                                                                "draining", "drained"};
+        uint64_t ws_k = w[R_SWORKER_STATE].u;
+        json_object_set_new(jw, "state", ctl_doc_str(ws_k < PROTO_WSTATE_COUNT ? wstates[ws_k]
+                                                                               : "unknown"));
         json_t *mem = json_object();
         const proto_val *st = &w[R_SWORKER_STATS];
         for (uint32_t k = 0; k < st->arr.n && k < PROTO_STAT_COUNT; k++)
@@ -234,6 +237,15 @@ static void status_reply(const proto_msg *m, void *arg)
                             json_integer((json_int_t)lv->arr.v[PROTO_LATENCY_NBOUNDS + 1].u));
         json_object_set_new(lat, "buckets", buckets);
         json_object_set_new(doc, "task_latency", lat);
+    }
+    if (m->nf > F_STATUS_LINEAGE && !m->f[F_STATUS_LINEAGE].nil &&
+        m->f[F_STATUS_LINEAGE].arr.n >= PROTO_LINEAGE_COUNT) {
+        const proto_val *lv = &m->f[F_STATUS_LINEAGE];
+        json_t *lin = json_object();
+        json_object_set_new(lin, "reruns",
+                            json_integer((json_int_t)lv->arr.v[PROTO_LINEAGE_RERUNS].u));
+        json_object_set_new(lin, "lost", json_integer((json_int_t)lv->arr.v[PROTO_LINEAGE_LOST].u));
+        json_object_set_new(doc, "lineage", lin);
     }
     *out = doc;
 }
@@ -706,6 +718,49 @@ static void plugins_reply(const proto_msg *m, void *arg)
     json_object_set_new(doc, "plugins", list);
     json_object_set_new(doc, "bytes", json_integer((json_int_t)bytes));
     *out = doc;
+}
+
+/* ------------------------------------------------------------------ drain */
+
+typedef struct drain_ask {
+    const char *worker;
+    json_t *doc;
+} drain_ask;
+
+static void drain_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
+{
+    const drain_ask *d = arg;
+    const char *w = d->worker;
+    bool digits = w[0] != '\0' && strspn(w, "0123456789") == strlen(w) && strlen(w) < 10;
+    proto_enc_drain(e, out, req,
+                    &(proto_drain_msg){.worker = digits ? strtoull(w, NULL, 10) : 0,
+                                       .name = digits ? "" : w});
+}
+
+static void drain_reply(const proto_msg *m, void *arg)
+{
+    drain_ask *d = arg;
+    if (m->type != PROTO_OK)
+        return;
+    d->doc = json_object();
+    json_object_set_new(d->doc, "worker", ctl_doc_str(d->worker));
+    json_object_set_new(d->doc, "state", ctl_doc_str("drained"));
+    json_object_set_new(d->doc, "copies", json_integer((json_int_t)m->f[F_OK_VALUE].u));
+}
+
+int ctl_doc_drain(spillway *cl, int timeout_ms, const char *worker, json_t **out)
+{
+    drain_ask d = {worker, NULL};
+    *out = NULL;
+    int rc = spillway__request(cl, drain_enc, drain_reply, &d, PROTO_OK, timeout_ms);
+    if (rc == 0 && d.doc == NULL)
+        rc = SPW_EPROTO;
+    if (rc != 0) {
+        json_decref(d.doc);
+        return rc;
+    }
+    *out = d.doc;
+    return 0;
 }
 
 int ctl_doc_plugins(spillway *cl, int timeout_ms, json_t **out)

@@ -63,6 +63,8 @@ typedef struct spillway_opts {
                                 quarter of the smallest store); else a put larger than this is
                                 chunked too, in chunks of at most this (a power of two, at
                                 least 64 KiB) */
+    unsigned put_replicas;   /* copies of each put on distinct workers (0 or 1: one); see
+                                spillway_put_replicas */
 } spillway_opts;
 
 /** The library's version: MAJOR * 10000 + MINOR * 100 + PATCH (compare SPILLWAY_VERSION_NUMBER). */
@@ -147,6 +149,21 @@ SPILLWAY_API const char *spillway_errmsg(const spillway *c);
 SPILLWAY_API int spillway_put_at(spillway *c, const void *data, size_t len,
                                  spillway_ref *out, const char *site);
 #define spillway_put(c, data, len, out) spillway_put_at((c), (data), (len), (out), SPILLWAY_SITE)
+
+/** Like spillway_put, keeping k copies of the object on k distinct workers (fewer if fewer
+ * are connected), so that losing a worker (SIGKILL, a crash) loses no put: the call returns once
+ * every copy is sealed, and the scheduler makes a new copy when a holder is lost or drained
+ * while other workers remain. k 0 or 1 is spillway_put (spillway_opts.put_replicas sets k for
+ * every spillway_put of the handle). An object at most the inline limit stays in the client and
+ * is never lost; a put with replicas is never chunked.
+ * @return as spillway_put; SPW_EOBJLOST if no copy could be made; SPW_EINVAL for k over
+ *         SPILLWAY_MAX_REPLICAS. */
+SPILLWAY_API int spillway_put_replicas_at(spillway *c, const void *data, size_t len, unsigned k,
+                                          spillway_ref *out, const char *site);
+#define spillway_put_replicas(c, data, len, k, out)                                               \
+    spillway_put_replicas_at((c), (data), (len), (k), (out), SPILLWAY_SITE)
+/** The most copies spillway_put_replicas keeps. */
+#define SPILLWAY_MAX_REPLICAS 16u
 
 /** Puts len bytes once and places a copy on every worker (nworkers 0) or on nworkers of them,
  * before any task uses it: broadcast scatter. The copies travel worker to worker along a

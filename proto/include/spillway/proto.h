@@ -153,13 +153,14 @@ const char *proto_role_name(int role);
     X(PLUGINS_REQ, 87)                                                                             \
     X(PLUGINS, 88)                                                                                 \
     X(PLUGIN_LOAD, 89)                                                                             \
-    X(WORKER_PLUGINS, 90)
+    X(WORKER_PLUGINS, 90)                                                                          \
+    X(DRAIN, 91)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
     PROTO_MSG_MAP(PROTO_TYPE_ENUM)
 #undef PROTO_TYPE_ENUM
-        PROTO_TYPE_MAX = 91
+        PROTO_TYPE_MAX = 92
 };
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);
@@ -303,6 +304,22 @@ enum proto_stat {
     PROTO_STAT_TASKS_CANCELLED, /* dropped before they started: their client went away */
     PROTO_STAT_FETCHED_BYTES,   /* bytes of objects and views fetched from other workers */
     PROTO_STAT_COUNT
+};
+
+/** STATUS's lineage list. */
+enum proto_lineage {
+    PROTO_LINEAGE_RERUNS, /* finished tasks run again to re-make outputs lost with a worker */
+    PROTO_LINEAGE_LOST,   /* objects lost for good: no copy left and no task to re-make them */
+    PROTO_LINEAGE_COUNT
+};
+
+/** A worker's state in STATUS (R_SWORKER_STATE). */
+enum proto_wstate {
+    PROTO_WSTATE_RUNNING,
+    PROTO_WSTATE_PAUSED,   /* its store is above its pause threshold: no new tasks */
+    PROTO_WSTATE_DRAINING, /* it takes no tasks and its sole copies are being copied away */
+    PROTO_WSTATE_DRAINED,  /* it takes no tasks and holds no object's only copy */
+    PROTO_WSTATE_COUNT
 };
 
 /** Task states, indexes of STATUS's task list. */

@@ -113,7 +113,8 @@
     MSG0(PLUGINS_REQ, plugins_req)                                                                 \
     MSG(PLUGINS, plugins)                                                                          \
     MSG(PLUGIN_LOAD, plugin_load)                                                                  \
-    MSG(WORKER_PLUGINS, worker_plugins)
+    MSG(WORKER_PLUGINS, worker_plugins)                                                            \
+    MSG(DRAIN, drain)
 
 /* ------------------------------------------------------------------ records */
 
@@ -469,7 +470,9 @@
     N(F_STATUS_IO, io, LIST_U, 0) /* PROTO_IO_* (conn.h): frames and bytes in and out */           \
     N(F_STATUS_LATENCY, latency, LIST_U, 0) /* tasks finished per PROTO_LATENCY_BOUNDS_MS         \
                                                bucket (the last is +Inf), then the sum of their   \
-                                               latencies in microseconds */
+                                               latencies in microseconds */                       \
+    N(F_STATUS_LINEAGE, lineage, LIST_U, 0) /* PROTO_LINEAGE_*: tasks run again to re-make lost  \
+                                               outputs, objects lost for good */
 
 /* spillway-ctl memory. The reply is any number of MEMORY_OBJS frames, then MEMORY_END. */
 #define PROTO_FIELDS_MEMORY_REQ(F, N) F(F_MEMREQ_FLAGS, flags, U, 0)
@@ -489,7 +492,9 @@
  * or ERROR, scheduler -> client BROADCAST_DONE. */
 #define PROTO_FIELDS_BROADCAST(F, N)                                                               \
     F(F_BCAST_ID, id, ID, 0)                                                                       \
-    F(F_BCAST_WORKERS, workers, U, 0) /* 0 = all */
+    F(F_BCAST_WORKERS, workers, U, 0) /* 0 = all */                                                \
+    N(F_BCAST_KEEP, keep, U, 0) /* 1: keep that many copies (a put with replicas): a holder lost  \
+                                   or drained is replaced while workers remain */
 #define PROTO_FIELDS_BROADCAST_DONE(F, N)                                                          \
     F(F_BCDONE_ID, id, ID, 0)                                                                      \
     F(F_BCDONE_COPIES, copies, U, 0)                                                               \
@@ -498,6 +503,14 @@
     F(F_REPL_ID, id, ID, 0)                                                                        \
     F(F_REPL_SIZE, size, U, 0)                                                                     \
     F(F_REPL_LOCS, locs, RECS, loc)
+
+/* Draining a worker: it takes no more tasks, and every object of which it holds the only copy is
+ * copied to other workers. A worker sends DRAIN (0, "") for itself, spillway-ctl names one by id
+ * or, with id 0, by name; the scheduler answers OK (value: the copies made) once the worker is
+ * drained, or ERROR. */
+#define PROTO_FIELDS_DRAIN(F, N)                                                                   \
+    F(F_DRAIN_WORKER, worker, U, 0)                                                                \
+    F(F_DRAIN_NAME, name, STR, PROTO_MAX_NAME)
 
 /* Worker <-> executor. */
 #define PROTO__FIELDS_EXEC(F, N, P)                                                                \

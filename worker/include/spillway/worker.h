@@ -73,6 +73,15 @@ void wrk_opts_default(wrk_opts *o);
  * @return 0 or an error now (bad options, plugin refused, store creation, bind). */
 int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int status), void *arg,
             wrk **out, char *bound, size_t boundlen);
+/** Drains the worker before it stops: asks the scheduler to place no more tasks here, to take
+ * back the tasks not yet started and to copy every object of which this worker holds the only
+ * copy to other workers (they fetch it from the peer port, which keeps serving). done(arg,
+ * status) runs once: 0 when the scheduler says nothing here is needed any more, SPW_ETIMEDOUT
+ * after timeout_ms, SPW_ECLOSED if the scheduler connection drops, or the scheduler's error.
+ * The worker goes on running either way; the caller then usually closes it (wrk_close).
+ * @return 0; SPW_ECLOSED now (done never runs) when no scheduler is connected; SPW_EINVAL when
+ *         closing or draining already. */
+int wrk_drain(wrk *w, uint32_t timeout_ms, void (*done)(void *arg, int status), void *arg);
 /** Stops executors (their sockets close and they exit on their own; one still running a task
  * after 5 s is killed), closes connections and handles, frees the store. done(arg, status)
  * runs once everything is closed and freed: status 0, or SPW_EEXECCRASH if an executor exited

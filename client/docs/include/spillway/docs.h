@@ -62,6 +62,10 @@ json_t *ctl_doc__build(const proto_msg *msgs, size_t n, const char *group_by);
  * key). NULL is taken as "". @return a new reference; NULL only when out of memory. */
 json_t *ctl_doc_str(const char *s);
 
+/** spillway-ctl drain: drains the worker of that id (all digits) or name (or peer address),
+ * and waits until it is drained: {worker, state: "drained", copies}. The worker stays up.
+ * @return as ctl_doc_status; SPW_ENOWORKER (no such worker), SPW_ECLOSED (it left first). */
+int ctl_doc_drain(spillway *cl, int timeout_ms, const char *worker, json_t **out);
 /** spillway-ctl plugins: the uploaded plugins {plugins: [{name, hash, size, object, state,
  * functions, clients, graphs, copies}], bytes}. @return as ctl_doc_status. */
 int ctl_doc_plugins(spillway *cl, int timeout_ms, json_t **out);
