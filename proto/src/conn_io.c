@@ -246,12 +246,16 @@ void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ..
     proto_send_error(c, req, &(proto_error_msg){.code = code, .msg = msg});
 }
 
-static void write_finished(proto_conn *c, size_t written)
+/* The write in flight is done: its plaintext leaves the queue. */
+static void write_finished(proto_conn *c)
 {
     conn__outq_release(&c->wout, true);
-    c->queued -= written;
-    c->tx_done += written;
+    c->queued -= c->wout_queued;
+    c->tx_done += c->wout_total;
     c->wout_total = 0;
+    c->wout_queued = 0;
+    if (c->wire.cap > BUF_KEEP_MAX)
+        spw_buf_release(&c->wire);
     if (c->state == ST_CLOSING && c->queued == 0) {
         conn__do_close(c);
         return;
@@ -269,10 +273,10 @@ static void write_cb(uv_write_t *req, int status)
 {
     proto_conn *c = req->data;
     c->writing = false;
-    size_t total = c->wout.buf.len + c->wout.borrowed_bytes;
     if (status < 0) {
         conn__outq_release(&c->wout, true);
-        c->queued -= total;
+        c->queued -= c->wout_queued;
+        c->wout_queued = 0;
         if (c->state != ST_CLOSED) {
             if (c->close_status == 0)
                 c->close_status = status;
@@ -280,21 +284,55 @@ static void write_cb(uv_write_t *req, int status)
         }
         return;
     }
-    write_finished(c, total);
+    write_finished(c);
 }
 
-void conn__flush(proto_conn *c)
+/* A write failed at once: what it carried is dropped and the connection closed. */
+static void write_failed(proto_conn *c, int rc)
 {
-    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
-        return;
-    if (c->out.buf.len == 0 && c->out.nb == 0)
-        return;
-    conn__batch_close(c);
-    outq tmp = c->wout;
-    c->wout = c->out;
-    c->out = tmp;
-    outq *q = &c->wout;
+    conn__outq_release(&c->wout, true);
+    c->queued -= c->wout_queued;
+    c->wout_queued = 0;
+    if (c->close_status == 0)
+        c->close_status = rc;
+    conn__do_close(c);
+}
 
+/* Writes bufs (wout_total bytes, carrying wout_queued of the queue): what the socket takes now,
+ * the rest with uv_write. */
+static void write_bufs(proto_conn *c, uv_buf_t *bufs, size_t nbufs)
+{
+    size_t total = c->wout_total;
+    int n = uv_try_write(&c->h.stream, bufs, (unsigned)nbufs);
+    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+        write_failed(c, n);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done == total) {
+        write_finished(c);
+        return;
+    }
+    /* Skip what went out and hand the rest to uv_write. */
+    size_t first = 0;
+    while (done > 0 && done >= bufs[first].len) {
+        done -= bufs[first].len;
+        first++;
+    }
+    bufs[first].base += done;
+    bufs[first].len -= done;
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, &c->h.stream, bufs + first, (unsigned)(nbufs - first), write_cb);
+    if (rc < 0) {
+        write_failed(c, rc);
+        return;
+    }
+    c->writing = true;
+}
+
+/* c->wbufs over q: its owned bytes with the borrowed ranges spliced in. @return their count. */
+static size_t outq_bufs(proto_conn *c, const outq *q)
+{
     size_t need = 2 * q->nb + 1;
     if (need > c->wbufs_cap) {
         c->wbufs_cap = need;
@@ -311,43 +349,57 @@ void conn__flush(proto_conn *c)
     }
     if (q->buf.len > pos)
         c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->buf.len - pos));
-    size_t total = q->buf.len + q->borrowed_bytes;
-    c->wout_total = total;
+    return nbufs;
+}
 
-    int n = uv_try_write(&c->h.stream, c->wbufs, (unsigned)nbufs);
-    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
-        conn__outq_release(q, true);
-        c->queued -= total;
-        if (c->close_status == 0)
-            c->close_status = n;
-        conn__do_close(c);
+/* Under TLS the queued frames are encrypted at once (their buffers, borrowed ones too, are
+ * released then) and the ciphertext, with whatever the handshake has to say, is written from
+ * c->wire. Frames wait while the TLS handshake runs. */
+static void flush_tls(proto_conn *c)
+{
+    size_t plain = 0;
+    if (conn__tls_up(c) && (c->out.buf.len > 0 || c->out.nb > 0)) {
+        conn__batch_close(c);
+        size_t nbufs = outq_bufs(c, &c->out);
+        plain = c->out.buf.len + c->out.borrowed_bytes;
+        int rc = conn__tls_encrypt(c, c->wbufs, nbufs);
+        outq tmp = c->wout;
+        c->wout = c->out;
+        c->out = tmp;
+        c->wout_queued = plain;
+        if (rc < 0) {
+            write_failed(c, rc);
+            return;
+        }
+        conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
+    }
+    size_t len = conn__tls_take(c);
+    if (len == 0)
+        return;
+    c->wout_queued = plain;
+    c->wout_total = len;
+    uv_buf_t b = uv_buf_init((char *)c->wire.data, (unsigned)len);
+    write_bufs(c, &b, 1);
+}
+
+void conn__flush(proto_conn *c)
+{
+    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
+        return;
+    if (c->tls != NULL) {
+        flush_tls(c);
         return;
     }
-    size_t done = n > 0 ? (size_t)n : 0;
-    if (done == total) {
-        write_finished(c, total);
+    if (c->out.buf.len == 0 && c->out.nb == 0)
         return;
-    }
-    /* Skip what went out and hand the rest to uv_write. */
-    size_t first = 0;
-    while (done > 0 && done >= c->wbufs[first].len) {
-        done -= c->wbufs[first].len;
-        first++;
-    }
-    c->wbufs[first].base += done;
-    c->wbufs[first].len -= done;
-    c->wreq.data = c;
-    int rc =
-        uv_write(&c->wreq, &c->h.stream, c->wbufs + first, (unsigned)(nbufs - first), write_cb);
-    if (rc < 0) {
-        conn__outq_release(q, true);
-        c->queued -= total;
-        if (c->close_status == 0)
-            c->close_status = rc;
-        conn__do_close(c);
-        return;
-    }
-    c->writing = true;
+    conn__batch_close(c);
+    outq tmp = c->wout;
+    c->wout = c->out;
+    c->out = tmp;
+    size_t nbufs = outq_bufs(c, &c->wout);
+    c->wout_total = c->wout.buf.len + c->wout.borrowed_bytes;
+    c->wout_queued = c->wout_total;
+    write_bufs(c, c->wbufs, nbufs);
 }
 
 static void dispatch(proto_conn *c, const proto_msg *m)
@@ -400,7 +452,7 @@ static void dispatch(proto_conn *c, const proto_msg *m)
  * When a frame overflowed, the zone is made again
  * with a first chunk twice as large, up to ZONE_KEEP_MAX, so steady batched traffic decodes into
  * memory that is already there; a connection keeps at most that much between frames. */
-static void zone_reset(proto_conn *c)
+void conn__zone_reset(proto_conn *c)
 {
     msgpack_zone *z = &c->zone;
     if ((const void *)z->chunk_list.head == c->zone_first || z->chunk_size >= ZONE_KEEP_MAX) {
@@ -438,7 +490,7 @@ static void try_sink(proto_conn *c, size_t pos)
     if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &head) ==
         (int)c->sink_head_len)
         dest = c->cbs.on_sink(c, &head, data_len);
-    zone_reset(c);
+    conn__zone_reset(c);
     if (dest == NULL) {
         c->sink_declined = true; /* a malformed head is reported when the frame is complete */
         return;
@@ -463,7 +515,7 @@ static void sink_finish(proto_conn *c)
     c->sink = NULL;
     c->sink_declined = false;
     dispatch(c, &m);
-    zone_reset(c);
+    conn__zone_reset(c);
 }
 
 /* The limits for the next frame: the configured ones once the handshake is done, before that
@@ -499,7 +551,7 @@ void conn__process_input(proto_conn *c)
             break;
         }
         if (rc < 0) {
-            zone_reset(c);
+            conn__zone_reset(c);
             if (rc == SPW_EMALFORMED && c->state == ST_READY) {
                 /* The length prefix is sound, so skip just this frame and go on. */
                 size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
@@ -535,7 +587,7 @@ void conn__process_input(proto_conn *c)
         pos += (size_t)rc;
         c->sink_declined = false;
         dispatch(c, &m);
-        zone_reset(c);
+        conn__zone_reset(c);
     }
     if (c->state == ST_CLOSED)
         return;
@@ -544,36 +596,68 @@ void conn__process_input(proto_conn *c)
         spw_buf_release(&c->in);
 }
 
-void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+int conn__in_room(proto_conn *c, uint8_t **at, size_t *len)
 {
-    (void)suggested;
-    proto_conn *c = h->data;
     if (c->sink != NULL) {
         uint64_t left = c->sink_len - c->sink_got;
-        *buf = uv_buf_init((char *)c->sink + c->sink_got,
-                           left > UINT32_MAX ? UINT32_MAX : (unsigned)left);
-        return;
+        *at = c->sink + c->sink_got;
+        *len = left > INT32_MAX ? INT32_MAX : (size_t)left;
+        return 0;
     }
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
     if (c->state != ST_READY) /* unauthenticated: room for one small frame, no more */
         want = PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME;
-    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
+    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0)
+        return SPW_ENOMEM;
+    size_t room = c->in.cap - c->in.len;
+    *at = c->in.data + c->in.len;
+    *len = room > INT32_MAX ? INT32_MAX : room;
+    return 0;
+}
+
+void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    proto_conn *c = h->data;
+    if (c->tls != NULL) { /* ciphertext: decrypted into conn__in_room as it comes */
+        *buf = uv_buf_init((char *)c->ctx->tls_rbuf, CONN_TLS_RBUF);
+        return;
+    }
+    uint8_t *at;
+    size_t len;
+    if (conn__in_room(c, &at, &len) != 0) {
         *buf = uv_buf_init(NULL, 0);
         return;
     }
-    *buf = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len));
+    *buf = uv_buf_init((char *)at, (unsigned)len);
+}
+
+void conn__input(proto_conn *c, size_t n)
+{
+    if (c->sink != NULL) {
+        c->sink_got += n;
+        if (c->sink_got == c->sink_len)
+            sink_finish(c);
+        return;
+    }
+    c->in.len += n;
+    conn__process_input(c);
 }
 
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     proto_conn *c = s->data;
     if (nread < 0) {
         if (c->state == ST_CLOSING || c->state == ST_CLOSED)
             return;
         int status = nread == UV_EOF ? SPW_ECLOSED : (int)nread;
+        if (c->tls != NULL && !conn__tls_up(c) && c->server)
+            conn__log_limited(c->ctx, LIM_TLS,
+                              "peer=%s refused: TLS handshake incomplete: the peer closed the "
+                              "connection (%s) err=SPW_ETLS",
+                              c->peer, spw_strerror(status));
         if (c->close_status == 0)
             c->close_status = status;
         conn__do_close(c);
@@ -584,14 +668,16 @@ void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     c->rx_ms = uv_now(c->h.handle.loop);
     c->ping_out = false;
     c->ctx->io[PROTO_IO_BYTES_IN] += (uint64_t)nread;
-    if (c->sink != NULL) {
-        c->sink_got += (uint64_t)nread;
-        if (c->sink_got == c->sink_len)
-            sink_finish(c);
+    if (c->tls != NULL) {
+        conn__tls_read(c, (const uint8_t *)buf->base, (size_t)nread);
         return;
     }
-    c->in.len += (size_t)nread;
-    conn__process_input(c);
+    if (c->tls_detect) {
+        c->in.len += (size_t)nread;
+        conn__tls_detect(c);
+        return;
+    }
+    conn__input(c, (size_t)nread);
 }
 
 /* Bytes written so far: finished writes and what left of the one in flight. */
