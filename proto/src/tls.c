@@ -226,9 +226,12 @@ static void tls_fail(proto_conn *c, int err)
     unsigned long e = ERR_peek_last_error();
     int reason = ERR_GET_REASON(e);
     tls_reason(why, sizeof why);
-    if (err == SSL_ERROR_SSL && (reason == SSL_R_BINDER_DOES_NOT_VERIFY ||
-                                 reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR ||
-                                 reason == SSL_R_DECRYPTION_FAILED_OR_BAD_RECORD_MAC)) {
+    /* A key that does not match: the server finds the binder wrong and answers with an
+     * illegal_parameter alert, the only thing our handshake can have wrong for it. */
+    if (err == SSL_ERROR_SSL && !c->tls->up &&
+        (reason == SSL_R_BINDER_DOES_NOT_VERIFY ||
+         (!c->server && reason == SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER) ||
+         reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR)) {
         code = SPW_EAUTH;
         snprintf(msg, sizeof msg,
                  "TLS handshake failed: wrong or missing cluster secret (%s) err=SPW_EAUTH", why);
@@ -252,7 +255,8 @@ static void tls_fail(proto_conn *c, int err)
 }
 
 /* Client, before the server's first TLS byte: the plaintext CHALLENGE every server sends on
- * accept is skipped; an ERROR (a server that does not encrypt refusing our ClientHello) is
+ * accept is skipped (a frame before the handshake is under 4 KiB, so its length starts with a
+ * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt refusing our ClientHello) is
  * reported as a refusal. Consumes c->in; false when c was closed or more bytes are needed. */
 static bool skip_plain(proto_conn *c)
 {
@@ -260,7 +264,7 @@ static bool skip_plain(proto_conn *c)
     proto_limits lim = c->ctx->opts.limits;
     lim.max_frame = PROTO_PREAUTH_MAX_FRAME;
     while (c->in.len > 0) {
-        if (c->in.data[0] == TLS_RECORD_BYTE) {
+        if (c->in.data[0] != 0) { /* a TLS record: a handshake, or an alert refusing us */
             t->pre = false;
             BIO_write(t->rbio, c->in.data, (int)c->in.len);
             c->in.len = 0;
