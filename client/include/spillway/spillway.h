@@ -63,7 +63,16 @@ typedef struct spillway_opts {
                                 quarter of the smallest store); else a put larger than this is
                                 chunked too, in chunks of at most this (a power of two, at
                                 least 64 KiB) */
+    int encrypt;             /* SPILLWAY_ENCRYPT_*: YES and REQUIRED both make every TCP
+                                connection to another host TLS, keyed by the cluster secret (so
+                                one is needed); a server that does not encrypt refuses us */
+    int encrypt_local;       /* 1: loopback TCP (127.0.0.1, ::1) is encrypted too */
 } spillway_opts;
+
+/** spillway_opts.encrypt: the daemons' --encrypt words. */
+#define SPILLWAY_ENCRYPT_NO 0
+#define SPILLWAY_ENCRYPT_YES 1
+#define SPILLWAY_ENCRYPT_REQUIRED 2
 
 /** The library's version: MAJOR * 10000 + MINOR * 100 + PATCH (compare SPILLWAY_VERSION_NUMBER). */
 SPILLWAY_API unsigned spillway_version(void);
