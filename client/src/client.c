@@ -37,6 +37,19 @@ int spillway__leave(spillway *c, int rc, const char *fn)
     return rc;
 }
 
+int spillway__refuse(spillway *c, int rc, const char *fn, const char *fmt, ...)
+{
+    if (c == NULL)
+        return rc;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    spillway__set_err(c, "%s: %s: %s", fn, spw_strerror(rc), why);
+    return rc;
+}
+
 void spillway_opts_init(spillway_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -258,8 +271,10 @@ bool spillway__stalled(const spillway *c)
 
 int spillway_set_stall_timeout(spillway *c, int timeout_ms)
 {
+    spillway__enter(c);
     if (c == NULL || timeout_ms < 0)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_set_stall_timeout",
+                                "timeout_ms is %d; at least 0 (0: never)", timeout_ms);
     c->stall_ms = (uint32_t)timeout_ms;
     return 0;
 }
@@ -518,6 +533,16 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     spw_addr parsed;
     if (addr == NULL || spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0) {
         connect_fail("cannot connect to '%s': %s", addr != NULL ? addr : "", addr_problem(addr));
+        return SPW_EINVAL;
+    }
+    if (spw_addr_host_is_wildcard(parsed.host)) {
+        connect_fail("cannot connect to '%s': %s is a wildcard address, for listening on every "
+                     "interface; connect to one host's address or name",
+                     addr, parsed.host);
+        return SPW_EINVAL;
+    }
+    if (out == NULL) {
+        connect_fail("cannot connect to '%s': out is NULL; it receives the connection", addr);
         return SPW_EINVAL;
     }
     uint8_t *secret = NULL;

@@ -144,6 +144,11 @@ static inline void spillway__enter(spillway *c)
         c->err_set = false;
 }
 int spillway__leave(spillway *c, int rc, const char *fn);
+/* Refuses the public call fn's arguments: errmsg reads "FUNCTION: <rc's text>: WHY", where why
+ * names the argument, its value and the limit ("fn is 999 bytes; at most 255"). c may be NULL
+ * (then nothing is recorded). @return rc. */
+int spillway__refuse(spillway *c, int rc, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Runs the loop until cond holds (0), the deadline passes (SPW_ETIMEDOUT), or the scheduler's
  * connection is gone: SPW_ECLOSED, or SPW_ETIMEDOUT with the error text naming the scheduler
  * when the stall watch closed it (spillway__stalled; callers keep that text). */
@@ -201,6 +206,10 @@ int spillway__put_object(spillway *c, spw_id id, const void *data, size_t len, u
 int spillway__resolve_size(spillway *c, spw_id id, uint64_t *size, uint64_t *chunk);
 /* The connection closes: its plugin handles stay valid but refer to no connection. */
 void spillway__plugins_detach(spillway *c);
+/* The connection a graph was made on. */
+spillway *spillway__graph_client(const spillway_graph *g);
+/* Lifts a graph's byte cap when none was set (0 would mean the scheduler's default). */
+void spillway__graph_uncap_bytes(spillway_graph *g);
 
 
 /** Appends task record r to out, the same bytes as proto_put_task_rec (enc.c); its arguments

@@ -97,8 +97,11 @@ void spillway_graph_free(spillway_graph *g)
 
 static int graph_place__impl(spillway_graph *g, const char *worker)
 {
-    if (g == NULL || (worker != NULL && strlen(worker) > PROTO_MAX_NAME))
+    if (g == NULL)
         return SPW_EINVAL;
+    if (worker != NULL && strlen(worker) > PROTO_MAX_NAME)
+        return spillway__refuse(g->c, SPW_EINVAL, "spillway_graph_place",
+                                "worker is %zu bytes; at most %u", strlen(worker), PROTO_MAX_NAME);
     snprintf(g->place, sizeof g->place, "%s", worker != NULL ? worker : "");
     return 0;
 }
@@ -110,6 +113,17 @@ static int graph_limits__impl(spillway_graph *g, uint64_t max_tasks, uint64_t ma
     g->max_tasks = max_tasks;
     g->max_bytes = max_bytes;
     return 0;
+}
+
+spillway *spillway__graph_client(const spillway_graph *g)
+{
+    return g->c;
+}
+
+void spillway__graph_uncap_bytes(spillway_graph *g)
+{
+    if (g->max_bytes == 0)
+        g->max_bytes = UINT64_MAX;
 }
 
 /* SUBMIT frames are cut past 256 KiB of records (a record larger than that goes alone). The
@@ -179,26 +193,30 @@ static void arg_rec(spillway *c, const spillway_arg *a, spw_id *rid, proto_arg_r
 }
 
 _Static_assert(SPILLWAY_MAX_OUTPUTS == SPW_TASK_OUTPUTS_MAX, "one limit on a task's outputs");
+#define TASK_MAX_ARGS 65535u /* a task's arguments at most */
 
-static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                         unsigned flags, uint32_t nouts, spillway_ref *out, const char *site);
+static int task_at__impl(spillway_graph *g, const char *me, const char *fn,
+                         const spillway_arg *args, size_t nargs, unsigned flags, uint32_t nouts,
+                         spillway_ref *out, const char *site);
 
 /* An argument naming a chunked object this client put (id, size bytes in chunks of 1 << shift)
  * becomes an argument naming its chunks, which are objects of their own: the chunk its range
  * lies in (whole, or a view of it), or, for a range across chunks or the whole object, the
  * output of a `concat` task over views of the chunks it covers, added to the graph first: those
- * bytes are gathered, once, in one store. Argument i of the task being added, for errors. */
-static int chunk_arg(spillway_graph *g, spw_id id, uint64_t size, unsigned shift,
+ * bytes are gathered, once, in one store. Argument i of the task being added by the public call
+ * me, for errors. */
+static int chunk_arg(spillway_graph *g, const char *me, spw_id id, uint64_t size, unsigned shift,
                      const spillway_arg *a, size_t i, const char *site, spillway_arg *out)
 {
     spillway *c = g->c;
     uint64_t off = a->kind == SPILLWAY_ARG_VIEW ? a->off : 0;
     uint64_t len = a->kind == SPILLWAY_ARG_VIEW ? a->len : size;
-    if (off > size || len > size - off) {
-        spillway__set_err(c, "argument %zu: view outside a %llu-byte object", i,
-                          (unsigned long long)size);
-        return SPW_EINVAL;
-    }
+    if (off > size || len > size - off)
+        return spillway__refuse(c, SPW_EINVAL, me,
+                                "args[%zu] is a view of %llu bytes at %llu, outside its "
+                                "%llu-byte object",
+                                i, (unsigned long long)len, (unsigned long long)off,
+                                (unsigned long long)size);
     uint64_t cs = (uint64_t)1 << shift, nchunks = (size + cs - 1) / cs;
     uint64_t first = off / cs, last = len > 0 ? (off + len - 1) / cs : first;
     if (first >= nchunks)
@@ -219,45 +237,61 @@ static int chunk_arg(spillway_graph *g, spw_id id, uint64_t size, unsigned shift
         parts[k] = spillway_arg_view((spillway_ref){id.hi, id.lo | (1 + first + k)}, b - cb, e - b);
     }
     spillway_ref r;
-    int rc = task_at__impl(g, "concat", parts, n, 0, 1, &r, site);
+    int rc = task_at__impl(g, me, "concat", parts, n, 0, 1, &r, site);
     spw_free(parts);
     if (rc == 0)
         *out = spillway_arg_ref(r);
     return rc;
 }
 
-/* A task of nouts outputs; out: nouts references, or NULL. */
-static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
-                         unsigned flags, uint32_t nouts, spillway_ref *out, const char *site)
+/* A task of nouts outputs; out: nouts references, or NULL. me: the public call, for errmsg. */
+static int task_at__impl(spillway_graph *g, const char *me, const char *fn,
+                         const spillway_arg *args, size_t nargs, unsigned flags, uint32_t nouts,
+                         spillway_ref *out, const char *site)
 {
-    if (g == NULL || fn == NULL || fn[0] == '\0' || strlen(fn) > PROTO_MAX_NAME ||
-        (args == NULL && nargs > 0) || nargs > 65535 || nouts == 0)
+    if (g == NULL)
         return SPW_EINVAL;
     spillway *c = g->c;
-    if (nouts > SPILLWAY_MAX_OUTPUTS) {
-        spillway__set_err(c, "task %llu (%s): %u outputs declared, over the limit of %u",
-                          (unsigned long long)g->ntasks, fn, nouts, SPILLWAY_MAX_OUTPUTS);
-        return SPW_ELIMIT;
-    }
+    size_t fnlen = fn != NULL ? strlen(fn) : 0;
+    if (fnlen == 0)
+        return spillway__refuse(c, SPW_EINVAL, me, "fn is %s; a name of 1 to %u bytes",
+                                fn == NULL ? "NULL" : "empty", PROTO_MAX_NAME);
+    if (fnlen > PROTO_MAX_NAME)
+        return spillway__refuse(c, SPW_EINVAL, me, "fn is %zu bytes; at most %u", fnlen,
+                                PROTO_MAX_NAME);
+    if (nargs > TASK_MAX_ARGS)
+        return spillway__refuse(c, SPW_EINVAL, me, "nargs is %zu; at most %u", nargs,
+                                TASK_MAX_ARGS);
+    if (args == NULL && nargs > 0)
+        return spillway__refuse(c, SPW_EINVAL, me,
+                                "args is NULL with nargs %zu; nargs must be 0 without args", nargs);
+    if (nouts == 0)
+        return spillway__refuse(c, SPW_EINVAL, me, "k is 0; a task has at least one output");
+    if (nouts > SPILLWAY_MAX_OUTPUTS)
+        return spillway__refuse(c, SPW_ELIMIT, me, "k is %u; at most %u outputs (task %llu, %s)",
+                                nouts, SPILLWAY_MAX_OUTPUTS, (unsigned long long)g->ntasks, fn);
     /* Validate before encoding anything, so a refusal leaves the graph as it was. */
     for (size_t i = 0; i < nargs; i++) {
         const spillway_arg *a = &args[i];
         if (a->kind == SPILLWAY_ARG_BYTES) {
-            if (a->data == NULL && a->len > 8) {
-                spillway__set_err(c, "argument %zu: bytes without data", i);
-                return SPW_EINVAL;
-            }
+            if (a->data == NULL && a->len > sizeof a->small)
+                return spillway__refuse(c, SPW_EINVAL, me,
+                                        "args[%zu] is bytes without data, len %zu; at most %zu "
+                                        "travel in the argument itself",
+                                        i, a->len, sizeof a->small);
         } else if (a->kind == SPILLWAY_ARG_REF || a->kind == SPILLWAY_ARG_VIEW) {
             handle *h = spillway__handle_find(c, (spw_id){a->ref.hi, a->ref.lo});
             if (a->kind == SPILLWAY_ARG_VIEW && h != NULL && h->kind == H_SMALL &&
-                (a->off > h->size || a->len > h->size - a->off)) {
-                spillway__set_err(c, "argument %zu: view outside a %llu-byte value", i,
-                                  (unsigned long long)h->size);
-                return SPW_EINVAL;
-            }
+                (a->off > h->size || a->len > h->size - a->off))
+                return spillway__refuse(c, SPW_EINVAL, me,
+                                        "args[%zu] is a view of %zu bytes at %llu, outside its "
+                                        "%llu-byte value",
+                                        i, a->len, (unsigned long long)a->off,
+                                        (unsigned long long)h->size);
         } else {
-            spillway__set_err(c, "argument %zu: unknown kind %d", i, a->kind);
-            return SPW_EINVAL;
+            return spillway__refuse(c, SPW_EINVAL, me,
+                                    "args[%zu] has kind %d; 0 (bytes), 1 (ref) or 2 (view)", i,
+                                    a->kind);
         }
     }
     /* Large values go to a store once and are referred to, never embedded per task. */
@@ -270,7 +304,7 @@ static int task_at__impl(spillway_graph *g, const char *fn, const spillway_arg *
             handle *h = spillway__handle_find(c, (spw_id){args[i].ref.hi, args[i].ref.lo});
             if (h == NULL || h->chunk_shift == 0)
                 continue;
-            int rc = chunk_arg(g, h->id, h->size, h->chunk_shift, &args[i], i, site, &av[i]);
+            int rc = chunk_arg(g, me, h->id, h->size, h->chunk_shift, &args[i], i, site, &av[i]);
             if (rc != 0) {
                 if (av != argv_local)
                     spw_free(av);
@@ -413,16 +447,36 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     return rc;
 }
 
-/* map_blocks over inputs[0..ninputs) as one graph (spillway_map_blocks_list). */
-static int map_blocks_list_at__impl(spillway *c, const char *fn, const spillway_ref *inputs,
-                                    size_t ninputs, const spillway_arg *shared, size_t nshared,
+#define MAP_MAX_SHARED 1000u /* shared arguments of a map at most */
+
+/* map_blocks over inputs[0..ninputs) as one graph (spillway_map_blocks_list); me: the public
+ * call, for errmsg. */
+static int map_blocks_list_at__impl(spillway *c, const char *me, const char *fn,
+                                    const spillway_ref *inputs, size_t ninputs,
+                                    const spillway_arg *shared, size_t nshared,
                                     const spillway_map_opts *o, spillway_ref **results,
                                     size_t *nresults, const char *site)
 {
     if (c == NULL || fn == NULL || o == NULL || results == NULL || nresults == NULL ||
-        inputs == NULL || ninputs == 0 || (o->block_size == 0 && o->nblocks == 0) ||
-        (shared == NULL && nshared > 0) || nshared > 1000)
-        return SPW_EINVAL;
+        inputs == NULL)
+        return spillway__refuse(c, SPW_EINVAL, me, "%s is NULL",
+                                fn == NULL         ? "fn"
+                                : o == NULL        ? "o"
+                                : results == NULL  ? "results"
+                                : nresults == NULL ? "nresults"
+                                                   : "inputs");
+    if (ninputs == 0)
+        return spillway__refuse(c, SPW_EINVAL, me, "ninputs is 0; at least 1");
+    if (o->block_size == 0 && o->nblocks == 0)
+        return spillway__refuse(c, SPW_EINVAL, me,
+                                "o->block_size and o->nblocks are 0; one of them must be set");
+    if (nshared > MAP_MAX_SHARED)
+        return spillway__refuse(c, SPW_EINVAL, me, "nshared is %zu; at most %u", nshared,
+                                MAP_MAX_SHARED);
+    if (shared == NULL && nshared > 0)
+        return spillway__refuse(c, SPW_EINVAL, me,
+                                "shared is NULL with nshared %zu; nshared must be 0 without shared",
+                                nshared);
     uint64_t *sizes = spw_try_malloc(SPW_MOD_CLIENT, ninputs * sizeof *sizes);
     if (sizes == NULL)
         return SPW_ENOMEM;
@@ -553,10 +607,12 @@ static void gstat_reply(const proto_msg *m, void *arg)
     q->found = true;
 }
 
-int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out)
+static int graph_status__impl(spillway *c, uint64_t graph_id, spillway_graph_progress *out)
 {
     if (c == NULL || out == NULL || graph_id == 0)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_graph_status", "%s",
+                                out == NULL ? "out is NULL; it receives the progress"
+                                            : "graph_id is 0; no graph has it (spillway_graph_id)");
     if (c->sched == NULL)
         return SPW_ECLOSED;
     gstat_q q = {c->wel.session, graph_id, out, false};
@@ -569,6 +625,12 @@ int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progres
         return SPW_ENOOBJ;
     }
     return 0;
+}
+
+int spillway_graph_status(spillway *c, uint64_t graph_id, spillway_graph_progress *out)
+{
+    spillway__enter(c);
+    return spillway__leave(c, graph_status__impl(c, graph_id, out), "spillway_graph_status");
 }
 
 /* ------------------------------------------------------- public entry points */
@@ -594,8 +656,8 @@ int spillway_task_at(spillway_graph *g, const char *fn, const spillway_arg *args
 {
     spillway *c_ = g != NULL ? g->c : NULL;
     spillway__enter(c_);
-    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, 1, out, site),
-                           "spillway_task_at");
+    const char *me = "spillway_task_at";
+    return spillway__leave(c_, task_at__impl(g, me, fn, args, nargs, flags, 1, out, site), me);
 }
 
 int spillway_task_n_at(spillway_graph *g, const char *fn, const spillway_arg *args, size_t nargs,
@@ -603,8 +665,8 @@ int spillway_task_n_at(spillway_graph *g, const char *fn, const spillway_arg *ar
 {
     spillway *c_ = g != NULL ? g->c : NULL;
     spillway__enter(c_);
-    return spillway__leave(c_, task_at__impl(g, fn, args, nargs, flags, k, refs_out, site),
-                           "spillway_task_n_at");
+    const char *me = "spillway_task_n_at";
+    return spillway__leave(c_, task_at__impl(g, me, fn, args, nargs, flags, k, refs_out, site), me);
 }
 
 int spillway_submit_at(spillway_graph *g, const char *site)
@@ -621,8 +683,8 @@ int spillway_map_blocks_at(spillway *c, const char *fn, spillway_ref input,
     spillway *c_ = c;
     spillway__enter(c_);
     return spillway__leave(c_,
-                           map_blocks_list_at__impl(c, fn, &input, 1, shared, nshared, o, results,
-                                                    nresults, site),
+                           map_blocks_list_at__impl(c, "spillway_map_blocks_at", fn, &input, 1,
+                                                    shared, nshared, o, results, nresults, site),
                            "spillway_map_blocks_at");
 }
 
@@ -634,7 +696,8 @@ int spillway_map_blocks_list_at(spillway *c, const char *fn, const spillway_ref 
     spillway *c_ = c;
     spillway__enter(c_);
     return spillway__leave(c_,
-                           map_blocks_list_at__impl(c, fn, inputs, ninputs, shared, nshared, o,
-                                                    results, nresults, site),
+                           map_blocks_list_at__impl(c, "spillway_map_blocks_list_at", fn, inputs,
+                                                    ninputs, shared, nshared, o, results, nresults,
+                                                    site),
                            "spillway_map_blocks_list_at");
 }

@@ -575,7 +575,10 @@ static int scatter_at__impl(spillway *c, const void *data, size_t len, unsigned 
                             spillway_ref *out, const char *site)
 {
     if (c == NULL || data == NULL || len == 0 || out == NULL)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_scatter_at", "%s",
+                                len == 0       ? "len is 0; an object has at least one byte"
+                                : data == NULL ? "data is NULL"
+                                               : "out is NULL");
     if (len <= c->inline_limit)
         return spillway_put_at(c, data, len, out, site); /* travels with every task anyway */
     spw_id id = spillway__new_id(c);
@@ -843,7 +846,9 @@ static int gather_chunks(spillway *c, spw_id id, uint64_t size, uint64_t chunk, 
 static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
 {
     if (c == NULL || data == NULL || len == NULL)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_get", "%s is NULL; it receives the %s",
+                                data == NULL ? "data" : "len",
+                                data == NULL ? "value" : "value's length");
     spw_id id = {ref.hi, ref.lo};
     location loc;
     int rc = resolve(c, id, timeout_ms, &loc);
@@ -887,7 +892,8 @@ typedef struct view_priv {
 static int get_view__impl(spillway *c, spillway_ref ref, int timeout_ms, spillway_view *view)
 {
     if (c == NULL || view == NULL)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_get_view",
+                                "view is NULL; it receives the value");
     spw_id id = {ref.hi, ref.lo};
     location loc;
     int rc = resolve(c, id, timeout_ms, &loc);
@@ -973,7 +979,8 @@ static int release__impl(spillway *c, spillway_ref ref)
 static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
 {
     if (c == NULL || (refs == NULL && n > 0))
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_release_many",
+                                "refs is NULL with n %zu; n must be 0 without refs", n);
     char hex[33];
     int rc = 0;
     spw_id *remote = spw_malloc(SPW_MOD_CLIENT, (n > 0 ? n : 1) * sizeof *remote);
@@ -1042,7 +1049,8 @@ static bool all_settled(spillway *c, void *arg)
 static int wait__impl(spillway *c, const spillway_ref *refs, size_t n, int timeout_ms)
 {
     if (c == NULL || (refs == NULL && n > 0))
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_wait",
+                                "refs is NULL with n %zu; n must be 0 without refs", n);
     char hex[33];
     for (size_t i = 0; i < n; i++) {
         spillway__refs_prefetch(c, refs, n, i);

@@ -65,7 +65,10 @@ static int plugin_add_mem(spillway *c, const void *data, size_t len, const char 
                           spillway_plugin **out)
 {
     if (c == NULL || data == NULL || len == 0 || out == NULL)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_plugin_add_mem", "%s",
+                                len == 0       ? "len is 0; a plugin has at least one byte"
+                                : data == NULL ? "data is NULL"
+                                               : "out is NULL");
     if (c->sched == NULL)
         return SPW_ECLOSED;
     spillway_plugin *p = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *p);
@@ -116,7 +119,8 @@ void spillway__plugins_detach(spillway *c)
 static int plugin_add(spillway *c, const char *path, spillway_plugin **out)
 {
     if (c == NULL || path == NULL || out == NULL)
-        return SPW_EINVAL;
+        return spillway__refuse(c, SPW_EINVAL, "spillway_plugin_add", "%s is NULL",
+                                path == NULL ? "path" : "out");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -125,6 +129,12 @@ static int plugin_add(spillway *c, const char *path, spillway_plugin **out)
         if (fd >= 0)
             close(fd);
         return rc;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return spillway__refuse(c, SPW_EINVAL, "spillway_plugin_add", "path %s %s", path,
+                                S_ISREG(st.st_mode) ? "is empty; a plugin has at least one byte"
+                                                    : "is not a regular file");
     }
     size_t n = (size_t)st.st_size, off = 0;
     uint8_t *buf = S_ISREG(st.st_mode) ? spw_try_malloc(SPW_MOD_CLIENT, n ? n : 1) : NULL;

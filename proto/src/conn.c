@@ -5,6 +5,8 @@
  */
 #include "conn_int.h"
 
+#include <malloc.h>
+
 static void conn_switch_closed(uv_handle_t *h);
 
 uint32_t proto_default_max_conns(uint64_t nofile)
@@ -138,11 +140,26 @@ static void fd_probe(proto_ctx *ctx)
             strerror(errno), ctx->opts.max_conns);
 }
 
+/* Connections that come and go (a burst of peers, a client's reconnects) leave the heap full of
+ * freed records and buffers that glibc keeps rather than hands back. Once TRIM_CLOSED accepted
+ * connections have closed since the last trim, the heap's free pages go back to the kernel; at
+ * most once per TRIM_MIN_MS, so a steady churn costs a trim now and then, not one per close. */
+static void heap_trim(proto_ctx *ctx, uint64_t now)
+{
+    if (ctx->closed_since_trim < TRIM_CLOSED ||
+        now - ctx->trim_last_ns < (uint64_t)TRIM_MIN_MS * 1000000ULL)
+        return;
+    ctx->closed_since_trim = 0;
+    ctx->trim_last_ns = now;
+    malloc_trim(0);
+}
+
 static void sweeper_cb(uv_timer_t *t)
 {
     proto_ctx *ctx = t->data;
     uint64_t now = spw_now_ns();
     fd_probe(ctx);
+    heap_trim(ctx, now);
     proto_conn *c, *tmp;
     DL_FOREACH_SAFE(ctx->conns, c, tmp)
     {
@@ -265,8 +282,6 @@ proto_conn *conn__new(proto_ctx *ctx, const proto_conn_cbs *cbs, void *data)
     c->cbs = *cbs;
     c->data = data;
     c->h.handle.data = c;
-    msgpack_zone_init(&c->zone, ZONE_FIRST);
-    c->zone_first = c->zone.chunk_list.head;
     snprintf(c->peer, sizeof c->peer, "?");
     DL_APPEND(ctx->conns, c);
     ctx->handles++;
@@ -303,13 +318,16 @@ static void conn_closed_cb(uv_handle_t *h)
     spw_buf_release(&c->in);
     spw_buf_release(&c->wire);
     conn__tls_free(c);
-    msgpack_zone_destroy(&c->zone);
+    if (c->zone_first != NULL)
+        msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
     if (c->ai != NULL)
         uv_freeaddrinfo(c->ai);
     DL_DELETE(ctx->conns, c);
-    if (c->counted)
+    if (c->counted) {
         ctx->naccepted--;
+        ctx->closed_since_trim++;
+    }
     if (c->counted_client)
         ctx->nclients--;
     spw_free(c);

@@ -12,9 +12,9 @@
  * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
  * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
  * is active poll does not block, so queued frames never wait for unrelated I/O) and an
- * unref'd uv_timer that drops peers stuck in the handshake or in a draining close. A connection
- * is freed in its close callback, right after on_close; the ctx is freed when its last handle is.
- * Everything here runs on the loop's thread.
+ * unref'd uv_timer that drops peers stuck in the handshake or in a draining close and trims the
+ * heap after connection churn. A connection is freed in its close callback, right after
+ * on_close; the ctx is freed when its last handle is. Everything here runs on the loop's thread.
  */
 #ifndef SPW_CONN_INT_H
 #define SPW_CONN_INT_H
@@ -38,9 +38,12 @@
 #define IN_READ_MIN (256u << 10)
 #define OUT_HIGH_WATER (32u << 20)
 #define OUT_LOW_WATER (8u << 20)
-#define BUF_KEEP_MAX (8u << 20) /* buffers above this are freed when emptied */
-#define ZONE_FIRST (64u << 10)  /* a connection's decode zone starts with this much, */
+#define BUF_KEEP_MAX (8u << 20)  /* buffers above this are freed when emptied */
+#define ZONE_FIRST (64u << 10)   /* a connection's decode zone starts with this much, */
 #define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (conn__zone_reset) */
+#define ZONE_PREAUTH 1024u       /* before the handshake: made per frame, this small */
+/* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
+#define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
 #define CONN_TLS_RBUF (64u << 10) /* ciphertext read at once from a TLS connection's socket */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
@@ -50,6 +53,8 @@
 #define KEEPALIVE_INTVL_S 10 /* then one every 10 s; */
 #define KEEPALIVE_CNT 6      /* a peer that answers none of 6 is dead (about 2 minutes) */
 #define LIMIT_LOG_MS 10000   /* cap and EMFILE are logged at most once per this long */
+#define TRIM_CLOSED 256      /* after this many accepted connections closed, */
+#define TRIM_MIN_MS 5000     /* the heap is trimmed, at most once per this long (conn.c) */
 
 /* Events logged at most once per LIMIT_LOG_MS, with a count of those not logged. */
 enum {
@@ -93,7 +98,9 @@ enum conn_state {
 
 /* Invariants: a connection is on the dirty list iff c->dirty; at most one uv_write is in flight
  * per connection (c->writing); c->queued equals the bytes in out + wout + borrowed segments not
- * yet written. */
+ * yet written. Until its peer is authenticated (state before ST_READY) a connection holds its
+ * record and at most IN_PREAUTH input bytes, and between frames no decode zone and no output
+ * buffers: that is all an unauthenticated peer costs (README). */
 struct proto_conn {
     union {
         uv_handle_t handle;
@@ -145,16 +152,20 @@ struct proto_conn {
     size_t sink_head_len;
     bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
     uint8_t sink_head[SINK_HEAD_MAX];
-    msgpack_zone zone;
-    const void *zone_first; /* the zone's first chunk: another head means a frame overflowed it */
-    outq out;  /* being filled */
-    proto_batch batch; /* an open batched frame at the end of out.buf (batch.n > 0) */
-    outq wout; /* being written */
+    msgpack_zone zone;      /* made for a frame's decoding (conn_io.c conn_zone); kept between
+                               frames only once the peer is authenticated */
+    const void *zone_first; /* the zone's first chunk (another head means a frame overflowed it);
+                               NULL: no zone made */
+    outq out;               /* being filled */
+    proto_batch batch;      /* an open batched frame at the end of out.buf (batch.n > 0) */
+    outq wout;              /* being written */
     size_t queued;
     uv_buf_t *wbufs;
     size_t wbufs_cap;
-    uv_write_t wreq;
-    uv_connect_t creq;
+    union { /* a connection connects before it writes, so one request's memory serves both */
+        uv_write_t wreq;
+        uv_connect_t creq;
+    };
     /* Connecting by name: the pending lookup, the addresses it gave and the next to try. */
     struct conn_gai *gai;
     struct addrinfo *ai, *ai_next;
@@ -192,6 +203,8 @@ struct proto_ctx {
     bool closing;
     uint32_t naccepted;              /* server-side connections, handshakes included */
     uint32_t nclients;               /* of those, authenticated CLIENT and PEER roles */
+    uint32_t closed_since_trim;      /* accepted connections closed since the heap was trimmed */
+    uint64_t trim_last_ns;           /* when it was */
     uint64_t lim_last_ns[LIM_COUNT]; /* when each limit event was last logged */
     uint64_t lim_quiet[LIM_COUNT];   /* events since then that were not logged */
     int handles;                     /* open handles we own, conns and listeners included */
@@ -237,6 +250,8 @@ void conn__input(proto_conn *c, size_t n);
  * the handshake is done). @return 0, or SPW_ENOMEM. */
 int conn__in_room(proto_conn *c, uint8_t **at, size_t *len);
 void conn__zone_reset(proto_conn *c);
+/* The connection's decode zone, made if it has none (conn_io.c). */
+msgpack_zone *conn__zone(proto_conn *c);
 void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 void conn__start(proto_conn *c);

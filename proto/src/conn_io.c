@@ -249,12 +249,20 @@ void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ..
 /* The write in flight is done: its plaintext leaves the queue. */
 static void write_finished(proto_conn *c)
 {
-    conn__outq_release(&c->wout, true);
+    /* Output buffers are kept for the traffic that follows the handshake; before it, an
+     * unauthenticated peer holds none between writes. */
+    bool keep = c->state == ST_READY;
+    conn__outq_release(&c->wout, keep);
+    if (!keep) {
+        spw_free(c->wbufs);
+        c->wbufs = NULL;
+        c->wbufs_cap = 0;
+    }
     c->queued -= c->wout_queued;
     c->tx_done += c->wout_total;
     c->wout_total = 0;
     c->wout_queued = 0;
-    if (c->wire.cap > BUF_KEEP_MAX)
+    if (c->wire.cap > BUF_KEEP_MAX || !keep)
         spw_buf_release(&c->wire);
     if (c->state == ST_CLOSING && c->queued == 0) {
         conn__do_close(c);
@@ -446,24 +454,49 @@ static void dispatch(proto_conn *c, const proto_msg *m)
     }
 }
 
+/* Makes the connection's decode zone, whose first chunk holds size bytes. */
+static void zone_make(proto_conn *c, size_t size)
+{
+    if (!msgpack_zone_init(&c->zone, size))
+        SPW_PANIC("out of memory for a %zu byte decode zone", size);
+    c->zone_first = c->zone.chunk_list.head;
+}
+
+/* The connection's decode zone, made if it has none: ZONE_FIRST once the peer is
+ * authenticated, ZONE_PREAUTH before (a handshake frame needs little, and an unauthenticated
+ * peer must not hold a large zone). */
+msgpack_zone *conn__zone(proto_conn *c)
+{
+    if (c->zone_first == NULL)
+        zone_make(c, c->state == ST_READY ? ZONE_FIRST : ZONE_PREAUTH);
+    return &c->zone;
+}
+
 /* Makes the decode zone ready for the next frame. msgpack_zone_clear keeps only the zone's
  * first chunk and frees the others, so a frame that outgrew it (a batch of records needs a few
  * hundred KiB) would malloc its memory afresh, and the kernel fault it in, for every frame.
  * When a frame overflowed, the zone is made again
  * with a first chunk twice as large, up to ZONE_KEEP_MAX, so steady batched traffic decodes into
- * memory that is already there; a connection keeps at most that much between frames. */
+ * memory that is already there; a connection keeps at most that much between frames. Before the
+ * handshake is done (and once the connection closes) no zone is kept between frames, and a
+ * handshake's small zone is not kept past it. */
 void conn__zone_reset(proto_conn *c)
 {
     msgpack_zone *z = &c->zone;
+    if (c->zone_first == NULL)
+        return;
+    if (c->state != ST_READY || z->chunk_size < ZONE_FIRST) {
+        msgpack_zone_destroy(z);
+        c->zone_first = NULL;
+        return;
+    }
     if ((const void *)z->chunk_list.head == c->zone_first || z->chunk_size >= ZONE_KEEP_MAX) {
         msgpack_zone_clear(z);
         return;
     }
     size_t size = z->chunk_size * 2;
     msgpack_zone_destroy(z);
-    if (!msgpack_zone_init(z, size))
-        SPW_PANIC("out of memory for a %zu byte decode zone", size);
-    c->zone_first = z->chunk_list.head;
+    zone_make(c, size);
 }
 
 /* The frame at pos in `in` is incomplete and large: if it ends with a payload the owner has
@@ -487,7 +520,7 @@ static void try_sink(proto_conn *c, size_t pos)
     }
     proto_msg head;
     void *dest = NULL;
-    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &head) ==
+    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn__zone(c), &head) ==
         (int)c->sink_head_len)
         dest = c->cbs.on_sink(c, &head, data_len);
     conn__zone_reset(c);
@@ -508,7 +541,7 @@ static void try_sink(proto_conn *c, size_t pos)
 static void sink_finish(proto_conn *c)
 {
     proto_msg m;
-    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, &c->zone, &m);
+    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn__zone(c), &m);
     SPW_ASSERT(rc == (int)c->sink_head_len); /* it decoded when the sink began */
     m.f[c->sink_field].bin.ptr = c->sink;
     m.f[c->sink_field].bin.len = (uint32_t)c->sink_len;
@@ -540,13 +573,18 @@ void conn__process_input(proto_conn *c)
         const uint8_t *p = c->in.data + pos;
         size_t avail = c->in.len - pos;
         const proto_limits *lim = conn_limits(c, &preauth);
+        /* The frame's length with its prefix (0: the prefix is not all here yet). */
+        size_t flen = avail < PROTO_HDR_LEN
+                          ? 0
+                          : PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
+                                             (size_t)p[2] << 8 | (size_t)p[3]);
+        /* A decode zone is made only for a frame that is all here: proto_decode answers any
+         * other from its length prefix alone (need more, too large) and never touches it. */
+        msgpack_zone *zone = flen != 0 && flen <= avail ? conn__zone(c) : &c->zone;
         proto_msg m;
-        int rc = proto_decode(p, avail, lim, &c->zone, &m);
+        int rc = proto_decode(p, avail, lim, zone, &m);
         if (rc == 0) {
-            c->in_need = 0;
-            if (avail >= PROTO_HDR_LEN)
-                c->in_need = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
-                                              (size_t)p[2] << 8 | (size_t)p[3]);
+            c->in_need = flen;
             try_sink(c, pos);
             break;
         }
@@ -554,8 +592,6 @@ void conn__process_input(proto_conn *c)
             conn__zone_reset(c);
             if (rc == SPW_EMALFORMED && c->state == ST_READY) {
                 /* The length prefix is sound, so skip just this frame and go on. */
-                size_t flen = PROTO_HDR_LEN + ((size_t)p[0] << 24 | (size_t)p[1] << 16 |
-                                               (size_t)p[2] << 8 | (size_t)p[3]);
                 conn__log_limited(c->ctx, LIM_MALFORMED,
                                   "peer=%s sent a malformed frame of %zu bytes: skipped", c->peer,
                                   flen);
@@ -576,9 +612,8 @@ void conn__process_input(proto_conn *c)
                 snprintf(why, sizeof why,
                          "%s (%zu bytes declared, %u allowed%s): closing "
                          "connection",
-                         spw_strerror(rc),
-                         (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3],
-                         lim->max_frame, c->state == ST_READY ? "" : " before authentication");
+                         spw_strerror(rc), flen - PROTO_HDR_LEN, lim->max_frame,
+                         c->state == ST_READY ? "" : " before authentication");
             else
                 snprintf(why, sizeof why, "%s: closing connection", spw_strerror(rc));
             conn__refuse(c, 0, rc, why);
@@ -592,7 +627,7 @@ void conn__process_input(proto_conn *c)
     if (c->state == ST_CLOSED)
         return;
     spw_buf_consume(&c->in, pos);
-    if (c->in.len == 0 && c->in.cap > BUF_KEEP_MAX)
+    if (c->in.len == 0 && (c->in.cap > BUF_KEEP_MAX || c->state != ST_READY))
         spw_buf_release(&c->in);
 }
 
@@ -604,11 +639,25 @@ int conn__in_room(proto_conn *c, uint8_t **at, size_t *len)
         *len = left > INT32_MAX ? INT32_MAX : (size_t)left;
         return 0;
     }
+    if (c->state != ST_READY) {
+        /* Unauthenticated: room for one frame of at most PROTO_PREAUTH_MAX_FRAME, no more, made
+         * to measure (spw_buf_reserve would round it up to twice that). A full buffer holds a
+         * whole frame, decoded and consumed by now; were it full, the empty read (UV_ENOBUFS)
+         * would end the connection. */
+        if (c->in.cap < IN_PREAUTH) {
+            uint8_t *p = spw_try_realloc(SPW_MOD_BASE, c->in.data, IN_PREAUTH);
+            if (p == NULL)
+                return SPW_ENOMEM;
+            c->in.data = p;
+            c->in.cap = IN_PREAUTH;
+        }
+        *at = c->in.data + c->in.len;
+        *len = c->in.cap - c->in.len;
+        return 0;
+    }
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
-    if (c->state != ST_READY) /* unauthenticated: room for one small frame, no more */
-        want = PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME;
     if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0)
         return SPW_ENOMEM;
     size_t room = c->in.cap - c->in.len;

@@ -130,6 +130,9 @@ int conn__tls_ctx_init(proto_ctx *ctx)
     /* No tickets: every connection authenticates with the cluster key, none resumes. Kernel
      * TLS (SSL_OP_ENABLE_KTLS) is not asked for: it works on socket BIOs, not memory ones. */
     SSL_CTX_set_options(sc, SSL_OP_NO_TICKET);
+    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them: an
+     * idle or stalled peer (one that never finishes its handshake) holds its SSL object only. */
+    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_app_data(sc, ctx);
     SSL_CTX_set_psk_use_session_callback(sc, psk_use);
     SSL_CTX_set_psk_find_session_callback(sc, psk_find);
@@ -271,9 +274,11 @@ static bool skip_plain(proto_conn *c)
             return true;
         }
         proto_msg m;
-        int rc = proto_decode(c->in.data, c->in.len, &lim, &c->zone, &m);
-        if (rc == 0)
+        int rc = proto_decode(c->in.data, c->in.len, &lim, conn__zone(c), &m);
+        if (rc == 0) {
+            conn__zone_reset(c);
             return false;
+        }
         if (rc > 0 && m.type == PROTO_ERROR) {
             char msg[256];
             spw_log(SPW_LOG_WARN, "peer=%s refused us: %s err=%s", c->peer,
@@ -343,6 +348,8 @@ void conn__tls_pump(proto_conn *c)
             conn__do_close(c);
             return;
         }
+        if (room == 0)
+            break; /* a full pre-handshake buffer: its frame is being answered */
         ERR_clear_error();
         int r = SSL_read(t->ssl, at, (int)room);
         if (r <= 0) {

@@ -46,6 +46,7 @@
 #include "harness.h"
 #include "spillway/datagen.h"
 #include "spillway/spillway.h"
+#include "sort_bench.h"
 
 typedef struct bench {
     spillway *cl;
@@ -2397,6 +2398,11 @@ static void case_chain_latency(bench *b)
     free(sorted);
 }
 
+static void case_sort(bench *b)
+{
+    sort_bench_run(b->workers, b->slots);
+}
+
 typedef struct bcase {
     const char *name;
     void (*run)(bench *b);
@@ -2413,6 +2419,7 @@ static const bcase cases[] = {
     {"embed_vs_scatter", case_embed_vs_scatter},
     {"scale_tiny", case_scale_tiny},
     {"chain_latency", case_chain_latency},
+    {"sort", case_sort},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -2421,7 +2428,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR]\n"
                "                      [--secret-file PATH] [--workers N] [--slots S]\n"
                "                      [--n N[,N...]] [--repeat R] [--spill-threads N]\n"
-               "                      [--spill-workers 1|2] [--cpus N] [--list]\n"
+               "                      [--spill-workers 1|2] [--cpus N] [--list]\n" SORT_BENCH_USAGE
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -2463,7 +2470,7 @@ int main(int argc, char **argv)
         {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
         {"spill-workers", required_argument, 0, 'W'}, {"repeat", required_argument, 0, 'R'},
-        {"cpus", required_argument, 0, 'C'},   {0, 0, 0, 0},
+        {"cpus", required_argument, 0, 'C'},   SORT_BENCH_LONGOPTS, {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -2524,6 +2531,13 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case SORT_OPT_DATA:
+        case SORT_OPT_STORE:
+        case SORT_OPT_BLOCK:
+        case SORT_OPT_PARTS:
+            if (!sort_bench_option(c, optarg))
+                return 2;
+            break;
         case 'l':
             for (size_t i = 0; i < NCASES; i++)
                 puts(cases[i].name);

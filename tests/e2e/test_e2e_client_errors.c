@@ -80,9 +80,8 @@ static void every_failing_call_sets_errmsg(void)
     e2e_errmsg_has(cl, "reverse takes one argument, got 2");
     assert_int_equal(spillway_get(cl, t2, 60000, &data, &len), SPW_ETASKFAILED);
     e2e_errmsg_has(cl, "fail_bare returned -5");
-    assert_int_equal(spillway_release(cl, t1), 0);
-    assert_int_equal(spillway_release(cl, t2), 0);
-    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_ref held[] = {t1, t2, r};
+    assert_int_equal(spillway_release_many(cl, held, 3), 0);
     spillway_close(cl);
     E2E_FINISH(c, NULL);
 }

@@ -314,6 +314,18 @@ static h_cluster *start(const char *const *extra)
     return c;
 }
 
+/* A scheduler for an attack: the descriptor limit raised to nofile (0: as it is), its HTTP
+ * port, and the endpoint's connection caps. */
+static h_cluster *attack_target(rlim_t nofile, int *port, unsigned *total, unsigned *per_ip)
+{
+    if (nofile != 0)
+        raise_nofile(nofile);
+    h_cluster *c = start(NULL);
+    *port = http_port(c);
+    limits(c, total, per_ip);
+    return c;
+}
+
 /* -------------------------------------------------------------- tests */
 
 typedef struct quiet {
@@ -335,11 +347,9 @@ static int cmp_u64(const void *a, const void *b)
 
 static void http_metrics_answer_under_a_thousand_hostile_connections(void)
 {
-    raise_nofile(ATTACKERS + 256);
-    h_cluster *c = start(NULL);
-    int port = http_port(c);
+    int port;
     unsigned total, per_ip;
-    limits(c, &total, &per_ip);
+    h_cluster *c = attack_target(ATTACKERS + 256, &port, &total, &per_ip);
     assert_true(total > ATTACKERS);
     assert_int_equal(scrape(c), 200);
     quiet q = {c->sched.pid, port, count_fds(c->sched.pid)};
@@ -403,11 +413,9 @@ static void http_metrics_answer_under_a_thousand_hostile_connections(void)
 
 static void http_caps_connections_per_address(void)
 {
-    raise_nofile(512);
-    h_cluster *c = start(NULL);
-    int port = http_port(c);
+    int port;
     unsigned total, per_ip;
-    limits(c, &total, &per_ip);
+    h_cluster *c = attack_target(512, &port, &total, &per_ip);
     assert_true(per_ip < total);
     static const int kinds[] = {IDLE};
     attack at;
@@ -441,11 +449,9 @@ static void http_caps_connections_per_address(void)
 
 static void http_releases_half_sent_requests_at_once(void)
 {
-    raise_nofile(1024);
-    h_cluster *c = start(NULL);
-    int port = http_port(c);
+    int port;
     unsigned total, per_ip;
-    limits(c, &total, &per_ip);
+    h_cluster *c = attack_target(1024, &port, &total, &per_ip);
     /* Idle connections first (as many as the old fixed limit held), then requests cut off by
      * their sender: none may linger in CLOSE_WAIT. */
     static const int idle[] = {IDLE}, half[] = {HALF_SENT};
@@ -487,10 +493,9 @@ static void http_full_answers_503(void)
     struct rlimit rl = {1024, 1024};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
         h_skip();
-    h_cluster *c = start(NULL);
-    int port = http_port(c);
+    int port;
     unsigned total, per_ip;
-    limits(c, &total, &per_ip);
+    h_cluster *c = attack_target(0, &port, &total, &per_ip);
     assert_true(total < 512);
     assert_int_equal(scrape(c), 200); /* the endpoint's own session is up before the count */
     quiet q = {c->sched.pid, port, count_fds(c->sched.pid)};

@@ -65,6 +65,17 @@ static bool plugin_seen(void *arg)
     return seen >= a->workers;
 }
 
+/* A cluster (secret as asked, scheduler args) with worker w0, and w1 when two; *cl connected. */
+static h_cluster *start(bool secret, const char *const *sched_args, bool two, spillway **cl)
+{
+    h_cluster *c = h_cluster_start(secret, sched_args);
+    h_worker_start(c, wargs0);
+    if (two)
+        h_worker_start(c, wargs1);
+    *cl = e2e_connect(c);
+    return c;
+}
+
 static spillway_plugin *add(spillway *cl, const char *path)
 {
     spillway_plugin *p = NULL;
@@ -77,10 +88,8 @@ static spillway_plugin *add(spillway *cl, const char *path)
 
 static void client_uploads_a_plugin_and_runs_it_everywhere(void)
 {
-    h_cluster *c = h_cluster_start(true, NULL);
-    h_worker_start(c, wargs0);
-    h_worker_start(c, wargs1);
-    spillway *cl = e2e_connect(c);
+    spillway *cl;
+    h_cluster *c = start(true, NULL, true, &cl);
     spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER1);
     assert_string_equal(spillway_plugin_name(p), "versioned");
     assert_int_equal(strlen(spillway_plugin_hash(p)), 64);
@@ -140,16 +149,14 @@ static void two_versions_run_side_by_side(void)
 
 static void worker_started_after_the_upload_runs_its_tasks(void)
 {
-    h_cluster *c = h_cluster_start(true, NULL);
-    h_worker_start(c, wargs0);
-    spillway *cl = e2e_connect(c);
+    spillway *cl;
+    h_cluster *c = start(true, NULL, false, &cl);
     spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER2);
     assert_int_equal(run_one(cl, p, "scale", "w0", 1), 1002);
     h_worker_start(c, wargs1);
     assert_int_equal(run_one(cl, p, "scale", "w1", 3), 3002);
     assert_int_equal(spillway_plugin_release(p), 0);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
+    E2E_STOP(c, cl);
 }
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -168,9 +175,8 @@ static uint8_t *read_all(const char *path, size_t *len)
 
 static void bytes_that_do_not_match_the_hash_are_refused(void)
 {
-    h_cluster *c = h_cluster_start(true, NULL);
-    h_worker_start(c, wargs0);
-    spillway *cl = e2e_connect(c);
+    spillway *cl;
+    h_cluster *c = start(true, NULL, false, &cl);
     size_t len;
     uint8_t *b = read_all(SPW_TEST_PLUGIN_VER1, &len);
     uint8_t hash[PROTO_PLUGIN_HASH_LEN];
@@ -186,37 +192,32 @@ static void bytes_that_do_not_match_the_hash_are_refused(void)
     if (strstr(spillway_errmsg(cl), "hash to") == NULL)
         fail_msg("errmsg: %s", spillway_errmsg(cl));
     free(b);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
+    E2E_STOP(c, cl);
+}
+
+/* An upload to a cluster started with secret and sched_args is refused SPW_EPERM, naming why. */
+static void upload_refused(bool secret, const char *const *sched_args, const char *why)
+{
+    spillway *cl;
+    h_cluster *c = start(secret, sched_args, false, &cl);
+    spillway_plugin *p = NULL;
+    assert_int_equal(spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p), SPW_EPERM);
+    assert_non_null(strstr(spillway_errmsg(cl), why));
+    assert_null(p);
+    E2E_STOP(c, cl);
 }
 
 static void uploads_are_refused_without_a_secret_or_when_off(void)
 {
-    h_cluster *c = h_cluster_start(false, NULL);
-    h_worker_start(c, wargs0);
-    spillway *cl = e2e_connect(c);
-    spillway_plugin *p = NULL;
-    assert_int_equal(spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p), SPW_EPERM);
-    assert_non_null(strstr(spillway_errmsg(cl), "secret"));
-    assert_null(p);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
-
+    upload_refused(false, NULL, "secret");
     const char *const off[] = {"--allow-plugin-upload", "no", NULL};
-    c = h_cluster_start(true, off);
-    h_worker_start(c, wargs0);
-    cl = e2e_connect(c);
-    assert_int_equal(spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p), SPW_EPERM);
-    assert_non_null(strstr(spillway_errmsg(cl), "allow-plugin-upload"));
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
+    upload_refused(true, off, "allow-plugin-upload");
 }
 
 static void bad_plugins_are_refused_naming_why(void)
 {
-    h_cluster *c = h_cluster_start(true, NULL);
-    h_worker_start(c, wargs0);
-    spillway *cl = e2e_connect(c);
+    spillway *cl;
+    h_cluster *c = start(true, NULL, false, &cl);
     spillway_plugin *p = NULL;
     assert_int_equal(spillway_plugin_add(cl, SPW_TEST_BAD_PLUGIN, &p), SPW_EPLUGIN);
     if (strstr(spillway_errmsg(cl), "ABI version") == NULL)
@@ -239,8 +240,7 @@ static void bad_plugins_are_refused_naming_why(void)
     assert_int_equal(spillway_task(g, "scale@0123456789abcdef", NULL, 0, SPILLWAY_KEEP, &r), 0);
     assert_int_equal(spillway_submit(g), SPW_ENOFUNC);
     spillway_graph_free(g);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
+    E2E_STOP(c, cl);
 }
 
 /* The cache holds one of the plugins at a time: the unused one goes for the next, and the
@@ -276,8 +276,7 @@ static void cache_cap_holds_and_released_plugins_go(void)
     json_t *wl = json_object_get(json_array_get(json_object_get(st, "workers"), 0), "plugins");
     assert_true(json_array_size(wl) <= 1);
     json_decref(st);
-    spillway_close(cl);
-    assert_true(h_cluster_stop(c));
+    E2E_STOP(c, cl);
 }
 
 static const struct CMUnitTest tests[] = {

@@ -7,8 +7,16 @@
 #   {"case":"broadcast_hosts","hosts":k,"link_mbit":M,"bytes":B,"seconds":S}   k = 1, 2, 4, 8
 #   {"case":"transfer_hosts","link_mbit":M,"bytes":B,"gbps":G,...}             w2 to w3
 #   {"case":"tiny_tasks_hosts","hosts":8,"tasks_per_s":R,"delay_ms":D,...}     20,000 noops
+#   {"case":"sort_hosts","hosts":4,"bytes":B,"seconds":S,"limit_s":L,"vs_limit":V,...}
+#       SORT_BYTES (2 GiB) sorted with spillway_shuffle by 4 workers on host2..host5 with the
+#       example sort plugin (SORT_PLUGIN, default BIN_DIR/../lib/sort.so) and 256 MiB stores,
+#       under a scheduler of their own; the limit is the network's: the bytes that must cross
+#       the links over what the four links carry at once (every host sends (4 - 1) / 4 of its
+#       share), verified against the generator run on the client
 # Every process is stopped by pid at the end, and the bed removed, whatever happens.
-# Environment: RATE, DELAY, REPS (best of, default 3), BYTES (default 64 MiB), TINY (20000).
+# Environment: RATE, DELAY, REPS (best of, default 3), BYTES (default 64 MiB), TINY (20000),
+# SORT_BYTES, SORT_PARTS (32), SORT_BLOCK (32 MiB), SORT_PLUGIN; CASES (default "all", or
+# "sort" for sort_hosts alone).
 set -eu
 [ $# -ge 1 ] || { echo "usage: tests/netbed/bench.sh BIN_DIR" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
@@ -18,6 +26,11 @@ DELAY=${DELAY:-0.2}
 REPS=${REPS:-3}
 BYTES=${BYTES:-67108864}
 TINY=${TINY:-20000}
+SORT_BYTES=${SORT_BYTES:-2147483648}
+SORT_PARTS=${SORT_PARTS:-32}
+SORT_BLOCK=${SORT_BLOCK:-33554432}
+SORT_PLUGIN=${SORT_PLUGIN:-$BIN/../lib/sort.so}
+CASES=${CASES:-all}
 NW=8
 
 if [ "${2:-}" != inner ]; then
@@ -66,8 +79,29 @@ done
 client() {
     sh "$NETBED" exec "host$((NW + 2))" "$BIN/spw-netbed-bench" host1:7400 "$@"
 }
-for k in 1 2 4 8; do
-    client broadcast "$k" "$BYTES" "$RATE" "$REPS"
+if [ "$CASES" = all ]; then
+    for k in 1 2 4 8; do
+        client broadcast "$k" "$BYTES" "$RATE" "$REPS"
+    done
+    client transfer "$BYTES" "$RATE" "$REPS"
+    client tiny "$TINY" "$NW" "$NETBED_DELAY_MS"
+fi
+
+# sort_hosts: a scheduler on host1:7401 and four workers with the sort plugin, spilling.
+sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7401 --http none \
+    --port-file "$DIR/sort-sched.port" >"$DIR/sort-sched.out" 2>"$DIR/sort-sched.log" &
+PIDS="$PIDS $!"
+wait_file "$DIR/sort-sched.port"
+for i in 2 3 4 5; do
+    mkdir -p "$DIR/spill$i"
+    sh "$NETBED" exec "host$i" "$BIN/spillway-worker" --scheduler host1:7401 \
+        --listen "host$i:0" --name "s$i" --slots 1 --store-capacity 256M \
+        --spill-dir "$DIR/spill$i" --plugin "$SORT_PLUGIN" \
+        --port-file "$DIR/s$i.port" >"$DIR/s$i.out" 2>"$DIR/s$i.log" &
+    PIDS="$PIDS $!"
 done
-client transfer "$BYTES" "$RATE" "$REPS"
-client tiny "$TINY" "$NW" "$NETBED_DELAY_MS"
+for i in 2 3 4 5; do
+    wait_file "$DIR/s$i.port"
+done
+sh "$NETBED" exec "host$((NW + 2))" "$BIN/spw-netbed-bench" host1:7401 sort "$SORT_BYTES" 4 \
+    "$RATE" "$SORT_PARTS" "$SORT_BLOCK"

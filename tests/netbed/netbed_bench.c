@@ -6,15 +6,23 @@
  *   spw-netbed-bench ADDR broadcast K BYTES MBIT REPS   scatter BYTES to K workers (best of REPS)
  *   spw-netbed-bench ADDR transfer BYTES MBIT REPS      w2 makes BYTES, a task on w3 reads them
  *   spw-netbed-bench ADDR tiny N HOSTS DELAY_MS         N noop tasks, submitted and awaited
+ *   spw-netbed-bench ADDR sort BYTES HOSTS MBIT P BLOCK  BYTES of u64 sorted by spillway_shuffle
+ *                                                      (the example sort plugin's gen, split,
+ *                                                      sort, check) in P partitions over HOSTS
+ *                                                      workers; verified against the generator
+ *                                                      run here
  *
  * Performance is reported, never asserted: this is not a test.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "spillway/spillway.h"
+#include "sort_job.h"
 
 static double now_s(void)
 {
@@ -96,10 +104,39 @@ static double bench_tiny(spillway *cl, unsigned n)
     return t;
 }
 
+/* The sort job (tests/bench/sort_job.h); *verified: every partition's count, xor and sum are
+ * those of its bucket of the generated values. Returns the seconds it took. */
+static double bench_sort(spillway *cl, uint64_t bytes, uint32_t p, uint64_t block, bool *verified)
+{
+    uint64_t total = bytes / 8, per = block / 8;
+    spillway_ref *checks = calloc(p, sizeof *checks);
+    uint64_t *want = calloc(3 * (size_t)p, 8);
+    double t0 = now_s();
+    spillway_graph *g = spillway_graph_new(cl);
+    check(cl, "graph", sort_job_add(g, total, per, p, checks));
+    check(cl, "submit", spillway_submit(g));
+    spillway_graph_free(g);
+    sort_job_expect(total, per, p, want);
+    check(cl, "wait", spillway_wait(cl, checks, p, 1800000));
+    double t = now_s() - t0;
+    *verified = true;
+    for (uint32_t j = 0; j < p; j++) {
+        void *data;
+        size_t len;
+        check(cl, "get", spillway_get(cl, checks[j], 60000, &data, &len));
+        *verified = *verified && len == 24 && memcmp(data, &want[3 * (size_t)j], 24) == 0;
+        spillway_free(data);
+    }
+    check(cl, "release", spillway_release_many(cl, checks, p));
+    free(checks);
+    free(want);
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spw-netbed-bench ADDR broadcast|transfer|tiny ARGS...\n");
+        fprintf(stderr, "usage: spw-netbed-bench ADDR broadcast|transfer|tiny|sort ARGS...\n");
         return 2;
     }
     spillway_opts o;
@@ -128,6 +165,21 @@ int main(int argc, char **argv)
         printf("{\"case\":\"tiny_tasks_hosts\",\"hosts\":%s,\"tasks_per_s\":%.0f,"
                "\"delay_ms\":%s,\"n\":%u,\"seconds\":%.4f}\n",
                argv[4], (double)n / s, argv[5], n, s);
+    } else if (strcmp(what, "sort") == 0 && argc == 8) {
+        uint64_t bytes = strtoull(argv[3], NULL, 10), block = strtoull(argv[7], NULL, 10);
+        unsigned hosts = (unsigned)atoi(argv[4]);
+        uint32_t p = (uint32_t)atoi(argv[6]);
+        bool ok;
+        double s = bench_sort(cl, bytes, p, block, &ok);
+        /* The network's limit: a piece crosses the links unless its partition is reduced where
+         * it was made, (hosts - 1) / hosts of the bytes, every host sending its share at once. */
+        double rate = atof(argv[5]) * 1e6 / 8;
+        double limit = (double)bytes * (hosts - 1) / hosts / hosts / rate;
+        printf("{\"case\":\"sort_hosts\",\"hosts\":%u,\"link_mbit\":%s,\"bytes\":%llu,"
+               "\"partitions\":%u,\"seconds\":%.4f,\"limit_s\":%.4f,\"vs_limit\":%.4f,"
+               "\"verified\":%s}\n",
+               hosts, argv[5], (unsigned long long)bytes, p, s, limit, limit / s,
+               ok ? "true" : "false");
     } else {
         fprintf(stderr, "spw-netbed-bench: bad arguments for '%s'\n", what);
         spillway_close(cl);

@@ -15,6 +15,7 @@
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "shuffle_job.h"
 
 #define NW 4
 
@@ -525,6 +526,34 @@ static void unresolvable_scheduler_name_is_named(void)
     free(text);
 }
 
+static uint64_t deal_values(uint32_t i)
+{
+    return 2000 + (uint64_t)i * 977 % 12000;
+}
+
+/* Shuffles across the four hosts, every byte checked: inputs dealt to partitions with the
+ * reduces taking the maps' outputs directly and through a tree of merges, and a sort of twice
+ * what the stores hold. Every piece a reduce takes from another host crosses the bed. */
+static void shuffle_across_hosts(void)
+{
+    need_bed();
+    h_cluster *c = h_cluster_start_on("host1", true, NULL);
+    for (int i = 0; i < NW; i++) {
+        const char *const v[] = {"--name",           worker_names[i], "--slots", "1",
+                                 "--store-capacity", "16M",           "--plugin", SPW_SORT_PLUGIN,
+                                 NULL};
+        h_worker_start_on(c, worker_hosts[i], v);
+    }
+    spillway *cl = e2e_connect(c);
+    spillway_shuffle_opts o = {0};
+    assert_int_equal(shuffle_job_deal(cl, 40, deal_values, 8, o), 40 + 8);
+    o.fan_in = 4;
+    o.merge = "concat";
+    assert_true(shuffle_job_deal(cl, 40, deal_values, 8, o) > 40 + 8);
+    shuffle_job_sort(cl, 32, 1u << 19, 32, NULL, NULL);
+    E2E_FINISH(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(cluster_across_hosts_by_name),
     H_CASE(spilling_job_across_hosts),
@@ -533,6 +562,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(scheduler_restart_on_host1),
     H_CASE(unresolvable_scheduler_name_is_named),
     H_CASE(uploaded_plugin_runs_on_every_host),
+    H_CASE(shuffle_across_hosts),
 };
 
 SPW_TEST_MAIN(tests)

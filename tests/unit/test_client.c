@@ -947,6 +947,96 @@ static void client_connect_failures_say_why(void **state)
     assert_non_null(strstr(spillway_errmsg(NULL), spillway_strerror(SPW_ECONNREFUSED)));
 }
 
+/* errmsg after a refused call has the call, the error and what was wrong: the argument, its
+ * value and the limit it broke. */
+static void refused_says(spillway *c, int rc, const char *fn, const char *why)
+{
+    assert_int_equal(rc, SPW_EINVAL);
+    const char *m = spillway_errmsg(c);
+    fprintf(stderr, "errmsg: %s\n", m);
+    if (strstr(m, fn) == NULL || strstr(m, why) == NULL)
+        fail_msg("errmsg '%s' lacks '%s' or '%s'", m, fn, why);
+}
+
+/* Every argument a call refuses (SPW_EINVAL) is named in errmsg with its value and the limit:
+ * a task of 100,000 arguments or with a 999-byte name used to say only
+ * "spillway_task_at: invalid argument". A refused task leaves the graph as it was. */
+static void client_refusals_name_the_argument_and_the_limit(void **state)
+{
+    (void)state;
+    fake_sched f;
+    fake_start(&f, answer_acking);
+    spillway *c = fake_client(&f);
+    spillway_graph *g = spillway_graph_new(c);
+    const char *task = "spillway_task_at: invalid argument";
+    size_t many = 100000;
+    spillway_arg *args = calloc(many, sizeof *args);
+    assert_non_null(args);
+    refused_says(c, spillway_task(g, "f", args, many, 0, NULL), task,
+                 "nargs is 100000; at most 65535");
+    char name[1000];
+    memset(name, 'x', 999);
+    name[999] = '\0';
+    refused_says(c, spillway_task(g, name, NULL, 0, 0, NULL), task, "fn is 999 bytes; at most 255");
+    refused_says(c, spillway_task(g, "", NULL, 0, 0, NULL), task, "fn is empty");
+    refused_says(c, spillway_task(g, NULL, NULL, 0, 0, NULL), task, "fn is NULL");
+    refused_says(c, spillway_task(g, "f", NULL, 3, 0, NULL), task, "args is NULL with nargs 3");
+    spillway_arg bad[2] = {spillway_arg_u64(1), spillway_arg_u64(2)};
+    bad[1].kind = 7;
+    refused_says(c, spillway_task(g, "f", bad, 2, 0, NULL), task, "args[1] has kind 7");
+    bad[0] = spillway_arg_bytes(NULL, 100);
+    refused_says(c, spillway_task(g, "f", bad, 1, 0, NULL), task,
+                 "args[0] is bytes without data, len 100; at most 8");
+    spillway_ref outs[2];
+    refused_says(c, spillway_task_n(g, "f", NULL, 0, 0, 0, outs), "spillway_task_n_at",
+                 "k is 0; a task has at least one output");
+    assert_int_equal(spillway_task_n(g, "f", NULL, 0, 0, SPILLWAY_MAX_OUTPUTS + 1, NULL),
+                     SPW_ELIMIT);
+    assert_non_null(strstr(spillway_errmsg(c), "spillway_task_n_at: limit exceeded: k is 4097; "
+                                               "at most 4096 outputs"));
+    name[400] = '\0';
+    refused_says(c, spillway_graph_place(g, name), "spillway_graph_place",
+                 "worker is 400 bytes; at most 255");
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "f", NULL, 0, SPILLWAY_KEEP, &r), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    /* Other calls. */
+    refused_says(c, spillway_set_stall_timeout(c, -5), "spillway_set_stall_timeout",
+                 "timeout_ms is -5; at least 0");
+    void *data;
+    refused_says(c, spillway_get(c, r, 1000, &data, NULL), "spillway_get: invalid argument",
+                 "len is NULL");
+    refused_says(c, spillway_wait(c, NULL, 3, 1000), "spillway_wait: invalid argument",
+                 "refs is NULL with n 3");
+    spillway_graph_progress gp;
+    refused_says(c, spillway_graph_status(c, 0, &gp), "spillway_graph_status", "graph_id is 0");
+    refused_says(c, spillway_scatter(c, "abc", 0, 0, &r), "spillway_scatter_at", "len is 0");
+    spillway_map_opts mo = {0};
+    spillway_ref *res;
+    size_t nres;
+    refused_says(c, spillway_map_blocks(c, "f", r, NULL, 0, &mo, &res, &nres),
+                 "spillway_map_blocks_at", "o->block_size and o->nblocks are 0");
+    mo.nblocks = 2;
+    refused_says(c, spillway_map_blocks(c, "f", r, args, 1001, &mo, &res, &nres),
+                 "spillway_map_blocks_at", "nshared is 1001; at most 1000");
+    spillway_plugin *pl = NULL;
+    refused_says(c, spillway_plugin_add(c, "/tmp", &pl), "spillway_plugin_add",
+                 "path /tmp is not a regular file");
+    refused_says(c, spillway_plugin_add_mem(c, "x", 0, &pl), "spillway_plugin_add_mem",
+                 "len is 0");
+    assert_null(pl);
+    free(args);
+    assert_int_equal(spillway_release(c, r), 0);
+    spillway_close(c);
+    fake_stop(&f);
+    /* Connecting: a wildcard address names no host to connect to. */
+    spillway *none = NULL;
+    assert_int_equal(spillway_connect("0.0.0.0:7400", NULL, &none), SPW_EINVAL);
+    assert_null(none);
+    assert_non_null(strstr(spillway_errmsg(NULL), "0.0.0.0 is a wildcard address"));
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_refs_counter),
@@ -966,5 +1056,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(client_error_without_a_code_fails_the_call),
     cmocka_unit_test(client_status_that_is_no_code_fails_the_call),
     cmocka_unit_test(client_graph_status_of_another_type_is_eproto),
+    cmocka_unit_test(client_refusals_name_the_argument_and_the_limit),
 };
 SPW_TEST_MAIN(tests)

@@ -1,16 +1,18 @@
 /*
- * An example plugin for an out-of-core sort of 64-bit values, as four task functions:
+ * An example plugin for an out-of-core sort of 64-bit values (task ABI version 2):
  *
  *   gen(n, seed)       n random u64 (splitmix64 from seed), the block's values in order
- *   split(block, j, P) the values of block that fall in bucket j of P (v * P >> 64: the top
- *                      bits of v when P is a power of two), in their order
- *   sort(parts...)     the concatenation of its arguments, sorted (LSD radix sort)
+ *   split(block, P)    P outputs, output j the values of block in bucket j (v * P >> 64: the
+ *                      top bits of v when P is a power of two), in their order; one pass to
+ *                      count, one to deal. split(block, j, P) makes bucket j alone.
+ *   sort(parts...)     the concatenation of its arguments, sorted (LSD radix sort); as well a
+ *                      merge of sorted runs, so a shuffle may use it to merge early
  *   check(bucket, j, P) verifies a sorted bucket (ascending, every value in bucket j) and
  *                      returns 24 bytes: its count, the xor and the sum of its values
  *
- * Every number (n, seed, j, P, and the values) is a little-endian u64. A job generates blocks,
- * runs split for every (block, bucket) pair (a task has one output), one sort per bucket over
- * that bucket's part of every block, and check on each sorted bucket.
+ * Every number (n, seed, j, P, and the values) is a little-endian u64. A sort is a shuffle
+ * (spillway_shuffle): gen makes the blocks, split(block, P) is the map, sort the reduce, and
+ * check verifies each bucket; client/examples/sort.c runs one.
  *
  *   cc -O2 -shared -fPIC -o sort.so sort_plugin.c $(pkg-config --cflags spillway)
  *   spillway-worker --plugin /path/to/sort.so ...
@@ -120,8 +122,43 @@ static int bucket_args(spw_task_ctx *ctx, const char *fn, const spw_task_arg *ar
     return 0;
 }
 
+/* split(block, P): every bucket of the block, output j bucket j. */
+static int split_all(spw_task_ctx *ctx, const spw_task_arg *args)
+{
+    uint64_t p = get_u64(&args[1]);
+    if (p == 0 || p > 4096 || args[0].len % 8 != 0) {
+        spw_task_fail(ctx, "split: %llu buckets (1 to 4096), or values of %llu bytes",
+                      (unsigned long long)p, (unsigned long long)args[0].len);
+        return -1;
+    }
+    const uint8_t *in = args[0].data;
+    uint64_t n = args[0].len / 8;
+    uint64_t *count = calloc(p, sizeof *count);
+    uint8_t **out = calloc(p, sizeof *out);
+    int rc = 0;
+    if (count == NULL || out == NULL) {
+        spw_task_fail(ctx, "split: no memory for %llu buckets", (unsigned long long)p);
+        rc = -1;
+    }
+    for (uint64_t i = 0; rc == 0 && i < n; i++)
+        count[bucket_of(load(in + 8 * i), p)]++;
+    for (uint64_t j = 0; rc == 0 && j < p; j++)
+        if ((out[j] = spw_task_output_at(ctx, (uint32_t)j, count[j] * 8)) == NULL)
+            rc = spw_task_output_error(ctx);
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t v = load(in + 8 * i), j = bucket_of(v, p);
+        store(out[j], v);
+        out[j] += 8;
+    }
+    free(count);
+    free(out);
+    return rc;
+}
+
 static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
+    if (nargs == 2 && args[1].len == 8)
+        return split_all(ctx, args);
     uint64_t j, p;
     if (bucket_args(ctx, "split", args, nargs, &j, &p) != 0)
         return -1;
@@ -163,6 +200,20 @@ static void radix_sort(uint64_t *a, uint64_t *b, uint64_t n)
     }
 }
 
+/* Values as the machine reads them, in place (little-endian on the wire and in the store). */
+static void to_host(uint64_t *a, uint64_t n)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = __builtin_bswap64(a[i]);
+#else
+    (void)a;
+    (void)n;
+#endif
+}
+
+/* The arguments are copied into the output and sorted there, so a task holds its output and one
+ * scratch array as large. */
 static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t total = 0;
@@ -175,27 +226,28 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
         total += args[i].len;
     }
     uint64_t n = total / 8;
-    uint64_t *a = malloc(n > 0 ? n * 8 : 8), *b = malloc(n > 0 ? n * 8 : 8);
-    if (a == NULL || b == NULL) {
-        free(a);
-        free(b);
+    uint64_t *b = malloc(n > 0 ? n * 8 : 8);
+    if (b == NULL) {
         spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)n);
         return -1;
     }
-    for (uint32_t i = 0, k = 0; i < nargs; i++)
-        for (uint64_t off = 0; off < args[i].len; off += 8)
-            a[k++] = load((const uint8_t *)args[i].data + off);
-    if (n > 0)
-        radix_sort(a, b, n);
-    free(b);
     uint8_t *out = spw_task_output(ctx, total);
     if (out == NULL) {
-        free(a);
+        free(b);
         return spw_task_output_error(ctx);
     }
-    for (uint64_t i = 0; i < n; i++)
-        store(out + 8 * i, a[i]);
-    free(a);
+    uint64_t *a = (uint64_t *)(void *)out; /* an output is aligned for any type */
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < nargs; i++) {
+        if (args[i].len > 0)
+            memcpy(out + off, args[i].data, args[i].len);
+        off += args[i].len;
+    }
+    to_host(a, n);
+    if (n > 0)
+        radix_sort(a, b, n);
+    to_host(a, n);
+    free(b);
     return 0;
 }
 

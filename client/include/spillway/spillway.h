@@ -367,6 +367,66 @@ SPILLWAY_API int spillway_map_blocks_list_at(spillway *c, const char *fn, const 
 #define spillway_map_blocks_list(c, fn, inputs, ninputs, shared, nshared, opts, results, nresults)  \
     spillway_map_blocks_list_at((c), (fn), (inputs), (ninputs), (shared), (nshared), (opts),       \
                                 (results), (nresults), SPILLWAY_SITE)
+/** shuffle: a map stage whose task i runs map_fn(input i, shared...) and writes P outputs
+ * (spw_task_output_at, one per partition), and a reduce stage whose task j runs
+ * reduce_fn(output j of map 0, output j of map 1, ..., reduce_shared...), in one graph. */
+typedef struct spillway_shuffle_opts {
+    uint32_t partitions; /* P: outputs of every map task, and reduce tasks (1 to
+                            SPILLWAY_MAX_OUTPUTS) */
+    const spillway_arg *reduce_shared; /* arguments every reduce and merge task takes after its
+                                          pieces (may be NULL) */
+    size_t nreduce_shared;
+    const char *merge;     /* combines a group of one partition's pieces into one piece that the
+                              reduce (or a merge) takes in their place; NULL: reduce_fn, which
+                              must then accept its own outputs among its inputs */
+    uint32_t fan_in;       /* most pieces one reduce or merge task takes; 0: the most a task
+                              record carries well (256 at the default --max-frame and
+                              --inline-limit), less where pieces are large (merge_bytes) */
+    uint64_t merge_bytes;  /* most bytes of pieces one merge task takes, estimated from the
+                              inputs' sizes over P; 0: a quarter of the smallest worker store */
+    uint64_t max_tasks;    /* caps for the job (spillway_graph_limits); max_bytes 0 means no
+                              cap, as every map output waits for the last map task: the stores
+                              spill what does not fit */
+    uint64_t max_bytes;
+} spillway_shuffle_opts;
+
+/** Adds a shuffle to g: N = ninputs map tasks map_fn(inputs[i], shared...), each of P outputs,
+ * and P reduce tasks, reduce j taking output j of every map task in map order. The reduces take
+ * the map outputs ("pieces") directly while a partition has at most fan_in of them; beyond, the
+ * pieces are merged early, groups of consecutive maps' pieces of one partition combined by
+ * merge(pieces..., reduce_shared...) as soon as those maps are done (a tree when the merged
+ * pieces are still too many), so that no task takes more than fan_in pieces, nor a merge more
+ * than merge_bytes, and the small pieces are consumed, and freed, while the maps go on. Order is
+ * kept: a merge's output stands where its group stood. The reduces' outputs are results[0..P-1]
+ * (flags: SPILLWAY_KEEP to hold them); every piece is released once consumed. Inputs are any
+ * arguments (objects, views, earlier tasks' outputs in g); shared as for spillway_map_blocks.
+ * When g has no byte cap (spillway_graph_limits) this sets none, as for spillway_shuffle.
+ * @param[out] results P references (opts->partitions), untouched on failure.
+ * @return 0; SPW_EINVAL (no function, no inputs, P = 0, bad arguments); SPW_ELIMIT (P over
+ *         SPILLWAY_MAX_OUTPUTS); SPW_EFRAMESIZE (as spillway_task_at). After an error other
+ *         than SPW_EINVAL or SPW_ELIMIT, g may hold some of the shuffle's tasks: free it. */
+SPILLWAY_API int spillway_graph_shuffle_at(spillway_graph *g, const char *map_fn,
+                                           const spillway_arg *inputs, size_t ninputs,
+                                           const spillway_arg *shared, size_t nshared,
+                                           const char *reduce_fn, const spillway_shuffle_opts *opts,
+                                           unsigned flags, spillway_ref *results,
+                                           const char *site);
+#define spillway_graph_shuffle(g, map_fn, inputs, ninputs, shared, nshared, reduce_fn, opts,        \
+                               flags, results)                                                     \
+    spillway_graph_shuffle_at((g), (map_fn), (inputs), (ninputs), (shared), (nshared),            \
+                              (reduce_fn), (opts), (flags), (results), SPILLWAY_SITE)
+/** A shuffle as one graph with opts' caps, submitted: results[0..P-1] are kept references to
+ * the reduces' outputs (release each). Memory stays within every worker's budget however large
+ * N and P: pieces are released once consumed, reduces start as soon as their inputs exist, and
+ * what the stores cannot hold spills.
+ * @return as spillway_graph_shuffle_at, or a submission error (nothing is then held). */
+SPILLWAY_API int spillway_shuffle_at(spillway *c, const char *map_fn, const spillway_arg *inputs,
+                                     size_t ninputs, const spillway_arg *shared, size_t nshared,
+                                     const char *reduce_fn, const spillway_shuffle_opts *opts,
+                                     spillway_ref *results, const char *site);
+#define spillway_shuffle(c, map_fn, inputs, ninputs, shared, nshared, reduce_fn, opts, results)    \
+    spillway_shuffle_at((c), (map_fn), (inputs), (ninputs), (shared), (nshared), (reduce_fn),     \
+                        (opts), (results), SPILLWAY_SITE)
 
 /** Waits until every listed kept result (or put) is finished, up to timeout_ms (-1: forever).
  * @return 0 if all succeeded; the first failure's code otherwise (errmsg has its text);
