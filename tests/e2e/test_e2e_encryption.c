@@ -29,7 +29,7 @@ static h_cluster *encrypted_cluster(int n)
     h_cluster *c = h_cluster_start(true, enc_required);
     c->encrypt = true;
     for (int i = 0; i < n; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", i + 1);
         const char *args[] = {"--slots", "1", "--store-capacity", "64M", "--name", name,
                               "--encrypt", "required", "--encrypt-local", "--log-level", "debug",
