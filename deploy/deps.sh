@@ -6,7 +6,7 @@
 # Prometheus client parses /metrics in the tests.
 set -e
 SPW_PACKAGES="build-essential cmake pkg-config libuv1-dev libmsgpack-dev liblmdb-dev libzstd-dev \
-libsodium-dev libxxhash-dev uthash-dev libjansson-dev libcmocka-dev scdoc procps libmicrohttpd-dev \
+libsodium-dev libssl-dev libxxhash-dev uthash-dev libjansson-dev libcmocka-dev scdoc procps libmicrohttpd-dev \
 libjs-dygraphs python3-prometheus-client iproute2 ${SPW_EXTRA_PACKAGES:-}"
 missing=""
 for p in $SPW_PACKAGES; do

@@ -97,6 +97,14 @@ int main(int argc, char **argv)
                       MIN_HEARTBEATS * WORKER_HEARTBEAT_MS);
         goto out;
     }
+    so.encrypt = (int)v[SOPT_ENCRYPT].u;
+    so.encrypt_local = v[SOPT_ENCRYPT_LOCAL].u != 0;
+    if (so.encrypt != PROTO_ENCRYPT_NO && secret_file == NULL) {
+        spw_opt_error(v[SOPT_ENCRYPT].at, "encrypt",
+                      "%s needs --secret-file (the key is made from the cluster secret)",
+                      v[SOPT_ENCRYPT].str);
+        goto out;
+    }
     if (http_token_always && secret_file == NULL) {
         spw_opt_error(v[SOPT_HTTP_AUTH].at, "http-auth",
                       "token needs --secret-file (the token is made from the cluster secret)");
@@ -155,6 +163,8 @@ int main(int argc, char **argv)
                             secret_file,
                             secret,
                             secret_len,
+                            so.encrypt,
+                            so.encrypt_local,
                             (uint32_t)v[SOPT_HTTP_SAMPLE].u,
                             (uint32_t)v[SOPT_HTTP_HISTORY].u,
                             http_token_always,

@@ -154,6 +154,8 @@ static const spw_opt rows[SOPT_COUNT] = {
                               .hi = INT64_MAX,
                               .def = "64M",
                               .help = "largest plugin a client may add"},
+    [SOPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(CONF),
+    [SOPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(CONF),
     [SOPT_VERSION] = SPW_OPT_ROW_VERSION,
     [SOPT_HELP] = SPW_OPT_ROW_HELP,
 };

@@ -266,6 +266,14 @@ int main(int argc, char **argv)
     if (wo.store.spill_dir != NULL &&
         check_spill_dir(v[WOPT_SPILL_DIR].at, wo.store.spill_dir) != 0)
         goto out;
+    wo.encrypt = (int)v[WOPT_ENCRYPT].u;
+    wo.encrypt_local = v[WOPT_ENCRYPT_LOCAL].u != 0;
+    if (wo.encrypt != PROTO_ENCRYPT_NO && !v[WOPT_SECRET_FILE].set) {
+        spw_opt_error(v[WOPT_ENCRYPT].at, "encrypt",
+                      "%s needs --secret-file (the key is made from the cluster secret)",
+                      v[WOPT_ENCRYPT].str);
+        goto out;
+    }
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     const char *secret_file = v[WOPT_SECRET_FILE].str;

@@ -205,6 +205,8 @@ static const spw_opt rows[WOPT_COUNT] = {
                                       "and ctl"},
     [WOPT_CONFIG] = SPW_OPT_ROW_CONFIG,
     [WOPT_LOG_LEVEL] = SPW_OPT_ROW_LOG_LEVEL,
+    [WOPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(CONF),
+    [WOPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(CONF),
     [WOPT_VERSION] = SPW_OPT_ROW_VERSION,
     [WOPT_HELP] = SPW_OPT_ROW_HELP,
 };

@@ -526,6 +526,8 @@ static int run(const spw_opts *po)
     o.name = "spillway-ctl";
     if (v[COPT_SECRET_FILE].set)
         o.secret_file = v[COPT_SECRET_FILE].str;
+    o.encrypt = (int)v[COPT_ENCRYPT].u;
+    o.encrypt_local = v[COPT_ENCRYPT_LOCAL].u != 0;
     int json = v[COPT_JSON].set, timeout = (int)v[COPT_TIMEOUT].u;
     int argc = po->argc, c;
     char **argv = po->argv;

@@ -25,6 +25,8 @@ static const spw_opt rows[COPT_COUNT] = {
                       .hi = INT_MAX,
                       .def = "10000",
                       .help = "give up after this long"},
+    [COPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(0),
+    [COPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(0),
     [COPT_VERSION] = SPW_OPT_ROW_VERSION,
     [COPT_HELP] = SPW_OPT_ROW_HELP,
 };

@@ -587,8 +587,16 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     po.name = o->name != NULL ? o->name : "libspillway";
     po.secret = secret;
     po.secret_len = secret_len;
+    po.encrypt = o->encrypt;
+    po.encrypt_local = o->encrypt_local != 0;
     int rc = proto_ctx_new(&c->loop, &po, &c->ctx);
     spw_free(secret);
+    if (rc == SPW_EINVAL && o->encrypt != SPILLWAY_ENCRYPT_NO && secret == NULL) {
+        connect_fail("cannot connect to %s: encryption needs the cluster secret (secret_file, "
+                     "$SPILLWAY_SECRET_FILE or /etc/spillway/secret)", addr);
+        spillway_close(c);
+        return rc;
+    }
     if (rc == 0) {
         proto_ctx_set_data(c->ctx, c);
         rc = proto_connect(c->ctx, addr, &sched_cbs, NULL, &c->sched);

@@ -70,6 +70,7 @@ static void ctx_maybe_done(proto_ctx *ctx)
     void (*done)(void *) = ctx->done;
     void *arg = ctx->done_arg;
     spw_free(ctx->name);
+    conn__tls_ctx_free(ctx);
     if (ctx->secret != NULL)
         sodium_memzero(ctx->secret, ctx->opts.secret_len);
     spw_free(ctx->secret);
@@ -96,6 +97,8 @@ void conn__flusher_cb(uv_idle_t *p)
         if (!c->paused && c->state == ST_READY) {
             uv_read_start(&c->h.stream, conn__alloc_cb, conn__read_cb);
             conn__process_input(c);
+            if (c->tls != NULL)
+                conn__tls_pump(c); /* then what TLS decrypts but had no room for */
         }
     }
     while (ctx->dirty != NULL) {
@@ -193,6 +196,15 @@ int proto_ctx_new(uv_loop_t *loop, const proto_ctx_opts *o, proto_ctx **out)
     }
     ctx->opts.secret = ctx->secret;
     ctx->opts.secret_len = ctx->secret != NULL ? o->secret_len : 0;
+    int rc = conn__tls_ctx_init(ctx);
+    if (rc != 0) {
+        if (ctx->secret != NULL)
+            sodium_memzero(ctx->secret, ctx->opts.secret_len);
+        spw_free(ctx->secret);
+        spw_free(ctx->name);
+        spw_free(ctx);
+        return rc;
+    }
     uv_idle_init(loop, &ctx->flusher);
     ctx->flusher.data = ctx;
     uv_timer_init(loop, &ctx->sweeper);
@@ -304,6 +316,8 @@ static void conn_closed_cb(uv_handle_t *h)
     conn__outq_release(&c->out, false);
     conn__outq_release(&c->wout, false);
     spw_buf_release(&c->in);
+    spw_buf_release(&c->wire);
+    conn__tls_free(c);
     if (c->zone_first != NULL)
         msgpack_zone_destroy(&c->zone);
     spw_free(c->wbufs);
@@ -361,7 +375,8 @@ void proto_conn_close(proto_conn *c, int status)
     conn__batch_close(c);
     if (c->close_status == 0)
         c->close_status = status;
-    if (c->state == ST_CONNECTING) {
+    if (c->state == ST_CONNECTING || (c->tls != NULL && !conn__tls_up(c))) {
+        /* Nothing queued can go out before TLS is up. */
         conn__do_close(c);
         return;
     }
@@ -400,6 +415,11 @@ const char *proto_conn_peer(const proto_conn *c)
 const proto_welcome *proto_conn_welcome(const proto_conn *c)
 {
     return &c->welcome;
+}
+
+bool proto_conn_is_encrypted(const proto_conn *c)
+{
+    return c->tls != NULL;
 }
 
 bool proto_conn_is_closing(const proto_conn *c)
@@ -533,6 +553,7 @@ static void on_connection(uv_stream_t *server, int status)
     if (!conn__admit(c))
         return;
     c->state = ST_AWAIT_HELLO;
+    c->tls_detect = true; /* the peer's first byte says whether it speaks TLS */
     conn__send_challenge(c);
     conn__start(c);
 }
@@ -641,6 +662,15 @@ static void connect_cb(uv_connect_t *req, int status)
     uv_tcp_nodelay(&c->h.tcp, 1);
     conn_keepalive(c);
     c->state = ST_AWAIT_CHALLENGE;
+    if (c->ctx->tls != NULL && conn__tls_wanted(c)) {
+        int rc = conn__tls_start(c, false);
+        if (rc != 0) {
+            if (c->close_status == 0)
+                c->close_status = rc;
+            conn__do_close(c);
+            return;
+        }
+    }
     conn__start(c);
     if (c->out.buf.len > 0)
         conn__mark_dirty(c);

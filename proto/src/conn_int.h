@@ -5,7 +5,9 @@
  *              payloads received in place, decoding and dispatch;
  *   auth.c     the handshake (CHALLENGE, HELLO, WELCOME) and the cluster secret;
  *   local.c    Unix-socket listeners with peer credentials, descriptor passing (SCM_RIGHTS) and
- *              the blocking local attach of a client to a worker's arena.
+ *              the blocking local attach of a client to a worker's arena;
+ *   tls.c      TLS 1.3 with a pre-shared key between the socket and the framing (OpenSSL over
+ *              memory BIOs): the only file that speaks OpenSSL.
  *
  * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
  * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
@@ -38,10 +40,11 @@
 #define OUT_LOW_WATER (8u << 20)
 #define BUF_KEEP_MAX (8u << 20)  /* buffers above this are freed when emptied */
 #define ZONE_FIRST (64u << 10)   /* a connection's decode zone starts with this much, */
-#define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (conn_io.c zone_reset) */
+#define ZONE_KEEP_MAX (1u << 20) /* and grows its first chunk up to this (conn__zone_reset) */
 #define ZONE_PREAUTH 1024u       /* before the handshake: made per frame, this small */
 /* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
 #define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
+#define CONN_TLS_RBUF (64u << 10) /* ciphertext read at once from a TLS connection's socket */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -62,6 +65,8 @@ enum {
     LIM_REFUSED,    /* a handshake refused before the peer proved the secret */
     LIM_HS_TIMEOUT, /* an accepted connection's handshake that never finished */
     LIM_MALFORMED,  /* a malformed frame skipped past the handshake */
+    LIM_TLS,        /* a TLS handshake that failed, or a peer refused for not encrypting */
+    LIM_PLAIN,      /* a peer accepted in plaintext by --encrypt yes */
     LIM_COUNT
 };
 
@@ -116,6 +121,9 @@ struct proto_conn {
     bool is_unix;
     bool counted;        /* accepted: counted in ctx->naccepted */
     bool counted_client; /* a CLIENT or PEER role: counted in ctx->nclients */
+    bool tls_detect;     /* accepted over TCP, no byte read yet: TLS or plaintext is not known */
+    struct conn_tls *tls; /* TLS state (tls.c) when this connection is encrypted, else NULL */
+    spw_buf wire;        /* TLS: the ciphertext being written (the write in flight's bytes) */
     int peer_role;
     int close_status;
     char peer[64];
@@ -128,7 +136,8 @@ struct proto_conn {
     uint64_t rx_ms, tx_ms;
     uint64_t tx_done;  /* bytes of finished writes */
     uint64_t tx_seen;  /* proto_conn_watch's last sample of the bytes written */
-    size_t wout_total; /* bytes handed to the write in flight */
+    size_t wout_total; /* bytes handed to the write in flight (ciphertext under TLS) */
+    size_t wout_queued; /* of c->queued, the bytes that write carries (plaintext) */
     uint64_t since_ms; /* silence is counted from no earlier than this: moved on over the
                           spans nobody read c (proto_conn_watch_skip), and to when we read c
                           again (proto_conn_resume) */
@@ -203,6 +212,9 @@ struct proto_ctx {
     void *done_arg;
     void *data;                  /* the owner's */
     uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
+    struct ssl_ctx_st *tls;      /* OpenSSL's SSL_CTX when opts.encrypt != NO, else NULL */
+    uint8_t *tls_rbuf;           /* ciphertext read from a socket, fed to TLS at once */
+    uint8_t tls_psk[32];         /* the pre-shared key: HKDF-SHA256 of the secret */
 };
 
 /* A host-name lookup for a connection; separate from it, since a connection closed meanwhile
@@ -232,6 +244,14 @@ void conn__flush(proto_conn *c);
 /* Closes the open batched frame (proto_conn_batch_rec), if any, queueing it. */
 void conn__batch_close(proto_conn *c);
 void conn__process_input(proto_conn *c);
+/* n plaintext bytes arrived where conn__in_room said (or into the sink): account and decode. */
+void conn__input(proto_conn *c, size_t n);
+/* Where the next plaintext bytes go: the sink, else room in c->in (a small frame's worth before
+ * the handshake is done). @return 0, or SPW_ENOMEM. */
+int conn__in_room(proto_conn *c, uint8_t **at, size_t *len);
+void conn__zone_reset(proto_conn *c);
+/* The connection's decode zone, made if it has none (conn_io.c). */
+msgpack_zone *conn__zone(proto_conn *c);
 void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 void conn__start(proto_conn *c);
@@ -246,5 +266,28 @@ void conn__refuse(proto_conn *c, uint64_t req, int code, const char *why);
 void conn__on_challenge(proto_conn *c, const proto_msg *m);
 void conn__on_hello_msg(proto_conn *c, const proto_msg *m);
 void conn__on_welcome(proto_conn *c, const proto_msg *m);
+
+/* TLS (tls.c). conn__tls_ctx_init sets up ctx->tls when opts.encrypt asks (0, SPW_EINVAL without
+ * a secret, SPW_ETLS); conn__tls_ctx_free undoes it. */
+int conn__tls_ctx_init(proto_ctx *ctx);
+void conn__tls_ctx_free(proto_ctx *ctx);
+/* Whether a connection to or from this (connected) peer is encrypted by our policy: TCP, and not
+ * loopback unless encrypt_local. */
+bool conn__tls_wanted(proto_conn *c);
+/* Starts TLS on c: as the client (the ClientHello is queued) or as the server. @return 0 or
+ * SPW_ETLS, c untouched. */
+int conn__tls_start(proto_conn *c, bool server);
+/* A server's first bytes arrived (in c->in): TLS, or plaintext the policy accepts or refuses. */
+void conn__tls_detect(proto_conn *c);
+/* n bytes of ciphertext arrived (in ctx->tls_rbuf). */
+void conn__tls_read(proto_conn *c, const uint8_t *p, size_t n);
+/* Decrypts what TLS holds already (after a pause). */
+void conn__tls_pump(proto_conn *c);
+bool conn__tls_up(const proto_conn *c);
+/* Encrypts nbufs plaintext buffers into TLS's output. @return 0 or SPW_ETLS. */
+int conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs);
+/* Moves the ciphertext waiting to go out into c->wire. @return its length. */
+size_t conn__tls_take(proto_conn *c);
+void conn__tls_free(proto_conn *c);
 
 #endif /* SPW_CONN_INT_H */

@@ -246,7 +246,8 @@ void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ..
     proto_send_error(c, req, &(proto_error_msg){.code = code, .msg = msg});
 }
 
-static void write_finished(proto_conn *c, size_t written)
+/* The write in flight is done: its plaintext leaves the queue. */
+static void write_finished(proto_conn *c)
 {
     /* Output buffers are kept for the traffic that follows the handshake; before it, an
      * unauthenticated peer holds none between writes. */
@@ -257,9 +258,12 @@ static void write_finished(proto_conn *c, size_t written)
         c->wbufs = NULL;
         c->wbufs_cap = 0;
     }
-    c->queued -= written;
-    c->tx_done += written;
+    c->queued -= c->wout_queued;
+    c->tx_done += c->wout_total;
     c->wout_total = 0;
+    c->wout_queued = 0;
+    if (c->wire.cap > BUF_KEEP_MAX || !keep)
+        spw_buf_release(&c->wire);
     if (c->state == ST_CLOSING && c->queued == 0) {
         conn__do_close(c);
         return;
@@ -277,10 +281,10 @@ static void write_cb(uv_write_t *req, int status)
 {
     proto_conn *c = req->data;
     c->writing = false;
-    size_t total = c->wout.buf.len + c->wout.borrowed_bytes;
     if (status < 0) {
         conn__outq_release(&c->wout, true);
-        c->queued -= total;
+        c->queued -= c->wout_queued;
+        c->wout_queued = 0;
         if (c->state != ST_CLOSED) {
             if (c->close_status == 0)
                 c->close_status = status;
@@ -288,21 +292,55 @@ static void write_cb(uv_write_t *req, int status)
         }
         return;
     }
-    write_finished(c, total);
+    write_finished(c);
 }
 
-void conn__flush(proto_conn *c)
+/* A write failed at once: what it carried is dropped and the connection closed. */
+static void write_failed(proto_conn *c, int rc)
 {
-    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
-        return;
-    if (c->out.buf.len == 0 && c->out.nb == 0)
-        return;
-    conn__batch_close(c);
-    outq tmp = c->wout;
-    c->wout = c->out;
-    c->out = tmp;
-    outq *q = &c->wout;
+    conn__outq_release(&c->wout, true);
+    c->queued -= c->wout_queued;
+    c->wout_queued = 0;
+    if (c->close_status == 0)
+        c->close_status = rc;
+    conn__do_close(c);
+}
 
+/* Writes bufs (wout_total bytes, carrying wout_queued of the queue): what the socket takes now,
+ * the rest with uv_write. */
+static void write_bufs(proto_conn *c, uv_buf_t *bufs, size_t nbufs)
+{
+    size_t total = c->wout_total;
+    int n = uv_try_write(&c->h.stream, bufs, (unsigned)nbufs);
+    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+        write_failed(c, n);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done == total) {
+        write_finished(c);
+        return;
+    }
+    /* Skip what went out and hand the rest to uv_write. */
+    size_t first = 0;
+    while (done > 0 && done >= bufs[first].len) {
+        done -= bufs[first].len;
+        first++;
+    }
+    bufs[first].base += done;
+    bufs[first].len -= done;
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, &c->h.stream, bufs + first, (unsigned)(nbufs - first), write_cb);
+    if (rc < 0) {
+        write_failed(c, rc);
+        return;
+    }
+    c->writing = true;
+}
+
+/* c->wbufs over q: its owned bytes with the borrowed ranges spliced in. @return their count. */
+static size_t outq_bufs(proto_conn *c, const outq *q)
+{
     size_t need = 2 * q->nb + 1;
     if (need > c->wbufs_cap) {
         c->wbufs_cap = need;
@@ -319,43 +357,57 @@ void conn__flush(proto_conn *c)
     }
     if (q->buf.len > pos)
         c->wbufs[nbufs++] = uv_buf_init((char *)q->buf.data + pos, (unsigned)(q->buf.len - pos));
-    size_t total = q->buf.len + q->borrowed_bytes;
-    c->wout_total = total;
+    return nbufs;
+}
 
-    int n = uv_try_write(&c->h.stream, c->wbufs, (unsigned)nbufs);
-    if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
-        conn__outq_release(q, true);
-        c->queued -= total;
-        if (c->close_status == 0)
-            c->close_status = n;
-        conn__do_close(c);
+/* Under TLS the queued frames are encrypted at once (their buffers, borrowed ones too, are
+ * released then) and the ciphertext, with whatever the handshake has to say, is written from
+ * c->wire. Frames wait while the TLS handshake runs. */
+static void flush_tls(proto_conn *c)
+{
+    size_t plain = 0;
+    if (conn__tls_up(c) && (c->out.buf.len > 0 || c->out.nb > 0)) {
+        conn__batch_close(c);
+        size_t nbufs = outq_bufs(c, &c->out);
+        plain = c->out.buf.len + c->out.borrowed_bytes;
+        int rc = conn__tls_encrypt(c, c->wbufs, nbufs);
+        outq tmp = c->wout;
+        c->wout = c->out;
+        c->out = tmp;
+        c->wout_queued = plain;
+        if (rc < 0) {
+            write_failed(c, rc);
+            return;
+        }
+        conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
+    }
+    size_t len = conn__tls_take(c);
+    if (len == 0)
+        return;
+    c->wout_queued = plain;
+    c->wout_total = len;
+    uv_buf_t b = uv_buf_init((char *)c->wire.data, (unsigned)len);
+    write_bufs(c, &b, 1);
+}
+
+void conn__flush(proto_conn *c)
+{
+    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
+        return;
+    if (c->tls != NULL) {
+        flush_tls(c);
         return;
     }
-    size_t done = n > 0 ? (size_t)n : 0;
-    if (done == total) {
-        write_finished(c, total);
+    if (c->out.buf.len == 0 && c->out.nb == 0)
         return;
-    }
-    /* Skip what went out and hand the rest to uv_write. */
-    size_t first = 0;
-    while (done > 0 && done >= c->wbufs[first].len) {
-        done -= c->wbufs[first].len;
-        first++;
-    }
-    c->wbufs[first].base += done;
-    c->wbufs[first].len -= done;
-    c->wreq.data = c;
-    int rc =
-        uv_write(&c->wreq, &c->h.stream, c->wbufs + first, (unsigned)(nbufs - first), write_cb);
-    if (rc < 0) {
-        conn__outq_release(q, true);
-        c->queued -= total;
-        if (c->close_status == 0)
-            c->close_status = rc;
-        conn__do_close(c);
-        return;
-    }
-    c->writing = true;
+    conn__batch_close(c);
+    outq tmp = c->wout;
+    c->wout = c->out;
+    c->out = tmp;
+    size_t nbufs = outq_bufs(c, &c->wout);
+    c->wout_total = c->wout.buf.len + c->wout.borrowed_bytes;
+    c->wout_queued = c->wout_total;
+    write_bufs(c, c->wbufs, nbufs);
 }
 
 static void dispatch(proto_conn *c, const proto_msg *m)
@@ -413,7 +465,7 @@ static void zone_make(proto_conn *c, size_t size)
 /* The connection's decode zone, made if it has none: ZONE_FIRST once the peer is
  * authenticated, ZONE_PREAUTH before (a handshake frame needs little, and an unauthenticated
  * peer must not hold a large zone). */
-static msgpack_zone *conn_zone(proto_conn *c)
+msgpack_zone *conn__zone(proto_conn *c)
 {
     if (c->zone_first == NULL)
         zone_make(c, c->state == ST_READY ? ZONE_FIRST : ZONE_PREAUTH);
@@ -428,7 +480,7 @@ static msgpack_zone *conn_zone(proto_conn *c)
  * memory that is already there; a connection keeps at most that much between frames. Before the
  * handshake is done (and once the connection closes) no zone is kept between frames, and a
  * handshake's small zone is not kept past it. */
-static void zone_reset(proto_conn *c)
+void conn__zone_reset(proto_conn *c)
 {
     msgpack_zone *z = &c->zone;
     if (c->zone_first == NULL)
@@ -468,10 +520,10 @@ static void try_sink(proto_conn *c, size_t pos)
     }
     proto_msg head;
     void *dest = NULL;
-    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn_zone(c), &head) ==
+    if (proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn__zone(c), &head) ==
         (int)c->sink_head_len)
         dest = c->cbs.on_sink(c, &head, data_len);
-    zone_reset(c);
+    conn__zone_reset(c);
     if (dest == NULL) {
         c->sink_declined = true; /* a malformed head is reported when the frame is complete */
         return;
@@ -489,14 +541,14 @@ static void try_sink(proto_conn *c, size_t pos)
 static void sink_finish(proto_conn *c)
 {
     proto_msg m;
-    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn_zone(c), &m);
+    int rc = proto_decode(c->sink_head, c->sink_head_len, &c->ctx->opts.limits, conn__zone(c), &m);
     SPW_ASSERT(rc == (int)c->sink_head_len); /* it decoded when the sink began */
     m.f[c->sink_field].bin.ptr = c->sink;
     m.f[c->sink_field].bin.len = (uint32_t)c->sink_len;
     c->sink = NULL;
     c->sink_declined = false;
     dispatch(c, &m);
-    zone_reset(c);
+    conn__zone_reset(c);
 }
 
 /* The limits for the next frame: the configured ones once the handshake is done, before that
@@ -528,7 +580,7 @@ void conn__process_input(proto_conn *c)
                                              (size_t)p[2] << 8 | (size_t)p[3]);
         /* A decode zone is made only for a frame that is all here: proto_decode answers any
          * other from its length prefix alone (need more, too large) and never touches it. */
-        msgpack_zone *zone = flen != 0 && flen <= avail ? conn_zone(c) : &c->zone;
+        msgpack_zone *zone = flen != 0 && flen <= avail ? conn__zone(c) : &c->zone;
         proto_msg m;
         int rc = proto_decode(p, avail, lim, zone, &m);
         if (rc == 0) {
@@ -537,7 +589,7 @@ void conn__process_input(proto_conn *c)
             break;
         }
         if (rc < 0) {
-            zone_reset(c);
+            conn__zone_reset(c);
             if (rc == SPW_EMALFORMED && c->state == ST_READY) {
                 /* The length prefix is sound, so skip just this frame and go on. */
                 conn__log_limited(c->ctx, LIM_MALFORMED,
@@ -570,7 +622,7 @@ void conn__process_input(proto_conn *c)
         pos += (size_t)rc;
         c->sink_declined = false;
         dispatch(c, &m);
-        zone_reset(c);
+        conn__zone_reset(c);
     }
     if (c->state == ST_CLOSED)
         return;
@@ -579,15 +631,13 @@ void conn__process_input(proto_conn *c)
         spw_buf_release(&c->in);
 }
 
-void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+int conn__in_room(proto_conn *c, uint8_t **at, size_t *len)
 {
-    (void)suggested;
-    proto_conn *c = h->data;
     if (c->sink != NULL) {
         uint64_t left = c->sink_len - c->sink_got;
-        *buf = uv_buf_init((char *)c->sink + c->sink_got,
-                           left > UINT32_MAX ? UINT32_MAX : (unsigned)left);
-        return;
+        *at = c->sink + c->sink_got;
+        *len = left > INT32_MAX ? INT32_MAX : (size_t)left;
+        return 0;
     }
     if (c->state != ST_READY) {
         /* Unauthenticated: room for one frame of at most PROTO_PREAUTH_MAX_FRAME, no more, made
@@ -596,34 +646,67 @@ void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
          * would end the connection. */
         if (c->in.cap < IN_PREAUTH) {
             uint8_t *p = spw_try_realloc(SPW_MOD_BASE, c->in.data, IN_PREAUTH);
-            if (p == NULL) {
-                *buf = uv_buf_init(NULL, 0);
-                return;
-            }
+            if (p == NULL)
+                return SPW_ENOMEM;
             c->in.data = p;
             c->in.cap = IN_PREAUTH;
         }
-        *buf = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len));
-        return;
+        *at = c->in.data + c->in.len;
+        *len = c->in.cap - c->in.len;
+        return 0;
     }
     size_t want = IN_READ_MIN;
     if (c->in_need > c->in.len && c->in_need - c->in.len > want)
         want = c->in_need - c->in.len;
-    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0) {
+    if (c->in.cap - c->in.len < want && spw_buf_reserve(&c->in, want) != 0)
+        return SPW_ENOMEM;
+    size_t room = c->in.cap - c->in.len;
+    *at = c->in.data + c->in.len;
+    *len = room > INT32_MAX ? INT32_MAX : room;
+    return 0;
+}
+
+void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    proto_conn *c = h->data;
+    if (c->tls != NULL) { /* ciphertext: decrypted into conn__in_room as it comes */
+        *buf = uv_buf_init((char *)c->ctx->tls_rbuf, CONN_TLS_RBUF);
+        return;
+    }
+    uint8_t *at;
+    size_t len;
+    if (conn__in_room(c, &at, &len) != 0) {
         *buf = uv_buf_init(NULL, 0);
         return;
     }
-    *buf = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len));
+    *buf = uv_buf_init((char *)at, (unsigned)len);
+}
+
+void conn__input(proto_conn *c, size_t n)
+{
+    if (c->sink != NULL) {
+        c->sink_got += n;
+        if (c->sink_got == c->sink_len)
+            sink_finish(c);
+        return;
+    }
+    c->in.len += n;
+    conn__process_input(c);
 }
 
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     proto_conn *c = s->data;
     if (nread < 0) {
         if (c->state == ST_CLOSING || c->state == ST_CLOSED)
             return;
         int status = nread == UV_EOF ? SPW_ECLOSED : (int)nread;
+        if (c->tls != NULL && !conn__tls_up(c) && c->server)
+            conn__log_limited(c->ctx, LIM_TLS,
+                              "peer=%s refused: TLS handshake incomplete: the peer closed the "
+                              "connection (%s) err=SPW_ETLS",
+                              c->peer, spw_strerror(status));
         if (c->close_status == 0)
             c->close_status = status;
         conn__do_close(c);
@@ -634,14 +717,16 @@ void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     c->rx_ms = uv_now(c->h.handle.loop);
     c->ping_out = false;
     c->ctx->io[PROTO_IO_BYTES_IN] += (uint64_t)nread;
-    if (c->sink != NULL) {
-        c->sink_got += (uint64_t)nread;
-        if (c->sink_got == c->sink_len)
-            sink_finish(c);
+    if (c->tls != NULL) {
+        conn__tls_read(c, (const uint8_t *)buf->base, (size_t)nread);
         return;
     }
-    c->in.len += (size_t)nread;
-    conn__process_input(c);
+    if (c->tls_detect) {
+        c->in.len += (size_t)nread;
+        conn__tls_detect(c);
+        return;
+    }
+    conn__input(c, (size_t)nread);
 }
 
 /* Bytes written so far: finished writes and what left of the one in flight. */

@@ -95,6 +95,7 @@ struct spw_http {
     char token[65];
     char *sched_addr;
     char *secret_file;
+    int encrypt, encrypt_local; /* for the ctl link, as the scheduler's own options */
     uint32_t sample_ms;
     pthread_mutex_t lock;    /* cl, the ring, stopping */
     pthread_cond_t wake;
@@ -117,6 +118,8 @@ static spillway *link_get(spw_http *h)
     spillway_opts_init(&o);
     o.name = "spillway-scheduler-http";
     o.secret_file = h->secret_file;
+    o.encrypt = h->encrypt;
+    o.encrypt_local = h->encrypt_local;
     o.connect_timeout_ms = QUERY_MS;
     if (ctl_doc_connect(h->sched_addr, &o, &h->cl) != 0)
         h->cl = NULL;
@@ -701,6 +704,8 @@ int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t b
     h->ring = calloc(h->cap, sizeof *h->ring);
     h->sched_addr = strdup(o->sched_addr);
     h->secret_file = o->secret_file != NULL ? strdup(o->secret_file) : NULL;
+    h->encrypt = o->encrypt;
+    h->encrypt_local = o->encrypt_local;
     if (o->secret != NULL && (!loopback || o->token_always)) {
         h->need_token = true;
         ctl_doc_http_token(o->secret, o->secret_len, h->token);

@@ -25,6 +25,8 @@ typedef struct spw_http_opts {
     const char *secret_file;   /* cluster secret file, or NULL */
     const uint8_t *secret;     /* its bytes (for the token), or NULL */
     size_t secret_len;
+    int encrypt;               /* the scheduler's --encrypt and --encrypt-local, for the link */
+    int encrypt_local;
     uint32_t sample_ms;        /* history interval (1000) */
     uint32_t history;          /* samples kept (600) */
     int token_always;          /* want the token even on a loopback address (needs secret) */

@@ -643,6 +643,8 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     po.name = "spillway-scheduler";
     po.secret = o->secret;
     po.secret_len = o->secret_len;
+    po.encrypt = o->encrypt;
+    po.encrypt_local = o->encrypt_local;
     po.limits.max_frame = o->max_frame;
     po.inline_limit = o->inline_limit;
     po.chunk = o->chunk;

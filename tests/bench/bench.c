@@ -2428,7 +2428,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: spillway-bench [--case NAME[,NAME...]] [--quick] [--scheduler ADDR]\n"
                "                      [--secret-file PATH] [--workers N] [--slots S]\n"
                "                      [--n N[,N...]] [--repeat R] [--spill-threads N]\n"
-               "                      [--spill-workers 1|2] [--cpus N] [--list]\n" SORT_BENCH_USAGE
+               "                      [--spill-workers 1|2] [--cpus N] [--encrypt] [--list]\n"
+               "  --encrypt: the bench's own cluster requires TLS, on loopback too\n" SORT_BENCH_USAGE
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -2461,7 +2462,7 @@ int main(int argc, char **argv)
     b.slots = 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     b.spill_threads = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores; /* the worker's default */
-    bool sized = false;
+    bool sized = false, encrypt = false;
     int cpus = 0;
     static const struct option longopts[] = {
         {"case", required_argument, 0, 'c'},   {"quick", no_argument, 0, 'q'},
@@ -2470,7 +2471,8 @@ int main(int argc, char **argv)
         {"workers", required_argument, 0, 'w'}, {"slots", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
         {"spill-workers", required_argument, 0, 'W'}, {"repeat", required_argument, 0, 'R'},
-        {"cpus", required_argument, 0, 'C'},   SORT_BENCH_LONGOPTS, {0, 0, 0, 0},
+        {"cpus", required_argument, 0, 'C'},   {"encrypt", no_argument, 0, 'E'},
+        SORT_BENCH_LONGOPTS, {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -2480,6 +2482,9 @@ int main(int argc, char **argv)
             break;
         case 'q':
             b.quick = true;
+            break;
+        case 'E':
+            encrypt = true;
             break;
         case 's':
             addr = optarg;
@@ -2550,9 +2555,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if ((sized || cpus != 0) && addr != NULL) {
-        fprintf(stderr, "spillway-bench: --workers, --slots and --cpus shape the bench's own "
-                        "cluster; they do not apply with --scheduler\n");
+    if ((sized || cpus != 0 || encrypt) && addr != NULL) {
+        fprintf(stderr, "spillway-bench: --workers, --slots, --cpus and --encrypt shape the "
+                        "bench's own cluster; they do not apply with --scheduler\n");
         return 2;
     }
     if (cpus != 0 && !pin_cpus(cpus))
@@ -2594,23 +2599,29 @@ int main(int argc, char **argv)
     if (addr == NULL) {
         /* Our own cluster. */
         b.own_cluster = true;
-        b.cluster = h_cluster_start(false, NULL);
+        static const char *const enc[] = {"--encrypt", "required", "--encrypt-local", NULL};
+        b.cluster = h_cluster_start(encrypt, encrypt ? enc : NULL);
         char slots[16];
         snprintf(slots, sizeof slots, "%d", b.slots);
         for (int i = 0; i < b.workers; i++) {
             char name[32];
             snprintf(name, sizeof name, "bench-w%d", i);
-            const char *const wargs[] = {"--slots", slots, "--store-capacity", "2G", "--name",
-                                         name, NULL};
+            const char *const wargs[] = {"--slots", slots,     "--store-capacity", "2G",
+                                         "--name",  name,      encrypt ? enc[0] : NULL,
+                                         enc[1],    enc[2],    NULL};
             h_worker_start(b.cluster, wargs);
         }
         addr = b.cluster->addr;
+        if (encrypt)
+            secret = b.cluster->secret_file;
     }
     setenv("SPW_BENCH_ADDR", addr, 1);
     spillway_opts o;
     spillway_opts_init(&o);
     o.secret_file = secret;
     o.name = "spillway-bench";
+    o.encrypt = encrypt ? SPILLWAY_ENCRYPT_REQUIRED : SPILLWAY_ENCRYPT_NO;
+    o.encrypt_local = encrypt;
     int rc = spillway_connect(addr, &o, &b.cl);
     if (rc != 0) {
         fprintf(stderr, "spillway-bench: cannot connect to %s: %s\n", addr, spillway_strerror(rc));

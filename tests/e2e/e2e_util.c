@@ -27,6 +27,10 @@ spillway *e2e_connect(h_cluster *c)
     spillway_opts_init(&o);
     if (c->secret_file[0] != '\0')
         o.secret_file = c->secret_file;
+    if (c->encrypt) {
+        o.encrypt = SPILLWAY_ENCRYPT_REQUIRED;
+        o.encrypt_local = 1;
+    }
     spillway *cl = NULL;
     int rc = spillway_connect(c->addr, &o, &cl);
     if (rc != 0)
@@ -44,6 +48,11 @@ json_t *e2e_ctl_json(h_cluster *c, const char *cmd)
     if (c->secret_file[0] != '\0') {
         argv[n++] = "--secret-file";
         argv[n++] = c->secret_file;
+    }
+    if (c->encrypt) {
+        argv[n++] = "--encrypt";
+        argv[n++] = "required";
+        argv[n++] = "--encrypt-local";
     }
     argv[n++] = "--json";
     argv[n++] = cmd;

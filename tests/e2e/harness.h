@@ -36,6 +36,8 @@ typedef struct h_cluster {
     char secret_file[512]; /* "" when the cluster has no secret */
     char http[80];         /* the scheduler's HTTP endpoint "127.0.0.1:PORT" when started with
                               --http (the harness adds --http-port-file), else "" */
+    bool encrypt;          /* e2e_connect and e2e_ctl_json encrypt loopback too (the case
+                              started the daemons with --encrypt ... --encrypt-local) */
     bool stopped;          /* h_cluster_stop ran */
     bool stop_ok;          /* ... and every daemon exited 0 */
 } h_cluster;

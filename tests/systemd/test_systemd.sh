@@ -19,7 +19,7 @@ fi
 
 # The base image: Debian 12 with systemd and what building against spillway needs.
 PKGS="systemd,systemd-sysv,dbus,build-essential,cmake,pkg-config,libuv1-dev,libmsgpack-dev,\
-liblmdb-dev,libzstd-dev,libsodium-dev,libxxhash-dev,uthash-dev,libjansson-dev,libmicrohttpd-dev,procps"
+liblmdb-dev,libzstd-dev,libsodium-dev,libssl-dev,libxxhash-dev,uthash-dev,libjansson-dev,libmicrohttpd-dev,procps"
 CACHE=${SPW_NSPAWN_CACHE:-/var/tmp/spillway-nspawn}
 mkdir -p "$CACHE"
 IMG=$CACHE/bookworm-$(echo "$PKGS" | sha256sum | cut -c1-12)

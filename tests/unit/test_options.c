@@ -107,7 +107,7 @@ static int docs_disagree(const spw_optset *set, const char *man, const char *con
         }
         if (conf == NULL || !(o->flags & SPW_OPT_CONF))
             continue;
-        /* Lines "key = value", commented out ("# key = value") or not. */
+        /* Lines "key = value" (a flag: "key" alone), commented out ("# key = value") or not. */
         int seen = 0;
         for (const char *l = conf; *l != '\0';) {
             size_t len = strcspn(l, "\n");
@@ -118,7 +118,8 @@ static int docs_disagree(const spw_optset *set, const char *man, const char *con
             while (*s == '#' || *s == ' ')
                 s++;
             size_t klen = strlen(o->name);
-            if (strncmp(s, o->name, klen) != 0 || strncmp(s + klen, " = ", 3) != 0)
+            if (strncmp(s, o->name, klen) != 0 ||
+                (o->type == SPW_OPT_FLAG ? s[klen] != '\0' : strncmp(s + klen, " = ", 3) != 0))
                 continue;
             seen++;
             if (o->def != NULL && strcmp(s + klen + 3, o->def) != 0) {

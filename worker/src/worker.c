@@ -501,6 +501,8 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->name = spw_strdup(SPW_MOD_WORKER, po.name);
     po.secret = o->secret;
     po.secret_len = o->secret_len;
+    po.encrypt = o->encrypt;
+    po.encrypt_local = o->encrypt_local;
     po.limits.max_frame = o->max_frame;
     po.worker = &w->hello;
     po.max_conns = o->max_conns;

@@ -65,7 +65,16 @@ typedef struct spillway_opts {
                                 least 64 KiB) */
     unsigned put_replicas;   /* copies of each put on distinct workers (0 or 1: one); see
                                 spillway_put_replicas */
+    int encrypt;             /* SPILLWAY_ENCRYPT_*: YES and REQUIRED both make every TCP
+                                connection to another host TLS, keyed by the cluster secret (so
+                                one is needed); a server that does not encrypt refuses us */
+    int encrypt_local;       /* 1: loopback TCP (127.0.0.1, ::1) is encrypted too */
 } spillway_opts;
+
+/** spillway_opts.encrypt: the daemons' --encrypt words. */
+#define SPILLWAY_ENCRYPT_NO 0
+#define SPILLWAY_ENCRYPT_YES 1
+#define SPILLWAY_ENCRYPT_REQUIRED 2
 
 /** The library's version: MAJOR * 10000 + MINOR * 100 + PATCH (compare SPILLWAY_VERSION_NUMBER). */
 SPILLWAY_API unsigned spillway_version(void);

@@ -12,6 +12,12 @@
  * the server checks it and answers WELCOME with its own proof over the nonces in the other order,
  * which the client checks. With no secret configured on either side the proofs use an empty key,
  * so a cluster with a secret rejects peers without one, and vice versa.
+ *
+ * Encryption (proto_ctx_opts.encrypt): the connecting side starts TLS 1.3 at once, keyed by a
+ * pre-shared key derived from the secret; the accepting side, which sent its CHALLENGE in the
+ * clear, tells TLS from plaintext by the peer's first byte (a TLS record starts with 0x16, a
+ * frame's length with 0x00), drops that CHALLENGE and, once TLS is up, runs the same handshake
+ * inside it. A client skips the plaintext CHALLENGE that precedes the server's TLS reply.
  */
 #ifndef SPW_CONN_H
 #define SPW_CONN_H
@@ -85,7 +91,16 @@ typedef struct proto_ctx_opts {
      * once max_conns - reserved_conns clients are connected. */
     uint32_t max_conns;
     uint32_t reserved_conns;
+    /* TLS 1.3 with a key derived from the secret (needs one): PROTO_ENCRYPT_NO, _YES (we start
+     * TLS on every TCP connection we make; peers that connect in plaintext are accepted and
+     * logged) or _REQUIRED (they are refused). Loopback TCP stays plaintext unless
+     * encrypt_local; Unix sockets always do. */
+    int encrypt;
+    bool encrypt_local;
 } proto_ctx_opts;
+
+/* proto_ctx_opts.encrypt, in the order of the --encrypt words */
+enum { PROTO_ENCRYPT_NO, PROTO_ENCRYPT_YES, PROTO_ENCRYPT_REQUIRED };
 
 /** The default --max-connections for a process whose descriptor limit is nofile: three
  * quarters of it (room for stores, spill files, executors and outgoing connections), at most
@@ -96,7 +111,8 @@ uint32_t proto_reserved_conns(uint32_t max);
 
 void proto_ctx_opts_default(proto_ctx_opts *o);
 
-/** Creates the shared state for loop. @return 0, or a libuv error. */
+/** Creates the shared state for loop. @return 0, a libuv error, SPW_EINVAL (encryption without
+ * a secret), or SPW_ETLS (the TLS library could not be set up; logged). */
 int proto_ctx_new(uv_loop_t *loop, const proto_ctx_opts *o, proto_ctx **out);
 /** Closes every connection and listener (their on_close run), then the ctx's own handles;
  * the ctx is freed once the loop has run the close callbacks. done (optional) runs then. */
@@ -173,6 +189,8 @@ bool proto_conn_is_closing(const proto_conn *c);
 /** Whether c came through a Unix-socket listener (proto_listen_unix): its peer passed the
  * credential check there. */
 bool proto_conn_is_local(const proto_conn *c);
+/** Whether c's bytes travel inside TLS (its handshake may still be running). */
+bool proto_conn_is_encrypted(const proto_conn *c);
 
 /** The buffer to build the next frame in: proto_enc_NAME(&e, proto_conn_out(c), req, &m), then
  * proto_conn_send (or proto_conn_send_borrowed / proto_conn_send_fd). */

@@ -41,6 +41,8 @@ typedef struct sched_opts {
                                       them (4..64) are kept for workers and spillway-ctl */
     bool allow_plugin_upload;      /* clients may add plugins (true; also needs a secret) */
     uint64_t plugin_max_size;      /* largest plugin a client may add, bytes (64 MiB) */
+    int encrypt;                   /* PROTO_ENCRYPT_*: TLS between hosts (needs a secret) */
+    bool encrypt_local;            /* ... on loopback TCP too */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

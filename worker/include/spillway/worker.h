@@ -30,6 +30,8 @@ typedef struct wrk_opts {
     uint32_t slots;            /* executor processes (default: cores) */
     const uint8_t *secret;     /* cluster secret or NULL */
     size_t secret_len;
+    int encrypt;               /* PROTO_ENCRYPT_*: TLS between hosts (needs a secret) */
+    bool encrypt_local;        /* ... on loopback TCP too */
     ost_opts store;            /* capacity, spill settings */
     const char *executor_path; /* binary to run as executor (default /proc/self/exe) */
     const char *plugins[WRK_MAX_PLUGINS]; /* --plugin files: copied into the cache at start */

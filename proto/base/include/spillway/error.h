@@ -69,7 +69,9 @@ extern "C" {
     XX(ESHUTDOWN, -1025, "shutting down")                                                          \
     XX(ETASKMEM, -1026, "task exceeded its memory limit")                                         \
     XX(ENONAME, -1027, "host name does not resolve")                                              \
-    XX(EAHEAD, -1028, "sent ahead, but its input made on that worker is not there")
+    XX(EAHEAD, -1028, "sent ahead, but its input made on that worker is not there")            \
+    XX(ETLS, -1029, "TLS handshake failed")                                                        \
+    XX(EENCRYPT, -1030, "encryption settings do not match (--encrypt)")
 
 typedef enum spw_err {
     SPW_OK = 0,

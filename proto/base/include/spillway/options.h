@@ -77,6 +77,21 @@ typedef struct spw_opt {
         .name = "help", .letter = 'h', .type = SPW_OPT_FLAG, .help = "print this help"             \
     }
 
+/* Encryption between hosts, for every program that connects (flags: SPW_OPT_CONF or 0). */
+#define SPW_OPT_ROW_ENCRYPT(fl)                                                                    \
+    {                                                                                              \
+        .name = "encrypt", .type = SPW_OPT_ENUM, .flags = (fl), .def = "no",                       \
+        .help = "TLS on TCP connections to and from other hosts, keyed by the cluster secret "   \
+                "(needs --secret-file): yes = encrypt ours, accept plaintext peers (logged); "    \
+                "required = refuse them too",                                                      \
+        .choices = "no|yes|required", .unit = "mode"                                               \
+    }
+#define SPW_OPT_ROW_ENCRYPT_LOCAL(fl)                                                              \
+    {                                                                                              \
+        .name = "encrypt-local", .type = SPW_OPT_FLAG, .flags = (fl),                              \
+        .help = "with --encrypt, loopback TCP (127.0.0.1, ::1) too"                                \
+    }
+
 /* spw_optset.flags */
 #define SPW_OPTSET_OPERANDS 0x1u /* stop at the first word that is not an option (a command) */
 #define SPW_OPTSET_CONFIG 0x2u   /* --config FILE is read (the table must have a "config" row) */

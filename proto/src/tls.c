@@ -1,0 +1,457 @@
+/*
+ * proto_conn encryption: TLS 1.3 between the socket and the framing, with an external
+ * pre-shared key derived from the cluster secret (HKDF-SHA256), so no certificate is needed and
+ * a peer without the secret cannot finish the handshake. OpenSSL runs over two memory BIOs:
+ * ciphertext read from the socket goes into the read BIO and SSL_read puts plaintext where
+ * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written when flushed
+ * and the write BIO's ciphertext is written from c->wire. Only this file speaks OpenSSL.
+ * The accepting side decides TLS or plaintext by the peer's first byte (conn__tls_detect); the
+ * HMAC handshake of auth.c then runs inside TLS unchanged. Everything runs on the loop's thread;
+ * ctx->tls_rbuf is shared by a ctx's connections because a read is fed to TLS before the next.
+ */
+#include "conn_int.h"
+
+#include <arpa/inet.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/kdf.h>
+#include <openssl/ssl.h>
+
+#define TLS_RECORD_BYTE 0x16 /* a TLS handshake record; a frame's length starts with 0x00 */
+
+typedef struct conn_tls {
+    SSL *ssl;
+    BIO *rbio, *wbio; /* owned by ssl */
+    bool up;          /* the TLS handshake finished */
+    bool pre;         /* client: the server's plaintext CHALLENGE may precede its TLS reply */
+} conn_tls;
+
+static const char psk_identity[] = "spillway-psk-v1";
+/* TLS_AES_128_GCM_SHA256: its hash (SHA-256) is the one the key was made for. */
+static const unsigned char psk_cipher[2] = {0x13, 0x01};
+
+/* OpenSSL's reason for the last failure, for a log line; its error queue is emptied. */
+static const char *tls_reason(char *buf, size_t len)
+{
+    unsigned long e = ERR_peek_last_error();
+    if (e == 0)
+        snprintf(buf, len, "no reason given");
+    else
+        ERR_error_string_n(e, buf, len);
+    ERR_clear_error();
+    return buf;
+}
+
+static SSL_SESSION *psk_session(SSL *ssl)
+{
+    proto_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    const SSL_CIPHER *cipher = SSL_CIPHER_find(ssl, psk_cipher);
+    SSL_SESSION *s = SSL_SESSION_new();
+    if (cipher == NULL || s == NULL ||
+        !SSL_SESSION_set1_master_key(s, ctx->tls_psk, sizeof ctx->tls_psk) ||
+        !SSL_SESSION_set_cipher(s, cipher) ||
+        !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+        SSL_SESSION_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Client: offer the key (for the ciphersuite's hash; md is NULL on the first call). */
+static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *idlen,
+                   SSL_SESSION **sess)
+{
+    SSL_SESSION *s = psk_session(ssl);
+    if (s == NULL)
+        return 0;
+    if (md != NULL && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(s))) {
+        SSL_SESSION_free(s);
+        *sess = NULL;
+        return 1;
+    }
+    *id = (const unsigned char *)psk_identity;
+    *idlen = sizeof psk_identity - 1;
+    *sess = s;
+    return 1;
+}
+
+/* Server: the key for our identity; any other identity gets none (the handshake fails). */
+static int psk_find(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION **sess)
+{
+    *sess = NULL;
+    if (idlen != sizeof psk_identity - 1 || memcmp(id, psk_identity, idlen) != 0)
+        return 1;
+    *sess = psk_session(ssl);
+    return *sess != NULL;
+}
+
+/* HKDF-SHA256(secret, salt "spillway", info label): one key per purpose. */
+static int derive_key(const proto_ctx *ctx, const char *label, uint8_t *out, size_t len)
+{
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    EVP_KDF_CTX *kc = kdf != NULL ? EVP_KDF_CTX_new(kdf) : NULL;
+    EVP_KDF_free(kdf);
+    if (kc == NULL)
+        return SPW_ETLS;
+    OSSL_PARAM p[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, ctx->secret, ctx->opts.secret_len),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (char *)"spillway", 8),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (char *)label, strlen(label)),
+        OSSL_PARAM_construct_end()};
+    int ok = EVP_KDF_derive(kc, out, len, p);
+    EVP_KDF_CTX_free(kc);
+    return ok == 1 ? 0 : SPW_ETLS;
+}
+
+int conn__tls_ctx_init(proto_ctx *ctx)
+{
+    if (ctx->opts.encrypt == PROTO_ENCRYPT_NO)
+        return 0;
+    if (ctx->secret == NULL) {
+        spw_log(SPW_LOG_ERR, "encryption needs the cluster secret: its key is made from it");
+        return SPW_EINVAL;
+    }
+    char why[256];
+    if (derive_key(ctx, "spillway tls psk v1", ctx->tls_psk, sizeof ctx->tls_psk) != 0) {
+        spw_log(SPW_LOG_ERR, "tls: cannot derive the key: %s", tls_reason(why, sizeof why));
+        return SPW_ETLS;
+    }
+    SSL_CTX *sc = SSL_CTX_new(TLS_method());
+    if (sc == NULL || !SSL_CTX_set_min_proto_version(sc, TLS1_3_VERSION) ||
+        !SSL_CTX_set_max_proto_version(sc, TLS1_3_VERSION) ||
+        !SSL_CTX_set_ciphersuites(sc, "TLS_AES_128_GCM_SHA256") ||
+        !SSL_CTX_set_num_tickets(sc, 0)) {
+        spw_log(SPW_LOG_ERR, "tls: cannot set up: %s", tls_reason(why, sizeof why));
+        SSL_CTX_free(sc);
+        sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
+        return SPW_ETLS;
+    }
+    /* No tickets: every connection authenticates with the cluster key, none resumes. Kernel
+     * TLS (SSL_OP_ENABLE_KTLS) is not asked for: it works on socket BIOs, not memory ones. */
+    SSL_CTX_set_options(sc, SSL_OP_NO_TICKET);
+    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them: an
+     * idle or stalled peer (one that never finishes its handshake) holds its SSL object only. */
+    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_app_data(sc, ctx);
+    SSL_CTX_set_psk_use_session_callback(sc, psk_use);
+    SSL_CTX_set_psk_find_session_callback(sc, psk_find);
+    ctx->tls = sc;
+    ctx->tls_rbuf = spw_malloc(SPW_MOD_PROTO, CONN_TLS_RBUF);
+    return 0;
+}
+
+void conn__tls_ctx_free(proto_ctx *ctx)
+{
+    if (ctx->tls == NULL)
+        return;
+    SSL_CTX_free(ctx->tls);
+    ctx->tls = NULL;
+    spw_free(ctx->tls_rbuf);
+    ctx->tls_rbuf = NULL;
+    sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
+}
+
+static bool addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+bool conn__tls_wanted(proto_conn *c)
+{
+    if (c->is_unix || c->ctx->opts.encrypt == PROTO_ENCRYPT_NO)
+        return false;
+    if (c->ctx->opts.encrypt_local)
+        return true;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) != 0)
+        return true;
+    return !addr_is_loopback((struct sockaddr *)&ss);
+}
+
+bool conn__tls_up(const proto_conn *c)
+{
+    return c->tls != NULL && c->tls->up;
+}
+
+int conn__tls_start(proto_conn *c, bool server)
+{
+    conn_tls *t = spw_calloc(SPW_MOD_PROTO, 1, sizeof *t);
+    t->ssl = SSL_new(c->ctx->tls);
+    t->rbio = BIO_new(BIO_s_mem());
+    t->wbio = BIO_new(BIO_s_mem());
+    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
+        char why[256];
+        spw_log(SPW_LOG_ERR, "peer=%s tls: %s", c->peer, tls_reason(why, sizeof why));
+        BIO_free(t->rbio);
+        BIO_free(t->wbio);
+        SSL_free(t->ssl);
+        spw_free(t);
+        return SPW_ETLS;
+    }
+    BIO_set_mem_eof_return(t->rbio, -1); /* empty: "want more", never end of file */
+    SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    c->tls = t;
+    if (server) {
+        SSL_set_accept_state(t->ssl);
+    } else {
+        SSL_set_connect_state(t->ssl);
+        t->pre = true;
+        conn__tls_pump(c); /* the ClientHello */
+    }
+    return 0;
+}
+
+void conn__tls_free(proto_conn *c)
+{
+    if (c->tls == NULL)
+        return;
+    SSL_free(c->tls->ssl);
+    spw_free(c->tls);
+    c->tls = NULL;
+}
+
+/* The handshake failed: logged with the reason (a key that does not match names the secret),
+ * the alert for the peer written if it can be, and the connection closed. */
+static void tls_fail(proto_conn *c, int err)
+{
+    char why[256], msg[400];
+    int code = SPW_ETLS;
+    unsigned long e = ERR_peek_last_error();
+    int reason = ERR_GET_REASON(e);
+    tls_reason(why, sizeof why);
+    /* A key that does not match: the server finds the binder wrong and answers with an
+     * illegal_parameter alert, the only thing our handshake can have wrong for it. */
+    if (err == SSL_ERROR_SSL && !c->tls->up &&
+        (reason == SSL_R_BINDER_DOES_NOT_VERIFY ||
+         (!c->server && reason == SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER) ||
+         reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR)) {
+        code = SPW_EAUTH;
+        snprintf(msg, sizeof msg,
+                 "TLS handshake failed: wrong or missing cluster secret (%s) err=SPW_EAUTH", why);
+    } else {
+        snprintf(msg, sizeof msg, "TLS %s failed: %s err=SPW_ETLS",
+                 c->tls->up ? "record" : "handshake", why);
+    }
+    if (c->server)
+        conn__log_limited(c->ctx, LIM_TLS, "peer=%s refused: %s", c->peer, msg);
+    else
+        spw_log(SPW_LOG_WARN, "peer=%s %s", c->peer, msg);
+    if (c->close_status == 0)
+        c->close_status = code;
+    /* The alert goes out if the socket takes it now; nothing waits for it. */
+    size_t len = conn__tls_take(c);
+    if (len > 0 && !c->writing) {
+        uv_buf_t b = uv_buf_init((char *)c->wire.data, (unsigned)len);
+        (void)uv_try_write(&c->h.stream, &b, 1);
+    }
+    conn__do_close(c);
+}
+
+/* Client, before the server's first TLS byte: the plaintext CHALLENGE every server sends on
+ * accept is skipped (a frame before the handshake is under 4 KiB, so its length starts with a
+ * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt refusing our ClientHello) is
+ * reported as a refusal. Consumes c->in; false when c was closed or more bytes are needed. */
+static bool skip_plain(proto_conn *c)
+{
+    conn_tls *t = c->tls;
+    proto_limits lim = c->ctx->opts.limits;
+    lim.max_frame = PROTO_PREAUTH_MAX_FRAME;
+    while (c->in.len > 0) {
+        if (c->in.data[0] != 0) { /* a TLS record: a handshake, or an alert refusing us */
+            t->pre = false;
+            BIO_write(t->rbio, c->in.data, (int)c->in.len);
+            c->in.len = 0;
+            return true;
+        }
+        proto_msg m;
+        int rc = proto_decode(c->in.data, c->in.len, &lim, conn__zone(c), &m);
+        if (rc == 0) {
+            conn__zone_reset(c);
+            return false;
+        }
+        if (rc > 0 && m.type == PROTO_ERROR) {
+            char msg[256];
+            spw_log(SPW_LOG_WARN, "peer=%s refused us: %s err=%s", c->peer,
+                    proto_str(&m.f[F_ERROR_MSG], msg, sizeof msg),
+                    spw_err_name((int)m.f[F_ERROR_CODE].i));
+            rc = proto_err_code(m.f[F_ERROR_CODE].i);
+        } else if (rc < 0 || m.type != PROTO_CHALLENGE) {
+            rc = rc < 0 ? rc : SPW_EPROTO;
+            spw_log(SPW_LOG_WARN,
+                    "peer=%s answered our TLS handshake with something else: %s err=SPW_ETLS",
+                    c->peer, spw_strerror(rc));
+            rc = SPW_ETLS;
+        }
+        conn__zone_reset(c);
+        if (rc < 0) {
+            if (c->close_status == 0)
+                c->close_status = rc;
+            conn__do_close(c);
+            return false;
+        }
+        spw_buf_consume(&c->in, (size_t)rc);
+    }
+    return false;
+}
+
+void conn__tls_read(proto_conn *c, const uint8_t *p, size_t n)
+{
+    conn_tls *t = c->tls;
+    if (t->pre) {
+        /* Rare and small (one CHALLENGE): through c->in, which has room for one such frame. */
+        spw_buf_append(&c->in, p, n);
+        if (!skip_plain(c))
+            return;
+    } else {
+        BIO_write(t->rbio, p, (int)n);
+    }
+    conn__tls_pump(c);
+}
+
+void conn__tls_pump(proto_conn *c)
+{
+    conn_tls *t = c->tls;
+    if (!t->up) {
+        ERR_clear_error();
+        int r = SSL_do_handshake(t->ssl);
+        if (r != 1) {
+            int err = SSL_get_error(t->ssl, r);
+            if (err != SSL_ERROR_WANT_READ) {
+                tls_fail(c, err);
+                return;
+            }
+        } else {
+            t->up = true;
+            spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer,
+                    SSL_get_cipher_name(t->ssl));
+            if (c->server)
+                conn__send_challenge(c); /* the handshake proper starts inside TLS */
+            else if (c->out.buf.len > 0 || c->out.nb > 0)
+                conn__mark_dirty(c); /* frames queued while TLS was coming up */
+        }
+    }
+    while (t->up && c->state != ST_CLOSING && c->state != ST_CLOSED && !c->paused) {
+        uint8_t *at;
+        size_t room;
+        if (conn__in_room(c, &at, &room) != 0) {
+            c->close_status = SPW_ENOMEM;
+            conn__do_close(c);
+            return;
+        }
+        if (room == 0)
+            break; /* a full pre-handshake buffer: its frame is being answered */
+        ERR_clear_error();
+        int r = SSL_read(t->ssl, at, (int)room);
+        if (r <= 0) {
+            int err = SSL_get_error(t->ssl, r);
+            if (err == SSL_ERROR_WANT_READ)
+                break;
+            if (err == SSL_ERROR_ZERO_RETURN) { /* close_notify */
+                if (c->close_status == 0)
+                    c->close_status = SPW_ECLOSED;
+                conn__do_close(c);
+                return;
+            }
+            tls_fail(c, err);
+            return;
+        }
+        conn__input(c, (size_t)r);
+    }
+    if (c->state != ST_CLOSED && BIO_ctrl_pending(t->wbio) > 0)
+        conn__mark_dirty(c);
+}
+
+void conn__tls_detect(proto_conn *c)
+{
+    proto_ctx *ctx = c->ctx;
+    c->tls_detect = false;
+    if (c->in.data[0] == TLS_RECORD_BYTE) {
+        if (ctx->tls == NULL) {
+            conn__log_limited(ctx, LIM_TLS,
+                              "peer=%s refused: it starts TLS, and this daemon does not encrypt "
+                              "(--encrypt no) err=SPW_EENCRYPT",
+                              c->peer);
+            proto_conn_error(c, 0, SPW_EENCRYPT,
+                             "this daemon does not encrypt (--encrypt no): connect without "
+                             "--encrypt, or turn it on here");
+            proto_conn_close(c, SPW_EENCRYPT);
+            return;
+        }
+        /* Our plaintext CHALLENGE, if it has not gone out yet, never will: a fresh one
+         * follows inside TLS. One being written finishes before any ciphertext. */
+        c->queued -= c->out.buf.len + c->out.borrowed_bytes;
+        conn__outq_release(&c->out, true);
+        if (conn__tls_start(c, true) != 0) {
+            c->close_status = SPW_ETLS;
+            conn__do_close(c);
+            return;
+        }
+        BIO_write(c->tls->rbio, c->in.data, (int)c->in.len);
+        c->in.len = 0;
+        conn__tls_pump(c);
+        return;
+    }
+    if (ctx->tls != NULL && conn__tls_wanted(c)) {
+        if (ctx->opts.encrypt == PROTO_ENCRYPT_REQUIRED) {
+            conn__log_limited(ctx, LIM_TLS,
+                              "peer=%s refused: it did not start TLS, and this daemon requires "
+                              "encryption (--encrypt required) err=SPW_EENCRYPT",
+                              c->peer);
+            proto_conn_error(c, 0, SPW_EENCRYPT,
+                             "encryption required (--encrypt required here): connect with "
+                             "--encrypt yes");
+            proto_conn_close(c, SPW_EENCRYPT);
+            return;
+        }
+        conn__log_limited(ctx, LIM_PLAIN,
+                          "peer=%s connected without encryption (accepted: --encrypt yes; "
+                          "required would refuse it)",
+                          c->peer);
+    }
+    conn__process_input(c);
+}
+
+int conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs)
+{
+    for (size_t i = 0; i < nbufs; i++) {
+        const char *p = bufs[i].base;
+        size_t left = bufs[i].len;
+        while (left > 0) {
+            int n = left > (1u << 30) ? (1 << 30) : (int)left;
+            ERR_clear_error();
+            int r = SSL_write(c->tls->ssl, p, n);
+            if (r <= 0) {
+                char why[256];
+                spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
+                        tls_reason(why, sizeof why));
+                return SPW_ETLS;
+            }
+            p += r;
+            left -= (size_t)r;
+        }
+    }
+    return 0;
+}
+
+size_t conn__tls_take(proto_conn *c)
+{
+    size_t len = BIO_ctrl_pending(c->tls->wbio);
+    if (len == 0)
+        return 0;
+    c->wire.len = 0;
+    if (spw_buf_reserve(&c->wire, len) != 0)
+        SPW_PANIC("out of memory for %zu bytes of ciphertext", len);
+    int n = BIO_read(c->tls->wbio, c->wire.data, (int)len);
+    c->wire.len = n > 0 ? (size_t)n : 0;
+    return c->wire.len;
+}
