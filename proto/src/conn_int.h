@@ -1,20 +1,13 @@
 /*
- * proto_conn internals shared by the files that implement it:
- *   conn.c     the ctx and a connection's lifecycle, TCP listeners, connecting;
- *   conn_io.c  framing: output queues and writes (batched, borrowed payloads), input buffering,
- *              payloads received in place, decoding and dispatch;
- *   auth.c     the handshake (CHALLENGE, HELLO, WELCOME) and the cluster secret;
- *   local.c    Unix-socket listeners with peer credentials, descriptor passing (SCM_RIGHTS) and
- *              the blocking local attach of a client to a worker's arena;
- *   tls.c      TLS 1.3 with a pre-shared key between the socket and the framing (OpenSSL over
- *              memory BIOs): the only file that speaks OpenSSL.
- *
- * Ownership: a proto_ctx owns every connection and listener it created (a list each) plus two
- * handles of its own: a uv_idle that flushes dirty connections once per loop iteration (while it
- * is active poll does not block, so queued frames never wait for unrelated I/O) and an
- * unref'd uv_timer that drops peers stuck in the handshake or in a draining close and trims the
- * heap after connection churn. A connection is freed in its close callback, right after
- * on_close; the ctx is freed when its last handle is. Everything here runs on the loop's thread.
+ * proto_conn internals shared by the files that implement it: conn.c (the ctx, lifecycle,
+ * listeners, connecting), conn_io.c (output queues and writes, input buffering, payloads received
+ * in place, decoding and dispatch), auth.c (the handshake and the secret), local.c (Unix-socket
+ * listeners, descriptor passing, the local attach), tls.c (TLS 1.3 over memory BIOs: the only
+ * file that speaks OpenSSL).
+ * Ownership: a proto_ctx owns its connections and listeners, a uv_idle that flushes dirty
+ * connections once per loop iteration, and an unref'd uv_timer that drops peers stuck in the
+ * handshake or a draining close and trims the heap after churn. A connection is freed in its
+ * close callback, right after on_close; the ctx when its last handle is. All on the loop thread.
  */
 #ifndef SPW_CONN_INT_H
 #define SPW_CONN_INT_H

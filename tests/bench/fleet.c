@@ -1,19 +1,14 @@
 /*
- * spillway-fleet: a simulated fleet of workers against a real spillway-scheduler, to measure
- * the scheduler's control plane at cluster scale. A test tool, not a daemon.
- *
+ * spillway-fleet: a simulated fleet of workers against a real spillway-scheduler, to measure the
+ * scheduler's control plane at cluster scale. A test tool, not a daemon.
  *   spillway-fleet [--sim-workers N[,N...]] [--case NAME[,NAME...]] [--tasks N] [--idle-s S]
  *                  [--screenshot-dir DIR] [--smoke]
- *
- * For each N it starts a scheduler (with its HTTP endpoint) and, in one thread on one libuv
- * loop, N workers that each do a worker's real handshake and registration (a proto_ctx of role
- * worker per simulated worker, so each announces its own address and name), send heartbeats on
- * a worker's schedule, finish every task at once (empty inline outputs; fleet_blob tasks report
- * an output of the size their argument names, held in no store), answer memory queries as an
- * empty store and REPLICATE with OBJ_ADDED, noting where each copy was told to come from. Cases
- * print one JSON line each, as spillway-bench does: figures, never assertions, except with
- * --smoke, which checks functional facts (all registered, tasks done, documents parse) and
- * exits 1 when one fails.
+ * For each N it starts a scheduler (with its HTTP endpoint) and, on one libuv loop, N workers that
+ * each do a worker's real handshake and registration under their own address and name, send
+ * heartbeats on a worker's schedule, finish every task at once, answer memory queries as an empty
+ * store and REPLICATE with OBJ_ADDED. Cases print one JSON line each, as spillway-bench does;
+ * --smoke checks functional facts (all registered, tasks done, documents parse) and exits 1 when
+ * one fails.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -1,23 +1,15 @@
 /*
  * proto_conn: framed, authenticated, batched connections over libuv.
  *
- * A proto_ctx belongs to one loop and holds what all its connections share: our role and name,
- * the cluster secret, the decoder limits, and the flusher. Frames are appended to a
- * connection's output buffer and written once per loop iteration (from a uv_idle handle), so
- * a burst of messages costs one syscall. Only one write is in flight per connection; frames
- * produced meanwhile are written when it completes.
- *
+ * A proto_ctx belongs to one loop and holds what its connections share: our role and name, the
+ * cluster secret, the decoder limits, and the flusher, which writes each connection's queued
+ * frames once per loop iteration (one write in flight per connection).
  * Handshake: the accepting side sends CHALLENGE (version, nonce); the connecting side answers
- * HELLO with proof = HMAC-SHA256(secret, "spillway-hello" | server nonce | client nonce | role);
- * the server checks it and answers WELCOME with its own proof over the nonces in the other order,
- * which the client checks. With no secret configured on either side the proofs use an empty key,
- * so a cluster with a secret rejects peers without one, and vice versa.
- *
- * Encryption (proto_ctx_opts.encrypt): the connecting side starts TLS 1.3 at once, keyed by a
- * pre-shared key derived from the secret; the accepting side, which sent its CHALLENGE in the
- * clear, tells TLS from plaintext by the peer's first byte (a TLS record starts with 0x16, a
- * frame's length with 0x00), drops that CHALLENGE and, once TLS is up, runs the same handshake
- * inside it. A client skips the plaintext CHALLENGE that precedes the server's TLS reply.
+ * HELLO with HMAC-SHA256(secret, "spillway-hello" | nonces | role), and the server answers
+ * WELCOME with its own proof; with no secret the proofs use an empty key, so a cluster with a
+ * secret rejects peers without one, and vice versa. With encryption (proto_ctx_opts.encrypt)
+ * the connecting side starts TLS 1.3 keyed by the secret, the accepting side tells TLS from
+ * plaintext by the first byte, and the same handshake runs inside (proto/README.md).
  */
 #ifndef SPW_CONN_H
 #define SPW_CONN_H
