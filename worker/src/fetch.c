@@ -81,26 +81,29 @@ static void fetch_done(wrk *w, wfetch *f)
     fwait *waiters = f->waiters;
     f->waiters = NULL;
     fetch_free(w, f);
-    /* Pin for every waiter before any input_ready: one may run its task at once. */
+    /* Each waiter is pinned and counted off in one step, so that no check between two of them
+     * sees an input pinned yet still missing. A ranged copy is deleted at once (it goes with its
+     * waiters' last unpin): a guard pin keeps it while they are served, since one may fail and
+     * unpin before the next is pinned. */
+    bool guard = ranged && ost_obj_pin(w->store, o) == 0;
+    if (ranged)
+        ost_obj_delete(w->store, id);
     fwait *x, *tmp;
-    LL_FOREACH(waiters, x)
+    LL_FOREACH_SAFE(waiters, x, tmp)
     {
         warg *a = &x->t->args[x->arg];
-        if (ost_obj_pin(w->store, o) == 0) {
+        int rc = ost_obj_pin(w->store, o);
+        if (rc == 0) {
             a->obj = o;
             a->pinned = 1;
             if (ranged)
                 a->off = 0; /* the view's bytes are the whole transient object */
         }
-    }
-    if (ranged)
-        ost_obj_delete(w->store, id); /* freed at its waiters' last unpin, or now */
-    LL_FOREACH_SAFE(waiters, x, tmp)
-    {
-        int rc = x->t->args[x->arg].pinned ? 0 : SPW_EAGAIN;
-        wrk__input_ready(w, x->t, x->arg, rc, NULL);
+        wrk__input_ready(w, x->t, x->arg, rc == 0 ? 0 : SPW_EAGAIN, NULL);
         spw_free(x);
     }
+    if (guard)
+        ost_obj_unpin(w->store, o);
     if (plugin)
         wrk__plugin_fetched(w, id, 0, NULL);
     wrk__mem_check(w);
