@@ -387,6 +387,9 @@ struct sched_worker {
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
     sched_wplugin *plugins; /* what its executors load (WORKER_PLUGINS) */
     uint32_t nplugins;
+    /* The objects it holds a copy of (listed in their locs) or receives the upload of
+     * (put_worker), so that its departure visits them only (sched__worker_lost). */
+    spw_idmap objs;
 };
 
 struct sched_session {
@@ -599,6 +602,13 @@ static inline const uint8_t *sched__obj_inline(const sched_obj *o)
 }
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+/* Forgets every copy of o (the caller tells the workers). */
+void sched__obj_clear_locs(sched *s, sched_obj *o);
+/* The ids of the objects w holds or receives (its objs), *n of them (heap, for the caller to
+ * free); its index is emptied. Called as it leaves, before anything could free them. */
+spw_id *sched__worker_objs_take(sched_worker *w, size_t *n);
+/* Sets the worker receiving o's upload (0: none), kept in that worker's objs. */
+void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
@@ -687,7 +697,8 @@ void sched__task_free(sched *s, sched_task *t);
 void sched__task_cancel(sched *s, sched_task *t);
 void sched__dep_ready(sched *s, sched_arg *a);
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
-void sched__worker_lost(sched *s, sched_worker *w);
+/* ids, k: what sched__worker_objs_take returned for it (freed here). */
+void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
 /* Fails t with err and msg: its output records the failure and its client hears of it. May free

@@ -962,7 +962,7 @@ static void out_unmake(sched *s, sched_obj *o)
             if (lw != NULL)
                 sched__worker_delete(lw, o->id);
         }
-        o->nlocs = 0;
+        sched__obj_clear_locs(s, o);
         if (o->has_inline && o->size > sizeof o->inline_small)
             spw_free(o->inline_heap);
         o->has_inline = 0;
@@ -1025,7 +1025,7 @@ static bool lineage_recompute(sched *s, sched_obj *o, int depth)
     return true;
 }
 
-void sched__worker_lost(sched *s, sched_worker *w)
+void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k)
 {
     char hex[33];
     /* Its queued and running tasks go back to the ready queue, up to the retry limit. */
@@ -1056,18 +1056,14 @@ void sched__worker_lost(sched *s, sched_worker *w)
             s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
-     * producing task can run again (lineage). Ids first: handling one may free others. */
-    size_t n = s->objects.n, k = 0;
-    spw_id *ids = spw_malloc(SPW_MOD_SCHED, (n > 0 ? n : 1) * sizeof *ids);
-    uint32_t pos = 0;
-    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
-        ids[k++] = o->id;
+     * producing task can run again (lineage). Only the objects it held or received (ids, taken
+     * from its index before it left: handling one may free others). */
     for (size_t i = 0; i < k; i++) {
         sched_obj *o = sched__obj_find(s, ids[i]);
         if (o == NULL)
             continue;
         if (o->put_worker == w->id && o->state == OBJ_PENDING) {
-            o->put_worker = 0;
+            sched__obj_set_put_worker(s, o, 0);
             o->graph_hold++;
             sched__obj_fail(s, o, SPW_EOBJLOST, "the worker receiving its upload died");
             o->state = OBJ_LOST;
