@@ -151,6 +151,7 @@ static inline const uint8_t *sched__arg_kept_value(const sched_arg *a, uint64_t 
 typedef struct sched_graph {
     uint64_t session;    /* submitter */
     uint64_t gid;        /* the client's graph id */
+    uint64_t no;         /* the scheduler's number for it: unique while the scheduler runs */
     uint64_t max_tasks;  /* tasks assigned at once (0: no cap) */
     uint64_t max_bytes;  /* bytes of outputs in flight and not yet consumed (0: no cap) */
     uint64_t inflight;   /* tasks assigned and not finished */
@@ -443,6 +444,7 @@ struct sched {
     sched_worker *wbyid;    /* the workers by id (workers.c) */
     sched_worker **wheap;   /* the workers as a min-heap by load (workers.c), nworkers of them */
     uint64_t assign_seq;
+    uint64_t graph_seq; /* the last graph's number (sched_graph.no) */
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
     spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */

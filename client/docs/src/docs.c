@@ -610,6 +610,10 @@ static void jobs_reply(const proto_msg *m, void *arg)
     for (uint32_t i = 0; i < gs->arr.n; i++) {
         const proto_val *g = PROTO_REC(gs, i);
         json_t *j = json_object();
+        /* id: unique in the cluster (absent from an older scheduler: null); graph: the
+         * client's id (spillway_graph_id), which two clients may share. */
+        json_object_set_new(j, "id", g[R_GRAPH_NO].nil ? json_null()
+                                                        : json_integer((json_int_t)g[R_GRAPH_NO].u));
         json_object_set_new(j, "graph", json_integer((json_int_t)g[R_GRAPH_ID].u));
         json_t *cl = json_object();
         json_object_set_new(cl, "session", json_integer((json_int_t)g[R_GRAPH_SESSION].u));
