@@ -37,14 +37,18 @@ void sched_opts_default(sched_opts *o)
 
 /* ----------------------------------------------------------------- workers */
 
-static void worker_remove(sched *s, sched_worker *w)
+/* status: why its connection ended (0 or SPW_ESHUTDOWN: we closed it; SPW_ECLOSED: the worker
+ * closed it, as it does when it stops). Any other end is logged as a warning. */
+static void worker_remove(sched *s, sched_worker *w, int status)
 {
     /* What it held, while its index is still kept: once it is out of the worker table, freeing
      * an object no longer finds it to update. */
     size_t nheld;
     spw_id *held = sched__worker_objs_take(w, &nheld);
     sched__workers_remove(s, w);
-    spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
+    bool clean = status == 0 || status == SPW_ESHUTDOWN || status == SPW_ECLOSED;
+    spw_log(clean ? SPW_LOG_NOTICE : SPW_LOG_WARN, "worker=%u addr=%s left: %s", w->id, w->addr,
+            status == 0 ? "closed by the scheduler" : spw_strerror(status));
     sched__memory_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
     sched__plugins_worker_gone(s, w);
@@ -547,10 +551,7 @@ static void on_close(proto_conn *c, int status)
     if (tag == NULL)
         return; /* closed before HELLO completed */
     if (tag->kind == 1) {
-        if (status != 0 && status != SPW_ESHUTDOWN)
-            spw_log(SPW_LOG_WARN, "worker=%u connection lost: %s", tag->w->id,
-                    spw_strerror(status));
-        worker_remove(s, tag->w);
+        worker_remove(s, tag->w, status);
     } else if (tag->kind == 2) {
         sched_session *ss = tag->s;
         spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
