@@ -204,12 +204,40 @@ void sched__dep_ready(sched *s, sched_arg *a)
     }
 }
 
+/* Why a task cannot run: its input o failed with err and msg. A chain of failures names the
+ * input and the task that failed first with its own error, not every link between:
+ * "dependency O (fn) failed: MSG" for an input whose task failed itself, else
+ * "dependency O failed: task R (fn) failed first: MSG", R's message taken from msg (which is
+ * itself one of these two forms when err is SPW_EDEPFAILED). */
+static void dep_msg(sched *s, const sched_obj *o, int err, const char *msg, char *buf, size_t len)
+{
+    char hex[33];
+    spw_id_hex(o->id, hex);
+    static const char dep[] = "dependency ", sep[] = " failed: ", first[] = " failed first: ";
+    const char *mid = err == SPW_EDEPFAILED && strncmp(msg, dep, sizeof dep - 1) == 0
+                          ? strstr(msg, sep)
+                          : NULL;
+    if (mid != NULL) {
+        const char *rest = mid + sizeof sep - 1;
+        if (strncmp(rest, "task ", 5) == 0 && strstr(rest, first) != NULL)
+            snprintf(buf, len, "dependency %s failed: %s", hex, rest);
+        else
+            snprintf(buf, len, "dependency %s failed: task %.*s%s%s", hex,
+                     (int)(mid - msg - (sizeof dep - 1)), msg + sizeof dep - 1, first, rest);
+        return;
+    }
+    const sched_task *t = sched__obj_task(s, o);
+    if (t != NULL)
+        snprintf(buf, len, "dependency %s (%s) failed: %s", hex, t->fn->name, msg);
+    else
+        snprintf(buf, len, "dependency %s failed: %s", hex, msg);
+}
+
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 {
     sched_task *t = sched__arg_task(a);
-    char hex[33], buf[PROTO_MAX_STR];
-    snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
-    (void)err;
+    char buf[PROTO_MAX_STR];
+    dep_msg(s, a->obj, err, msg, buf, sizeof buf);
     sched__task_fail(s, t, SPW_EDEPFAILED, buf);
 }
 
@@ -394,10 +422,11 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
             const sched_failure *f = o->state == OBJ_LOST ? NULL : sched__obj_failure(s, o);
-            snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST ? "object lost"
-                     : f != NULL          ? f->msg
-                                          : "?");
+            dep_msg(s, o, f != NULL ? f->err : 0,
+                    o->state == OBJ_LOST ? "object lost"
+                    : f != NULL          ? f->msg
+                                         : "?",
+                    badbuf, sizeof badbuf);
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
