@@ -442,9 +442,12 @@ struct sched {
     sched_worker **workers;
     uint32_t nworkers, capworkers;
     sched_worker *wbyid;    /* the workers by id (workers.c) */
-    sched_worker **wheap;   /* the workers as a min-heap by load (workers.c), nworkers of them */
+    struct sched_wslot *wheap; /* the workers as a min-heap by load (workers.c), nworkers of them */
     uint64_t assign_seq;
     uint64_t graph_seq; /* the last graph's number (sched_graph.no) */
+    /* A worker whose place in the load heap is fixed once at the end of its TASK_DONES frame,
+     * not per task (sched__worker_load skips it meanwhile); NULL otherwise. */
+    sched_worker *load_later;
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
     spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
@@ -676,6 +679,13 @@ void sched__worker_load(sched *s, sched_worker *w);
 sched_worker *sched__worker_least_loaded(sched *s);
 /* Whether a is less loaded than b, in the heap's order. */
 bool sched__worker_less(const sched_worker *a, const sched_worker *b);
+/* An entry of the load heap: its worker's keys, as of its last sched__worker_load. */
+typedef struct sched_wslot {
+    uint32_t assigned, slots;
+    uint64_t seq;
+    sched_worker *w;
+} sched_wslot;
+bool sched__wslot_less(const sched_wslot *a, const sched_wslot *b);
 void sched__workers_free(sched *s);
 
 /* tasks.c */

@@ -949,6 +949,9 @@ void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
     const proto_val *recs = &m->f[F_DONES_RECS];
     uint64_t now_ms = spw_wall_ms(); /* the frame's tasks ended at once */
     bool prefetch = false; /* started at the first completion not found by done_guess */
+    /* The worker's load changes with each task: its place in the load heap is fixed once, after
+     * the frame (nothing places tasks meanwhile: dispatch runs from the loop's idle handle). */
+    s->load_later = w;
     for (uint32_t i = 0; i < recs->arr.n; i++) {
         const proto_val *f = PROTO_REC(recs, i);
         sched_obj *o = f[F_DONE_ID].nil ? NULL : done_guess(w, f[F_DONE_ID].id);
@@ -960,6 +963,8 @@ void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
             sched__objs_prefetch(s, recs, F_DONE_ID, i);
         task_done_rec(s, w, m->req, f, i, o, now_ms);
     }
+    s->load_later = NULL;
+    sched__worker_load(s, w);
 }
 
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
