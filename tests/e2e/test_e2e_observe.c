@@ -416,7 +416,8 @@ static void http_metrics_and_api_match_ctl(void)
 
 /* /api/memory's numbers are refused with a 400 that names them when out of range, never read
  * as something else: a limit past a long's range (strtol would saturate it to "no limit"),
- * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. */
+ * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. The
+ * same for /api/history's top. */
 static void http_memory_query_out_of_range_is_400_naming_it(void)
 {
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
@@ -424,18 +425,20 @@ static void http_memory_query_out_of_range_is_400_naming_it(void)
     static const struct {
         const char *query, *names;
     } bad[] = {
-        {"limit=99999999999999999999", "limit=99999999999999999999"},
-        {"limit=9223372036854775808", "limit=9223372036854775808"},
-        {"limit=-1", "limit=-1"},
-        {"limit=%2B5", "limit=+5"},
-        {"limit=%205", "limit= 5"},
-        {"limit=", "limit="},
-        {"stats_only=2", "stats_only=2"},
-        {"stats_only=99999999999999999999", "stats_only=99999999999999999999"},
+        {"memory?limit=99999999999999999999", "limit=99999999999999999999"},
+        {"memory?limit=9223372036854775808", "limit=9223372036854775808"},
+        {"memory?limit=-1", "limit=-1"},
+        {"memory?limit=%2B5", "limit=+5"},
+        {"memory?limit=%205", "limit= 5"},
+        {"memory?limit=", "limit="},
+        {"memory?stats_only=2", "stats_only=2"},
+        {"memory?stats_only=99999999999999999999", "stats_only=99999999999999999999"},
+        {"history?top=-1", "top=-1"},
+        {"history?top=100001", "top=100001"},
     };
     char url[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(url, sizeof url, "http://%s/api/memory?%s", c->http, bad[i].query);
+        snprintf(url, sizeof url, "http://%s/api/%s", c->http, bad[i].query);
         const char *args[] = {"get", url, NULL};
         char *out = NULL;
         int rc = 0;
@@ -513,7 +516,7 @@ static void http_history_keeps_workers_of_one_name_apart(void)
 }
 
 /* /api/history?top=K lists K workers' series (the fullest first) and sums up every worker in
- * summary; a top that is not a count is refused. */
+ * summary (a top that is not a count is refused: http_memory_query_out_of_range_...). */
 static void http_history_top_lists_k_and_sums_all(void)
 {
     const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "50", NULL};
@@ -534,12 +537,6 @@ static void http_history_top_lists_k_and_sums_all(void)
     hist = http_json(c, "/api/history");
     assert_int_equal(json_array_size(json_object_get(hist, "workers")), 3);
     json_decref(hist);
-    char url[256];
-    snprintf(url, sizeof url, "http://%s/api/history?top=-1", c->http);
-    const char *bad[] = {"status", url, NULL};
-    json_t *code = http_check(bad, NULL, NULL);
-    assert_int_equal(json_integer_value(code), 400);
-    json_decref(code);
     E2E_STOP(c, NULL);
 }
 
