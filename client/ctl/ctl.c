@@ -385,6 +385,13 @@ static const char *site_tail(const char *site, size_t w, char *buf, size_t bufle
     return buf;
 }
 
+/* A graph's number unique in the cluster (id), or the client's (graph) from an older scheduler. */
+static unsigned long long graph_no(json_t *g)
+{
+    json_t *id = json_object_get(g, "id");
+    return (unsigned long long)(json_is_integer(id) ? ctl_doc_u(g, "id") : ctl_doc_u(g, "graph"));
+}
+
 static void print_jobs_table(json_t *doc)
 {
     printf("%-6s %-24s %-28s %-8s %-8s %-8s %-8s %-8s %-20s %s\n", "GRAPH", "CLIENT", "CALL SITE",
@@ -394,14 +401,16 @@ static void print_jobs_table(json_t *doc)
     json_array_foreach(json_object_get(doc, "graphs"), i, g)
     {
         json_t *t = json_object_get(g, "tasks"), *cl = json_object_get(g, "client");
-        char who[64], fl[48], a[16], b[16], age[40];
-        snprintf(who, sizeof who, "%s:%llu", ctl_doc_s(cl, "host"), (unsigned long long)ctl_doc_u(cl, "pid"));
+        char who[96], fl[48], a[16], b[16], age[40];
+        /* The client's own id for the graph (spillway_graph_id) after its host and pid. */
+        snprintf(who, sizeof who, "%s:%llu #%llu", ctl_doc_s(cl, "host"),
+                 (unsigned long long)ctl_doc_u(cl, "pid"), (unsigned long long)ctl_doc_u(g, "graph"));
         snprintf(fl, sizeof fl, "%s/%s", human(ctl_doc_u(g, "bytes_in_flight"), a),
                  human(ctl_doc_u(g, "max_bytes_in_flight"), b));
         human_age(ctl_doc_u(g, "age_ms"), age, sizeof age);
         char st[64];
         printf("%-6llu %-24s %-28s %-8llu %-8llu %-8llu %-8llu %-8llu %-20s %s%s\n",
-               (unsigned long long)ctl_doc_u(g, "graph"), who,
+               graph_no(g), who,
                site_tail(ctl_doc_s(g, "call_site"), 28, st, sizeof st),
                (unsigned long long)ctl_doc_u(t, "total"),
                (unsigned long long)(ctl_doc_u(t, "waiting") + ctl_doc_u(t, "ready") + ctl_doc_u(t, "assigned")),
@@ -426,9 +435,9 @@ static void print_jobs_bars(json_t *doc, bool tty)
         char a[16], b[16], age[40];
         human_age(ctl_doc_u(g, "age_ms"), age, sizeof age);
         if (!tty) {
-            printf("graph=%llu client=%s:%llu site=%s total=%llu done=%llu failed=%llu "
+            printf("id=%llu graph=%llu client=%s:%llu site=%s total=%llu done=%llu failed=%llu "
                    "running=%llu in_flight=%llu cap=%llu age_ms=%llu%s\n",
-                   (unsigned long long)ctl_doc_u(g, "graph"), ctl_doc_s(cl, "host"),
+                   graph_no(g), (unsigned long long)ctl_doc_u(g, "graph"), ctl_doc_s(cl, "host"),
                    (unsigned long long)ctl_doc_u(cl, "pid"), ctl_doc_s(g, "call_site"),
                    (unsigned long long)total, (unsigned long long)done, (unsigned long long)failed,
                    (unsigned long long)running, (unsigned long long)ctl_doc_u(g, "bytes_in_flight"),
@@ -442,7 +451,7 @@ static void print_jobs_bars(json_t *doc, bool tty)
         if (nd + nf > W)
             nf = W - nd;
         char st[64];
-        printf("graph %-4llu %-22s [", (unsigned long long)ctl_doc_u(g, "graph"),
+        printf("graph %-4llu %-22s [", graph_no(g),
                site_tail(ctl_doc_s(g, "call_site"), 22, st, sizeof st));
         for (int k = 0; k < nd; k++)
             putchar('#');

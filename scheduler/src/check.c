@@ -299,6 +299,9 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
     CHECK(o->nlocs <= o->caplocs, id, "nlocs over caplocs");
     for (uint32_t i = 0; i < o->nlocs; i++) {
         CHECK(worker_live(s, o->locs[i]), id, "location on worker %u, which left", o->locs[i]);
+        const sched_worker *lw = sched__worker_by_id(s, o->locs[i]);
+        CHECK(lw == NULL || spw_idmap_find(&lw->objs, id) == o, id,
+              "copy on worker %u missing from its index", o->locs[i]);
         for (uint32_t j = 0; j < i; j++)
             CHECK(o->locs[j] != o->locs[i], id, "worker %u listed twice", o->locs[i]);
     }
@@ -326,8 +329,11 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
         if (o->state == OBJ_PENDING)
             CHECK(worker_live(s, o->put_worker), id, "upload placed on worker %u, which left",
                   o->put_worker);
-        if (worker_live(s, o->put_worker))
+        if (worker_live(s, o->put_worker)) {
             *reserved_total += o->size;
+            CHECK(spw_idmap_find(&sched__worker_by_id(s, o->put_worker)->objs, id) == o, id,
+                  "upload to worker %u missing from its index", o->put_worker);
+        }
     }
     if (o->has_waiters) {
         (*waited)++;
@@ -431,9 +437,12 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         for (uint32_t j = 0; j < i; j++)
             CHECK(s->workers[j]->id != w->id, NOID, "worker id %u used twice", w->id);
         CHECK(sched__worker_by_id(s, w->id) == w, NOID, "worker %u not indexed by its id", w->id);
-        CHECK(w->heap_at < s->nworkers && s->wheap[w->heap_at] == w, NOID,
+        CHECK(w->heap_at < s->nworkers && s->wheap[w->heap_at].w == w, NOID,
               "worker %u not at its place in the load heap", w->id);
-        CHECK(w->heap_at == 0 || !sched__worker_less(w, s->wheap[(w->heap_at - 1) / 2]), NOID,
+        const sched_wslot *e = &s->wheap[w->heap_at];
+        CHECK(e->assigned == w->assigned && e->slots == w->slots && e->seq == w->assign_seq,
+              NOID, "worker %u's load heap entry has stale keys", w->id);
+        CHECK(w->heap_at == 0 || !sched__wslot_less(e, &s->wheap[(w->heap_at - 1) / 2]), NOID,
               "worker %u less loaded than its parent in the load heap", w->id);
         uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
@@ -465,6 +474,18 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         ndraining += w->drain != 0;
         assigned += n;
         reserved += w->reserved;
+        /* Its index holds only objects of the directory that name it (the checks of the
+         * objects find every such object in it). */
+        const char *bad = spw_idmap_check(&w->objs);
+        CHECK(bad == NULL, NOID, "worker %u's object index: %s", w->id, bad);
+        uint32_t pos = 0;
+        for (const sched_obj *o; (o = spw_idmap_next(&w->objs, &pos)) != NULL;) {
+            bool named = o->put_worker == w->id;
+            for (uint32_t k = 0; k < o->nlocs && !named; k++)
+                named = o->locs[k] == w->id;
+            CHECK(sched__obj_find(s, o->id) == o && named, o->id,
+                  "worker %u's index holds an object that names it not", w->id);
+        }
     }
     CHECK(ndraining == s->ndraining, NOID, "%u workers drain, %u counted", ndraining,
           s->ndraining);

@@ -25,6 +25,7 @@ sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)
     sched_graph *g = spw_calloc(SPW_MOD_SCHED, 1, sizeof *g);
     g->session = ss->id;
     g->gid = gid;
+    g->no = ++s->graph_seq;
     g->created_ms = spw_wall_ms();
     g->pid = ss->pid;
     memcpy(g->host, ss->host, sizeof g->host);
@@ -120,6 +121,7 @@ static void put_graph(proto_enc *e, uint32_t i, void *arg)
     proto_put_graph_rec(e,
                         &(proto_graph_rec){.session = g->session,
                                            .id = g->gid,
+                                           .no = g->no,
                                            .host = g->host,
                                            .pid = g->pid,
                                            .site = g->site,

@@ -61,6 +61,7 @@ typedef struct hworker {
     char *name; /* heap (strdup), in full */
     char *addr; /* heap (strdup): the dashboard's series are keyed by it, as names may repeat */
     uint64_t v[HW_COUNT];
+    bool paused;
 } hworker;
 
 typedef struct hsample {
@@ -179,6 +180,7 @@ static void sample_take(spw_http *h, json_t *status)
         json_t *mem = json_object_get(w, "memory");
         for (int k = 0; k < HW_COUNT; k++)
             hw->v[k] = ctl_doc_u(mem, hw_keys[k]);
+        hw->paused = strcmp(ctl_doc_s(w, "state"), "paused") == 0;
         s->nw++;
     }
     h->head = (h->head + 1) % h->cap;
@@ -221,9 +223,48 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
+/* The workers /api/history lists at most when the request names no top=K: the dashboard
+ * asks for the cards it draws, and a large cluster's whole window stays out of every answer. */
+#define HISTORY_TOP_DEFAULT 64
+#define HISTORY_TOP_MAX 100000
+
+/* Which worker most needs a look: paused first, then the fuller store, then by name. */
+static int hworker_cmp(const void *pa, const void *pb)
+{
+    const hworker *a = *(const hworker *const *)pa, *b = *(const hworker *const *)pb;
+    if (a->paused != b->paused)
+        return a->paused ? -1 : 1;
+    /* used/capacity, cross-multiplied in floating point (a store's bytes fit a double's
+     * mantissa well enough for an order). */
+    double fa = (double)a->v[HW_USED] * (double)(b->v[HW_CAPACITY] ? b->v[HW_CAPACITY] : 1),
+           fb = (double)b->v[HW_USED] * (double)(a->v[HW_CAPACITY] ? a->v[HW_CAPACITY] : 1);
+    if (fa != fb)
+        return fa > fb ? -1 : 1;
+    int c = strcmp(a->name, b->name);
+    return c != 0 ? c : strcmp(a->addr, b->addr);
+}
+
+/* A new series of the window's n samples, every column null. */
+static json_t *series_new(const hworker *w, uint32_t n)
+{
+    json_t *jw = json_object();
+    json_object_set_new(jw, "name", ctl_doc_str(w->name));
+    json_object_set_new(jw, "address", ctl_doc_str(w->addr));
+    for (int k = 0; k < HW_COUNT; k++) {
+        json_t *col = json_array();
+        for (uint32_t j = 0; j < n; j++)
+            json_array_append_new(col, json_null());
+        json_object_set_new(jw, hw_names[k], col);
+    }
+    return jw;
+}
+
 /* /api/history: columns aligned on t (null where a worker was absent), a series per worker
- * address (two workers may share a name). Lock held. */
-static json_t *history_json(spw_http *h)
+ * address (two workers may share a name), and a summary of the latest sample over every
+ * worker. When the window saw at most top workers, every one has a series, in order of first
+ * appearance; else the top that most need a look in the latest sample (paused, then the
+ * fullest stores), in that order. Costs one hash lookup per worker per sample. Lock held. */
+static json_t *history_json(spw_http *h, uint32_t top)
 {
     json_t *doc = json_object();
     json_object_set_new(doc, "interval_ms", json_integer(h->sample_ms));
@@ -233,45 +274,71 @@ static json_t *history_json(spw_http *h)
         tcols[k] = json_array();
         json_object_set_new(tasks, ctl_doc_tstate_names[k], tcols[k]);
     }
-    uint32_t first = (h->head + h->cap - h->nsamples) % h->cap;
-    /* Every worker seen in the window, in order of first appearance. */
-    json_t *index = json_object(); /* address -> position in workers */
-    for (uint32_t j = 0; j < h->nsamples; j++) {
+    uint32_t n = h->nsamples, first = (h->head + h->cap - n) % h->cap;
+    const hsample *last = n > 0 ? &h->ring[(first + n - 1) % h->cap] : NULL;
+    /* Every worker seen in the window, in order of first appearance: address -> position. */
+    json_t *index = json_object();
+    uint32_t seen = 0;
+    for (uint32_t j = 0; j < n; j++) {
         const hsample *s = &h->ring[(first + j) % h->cap];
-        for (uint32_t i = 0; i < s->nw; i++) {
-            if (json_object_get(index, s->w[i].addr) != NULL)
-                continue;
-            json_object_set_new(index, s->w[i].addr, json_integer((json_int_t)json_array_size(workers)));
-            json_t *jw = json_object();
-            json_object_set_new(jw, "name", ctl_doc_str(s->w[i].name));
-            json_object_set_new(jw, "address", ctl_doc_str(s->w[i].addr));
-            for (int k = 0; k < HW_COUNT; k++)
-                json_object_set_new(jw, hw_names[k], json_array());
-            json_array_append_new(workers, jw);
-        }
+        for (uint32_t i = 0; i < s->nw; i++)
+            if (json_object_get(index, s->w[i].addr) == NULL) {
+                json_object_set_new(index, s->w[i].addr, json_integer(seen++));
+                if (seen <= top)
+                    json_array_append_new(workers, series_new(&s->w[i], n));
+            }
     }
-    for (uint32_t j = 0; j < h->nsamples; j++) {
+    if (seen > top) {
+        /* Too many: the top of the latest sample instead. */
+        json_array_clear(workers);
+        json_object_clear(index);
+        const hworker **order = calloc(last->nw > 0 ? last->nw : 1, sizeof *order);
+        uint32_t k = 0;
+        for (uint32_t i = 0; order != NULL && i < last->nw; i++)
+            order[k++] = &last->w[i];
+        qsort(order, k, sizeof *order, hworker_cmp);
+        for (uint32_t i = 0; i < k && i < top; i++) {
+            if (json_object_get(index, order[i]->addr) != NULL)
+                continue;
+            json_object_set_new(index, order[i]->addr,
+                                json_integer((json_int_t)json_array_size(workers)));
+            json_array_append_new(workers, series_new(order[i], n));
+        }
+        free(order);
+    }
+    for (uint32_t j = 0; j < n; j++) {
         const hsample *s = &h->ring[(first + j) % h->cap];
         json_array_append_new(t, json_integer((json_int_t)s->t_ms));
         for (int k = 0; k < PROTO_TSTATE_COUNT; k++)
             json_array_append_new(tcols[k], json_integer((json_int_t)s->tasks[k]));
-        size_t wi;
-        json_t *jw;
-        json_array_foreach(workers, wi, jw)
-        {
-            const hworker *found = NULL;
-            for (uint32_t i = 0; i < s->nw && found == NULL; i++)
-                if (strcmp(s->w[i].addr, json_string_value(json_object_get(jw, "address"))) == 0)
-                    found = &s->w[i];
+        for (uint32_t i = 0; i < s->nw; i++) {
+            json_t *at = json_object_get(index, s->w[i].addr);
+            json_t *jw = at != NULL ? json_array_get(workers, (size_t)json_integer_value(at)) : NULL;
+            if (jw == NULL)
+                continue;
             for (int k = 0; k < HW_COUNT; k++)
-                json_array_append_new(json_object_get(jw, hw_names[k]),
-                                      found ? json_integer((json_int_t)found->v[k]) : json_null());
+                json_array_set_new(json_object_get(jw, hw_names[k]), j,
+                                   json_integer((json_int_t)s->w[i].v[k]));
         }
     }
     json_decref(index);
+    /* The latest sample over every worker, listed or not. */
+    uint64_t sum[HW_COUNT] = {0}, paused = 0;
+    for (uint32_t i = 0; last != NULL && i < last->nw; i++) {
+        for (int k = 0; k < HW_COUNT; k++)
+            sum[k] += last->w[i].v[k];
+        paused += last->w[i].paused;
+    }
+    json_t *summary = json_object();
+    json_object_set_new(summary, "workers", json_integer(last != NULL ? last->nw : 0));
+    json_object_set_new(summary, "paused", json_integer((json_int_t)paused));
+    for (int k = HW_CAPACITY; k <= HW_SPILLED; k++)
+        json_object_set_new(summary, hw_names[k], json_integer((json_int_t)sum[k]));
     json_object_set_new(doc, "t", t);
     json_object_set_new(doc, "tasks", tasks);
     json_object_set_new(doc, "workers", workers);
+    json_object_set_new(doc, "workers_seen", json_integer(seen));
+    json_object_set_new(doc, "summary", summary);
     return doc;
 }
 
@@ -476,8 +543,13 @@ static bool arg_count(struct MHD_Connection *conn, const char *name, long dflt, 
 /* The documents that need the scheduler. Lock held. */
 static enum MHD_Result serve_api(spw_http *h, struct MHD_Connection *conn, const char *url)
 {
-    if (strcmp(url, "/api/history") == 0)
-        return reply_json(conn, history_json(h), true);
+    if (strcmp(url, "/api/history") == 0) {
+        long top;
+        char why[128];
+        if (!arg_count(conn, "top", HISTORY_TOP_DEFAULT, HISTORY_TOP_MAX, &top, why, sizeof why))
+            return reply_text(conn, 400, "bad query: %s\n", why);
+        return reply_json(conn, history_json(h, (uint32_t)top), true);
+    }
     spillway *cl = link_get(h);
     if (cl == NULL)
         return reply_text(conn, 503, "the scheduler does not answer on %s\n", h->sched_addr);

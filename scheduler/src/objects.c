@@ -9,6 +9,8 @@
  * holding a copy to delete it. An object never has a negative count: an unknown id or a double
  * release is refused before anything changes. A chunked object holds its chunks (is_chunk
  * counts as one reference of each) until it is freed; it is ready once all of them are.
+ * Each connected worker's objs indexes exactly the objects that list it in locs or name it
+ * put_worker, so that a worker's departure costs its objects, not the directory.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -281,6 +283,7 @@ static void obj_free(sched *s, sched_obj *o)
     spw_log(SPW_LOG_DEBUG, "obj=%s released", spw_id_hex(o->id, hex));
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
+    sched__obj_clear_locs(s, o);
     sched__broadcast_obj_freed(s, o->id);
     if (o->put_worker != 0) {
         /* Still uploading, or sealed and copied elsewhere before its uploader reported. */
@@ -290,6 +293,7 @@ static void obj_free(sched *s, sched_obj *o)
             if (o->state == OBJ_PENDING)
                 send_delete(s, w->id, o->id); /* drops a half-written upload */
         }
+        sched__obj_set_put_worker(s, o, 0);
     }
     obj_gone(s, o);
     if (o->husk)
@@ -313,7 +317,7 @@ static void obj_husk(sched *s, sched_obj *o)
     s->nhusks++;
     for (uint32_t i = 0; i < o->nlocs; i++)
         send_delete(s, o->locs[i], o->id);
-    o->nlocs = 0;
+    sched__obj_clear_locs(s, o);
     sched__broadcast_obj_freed(s, o->id);
     obj_gone(s, o);
     if (o->has_inline && o->size > sizeof o->inline_small)
@@ -672,11 +676,36 @@ void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg)
     sched__obj_maybe_free(s, o);
 }
 
-void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
+/* A worker's objs holds o while o names it in locs or put_worker. A worker that left is in no
+ * index (sched__worker_lost took its objects out of its own). */
+static void wobj_index(sched *s, sched_obj *o, uint32_t worker)
+{
+    sched_worker *w = sched__worker_by_id(s, worker);
+    if (w != NULL && spw_idmap_find(&w->objs, o->id) != o)
+        spw_idmap_add(&w->objs, o);
+}
+
+static bool obj_has_loc(const sched_obj *o, uint32_t worker)
 {
     for (uint32_t i = 0; i < o->nlocs; i++)
         if (o->locs[i] == worker)
-            return;
+            return true;
+    return false;
+}
+
+static void wobj_unindex(sched *s, sched_obj *o, uint32_t worker)
+{
+    if (worker == 0 || o->put_worker == worker || obj_has_loc(o, worker))
+        return;
+    sched_worker *w = sched__worker_by_id(s, worker);
+    if (w != NULL && spw_idmap_find(&w->objs, o->id) == o)
+        spw_idmap_del(&w->objs, o);
+}
+
+void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
+{
+    if (obj_has_loc(o, worker))
+        return;
     if (s->ndraining > 0)
         sched__drain_obj_added(s, o, worker); /* a copy on a draining worker: copied away */
     if (o->nlocs == o->caplocs) {
@@ -684,17 +713,45 @@ void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
         o->locs = spw_realloc(SPW_MOD_SCHED, o->locs, o->caplocs * sizeof *o->locs);
     }
     o->locs[o->nlocs++] = worker;
+    wobj_index(s, o, worker);
 }
 
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker)
 {
-    (void)s;
     for (uint32_t i = 0; i < o->nlocs; i++) {
         if (o->locs[i] == worker) {
             o->locs[i] = o->locs[--o->nlocs];
+            wobj_unindex(s, o, worker);
             return;
         }
     }
+}
+
+void sched__obj_clear_locs(sched *s, sched_obj *o)
+{
+    while (o->nlocs > 0)
+        sched__obj_drop_loc(s, o, o->locs[o->nlocs - 1]);
+}
+
+spw_id *sched__worker_objs_take(sched_worker *w, size_t *n)
+{
+    spw_id *ids = spw_malloc(SPW_MOD_SCHED, (w->objs.n > 0 ? w->objs.n : 1) * sizeof *ids);
+    size_t k = 0;
+    uint32_t pos = 0;
+    for (sched_obj *o; (o = spw_idmap_next(&w->objs, &pos)) != NULL;)
+        ids[k++] = o->id;
+    spw_idmap_free(&w->objs);
+    *n = k;
+    return ids;
+}
+
+void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker)
+{
+    uint32_t was = o->put_worker;
+    o->put_worker = worker;
+    wobj_unindex(s, o, was);
+    if (worker != 0)
+        wobj_index(s, o, worker);
 }
 
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
@@ -714,11 +771,11 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
                              (unsigned long long)o->size);
             return;
         }
+        sched__obj_add_loc(s, o, w->id);
         if (o->put_worker == w->id) {
             w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-            o->put_worker = 0;
+            sched__obj_set_put_worker(s, o, 0);
         }
-        sched__obj_add_loc(s, o, w->id);
         sched__obj_ready(s, o);
         if (o->is_chunk)
             chunk_ready(s, o);
@@ -728,7 +785,7 @@ void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
         if (o->put_worker == w->id) {
             /* The uploading worker, after a copy that followed its upload. */
             w->reserved -= o->size < w->reserved ? o->size : w->reserved;
-            o->put_worker = 0;
+            sched__obj_set_put_worker(s, o, 0);
         }
         if (o->state == OBJ_LOST) {
             o->state = OBJ_READY;

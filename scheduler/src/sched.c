@@ -37,15 +37,23 @@ void sched_opts_default(sched_opts *o)
 
 /* ----------------------------------------------------------------- workers */
 
-static void worker_remove(sched *s, sched_worker *w)
+/* status: why its connection ended (0 or SPW_ESHUTDOWN: we closed it; SPW_ECLOSED: the worker
+ * closed it, as it does when it stops). Any other end is logged as a warning. */
+static void worker_remove(sched *s, sched_worker *w, int status)
 {
+    /* What it held, while its index is still kept: once it is out of the worker table, freeing
+     * an object no longer finds it to update. */
+    size_t nheld;
+    spw_id *held = sched__worker_objs_take(w, &nheld);
     sched__workers_remove(s, w);
-    spw_log(SPW_LOG_NOTICE, "worker=%u addr=%s left", w->id, w->addr);
+    bool clean = status == 0 || status == SPW_ESHUTDOWN || status == SPW_ECLOSED;
+    spw_log(clean ? SPW_LOG_NOTICE : SPW_LOG_WARN, "worker=%u addr=%s left: %s", w->id, w->addr,
+            status == 0 ? "closed by the scheduler" : spw_strerror(status));
     sched__memory_worker_gone(s, w);
     sched__drain_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
     sched__plugins_worker_gone(s, w);
-    sched__worker_lost(s, w);
+    sched__worker_lost(s, w, held, nheld);
     spw_free(w->plugins);
     spw_free(w);
     sched__kick(s);
@@ -217,7 +225,7 @@ static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sch
     }
     sched_obj *o = sched__obj_new(s, id, ss, p->origin->site, p->origin->len);
     o->size = size;
-    o->put_worker = w->id;
+    sched__obj_set_put_worker(s, o, w->id);
     o->is_chunk = 1;
     w->reserved += size;
     *wp = w;
@@ -308,7 +316,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         proto_str(&m->f[F_PUTP_SITE], site, sizeof site);
         o = sched__obj_new(s, id, ss, site, strlen(site));
         o->size = size;
-        o->put_worker = w->id;
+        sched__obj_set_put_worker(s, o, w->id);
         w->reserved += size;
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
@@ -493,6 +501,7 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
         sched_worker *w = spw_calloc(SPW_MOD_SCHED, 1, sizeof *w);
         w->id = (uint32_t)id;
         w->conn = c;
+        w->objs = SPW_IDMAP_INIT(sched_obj, id, SPW_MOD_SCHED);
         proto_str(&wi[R_WINFO_ADDR], w->addr, sizeof w->addr);
         proto_str(&hello->f[F_HELLO_NAME], w->name, sizeof w->name);
         proto_str(&wi[R_WINFO_HOSTID], w->host_id, sizeof w->host_id);
@@ -561,10 +570,7 @@ static void on_close(proto_conn *c, int status)
     if (tag == NULL)
         return; /* closed before HELLO completed */
     if (tag->kind == 1) {
-        if (status != 0 && status != SPW_ESHUTDOWN)
-            spw_log(SPW_LOG_WARN, "worker=%u connection lost: %s", tag->w->id,
-                    spw_strerror(status));
-        worker_remove(s, tag->w);
+        worker_remove(s, tag->w, status);
     } else if (tag->kind == 2) {
         sched_session *ss = tag->s;
         spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",

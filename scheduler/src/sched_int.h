@@ -154,6 +154,7 @@ static inline const uint8_t *sched__arg_kept_value(const sched_arg *a, uint64_t 
 typedef struct sched_graph {
     uint64_t session;    /* submitter */
     uint64_t gid;        /* the client's graph id */
+    uint64_t no;         /* the scheduler's number for it: unique while the scheduler runs */
     uint64_t max_tasks;  /* tasks assigned at once (0: no cap) */
     uint64_t max_bytes;  /* bytes of outputs in flight and not yet consumed (0: no cap) */
     uint64_t inflight;   /* tasks assigned and not finished */
@@ -410,6 +411,9 @@ struct sched_worker {
     uint64_t drain_copies;   /* copies made */
     struct sched_drain_req *drain_reqs; /* DRAIN requests answered once it is drained */
     uint32_t ndrain_reqs, capdrain_reqs;
+    /* The objects it holds a copy of (listed in their locs) or receives the upload of
+     * (put_worker), so that its departure visits them only (sched__worker_lost). */
+    spw_idmap objs;
 };
 
 struct sched_session {
@@ -461,8 +465,12 @@ struct sched {
     sched_worker **workers;
     uint32_t nworkers, capworkers;
     sched_worker *wbyid;    /* the workers by id (workers.c) */
-    sched_worker **wheap;   /* the workers as a min-heap by load (workers.c), nworkers of them */
+    struct sched_wslot *wheap; /* the workers as a min-heap by load (workers.c), nworkers of them */
     uint64_t assign_seq;
+    uint64_t graph_seq; /* the last graph's number (sched_graph.no) */
+    /* A worker whose place in the load heap is fixed once at the end of its TASK_DONES frame,
+     * not per task (sched__worker_load skips it meanwhile); NULL otherwise. */
+    sched_worker *load_later;
     uint32_t rr;        /* round-robin start for placement */
     sched_session *sessions; /* by id */
     spw_idmap objects;  /* the directory: sched_obj by id (spillway/idmap.h) */
@@ -631,6 +639,13 @@ static inline const uint8_t *sched__obj_inline(const sched_obj *o)
 }
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+/* Forgets every copy of o (the caller tells the workers). */
+void sched__obj_clear_locs(sched *s, sched_obj *o);
+/* The ids of the objects w holds or receives (its objs), *n of them (heap, for the caller to
+ * free); its index is emptied. Called as it leaves, before anything could free them. */
+spw_id *sched__worker_objs_take(sched_worker *w, size_t *n);
+/* Sets the worker receiving o's upload (0: none), kept in that worker's objs. */
+void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
@@ -699,6 +714,13 @@ void sched__worker_load(sched *s, sched_worker *w);
 sched_worker *sched__worker_least_loaded(sched *s);
 /* Whether a is less loaded than b, in the heap's order. */
 bool sched__worker_less(const sched_worker *a, const sched_worker *b);
+/* An entry of the load heap: its worker's keys, as of its last sched__worker_load. */
+typedef struct sched_wslot {
+    uint32_t assigned, slots;
+    uint64_t seq;
+    sched_worker *w;
+} sched_wslot;
+bool sched__wslot_less(const sched_wslot *a, const sched_wslot *b);
 void sched__workers_free(sched *s);
 
 /* tasks.c */
@@ -722,7 +744,8 @@ void sched__task_free(sched *s, sched_task *t);
 void sched__task_cancel(sched *s, sched_task *t);
 void sched__dep_ready(sched *s, sched_arg *a);
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
-void sched__worker_lost(sched *s, sched_worker *w);
+/* ids, k: what sched__worker_objs_take returned for it (freed here). */
+void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
 /* Fails t with err and msg: its output records the failure and its client hears of it. May free

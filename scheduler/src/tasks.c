@@ -216,12 +216,40 @@ void sched__dep_ready(sched *s, sched_arg *a)
     }
 }
 
+/* Why a task cannot run: its input o failed with err and msg. A chain of failures names the
+ * input and the task that failed first with its own error, not every link between:
+ * "dependency O (fn) failed: MSG" for an input whose task failed itself, else
+ * "dependency O failed: task R (fn) failed first: MSG", R's message taken from msg (which is
+ * itself one of these two forms when err is SPW_EDEPFAILED). */
+static void dep_msg(sched *s, const sched_obj *o, int err, const char *msg, char *buf, size_t len)
+{
+    char hex[33];
+    spw_id_hex(o->id, hex);
+    static const char dep[] = "dependency ", sep[] = " failed: ", first[] = " failed first: ";
+    const char *mid = err == SPW_EDEPFAILED && strncmp(msg, dep, sizeof dep - 1) == 0
+                          ? strstr(msg, sep)
+                          : NULL;
+    if (mid != NULL) {
+        const char *rest = mid + sizeof sep - 1;
+        if (strncmp(rest, "task ", 5) == 0 && strstr(rest, first) != NULL)
+            snprintf(buf, len, "dependency %s failed: %s", hex, rest);
+        else
+            snprintf(buf, len, "dependency %s failed: task %.*s%s%s", hex,
+                     (int)(mid - msg - (sizeof dep - 1)), msg + sizeof dep - 1, first, rest);
+        return;
+    }
+    const sched_task *t = sched__obj_task(s, o);
+    if (t != NULL)
+        snprintf(buf, len, "dependency %s (%s) failed: %s", hex, t->fn->name, msg);
+    else
+        snprintf(buf, len, "dependency %s failed: %s", hex, msg);
+}
+
 void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg)
 {
     sched_task *t = sched__arg_task(a);
-    char hex[33], buf[PROTO_MAX_STR];
-    snprintf(buf, sizeof buf, "dependency %s failed: %s", spw_id_hex(a->obj->id, hex), msg);
-    (void)err;
+    char buf[PROTO_MAX_STR];
+    dep_msg(s, a->obj, err, msg, buf, sizeof buf);
     sched__task_fail(s, t, SPW_EDEPFAILED, buf);
 }
 
@@ -406,10 +434,11 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
             t->ndeps++;
         } else if ((o->state == OBJ_FAILED || o->state == OBJ_LOST) && bad == NULL) {
             const sched_failure *f = o->state == OBJ_LOST ? NULL : sched__obj_failure(s, o);
-            snprintf(badbuf, sizeof badbuf, "dependency %s failed: %s", spw_id_hex(o->id, hex),
-                     o->state == OBJ_LOST ? "object lost"
-                     : f != NULL          ? f->msg
-                                          : "?");
+            dep_msg(s, o, f != NULL ? f->err : 0,
+                    o->state == OBJ_LOST ? "object lost"
+                    : f != NULL          ? f->msg
+                                         : "?",
+                    badbuf, sizeof badbuf);
             bad = badbuf;
             bad_err = SPW_EDEPFAILED;
         }
@@ -939,6 +968,9 @@ void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
     const proto_val *recs = &m->f[F_DONES_RECS];
     uint64_t now_ms = spw_wall_ms(); /* the frame's tasks ended at once */
     bool prefetch = false; /* started at the first completion not found by done_guess */
+    /* The worker's load changes with each task: its place in the load heap is fixed once, after
+     * the frame (nothing places tasks meanwhile: dispatch runs from the loop's idle handle). */
+    s->load_later = w;
     for (uint32_t i = 0; i < recs->arr.n; i++) {
         const proto_val *f = PROTO_REC(recs, i);
         sched_obj *o = f[F_DONE_ID].nil ? NULL : done_guess(w, f[F_DONE_ID].id);
@@ -950,6 +982,8 @@ void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
             sched__objs_prefetch(s, recs, F_DONE_ID, i);
         task_done_rec(s, w, m->req, f, i, o, now_ms);
     }
+    s->load_later = NULL;
+    sched__worker_load(s, w);
 }
 
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m)
@@ -979,7 +1013,7 @@ static void out_unmake(sched *s, sched_obj *o)
             if (lw != NULL)
                 sched__worker_delete(lw, o->id);
         }
-        o->nlocs = 0;
+        sched__obj_clear_locs(s, o);
         if (o->has_inline && o->size > sizeof o->inline_small)
             spw_free(o->inline_heap);
         o->has_inline = 0;
@@ -1098,7 +1132,7 @@ static bool lineage_recompute(sched *s, sched_obj *o)
     return ok;
 }
 
-void sched__worker_lost(sched *s, sched_worker *w)
+void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k)
 {
     char hex[33];
     /* Its queued and running tasks go back to the ready queue, up to the retry limit. */
@@ -1129,18 +1163,14 @@ void sched__worker_lost(sched *s, sched_worker *w)
             s, sched__task_out(t)); /* an orphan (nobody wants it) is dropped, not rerun */
     }
     /* Copies on that worker are gone; objects with no copy left are lost, unless their
-     * producing task can run again (lineage). Ids first: handling one may free others. */
-    size_t n = s->objects.n, k = 0;
-    spw_id *ids = spw_malloc(SPW_MOD_SCHED, (n > 0 ? n : 1) * sizeof *ids);
-    uint32_t pos = 0;
-    for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
-        ids[k++] = o->id;
+     * producing task can run again (lineage). Only the objects it held or received (ids, taken
+     * from its index before it left: handling one may free others). */
     for (size_t i = 0; i < k; i++) {
         sched_obj *o = sched__obj_find(s, ids[i]);
         if (o == NULL)
             continue;
         if (o->put_worker == w->id && o->state == OBJ_PENDING) {
-            o->put_worker = 0;
+            sched__obj_set_put_worker(s, o, 0);
             o->graph_hold++;
             sched__obj_fail(s, o, SPW_EOBJLOST, "the worker receiving its upload died");
             o->state = OBJ_LOST;

@@ -416,7 +416,8 @@ static void http_metrics_and_api_match_ctl(void)
 
 /* /api/memory's numbers are refused with a 400 that names them when out of range, never read
  * as something else: a limit past a long's range (strtol would saturate it to "no limit"),
- * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. */
+ * negative or signed ones, and stats_only other than 0 or 1. In-range ones are served. The
+ * same for /api/history's top. */
 static void http_memory_query_out_of_range_is_400_naming_it(void)
 {
     const char *const sargs[] = {"--http", "127.0.0.1:0", NULL};
@@ -424,18 +425,20 @@ static void http_memory_query_out_of_range_is_400_naming_it(void)
     static const struct {
         const char *query, *names;
     } bad[] = {
-        {"limit=99999999999999999999", "limit=99999999999999999999"},
-        {"limit=9223372036854775808", "limit=9223372036854775808"},
-        {"limit=-1", "limit=-1"},
-        {"limit=%2B5", "limit=+5"},
-        {"limit=%205", "limit= 5"},
-        {"limit=", "limit="},
-        {"stats_only=2", "stats_only=2"},
-        {"stats_only=99999999999999999999", "stats_only=99999999999999999999"},
+        {"memory?limit=99999999999999999999", "limit=99999999999999999999"},
+        {"memory?limit=9223372036854775808", "limit=9223372036854775808"},
+        {"memory?limit=-1", "limit=-1"},
+        {"memory?limit=%2B5", "limit=+5"},
+        {"memory?limit=%205", "limit= 5"},
+        {"memory?limit=", "limit="},
+        {"memory?stats_only=2", "stats_only=2"},
+        {"memory?stats_only=99999999999999999999", "stats_only=99999999999999999999"},
+        {"history?top=-1", "top=-1"},
+        {"history?top=100001", "top=100001"},
     };
     char url[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(url, sizeof url, "http://%s/api/memory?%s", c->http, bad[i].query);
+        snprintf(url, sizeof url, "http://%s/api/%s", c->http, bad[i].query);
         const char *args[] = {"get", url, NULL};
         char *out = NULL;
         int rc = 0;
@@ -510,6 +513,60 @@ static void http_history_keeps_workers_of_one_name_apart(void)
                             json_string_value(json_object_get(json_array_get(ws, 1), "address")));
     json_decref(p.hist);
     E2E_STOP(c, NULL);
+}
+
+/* /api/history?top=K lists K workers' series (the fullest first) and sums up every worker in
+ * summary (a top that is not a count is refused: http_memory_query_out_of_range_...). */
+static void http_history_top_lists_k_and_sums_all(void)
+{
+    const char *const sargs[] = {"--http", "127.0.0.1:0", "--http-sample", "50", NULL};
+    h_cluster *c = h_cluster_start(false, sargs);
+    const char *const wargs[] = {"--store-capacity", "8M", NULL};
+    h_workers_start(c, 3, wargs);
+    hist_probe p = {c, (json_int_t)spw_wall_ms(), NULL};
+    assert_true(h_eventually(two_samples_since, &p, 20000));
+    json_decref(p.hist);
+    json_t *hist = http_json(c, "/api/history?top=1");
+    assert_non_null(hist);
+    assert_int_equal(json_array_size(json_object_get(hist, "workers")), 1);
+    assert_int_equal(json_integer_value(json_object_get(hist, "workers_seen")), 3);
+    json_t *sum = json_object_get(hist, "summary");
+    assert_int_equal(json_integer_value(json_object_get(sum, "workers")), 3);
+    assert_int_equal(json_integer_value(json_object_get(sum, "capacity")), 3 * (8 << 20));
+    json_decref(hist);
+    hist = http_json(c, "/api/history");
+    assert_int_equal(json_array_size(json_object_get(hist, "workers")), 3);
+    json_decref(hist);
+    E2E_STOP(c, NULL);
+}
+
+/* Two clients' first graphs share the client's id; jobs tells them apart by id. */
+static void graphs_of_two_clients_have_distinct_ids(void)
+{
+    h_cluster *c = h_cluster_simple(1);
+    spillway *a = e2e_connect(c), *b = e2e_connect(c);
+    spillway_graph *ga = spillway_graph_new(a), *gb = spillway_graph_new(b);
+    assert_int_equal(spillway_graph_id(ga), spillway_graph_id(gb));
+    spillway_arg sl = spillway_arg_u64(0);
+    spillway_ref ra, rb;
+    assert_int_equal(spillway_task(ga, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &ra), 0);
+    assert_int_equal(spillway_task(gb, "sleep_ms", &sl, 1, SPILLWAY_KEEP, &rb), 0);
+    E2E_SUBMIT(ga);
+    E2E_SUBMIT(gb);
+    json_t *doc = e2e_ctl_json(c, "jobs");
+    json_t *gs = json_object_get(doc, "graphs");
+    assert_int_equal(json_array_size(gs), 2);
+    json_t *x = json_array_get(gs, 0), *y = json_array_get(gs, 1);
+    assert_int_equal(json_integer_value(json_object_get(x, "graph")),
+                     json_integer_value(json_object_get(y, "graph")));
+    assert_true(json_is_integer(json_object_get(x, "id")));
+    assert_true(json_integer_value(json_object_get(x, "id")) !=
+                json_integer_value(json_object_get(y, "id")));
+    json_decref(doc);
+    assert_int_equal(spillway_release(a, ra), 0);
+    assert_int_equal(spillway_release(b, rb), 0);
+    spillway_close(b);
+    E2E_FINISH(c, a);
 }
 
 static void http_token_when_asked(void)
@@ -702,6 +759,8 @@ static const struct CMUnitTest tests[] = {
     H_CASE(http_metrics_and_api_match_ctl),
     H_CASE(http_memory_query_out_of_range_is_400_naming_it),
     H_CASE(http_history_keeps_workers_of_one_name_apart),
+    H_CASE(http_history_top_lists_k_and_sums_all),
+    H_CASE(graphs_of_two_clients_have_distinct_ids),
     H_CASE(http_token_when_asked),
     H_CASE(dashboard_shows_a_spilling_job),
 };

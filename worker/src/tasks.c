@@ -1383,7 +1383,7 @@ static void exec_settle(wrk *w, wrk_exec *ex)
     else
         snprintf(why, sizeof why, "executor pid %d exited with status %lld", ex->pid,
                  (long long)ex->exit_status);
-    bool first = true;
+    bool first = true, logged = false;
     while (ex->head != NULL) {
         wtask *t = exec_pop(w, ex);
         if (w->closing) {
@@ -1392,6 +1392,7 @@ static void exec_settle(wrk *w, wrk_exec *ex)
             char msg[1024];
             snprintf(msg, sizeof msg, "%s while running %s", why, t->fn);
             spw_log(SPW_LOG_WARN, "%s", msg);
+            logged = true;
             task_report(w, t, oom ? SPW_ETASKMEM : SPW_EEXECCRASH, 0, NULL, msg, 0);
         } else {
             outs_abort(w, t);
@@ -1408,6 +1409,11 @@ static void exec_settle(wrk *w, wrk_exec *ex)
     }
     if (w->closing)
         return;
+    /* An executor that ended on its own or was killed (a crash between tasks, `kill PID`) is
+     * logged once, whether or not it had tasks; one recycled on purpose is not. */
+    if (!logged && !ex->recycle)
+        spw_log(stopped ? SPW_LOG_NOTICE : SPW_LOG_WARN, "%s %s: restarting it", why,
+                first ? "while idle" : "before running its queued tasks, which run again");
     uint64_t delay = 0;
     if (ex->recycle) {
         w->exec_recycles++;

@@ -622,6 +622,10 @@ static void jobs_reply(const proto_msg *m, void *arg)
     for (uint32_t i = 0; i < gs->arr.n; i++) {
         const proto_val *g = PROTO_REC(gs, i);
         json_t *j = json_object();
+        /* id: unique in the cluster (absent from an older scheduler: null); graph: the
+         * client's id (spillway_graph_id), which two clients may share. */
+        json_object_set_new(j, "id", g[R_GRAPH_NO].nil ? json_null()
+                                                        : json_integer((json_int_t)g[R_GRAPH_NO].u));
         json_object_set_new(j, "graph", json_integer((json_int_t)g[R_GRAPH_ID].u));
         json_t *cl = json_object();
         json_object_set_new(cl, "session", json_integer((json_int_t)g[R_GRAPH_SESSION].u));
@@ -783,14 +787,26 @@ static void label(FILE *f, const char *v)
     }
 }
 
-/* {worker="NAME",address="HOST:PORT"}: the address keeps two workers of one name apart. */
-static void worker_labels(FILE *f, json_t *w)
+/* {worker="NAME",address="HOST:PORT"}: the address keeps two workers of one name apart.
+ * Written once per worker (heap, NUL-terminated; NULL when out of memory), then copied into
+ * each of its samples. */
+static char *worker_labels(json_t *w)
 {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return NULL;
     fputs("{worker=\"", f);
     label(f, ctl_doc_s(w, "name"));
     fputs("\",address=\"", f);
     label(f, ctl_doc_s(w, "address"));
     fputs("\"}", f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }
 
 static void family(FILE *f, const char *name, const char *type, const char *help)
@@ -850,48 +866,63 @@ char *ctl_doc_metrics(json_t *status)
     if (f == NULL)
         return NULL;
     json_t *workers = json_object_get(status, "workers");
-    size_t i;
+    size_t i, nw = json_array_size(workers);
     json_t *w;
-    for (size_t m = 0; m < sizeof wmetrics / sizeof wmetrics[0]; m++) {
+    /* Each worker's labels and memory object once, not once per family. */
+    char **labels = calloc(nw > 0 ? nw : 1, sizeof *labels);
+    json_t **mems = calloc(nw > 0 ? nw : 1, sizeof *mems);
+    bool ok = labels != NULL && mems != NULL;
+    json_array_foreach(workers, i, w)
+    {
+        if (!ok)
+            break;
+        labels[i] = worker_labels(w);
+        mems[i] = json_object_get(w, "memory");
+        ok = labels[i] != NULL;
+    }
+    for (size_t m = 0; ok && m < sizeof wmetrics / sizeof wmetrics[0]; m++) {
         const wmetric *wm = &wmetrics[m];
         family(f, wm->name, wm->type, wm->help);
-        json_array_foreach(workers, i, w)
-        {
-            json_t *v = json_object_get(json_object_get(w, "memory"), wm->key);
+        for (i = 0; i < nw; i++) {
+            json_t *v = json_object_get(mems[i], wm->key);
             if (v == NULL)
                 continue;
-            fprintf(f, "%s", wm->name);
-            worker_labels(f, w);
-            fprintf(f, " %.17g\n", (double)json_integer_value(v) * wm->scale);
+            fputs(wm->name, f);
+            fputs(labels[i], f);
+            if (wm->scale == 1)
+                fprintf(f, " %lld\n", (long long)json_integer_value(v));
+            else
+                fprintf(f, " %.17g\n", (double)json_integer_value(v) * wm->scale);
         }
     }
-    family(f, "spillway_worker_paused", "gauge", "1 while the worker refuses new work (memory above the pause threshold).");
-    json_array_foreach(workers, i, w)
-    {
-        fputs("spillway_worker_paused", f);
-        worker_labels(f, w);
-        fprintf(f, " %d\n", strcmp(ctl_doc_s(w, "state"), "paused") == 0);
+    static const struct {
+        const char *name, *help, *key;
+    } wcounts[] = {
+        {"spillway_worker_paused", "1 while the worker refuses new work (memory above the pause threshold).", NULL},
+        {"spillway_worker_slots", "Executor slots of the worker.", "slots"},
+        {"spillway_worker_tasks_running", "Executors of the worker running a task now.", "busy"},
+        {"spillway_worker_tasks_assigned", "Tasks the scheduler has sent the worker and not heard back about.", "assigned"},
+    };
+    for (size_t m = 0; ok && m < sizeof wcounts / sizeof wcounts[0]; m++) {
+        family(f, wcounts[m].name, "gauge", wcounts[m].help);
+        json_array_foreach(workers, i, w)
+        {
+            fputs(wcounts[m].name, f);
+            fputs(labels[i], f);
+            if (wcounts[m].key == NULL)
+                fprintf(f, " %d\n", strcmp(ctl_doc_s(w, "state"), "paused") == 0);
+            else
+                fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, wcounts[m].key));
+        }
     }
-    family(f, "spillway_worker_slots", "gauge", "Executor slots of the worker.");
-    json_array_foreach(workers, i, w)
-    {
-        fputs("spillway_worker_slots", f);
-        worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "slots"));
-    }
-    family(f, "spillway_worker_tasks_running", "gauge", "Executors of the worker running a task now.");
-    json_array_foreach(workers, i, w)
-    {
-        fputs("spillway_worker_tasks_running", f);
-        worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "busy"));
-    }
-    family(f, "spillway_worker_tasks_assigned", "gauge", "Tasks the scheduler has sent the worker and not heard back about.");
-    json_array_foreach(workers, i, w)
-    {
-        fputs("spillway_worker_tasks_assigned", f);
-        worker_labels(f, w);
-        fprintf(f, " %llu\n", (unsigned long long)ctl_doc_u(w, "assigned"));
+    for (i = 0; labels != NULL && i < nw; i++)
+        free(labels[i]);
+    free(labels);
+    free(mems);
+    if (!ok) {
+        fclose(f);
+        free(text);
+        return NULL;
     }
 
     family(f, "spillway_workers", "gauge", "Workers connected to the scheduler.");

@@ -272,7 +272,9 @@
     F(R_GRAPH_COUNTS, counts, LIST_U, PROTO_TSTATE_COUNT) /* tasks in each PROTO_TSTATE_* */       \
     F(R_GRAPH_LIVE, live, U, 0) /* bytes of outputs in flight and not yet consumed */              \
     F(R_GRAPH_MAX_BYTES, max_bytes, U, 0) /* its cap on those (0: none) */                         \
-    F(R_GRAPH_ENDED_MS, ended_ms, U, 0) /* age when its last task finished; 0: unfinished */
+    F(R_GRAPH_ENDED_MS, ended_ms, U, 0) /* age when its last task finished; 0: unfinished */    \
+    N(R_GRAPH_NO, no, U, 0) /* the scheduler's number for it, unique in the cluster (R_GRAPH_ID \
+                               is the client's, unique per client) */
 
 /* A plugin a worker's executors load: its hash, its own name (spw_plugin.name) and size. */
 #define PROTO_REC_FIELDS_PLUG(F, N)                                                                \
