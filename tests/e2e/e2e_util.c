@@ -347,3 +347,33 @@ void e2e_client_kill(pid_t pid)
     int st;
     waitpid(pid, &st, 0);
 }
+
+typedef struct log_arg {
+    const h_proc *p;
+    const char *needle;
+} log_arg;
+
+static bool log_has(void *arg)
+{
+    const log_arg *a = arg;
+    return h_log_count(a->p, a->needle) > 0;
+}
+
+bool e2e_logged(const h_proc *p, const char *needle, int deadline_ms)
+{
+    log_arg a = {p, needle};
+    return h_eventually(log_has, &a, deadline_ms);
+}
+
+json_t *e2e_json_find(json_t *array, const char *key, const char *value)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(array, i, e)
+    {
+        const char *s = json_string_value(json_object_get(e, key));
+        if (s != NULL && strcmp(s, value) == 0)
+            return e;
+    }
+    return NULL;
+}

@@ -32,6 +32,10 @@ void e2e_write_file(const char *path, const char *text, mode_t mode);
 uint64_t e2e_get_u64(spillway *cl, spillway_ref r);
 /* Waits until the scheduler reports no objects and no unfinished tasks. */
 bool e2e_cluster_idle(h_cluster *c, int deadline_ms);
+/* Whether p's log has a line with needle within deadline_ms (polled, as h_eventually). */
+bool e2e_logged(const h_proc *p, const char *needle, int deadline_ms);
+/* The element of the JSON array whose string member key equals value (borrowed), or NULL. */
+json_t *e2e_json_find(json_t *array, const char *key, const char *value);
 /* Sum of "used" over the workers in a status document. */
 uint64_t e2e_used_bytes(json_t *status);
 /* Sum of "used" over the workers in a fresh `spillway-ctl status`, into *used; false (and

@@ -20,17 +20,6 @@
 #include "wire_client.h"
 #include "spillway/proto.h"
 
-typedef struct log_arg {
-    const h_proc *p;
-    const char *needle;
-} log_arg;
-
-static bool logged_cond(void *arg)
-{
-    log_arg *a = arg;
-    return h_log_count(a->p, a->needle) > 0;
-}
-
 static int ctl_workers(h_cluster *c)
 {
     json_t *st = e2e_ctl_json(c, "status");
@@ -229,8 +218,7 @@ static void accept_survives_emfile_without_spinning(void)
     }
     fprintf(stderr, "%d peers got a CHALLENGE, %d were closed at EMFILE\n", challenged, closed);
     assert_true(closed > 0);
-    log_arg la = {&c->sched, "raise the descriptor limit"};
-    assert_true(h_eventually(logged_cond, &la, 20000));
+    assert_true(e2e_logged(&c->sched, "raise the descriptor limit", 20000));
     assert_int_equal(h_log_count(&c->sched, "raise the descriptor limit"), 1);
     /* With the table still full, the scheduler is idle: no accept busy loop. */
     double cpu0 = proc_cpu_s(pid);

@@ -51,21 +51,9 @@ static int connect_with(h_cluster *c, const char *secret_file, int encrypt, spil
     return spillway_connect(c->addr, &o, out);
 }
 
-typedef struct log_arg {
-    const h_proc *p;
-    const char *needle;
-} log_arg;
-
-static bool log_has(void *arg)
-{
-    log_arg *a = arg;
-    return h_log_count(a->p, a->needle) > 0;
-}
-
 static void assert_log_eventually(const h_proc *p, const char *needle)
 {
-    log_arg a = {p, needle};
-    if (!h_eventually(log_has, &a, 10000))
+    if (!e2e_logged(p, needle, 10000))
         fail_msg("%s never logged '%s'", p->log, needle);
 }
 

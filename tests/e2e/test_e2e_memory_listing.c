@@ -14,15 +14,7 @@ static char site_a[64], site_t2[64];
 static json_t *find_object(json_t *doc, spillway_ref r)
 {
     char hex[33];
-    spillway_ref_hex(r, hex);
-    size_t i;
-    json_t *o;
-    json_array_foreach(json_object_get(doc, "objects"), i, o)
-    {
-        if (strcmp(json_string_value(json_object_get(o, "id")), hex) == 0)
-            return o;
-    }
-    return NULL;
+    return e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(r, hex));
 }
 
 static json_int_t ref(json_t *o, const char *kind)

@@ -63,17 +63,6 @@ static void check_all(spillway *cl, uint8_t **data, spillway_ref *puts, spillway
     }
 }
 
-/* The status document's worker of that name (borrowed from st), or NULL. */
-static json_t *worker_named(json_t *st, const char *name)
-{
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(st, "workers"), i, w)
-    if (strcmp(json_string_value(json_object_get(w, "name")), name) == 0)
-        return w;
-    return NULL;
-}
-
 /* A worker stopped with SIGTERM while a job reads the puts only it holds: it drains first (the
  * puts are copied to the other workers, its unstarted tasks run elsewhere), exits 0, and the job
  * completes with every byte right. Without draining those puts would be gone (puts have no
@@ -125,7 +114,7 @@ static bool holds_no_sole_copy(void *arg)
 static uint64_t tasks_done_of(h_cluster *c, const char *name)
 {
     json_t *st = e2e_ctl_json(c, "status");
-    json_t *w = worker_named(st, name);
+    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
     assert_non_null(w);
     uint64_t n = (uint64_t)json_integer_value(
         json_object_get(json_object_get(w, "memory"), "tasks_done"));
@@ -159,7 +148,7 @@ static void ctl_drain_leaves_no_sole_copy_and_no_tasks(void)
     assert_non_null(strstr(out, "drained"));
     free(out);
     json_t *st = e2e_ctl_json(c, "status");
-    assert_string_equal(json_string_value(json_object_get(worker_named(st, "wa"), "state")),
+    assert_string_equal(json_string_value(json_object_get(e2e_json_find(json_object_get(st, "workers"), "name", "wa"), "state")),
                         "drained");
     json_decref(st);
     assert_true(holds_no_sole_copy(&n));
