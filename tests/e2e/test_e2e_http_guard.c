@@ -181,7 +181,8 @@ enum { IDLE, TRICKLE, HALF_SENT };
 enum { CONNECTING, OPEN, SERVER_CLOSED, WE_CLOSED };
 
 typedef struct aconn {
-    int fd, kind, state;
+    int fd, kind;
+    atomic_int state; /* read by the test while the attacker thread runs */
     uint64_t t_open, t_closed, t_next;
 } aconn;
 

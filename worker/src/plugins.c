@@ -730,6 +730,13 @@ static void check_exit(uv_process_t *proc, int64_t status, int term_signal)
                sscanf(line + used, "%u %255[^\n]", &nfns, name) >= 1) {
         rc = 0;
         msg[0] = '\0';
+    } else if (line[0] == '\0' && status != 0) {
+        /* No result written: it died while loading, through a handler that turned its signal
+         * into an exit status (a sanitizer's, or one of the plugin's own). */
+        snprintf(msg, sizeof msg,
+                 "loading it ended the process that loaded it (exit status %lld, no result: a "
+                 "crash caught by a signal handler)",
+                 (long long)status);
     } else {
         snprintf(msg, sizeof msg, "%s", line[0] != '\0' ? line + used : "cannot be loaded");
         if (code < 0)
