@@ -46,10 +46,9 @@ static void check_bytes(spillway *cl, spillway_ref r, const uint8_t *data, size_
     spillway_free(got);
 }
 
-/* Stores a third of the object apart from the room its chunks take: stores filled to the brim
- * with chunks that peers read while tasks fetch can still run out of room (known, see
- * worker/README.md). */
-static const char *const small_store[] = {"--slots", "2", "--store-capacity", "24M", NULL};
+/* Stores of a third of the object, each filled with its chunks: peers read them while tasks
+ * fetch (worker/README.md, "Known limits of admission"). */
+static const char *const small_store[] = {"--slots", "2", "--store-capacity", "16M", NULL};
 
 static bool stores_empty(void *arg)
 {
@@ -68,7 +67,7 @@ static void put_larger_than_a_store_is_chunked_and_read_back(void)
     for (int i = 0; i < 3; i++)
         h_worker_start(c, small_store);
     spillway *cl = e2e_connect(c);
-    size_t len = 48 * MIB; /* twice a store: chunks of 4 MiB, four on each worker */
+    size_t len = 48 * MIB; /* three times a store */
     uint8_t *data = make_data(len, 1);
     spillway_ref big;
     int rc = spillway_put(cl, data, len, &big);

@@ -48,7 +48,7 @@ static void check_tasks(const wrk *w, uint64_t n[4])
         CHECK(t->state <= WT_ADMIT, id, "task state %u unknown", t->state);
         n[t->state]++;
         CHECK(t->gen <= w->gen, id, "task of generation %u, the worker is at %u", t->gen, w->gen);
-        uint32_t unpinned = 0, local = 0, prev = 0;
+        uint32_t unpinned = 0, local = 0, prev = 0, first_unpinned = 0;
         for (uint32_t i = 0; i < t->nargs; i++) {
             const warg *a = &t->args[i];
             CHECK(!a->owned || a->kind == PROTO_ARG_INLINE, id,
@@ -82,7 +82,8 @@ static void check_tasks(const wrk *w, uint64_t n[4])
             }
             CHECK(a->nlocs <= WRK_MAX_LOCS, id, "argument %u: %u locations", i, a->nlocs);
             CHECK(!a->pinned || a->obj != NULL, id, "argument %u pinned without an object", i);
-            unpinned += !a->pinned;
+            if (!a->pinned && unpinned++ == 0)
+                first_unpinned = i;
         }
         CHECK(local == t->local, id, "%u arguments wait for producers here, local %u", local,
               t->local);
@@ -117,8 +118,8 @@ static void check_tasks(const wrk *w, uint64_t n[4])
             CHECK(t->ex == NULL, id, "task waiting for inputs has an executor");
         } else {
             CHECK(t->missing == 0 && unpinned == 0, id,
-                  "task in state %u with %u inputs missing, %u unpinned", t->state, t->missing,
-                  unpinned);
+                  "task in state %u with %u inputs missing, %u unpinned (the first: argument %u)",
+                  t->state, t->missing, unpinned, first_unpinned);
             CHECK(t->fail_status == 0, id, "task with a failed input went on (state %u)",
                   t->state);
         }
