@@ -292,6 +292,38 @@ static bool attack_all_open(void *arg)
     return atomic_load(&at->open) == at->n;
 }
 
+/* Connections in each state, counted in *closed and *open; whether the cap is what they show:
+ * per_ip open, the rest closed by the server. */
+typedef struct cap_seen {
+    const attack *at;
+    int per_ip, closed, open;
+} cap_seen;
+
+static bool attack_capped(void *arg)
+{
+    cap_seen *cs = arg;
+    cs->closed = cs->open = 0;
+    for (int i = 0; i < cs->at->n; i++) {
+        cs->closed += cs->at->c[i].state == SERVER_CLOSED;
+        cs->open += cs->at->c[i].state == OPEN;
+    }
+    return cs->closed == cs->at->n - cs->per_ip && cs->open == cs->per_ip;
+}
+
+static bool attack_all_cut(void *arg)
+{
+    const attack *at = arg;
+    for (int i = 0; i < at->n; i++)
+        if (at->c[i].state != WE_CLOSED)
+            return false;
+    return true;
+}
+
+static bool no_close_waits(void *arg)
+{
+    return close_waits(*(const int *)arg) == 0;
+}
+
 /* The test needs more descriptors than a default soft limit gives. */
 static void raise_nofile(rlim_t want)
 {
@@ -424,18 +456,9 @@ static void http_caps_connections_per_address(void)
     attack_start(&at, port, n, n, 250, kinds, 1);
     /* The connections past the cap are closed as soon as accepted; those within it stay (their
      * deadline is far off). */
-    uint64_t end = now_ms() + 3000;
-    int closed = 0, open = 0;
-    while (now_ms() < end) {
-        usleep(100000);
-        closed = open = 0;
-        for (int i = 0; i < n; i++) {
-            closed += at.c[i].state == SERVER_CLOSED;
-            open += at.c[i].state == OPEN;
-        }
-        if (closed == n - (int)per_ip && open == (int)per_ip)
-            break;
-    }
+    cap_seen cs = {&at, (int)per_ip, 0, 0};
+    (void)h_eventually(attack_capped, &cs, 3000);
+    int closed = cs.closed, open = cs.open;
     printf("%d connections from one address: %d kept, %d closed at once (cap %u)\n", n, open,
            closed, per_ip);
     /* Another address is served meanwhile. */
@@ -461,19 +484,11 @@ static void http_releases_half_sent_requests_at_once(void)
     attack_start(&hold, port, 100, per_addr, 2, idle, 1);
     assert_true(h_eventually(attack_all_open, &hold, 5000));
     attack_start(&cut, port, 200, per_addr, 100, half, 1);
-    uint64_t t0 = now_ms();
-    bool sent = false;
-    while (!sent && now_ms() - t0 < 5000) {
-        sent = true;
-        for (int i = 0; i < cut.n; i++)
-            sent = sent && cut.c[i].state == WE_CLOSED;
-        usleep(20000);
-    }
+    bool sent = h_eventually(attack_all_cut, &cut, 5000);
     /* Released at once: well before any timeout could do it. */
-    int waits = -1;
-    t0 = now_ms();
-    while (now_ms() - t0 < 2000 && (waits = close_waits(port)) != 0)
-        usleep(50000);
+    uint64_t t0 = now_ms();
+    (void)h_eventually(no_close_waits, &port, 2000);
+    int waits = close_waits(port);
     printf("200 half-sent requests closed by their sender (all connected: %s): %d in CLOSE_WAIT "
            "after %llu ms\n", sent ? "yes" : "no", waits, (unsigned long long)(now_ms() - t0));
     assert_true(sent);
