@@ -1221,7 +1221,7 @@ static void spill_some(ost_store *s, uint64_t need)
         o = next;
     }
     if (evicted)
-        ost__waiters_retry(s);
+        ost__room_freed(s);
 }
 
 void ost__spill_maintain(ost_store *s)

@@ -391,8 +391,16 @@ int ost_obj_resize(ost_store *s, ost_obj *o, uint64_t size)
         return SPW_ENOMEM;
     }
     if (size < old)
-        ost__waiters_retry(s); /* what it gave back */
+        ost__room_freed(s); /* what it gave back */
     return 0;
+}
+
+void ost__room_freed(ost_store *s)
+{
+    if (s->opts.room_cb != NULL && !s->closing)
+        s->opts.room_cb(s->opts.room_arg);
+    else
+        ost__waiters_retry(s);
 }
 
 void ost__waiters_retry(ost_store *s)
@@ -484,7 +492,7 @@ void ost__obj_free_deleted(ost_store *s, ost_obj *o)
         return;
     DL_DELETE(s->zombies, o);
     obj_destroy(s, o);
-    ost__waiters_retry(s);
+    ost__room_freed(s);
 }
 
 void ost_obj_abort(ost_store *s, ost_obj *o)
@@ -513,7 +521,7 @@ void ost_obj_abort(ost_store *s, ost_obj *o)
         HASH_DEL(s->table, o);
     }
     obj_destroy(s, o);
-    ost__waiters_retry(s);
+    ost__room_freed(s);
 }
 
 ost_obj *ost_obj_find(const ost_store *s, spw_id id)
@@ -627,7 +635,7 @@ int ost_obj_delete(ost_store *s, spw_id id)
         return 0;
     }
     obj_destroy(s, o);
-    ost__waiters_retry(s);
+    ost__room_freed(s);
     return 0;
 }
 

@@ -83,6 +83,8 @@ int ost__obj_alloc(ost_store *s, ost_obj *o);
 void ost__obj_release_memory(ost_store *s, ost_obj *o);
 void ost__obj_free_deleted(ost_store *s, ost_obj *o);
 void ost__waiters_retry(ost_store *s);
+/* Memory came back inside a call of the owner: its room_cb, else ost__waiters_retry at once. */
+void ost__room_freed(ost_store *s);
 void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before);
 
 /* spill.c */

@@ -245,6 +245,40 @@ static void ost_full_store_makes_allocations_wait_then_succeed(void **state)
     done(s);
 }
 
+/* With room_cb, memory freed inside the owner's call (a delete) serves no waiter in that call:
+ * the owner is told, and serves them with ost_store_maintain from its loop. */
+static void room_cb_counts(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void ost_room_cb_defers_waiters_out_of_the_owners_call(void **state)
+{
+    (void)state;
+    uv_loop_init(&loop);
+    ost_opts o;
+    ost_opts_default(&o);
+    o.capacity = 64 * 1024;
+    int rooms = 0;
+    o.room_cb = room_cb_counts;
+    o.room_arg = &rooms;
+    ost_store *s;
+    assert_int_equal(ost_store_new(&loop, &o, &s), 0);
+    ost_obj *a;
+    assert_int_equal(ost_obj_create(s, id(1), 48 * 1024, &a), 0);
+    ost_obj_seal(s, a);
+    cb_log l = {0};
+    assert_int_equal(ost_obj_create_async(s, id(2), 32 * 1024, log_cb, &l), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_int_equal(l.calls, 0); /* not inside the delete */
+    assert_int_equal(rooms, 1);
+    ost_store_maintain(s);
+    assert_int_equal(l.calls, 1);
+    assert_int_equal(l.status, 0);
+    ost_obj_abort(s, l.o);
+    done(s);
+}
+
 static void ost_waiting_allocation_fails_with_ebackpressure_at_deadline(void **state)
 {
     (void)state;
@@ -441,6 +475,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(ost_delete_while_being_written_frees_at_abort),
     cmocka_unit_test(ost_follower_pin_outlives_abort_and_seal),
     cmocka_unit_test(ost_full_store_makes_allocations_wait_then_succeed),
+    cmocka_unit_test(ost_room_cb_defers_waiters_out_of_the_owners_call),
     cmocka_unit_test(ost_waiting_allocation_fails_with_ebackpressure_at_deadline),
     cmocka_unit_test(ost_free_fails_waiters_with_eshutdown),
     cmocka_unit_test(ost_too_big_async_fails_at_once),

@@ -189,6 +189,24 @@ static void store_freed(void *arg)
         wrk__mem_check(w);
 }
 
+/* Memory came back inside one of our own store calls (a task freed, an upload aborted): the
+ * allocations waiting for room are served from the loop, never in the middle of the call whose
+ * state their callbacks (dispatching tasks) would see half changed. */
+static void room_idle_cb(uv_idle_t *h)
+{
+    wrk *w = h->data;
+    uv_idle_stop(h);
+    if (!w->closing)
+        ost_store_maintain(w->store);
+}
+
+static void store_room(void *arg)
+{
+    wrk *w = arg;
+    if (!w->closing)
+        uv_idle_start(&w->room_idle, room_idle_cb);
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
@@ -473,8 +491,10 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->started_timer.data = w;
     uv_timer_init(loop, &w->drain_timer);
     w->drain_timer.data = w;
+    uv_idle_init(loop, &w->room_idle);
+    w->room_idle.data = w;
     w->backoff_ms = RECONNECT_FIRST_MS;
-    w->handles = 4;
+    w->handles = 5;
 
     char storename[64];
     snprintf(storename, sizeof storename, "worker-%d", (int)getpid());
@@ -483,6 +503,8 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
         so.name = storename;
     so.freed_cb = store_freed;
     so.freed_arg = w;
+    so.room_cb = store_room;
+    so.room_arg = w;
     int rc = ost_store_new(loop, &so, &w->store);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "store of %llu bytes: %s", (unsigned long long)so.capacity,
@@ -700,6 +722,7 @@ void wrk_close(wrk *w, void (*done)(void *arg, int status), void *arg)
     wrk__started_flush(w);
     uv_close((uv_handle_t *)&w->started_timer, handle_closed);
     uv_close((uv_handle_t *)&w->drain_timer, handle_closed);
+    uv_close((uv_handle_t *)&w->room_idle, handle_closed);
     w->drain_req = 0;
     w->drain_done = NULL;
     bool running = false;

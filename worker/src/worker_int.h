@@ -344,6 +344,7 @@ struct wrk {
     uint32_t nranged;      /* fetches of views under way (fetch.c) */
     uint64_t next_req;
     uv_timer_t timer;      /* heartbeat and store maintenance */
+    uv_idle_t room_idle;   /* serves the store's waiters after memory came back (store_room) */
     bool closing;
     bool welcomed;
     bool registered_once;  /* ready(0) has run */

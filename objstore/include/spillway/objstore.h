@@ -59,6 +59,13 @@ typedef struct ost_opts {
      * so the owner can re-read ost_mem_state at once rather than at its next timer tick. */
     void (*freed_cb)(void *arg);
     void *freed_arg;
+    /* When set, memory freed by one of the owner's own calls (a delete, abort, unpin, resize, or
+     * an eviction they start) calls this instead of serving the allocations waiting for room at
+     * once: the owner then calls ost_store_maintain from its loop, so that no waiter's callback
+     * runs in the middle of the owner's call and sees its state half changed. NULL: served at
+     * once, inside that call. */
+    void (*room_cb)(void *arg);
+    void *room_arg;
 } ost_opts;
 
 void ost_opts_default(ost_opts *o);
