@@ -237,11 +237,11 @@ int main(int argc, char **argv)
                       wo.store.spill_target, wo.store.spill_threshold, wo.store.pause_threshold);
         goto out;
     }
-    wo.task_mem_limit = v[WOPT_TASK_MEMORY_LIMIT].set
-                            ? v[WOPT_TASK_MEMORY_LIMIT].u
-                            : wrk_task_mem_default(wo.store.capacity, wo.slots);
-    wo.exec_max_rss =
-        v[WOPT_EXECUTOR_MAX_RSS].set ? v[WOPT_EXECUTOR_MAX_RSS].u : wo.task_mem_limit / 2;
+    wo.task_mem_auto = !v[WOPT_TASK_MEMORY_LIMIT].set;
+    wo.task_mem_limit = wo.task_mem_auto ? wrk_task_mem_default(wo.store.capacity, wo.slots)
+                                         : v[WOPT_TASK_MEMORY_LIMIT].u;
+    wo.exec_rss_auto = !v[WOPT_EXECUTOR_MAX_RSS].set;
+    wo.exec_max_rss = wo.exec_rss_auto ? wo.task_mem_limit / 2 : v[WOPT_EXECUTOR_MAX_RSS].u;
     uint64_t nofile = spw_raise_nofile();
     uint32_t max_conns = (uint32_t)v[WOPT_MAX_CONNECTIONS].u;
     if (!v[WOPT_MAX_CONNECTIONS].set)

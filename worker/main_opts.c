@@ -131,7 +131,7 @@ static const spw_opt rows[WOPT_COUNT] = {
                                 .flags = CONF | SPW_OPT_ZERO_OK,
                                 .lo = 1 << 20,
                                 .hi = INT64_MAX,
-                                .def_doc = "half of what the store leaves, shared by the slots",
+                                .def_doc = "half of what the host's stores leave, shared by all their slots",
                                 .help = "memory a task may use in its executor; 0 = no limit"},
     [WOPT_EXECUTOR_MAX_TASKS] = {.name = "executor-max-tasks",
                                  .type = SPW_OPT_COUNT,

@@ -382,6 +382,15 @@ h_cluster *h_cluster_bare(void)
     snprintf(c->dir, sizeof c->dir, "%s/spillway-e2e.XXXXXX", tmp != NULL ? tmp : "/tmp");
     if (mkdtemp(c->dir) == NULL)
         die("mkdtemp: %s", strerror(errno));
+    /* Each cluster is a host of its own for the workers' shared task limits (hostshare.c): the
+     * workers of tests running beside it do not change its limits, nor recycle its executors. */
+    static bool host_dir_ours;
+    if (getenv("SPILLWAY_HOST_DIR") == NULL || host_dir_ours) {
+        char hd[sizeof c->dir + 8];
+        snprintf(hd, sizeof hd, "%s/host", c->dir);
+        setenv("SPILLWAY_HOST_DIR", hd, 1);
+        host_dir_ours = true;
+    }
     return c;
 }
 

@@ -96,6 +96,28 @@ static int run_one(spillway *cl, const char *fn, uint64_t arg, spillway_ref *out
     return rc;
 }
 
+/* The default task limit of workers on one host: half of the memory their stores (and a
+ * margin each) leave, shared by all their slots, at least 64 MiB (hostshare.c). */
+static uint64_t host_share(uint64_t stores, uint64_t workers, uint64_t slots)
+{
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t taken = stores + workers * (128ULL << 20);
+    uint64_t v = phys > taken ? (phys - taken) / 2 / slots : 0;
+    return v < (64ULL << 20) ? 64ULL << 20 : v;
+}
+
+typedef struct limits_want {
+    h_cluster *c;
+    uint64_t w0, w1; /* w1: 0 when that worker is not looked at */
+} limits_want;
+
+static bool limits_are(void *arg)
+{
+    limits_want *l = arg;
+    return figure(l->c, "w0", true, "task_memory_limit") == l->w0 &&
+           (l->w1 == 0 || figure(l->c, "w1", true, "task_memory_limit") == l->w1);
+}
+
 /* ------------------------------------------------------------------ cases */
 
 /* A task that allocates four times its limit fails with SPW_ETASKMEM, naming the limit and the
@@ -523,6 +545,38 @@ static void dead_client_queued_tasks_never_run(void)
     E2E_STOP(c, cl);
 }
 
+/* Workers on one host share it: the default task limit counts every worker listed in the
+ * host's directory (the harness gives each cluster its own), follows one joining and one killed without leaving, and a limit given with
+ * --task-memory-limit stays as given (the worker still counts for the others). */
+static void default_task_limit_counts_every_worker_on_the_host(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    const char *const a0[] = {"--slots", "2", "--store-capacity", "64M", "--name", "w0", NULL};
+    const char *const a1[] = {"--slots", "3", "--store-capacity", "128M", "--name", "w1", NULL};
+    const char *const a2[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w2",
+                              "--task-memory-limit", "100M", NULL};
+    h_worker_start(c, a0);
+    limits_want l = {.c = c, .w0 = host_share(64u << 20, 1, 2)};
+    assert_true(h_eventually(limits_are, &l, 30000));
+    h_worker_start(c, a1);
+    uint64_t two = host_share(192u << 20, 2, 5);
+    l = (limits_want){.c = c, .w0 = two, .w1 = two};
+    assert_true(h_eventually(limits_are, &l, 30000));
+    h_worker_start(c, a2);
+    uint64_t three = host_share(256u << 20, 3, 6);
+    l = (limits_want){.c = c, .w0 = three, .w1 = three};
+    assert_true(h_eventually(limits_are, &l, 30000));
+    assert_int_equal(figure(c, "w2", true, "task_memory_limit"), 100u << 20);
+    h_worker_kill(c, 1, SIGKILL); /* its entry goes with its pid */
+    l = (limits_want){.c = c, .w0 = host_share(128u << 20, 2, 3)};
+    assert_true(h_eventually(limits_are, &l, 30000));
+    spillway *cl = e2e_connect(c);
+    spillway_ref r;
+    assert_int_equal(run_one(cl, "sleep_ms", 1, &r), 0); /* executors replaced, still working */
+    assert_int_equal(spillway_release(cl, r), 0);
+    E2E_FINISH(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(task_over_its_memory_limit_fails_and_the_node_stays_in_budget),
     H_CASE(task_over_limit_in_delegated_cgroup_is_oom_killed),
@@ -533,6 +587,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(sigint_to_worker_and_executors_together_exits_zero),
     H_CASE(executor_sigterm_alone_loses_no_task),
     H_CASE(dead_client_queued_tasks_never_run),
+    H_CASE(default_task_limit_counts_every_worker_on_the_host),
 };
 
 SPW_TEST_MAIN(tests)

@@ -68,6 +68,9 @@ for i in 1 2; do # the same-host socket lives in the unit's RuntimeDirectory
     [ "$(stat -c '%a %G' /run/spillway/worker-$i/local.sock)" = "660 spillway" ] ||
         fail "worker-$i's local socket: $(ls -l /run/spillway/worker-$i 2>&1)"
 done
+# Both workers are listed for each other's default task limits (a private /dev would hide them).
+until_ok 10 sh -c '[ "$(ls /run/spillway/host | wc -l)" = 2 ]' ||
+    fail "the host's worker list: $(ls -l /run/spillway/host 2>&1)"
 
 step "a job as a member of group spillway, through the installed library found by pkg-config"
 useradd -m -G spillway alice || fail "useradd alice"

@@ -93,6 +93,16 @@ static bool alone_in(const char *dir)
     return us && !others;
 }
 
+/* memory.max of an executor's directory for the current task limit. A limit within 32 MiB of
+ * 2^64 would wrap to a tiny one: past that, no limit at all. */
+static void exec_max(const wrk *w, char *max, size_t len)
+{
+    if (w->opts.task_mem_limit <= UINT64_MAX - EXEC_BASELINE)
+        snprintf(max, len, "%llu\n", (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
+    else
+        snprintf(max, len, "max\n");
+}
+
 int wrk__cgroup_setup(wrk *w)
 {
     char dir[4096], leaf[4200], path[4300], ctl[256] = "";
@@ -124,11 +134,8 @@ int wrk__cgroup_setup(wrk *w)
                 spw_strerror(rc));
         return rc;
     }
-    /* A limit within 32 MiB of 2^64 would wrap to a tiny one: past that, no limit at all. */
-    char max[32] = "max\n";
-    if (w->opts.task_mem_limit <= UINT64_MAX - EXEC_BASELINE)
-        snprintf(max, sizeof max, "%llu\n",
-                 (unsigned long long)(w->opts.task_mem_limit + EXEC_BASELINE));
+    char max[32];
+    exec_max(w, max, sizeof max);
     for (uint32_t i = 0; i < w->nexec; i++) {
         snprintf(path, sizeof path, "%s/exec-%u", dir, i);
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
@@ -169,7 +176,10 @@ int wrk__cgroup_exec_dir(wrk *w, uint32_t idx, char *out, size_t outlen)
     if (w->cgroup == NULL)
         return SPW_ENOTSUP;
     snprintf(out, outlen, "%s/exec-%u", w->cgroup, idx);
-    return 0;
+    /* The limit may have changed since the last executor of this slot (hostshare.c). */
+    char max[32];
+    exec_max(w, max, sizeof max);
+    return write_file(out, "memory.max", max);
 }
 
 uint64_t wrk__cgroup_oom_kills(wrk *w, uint32_t idx)

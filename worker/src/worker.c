@@ -37,15 +37,6 @@ void wrk_opts_default(wrk_opts *o)
     o->allow_plugin_upload = true;
 }
 
-uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    uint64_t left = phys > capacity + WRK_NODE_MARGIN ? phys - capacity - WRK_NODE_MARGIN : 0;
-    uint64_t v = left / 2 / (slots ? slots : 1);
-    return v < (64ULL << 20) ? 64ULL << 20 : v;
-}
-
 /* ------------------------------------------------------------- heartbeat */
 
 /* The worker's figures, indexed by PROTO_STAT_*: heartbeats and object listings carry them. */
@@ -217,6 +208,7 @@ static void timer_cb(uv_timer_t *t)
     wrk__exec_maintain(w);
     wrk__plugins_watch(w);
     wrk__plugins_report(w, false);
+    wrk__host_check(w);
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's
      * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
     if (ost_store_trim(w->store) > 0)
@@ -609,6 +601,11 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     w->hello.host_id = w->host_id;
     w->hello.local = w->local_name;
 
+    /* Listed for the other workers of this host, whose default task limits count us. */
+    if ((rc = wrk__host_join(w)) != 0)
+        spw_log(SPW_LOG_WARN, "cannot list this worker in the host's worker directory: %s "
+                "(other workers here do not count it in their task memory limits)",
+                spw_strerror(rc));
     w->nexec = o->slots;
     w->execs = spw_calloc(SPW_MOD_WORKER, w->nexec, sizeof *w->execs);
     if (o->task_mem_limit != 0 && wrk__cgroup_setup(w) == 0)
@@ -653,6 +650,7 @@ void wrk__maybe_done(wrk *w)
     void *arg = w->done_arg;
     int status = w->close_status;
     wrk__tasks_free_all(w);
+    wrk__host_leave(w);
     ost_store_free(w->store);
     wrk__cgroup_cleanup(w);
     for (uint32_t i = 0; w->execs != NULL && i < w->nexec; i++)

@@ -365,6 +365,7 @@ struct wrk {
     uint64_t tasks_cancelled; /* dropped before they started: their client went away */
     uint64_t fetched_bytes;   /* received from other workers' peer ports (fetch.c) */
     char *cgroup;          /* delegated cgroup v2 directory, NULL: task limits by rlimit */
+    bool host_listed;      /* our entry is in the host's worker directory (hostshare.c) */
     uint32_t running;
     double ewma_us;        /* mean task run time, for executor pipelining */
     /* Tasks an executor began, not yet told to the scheduler: sent in one TASK_STARTED frame
@@ -414,6 +415,11 @@ void wrk__started_timer_cb(uv_timer_t *h);
 void wrk__exec_maintain(wrk *w);
 /* The scheduler cancels tasks of a client that went away: those not started are dropped. */
 void wrk__task_cancel(wrk *w, const proto_msg *m);
+/* The host's share of task memory (hostshare.c). */
+int wrk__host_join(wrk *w);
+void wrk__host_leave(wrk *w);
+void wrk__host_check(wrk *w);
+
 /* cgroup v2 task limits (cgroup.c). */
 int wrk__cgroup_setup(wrk *w);
 void wrk__cgroup_cleanup(wrk *w);

@@ -48,6 +48,9 @@ typedef struct wrk_opts {
                                 * (default 30000; 0: never) */
     uint32_t max_frame;
     uint64_t task_mem_limit;   /* bytes a task may use in its executor (0 = no limit) */
+    bool task_mem_auto;        /* task_mem_limit is wrk_task_mem_default's: it follows the
+                                  workers joining and leaving this host */
+    bool exec_rss_auto;        /* exec_max_rss is half of task_mem_limit, and follows it */
     uint64_t exec_max_tasks;   /* an executor is replaced after this many tasks (0 = never) */
     uint64_t exec_max_rss;     /* ...or once its resident private memory passes this (0 = never) */
     long local_group;          /* gid whose members may use the local socket too; -1: none */
@@ -59,8 +62,9 @@ typedef struct wrk_opts {
  * worker's own heap and buffers and each executor's baseline. */
 #define WRK_NODE_MARGIN (128ULL << 20)
 
-/** The default --task-memory-limit: half of the physical memory the store leaves, shared by
- * the slots, at least 64 MiB. */
+/** The default --task-memory-limit: half of the physical memory that the stores of every worker
+ * on this host leave (each with WRK_NODE_MARGIN), shared by all their slots, at least 64 MiB.
+ * The other workers are those listed in the host's worker directory (hostshare.c). */
 uint64_t wrk_task_mem_default(uint64_t capacity, uint32_t slots);
 
 void wrk_opts_default(wrk_opts *o);
