@@ -19,6 +19,23 @@
 
 #include "sched_int.h"
 
+void sched__local_listen(sched *s, const proto_conn_cbs *cbs)
+{
+    const char *colon = strrchr(s->listen, ':');
+    if (colon == NULL)
+        return;
+    char name[sizeof s->local_name];
+    snprintf(name, sizeof name, "@spillway-scheduler-%s", colon + 1);
+    int rc = proto_listen_unix(s->ctx, name, cbs, NULL, NULL);
+    if (rc != 0) {
+        spw_log(SPW_LOG_WARN, "no local socket %s (%s): uploads need a secret", name,
+                spw_strerror(rc));
+        return;
+    }
+    memcpy(s->local_name, name, sizeof name);
+    spw_log(SPW_LOG_INFO, "local socket unix:%s (programs of this user on this host)", name);
+}
+
 static sched_plugin *find_prefix(sched *s, const char *prefix)
 {
     sched_plugin *p;
@@ -129,11 +146,16 @@ void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m)
                          "plugin %s refused: uploads are off (--allow-plugin-upload no)", hex);
         return;
     }
-    if (s->opts.secret_len == 0) {
+    /* Workers run as the scheduler's user (or one it trusts as much), so a program of that
+     * user on this host, which could start a worker of its own with any --plugin, gains
+     * nothing by uploading: the credential check of the local socket (SO_PEERCRED) stands in
+     * for the secret. */
+    if (s->opts.secret_len == 0 && !proto_conn_peer_same_uid(ss->conn)) {
         proto_conn_error(ss->conn, m->req, SPW_EPERM,
                          "plugin %s refused: uploading a plugin runs code on the workers, "
-                         "allowed only in a cluster with a secret (--secret-file)",
-                         hex);
+                         "allowed only in a cluster with a secret (--secret-file), or to the "
+                         "scheduler's own user over its local socket (unix:%s)",
+                         hex, s->local_name[0] != '\0' ? s->local_name : "none");
         return;
     }
     if (size == 0 || (s->opts.plugin_max_size != 0 && size > s->opts.plugin_max_size)) {

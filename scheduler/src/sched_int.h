@@ -454,6 +454,7 @@ struct sched {
     sched_opts opts;
     proto_ctx *ctx;
     char listen[64];
+    char local_name[48]; /* the local socket's name ("@spillway-scheduler-PORT"), or "" */
     uint64_t start_ms;
     uv_idle_t kick;     /* runs dispatch when there is ready work */
     uv_timer_t timer;   /* heartbeats, LOCATE deadlines */
@@ -828,6 +829,9 @@ void sched__drain_session_gone(sched *s, sched_session *ss);
 void sched__copies_restore(sched *s, sched_obj *o);
 
 /* plugins.c */
+/* Listens on the local socket "@spillway-scheduler-PORT" too (PORT: the bound port), where a
+ * program of the scheduler's own user may upload plugins without a secret; a failure is logged. */
+void sched__local_listen(sched *s, const proto_conn_cbs *cbs);
 void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m);
 void sched__plugin_release(sched *s, sched_session *ss, const proto_msg *m);
 void sched__plugins_req(sched *s, sched_session *ss, const proto_msg *m);

@@ -1,9 +1,10 @@
 /* Uploaded plugins end to end: a client uploads a plugin and runs its functions on every worker;
  * a second client runs a changed version at the same time and each gets its own results; a
  * worker that joins after the upload runs its tasks; bytes that do not hash to the plugin's name
- * are refused; uploads are refused without a cluster secret or when turned off; a plugin with a
- * wrong ABI, one that does not load and one that crashes at load are refused, naming why; the
- * cache cap holds; a released plugin leaves the stores. Real daemons on 127.0.0.1. */
+ * are refused; uploads are refused without a cluster secret (but for the scheduler's own user on
+ * its local socket) or when turned off; a plugin with a wrong ABI, one that does not load and one
+ * that crashes at load are refused, naming why; the cache cap holds; a released plugin leaves the
+ * stores. Real daemons on 127.0.0.1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,25 @@ static void uploads_are_refused_without_a_secret_or_when_off(void)
     upload_refused(true, off, "allow-plugin-upload");
 }
 
+/* Without a secret, a program of the scheduler's own user that connects over the scheduler's
+ * local socket may upload (the same upload over TCP is refused, above), and runs the plugin. */
+static void upload_allowed_over_the_local_socket_as_the_same_user(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, wargs0);
+    char addr[96];
+    snprintf(addr, sizeof addr, "unix:@spillway-scheduler-%s", strrchr(c->addr, ':') + 1);
+    spillway *cl = NULL;
+    int rc = spillway_connect(addr, NULL, &cl);
+    if (rc != 0)
+        fail_msg("connect to %s: %s", addr, spillway_strerror(rc));
+    spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER1);
+    assert_int_equal(run_one(cl, p, "scale", "w0", 4), 4001);
+    assert_int_equal(spillway_plugin_release(p), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(c));
+}
+
 static void bad_plugins_are_refused_naming_why(void)
 {
     spillway *cl;
@@ -285,6 +305,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(worker_started_after_the_upload_runs_its_tasks),
     H_CASE(bytes_that_do_not_match_the_hash_are_refused),
     H_CASE(uploads_are_refused_without_a_secret_or_when_off),
+    H_CASE(upload_allowed_over_the_local_socket_as_the_same_user),
     H_CASE(bad_plugins_are_refused_naming_why),
     H_CASE(cache_cap_holds_and_released_plugins_go),
 };
