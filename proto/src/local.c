@@ -94,8 +94,7 @@ static void on_unix_connection(uv_stream_t *server, int status)
     uv_os_fd_t fd = -1;
     char why[256];
     uv_fileno(&c->h.handle, &fd);
-    if (!unix_peer_allowed(l, fd, &c->peer_same_uid, c->peer, sizeof c->peer, why,
-                           sizeof why)) {
+    if (!unix_peer_allowed(l, fd, &c->peer_same_uid, c->peer, sizeof c->peer, why, sizeof why)) {
         conn__log_limited(l->ctx, LIM_LOCAL, "peer=%s refused: %s err=SPW_EAUTH", c->peer, why);
         c->state = ST_AWAIT_HELLO;
         proto_conn_error(c, 0, SPW_EAUTH, "%s", why);

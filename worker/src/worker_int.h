@@ -510,6 +510,8 @@ int wrk__plugins_init(wrk *w);
 void wrk__plugins_free(wrk *w);
 /* Logs, once, a --plugin file changed on disk since the start (the timer). */
 void wrk__plugins_watch(wrk *w);
+/* Reads every --plugin file again (wrk_reload). */
+void wrk__plugins_reload(wrk *w);
 /* A task is being taken in: 0 if its function is no uploaded plugin's or that plugin is here
  * (t->plugin set), 1 if it was parked until the plugin is, or an error (why says it). */
 int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen);
