@@ -1,18 +1,17 @@
 /*
- * Uploaded plugins: the scheduler's records of them.
+ * Uploaded plugins: the scheduler's records of them, and who may upload.
  *
- * A client uploads a plugin's bytes as an object (a put, named by proto_plugin_obj_id of their
- * BLAKE2b-256 hash) and adds it (PLUGIN_ADD). The scheduler then asks a worker holding the bytes
- * to load it in a process of its own (PLUGIN_CHECK); once that worker answers PLUGIN_CHECKED the
- * plugin is READY and its adders hear the answer. A record holds one PLUGIN reference on its
- * object for as long as a client connection (PLUGIN_ADD until PLUGIN_RELEASE or its close) or a
- * graph with tasks left (one naming a function "NAME@PREFIX" of it) references it; then the
- * record goes and the object with it. Workers ask where the bytes are (PLUGIN_GET) the first
- * time a task of theirs needs it: the scheduler's dispatch never looks at plugins.
+ * A client puts a plugin's bytes as an object (id: proto_plugin_obj_id of their BLAKE2b-256
+ * hash) and adds it (PLUGIN_ADD); a worker that runs uploaded plugins loads it in a process of
+ * its own (PLUGIN_CHECK), and on its PLUGIN_CHECKED the plugin is READY and its adders hear it.
+ * A record holds one PLUGIN reference on its object while a client (PLUGIN_ADD until
+ * PLUGIN_RELEASE or its close) or a graph with tasks left naming "NAME@PREFIX" of it does.
+ * Workers ask where the bytes are (PLUGIN_GET) when a task first needs them; placement only
+ * keeps such tasks off workers whose WORKER_PLUGINS said they run no uploads (place.c).
  * Invariants: a record's clients equals the sum of its holders' counts; a record holds exactly
  * one PLUGIN reference, on its object, and an object's PLUGIN references are the records naming
  * it; a CHECKING record has a check under way or adders waiting; no record has neither a
- * client, a graph nor an adder waiting.
+ * client, a graph nor an adder waiting; s->upload_workers counts the workers runs_uploads.
  */
 #include <stdio.h>
 #include <string.h>
@@ -114,14 +113,27 @@ static void check_fail(sched *s, sched_plugin *p, int status, const char *msg)
     }
 }
 
-/* Asks a worker holding p's bytes to load it. */
+/* Asks a worker that runs uploaded plugins to load it: one holding its bytes if it can, else
+ * one that fetches them. */
 static void check_start(sched *s, sched_plugin *p)
 {
     sched_worker *w = NULL;
-    for (uint32_t i = 0; p->obj != NULL && i < p->obj->nlocs && w == NULL; i++)
+    for (uint32_t i = 0; p->obj != NULL && i < p->obj->nlocs && w == NULL; i++) {
         w = sched__worker_by_id(s, p->obj->locs[i]);
-    if (w == NULL) {
+        if (w != NULL && !w->runs_uploads)
+            w = NULL;
+    }
+    for (uint32_t i = 0; w == NULL && i < s->nworkers; i++)
+        if (s->workers[i]->runs_uploads)
+            w = s->workers[i];
+    if (p->obj == NULL || p->obj->nlocs == 0) {
         check_fail(s, p, SPW_EOBJLOST, "no connected worker holds its bytes");
+        return;
+    }
+    if (w == NULL) {
+        check_fail(s, p, SPW_ENOWORKER,
+                   "no connected worker runs uploaded plugins (all have --allow-plugin-upload "
+                   "no)");
         return;
     }
     p->check_req = ++s->plugin_req;
@@ -279,6 +291,9 @@ void sched__plugins_session_gone(sched *s, sched_session *ss)
 
 void sched__plugins_worker_gone(sched *s, sched_worker *w)
 {
+    if (w->runs_uploads)
+        s->upload_workers--;
+    w->runs_uploads = false;
     sched_plugin *p, *tmp;
     HASH_ITER(hh, s->plugins, p, tmp)
     if (p->check_req != 0 && p->check_worker == w->id) {
@@ -353,7 +368,6 @@ void sched__plugin_get(sched *s, sched_worker *w, const proto_msg *m)
 
 void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
 {
-    (void)s;
     const proto_val *v = &m->f[F_WPLUG_PLUGINS];
     uint32_t n = v->arr.n < SCHED_WORKER_PLUGINS_MAX ? v->arr.n : SCHED_WORKER_PLUGINS_MAX;
     w->plugins = spw_realloc(SPW_MOD_SCHED, w->plugins, (n ? n : 1) * sizeof *w->plugins);
@@ -366,6 +380,15 @@ void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
         x->uploaded = r[R_PLUG_UPLOADED].u != 0;
     }
     w->nplugins = n;
+    bool runs = m->f[F_WPLUG_NO_UPLOADS].u == 0;
+    if (runs != w->runs_uploads) {
+        w->runs_uploads = runs;
+        if (runs)
+            s->upload_workers++;
+        else
+            s->upload_workers--;
+        sched__kick(s); /* tasks of uploaded plugins may go there now */
+    }
 }
 
 static void put_splug(proto_enc *e, uint32_t i, void *arg)

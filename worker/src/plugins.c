@@ -232,8 +232,9 @@ void wrk__plugins_report(wrk *w, bool always)
     if (p->state == WP_READY)
         v[n++] = p;
     proto_send_worker_plugins(w->sched, 0,
-                              &(proto_worker_plugins_msg){.plugins = {.n = n, .put = put_plug,
-                                                                      .arg = v}});
+                              &(proto_worker_plugins_msg){
+                                  .plugins = {.n = n, .put = put_plug, .arg = v},
+                                  .no_uploads = !w->opts.allow_plugin_upload});
     spw_free(v);
 }
 
