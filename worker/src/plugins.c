@@ -164,7 +164,7 @@ static int cache_room(wrk *w, uint64_t need)
         wplugin *lru = NULL, *p, *tmp;
         HASH_ITER(hh, w->plugins, p, tmp)
         if (p->uploaded && p->state == WP_READY && p->uses == 0 &&
-            (lru == NULL || p->used_ns < lru->used_ns))
+            (lru == NULL || p->used_seq < lru->used_seq))
             lru = p;
         if (lru == NULL)
             return SPW_ENOSPC;
@@ -515,7 +515,7 @@ int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen)
     }
     t->plugin = p;
     p->uses++;
-    p->used_ns = spw_now_ns();
+    p->used_seq = ++w->plugin_uses; /* a count, not a clock: no call per task */
     if (p->state == WP_READY)
         return 0;
     t->plugin_wait = 1;

@@ -83,7 +83,7 @@ typedef struct wplugin {
     bool uploaded;       /* false: --plugin */
     uint32_t serial;     /* what executors remember it by (wrk_exec.told) */
     uint32_t uses;       /* tasks here naming it */
-    uint64_t used_ns;    /* when a task last named it: the cache's LRU order */
+    uint64_t used_seq;   /* w->plugin_uses when a task last named it: the cache's LRU order */
     uint64_t req;        /* its PLUGIN_GET, while asked */
     uint64_t check_req;  /* the scheduler's PLUGIN_CHECK to answer once it is here (0: none) */
     spw_buf waiters;     /* spw_id of the tasks parked until it is here */
@@ -301,6 +301,7 @@ struct wrk {
     char *plugin_dir;      /* the cache directory */
     uint64_t plugin_bytes; /* the sizes of the files in it */
     uint32_t plugin_serial;
+    uint64_t plugin_uses;  /* tasks taken in naming a plugin, ever: orders wplugin.used_seq */
     bool plugins_changed;  /* the scheduler has not heard the list since it changed */
     char bound[SPW_ADDR_MAX];
     char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
