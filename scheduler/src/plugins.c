@@ -45,6 +45,8 @@ static sched_plugin *find_prefix(sched *s, const char *prefix)
 static void plugin_free(sched *s, sched_plugin *p)
 {
     HASH_DEL(s->plugins, p);
+    if (s->plugin_last == p)
+        s->plugin_last = NULL;
     spw_log(SPW_LOG_INFO, "plugin=%s hash=%s released", p->name, p->hex);
     sched_obj *o = p->obj;
     spw_free(p->holders);
@@ -312,6 +314,13 @@ int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin
     *out = NULL;
     if (memchr(fn, '@', len) == NULL)
         return 0;
+    /* A graph's tasks name one function many times over: the last answer, without parsing the
+     * name or looking the prefix up. */
+    if (s->plugin_last != NULL && s->plugin_last_len == len &&
+        memcmp(s->plugin_last_fn, fn, len) == 0) {
+        *out = s->plugin_last;
+        return 0;
+    }
     const char *prefix = proto_plugin_fn_prefix((const char *)fn, len);
     if (prefix == NULL)
         return 0; /* not the form of an uploaded plugin's function: a --plugin one, maybe */
@@ -323,6 +332,11 @@ int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin
         return SPW_ENOFUNC;
     }
     *out = p;
+    if (len <= sizeof s->plugin_last_fn) {
+        s->plugin_last = p; /* READY until it goes (plugin_free forgets it) */
+        memcpy(s->plugin_last_fn, fn, len);
+        s->plugin_last_len = (uint32_t)len;
+    }
     return 0;
 }
 

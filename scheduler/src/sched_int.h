@@ -512,6 +512,10 @@ struct sched {
     bool lin_dropping;
     sched_plugin *plugins;    /* uploaded plugins by prefix (plugins.c) */
     uint64_t plugin_req;      /* the last PLUGIN_CHECK's request id */
+    sched_plugin *plugin_last; /* the plugin the last task naming one named (NULL: none, or it
+                                  went), by its function's name: */
+    char plugin_last_fn[PROTO_MAX_NAME];
+    uint32_t plugin_last_len;
     uint32_t upload_workers;  /* connected workers that run uploaded plugins (runs_uploads) */
     uint64_t upload_none_ns;  /* since when a task of an uploaded plugin found no such worker
                                  (place.c; 0: one is connected) */

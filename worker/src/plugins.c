@@ -178,6 +178,14 @@ static int cache_room(wrk *w, uint64_t need)
 
 /* ---------------------------------------------------------------- entries */
 
+/* p leaves the table (its memory is about to be freed). */
+static void plugin_gone(wrk *w, wplugin *p)
+{
+    HASH_DEL(w->plugins, p);
+    if (w->plugin_last == p)
+        w->plugin_last = NULL;
+}
+
 static wplugin *plugin_new(wrk *w, const char *prefix)
 {
     wplugin *p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
@@ -190,7 +198,7 @@ static wplugin *plugin_new(wrk *w, const char *prefix)
 
 void wrk__plugin_forget(wrk *w, wplugin *p)
 {
-    HASH_DEL(w->plugins, p);
+    plugin_gone(w, p);
     if (p->path != NULL) {
         unlink(p->path);
         if (p->state == WP_READY)
@@ -471,7 +479,7 @@ void wrk__plugins_free(wrk *w)
     wplugin *p, *tmp;
     HASH_ITER(hh, w->plugins, p, tmp)
     {
-        HASH_DEL(w->plugins, p);
+        plugin_gone(w, p);
         spw_free(p->path);
         spw_buf_release(&p->waiters);
         spw_free(p);
@@ -495,10 +503,15 @@ static bool uploads_allowed(const wrk *w, char *why, size_t len)
 
 int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen)
 {
-    const char *prefix = proto_plugin_fn_prefix(t->fn, strlen(t->fn));
+    size_t len = strlen(t->fn);
+    wplugin *p = w->plugin_last;
+    /* A graph's tasks name one function many times over: the last answer, without parsing the
+     * name or looking the prefix up. */
+    if (p != NULL && w->plugin_last_len == len && memcmp(w->plugin_last_fn, t->fn, len) == 0)
+        goto found;
+    const char *prefix = proto_plugin_fn_prefix(t->fn, len);
     if (prefix == NULL)
         return 0;
-    wplugin *p;
     HASH_FIND_STR(w->plugins, prefix, p);
     if (p == NULL) {
         if (!uploads_allowed(w, why, whylen))
@@ -513,6 +526,12 @@ int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen)
         p->req = ++w->next_req;
         proto_send_plugin_get(w->sched, p->req, &(proto_plugin_get_msg){.prefix = p->prefix});
     }
+    if (len <= sizeof w->plugin_last_fn) {
+        w->plugin_last = p; /* until p goes (plugin_gone) */
+        memcpy(w->plugin_last_fn, t->fn, len);
+        w->plugin_last_len = (uint32_t)len;
+    }
+found:
     t->plugin = p;
     p->uses++;
     p->used_seq = ++w->plugin_uses; /* a count, not a clock: no call per task */
@@ -548,7 +567,7 @@ static void plugin_settle(wrk *w, wplugin *p, int status, const char *msg)
                                           .status = status,
                                           .msg = full,
                                           .name = p->name});
-        HASH_DEL(w->plugins, p);
+        plugin_gone(w, p);
     }
     spw_buf ids = p->waiters;
     p->waiters = (spw_buf){0};

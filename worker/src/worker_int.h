@@ -302,6 +302,9 @@ struct wrk {
     uint64_t plugin_bytes; /* the sizes of the files in it */
     uint32_t plugin_serial;
     uint64_t plugin_uses;  /* tasks taken in naming a plugin, ever: orders wplugin.used_seq */
+    wplugin *plugin_last;  /* the plugin the last task naming one named (NULL: none, or gone), */
+    char plugin_last_fn[PROTO_MAX_NAME]; /* by that function's name */
+    uint32_t plugin_last_len;
     bool plugins_changed;  /* the scheduler has not heard the list since it changed */
     char bound[SPW_ADDR_MAX];
     char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
