@@ -1,10 +1,10 @@
 /*
  * spillway-worker: a node's worker daemon (and, with --executor, one of its executor
  * processes). A thin main over spw_worker: it applies the options its table (main_opts.c)
- * parsed, then handles signals, readiness once the scheduler has welcomed us, and a clean
- * shutdown on SIGTERM or SIGINT. A lost scheduler is reconnected to
- * (--reconnect-max); with --reconnect-max 0, or when the scheduler refuses us, the worker exits
- * with status 3 (systemd's Restart= brings it back).
+ * parsed, then handles signals, readiness once the scheduler has welcomed us, a clean
+ * shutdown on SIGTERM or SIGINT, and SIGHUP (read the --plugin files again). A lost scheduler is
+ * reconnected to (--reconnect-max); with --reconnect-max 0, or when the scheduler refuses us,
+ * the worker exits with status 3 (systemd's Restart= brings it back).
  */
 #include <errno.h>
 #include <limits.h>
@@ -43,7 +43,7 @@ typedef struct app {
     wrk *w;
     uint32_t drain_timeout_ms; /* --drain-timeout */
     bool draining;             /* a first signal started a drain */
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     const char *port_file;
     const char *bound;
     int exit_status;
@@ -62,6 +62,7 @@ static void wrk_done(void *arg, int status)
     a->w = NULL;
     uv_close((uv_handle_t *)&a->sigterm, closed);
     uv_close((uv_handle_t *)&a->sigint, closed);
+    uv_close((uv_handle_t *)&a->sighup, closed);
 }
 
 static void stop(app *a)
@@ -89,6 +90,15 @@ static void on_signal(uv_signal_t *h, int sig)
             return;
     }
     stop(a);
+}
+
+/* SIGHUP (systemctl reload): read the --plugin files again. */
+static void on_sighup(uv_signal_t *h, int sig)
+{
+    (void)sig;
+    app *a = h->data;
+    if (a->w != NULL)
+        wrk_reload(a->w);
 }
 
 static void on_ready(void *arg, int status)
@@ -308,9 +318,11 @@ int main(int argc, char **argv)
     }
     uv_signal_init(&a.loop, &a.sigterm);
     uv_signal_init(&a.loop, &a.sigint);
-    a.sigterm.data = a.sigint.data = &a;
+    uv_signal_init(&a.loop, &a.sighup);
+    a.sigterm.data = a.sigint.data = a.sighup.data = &a;
     uv_signal_start(&a.sigterm, on_signal, SIGTERM);
     uv_signal_start(&a.sigint, on_signal, SIGINT);
+    uv_signal_start(&a.sighup, on_sighup, SIGHUP);
     uv_run(&a.loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&a.loop) != 0) {
         spw_log(SPW_LOG_ERR, "loop still had handles at exit");

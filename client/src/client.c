@@ -530,12 +530,15 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
         o = &defaults;
     }
     connect_err[0] = '\0';
-    spw_addr parsed;
-    if (addr == NULL || spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0) {
+    spw_addr parsed = {0};
+    /* "unix:NAME": the scheduler's local socket, same host only */
+    bool is_unix = addr != NULL && strncmp(addr, PROTO_UNIX_PREFIX, strlen(PROTO_UNIX_PREFIX)) == 0;
+    if (addr == NULL ||
+        (!is_unix && (spw_addr_parse(addr, -1, &parsed) != 0 || parsed.port == 0))) {
         connect_fail("cannot connect to '%s': %s", addr != NULL ? addr : "", addr_problem(addr));
         return SPW_EINVAL;
     }
-    if (spw_addr_host_is_wildcard(parsed.host)) {
+    if (!is_unix && spw_addr_host_is_wildcard(parsed.host)) {
         connect_fail("cannot connect to '%s': %s is a wildcard address, for listening on every "
                      "interface; connect to one host's address or name",
                      addr, parsed.host);

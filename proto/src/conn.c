@@ -748,6 +748,8 @@ static void conn_gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
                   proto_conn **out)
 {
+    if (strncmp(addr, PROTO_UNIX_PREFIX, strlen(PROTO_UNIX_PREFIX)) == 0)
+        return conn__connect_unix(ctx, addr + strlen(PROTO_UNIX_PREFIX), cbs, data, out);
     spw_addr a;
     int rc = spw_addr_parse(addr, -1, &a);
     if (rc != 0)

@@ -112,6 +112,7 @@ struct proto_conn {
     bool paused;
     bool resume_pending;
     bool is_unix;
+    bool peer_same_uid; /* accepted on a Unix socket from a peer with our effective uid */
     bool counted;        /* accepted: counted in ctx->naccepted */
     bool counted_client; /* a CLIENT or PEER role: counted in ctx->nclients */
     bool tls_detect;     /* accepted over TCP, no byte read yet: TLS or plaintext is not known */
@@ -248,6 +249,9 @@ msgpack_zone *conn__zone(proto_conn *c);
 void conn__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void conn__read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 void conn__start(proto_conn *c);
+/* proto_connect of "unix:NAME" (local.c): NAME as for proto_listen_unix. */
+int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
+                       proto_conn **out);
 
 /* the handshake and the secret (auth.c) */
 void conn__make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n1, const uint8_t *n2,

@@ -32,9 +32,10 @@ static bool peer_in_group(int fd, gid_t group)
 
 /* Whether the peer on a Unix socket may use it: our euid, root, or a member of the listener's
  * group. why gets the reason for a refusal. */
-static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_t peerlen,
-                              char *why, size_t whylen)
+static bool unix_peer_allowed(const proto_listener *l, int fd, bool *same_uid, char *peer,
+                              size_t peerlen, char *why, size_t whylen)
 {
+    *same_uid = false;
     struct ucred cr;
     socklen_t len = sizeof cr;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
@@ -44,7 +45,8 @@ static bool unix_peer_allowed(const proto_listener *l, int fd, char *peer, size_
         return false;
     }
     snprintf(peer, peerlen, "unix:uid=%u,pid=%d", (unsigned)cr.uid, (int)cr.pid);
-    if (cr.uid == 0 || cr.uid == geteuid())
+    *same_uid = cr.uid == geteuid();
+    if (cr.uid == 0 || *same_uid)
         return true;
     if (l->group_set) {
         if (cr.gid == l->group)
@@ -69,6 +71,11 @@ bool proto_conn_is_local(const proto_conn *c)
     return c->is_unix && c->server;
 }
 
+bool proto_conn_peer_same_uid(const proto_conn *c)
+{
+    return c->is_unix && c->server && c->peer_same_uid;
+}
+
 static void on_unix_connection(uv_stream_t *server, int status)
 {
     proto_listener *l = server->data;
@@ -87,7 +94,7 @@ static void on_unix_connection(uv_stream_t *server, int status)
     uv_os_fd_t fd = -1;
     char why[256];
     uv_fileno(&c->h.handle, &fd);
-    if (!unix_peer_allowed(l, fd, c->peer, sizeof c->peer, why, sizeof why)) {
+    if (!unix_peer_allowed(l, fd, &c->peer_same_uid, c->peer, sizeof c->peer, why, sizeof why)) {
         conn__log_limited(l->ctx, LIM_LOCAL, "peer=%s refused: %s err=SPW_EAUTH", c->peer, why);
         c->state = ST_AWAIT_HELLO;
         proto_conn_error(c, 0, SPW_EAUTH, "%s", why);
@@ -112,6 +119,45 @@ static int unix_addr(const char *name, struct sockaddr_un *sun, socklen_t *len)
     if (name[0] == '@')
         sun->sun_path[0] = '\0';
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    return 0;
+}
+
+int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
+                       proto_conn **out)
+{
+    struct sockaddr_un sun;
+    socklen_t alen;
+    int rc = unix_addr(name, &sun, &alen);
+    if (rc != 0)
+        return rc;
+    if (ctx->closing)
+        return SPW_ESHUTDOWN;
+    /* A Unix connect to a listening socket completes at once (or fails at once): no
+     * connect request on the loop is needed. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sun, alen) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    proto_conn *c = conn__new(ctx, cbs, data);
+    snprintf(c->peer, sizeof c->peer, "unix:%s", name);
+    c->is_unix = true;
+    uv_pipe_init(ctx->loop, &c->h.pipe, 0);
+    c->h.handle.data = c;
+    rc = uv_pipe_open(&c->h.pipe, fd);
+    if (rc != 0) {
+        close(fd);
+        c->cbs.on_close = NULL;
+        conn__do_close(c);
+        return rc;
+    }
+    c->state = ST_AWAIT_CHALLENGE;
+    conn__start(c);
+    if (out != NULL)
+        *out = c;
     return 0;
 }
 

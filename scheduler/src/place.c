@@ -99,6 +99,21 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
     return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
 }
 
+/* Whether t names a function of an uploaded plugin while some connected worker runs none:
+ * then only the workers that do may take it. */
+static bool needs_upload_worker(const sched *s, const sched_task *t)
+{
+    sched_fn *f = t->fn;
+    if (f->uploaded == 0) {
+        size_t len = strlen(f->name);
+        f->uploaded = memchr(f->name, '@', len) != NULL &&
+                              proto_plugin_fn_prefix(f->name, len) != NULL
+                          ? 1
+                          : -1;
+    }
+    return f->uploaded > 0 && s->upload_workers < s->nworkers;
+}
+
 /* Placement. Locality first: a task goes to the worker that computed its (largest) input when
  * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
  * worker whatever the cluster's size and its inline results never move. Otherwise the worker
@@ -107,7 +122,8 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
-    if (!t->placed) {
+    bool upload = needs_upload_worker(s, t);
+    if (!t->placed && !upload) {
         sched_worker *h = home_worker(s, t);
         if (h != NULL && !sched__worker_paused(h) && h->assigned < h->slots &&
             !proto_conn_is_closing(h->conn))
@@ -117,7 +133,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (!scan)
             return w;
     }
-    /* A task placed by name, or a paused or closing worker at the top of the load heap. */
+    /* A task placed by name or of an uploaded plugin, or a paused or closing worker at the top
+     * of the load heap. */
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
@@ -127,7 +144,7 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (sched__worker_paused(w) || w->assigned >= (uint64_t)w->slots * depth ||
             proto_conn_is_closing(w->conn))
             continue;
-        if (place != NULL && strcmp(place, w->name) != 0)
+        if ((place != NULL && strcmp(place, w->name) != 0) || (upload && !w->runs_uploads))
             continue;
         uint64_t local = local_bytes(t, w->id);
         double load = (double)w->assigned / (double)(w->slots ? w->slots : 1);
@@ -281,6 +298,30 @@ static bool place_expired(sched *s, sched_task *t)
     return true;
 }
 
+/* A ready task of an uploaded plugin that no connected worker runs (--allow-plugin-upload no
+ * on each): like a task bound to a missing worker, it waits --place-wait for one, then fails.
+ * Returns whether it failed. */
+static bool upload_expired(sched *s, sched_task *t)
+{
+    if (s->upload_workers > 0) {
+        s->upload_none_ns = 0;
+        return false; /* they are busy */
+    }
+    uint64_t now = spw_now_ns();
+    if (s->upload_none_ns == 0)
+        s->upload_none_ns = now;
+    if (s->opts.place_wait_ms == 0 ||
+        now - s->upload_none_ns < (uint64_t)s->opts.place_wait_ms * 1000000ULL)
+        return false;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "function %s is in an uploaded plugin, and no connected worker has run uploaded "
+             "plugins for %u ms (each has --allow-plugin-upload no)",
+             t->fn->name, s->opts.place_wait_ms);
+    sched__task_fail(s, t, SPW_ENOWORKER, msg);
+    return true;
+}
+
 /* A ready task a dispatch pass stepped over (held by its graph's caps, or bound to a worker
  * that cannot take it now) goes behind the others of its depth, so that the next pass looks at
  * those first: else thousands held at the front would hide every task behind them, pass after
@@ -328,11 +369,12 @@ static void dispatch(uv_idle_t *h)
             }
             sched_worker *w = pick_worker(s, t);
             if (w == NULL) {
-                if (!t->placed) {
+                bool upload = needs_upload_worker(s, t);
+                if (!t->placed && !upload) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
                 }
-                if (place_expired(s, t)) {
+                if (t->placed ? place_expired(s, t) : upload_expired(s, t)) {
                     t = s->ready[d]; /* failing may cascade: rescan this depth */
                     last = t != NULL ? t->qprev : NULL;
                     continue;

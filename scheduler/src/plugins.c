@@ -1,23 +1,39 @@
 /*
- * Uploaded plugins: the scheduler's records of them.
+ * Uploaded plugins: the scheduler's records of them, and who may upload.
  *
- * A client uploads a plugin's bytes as an object (a put, named by proto_plugin_obj_id of their
- * BLAKE2b-256 hash) and adds it (PLUGIN_ADD). The scheduler then asks a worker holding the bytes
- * to load it in a process of its own (PLUGIN_CHECK); once that worker answers PLUGIN_CHECKED the
- * plugin is READY and its adders hear the answer. A record holds one PLUGIN reference on its
- * object for as long as a client connection (PLUGIN_ADD until PLUGIN_RELEASE or its close) or a
- * graph with tasks left (one naming a function "NAME@PREFIX" of it) references it; then the
- * record goes and the object with it. Workers ask where the bytes are (PLUGIN_GET) the first
- * time a task of theirs needs it: the scheduler's dispatch never looks at plugins.
+ * A client puts a plugin's bytes as an object (id: proto_plugin_obj_id of their BLAKE2b-256
+ * hash) and adds it (PLUGIN_ADD); a worker that runs uploaded plugins loads it in a process of
+ * its own (PLUGIN_CHECK), and on its PLUGIN_CHECKED the plugin is READY and its adders hear it.
+ * A record holds one PLUGIN reference on its object while a client (PLUGIN_ADD until
+ * PLUGIN_RELEASE or its close) or a graph with tasks left naming "NAME@PREFIX" of it does.
+ * Workers ask where the bytes are (PLUGIN_GET) when a task first needs them; placement only
+ * keeps such tasks off workers whose WORKER_PLUGINS said they run no uploads (place.c).
  * Invariants: a record's clients equals the sum of its holders' counts; a record holds exactly
  * one PLUGIN reference, on its object, and an object's PLUGIN references are the records naming
  * it; a CHECKING record has a check under way or adders waiting; no record has neither a
- * client, a graph nor an adder waiting.
+ * client, a graph nor an adder waiting; s->upload_workers counts the workers runs_uploads.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "sched_int.h"
+
+void sched__local_listen(sched *s, const proto_conn_cbs *cbs)
+{
+    const char *colon = strrchr(s->listen, ':');
+    if (colon == NULL)
+        return;
+    char name[sizeof s->local_name];
+    snprintf(name, sizeof name, "@spillway-scheduler-%s", colon + 1);
+    int rc = proto_listen_unix(s->ctx, name, cbs, NULL, NULL);
+    if (rc != 0) {
+        spw_log(SPW_LOG_WARN, "no local socket %s (%s): uploads need a secret", name,
+                spw_strerror(rc));
+        return;
+    }
+    memcpy(s->local_name, name, sizeof name);
+    spw_log(SPW_LOG_INFO, "local socket unix:%s (programs of this user on this host)", name);
+}
 
 static sched_plugin *find_prefix(sched *s, const char *prefix)
 {
@@ -29,6 +45,8 @@ static sched_plugin *find_prefix(sched *s, const char *prefix)
 static void plugin_free(sched *s, sched_plugin *p)
 {
     HASH_DEL(s->plugins, p);
+    if (s->plugin_last == p)
+        s->plugin_last = NULL;
     spw_log(SPW_LOG_INFO, "plugin=%s hash=%s released", p->name, p->hex);
     sched_obj *o = p->obj;
     spw_free(p->holders);
@@ -97,14 +115,27 @@ static void check_fail(sched *s, sched_plugin *p, int status, const char *msg)
     }
 }
 
-/* Asks a worker holding p's bytes to load it. */
+/* Asks a worker that runs uploaded plugins to load it: one holding its bytes if it can, else
+ * one that fetches them. */
 static void check_start(sched *s, sched_plugin *p)
 {
     sched_worker *w = NULL;
-    for (uint32_t i = 0; p->obj != NULL && i < p->obj->nlocs && w == NULL; i++)
+    for (uint32_t i = 0; p->obj != NULL && i < p->obj->nlocs && w == NULL; i++) {
         w = sched__worker_by_id(s, p->obj->locs[i]);
-    if (w == NULL) {
+        if (w != NULL && !w->runs_uploads)
+            w = NULL;
+    }
+    for (uint32_t i = 0; w == NULL && i < s->nworkers; i++)
+        if (s->workers[i]->runs_uploads)
+            w = s->workers[i];
+    if (p->obj == NULL || p->obj->nlocs == 0) {
         check_fail(s, p, SPW_EOBJLOST, "no connected worker holds its bytes");
+        return;
+    }
+    if (w == NULL) {
+        check_fail(s, p, SPW_ENOWORKER,
+                   "no connected worker runs uploaded plugins (all have --allow-plugin-upload "
+                   "no)");
         return;
     }
     p->check_req = ++s->plugin_req;
@@ -129,11 +160,16 @@ void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m)
                          "plugin %s refused: uploads are off (--allow-plugin-upload no)", hex);
         return;
     }
-    if (s->opts.secret_len == 0) {
+    /* Workers run as the scheduler's user (or one it trusts as much), so a program of that
+     * user on this host, which could start a worker of its own with any --plugin, gains
+     * nothing by uploading: the credential check of the local socket (SO_PEERCRED) stands in
+     * for the secret. */
+    if (s->opts.secret_len == 0 && !proto_conn_peer_same_uid(ss->conn)) {
         proto_conn_error(ss->conn, m->req, SPW_EPERM,
                          "plugin %s refused: uploading a plugin runs code on the workers, "
-                         "allowed only in a cluster with a secret (--secret-file)",
-                         hex);
+                         "allowed only in a cluster with a secret (--secret-file), or to the "
+                         "scheduler's own user over its local socket (unix:%s)",
+                         hex, s->local_name[0] != '\0' ? s->local_name : "none");
         return;
     }
     if (size == 0 || (s->opts.plugin_max_size != 0 && size > s->opts.plugin_max_size)) {
@@ -257,6 +293,9 @@ void sched__plugins_session_gone(sched *s, sched_session *ss)
 
 void sched__plugins_worker_gone(sched *s, sched_worker *w)
 {
+    if (w->runs_uploads)
+        s->upload_workers--;
+    w->runs_uploads = false;
     sched_plugin *p, *tmp;
     HASH_ITER(hh, s->plugins, p, tmp)
     if (p->check_req != 0 && p->check_worker == w->id) {
@@ -275,6 +314,13 @@ int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin
     *out = NULL;
     if (memchr(fn, '@', len) == NULL)
         return 0;
+    /* A graph's tasks name one function many times over: the last answer, without parsing the
+     * name or looking the prefix up. */
+    if (s->plugin_last != NULL && s->plugin_last_len == len &&
+        memcmp(s->plugin_last_fn, fn, len) == 0) {
+        *out = s->plugin_last;
+        return 0;
+    }
     const char *prefix = proto_plugin_fn_prefix((const char *)fn, len);
     if (prefix == NULL)
         return 0; /* not the form of an uploaded plugin's function: a --plugin one, maybe */
@@ -286,6 +332,11 @@ int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin
         return SPW_ENOFUNC;
     }
     *out = p;
+    if (len <= sizeof s->plugin_last_fn) {
+        s->plugin_last = p; /* READY until it goes (plugin_free forgets it) */
+        memcpy(s->plugin_last_fn, fn, len);
+        s->plugin_last_len = (uint32_t)len;
+    }
     return 0;
 }
 
@@ -331,7 +382,6 @@ void sched__plugin_get(sched *s, sched_worker *w, const proto_msg *m)
 
 void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
 {
-    (void)s;
     const proto_val *v = &m->f[F_WPLUG_PLUGINS];
     uint32_t n = v->arr.n < SCHED_WORKER_PLUGINS_MAX ? v->arr.n : SCHED_WORKER_PLUGINS_MAX;
     w->plugins = spw_realloc(SPW_MOD_SCHED, w->plugins, (n ? n : 1) * sizeof *w->plugins);
@@ -344,6 +394,15 @@ void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
         x->uploaded = r[R_PLUG_UPLOADED].u != 0;
     }
     w->nplugins = n;
+    bool runs = m->f[F_WPLUG_NO_UPLOADS].u == 0;
+    if (runs != w->runs_uploads) {
+        w->runs_uploads = runs;
+        if (runs)
+            s->upload_workers++;
+        else
+            s->upload_workers--;
+        sched__kick(s); /* tasks of uploaded plugins may go there now */
+    }
 }
 
 static void put_splug(proto_enc *e, uint32_t i, void *arg)

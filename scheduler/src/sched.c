@@ -673,6 +673,7 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
         sched_close(s, NULL, NULL);
         return rc;
     }
+    sched__local_listen(s, &conn_cbs);
     uv_timer_start(&s->timer, timer_cb, TIMER_MS, TIMER_MS);
     snprintf(bound, boundlen, "%s", s->listen);
     *out = s;

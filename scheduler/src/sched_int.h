@@ -78,6 +78,8 @@ typedef struct sched_fn {
      * hops deep; one of outputs in stores only one hop, so that a worker running ahead of the
      * scheduler's releases never holds more than a few of them (tasks.c). */
     bool inline_out;
+    /* A function of an uploaded plugin ("NAME@PREFIX"): 1, else -1; 0 until place.c looks. */
+    int8_t uploaded;
 } sched_fn;
 
 /* One task argument. The arguments follow their task in its record, each as long as its kind
@@ -401,6 +403,8 @@ struct sched_worker {
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
     sched_wplugin *plugins; /* what its executors load (WORKER_PLUGINS) */
     uint32_t nplugins;
+    bool runs_uploads; /* its WORKER_PLUGINS came and said it runs uploaded plugins: counted in
+                          s->upload_workers; until then tasks of those are not placed here */
     /* Draining (drain.c): 0, PROTO_WSTATE_DRAINING or PROTO_WSTATE_DRAINED. */
     uint8_t drain;
     bool drain_pumping;
@@ -454,6 +458,7 @@ struct sched {
     sched_opts opts;
     proto_ctx *ctx;
     char listen[64];
+    char local_name[48]; /* the local socket's name ("@spillway-scheduler-PORT"), or "" */
     uint64_t start_ms;
     uv_idle_t kick;     /* runs dispatch when there is ready work */
     uv_timer_t timer;   /* heartbeats, LOCATE deadlines */
@@ -507,6 +512,13 @@ struct sched {
     bool lin_dropping;
     sched_plugin *plugins;    /* uploaded plugins by prefix (plugins.c) */
     uint64_t plugin_req;      /* the last PLUGIN_CHECK's request id */
+    sched_plugin *plugin_last; /* the plugin the last task naming one named (NULL: none, or it
+                                  went), by its function's name: */
+    char plugin_last_fn[PROTO_MAX_NAME];
+    uint32_t plugin_last_len;
+    uint32_t upload_workers;  /* connected workers that run uploaded plugins (runs_uploads) */
+    uint64_t upload_none_ns;  /* since when a task of an uploaded plugin found no such worker
+                                 (place.c; 0: one is connected) */
 };
 
 /* objects.c */
@@ -828,6 +840,9 @@ void sched__drain_session_gone(sched *s, sched_session *ss);
 void sched__copies_restore(sched *s, sched_obj *o);
 
 /* plugins.c */
+/* Listens on the local socket "@spillway-scheduler-PORT" too (PORT: the bound port), where a
+ * program of the scheduler's own user may upload plugins without a secret; a failure is logged. */
+void sched__local_listen(sched *s, const proto_conn_cbs *cbs);
 void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m);
 void sched__plugin_release(sched *s, sched_session *ss, const proto_msg *m);
 void sched__plugins_req(sched *s, sched_session *ss, const proto_msg *m);

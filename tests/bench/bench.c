@@ -12,6 +12,7 @@
  * cluster it starts on the first N of the CPUs it may use (its affinity, which the daemons
  * inherit): with 1, chain_latency measures a hop's work without cross-CPU wake-ups, whose cost
  * depends on the machine (a VM's idle vCPU wakes by an interrupt through the host).
+ * The plugin cases upload test plugins: they need --secret-file, or the bench's own cluster.
  * Performance is reported, never asserted: this is not a test.
  */
 #include <dirent.h>
@@ -58,6 +59,8 @@ typedef struct bench {
     int spill_threads;    /* the spill case's workers' --spill-threads (--spill-threads) */
     uint64_t scale_n[8];  /* scale_tiny's graph sizes (--n), 0-terminated */
     int repeat;           /* chain_latency's runs (--repeat); 0: 7, or 3 with --quick */
+    const char *addr;     /* the scheduler's */
+    const char *secret;   /* the secret file, or NULL */
     pid_t pids[128];
     int npids;
 } bench;
@@ -225,16 +228,18 @@ static void run_independent(bench *b, const char *fn, uint64_t n, spillway_ref *
         *cpu = (phase_cpu){c1 - c0, c2 - c1, self_cpu_s() - c2};
 }
 
-static void case_tiny_tasks(bench *b)
+/* n independent tasks of fn, one u64 argument each, and their results fetched: the seconds
+ * that took, also emitted as case name unless name is NULL. */
+static double tiny_tasks_run(bench *b, const char *name, const char *fn)
 {
     uint64_t n = b->quick ? 2000 : 20000;
     spillway_ref *refs = calloc(n, sizeof *refs);
     /* Warm-up: executors started, function timings known, as the Dask peer does. */
-    run_independent(b, "noop", 200, refs, NULL, NULL);
+    run_independent(b, fn, 200, refs, NULL, NULL);
     spillway_release_many(b->cl, refs, 200);
     hwm_reset(b);
     double t0 = now_s(), t_submit;
-    run_independent(b, "noop", n, refs, &t_submit, NULL);
+    run_independent(b, fn, n, refs, &t_submit, NULL);
     uint64_t fetched = 0;
     for (uint64_t i = 0; i < n; i++) {
         void *data;
@@ -252,9 +257,179 @@ static void case_tiny_tasks(bench *b)
     json_object_set_new(extra, "per_task_overhead_us", json_real(t / (double)n * 1e6));
     json_object_set_new(extra, "submit_s", json_real(t_submit));
     json_object_set_new(extra, "results_fetched", json_integer((json_int_t)fetched));
-    json_object_set_new(extra, "function", json_string("noop"));
-    emit("tiny_tasks", n, t, (double)n / t, peak, extra);
+    json_object_set_new(extra, "function", json_string(fn));
+    if (name != NULL)
+        emit(name, n, t, (double)n / t, peak, extra);
+    else
+        json_decref(extra);
     free(refs);
+    return t;
+}
+
+static void case_tiny_tasks(bench *b)
+{
+    tiny_tasks_run(b, "tiny_tasks", "noop");
+}
+
+/* A client that may upload plugins: ours in a cluster with a secret; else, in our own cluster,
+ * one on the scheduler's local socket (uploads need one or the other). *own: close it after. */
+static spillway *plugin_client(bench *b, bool *own)
+{
+    *own = false;
+    if (b->secret != NULL)
+        return b->cl;
+    if (!b->own_cluster) {
+        fprintf(stderr, "spillway-bench: the plugin cases upload plugins: give --secret-file\n");
+        exit(1);
+    }
+    char addr[96];
+    snprintf(addr, sizeof addr, "unix:@spillway-scheduler-%s", strrchr(b->addr, ':') + 1);
+    spillway *up = NULL;
+    int rc = spillway_connect(addr, NULL, &up);
+    if (rc != 0)
+        die(b, addr, rc);
+    *own = true;
+    return up;
+}
+
+static spillway_plugin *plugin_add(bench *b, spillway *up, const void *bytes, size_t len)
+{
+    spillway_plugin *p = NULL;
+    int rc = spillway_plugin_add_mem(up, bytes, len, &p);
+    if (rc != 0) {
+        fprintf(stderr, "spillway-bench: plugin_add: %s: %s\n", spillway_strerror(rc),
+                spillway_errmsg(up));
+        exit(1);
+    }
+    (void)b;
+    return p;
+}
+
+static uint8_t *file_bytes(bench *b, const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        die(b, path, -errno);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    uint8_t *d = malloc(*len + 16);
+    if (d == NULL || fread(d, 1, *len, f) != *len)
+        die(b, path, SPW_EIO);
+    fclose(f);
+    return d;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, c = *(const double *)y;
+    return (a > c) - (a < c);
+}
+
+/* tiny_tasks with the noop of an uploaded plugin against the built-in noop, in alternate rounds
+ * (the medians, so that a busy machine's noise falls on both alike): what naming an uploaded
+ * plugin costs a task once its workers have it (each round's warm-up fetches it). */
+static void case_tiny_tasks_plugin(bench *b)
+{
+    bool own;
+    spillway *up = plugin_client(b, &own);
+    size_t len;
+    uint8_t *bytes = file_bytes(b, SPW_BENCH_PLUGIN, &len);
+    spillway_plugin *p = plugin_add(b, up, bytes, len);
+    free(bytes);
+    char fn[SPILLWAY_FN_MAX];
+    spillway_plugin_fn(p, "noop", fn, sizeof fn);
+    int rounds = b->repeat > 0 ? b->repeat : b->quick ? 3 : 7;
+    if (rounds > 64)
+        rounds = 64;
+    double tb[64], tp[64];
+    json_t *bl = json_array(), *pl = json_array();
+    for (int r = 0; r < rounds; r++) {
+        tb[r] = tiny_tasks_run(b, NULL, "noop");
+        tp[r] = tiny_tasks_run(b, NULL, fn);
+        json_array_append_new(bl, json_real(tb[r]));
+        json_array_append_new(pl, json_real(tp[r]));
+    }
+    spillway_plugin_release(p);
+    if (own)
+        spillway_close(up);
+    qsort(tb, (size_t)rounds, sizeof tb[0], cmp_double);
+    qsort(tp, (size_t)rounds, sizeof tp[0], cmp_double);
+    uint64_t n = b->quick ? 2000 : 20000;
+    double mb = tb[rounds / 2], mp = tp[rounds / 2];
+    json_t *extra = json_object();
+    json_object_set_new(extra, "function", json_string(fn));
+    json_object_set_new(extra, "builtin_tasks_per_s", json_real((double)n / mb));
+    json_object_set_new(extra, "plugin_vs_builtin", json_real(mb / mp));
+    json_object_set_new(extra, "builtin_seconds_runs", bl);
+    json_object_set_new(extra, "plugin_seconds_runs", pl);
+    emit("tiny_tasks_plugin", n, mp, (double)n / mp, 0, extra);
+}
+
+
+/* The first task of a newly uploaded 1 MiB plugin: from spillway_plugin_add's return to the
+ * result of one task of it (first_task_ms), and then to the results of 16 more, which spread
+ * over the workers (the queues of a new function are shallow), so each of up to 8 workers
+ * fetches and loads it (all_workers_ms). Each run uploads new bytes (the file and a counter
+ * appended, which the loader ignores), so no worker has them yet. Medians of --repeat runs. */
+static void case_plugin_first_task(bench *b)
+{
+    bool own;
+    spillway *up = plugin_client(b, &own);
+    size_t len;
+    uint8_t *bytes = file_bytes(b, SPW_BENCH_PLUGIN_1MIB, &len);
+    int runs = b->repeat > 0 ? b->repeat : b->quick ? 3 : 7;
+    if (runs > 64)
+        runs = 64;
+    double first[64], all[64];
+    uint64_t nonce = (uint64_t)getpid() << 32 ^ (uint64_t)(now_s() * 1e6);
+    enum { SPREAD = 16 };
+    uint64_t n = SPREAD;
+    spillway_ref *refs = calloc(n, sizeof *refs);
+    for (int r = 0; r < runs; r++) {
+        uint64_t tag = nonce + (uint64_t)r;
+        memcpy(bytes + len, &tag, sizeof tag);
+        spillway_plugin *p = plugin_add(b, up, bytes, len + sizeof tag);
+        double t0 = now_s();
+        char fn[SPILLWAY_FN_MAX];
+        spillway_plugin_fn(p, "version", fn, sizeof fn);
+        spillway_ref one;
+        spillway_graph *g = spillway_graph_new(b->cl);
+        int rc = spillway_task(g, fn, NULL, 0, SPILLWAY_KEEP, &one);
+        if (rc == 0)
+            rc = spillway_submit(g);
+        spillway_graph_free(g);
+        if (rc == 0)
+            rc = spillway_wait(b->cl, &one, 1, -1);
+        if (rc != 0)
+            die(b, "first task", rc);
+        first[r] = (now_s() - t0) * 1e3;
+        spillway_release(b->cl, one);
+        run_independent(b, fn, n, refs, NULL, NULL);
+        all[r] = (now_s() - t0) * 1e3;
+        spillway_release_many(b->cl, refs, n);
+        spillway_plugin_release(p);
+    }
+    free(refs);
+    free(bytes);
+    if (own)
+        spillway_close(up);
+    json_t *extra = json_object();
+    json_t *fl = json_array(), *al = json_array();
+    for (int r = 0; r < runs; r++) {
+        json_array_append_new(fl, json_real(first[r]));
+        json_array_append_new(al, json_real(all[r]));
+    }
+    qsort(first, (size_t)runs, sizeof first[0], cmp_double);
+    qsort(all, (size_t)runs, sizeof all[0], cmp_double);
+    json_object_set_new(extra, "plugin_bytes", json_integer((json_int_t)(len + 8)));
+    json_object_set_new(extra, "spread_tasks", json_integer(SPREAD));
+    json_object_set_new(extra, "first_task_ms_runs", fl);
+    json_object_set_new(extra, "all_workers_ms_runs", al);
+    json_t *top = json_object();
+    json_object_set_new(top, "first_task_ms", json_real(first[runs / 2]));
+    json_object_set_new(top, "all_workers_ms", json_real(all[runs / 2]));
+    emit_with("plugin_first_task", (uint64_t)runs, first[runs / 2] / 1e3, 0, 0, extra, top);
 }
 
 static void case_tree_reduce(bench *b)
@@ -2342,12 +2517,6 @@ static double run_chain(bench *b, uint64_t n, uint64_t *value)
     return t;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, c = *(const double *)y;
-    return (a > c) - (a < c);
-}
-
 /* The chain run b->repeat times (one run of 2,000 hops is ~15 ms and noisy): us_per_hop is the
  * median run's, the CPU and counter figures are over all runs together. */
 static void case_chain_latency(bench *b)
@@ -2410,6 +2579,8 @@ typedef struct bcase {
 
 static const bcase cases[] = {
     {"tiny_tasks", case_tiny_tasks},
+    {"tiny_tasks_plugin", case_tiny_tasks_plugin},
+    {"plugin_first_task", case_plugin_first_task},
     {"tree_reduce", case_tree_reduce},
     {"linear_chain", case_linear_chain},
     {"put_get", case_put_get},
@@ -2616,6 +2787,8 @@ int main(int argc, char **argv)
             secret = b.cluster->secret_file;
     }
     setenv("SPW_BENCH_ADDR", addr, 1);
+    b.addr = addr;
+    b.secret = secret;
     spillway_opts o;
     spillway_opts_init(&o);
     o.secret_file = secret;

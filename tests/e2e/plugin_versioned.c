@@ -50,6 +50,15 @@ static int scale(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
+/* noop(): an empty result, as the built-in noop (the bench's tiny tasks). */
+static int noop(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    (void)ctx;
+    (void)args;
+    (void)nargs;
+    return 0;
+}
+
 #ifdef PLUGIN_CRASH_AT_LOAD
 __attribute__((constructor)) static void crash(void)
 {
@@ -57,7 +66,7 @@ __attribute__((constructor)) static void crash(void)
 }
 #endif
 
-static const spw_plugin_fn fns[] = {{"version", version}, {"scale", scale}};
+static const spw_plugin_fn fns[] = {{"version", version}, {"scale", scale}, {"noop", noop}};
 static const spw_plugin plugin = {SPW_TASK_ABI_VERSION, "versioned", fns,
                                   sizeof fns / sizeof fns[0]};
 

@@ -3,9 +3,11 @@
  * does), and then executors restarted. Workers load plugins by content, from copies made at
  * start, so every task keeps running the bytes its worker started with. The plugin is built
  * twice from one source (plugin_versioned.c), version 1 and version 2, whose functions say which
- * ran. Real daemons on 127.0.0.1. */
+ * ran. Told to reload (SIGHUP), a worker takes the changed file, again by content. Real daemons on
+ * 127.0.0.1. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
+#include "spillway/proto.h"
 
 /* Copies file from to to: into a new file renamed over to (mv), or over its bytes in place
  * (cp: truncated, then written). */
@@ -124,9 +127,84 @@ static void plugin_copied_over_under_running_workers_changes_nothing(void)
     replaced_plugin_changes_nothing(true);
 }
 
+/* The BLAKE2b-256 hash of a file's bytes, in hex: the name status gives a plugin. */
+static void file_hash(const char *path, char hex[PROTO_PLUGIN_HEX_LEN + 1])
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    size_t len = (size_t)ftell(f);
+    rewind(f);
+    uint8_t *b = malloc(len);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, len, f), len);
+    fclose(f);
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    proto_plugin_hash(b, len, hash);
+    proto_plugin_hex(hash, hex);
+    free(b);
+}
+
+typedef struct hash_shown {
+    h_cluster *c;
+    const char *hash;
+} hash_shown;
+
+/* spillway-ctl status lists a plugin of that hash for the cluster's one worker. */
+static bool status_shows(void *arg)
+{
+    hash_shown *a = arg;
+    json_t *st = e2e_ctl_json(a->c, "status");
+    json_t *w = json_array_get(json_object_get(st, "workers"), 0);
+    bool seen = e2e_json_find(json_object_get(w, "plugins"), "hash", a->hash) != NULL;
+    json_decref(st);
+    return seen;
+}
+
+/* Told to reload (SIGHUP, what `systemctl reload` sends), a worker reads its --plugin file
+ * again: tasks from then on run the new bytes and status shows their hash; a file that no longer
+ * loads leaves it running the bytes it had. */
+static void reload_runs_the_changed_plugin(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    char path[512];
+    snprintf(path, sizeof path, "%s/plugin.so", c->dir);
+    copy_file(SPW_TEST_PLUGIN_VER1, path, false);
+    const char *const w0[] = {"--slots", "2", "--store-capacity", "64M", "--name", "w0",
+                              "--plugin", path, NULL};
+    h_worker_start(c, w0);
+    spillway *cl = e2e_connect(c);
+    int same, other;
+    char h1[PROTO_PLUGIN_HEX_LEN + 1], h2[PROTO_PLUGIN_HEX_LEN + 1];
+    file_hash(SPW_TEST_PLUGIN_VER1, h1);
+    file_hash(SPW_TEST_PLUGIN_VER2, h2);
+    assert_true(h_eventually(status_shows, &(hash_shown){c, h1}, 20000));
+
+    copy_file(SPW_TEST_PLUGIN_VER2, path, true);
+    run_versions(cl, "w0", 16, 1, &same, &other);
+    assert_int_equal(same, 16); /* not told yet */
+    assert_int_equal(kill(c->workers[0].pid, SIGHUP), 0);
+    assert_true(h_eventually(status_shows, &(hash_shown){c, h2}, 20000));
+    run_versions(cl, "w0", 16, 2, &same, &other);
+    if (other != 0)
+        fail_msg("after the reload, %d of 16 tasks did not answer 2", other);
+    assert_false(status_shows(&(hash_shown){c, h1}));
+
+    /* A file that does not load: logged, and version 2 goes on running. */
+    e2e_write_file(path, "not a shared library", 0755);
+    assert_int_equal(kill(c->workers[0].pid, SIGHUP), 0);
+    assert_true(e2e_logged(&c->workers[0], "not reloaded", 20000));
+    run_versions(cl, "w0", 16, 2, &same, &other);
+    assert_int_equal(same, 16);
+    assert_true(status_shows(&(hash_shown){c, h2}));
+    spillway_close(cl);
+    assert_true(h_cluster_stop(c));
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(plugin_moved_over_under_running_workers_changes_nothing),
     H_CASE(plugin_copied_over_under_running_workers_changes_nothing),
+    H_CASE(reload_runs_the_changed_plugin),
 };
 
 SPW_TEST_MAIN(tests)

@@ -1,9 +1,11 @@
 /* Uploaded plugins end to end: a client uploads a plugin and runs its functions on every worker;
  * a second client runs a changed version at the same time and each gets its own results; a
  * worker that joins after the upload runs its tasks; bytes that do not hash to the plugin's name
- * are refused; uploads are refused without a cluster secret or when turned off; a plugin with a
- * wrong ABI, one that does not load and one that crashes at load are refused, naming why; the
- * cache cap holds; a released plugin leaves the stores. Real daemons on 127.0.0.1. */
+ * are refused; uploads are refused without a cluster secret (but for the scheduler's own user on
+ * its local socket) or when turned off; a plugin with a wrong ABI, one that does not load and one
+ * that crashes at load are refused, naming why; tasks of uploads go only to workers that run them;
+ * the cache cap holds; a released plugin leaves the stores. Real daemons on 127.0.0.1. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +216,74 @@ static void uploads_are_refused_without_a_secret_or_when_off(void)
     upload_refused(true, off, "allow-plugin-upload");
 }
 
+/* Without a secret, a program of the scheduler's own user that connects over the scheduler's
+ * local socket may upload (the same upload over TCP is refused, above), and runs the plugin. */
+static void upload_allowed_over_the_local_socket_as_the_same_user(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    h_worker_start(c, wargs0);
+    char addr[96];
+    snprintf(addr, sizeof addr, "unix:@spillway-scheduler-%s", strrchr(c->addr, ':') + 1);
+    spillway *cl = NULL;
+    int rc = spillway_connect(addr, NULL, &cl);
+    if (rc != 0)
+        fail_msg("connect to %s: %s", addr, spillway_strerror(rc));
+    spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER1);
+    assert_int_equal(run_one(cl, p, "scale", "w0", 4), 4001);
+    assert_int_equal(spillway_plugin_release(p), 0);
+    spillway_close(cl);
+    assert_true(h_cluster_stop(c));
+}
+
+/* A worker with uploads off gets no task of an uploaded plugin (each would fail there): every
+ * one runs on the other; with no worker left that runs uploads, a task waits --place-wait for
+ * one, then fails naming why. */
+static void tasks_of_uploads_skip_workers_with_uploads_off(void)
+{
+    const char *const sargs[] = {"--place-wait", "300", NULL};
+    h_cluster *c = h_cluster_start(true, sargs);
+    const char *const off[] = {"--slots", "2", "--store-capacity", "64M", "--name", "off",
+                               "--allow-plugin-upload", "no", NULL};
+    h_worker_start(c, off);
+    h_worker_start(c, wargs0);
+    spillway *cl = e2e_connect(c);
+    spillway_plugin *p = add(cl, SPW_TEST_PLUGIN_VER1);
+    enum { N = 40 };
+    spillway_ref r[N];
+    char fn[SPILLWAY_FN_MAX];
+    spillway_plugin_fn(p, "scale", fn, sizeof fn);
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < N; i++) {
+        spillway_arg x = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, fn, &x, 1, SPILLWAY_KEEP, &r[i]), 0);
+    }
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(e2e_get_u64(cl, r[i]), (uint64_t)i * 1000 + 1);
+    assert_int_equal(spillway_release_many(cl, r, N), 0);
+    /* Only w0 ever had it. */
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *wo = e2e_json_find(json_object_get(st, "workers"), "name", "off");
+    assert_non_null(wo);
+    assert_int_equal(json_array_size(json_object_get(wo, "plugins")), 0);
+    json_decref(st);
+
+    /* w0 goes: the task waits for a worker that runs uploads, then fails. */
+    assert_int_equal(h_worker_kill(c, 1, SIGTERM), 0);
+    spillway_ref one;
+    g = spillway_graph_new(cl);
+    spillway_arg x = spillway_arg_u64(1);
+    assert_int_equal(spillway_task(g, fn, &x, 1, SPILLWAY_KEEP, &one), 0);
+    assert_int_equal(spillway_submit(g), 0);
+    spillway_graph_free(g);
+    assert_int_equal(spillway_wait(cl, &one, 1, 60000), SPW_ENOWORKER);
+    e2e_errmsg_has(cl, "allow-plugin-upload");
+    assert_int_equal(spillway_release(cl, one), 0);
+    assert_int_equal(spillway_plugin_release(p), 0);
+    E2E_STOP(c, cl);
+}
+
 static void bad_plugins_are_refused_naming_why(void)
 {
     spillway *cl;
@@ -285,6 +355,8 @@ static const struct CMUnitTest tests[] = {
     H_CASE(worker_started_after_the_upload_runs_its_tasks),
     H_CASE(bytes_that_do_not_match_the_hash_are_refused),
     H_CASE(uploads_are_refused_without_a_secret_or_when_off),
+    H_CASE(upload_allowed_over_the_local_socket_as_the_same_user),
+    H_CASE(tasks_of_uploads_skip_workers_with_uploads_off),
     H_CASE(bad_plugins_are_refused_naming_why),
     H_CASE(cache_cap_holds_and_released_plugins_go),
 };

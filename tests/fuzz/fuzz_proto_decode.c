@@ -169,7 +169,7 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_PLUGINS_REQ] = {0, {{0}}, 0},
     [PROTO_PLUGINS] = {1, {RECS(S_SPLUG)}, 0},
     [PROTO_PLUGIN_LOAD] = {2, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), TEXT}, 0},
-    [PROTO_WORKER_PLUGINS] = {1, {RECS(S_PLUG)}, 0},
+    [PROTO_WORKER_PLUGINS] = {2, {RECS(S_PLUG), U}, 1},
     [PROTO_DRAIN] = {2, {U, NAME}, 0},
     [PROTO_STATUS] =
         {13,

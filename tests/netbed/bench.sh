@@ -13,10 +13,13 @@
 #       under a scheduler of their own; the limit is the network's: the bytes that must cross
 #       the links over what the four links carry at once (every host sends (4 - 1) / 4 of its
 #       share), verified against the generator run on the client
+#   {"case":"plugin_first_task","first_task_ms":F,"all_workers_ms":A,...}          4 workers
+#       spillway-bench's case against a scheduler with a secret and workers on host2..host5:
+#       from the upload's return to the first task's result, and to results on all four
 # Every process is stopped by pid at the end, and the bed removed, whatever happens.
 # Environment: RATE, DELAY, REPS (best of, default 3), BYTES (default 64 MiB), TINY (20000),
 # SORT_BYTES, SORT_PARTS (32), SORT_BLOCK (32 MiB), SORT_PLUGIN; CASES (default "all", or
-# "sort" for sort_hosts alone).
+# "sort" for sort_hosts alone, "plugin" for plugin_first_task alone), PLUGIN_REPS (7).
 set -eu
 [ $# -ge 1 ] || { echo "usage: tests/netbed/bench.sh BIN_DIR" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
@@ -86,6 +89,34 @@ if [ "$CASES" = all ]; then
     client transfer "$BYTES" "$RATE" "$REPS"
     client tiny "$TINY" "$NW" "$NETBED_DELAY_MS"
 fi
+
+# plugin_first_task: a scheduler with a secret (uploads need one) on host1:7402, four workers.
+plugin_hosts() {
+    head -c 32 /dev/urandom >"$DIR/secret"
+    chmod 600 "$DIR/secret"
+    sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7402 --http none \
+        --secret-file "$DIR/secret" --port-file "$DIR/plug-sched.port" \
+        >"$DIR/plug-sched.out" 2>"$DIR/plug-sched.log" &
+    PIDS="$PIDS $!"
+    wait_file "$DIR/plug-sched.port"
+    for i in 2 3 4 5; do
+        sh "$NETBED" exec "host$i" "$BIN/spillway-worker" --scheduler host1:7402 \
+            --secret-file "$DIR/secret" --listen "host$i:0" --name "p$i" --slots 1 \
+            --store-capacity 256M --spill-dir none --port-file "$DIR/p$i.port" \
+            >"$DIR/p$i.out" 2>"$DIR/p$i.log" &
+        PIDS="$PIDS $!"
+    done
+    for i in 2 3 4 5; do
+        wait_file "$DIR/p$i.port"
+    done
+    sh "$NETBED" exec "host$((NW + 2))" "$BIN/spillway-bench" --scheduler host1:7402 \
+        --secret-file "$DIR/secret" --repeat "${PLUGIN_REPS:-7}" \
+        --case plugin_first_task
+}
+if [ "$CASES" = all ] || [ "$CASES" = plugin ]; then
+    plugin_hosts
+fi
+[ "$CASES" != plugin ] || exit 0
 
 # sort_hosts: a scheduler on host1:7401 and four workers with the sort plugin, spilling.
 sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7401 --http none \

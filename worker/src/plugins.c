@@ -4,7 +4,9 @@
  * Every plugin an executor loads is a file in the worker's cache directory (mode 0700, made at
  * start under the spill or state directory and removed at shutdown), named by the BLAKE2b-256
  * hash of its bytes. A --plugin file is copied there at start, so replacing or rewriting the
- * original later never reaches an executor (the timer notices and logs it). An uploaded plugin
+ * original later never reaches an executor (the timer notices and logs it) until the worker is
+ * told to reload (SIGHUP): then each file is read again and a changed one copied in by content
+ * and loaded by executors started afterwards. An uploaded plugin
  * is fetched the first time a task here names one of its functions ("NAME@PREFIX"): the worker
  * asks the scheduler where its bytes are (PLUGIN_GET), brings the object into its store through
  * the fetch path, checks the hash, writes the file, and tells each executor to load it
@@ -162,7 +164,7 @@ static int cache_room(wrk *w, uint64_t need)
         wplugin *lru = NULL, *p, *tmp;
         HASH_ITER(hh, w->plugins, p, tmp)
         if (p->uploaded && p->state == WP_READY && p->uses == 0 &&
-            (lru == NULL || p->used_ns < lru->used_ns))
+            (lru == NULL || p->used_seq < lru->used_seq))
             lru = p;
         if (lru == NULL)
             return SPW_ENOSPC;
@@ -176,6 +178,14 @@ static int cache_room(wrk *w, uint64_t need)
 
 /* ---------------------------------------------------------------- entries */
 
+/* p leaves the table (its memory is about to be freed). */
+static void plugin_gone(wrk *w, wplugin *p)
+{
+    HASH_DEL(w->plugins, p);
+    if (w->plugin_last == p)
+        w->plugin_last = NULL;
+}
+
 static wplugin *plugin_new(wrk *w, const char *prefix)
 {
     wplugin *p = spw_calloc(SPW_MOD_WORKER, 1, sizeof *p);
@@ -188,7 +198,7 @@ static wplugin *plugin_new(wrk *w, const char *prefix)
 
 void wrk__plugin_forget(wrk *w, wplugin *p)
 {
-    HASH_DEL(w->plugins, p);
+    plugin_gone(w, p);
     if (p->path != NULL) {
         unlink(p->path);
         if (p->state == WP_READY)
@@ -230,8 +240,9 @@ void wrk__plugins_report(wrk *w, bool always)
     if (p->state == WP_READY)
         v[n++] = p;
     proto_send_worker_plugins(w->sched, 0,
-                              &(proto_worker_plugins_msg){.plugins = {.n = n, .put = put_plug,
-                                                                      .arg = v}});
+                              &(proto_worker_plugins_msg){
+                                  .plugins = {.n = n, .put = put_plug, .arg = v},
+                                  .no_uploads = !w->opts.allow_plugin_upload});
     spw_free(v);
 }
 
@@ -279,70 +290,165 @@ static int read_file(const char *path, uint64_t max, uint8_t **data, size_t *len
     return 0;
 }
 
+/* Remembers how --plugin file src looked when p's bytes were read from it. */
+static void src_note(wplugin *p, const char *src, const struct stat *st)
+{
+    p->src = src;
+    p->src_dev = st->st_dev;
+    p->src_ino = st->st_ino;
+    p->src_mtime_ns =
+        (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec;
+    p->src_size = (uint64_t)st->st_size;
+    p->src_changed = false;
+}
+
+/* Reads --plugin file src, copies it into the cache and loads it once to check it. *out gets
+ * its entry: the one of the same bytes already here (*fresh false), or a new READY one. On
+ * failure nothing changes and why says what went wrong. */
+static int static_load(wrk *w, const char *src, wplugin **out, bool *fresh, char *why,
+                       size_t whylen)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    struct stat st;
+    int rc = read_file(src, w->opts.plugin_max_size, &data, &len, &st);
+    if (rc != 0) {
+        snprintf(why, whylen, "cannot be read: %s%s", spw_strerror(rc),
+                 rc == SPW_ETOOBIG ? " (over --plugin-max-size)" : "");
+        return SPW_EPLUGIN;
+    }
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    char hex[PROTO_PLUGIN_HEX_LEN + 1];
+    proto_plugin_hash(data, len, hash);
+    proto_plugin_hex(hash, hex);
+    wplugin *p;
+    HASH_FIND(hh, w->plugins, hex, PROTO_PLUGIN_PREFIX_HEX, p); /* keyed by the prefix */
+    if (p != NULL && p->state == WP_READY && memcmp(p->hash, hash, sizeof hash) == 0) {
+        spw_free(data);
+        *out = p;
+        *fresh = false;
+        if (p->src == NULL)
+            src_note(p, src, &st);
+        return 0;
+    }
+    if (p != NULL) {
+        spw_free(data);
+        snprintf(why, whylen, "hash=%s: a plugin of another hash (or on its way here) starts "
+                              "with the same %u hex digits",
+                 hex, PROTO_PLUGIN_PREFIX_HEX);
+        return SPW_EPLUGIN;
+    }
+    char *path = NULL;
+    rc = cache_write(w, hex, data, len, &path);
+    spw_free(data);
+    if (rc != 0) {
+        snprintf(why, whylen, "cannot be copied into the cache %s: %s", w->plugin_dir,
+                 spw_strerror(rc));
+        return rc;
+    }
+    const char *name = NULL;
+    uint32_t nfns = 0;
+    rc = wrk__plugin_probe(path, &name, &nfns, why, whylen);
+    if (rc != 0) {
+        unlink(path);
+        spw_free(path);
+        return SPW_EPLUGIN;
+    }
+    p = plugin_new(w, hex);
+    memcpy(p->hash, hash, sizeof hash);
+    memcpy(p->hex, hex, sizeof hex);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    spw_free((void *)name);
+    p->size = len;
+    p->path = path;
+    p->state = WP_READY;
+    src_note(p, src, &st);
+    w->plugin_bytes += len;
+    spw_log(SPW_LOG_NOTICE, "plugin=%s name=%s functions=%u hash=%s size=%zu", src, p->name,
+            nfns, hex, len);
+    *out = p;
+    *fresh = true;
+    return 0;
+}
+
 int wrk__plugins_init(wrk *w)
 {
     cache_sweep(cache_base(w));
-    int rc = 0;
     for (uint32_t i = 0; i < w->opts.nplugins; i++) {
         const char *src = w->plugin_srcs[i];
-        uint8_t *data = NULL;
-        size_t len = 0;
-        struct stat st;
-        rc = read_file(src, w->opts.plugin_max_size, &data, &len, &st);
-        if (rc != 0) {
-            spw_log(SPW_LOG_ERR, "plugin=%s cannot be read: %s%s", src, spw_strerror(rc),
-                    rc == SPW_ETOOBIG ? " (over --plugin-max-size)" : "");
-            return SPW_EPLUGIN;
-        }
-        uint8_t hash[PROTO_PLUGIN_HASH_LEN];
-        char hex[PROTO_PLUGIN_HEX_LEN + 1];
-        proto_plugin_hash(data, len, hash);
-        proto_plugin_hex(hash, hex);
         wplugin *p;
-        HASH_FIND(hh, w->plugins, hex, PROTO_PLUGIN_PREFIX_HEX, p); /* keyed by the prefix */
-        if (p != NULL) {
-            spw_log(SPW_LOG_WARN, "plugin=%s has the same bytes as one given before: loaded once",
-                    src);
-            spw_free(data);
-            continue;
-        }
-        char *path = NULL;
-        rc = cache_write(w, hex, data, len, &path);
-        spw_free(data);
-        if (rc != 0) {
-            spw_log(SPW_LOG_ERR, "plugin=%s cannot be copied into the cache %s: %s", src,
-                    w->plugin_dir, spw_strerror(rc));
-            return rc;
-        }
+        bool fresh;
         char why[PROTO_MAX_STR];
-        const char *name = NULL;
-        uint32_t nfns = 0;
-        rc = wrk__plugin_probe(path, &name, &nfns, why, sizeof why);
+        int rc = static_load(w, src, &p, &fresh, why, sizeof why);
         if (rc != 0) {
             spw_log(SPW_LOG_ERR, "plugin=%s %s", src, why);
-            unlink(path);
-            spw_free(path);
-            return SPW_EPLUGIN;
+            return rc;
         }
-        p = plugin_new(w, hex);
-        memcpy(p->hash, hash, sizeof hash);
-        memcpy(p->hex, hex, sizeof hex);
-        snprintf(p->name, sizeof p->name, "%s", name);
-        spw_free((void *)name);
-        p->size = len;
-        p->path = path;
-        p->state = WP_READY;
-        p->src = src;
-        p->src_dev = st.st_dev;
-        p->src_ino = st.st_ino;
-        p->src_mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
-        p->src_size = (uint64_t)st.st_size;
-        w->plugin_bytes += len;
-        w->static_paths[w->nstatic++] = path;
-        spw_log(SPW_LOG_NOTICE, "plugin=%s name=%s functions=%u hash=%s size=%zu", src, p->name,
-                nfns, hex, len);
+        if (!fresh) {
+            spw_log(SPW_LOG_WARN, "plugin=%s has the same bytes as one given before: loaded once",
+                    src);
+            continue;
+        }
+        w->static_paths[w->nstatic++] = p->path;
     }
     return 0;
+}
+
+/* --plugin entry old gives way to np (another file's bytes): executors start with np's copy,
+ * and old stays only while tasks here name it by its hash, as an uploaded plugin would. */
+static void static_replace(wrk *w, wplugin *old, wplugin *np)
+{
+    for (uint32_t i = 0; i < w->nstatic; i++)
+        if (w->static_paths[i] == old->path)
+            w->static_paths[i] = np->path;
+    np->uploaded = false;
+    old->src = NULL;
+    if (old->uses > 0)
+        old->uploaded = true;
+    else
+        wrk__plugin_forget(w, old);
+}
+
+void wrk__plugins_reload(wrk *w)
+{
+    uint32_t n = 0, changed = 0;
+    wplugin *v[WRK_MAX_PLUGINS], *p, *tmp;
+    HASH_ITER(hh, w->plugins, p, tmp)
+    if (p->src != NULL && n < WRK_MAX_PLUGINS)
+        v[n++] = p;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *src = v[i]->src;
+        wplugin *np;
+        bool fresh;
+        char why[PROTO_MAX_STR];
+        int rc = static_load(w, src, &np, &fresh, why, sizeof why);
+        if (rc != 0) {
+            spw_log(SPW_LOG_ERR, "plugin=%s not reloaded, %s: its executors keep running the "
+                                 "bytes they ran (name=%s hash=%s)",
+                    src, why, v[i]->name, v[i]->hex);
+            continue;
+        }
+        if (np == v[i]) {
+            struct stat st;
+            if (stat(src, &st) == 0)
+                src_note(np, src, &st); /* touched, or changed back: the same bytes */
+            spw_log(SPW_LOG_INFO, "plugin=%s unchanged (hash=%s)", src, np->hex);
+            continue;
+        }
+        spw_log(SPW_LOG_NOTICE, "plugin=%s reloaded: name=%s hash=%s (was %s): tasks from now on "
+                                "run it, running ones finish with the bytes they started with",
+                src, np->name, np->hex, v[i]->hex);
+        static_replace(w, v[i], np);
+        changed++;
+    }
+    if (changed == 0)
+        return;
+    /* Executors load --plugin files at start: each is replaced once its queue is empty. */
+    for (uint32_t i = 0; i < w->nexec; i++)
+        w->execs[i].recycle = true;
+    wrk__exec_maintain(w);
+    w->plugins_changed = true;
+    wrk__plugins_report(w, false);
 }
 
 void wrk__plugins_watch(wrk *w)
@@ -360,9 +466,9 @@ void wrk__plugins_watch(wrk *w)
         if (same || p->src_changed)
             continue;
         p->src_changed = true; /* logged once */
-        spw_log(SPW_LOG_WARN, "plugin=%s changed on disk since the worker started: its executors "
-                              "keep running the bytes it started with (name=%s hash=%s); restart "
-                              "the worker to load the new file",
+        spw_log(SPW_LOG_WARN, "plugin=%s changed on disk since the worker loaded it: its "
+                              "executors keep running the bytes it loaded (name=%s hash=%s) "
+                              "until told to reload (SIGHUP, systemctl reload)",
                 p->src, p->name, p->hex);
     }
 }
@@ -373,7 +479,7 @@ void wrk__plugins_free(wrk *w)
     wplugin *p, *tmp;
     HASH_ITER(hh, w->plugins, p, tmp)
     {
-        HASH_DEL(w->plugins, p);
+        plugin_gone(w, p);
         spw_free(p->path);
         spw_buf_release(&p->waiters);
         spw_free(p);
@@ -390,20 +496,22 @@ static bool uploads_allowed(const wrk *w, char *why, size_t len)
         snprintf(why, len, "plugin uploads are off on this worker (--allow-plugin-upload no)");
         return false;
     }
-    if (w->opts.secret_len == 0) {
-        snprintf(why, len, "this worker runs uploaded plugins only in a cluster with a secret "
-                           "(--secret-file)");
-        return false;
-    }
+    /* The scheduler enforces who may upload (a secret, or its own user on its local socket):
+     * only the scheduler this worker connected to sends it tasks and checks. */
     return true;
 }
 
 int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen)
 {
-    const char *prefix = proto_plugin_fn_prefix(t->fn, strlen(t->fn));
+    size_t len = strlen(t->fn);
+    wplugin *p = w->plugin_last;
+    /* A graph's tasks name one function many times over: the last answer, without parsing the
+     * name or looking the prefix up. */
+    if (p != NULL && w->plugin_last_len == len && memcmp(w->plugin_last_fn, t->fn, len) == 0)
+        goto found;
+    const char *prefix = proto_plugin_fn_prefix(t->fn, len);
     if (prefix == NULL)
         return 0;
-    wplugin *p;
     HASH_FIND_STR(w->plugins, prefix, p);
     if (p == NULL) {
         if (!uploads_allowed(w, why, whylen))
@@ -418,9 +526,15 @@ int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen)
         p->req = ++w->next_req;
         proto_send_plugin_get(w->sched, p->req, &(proto_plugin_get_msg){.prefix = p->prefix});
     }
+    if (len <= sizeof w->plugin_last_fn) {
+        w->plugin_last = p; /* until p goes (plugin_gone) */
+        memcpy(w->plugin_last_fn, t->fn, len);
+        w->plugin_last_len = (uint32_t)len;
+    }
+found:
     t->plugin = p;
     p->uses++;
-    p->used_ns = spw_now_ns();
+    p->used_seq = ++w->plugin_uses; /* a count, not a clock: no call per task */
     if (p->state == WP_READY)
         return 0;
     t->plugin_wait = 1;
@@ -453,7 +567,7 @@ static void plugin_settle(wrk *w, wplugin *p, int status, const char *msg)
                                           .status = status,
                                           .msg = full,
                                           .name = p->name});
-        HASH_DEL(w->plugins, p);
+        plugin_gone(w, p);
     }
     spw_buf ids = p->waiters;
     p->waiters = (spw_buf){0};

@@ -198,6 +198,14 @@ static void store_room(void *arg)
         uv_idle_start(&w->room_idle, room_idle_cb);
 }
 
+void wrk_reload(wrk *w)
+{
+    if (w->closing)
+        return;
+    spw_log(SPW_LOG_NOTICE, "told to reload: reading every --plugin file again");
+    wrk__plugins_reload(w);
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;

@@ -83,7 +83,7 @@ typedef struct wplugin {
     bool uploaded;       /* false: --plugin */
     uint32_t serial;     /* what executors remember it by (wrk_exec.told) */
     uint32_t uses;       /* tasks here naming it */
-    uint64_t used_ns;    /* when a task last named it: the cache's LRU order */
+    uint64_t used_seq;   /* w->plugin_uses when a task last named it: the cache's LRU order */
     uint64_t req;        /* its PLUGIN_GET, while asked */
     uint64_t check_req;  /* the scheduler's PLUGIN_CHECK to answer once it is here (0: none) */
     spw_buf waiters;     /* spw_id of the tasks parked until it is here */
@@ -301,6 +301,10 @@ struct wrk {
     char *plugin_dir;      /* the cache directory */
     uint64_t plugin_bytes; /* the sizes of the files in it */
     uint32_t plugin_serial;
+    uint64_t plugin_uses;  /* tasks taken in naming a plugin, ever: orders wplugin.used_seq */
+    wplugin *plugin_last;  /* the plugin the last task naming one named (NULL: none, or gone), */
+    char plugin_last_fn[PROTO_MAX_NAME]; /* by that function's name */
+    uint32_t plugin_last_len;
     bool plugins_changed;  /* the scheduler has not heard the list since it changed */
     char bound[SPW_ADDR_MAX];
     char advert[SPW_ADDR_MAX]; /* --advertise with the bound port filled in, or "" */
@@ -517,6 +521,8 @@ int wrk__plugins_init(wrk *w);
 void wrk__plugins_free(wrk *w);
 /* Logs, once, a --plugin file changed on disk since the start (the timer). */
 void wrk__plugins_watch(wrk *w);
+/* Reads every --plugin file again (wrk_reload). */
+void wrk__plugins_reload(wrk *w);
 /* A task is being taken in: 0 if its function is no uploaded plugin's or that plugin is here
  * (t->plugin set), 1 if it was parked until the plugin is, or an error (why says it). */
 int wrk__plugin_intake(wrk *w, wtask *t, char *why, size_t whylen);

@@ -161,7 +161,11 @@ void proto_listener_allow_group(proto_listener *l, unsigned gid);
 int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write, int *sock,
                        int *memfd, uint64_t *capacity);
 
-/** Connects to "HOST:PORT" and runs the handshake; on_ready or on_close follows.
+/** An address "unix:NAME" names a Unix socket (NAME as for proto_listen_unix). */
+#define PROTO_UNIX_PREFIX "unix:"
+
+/** Connects to "HOST:PORT", or to "unix:NAME", and runs the handshake; on_ready or on_close
+ * follows.
  * @return 0 (a callback will follow), or an error now (no callback). */
 int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, void *data,
                   proto_conn **out);
@@ -181,6 +185,9 @@ bool proto_conn_is_closing(const proto_conn *c);
 /** Whether c came through a Unix-socket listener (proto_listen_unix): its peer passed the
  * credential check there. */
 bool proto_conn_is_local(const proto_conn *c);
+/** Whether c came through a Unix-socket listener from a peer with our effective uid
+ * (SO_PEERCRED): a program of the same user on this host. */
+bool proto_conn_peer_same_uid(const proto_conn *c);
 /** Whether c's bytes travel inside TLS (its handshake may still be running). */
 bool proto_conn_is_encrypted(const proto_conn *c);
 

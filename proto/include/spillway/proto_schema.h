@@ -576,7 +576,10 @@
 #define PROTO_FIELDS_PLUGIN_LOAD(F, N)                                                             \
     F(F_PLOAD_HASH, hash, BIN, PROTO_PLUGIN_HASH_LEN)                                              \
     F(F_PLOAD_PATH, path, STR, PROTO_MAX_STR)
-#define PROTO_FIELDS_WORKER_PLUGINS(F, N) F(F_WPLUG_PLUGINS, plugins, RECS, plug)
+#define PROTO_FIELDS_WORKER_PLUGINS(F, N)                                                          \
+    F(F_WPLUG_PLUGINS, plugins, RECS, plug)                                                        \
+    N(F_WPLUG_NO_UPLOADS, no_uploads, U, 0) /* 1: it runs no uploaded plugin                      \
+                                               (--allow-plugin-upload no); absent: 0 */
 /* clang-format on */
 
 #endif /* SPW_PROTO_SCHEMA_H */

@@ -88,6 +88,11 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
  * @return 0; SPW_ECLOSED now (done never runs) when no scheduler is connected; SPW_EINVAL when
  *         closing or draining already. */
 int wrk_drain(wrk *w, uint32_t timeout_ms, void (*done)(void *arg, int status), void *arg);
+/** Reads every --plugin file again (SIGHUP): a file whose bytes changed is copied into the
+ * plugin cache by content and checked; tasks started afterwards run it (each executor is
+ * replaced once the tasks queued on it are done) and the scheduler hears the worker's new
+ * plugin list. A file that cannot be read or loaded keeps its old bytes, logged. */
+void wrk_reload(wrk *w);
 /** Stops executors (their sockets close and they exit on their own; one still running a task
  * after 5 s is killed), closes connections and handles, frees the store. done(arg, status)
  * runs once everything is closed and freed: status 0, or SPW_EEXECCRASH if an executor exited
