@@ -30,10 +30,74 @@ static void need_bed(void)
     }
 }
 
+/* With SPW_BED_ENCRYPT=1 in the environment (the multihost_enc.* ctests) every daemon, client
+ * and spillway-ctl of a case runs with --encrypt required: the same cases with every connection
+ * between hosts in TLS (a plaintext peer would be refused). */
+static bool bed_encrypt(void)
+{
+    const char *e = getenv("SPW_BED_ENCRYPT");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
+enum { BED_MAX_ARGS = 24 };
+
+/* args, then --encrypt required when the bed encrypts, into v (NULL-terminated); returns v. */
+static const char *const *bed_args(const char *const *args, const char **v)
+{
+    int n = 0;
+    for (; args != NULL && args[n] != NULL; n++) {
+        assert_true(n < BED_MAX_ARGS - 3);
+        v[n] = args[n];
+    }
+    if (bed_encrypt()) {
+        v[n++] = "--encrypt";
+        v[n++] = "required";
+    }
+    v[n] = NULL;
+    return v;
+}
+
+/* The scheduler on host1, with a secret; the harness's client and spillway-ctl encrypt as it. */
+static h_cluster *bed_sched_start(const char *const *sargs)
+{
+    const char *v[BED_MAX_ARGS];
+    h_cluster *c = h_cluster_start_on("host1", true, bed_args(sargs, v));
+    c->encrypt = bed_encrypt();
+    return c;
+}
+
+static void bed_worker_start(h_cluster *c, const char *host, const char *const *args)
+{
+    const char *v[BED_MAX_ARGS];
+    h_worker_start_on(c, host, bed_args(args, v));
+}
+
+/* Runs spillway-ctl's command cmd (text output) against scheduler addr with secret_file ("" for
+ * none), encrypting when the bed does; its output into *out. */
+static int bed_ctl_text(const char *addr, const char *secret_file, const char *cmd, char **out)
+{
+    const char *argv[10];
+    int n = 0;
+    argv[n++] = h_bin("spillway-ctl");
+    argv[n++] = "--scheduler";
+    argv[n++] = addr;
+    if (secret_file[0] != '\0') {
+        argv[n++] = "--secret-file";
+        argv[n++] = secret_file;
+    }
+    if (bed_encrypt()) {
+        argv[n++] = "--encrypt";
+        argv[n++] = "required";
+    }
+    argv[n++] = cmd;
+    argv[n] = NULL;
+    return h_run(argv, out);
+}
+
 /* The bed's cluster; extra arguments for the scheduler and for every worker. */
 static h_cluster *bed_start(const char *const *sargs, const char *cap, const char *reconnect)
 {
-    h_cluster *c = h_cluster_start_on("host1", true, sargs);
+    h_cluster *c = bed_sched_start(sargs);
     for (int i = 0; i < NW; i++) {
         const char *v[16];
         int n = 0;
@@ -55,7 +119,7 @@ static h_cluster *bed_start(const char *const *sargs, const char *cap, const cha
             v[n++] = "host5";
         }
         v[n] = NULL;
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     return c;
 }
@@ -171,6 +235,14 @@ static void cluster_across_hosts_by_name(void)
     }
     json_decref(st);
 
+    if (bed_encrypt()) {
+        /* The daemons do require TLS: a plaintext client is refused. */
+        spillway_opts o;
+        spillway_opts_init(&o);
+        o.secret_file = c->secret_file;
+        spillway *plain = NULL;
+        assert_int_equal(spillway_connect(c->addr, &o, &plain), SPW_EENCRYPT);
+    }
     spillway *cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
 
@@ -200,10 +272,8 @@ static void cluster_across_hosts_by_name(void)
     assert_true(found);
     assert_int_equal(json_array_size(json_object_get(mem, "nodes")), NW);
     json_decref(mem);
-    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--secret-file",
-                               c->secret_file,        "memory",      NULL};
     char *text = NULL;
-    assert_int_equal(h_run(text_argv, &text), 0);
+    assert_int_equal(bed_ctl_text(c->addr, c->secret_file, "memory", &text), 0);
     for (int k = 0; k < NW; k++)
         assert_non_null(strstr(text, worker_names[k]));
     free(text);
@@ -400,12 +470,12 @@ static void partition_mid_fetch_fails_over(void)
 {
     need_bed();
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    h_cluster *c = h_cluster_start_on("host1", true, sargs);
+    h_cluster *c = bed_sched_start(sargs);
     for (int i = 0; i < 2; i++) {
         const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
                                  "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
                                  NULL};
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
     spillway *cl = e2e_connect(c);
@@ -472,7 +542,8 @@ static void scheduler_restart_on_host1(void)
     assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
     free(big);
     spillway_close(cl);
-    h_sched_restart(c, NULL);
+    const char *rv[BED_MAX_ARGS];
+    h_sched_restart(c, bed_args(NULL, rv));
     assert_true(h_eventually(all_registered, c, 10000));
     cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
@@ -516,11 +587,20 @@ static void uploaded_plugin_runs_on_every_host(void)
 static void unresolvable_scheduler_name_is_named(void)
 {
     need_bed();
+    /* Encrypting needs a secret before any name is looked up: a cluster's, without daemons. */
+    h_cluster *c = h_cluster_bare();
+    spillway_opts o;
+    spillway_opts_init(&o);
+    if (bed_encrypt()) {
+        snprintf(c->secret_file, sizeof c->secret_file, "%s/secret", c->dir);
+        e2e_write_file(c->secret_file, "e2e-cluster-secret\n", 0600);
+        o.secret_file = c->secret_file;
+        o.encrypt = SPILLWAY_ENCRYPT_REQUIRED;
+    }
     spillway *cl = NULL;
-    assert_int_equal(spillway_connect("host99:7400", NULL, &cl), SPW_ENONAME);
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", "host99:7400", "status", NULL};
+    assert_int_equal(spillway_connect("host99:7400", &o, &cl), SPW_ENONAME);
     char *text = NULL;
-    assert_int_not_equal(h_run(argv, &text), 0);
+    assert_int_not_equal(bed_ctl_text("host99:7400", c->secret_file, "status", &text), 0);
     assert_non_null(strstr(text, "host99:7400"));
     assert_non_null(strstr(text, "host name does not resolve"));
     free(text);
@@ -537,12 +617,12 @@ static uint64_t deal_values(uint32_t i)
 static void shuffle_across_hosts(void)
 {
     need_bed();
-    h_cluster *c = h_cluster_start_on("host1", true, NULL);
+    h_cluster *c = bed_sched_start(NULL);
     for (int i = 0; i < NW; i++) {
         const char *const v[] = {"--name",           worker_names[i], "--slots", "1",
                                  "--store-capacity", "16M",           "--plugin", SPW_SORT_PLUGIN,
                                  NULL};
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     spillway *cl = e2e_connect(c);
     spillway_shuffle_opts o = {0};
