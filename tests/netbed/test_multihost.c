@@ -634,6 +634,128 @@ static void shuffle_across_hosts(void)
     E2E_FINISH(c, cl);
 }
 
+/* The full path of program name found in $PATH into out, or false. */
+static bool find_program(const char *name, char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    char dirs[1024];
+    snprintf(dirs, sizeof dirs, "%s", path != NULL ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, cap, "%s/%s", d, name);
+        if (access(out, X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Starts tcpdump on the bed's bridge (in the switch's namespace it sees every host's link),
+ * writing every packet whole to pcap; returns once it reports that it captures. */
+static pid_t capture_start(h_cluster *c, const char *tcpdump, const char *pcap)
+{
+    /* -Z root: it keeps the right to write into the case's root-owned directory. */
+    const char *argv[] = {"/bin/sh", getenv("NETBED"), "exec",   "sw",  tcpdump, "-i",
+                          "br0",     "-n",             "-s",     "0",   "-B",    "32768",
+                          "-Z",      "root",           "-w",     pcap,  NULL};
+    pid_t pid = h_spawn(c, argv, "tcpdump"); /* ip netns exec execs it: the pid is tcpdump's */
+    h_proc p = {.pid = pid};
+    snprintf(p.log, sizeof p.log, "%s/tcpdump.log", c->dir);
+    if (!e2e_logged(&p, "listening on", 20000)) {
+        h_dump_logs(c);
+        fail_msg("tcpdump never said it was listening");
+    }
+    return pid;
+}
+
+/* Stops tcpdump with SIGINT (it writes out what it holds) and reaps it. */
+static void capture_stop(pid_t pid)
+{
+    assert_int_equal(kill(pid, SIGINT), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("tcpdump ended with wait status %#x", (unsigned)st);
+}
+
+/* How many of the nwin 64-byte runs of pattern, taken every step bytes, the file holds; its
+ * size into *size. */
+static int runs_in_file(const char *path, const uint8_t *pattern, int nwin, size_t step,
+                        size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t cap = 1u << 20, len = 0, n;
+    uint8_t *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    int found = 0;
+    for (int w = 0; w < nwin; w++)
+        found += memmem(buf, len, pattern + (size_t)w * step + 7, 64) != NULL;
+    free(buf);
+    *size = len;
+    fprintf(stderr, "capture %s: %zu bytes, %d of %d runs of the pattern\n", path, len, found,
+            nwin);
+    return found;
+}
+
+/* What crosses the wire: tcpdump on the bed's bridge while a 4 MiB pattern is put from host6
+ * (client to a worker's peer port), read by a task on every worker host (worker to worker) and
+ * got back. In the clear the capture must hold runs of the pattern (the control: the search
+ * finds what is there); encrypted (multihost_enc), none of them. */
+static void wire_capture_holds_the_pattern_only_in_the_clear(void)
+{
+    need_bed();
+    char tcpdump[512];
+    if (geteuid() != 0 || !find_program("tcpdump", tcpdump, sizeof tcpdump)) {
+        fprintf(stderr, "SKIP: %s\n", geteuid() != 0 ? "capturing needs root"
+                                                     : "no tcpdump (apt-get install tcpdump)");
+        h_skip();
+    }
+    h_cluster *c = bed_start(NULL, "64M", "30000");
+    spillway *cl = e2e_connect(c);
+    enum { SIZE = 4u << 20, NWIN = 64 };
+    uint8_t *data = malloc(SIZE);
+    uint64_t x = 0x9E3779B97F4A7C15ull; /* xorshift64: no run repeats, none is common */
+    for (size_t i = 0; i < SIZE; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data[i] = (uint8_t)(x >> 24);
+    }
+    char pcap[512];
+    snprintf(pcap, sizeof pcap, "%s/wire.pcap", c->dir);
+    pid_t cap = capture_start(c, tcpdump, pcap);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, SIZE, &r), 0);
+    uint64_t want = XXH3_64bits(data, SIZE);
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(checksum_on(cl, r, worker_names[i]), want);
+    void *back;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 60000, &back, &len), 0);
+    assert_int_equal(len, SIZE);
+    assert_memory_equal(back, data, SIZE);
+    spillway_free(back);
+    capture_stop(cap);
+    size_t captured;
+    int found = runs_in_file(pcap, data, NWIN, SIZE / NWIN, &captured);
+    /* The put, three fetches and the get crossed the bridge, five copies: the capture holds
+     * at least four (tcpdump may stop before reading the last packets the kernel holds). */
+    assert_true(captured >= 4 * (size_t)SIZE);
+    if (bed_encrypt())
+        assert_int_equal(found, 0);
+    else
+        assert_true(found >= NWIN / 2);
+    free(data);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(cluster_across_hosts_by_name),
     H_CASE(spilling_job_across_hosts),
@@ -643,6 +765,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(unresolvable_scheduler_name_is_named),
     H_CASE(uploaded_plugin_runs_on_every_host),
     H_CASE(shuffle_across_hosts),
+    H_CASE(wire_capture_holds_the_pattern_only_in_the_clear),
 };
 
 SPW_TEST_MAIN(tests)
