@@ -654,9 +654,9 @@ static bool find_program(const char *name, char *out, size_t cap)
 static pid_t capture_start(h_cluster *c, const char *tcpdump, const char *pcap)
 {
     /* -Z root: it keeps the right to write into the case's root-owned directory. */
-    const char *argv[] = {"/bin/sh", getenv("NETBED"), "exec",   "sw",  tcpdump, "-i",
-                          "br0",     "-n",             "-s",     "0",   "-B",    "32768",
-                          "-Z",      "root",           "-w",     pcap,  NULL};
+    const char *argv[] = {
+        "/bin/sh", getenv("NETBED"), "exec", "sw",   tcpdump, "-i", "br0", "-n", "-s", "0",
+        "-B",      "32768",          "-Z",   "root", "-w",    pcap, NULL};
     pid_t pid = h_spawn(c, argv, "tcpdump"); /* ip netns exec execs it: the pid is tcpdump's */
     h_proc p = {.pid = pid};
     snprintf(p.log, sizeof p.log, "%s/tcpdump.log", c->dir);
@@ -711,8 +711,8 @@ static void wire_capture_holds_the_pattern_only_in_the_clear(void)
     need_bed();
     char tcpdump[512];
     if (geteuid() != 0 || !find_program("tcpdump", tcpdump, sizeof tcpdump)) {
-        fprintf(stderr, "SKIP: %s\n", geteuid() != 0 ? "capturing needs root"
-                                                     : "no tcpdump (apt-get install tcpdump)");
+        fprintf(stderr, "SKIP: %s\n",
+                geteuid() != 0 ? "capturing needs root" : "no tcpdump (apt-get install tcpdump)");
         h_skip();
     }
     h_cluster *c = bed_start(NULL, "64M", "30000");
