@@ -3,7 +3,9 @@
  * workers, w4 listens on 0.0.0.0 and must advertise the address that reaches the scheduler, and
  * w5 listens on [::] and advertises its name. Run as
  *   tests/netbed/netbed.sh run 6 -- tests/netbed/netbed.sh exec host6 test_multihost CASE
- * which is what ctest does; without the bed (no NETBED_PREFIX) every case is skipped. */
+ * which is what ctest does; without the bed (no NETBED_PREFIX) every case is skipped. With
+ * SPW_BED_ENCRYPT=1 (ctest's multihost_enc.CASE) every daemon, client and spillway-ctl of the
+ * case encrypts (--encrypt required); one case captures the bed's wire to check it. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -711,9 +713,10 @@ static void wire_capture_holds_the_pattern_only_in_the_clear(void)
     need_bed();
     char tcpdump[512];
     if (geteuid() != 0 || !find_program("tcpdump", tcpdump, sizeof tcpdump)) {
+        /* Status 77: ctest reports the case skipped, with this reason. */
         fprintf(stderr, "SKIP: %s\n",
                 geteuid() != 0 ? "capturing needs root" : "no tcpdump (apt-get install tcpdump)");
-        h_skip();
+        exit(77);
     }
     h_cluster *c = bed_start(NULL, "64M", "30000");
     spillway *cl = e2e_connect(c);
