@@ -10,8 +10,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 # chromium: the dashboard test loads the page in it (large, so only for the test run);
-# systemd-container and debootstrap: the test that boots systemd.
-SPW_EXTRA_PACKAGES="valgrind chromium systemd-container debootstrap" sh deploy/deps.sh
+# systemd-container and debootstrap: the test that boots systemd; tcpdump: the multi-host test
+# that looks for the bytes on the wire.
+SPW_EXTRA_PACKAGES="valgrind chromium systemd-container debootstrap tcpdump" sh deploy/deps.sh
 JOBS=${JOBS:-$(nproc)}
 # run_suite DIR "CTEST ARGS" CMAKE ARGS...
 run_suite() {

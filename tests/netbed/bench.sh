@@ -4,8 +4,12 @@
 # with DELAY ms (default 0.2; needs the kernel's netem, else 0 and said so on stderr).
 #   tests/netbed/bench.sh BIN_DIR        # BIN_DIR: the build's bin/ (daemons, spw-netbed-bench)
 # Prints JSON lines (spillway-bench's conventions):
-#   {"case":"broadcast_hosts","hosts":k,"link_mbit":M,"bytes":B,"seconds":S}   k = 1, 2, 4, 8
-#   {"case":"transfer_hosts","link_mbit":M,"bytes":B,"gbps":G,...}             w2 to w3
+#   {"case":"broadcast_hosts","hosts":k,"encrypt":E,"link_mbit":M,"bytes":B,"seconds":S}
+#                                                                  k = 1, 2, 4, 8
+#   {"case":"transfer_hosts","encrypt":E,"link_mbit":M,"bytes":B,"gbps":G,...}  w2 to w3
+#       E is "no", or "required" for the same cases (8 hosts) on a second cluster whose
+#       daemons and client all run --encrypt required (TLS on every link), started once the
+#       first is stopped; both clusters have the same secret, so only encryption differs
 #   {"case":"tiny_tasks_hosts","hosts":8,"tasks_per_s":R,"delay_ms":D,...}     20,000 noops
 #   {"case":"sort_hosts","hosts":4,"bytes":B,"seconds":S,"limit_s":L,"vs_limit":V,...}
 #       SORT_BYTES (2 GiB) sorted with spillway_shuffle by 4 workers on host2..host5 with the
@@ -19,7 +23,8 @@
 # Every process is stopped by pid at the end, and the bed removed, whatever happens.
 # Environment: RATE, DELAY, REPS (best of, default 3), BYTES (default 64 MiB), TINY (20000),
 # SORT_BYTES, SORT_PARTS (32), SORT_BLOCK (32 MiB), SORT_PLUGIN; CASES (default "all", or
-# "sort" for sort_hosts alone, "plugin" for plugin_first_task alone), PLUGIN_REPS (7).
+# "sort" for sort_hosts alone, "plugin" for plugin_first_task alone, or "encrypt" for
+# broadcast_hosts (8) and transfer_hosts plain then encrypted), PLUGIN_REPS (7).
 set -eu
 [ $# -ge 1 ] || { echo "usage: tests/netbed/bench.sh BIN_DIR" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
@@ -61,47 +66,80 @@ wait_file() {
     done
 }
 
-sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7400 \
-    --port-file "$DIR/sched.port" >"$DIR/sched.out" 2>"$DIR/sched.log" &
-PIDS="$PIDS $!"
-wait_file "$DIR/sched.port"
-i=2
-while [ $i -le $((NW + 1)) ]; do
-    sh "$NETBED" exec "host$i" "$BIN/spillway-worker" --scheduler host1:7400 \
-        --listen "host$i:0" --name "w$i" --slots 1 --store-capacity 512M --spill-dir none \
-        --port-file "$DIR/w$i.port" >"$DIR/w$i.out" 2>"$DIR/w$i.log" &
-    PIDS="$PIDS $!"
-    i=$((i + 1))
-done
-i=2
-while [ $i -le $((NW + 1)) ]; do
-    wait_file "$DIR/w$i.port"
-    i=$((i + 1))
-done
+# A secret for both clusters (the encrypted one needs it; the plain one authenticates alike).
+SECRET="$DIR/secret"
+od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$SECRET"
+chmod 600 "$SECRET"
 
-client() {
-    sh "$NETBED" exec "host$((NW + 2))" "$BIN/spw-netbed-bench" host1:7400 "$@"
-}
-if [ "$CASES" = all ]; then
-    for k in 1 2 4 8; do
-        client broadcast "$k" "$BYTES" "$RATE" "$REPS"
+# start_cluster ENCRYPT: the scheduler on host1:7400 and workers w2..w9, every daemon with
+# --encrypt ENCRYPT; their pids in CLUSTER.
+start_cluster() {
+    CLUSTER=""
+    rm -f "$DIR"/*.port
+    sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7400 --http none \
+        --secret-file "$SECRET" --encrypt "$1" \
+        --port-file "$DIR/sched.port" >"$DIR/sched-$1.out" 2>"$DIR/sched-$1.log" &
+    CLUSTER="$CLUSTER $!"
+    wait_file "$DIR/sched.port"
+    i=2
+    while [ $i -le $((NW + 1)) ]; do
+        sh "$NETBED" exec "host$i" "$BIN/spillway-worker" --scheduler host1:7400 \
+            --listen "host$i:0" --name "w$i" --slots 1 --store-capacity 512M --spill-dir none \
+            --secret-file "$SECRET" --encrypt "$1" \
+            --port-file "$DIR/w$i.port" >"$DIR/w$i-$1.out" 2>"$DIR/w$i-$1.log" &
+        CLUSTER="$CLUSTER $!"
+        i=$((i + 1))
     done
-    client transfer "$BYTES" "$RATE" "$REPS"
-    client tiny "$TINY" "$NW" "$NETBED_DELAY_MS"
-fi
+    PIDS="$PIDS $CLUSTER"
+    i=2
+    while [ $i -le $((NW + 1)) ]; do
+        wait_file "$DIR/w$i.port"
+        i=$((i + 1))
+    done
+}
 
-# plugin_first_task: a scheduler with a secret (uploads need one) on host1:7402, four workers.
+# stop_cluster: SIGTERM to the cluster's daemons by pid, and wait for each.
+stop_cluster() {
+    for p in $CLUSTER; do kill "$p" 2>/dev/null || true; done
+    for p in $CLUSTER; do wait "$p" 2>/dev/null || true; done
+}
+
+# client ENCRYPT ARGS...: spw-netbed-bench on host10 (SPW_ENCRYPT: its --encrypt).
+client() {
+    enc=$1
+    shift
+    SPW_SECRET_FILE="$SECRET" SPW_ENCRYPT="$enc" \
+        sh "$NETBED" exec "host$((NW + 2))" "$BIN/spw-netbed-bench" host1:7400 "$@"
+}
+
+if [ "$CASES" = all ] || [ "$CASES" = encrypt ]; then
+    start_cluster no
+    if [ "$CASES" = all ]; then
+        for k in 1 2 4; do
+            client no broadcast "$k" "$BYTES" "$RATE" "$REPS"
+        done
+    fi
+    client no broadcast "$NW" "$BYTES" "$RATE" "$REPS"
+    client no transfer "$BYTES" "$RATE" "$REPS"
+    [ "$CASES" = encrypt ] || client no tiny "$TINY" "$NW" "$NETBED_DELAY_MS"
+    stop_cluster
+    start_cluster required
+    client required broadcast "$NW" "$BYTES" "$RATE" "$REPS"
+    client required transfer "$BYTES" "$RATE" "$REPS"
+    stop_cluster
+fi
+[ "$CASES" = all ] || [ "$CASES" = sort ] || [ "$CASES" = plugin ] || exit 0
+
+# plugin_first_task: a scheduler with the secret (uploads need one) on host1:7402, four workers.
 plugin_hosts() {
-    head -c 32 /dev/urandom >"$DIR/secret"
-    chmod 600 "$DIR/secret"
     sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7402 --http none \
-        --secret-file "$DIR/secret" --port-file "$DIR/plug-sched.port" \
+        --secret-file "$SECRET" --port-file "$DIR/plug-sched.port" \
         >"$DIR/plug-sched.out" 2>"$DIR/plug-sched.log" &
     PIDS="$PIDS $!"
     wait_file "$DIR/plug-sched.port"
     for i in 2 3 4 5; do
         sh "$NETBED" exec "host$i" "$BIN/spillway-worker" --scheduler host1:7402 \
-            --secret-file "$DIR/secret" --listen "host$i:0" --name "p$i" --slots 1 \
+            --secret-file "$SECRET" --listen "host$i:0" --name "p$i" --slots 1 \
             --store-capacity 256M --spill-dir none --port-file "$DIR/p$i.port" \
             >"$DIR/p$i.out" 2>"$DIR/p$i.log" &
         PIDS="$PIDS $!"
@@ -110,7 +148,7 @@ plugin_hosts() {
         wait_file "$DIR/p$i.port"
     done
     sh "$NETBED" exec "host$((NW + 2))" "$BIN/spillway-bench" --scheduler host1:7402 \
-        --secret-file "$DIR/secret" --repeat "${PLUGIN_REPS:-7}" \
+        --secret-file "$SECRET" --repeat "${PLUGIN_REPS:-7}" \
         --case plugin_first_task
 }
 if [ "$CASES" = all ] || [ "$CASES" = plugin ]; then

@@ -12,6 +12,8 @@
  *                                                      workers; verified against the generator
  *                                                      run here
  *
+ * SPW_SECRET_FILE names the cluster's secret; SPW_ENCRYPT=required (or yes) connects with
+ * --encrypt as the daemons', and broadcast and transfer lines say which ("encrypt").
  * Performance is reported, never asserted: this is not a test.
  */
 #include <stdbool.h>
@@ -143,6 +145,17 @@ int main(int argc, char **argv)
     spillway_opts_init(&o);
     o.name = "spw-netbed-bench";
     o.secret_file = getenv("SPW_SECRET_FILE");
+    const char *enc = getenv("SPW_ENCRYPT");
+    if (enc == NULL || enc[0] == '\0')
+        enc = "no";
+    if (strcmp(enc, "required") == 0)
+        o.encrypt = SPILLWAY_ENCRYPT_REQUIRED;
+    else if (strcmp(enc, "yes") == 0)
+        o.encrypt = SPILLWAY_ENCRYPT_YES;
+    else if (strcmp(enc, "no") != 0) {
+        fprintf(stderr, "spw-netbed-bench: SPW_ENCRYPT must be no, yes or required\n");
+        return 2;
+    }
     spillway *cl;
     check(NULL, "connect", spillway_connect(argv[1], &o, &cl));
     const char *what = argv[2];
@@ -150,15 +163,15 @@ int main(int argc, char **argv)
         unsigned k = (unsigned)atoi(argv[3]);
         size_t bytes = (size_t)strtoull(argv[4], NULL, 10);
         double s = bench_broadcast(cl, k, bytes, atoi(argv[6]));
-        printf("{\"case\":\"broadcast_hosts\",\"hosts\":%u,\"link_mbit\":%s,\"bytes\":%zu,"
-               "\"seconds\":%.4f}\n",
-               k, argv[5], bytes, s);
+        printf("{\"case\":\"broadcast_hosts\",\"hosts\":%u,\"encrypt\":\"%s\",\"link_mbit\":%s,"
+               "\"bytes\":%zu,\"seconds\":%.4f}\n",
+               k, enc, argv[5], bytes, s);
     } else if (strcmp(what, "transfer") == 0 && argc == 6) {
         size_t bytes = (size_t)strtoull(argv[3], NULL, 10);
         double s = bench_transfer(cl, bytes, atoi(argv[5]));
-        printf("{\"case\":\"transfer_hosts\",\"link_mbit\":%s,\"bytes\":%zu,\"gbps\":%.4f,"
-               "\"seconds\":%.4f}\n",
-               argv[4], bytes, (double)bytes * 8 / s / 1e9, s);
+        printf("{\"case\":\"transfer_hosts\",\"encrypt\":\"%s\",\"link_mbit\":%s,\"bytes\":%zu,"
+               "\"gbps\":%.4f,\"seconds\":%.4f}\n",
+               enc, argv[4], bytes, (double)bytes * 8 / s / 1e9, s);
     } else if (strcmp(what, "tiny") == 0 && argc == 6) {
         unsigned n = (unsigned)atoi(argv[3]);
         double s = bench_tiny(cl, n);

@@ -3,7 +3,9 @@
  * workers, w4 listens on 0.0.0.0 and must advertise the address that reaches the scheduler, and
  * w5 listens on [::] and advertises its name. Run as
  *   tests/netbed/netbed.sh run 6 -- tests/netbed/netbed.sh exec host6 test_multihost CASE
- * which is what ctest does; without the bed (no NETBED_PREFIX) every case is skipped. */
+ * which is what ctest does; without the bed (no NETBED_PREFIX) every case is skipped. With
+ * SPW_BED_ENCRYPT=1 (ctest's multihost_enc.CASE) every daemon, client and spillway-ctl of the
+ * case encrypts (--encrypt required); one case captures the bed's wire to check it. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +32,74 @@ static void need_bed(void)
     }
 }
 
+/* With SPW_BED_ENCRYPT=1 in the environment (the multihost_enc.* ctests) every daemon, client
+ * and spillway-ctl of a case runs with --encrypt required: the same cases with every connection
+ * between hosts in TLS (a plaintext peer would be refused). */
+static bool bed_encrypt(void)
+{
+    const char *e = getenv("SPW_BED_ENCRYPT");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
+enum { BED_MAX_ARGS = 24 };
+
+/* args, then --encrypt required when the bed encrypts, into v (NULL-terminated); returns v. */
+static const char *const *bed_args(const char *const *args, const char **v)
+{
+    int n = 0;
+    for (; args != NULL && args[n] != NULL; n++) {
+        assert_true(n < BED_MAX_ARGS - 3);
+        v[n] = args[n];
+    }
+    if (bed_encrypt()) {
+        v[n++] = "--encrypt";
+        v[n++] = "required";
+    }
+    v[n] = NULL;
+    return v;
+}
+
+/* The scheduler on host1, with a secret; the harness's client and spillway-ctl encrypt as it. */
+static h_cluster *bed_sched_start(const char *const *sargs)
+{
+    const char *v[BED_MAX_ARGS];
+    h_cluster *c = h_cluster_start_on("host1", true, bed_args(sargs, v));
+    c->encrypt = bed_encrypt();
+    return c;
+}
+
+static void bed_worker_start(h_cluster *c, const char *host, const char *const *args)
+{
+    const char *v[BED_MAX_ARGS];
+    h_worker_start_on(c, host, bed_args(args, v));
+}
+
+/* Runs spillway-ctl's command cmd (text output) against scheduler addr with secret_file ("" for
+ * none), encrypting when the bed does; its output into *out. */
+static int bed_ctl_text(const char *addr, const char *secret_file, const char *cmd, char **out)
+{
+    const char *argv[10];
+    int n = 0;
+    argv[n++] = h_bin("spillway-ctl");
+    argv[n++] = "--scheduler";
+    argv[n++] = addr;
+    if (secret_file[0] != '\0') {
+        argv[n++] = "--secret-file";
+        argv[n++] = secret_file;
+    }
+    if (bed_encrypt()) {
+        argv[n++] = "--encrypt";
+        argv[n++] = "required";
+    }
+    argv[n++] = cmd;
+    argv[n] = NULL;
+    return h_run(argv, out);
+}
+
 /* The bed's cluster; extra arguments for the scheduler and for every worker. */
 static h_cluster *bed_start(const char *const *sargs, const char *cap, const char *reconnect)
 {
-    h_cluster *c = h_cluster_start_on("host1", true, sargs);
+    h_cluster *c = bed_sched_start(sargs);
     for (int i = 0; i < NW; i++) {
         const char *v[16];
         int n = 0;
@@ -55,7 +121,7 @@ static h_cluster *bed_start(const char *const *sargs, const char *cap, const cha
             v[n++] = "host5";
         }
         v[n] = NULL;
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     return c;
 }
@@ -171,6 +237,14 @@ static void cluster_across_hosts_by_name(void)
     }
     json_decref(st);
 
+    if (bed_encrypt()) {
+        /* The daemons do require TLS: a plaintext client is refused. */
+        spillway_opts o;
+        spillway_opts_init(&o);
+        o.secret_file = c->secret_file;
+        spillway *plain = NULL;
+        assert_int_equal(spillway_connect(c->addr, &o, &plain), SPW_EENCRYPT);
+    }
     spillway *cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
 
@@ -200,10 +274,8 @@ static void cluster_across_hosts_by_name(void)
     assert_true(found);
     assert_int_equal(json_array_size(json_object_get(mem, "nodes")), NW);
     json_decref(mem);
-    const char *text_argv[] = {h_bin("spillway-ctl"), "--scheduler", c->addr, "--secret-file",
-                               c->secret_file,        "memory",      NULL};
     char *text = NULL;
-    assert_int_equal(h_run(text_argv, &text), 0);
+    assert_int_equal(bed_ctl_text(c->addr, c->secret_file, "memory", &text), 0);
     for (int k = 0; k < NW; k++)
         assert_non_null(strstr(text, worker_names[k]));
     free(text);
@@ -400,12 +472,12 @@ static void partition_mid_fetch_fails_over(void)
 {
     need_bed();
     const char *const sargs[] = {"--heartbeat-timeout", "3000", NULL};
-    h_cluster *c = h_cluster_start_on("host1", true, sargs);
+    h_cluster *c = bed_sched_start(sargs);
     for (int i = 0; i < 2; i++) {
         const char *const v[] = {"--name", worker_names[i], "--slots", "1", "--store-capacity",
                                  "128M", "--fetch-stall", "2000", "--reconnect-max", "1000",
                                  NULL};
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     assert_int_equal(netbed("shape", "host2", "40"), 0); /* 32 MiB: about 7 s */
     spillway *cl = e2e_connect(c);
@@ -472,7 +544,8 @@ static void scheduler_restart_on_host1(void)
     assert_int_equal(spillway_put(cl, big, 1u << 20, &r), SPW_ECLOSED);
     free(big);
     spillway_close(cl);
-    h_sched_restart(c, NULL);
+    const char *rv[BED_MAX_ARGS];
+    h_sched_restart(c, bed_args(NULL, rv));
     assert_true(h_eventually(all_registered, c, 10000));
     cl = e2e_connect(c);
     cross_host_transfers_are_exact(cl);
@@ -516,11 +589,20 @@ static void uploaded_plugin_runs_on_every_host(void)
 static void unresolvable_scheduler_name_is_named(void)
 {
     need_bed();
+    /* Encrypting needs a secret before any name is looked up: a cluster's, without daemons. */
+    h_cluster *c = h_cluster_bare();
+    spillway_opts o;
+    spillway_opts_init(&o);
+    if (bed_encrypt()) {
+        snprintf(c->secret_file, sizeof c->secret_file, "%s/secret", c->dir);
+        e2e_write_file(c->secret_file, "e2e-cluster-secret\n", 0600);
+        o.secret_file = c->secret_file;
+        o.encrypt = SPILLWAY_ENCRYPT_REQUIRED;
+    }
     spillway *cl = NULL;
-    assert_int_equal(spillway_connect("host99:7400", NULL, &cl), SPW_ENONAME);
-    const char *argv[] = {h_bin("spillway-ctl"), "--scheduler", "host99:7400", "status", NULL};
+    assert_int_equal(spillway_connect("host99:7400", &o, &cl), SPW_ENONAME);
     char *text = NULL;
-    assert_int_not_equal(h_run(argv, &text), 0);
+    assert_int_not_equal(bed_ctl_text("host99:7400", c->secret_file, "status", &text), 0);
     assert_non_null(strstr(text, "host99:7400"));
     assert_non_null(strstr(text, "host name does not resolve"));
     free(text);
@@ -537,12 +619,12 @@ static uint64_t deal_values(uint32_t i)
 static void shuffle_across_hosts(void)
 {
     need_bed();
-    h_cluster *c = h_cluster_start_on("host1", true, NULL);
+    h_cluster *c = bed_sched_start(NULL);
     for (int i = 0; i < NW; i++) {
         const char *const v[] = {"--name",           worker_names[i], "--slots", "1",
                                  "--store-capacity", "16M",           "--plugin", SPW_SORT_PLUGIN,
                                  NULL};
-        h_worker_start_on(c, worker_hosts[i], v);
+        bed_worker_start(c, worker_hosts[i], v);
     }
     spillway *cl = e2e_connect(c);
     spillway_shuffle_opts o = {0};
@@ -554,6 +636,129 @@ static void shuffle_across_hosts(void)
     E2E_FINISH(c, cl);
 }
 
+/* The full path of program name found in $PATH into out, or false. */
+static bool find_program(const char *name, char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    char dirs[1024];
+    snprintf(dirs, sizeof dirs, "%s", path != NULL ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, cap, "%s/%s", d, name);
+        if (access(out, X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Starts tcpdump on the bed's bridge (in the switch's namespace it sees every host's link),
+ * writing every packet whole to pcap; returns once it reports that it captures. */
+static pid_t capture_start(h_cluster *c, const char *tcpdump, const char *pcap)
+{
+    /* -Z root: it keeps the right to write into the case's root-owned directory. */
+    const char *argv[] = {
+        "/bin/sh", getenv("NETBED"), "exec", "sw",   tcpdump, "-i", "br0", "-n", "-s", "0",
+        "-B",      "32768",          "-Z",   "root", "-w",    pcap, NULL};
+    pid_t pid = h_spawn(c, argv, "tcpdump"); /* ip netns exec execs it: the pid is tcpdump's */
+    h_proc p = {.pid = pid};
+    snprintf(p.log, sizeof p.log, "%s/tcpdump.log", c->dir);
+    if (!e2e_logged(&p, "listening on", 20000)) {
+        h_dump_logs(c);
+        fail_msg("tcpdump never said it was listening");
+    }
+    return pid;
+}
+
+/* Stops tcpdump with SIGINT (it writes out what it holds) and reaps it. */
+static void capture_stop(pid_t pid)
+{
+    assert_int_equal(kill(pid, SIGINT), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("tcpdump ended with wait status %#x", (unsigned)st);
+}
+
+/* How many of the nwin 64-byte runs of pattern, taken every step bytes, the file holds; its
+ * size into *size. */
+static int runs_in_file(const char *path, const uint8_t *pattern, int nwin, size_t step,
+                        size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t cap = 1u << 20, len = 0, n;
+    uint8_t *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    int found = 0;
+    for (int w = 0; w < nwin; w++)
+        found += memmem(buf, len, pattern + (size_t)w * step + 7, 64) != NULL;
+    free(buf);
+    *size = len;
+    fprintf(stderr, "capture %s: %zu bytes, %d of %d runs of the pattern\n", path, len, found,
+            nwin);
+    return found;
+}
+
+/* What crosses the wire: tcpdump on the bed's bridge while a 4 MiB pattern is put from host6
+ * (client to a worker's peer port), read by a task on every worker host (worker to worker) and
+ * got back. In the clear the capture must hold runs of the pattern (the control: the search
+ * finds what is there); encrypted (multihost_enc), none of them. */
+static void wire_capture_holds_the_pattern_only_in_the_clear(void)
+{
+    need_bed();
+    char tcpdump[512];
+    if (geteuid() != 0 || !find_program("tcpdump", tcpdump, sizeof tcpdump)) {
+        /* Status 77: ctest reports the case skipped, with this reason. */
+        fprintf(stderr, "SKIP: %s\n",
+                geteuid() != 0 ? "capturing needs root" : "no tcpdump (apt-get install tcpdump)");
+        exit(77);
+    }
+    h_cluster *c = bed_start(NULL, "64M", "30000");
+    spillway *cl = e2e_connect(c);
+    enum { SIZE = 4u << 20, NWIN = 64 };
+    uint8_t *data = malloc(SIZE);
+    uint64_t x = 0x9E3779B97F4A7C15ull; /* xorshift64: no run repeats, none is common */
+    for (size_t i = 0; i < SIZE; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data[i] = (uint8_t)(x >> 24);
+    }
+    char pcap[512];
+    snprintf(pcap, sizeof pcap, "%s/wire.pcap", c->dir);
+    pid_t cap = capture_start(c, tcpdump, pcap);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, data, SIZE, &r), 0);
+    uint64_t want = XXH3_64bits(data, SIZE);
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(checksum_on(cl, r, worker_names[i]), want);
+    void *back;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 60000, &back, &len), 0);
+    assert_int_equal(len, SIZE);
+    assert_memory_equal(back, data, SIZE);
+    spillway_free(back);
+    capture_stop(cap);
+    size_t captured;
+    int found = runs_in_file(pcap, data, NWIN, SIZE / NWIN, &captured);
+    /* The put, three fetches and the get crossed the bridge, five copies: the capture holds
+     * at least four (tcpdump may stop before reading the last packets the kernel holds). */
+    assert_true(captured >= 4 * (size_t)SIZE);
+    if (bed_encrypt())
+        assert_int_equal(found, 0);
+    else
+        assert_true(found >= NWIN / 2);
+    free(data);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(cluster_across_hosts_by_name),
     H_CASE(spilling_job_across_hosts),
@@ -563,6 +768,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(unresolvable_scheduler_name_is_named),
     H_CASE(uploaded_plugin_runs_on_every_host),
     H_CASE(shuffle_across_hosts),
+    H_CASE(wire_capture_holds_the_pattern_only_in_the_clear),
 };
 
 SPW_TEST_MAIN(tests)
