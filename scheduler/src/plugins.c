@@ -132,6 +132,16 @@ static void check_start(sched *s, sched_plugin *p)
         check_fail(s, p, SPW_EOBJLOST, "no connected worker holds its bytes");
         return;
     }
+    bool unknown = false;
+    for (uint32_t i = 0; w == NULL && i < s->nworkers; i++)
+        unknown = unknown || !s->workers[i]->plugins_known;
+    if (w == NULL && unknown) {
+        /* Workers that just joined have not said yet whether they run uploads. */
+        p->check_req = 0;
+        p->check_deferred = true;
+        return;
+    }
+    p->check_deferred = false;
     if (w == NULL) {
         check_fail(s, p, SPW_ENOWORKER,
                    "no connected worker runs uploaded plugins (all have --allow-plugin-upload "
@@ -291,6 +301,16 @@ void sched__plugins_session_gone(sched *s, sched_session *ss)
     }
 }
 
+/* Checks that waited for workers to say whether they run uploads: started, or refused once
+ * every worker has said. */
+static void plugins_deferred(sched *s)
+{
+    sched_plugin *p, *tmp;
+    HASH_ITER(hh, s->plugins, p, tmp)
+    if (p->check_deferred)
+        check_start(s, p);
+}
+
 void sched__plugins_worker_gone(sched *s, sched_worker *w)
 {
     if (w->runs_uploads)
@@ -306,6 +326,8 @@ void sched__plugins_worker_gone(sched *s, sched_worker *w)
             check_start(s, p); /* another copy, or a refusal */
         }
     }
+    w->plugins_known = true; /* gone: it will not say */
+    plugins_deferred(s);
 }
 
 int sched__plugin_for_task(sched *s, const uint8_t *fn, size_t len, sched_plugin **out, char *err,
@@ -394,6 +416,7 @@ void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
         x->uploaded = r[R_PLUG_UPLOADED].u != 0;
     }
     w->nplugins = n;
+    w->plugins_known = true;
     bool runs = m->f[F_WPLUG_NO_UPLOADS].u == 0;
     if (runs != w->runs_uploads) {
         w->runs_uploads = runs;
@@ -403,6 +426,7 @@ void sched__worker_plugins(sched *s, sched_worker *w, const proto_msg *m)
             s->upload_workers--;
         sched__kick(s); /* tasks of uploaded plugins may go there now */
     }
+    plugins_deferred(s);
 }
 
 static void put_splug(proto_enc *e, uint32_t i, void *arg)

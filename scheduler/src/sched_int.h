@@ -380,6 +380,8 @@ typedef struct sched_plugin {
     sched_plugin_waiter *waiters;
     uint32_t nwaiters, capwaiters;
     uint64_t check_req;    /* its PLUGIN_CHECK under way (0: none) */
+    bool check_deferred;   /* no worker known to run uploads yet, but some have not said:
+                              checked when one does (sched__worker_plugins) */
     uint32_t check_worker; /* the worker asked */
 } sched_plugin;
 
@@ -405,6 +407,7 @@ struct sched_worker {
     uint32_t nplugins;
     bool runs_uploads; /* its WORKER_PLUGINS came and said it runs uploaded plugins: counted in
                           s->upload_workers; until then tasks of those are not placed here */
+    bool plugins_known; /* its first WORKER_PLUGINS came (whether it runs uploads is known) */
     /* Draining (drain.c): 0, PROTO_WSTATE_DRAINING or PROTO_WSTATE_DRAINED. */
     uint8_t drain;
     bool drain_pumping;
