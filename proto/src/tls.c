@@ -3,8 +3,9 @@
  * pre-shared key derived from the cluster secret (HKDF-SHA256), so no certificate is needed and
  * a peer without the secret cannot finish the handshake. OpenSSL runs over two memory BIOs:
  * ciphertext read from the socket goes into the read BIO and SSL_read puts plaintext where
- * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written when flushed
- * and the write BIO's ciphertext is written from c->wire. Only this file speaks OpenSSL.
+ * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written a slice at a
+ * time when flushed and the write BIO's ciphertext is written from c->wire. Only this file
+ * speaks OpenSSL.
  * The accepting side decides TLS or plaintext by the peer's first byte (conn__tls_detect); the
  * HMAC handshake of auth.c then runs inside TLS unchanged. Everything runs on the loop's thread;
  * ctx->tls_rbuf is shared by a ctx's connections because a read is fed to TLS before the next.
@@ -130,9 +131,12 @@ int conn__tls_ctx_init(proto_ctx *ctx)
     /* No tickets: every connection authenticates with the cluster key, none resumes. Kernel
      * TLS (SSL_OP_ENABLE_KTLS) is not asked for: it works on socket BIOs, not memory ones. */
     SSL_CTX_set_options(sc, SSL_OP_NO_TICKET);
-    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them: an
-     * idle or stalled peer (one that never finishes its handshake) holds its SSL object only. */
-    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS);
+    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them until
+     * its handshake is done: a stalled peer (one that never finishes it) holds its SSL object
+     * only. A peer past it has the key: its buffers are kept (conn__tls_pump). Partial writes
+     * let a slice end inside a buffer. */
+    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                             SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_app_data(sc, ctx);
     SSL_CTX_set_psk_use_session_callback(sc, psk_use);
     SSL_CTX_set_psk_find_session_callback(sc, psk_find);
@@ -332,6 +336,7 @@ void conn__tls_pump(proto_conn *c)
             }
         } else {
             t->up = true;
+            SSL_clear_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
             spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer,
                     SSL_get_cipher_name(t->ssl));
             if (c->server)
@@ -421,26 +426,36 @@ void conn__tls_detect(proto_conn *c)
     conn__process_input(c);
 }
 
-int conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs)
+ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
+                          size_t *off)
 {
-    for (size_t i = 0; i < nbufs; i++) {
-        const char *p = bufs[i].base;
-        size_t left = bufs[i].len;
-        while (left > 0) {
-            int n = left > (1u << 30) ? (1 << 30) : (int)left;
-            ERR_clear_error();
-            int r = SSL_write(c->tls->ssl, p, n);
-            if (r <= 0) {
-                char why[256];
-                spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
-                        tls_reason(why, sizeof why));
-                return SPW_ETLS;
-            }
-            p += r;
-            left -= (size_t)r;
+    /* SSL_write_ex straight from the queued buffers: a record (up to 16 KiB) at a time into the
+     * write BIO, which is emptied before each slice, so its memory is reused, never regrown. */
+    size_t taken = 0;
+    while (*i < nbufs) {
+        size_t pending = BIO_ctrl_pending(c->tls->wbio);
+        if (pending >= CONN_TLS_SLICE)
+            break;
+        size_t left = bufs[*i].len - *off;
+        size_t n = CONN_TLS_SLICE - pending;
+        if (n > left)
+            n = left;
+        size_t done = 0;
+        ERR_clear_error();
+        if (n > 0 && !SSL_write_ex(c->tls->ssl, bufs[*i].base + *off, n, &done)) {
+            char why[256];
+            spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
+                    tls_reason(why, sizeof why));
+            return SPW_ETLS;
+        }
+        taken += done;
+        *off += done;
+        if (*off == bufs[*i].len) {
+            (*i)++;
+            *off = 0;
         }
     }
-    return 0;
+    return (ssize_t)taken;
 }
 
 size_t conn__tls_take(proto_conn *c)
