@@ -212,6 +212,7 @@ struct proto_ctx {
     struct ssl_ctx_st *tls;      /* OpenSSL's SSL_CTX when opts.encrypt != NO, else NULL */
     uint8_t *tls_rbuf;           /* ciphertext read from a socket, fed to TLS at once */
     uint8_t tls_psk[32];         /* the pre-shared key: HKDF-SHA256 of the secret */
+    bool tls_certs;              /* TLS authenticates with certificates (opts.tls_*), not tls_psk */
 };
 
 /* A host-name lookup for a connection; separate from it, since a connection closed meanwhile
