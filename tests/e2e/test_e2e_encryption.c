@@ -237,15 +237,20 @@ static int raw_connect(const char *addr)
 
 /* Connect, send half a ClientHello, hang up: the scheduler logs the cut-off handshake and
  * serves the next client. */
-static void truncated_handshake_is_dropped(void)
+static void assert_truncated_handshake_dropped(h_cluster *c)
 {
-    h_cluster *c = encrypted_cluster(1);
     uint8_t hello[4096];
     size_t len = client_hello(hello, sizeof hello);
     int s = raw_connect(c->addr);
     assert_int_equal(send(s, hello, len / 2, MSG_NOSIGNAL), (ssize_t)(len / 2));
     close(s);
     assert_log_eventually(&c->sched, "TLS handshake incomplete");
+}
+
+static void truncated_handshake_is_dropped(void)
+{
+    h_cluster *c = encrypted_cluster(1);
+    assert_truncated_handshake_dropped(c);
     spillway *cl = e2e_connect(c);
     e2e_client_works(cl);
     E2E_FINISH(c, cl);
@@ -477,9 +482,8 @@ static void peer_without_certificate_is_refused(void)
 
 /* A downgrade: a ClientHello offering TLS 1.2 at most gets a protocol_version alert, the
  * scheduler naming the protocol. */
-static void tls12_client_hello_is_refused(void)
+static void assert_tls12_refused(h_cluster *c)
 {
-    h_cluster *c = cert_cluster();
     uint8_t hello[4096];
     size_t len = client_hello_max(hello, sizeof hello, TLS1_2_VERSION);
     int s = raw_connect(c->addr);
@@ -500,6 +504,30 @@ static void tls12_client_hello_is_refused(void)
         found = reply[i] == 0x15 && reply[i + 1] == 0x03 && memcmp(reply + i + 3, alert, 4) == 0;
     assert_true(found);
     assert_log_eventually(&c->sched, "unsupported protocol");
+}
+
+static void tls12_client_hello_is_refused(void)
+{
+    h_cluster *c = cert_cluster();
+    assert_tls12_refused(c);
+    cert_cluster_serves(c);
+}
+
+/* The same where the secret's key is the TLS key. */
+static void tls12_client_hello_is_refused_with_the_secret_key(void)
+{
+    h_cluster *c = encrypted_cluster(1);
+    assert_tls12_refused(c);
+    spillway *cl = e2e_connect(c);
+    e2e_client_works(cl);
+    E2E_FINISH(c, cl);
+}
+
+/* Half a handshake, then the end: dropped where certificates are asked for too. */
+static void truncated_handshake_is_dropped_with_certificates(void)
+{
+    h_cluster *c = cert_cluster();
+    assert_truncated_handshake_dropped(c);
     cert_cluster_serves(c);
 }
 
@@ -543,6 +571,8 @@ static const struct CMUnitTest tests[] = {
     H_CASE(server_certificate_of_another_name_is_refused),
     H_CASE(peer_without_certificate_is_refused),
     H_CASE(tls12_client_hello_is_refused),
+    H_CASE(tls12_client_hello_is_refused_with_the_secret_key),
+    H_CASE(truncated_handshake_is_dropped_with_certificates),
     H_CASE(unreadable_certificate_stops_the_daemon),
 };
 
