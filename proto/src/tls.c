@@ -151,9 +151,12 @@ int conn__tls_ctx_init(proto_ctx *ctx)
     int nfiles = (o->tls_cert != NULL) + (o->tls_key != NULL) + (o->tls_ca != NULL);
     int rc = 0;
     if (nfiles > 0 && nfiles < 3) {
-        spw_log(SPW_LOG_ERR, "tls: tls-cert, tls-key and tls-ca go together (mutual TLS); %s is "
-                             "missing",
-                o->tls_cert == NULL ? "tls-cert" : o->tls_key == NULL ? "tls-key" : "tls-ca");
+        spw_log(SPW_LOG_ERR,
+                "tls: tls-cert, tls-key and tls-ca go together (mutual TLS); %s is "
+                "missing",
+                o->tls_cert == NULL  ? "tls-cert"
+                : o->tls_key == NULL ? "tls-key"
+                                     : "tls-ca");
         rc = SPW_EINVAL;
     } else if (nfiles == 3 && o->encrypt == PROTO_ENCRYPT_NO) {
         spw_log(SPW_LOG_ERR, "tls: certificates (tls-cert) are for encryption: set encrypt to "
@@ -260,8 +263,7 @@ static int peer_name_expect(proto_conn *c, SSL *ssl)
 {
     spw_addr a;
     if (spw_addr_parse(c->peer, -1, &a) != 0) {
-        spw_log(SPW_LOG_ERR, "peer=%s tls: no host name to check its certificate against",
-                c->peer);
+        spw_log(SPW_LOG_ERR, "peer=%s tls: no host name to check its certificate against", c->peer);
         return SPW_ETLS;
     }
     X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
@@ -373,8 +375,9 @@ static void tls_fail(proto_conn *c, int err)
 
 /* Client, before the server's first TLS byte: the plaintext CHALLENGE every server sends on
  * accept is skipped (a frame before the handshake is under 4 KiB, so its length starts with a
- * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt refusing our ClientHello) is
- * reported as a refusal. Consumes c->in; false when c was closed or more bytes are needed. */
+ * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt
+ * refusing our ClientHello) is reported as a refusal. Consumes c->in; false when c was closed or
+ * more bytes are needed. */
 static bool skip_plain(proto_conn *c)
 {
     conn_tls *t = c->tls;
@@ -447,8 +450,7 @@ void conn__tls_pump(proto_conn *c)
         } else {
             t->up = true;
             SSL_clear_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
-            spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer,
-                    SSL_get_cipher_name(t->ssl));
+            spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer, SSL_get_cipher_name(t->ssl));
             if (c->server)
                 conn__send_challenge(c); /* the handshake proper starts inside TLS */
             else if (c->out.buf.len > 0 || c->out.nb > 0)
@@ -536,8 +538,7 @@ void conn__tls_detect(proto_conn *c)
     conn__process_input(c);
 }
 
-ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
-                          size_t *off)
+ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i, size_t *off)
 {
     /* SSL_write_ex straight from the queued buffers: a record (up to 16 KiB) at a time into the
      * write BIO, which is emptied before each slice, so its memory is reused, never regrown. */

@@ -85,8 +85,9 @@ int spw_opt_tls_check(const spw_opt_val v[3], uint64_t encrypt)
         }
     }
     if (encrypt == 0) {
-        spw_opt_error(v[0].at, key[0], "certificates are for encryption: needs --encrypt yes or "
-                                       "required");
+        spw_opt_error(v[0].at, key[0],
+                      "certificates are for encryption: needs --encrypt yes or "
+                      "required");
         return SPW_EINVAL;
     }
     for (int i = 0; i < 3; i++) {
