@@ -9,7 +9,7 @@
  * server (the bytes are a client's: ClientHello and on), 1 = we are the client (the bytes are a
  * server's: its CHALLENGE, ServerHello and on). Bit 1: the encrypt mode is yes (plaintext peers
  * accepted) instead of required. The peer's side is shut after its bytes; the connection must
- * then close (checked), by a refusal, the end of the bytes or the handshake's deadline.
+ * then close, by a refusal or the end of the bytes.
  *
  * Seeds (corpus/tls_handshake, captured once by hand) hold real first flights: spillway-ctl's
  * ClientHello with this target's secret as key, other TLS 1.3 and TLS 1.2-only ClientHellos, a
@@ -76,10 +76,16 @@ static int raw_socket(void)
     return s;
 }
 
+/* A fresh loopback address for each connection (127.0.0.0/8 is all ours): the connections a
+ * campaign leaves in TIME_WAIT, thousands a second, are spread over many addresses instead of
+ * using up the ports of 127.0.0.1, which everything else on the host shares. */
 static struct sockaddr_in loopback(int port)
 {
+    static uint32_t next;
+    uint32_t host = next++ % (254u * 256u * 200u);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_addr.s_addr = htonl(127u << 24 | (2 + host / (254u * 256u)) << 16 |
+                               (host / 254u % 256u) << 8 | (1 + host % 254u));
     return sa;
 }
 
@@ -99,12 +105,16 @@ static void peer_send(int s, const uint8_t *p, size_t n)
 static void run_server(proto_ctx *ctx, const uint8_t *p, size_t n)
 {
     proto_listener *l = NULL;
-    char bound[64];
-    if (proto_listen(ctx, "127.0.0.1:0", &g_cbs, NULL, &l, bound, sizeof bound) != 0)
+    char at[32], bound[64];
+    struct sockaddr_in sa = loopback(0), from = loopback(0);
+    inet_ntop(AF_INET, &sa.sin_addr, at, sizeof at);
+    strcat(at, ":0");
+    if (proto_listen(ctx, at, &g_cbs, NULL, &l, bound, sizeof bound) != 0)
         fail("proto_listen");
+    sa.sin_port = htons((uint16_t)port_of(bound));
     int s = raw_socket();
-    struct sockaddr_in sa = loopback(port_of(bound));
-    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0)
+    if (bind(s, (struct sockaddr *)&from, sizeof from) != 0 ||
+        connect(s, (struct sockaddr *)&sa, sizeof sa) != 0)
         fail("connect");
     peer_send(s, p, n);
     while (!g_closed)
@@ -122,7 +132,8 @@ static void run_client(proto_ctx *ctx, const uint8_t *p, size_t n)
         getsockname(ls, (struct sockaddr *)&sa, &len) != 0)
         fail("listen");
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
+    snprintf(addr + strlen(addr), sizeof addr - strlen(addr), ":%d", ntohs(sa.sin_port));
     if (proto_connect(ctx, addr, &g_cbs, NULL, NULL) != 0)
         fail("proto_connect");
     int s = accept(ls, NULL, NULL);
