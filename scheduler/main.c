@@ -99,6 +99,11 @@ int main(int argc, char **argv)
     }
     so.encrypt = (int)v[SOPT_ENCRYPT].u;
     so.encrypt_local = v[SOPT_ENCRYPT_LOCAL].u != 0;
+    if (spw_opt_tls_check(&v[SOPT_TLS_CERT], v[SOPT_ENCRYPT].u) != 0)
+        goto out;
+    so.tls_cert = v[SOPT_TLS_CERT].set ? v[SOPT_TLS_CERT].str : NULL;
+    so.tls_key = v[SOPT_TLS_KEY].set ? v[SOPT_TLS_KEY].str : NULL;
+    so.tls_ca = v[SOPT_TLS_CA].set ? v[SOPT_TLS_CA].str : NULL;
     if (so.encrypt != PROTO_ENCRYPT_NO && secret_file == NULL) {
         spw_opt_error(v[SOPT_ENCRYPT].at, "encrypt",
                       "%s needs --secret-file (the key is made from the cluster secret)",
@@ -165,6 +170,9 @@ int main(int argc, char **argv)
                             secret_len,
                             so.encrypt,
                             so.encrypt_local,
+                            so.tls_cert,
+                            so.tls_key,
+                            so.tls_ca,
                             (uint32_t)v[SOPT_HTTP_SAMPLE].u,
                             (uint32_t)v[SOPT_HTTP_HISTORY].u,
                             http_token_always,

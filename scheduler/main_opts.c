@@ -156,6 +156,9 @@ static const spw_opt rows[SOPT_COUNT] = {
                               .help = "largest plugin a client may add"},
     [SOPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(CONF),
     [SOPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(CONF),
+    [SOPT_TLS_CERT] = SPW_OPT_ROW_TLS_CERT(CONF),
+    [SOPT_TLS_KEY] = SPW_OPT_ROW_TLS_KEY(CONF),
+    [SOPT_TLS_CA] = SPW_OPT_ROW_TLS_CA(CONF),
     [SOPT_VERSION] = SPW_OPT_ROW_VERSION,
     [SOPT_HELP] = SPW_OPT_ROW_HELP,
 };

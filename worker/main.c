@@ -278,6 +278,11 @@ int main(int argc, char **argv)
         goto out;
     wo.encrypt = (int)v[WOPT_ENCRYPT].u;
     wo.encrypt_local = v[WOPT_ENCRYPT_LOCAL].u != 0;
+    if (spw_opt_tls_check(&v[WOPT_TLS_CERT], v[WOPT_ENCRYPT].u) != 0)
+        goto out;
+    wo.tls_cert = v[WOPT_TLS_CERT].set ? v[WOPT_TLS_CERT].str : NULL;
+    wo.tls_key = v[WOPT_TLS_KEY].set ? v[WOPT_TLS_KEY].str : NULL;
+    wo.tls_ca = v[WOPT_TLS_CA].set ? v[WOPT_TLS_CA].str : NULL;
     if (wo.encrypt != PROTO_ENCRYPT_NO && !v[WOPT_SECRET_FILE].set) {
         spw_opt_error(v[WOPT_ENCRYPT].at, "encrypt",
                       "%s needs --secret-file (the key is made from the cluster secret)",

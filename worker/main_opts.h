@@ -42,6 +42,9 @@ enum wrk_opt {
     WOPT_LOG_LEVEL,
     WOPT_ENCRYPT,
     WOPT_ENCRYPT_LOCAL,
+    WOPT_TLS_CERT,
+    WOPT_TLS_KEY,
+    WOPT_TLS_CA,
     WOPT_VERSION,
     WOPT_HELP,
     WOPT_COUNT

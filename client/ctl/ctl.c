@@ -537,6 +537,11 @@ static int run(const spw_opts *po)
         o.secret_file = v[COPT_SECRET_FILE].str;
     o.encrypt = (int)v[COPT_ENCRYPT].u;
     o.encrypt_local = v[COPT_ENCRYPT_LOCAL].u != 0;
+    if (spw_opt_tls_check(&v[COPT_TLS_CERT], v[COPT_ENCRYPT].u) != 0)
+        return 2;
+    o.tls_cert = v[COPT_TLS_CERT].set ? v[COPT_TLS_CERT].str : NULL;
+    o.tls_key = v[COPT_TLS_KEY].set ? v[COPT_TLS_KEY].str : NULL;
+    o.tls_ca = v[COPT_TLS_CA].set ? v[COPT_TLS_CA].str : NULL;
     int json = v[COPT_JSON].set, timeout = (int)v[COPT_TIMEOUT].u;
     int argc = po->argc, c;
     char **argv = po->argv;

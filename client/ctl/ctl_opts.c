@@ -27,6 +27,9 @@ static const spw_opt rows[COPT_COUNT] = {
                       .help = "give up after this long"},
     [COPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(0),
     [COPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(0),
+    [COPT_TLS_CERT] = SPW_OPT_ROW_TLS_CERT(0),
+    [COPT_TLS_KEY] = SPW_OPT_ROW_TLS_KEY(0),
+    [COPT_TLS_CA] = SPW_OPT_ROW_TLS_CA(0),
     [COPT_VERSION] = SPW_OPT_ROW_VERSION,
     [COPT_HELP] = SPW_OPT_ROW_HELP,
 };

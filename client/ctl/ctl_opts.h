@@ -14,6 +14,9 @@ enum ctl_opt {
     COPT_TIMEOUT,
     COPT_ENCRYPT,
     COPT_ENCRYPT_LOCAL,
+    COPT_TLS_CERT,
+    COPT_TLS_KEY,
+    COPT_TLS_CA,
     COPT_VERSION,
     COPT_HELP,
     COPT_COUNT

@@ -592,6 +592,9 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     po.secret_len = secret_len;
     po.encrypt = o->encrypt;
     po.encrypt_local = o->encrypt_local != 0;
+    po.tls_cert = o->tls_cert;
+    po.tls_key = o->tls_key;
+    po.tls_ca = o->tls_ca;
     int rc = proto_ctx_new(&c->loop, &po, &c->ctx);
     spw_free(secret);
     if (rc == SPW_EINVAL && o->encrypt != SPILLWAY_ENCRYPT_NO && secret == NULL) {

@@ -37,7 +37,8 @@
 #define ZONE_PREAUTH 1024u       /* before the handshake: made per frame, this small */
 /* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
 #define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
-#define CONN_TLS_RBUF (64u << 10) /* ciphertext read at once from a TLS connection's socket */
+#define CONN_TLS_RBUF (256u << 10) /* ciphertext read at once from a TLS connection's socket */
+#define CONN_TLS_SLICE (256u << 10) /* ciphertext per write: encrypted while the last is sent */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -156,6 +157,9 @@ struct proto_conn {
     size_t queued;
     uv_buf_t *wbufs;
     size_t wbufs_cap;
+    /* TLS: wout's plaintext is encrypted a slice per write; wbufs[wenc_i] + wenc_off is where
+     * the next slice starts, of wenc_n buffers (0: none left, wout is released). */
+    size_t wenc_i, wenc_off, wenc_n;
     union { /* a connection connects before it writes, so one request's memory serves both */
         uv_write_t wreq;
         uv_connect_t creq;
@@ -209,6 +213,7 @@ struct proto_ctx {
     struct ssl_ctx_st *tls;      /* OpenSSL's SSL_CTX when opts.encrypt != NO, else NULL */
     uint8_t *tls_rbuf;           /* ciphertext read from a socket, fed to TLS at once */
     uint8_t tls_psk[32];         /* the pre-shared key: HKDF-SHA256 of the secret */
+    bool tls_certs;              /* TLS authenticates with certificates (opts.tls_*), not tls_psk */
 };
 
 /* A host-name lookup for a connection; separate from it, since a connection closed meanwhile
@@ -281,8 +286,11 @@ void conn__tls_read(proto_conn *c, const uint8_t *p, size_t n);
 /* Decrypts what TLS holds already (after a pause). */
 void conn__tls_pump(proto_conn *c);
 bool conn__tls_up(const proto_conn *c);
-/* Encrypts nbufs plaintext buffers into TLS's output. @return 0 or SPW_ETLS. */
-int conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs);
+/* Encrypts plaintext from bufs[*i] + *off on, until TLS holds about CONN_TLS_SLICE bytes of
+ * ciphertext or bufs[nbufs - 1] is done; moves *i and *off past it. @return the plaintext bytes
+ * taken, or SPW_ETLS. */
+ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
+                          size_t *off);
 /* Moves the ciphertext waiting to go out into c->wire. @return its length. */
 size_t conn__tls_take(proto_conn *c);
 void conn__tls_free(proto_conn *c);

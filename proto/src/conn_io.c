@@ -252,8 +252,10 @@ static void write_finished(proto_conn *c)
     /* Output buffers are kept for the traffic that follows the handshake; before it, an
      * unauthenticated peer holds none between writes. */
     bool keep = c->state == ST_READY;
-    conn__outq_release(&c->wout, keep);
-    if (!keep) {
+    bool more = c->wenc_n > 0; /* TLS: wout has plaintext left to encrypt */
+    if (!more)
+        conn__outq_release(&c->wout, keep);
+    if (!keep && !more) {
         spw_free(c->wbufs);
         c->wbufs = NULL;
         c->wbufs_cap = 0;
@@ -268,7 +270,7 @@ static void write_finished(proto_conn *c)
         conn__do_close(c);
         return;
     }
-    if (c->out.buf.len > 0 || c->out.nb > 0)
+    if (more || c->out.buf.len > 0 || c->out.nb > 0)
         conn__mark_dirty(c);
     if (c->above_hwm && c->queued < OUT_LOW_WATER) {
         c->above_hwm = false;
@@ -282,6 +284,7 @@ static void write_cb(uv_write_t *req, int status)
     proto_conn *c = req->data;
     c->writing = false;
     if (status < 0) {
+        c->wenc_n = 0;
         conn__outq_release(&c->wout, true);
         c->queued -= c->wout_queued;
         c->wout_queued = 0;
@@ -298,6 +301,7 @@ static void write_cb(uv_write_t *req, int status)
 /* A write failed at once: what it carried is dropped and the connection closed. */
 static void write_failed(proto_conn *c, int rc)
 {
+    c->wenc_n = 0;
     conn__outq_release(&c->wout, true);
     c->queued -= c->wout_queued;
     c->wout_queued = 0;
@@ -360,26 +364,37 @@ static size_t outq_bufs(proto_conn *c, const outq *q)
     return nbufs;
 }
 
-/* Under TLS the queued frames are encrypted at once (their buffers, borrowed ones too, are
- * released then) and the ciphertext, with whatever the handshake has to say, is written from
- * c->wire. Frames wait while the TLS handshake runs. */
+/* Under TLS the queued frames are encrypted a slice at a time (CONN_TLS_SLICE of ciphertext per
+ * write, so the ciphertext stays a cache-sized buffer however much is queued); the plaintext of
+ * each slice leaves c->queued when its write finishes, and wout (borrowed buffers too) is
+ * released once all of it is encrypted. The ciphertext, with whatever the handshake has to
+ * say, is written from c->wire. Frames wait while the TLS handshake runs. */
 static void flush_tls(proto_conn *c)
 {
     size_t plain = 0;
-    if (conn__tls_up(c) && (c->out.buf.len > 0 || c->out.nb > 0)) {
-        conn__batch_close(c);
-        size_t nbufs = outq_bufs(c, &c->out);
-        plain = c->out.buf.len + c->out.borrowed_bytes;
-        int rc = conn__tls_encrypt(c, c->wbufs, nbufs);
-        outq tmp = c->wout;
-        c->wout = c->out;
-        c->out = tmp;
-        c->wout_queued = plain;
-        if (rc < 0) {
-            write_failed(c, rc);
-            return;
+    if (conn__tls_up(c)) {
+        if (c->wenc_n == 0 && (c->out.buf.len > 0 || c->out.nb > 0)) {
+            conn__batch_close(c);
+            outq tmp = c->wout;
+            c->wout = c->out;
+            c->out = tmp;
+            c->wenc_n = outq_bufs(c, &c->wout);
+            c->wenc_i = 0;
+            c->wenc_off = 0;
         }
-        conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
+        if (c->wenc_n > 0) {
+            ssize_t n = conn__tls_encrypt(c, c->wbufs, c->wenc_n, &c->wenc_i, &c->wenc_off);
+            if (n < 0) {
+                c->wout_queued = 0;
+                write_failed(c, (int)n);
+                return;
+            }
+            plain = (size_t)n;
+            if (c->wenc_i == c->wenc_n) {
+                c->wenc_n = 0;
+                conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
+            }
+        }
     }
     size_t len = conn__tls_take(c);
     if (len == 0)

@@ -3,8 +3,9 @@
  * pre-shared key derived from the cluster secret (HKDF-SHA256), so no certificate is needed and
  * a peer without the secret cannot finish the handshake. OpenSSL runs over two memory BIOs:
  * ciphertext read from the socket goes into the read BIO and SSL_read puts plaintext where
- * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written when flushed
- * and the write BIO's ciphertext is written from c->wire. Only this file speaks OpenSSL.
+ * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written a slice at a
+ * time when flushed and the write BIO's ciphertext is written from c->wire. Only this file
+ * speaks OpenSSL.
  * The accepting side decides TLS or plaintext by the peer's first byte (conn__tls_detect); the
  * HMAC handshake of auth.c then runs inside TLS unchanged. Everything runs on the loop's thread;
  * ctx->tls_rbuf is shared by a ctx's connections because a read is fed to TLS before the next.
@@ -12,10 +13,12 @@
 #include "conn_int.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/kdf.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #define TLS_RECORD_BYTE 0x16 /* a TLS handshake record; a frame's length starts with 0x00 */
 
@@ -104,18 +107,74 @@ static int derive_key(const proto_ctx *ctx, const char *label, uint8_t *out, siz
     return ok == 1 ? 0 : SPW_ETLS;
 }
 
+/* A file an option names must be readable: else the option, the file and the cause are logged. */
+static int cert_file_readable(const char *opt, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        spw_log(SPW_LOG_ERR, "tls: cannot read %s %s: %s", opt, path, strerror(errno));
+        return SPW_ETLS;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Certificate mode: our certificate and key, and the CA both ends' certificates must come from;
+ * a peer without a certificate is refused. Logs what is wrong with which file. */
+static int certs_load(const proto_ctx_opts *o, SSL_CTX *sc)
+{
+    char why[256];
+    if (cert_file_readable("tls-cert", o->tls_cert) != 0 ||
+        cert_file_readable("tls-key", o->tls_key) != 0 ||
+        cert_file_readable("tls-ca", o->tls_ca) != 0)
+        return SPW_ETLS;
+    const char *bad = NULL, *file = NULL;
+    if (SSL_CTX_use_certificate_chain_file(sc, o->tls_cert) != 1)
+        bad = "tls-cert", file = o->tls_cert;
+    else if (SSL_CTX_use_PrivateKey_file(sc, o->tls_key, SSL_FILETYPE_PEM) != 1)
+        bad = "tls-key", file = o->tls_key;
+    else if (SSL_CTX_check_private_key(sc) != 1)
+        bad = "tls-key (it does not match tls-cert)", file = o->tls_key;
+    else if (SSL_CTX_load_verify_locations(sc, o->tls_ca, NULL) != 1)
+        bad = "tls-ca", file = o->tls_ca;
+    if (bad != NULL) {
+        spw_log(SPW_LOG_ERR, "tls: cannot use %s %s: %s", bad, file, tls_reason(why, sizeof why));
+        return SPW_ETLS;
+    }
+    SSL_CTX_set_verify(sc, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    return 0;
+}
+
 int conn__tls_ctx_init(proto_ctx *ctx)
 {
-    if (ctx->opts.encrypt == PROTO_ENCRYPT_NO)
-        return 0;
+    proto_ctx_opts *o = &ctx->opts;
+    int nfiles = (o->tls_cert != NULL) + (o->tls_key != NULL) + (o->tls_ca != NULL);
+    int rc = 0;
+    if (nfiles > 0 && nfiles < 3) {
+        spw_log(SPW_LOG_ERR,
+                "tls: tls-cert, tls-key and tls-ca go together (mutual TLS); %s is "
+                "missing",
+                o->tls_cert == NULL  ? "tls-cert"
+                : o->tls_key == NULL ? "tls-key"
+                                     : "tls-ca");
+        rc = SPW_EINVAL;
+    } else if (nfiles == 3 && o->encrypt == PROTO_ENCRYPT_NO) {
+        spw_log(SPW_LOG_ERR, "tls: certificates (tls-cert) are for encryption: set encrypt to "
+                             "yes or required");
+        rc = SPW_EINVAL;
+    }
+    if (rc != 0 || o->encrypt == PROTO_ENCRYPT_NO)
+        goto out;
     if (ctx->secret == NULL) {
         spw_log(SPW_LOG_ERR, "encryption needs the cluster secret: its key is made from it");
-        return SPW_EINVAL;
+        rc = SPW_EINVAL;
+        goto out;
     }
     char why[256];
     if (derive_key(ctx, "spillway tls psk v1", ctx->tls_psk, sizeof ctx->tls_psk) != 0) {
         spw_log(SPW_LOG_ERR, "tls: cannot derive the key: %s", tls_reason(why, sizeof why));
-        return SPW_ETLS;
+        rc = SPW_ETLS;
+        goto out;
     }
     SSL_CTX *sc = SSL_CTX_new(TLS_method());
     if (sc == NULL || !SSL_CTX_set_min_proto_version(sc, TLS1_3_VERSION) ||
@@ -125,20 +184,35 @@ int conn__tls_ctx_init(proto_ctx *ctx)
         spw_log(SPW_LOG_ERR, "tls: cannot set up: %s", tls_reason(why, sizeof why));
         SSL_CTX_free(sc);
         sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
-        return SPW_ETLS;
+        rc = SPW_ETLS;
+        goto out;
     }
+    if (nfiles == 3 && certs_load(o, sc) != 0) {
+        SSL_CTX_free(sc);
+        sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
+        rc = SPW_ETLS;
+        goto out;
+    }
+    ctx->tls_certs = nfiles == 3;
     /* No tickets: every connection authenticates with the cluster key, none resumes. Kernel
      * TLS (SSL_OP_ENABLE_KTLS) is not asked for: it works on socket BIOs, not memory ones. */
     SSL_CTX_set_options(sc, SSL_OP_NO_TICKET);
-    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them: an
-     * idle or stalled peer (one that never finishes its handshake) holds its SSL object only. */
-    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS);
+    /* OpenSSL's record buffers go back to the heap while a connection has nothing in them until
+     * its handshake is done: a stalled peer (one that never finishes it) holds its SSL object
+     * only. A peer past it has the key: its buffers are kept (conn__tls_pump). Partial writes
+     * let a slice end inside a buffer. */
+    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                             SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_app_data(sc, ctx);
-    SSL_CTX_set_psk_use_session_callback(sc, psk_use);
-    SSL_CTX_set_psk_find_session_callback(sc, psk_find);
+    if (!ctx->tls_certs) {
+        SSL_CTX_set_psk_use_session_callback(sc, psk_use);
+        SSL_CTX_set_psk_find_session_callback(sc, psk_find);
+    }
     ctx->tls = sc;
     ctx->tls_rbuf = spw_malloc(SPW_MOD_PROTO, CONN_TLS_RBUF);
-    return 0;
+out:
+    o->tls_cert = o->tls_key = o->tls_ca = NULL; /* read: the caller's strings may go */
+    return rc;
 }
 
 void conn__tls_ctx_free(proto_ctx *ctx)
@@ -183,6 +257,27 @@ bool conn__tls_up(const proto_conn *c)
     return c->tls != NULL && c->tls->up;
 }
 
+/* Certificate mode, connecting: the server's certificate must carry the name (or IP address)
+ * we connected to. */
+static int peer_name_expect(proto_conn *c, SSL *ssl)
+{
+    spw_addr a;
+    if (spw_addr_parse(c->peer, -1, &a) != 0) {
+        spw_log(SPW_LOG_ERR, "peer=%s tls: no host name to check its certificate against", c->peer);
+        return SPW_ETLS;
+    }
+    X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+    int ok = a.numeric ? X509_VERIFY_PARAM_set1_ip_asc(vp, a.host)
+                       : X509_VERIFY_PARAM_set1_host(vp, a.host, 0) &&
+                             SSL_set_tlsext_host_name(ssl, a.host);
+    if (!ok) {
+        char why[256];
+        spw_log(SPW_LOG_ERR, "peer=%s tls: %s", c->peer, tls_reason(why, sizeof why));
+        return SPW_ETLS;
+    }
+    return 0;
+}
+
 int conn__tls_start(proto_conn *c, bool server)
 {
     conn_tls *t = spw_calloc(SPW_MOD_PROTO, 1, sizeof *t);
@@ -200,6 +295,11 @@ int conn__tls_start(proto_conn *c, bool server)
     }
     BIO_set_mem_eof_return(t->rbio, -1); /* empty: "want more", never end of file */
     SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    if (c->ctx->tls_certs && !server && peer_name_expect(c, t->ssl) != 0) {
+        SSL_free(t->ssl);
+        spw_free(t);
+        return SPW_ETLS;
+    }
     c->tls = t;
     if (server) {
         SSL_set_accept_state(t->ssl);
@@ -229,15 +329,31 @@ static void tls_fail(proto_conn *c, int err)
     unsigned long e = ERR_peek_last_error();
     int reason = ERR_GET_REASON(e);
     tls_reason(why, sizeof why);
-    /* A key that does not match: the server finds the binder wrong and answers with an
-     * illegal_parameter alert, the only thing our handshake can have wrong for it. */
-    if (err == SSL_ERROR_SSL && !c->tls->up &&
-        (reason == SSL_R_BINDER_DOES_NOT_VERIFY ||
-         (!c->server && reason == SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER) ||
-         reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR)) {
+    long vr = SSL_get_verify_result(c->tls->ssl);
+    if (c->ctx->tls_certs && !c->tls->up && vr != X509_V_OK) {
+        /* Certificate mode: the peer's certificate did not pass: say why (expired, another
+         * CA, another name, none at all). */
+        code = SPW_EAUTH;
+        snprintf(msg, sizeof msg,
+                 "TLS handshake failed: the peer's certificate is refused: %s (%s) err=SPW_EAUTH",
+                 X509_verify_cert_error_string(vr), why);
+    } else if (!c->ctx->tls_certs && err == SSL_ERROR_SSL && !c->tls->up &&
+               (reason == SSL_R_BINDER_DOES_NOT_VERIFY ||
+                (!c->server && reason == SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER) ||
+                reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR)) {
+        /* A key that does not match: the server finds the binder wrong and answers with an
+         * illegal_parameter alert, the only thing our handshake can have wrong for it. */
         code = SPW_EAUTH;
         snprintf(msg, sizeof msg,
                  "TLS handshake failed: wrong or missing cluster secret (%s) err=SPW_EAUTH", why);
+    } else if (c->ctx->tls_certs && err == SSL_ERROR_SSL && ERR_GET_LIB(e) == ERR_LIB_SSL &&
+               reason >= SSL_AD_REASON_OFFSET && c->state < ST_READY) {
+        /* The peer refused our certificate (or the handshake) with an alert that names why.
+         * Under TLS 1.3 a client's handshake is done before the server has checked its
+         * certificate: the alert comes as the first record. */
+        code = SPW_EAUTH;
+        snprintf(msg, sizeof msg, "TLS handshake failed: the peer refused us: %s err=SPW_EAUTH",
+                 why);
     } else {
         snprintf(msg, sizeof msg, "TLS %s failed: %s err=SPW_ETLS",
                  c->tls->up ? "record" : "handshake", why);
@@ -259,8 +375,9 @@ static void tls_fail(proto_conn *c, int err)
 
 /* Client, before the server's first TLS byte: the plaintext CHALLENGE every server sends on
  * accept is skipped (a frame before the handshake is under 4 KiB, so its length starts with a
- * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt refusing our ClientHello) is
- * reported as a refusal. Consumes c->in; false when c was closed or more bytes are needed. */
+ * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt
+ * refusing our ClientHello) is reported as a refusal. Consumes c->in; false when c was closed or
+ * more bytes are needed. */
 static bool skip_plain(proto_conn *c)
 {
     conn_tls *t = c->tls;
@@ -332,8 +449,8 @@ void conn__tls_pump(proto_conn *c)
             }
         } else {
             t->up = true;
-            spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer,
-                    SSL_get_cipher_name(t->ssl));
+            SSL_clear_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
+            spw_log(SPW_LOG_DEBUG, "peer=%s TLS 1.3 up (%s)", c->peer, SSL_get_cipher_name(t->ssl));
             if (c->server)
                 conn__send_challenge(c); /* the handshake proper starts inside TLS */
             else if (c->out.buf.len > 0 || c->out.nb > 0)
@@ -421,26 +538,35 @@ void conn__tls_detect(proto_conn *c)
     conn__process_input(c);
 }
 
-int conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs)
+ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i, size_t *off)
 {
-    for (size_t i = 0; i < nbufs; i++) {
-        const char *p = bufs[i].base;
-        size_t left = bufs[i].len;
-        while (left > 0) {
-            int n = left > (1u << 30) ? (1 << 30) : (int)left;
-            ERR_clear_error();
-            int r = SSL_write(c->tls->ssl, p, n);
-            if (r <= 0) {
-                char why[256];
-                spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
-                        tls_reason(why, sizeof why));
-                return SPW_ETLS;
-            }
-            p += r;
-            left -= (size_t)r;
+    /* SSL_write_ex straight from the queued buffers: a record (up to 16 KiB) at a time into the
+     * write BIO, which is emptied before each slice, so its memory is reused, never regrown. */
+    size_t taken = 0;
+    while (*i < nbufs) {
+        size_t pending = BIO_ctrl_pending(c->tls->wbio);
+        if (pending >= CONN_TLS_SLICE)
+            break;
+        size_t left = bufs[*i].len - *off;
+        size_t n = CONN_TLS_SLICE - pending;
+        if (n > left)
+            n = left;
+        size_t done = 0;
+        ERR_clear_error();
+        if (n > 0 && !SSL_write_ex(c->tls->ssl, bufs[*i].base + *off, n, &done)) {
+            char why[256];
+            spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
+                    tls_reason(why, sizeof why));
+            return SPW_ETLS;
+        }
+        taken += done;
+        *off += done;
+        if (*off == bufs[*i].len) {
+            (*i)++;
+            *off = 0;
         }
     }
-    return 0;
+    return (ssize_t)taken;
 }
 
 size_t conn__tls_take(proto_conn *c)

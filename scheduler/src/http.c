@@ -97,6 +97,7 @@ struct spw_http {
     char *sched_addr;
     char *secret_file;
     int encrypt, encrypt_local; /* for the ctl link, as the scheduler's own options */
+    char *tls_cert, *tls_key, *tls_ca;
     uint32_t sample_ms;
     pthread_mutex_t lock;    /* cl, the ring, stopping */
     pthread_cond_t wake;
@@ -121,6 +122,9 @@ static spillway *link_get(spw_http *h)
     o.secret_file = h->secret_file;
     o.encrypt = h->encrypt;
     o.encrypt_local = h->encrypt_local;
+    o.tls_cert = h->tls_cert;
+    o.tls_key = h->tls_key;
+    o.tls_ca = h->tls_ca;
     o.connect_timeout_ms = QUERY_MS;
     if (ctl_doc_connect(h->sched_addr, &o, &h->cl) != 0)
         h->cl = NULL;
@@ -778,6 +782,9 @@ int spw_http_start(const spw_http_opts *o, spw_http **out, char *bound, size_t b
     h->secret_file = o->secret_file != NULL ? strdup(o->secret_file) : NULL;
     h->encrypt = o->encrypt;
     h->encrypt_local = o->encrypt_local;
+    h->tls_cert = o->tls_cert != NULL ? strdup(o->tls_cert) : NULL;
+    h->tls_key = o->tls_key != NULL ? strdup(o->tls_key) : NULL;
+    h->tls_ca = o->tls_ca != NULL ? strdup(o->tls_ca) : NULL;
     if (o->secret != NULL && (!loopback || o->token_always)) {
         h->need_token = true;
         ctl_doc_http_token(o->secret, o->secret_len, h->token);
@@ -857,6 +864,9 @@ void spw_http_stop(spw_http *h)
     free(h->ring);
     free(h->sched_addr);
     free(h->secret_file);
+    free(h->tls_cert);
+    free(h->tls_key);
+    free(h->tls_ca);
     spw_http_hosts_free(&h->hosts);
     pthread_mutex_destroy(&h->lock);
     pthread_cond_destroy(&h->wake);

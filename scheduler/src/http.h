@@ -27,6 +27,7 @@ typedef struct spw_http_opts {
     size_t secret_len;
     int encrypt;               /* the scheduler's --encrypt and --encrypt-local, for the link */
     int encrypt_local;
+    const char *tls_cert, *tls_key, *tls_ca; /* ... and its certificates, or NULL */
     uint32_t sample_ms;        /* history interval (1000) */
     uint32_t history;          /* samples kept (600) */
     int token_always;          /* want the token even on a loopback address (needs secret) */

@@ -651,6 +651,9 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     po.secret_len = o->secret_len;
     po.encrypt = o->encrypt;
     po.encrypt_local = o->encrypt_local;
+    po.tls_cert = o->tls_cert;
+    po.tls_key = o->tls_key;
+    po.tls_ca = o->tls_ca;
     po.limits.max_frame = o->max_frame;
     po.inline_limit = o->inline_limit;
     po.chunk = o->chunk;

@@ -324,6 +324,30 @@ static void tls_needs_a_secret(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Certificates come as three files or not at all, only with encryption, and a file that
+ * cannot be read fails the ctx (SPW_ETLS) rather than falling back to the secret's key. */
+static void tls_certificate_files_are_checked(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    o.encrypt = PROTO_ENCRYPT_REQUIRED;
+    o.tls_cert = "/nonexistent/node.pem";
+    proto_ctx *ctx = NULL;
+    assert_int_equal(proto_ctx_new(&loop, &o, &ctx), SPW_EINVAL);
+    o.tls_key = "/nonexistent/node.key";
+    o.tls_ca = "/nonexistent/ca.pem";
+    assert_int_equal(proto_ctx_new(&loop, &o, &ctx), SPW_ETLS);
+    o.encrypt = PROTO_ENCRYPT_NO;
+    assert_int_equal(proto_ctx_new(&loop, &o, &ctx), SPW_EINVAL);
+    assert_null(ctx);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* ----------------------------------------------------- raw peers mid-handshake */
 
 typedef struct raw_fx {
@@ -464,6 +488,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tls_client_refused_by_plaintext_server),
     cmocka_unit_test(tls_loopback_stays_plain_without_encrypt_local),
     cmocka_unit_test(tls_needs_a_secret),
+    cmocka_unit_test(tls_certificate_files_are_checked),
     cmocka_unit_test(tls_truncated_client_hello_then_close),
     cmocka_unit_test(tls_truncated_client_hello_held),
     cmocka_unit_test(tls_garbage_after_record_byte),

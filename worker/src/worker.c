@@ -525,6 +525,9 @@ int wrk_new(uv_loop_t *loop, const wrk_opts *o, void (*ready)(void *arg, int sta
     po.secret_len = o->secret_len;
     po.encrypt = o->encrypt;
     po.encrypt_local = o->encrypt_local;
+    po.tls_cert = o->tls_cert;
+    po.tls_key = o->tls_key;
+    po.tls_ca = o->tls_ca;
     po.limits.max_frame = o->max_frame;
     po.worker = &w->hello;
     po.max_conns = o->max_conns;

@@ -69,6 +69,9 @@ typedef struct spillway_opts {
                                 connection to another host TLS, keyed by the cluster secret (so
                                 one is needed); a server that does not encrypt refuses us */
     int encrypt_local;       /* 1: loopback TCP (127.0.0.1, ::1) is encrypted too */
+    const char *tls_cert;    /* with encrypt, all three or none: PEM files for mutual TLS by */
+    const char *tls_key;     /* certificates instead of the secret's key (the secret is still */
+    const char *tls_ca;      /* needed); the server's certificate must name the host we dial */
 } spillway_opts;
 
 /** spillway_opts.encrypt: the daemons' --encrypt words. */

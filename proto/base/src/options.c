@@ -66,6 +66,41 @@ void spw_opt_path_error(int idx, const char *key, const char *path, const char *
         fprintf(stderr, "%s: --%s %s: %s\n", g_prog, key, path, msg);
 }
 
+int spw_opt_tls_check(const spw_opt_val v[3], uint64_t encrypt)
+{
+    static const char *const key[3] = {"tls-cert", "tls-key", "tls-ca"};
+    int given = -1;
+    for (int i = 0; i < 3; i++)
+        if (v[i].set)
+            given = i;
+    if (given < 0)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (!v[i].set) {
+            spw_opt_error(v[given].at, key[given],
+                          "--tls-cert, --tls-key and --tls-ca go together (mutual TLS): --%s is "
+                          "missing",
+                          key[i]);
+            return SPW_EINVAL;
+        }
+    }
+    if (encrypt == 0) {
+        spw_opt_error(v[0].at, key[0],
+                      "certificates are for encryption: needs --encrypt yes or "
+                      "required");
+        return SPW_EINVAL;
+    }
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(v[i].str, "r");
+        if (f == NULL) {
+            spw_opt_path_error(v[i].at, key[i], v[i].str, strerror(errno));
+            return SPW_EINVAL;
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
 /* ----------------------------------------------------------------- values */
 
 /* The offset of the first byte of s[0..len) that is not part of valid UTF-8 (overlong forms,

@@ -89,6 +89,11 @@ typedef struct proto_ctx_opts {
      * encrypt_local; Unix sockets always do. */
     int encrypt;
     bool encrypt_local;
+    /* With encrypt: PEM files for mutual TLS with certificates instead of the secret's key (all
+     * three or none; read by proto_ctx_new, need not outlive it). Both ends present a certificate
+     * signed by tls_ca; the connecting side checks the name it connected to against the peer's.
+     * The secret's handshake still runs inside TLS. */
+    const char *tls_cert, *tls_key, *tls_ca;
 } proto_ctx_opts;
 
 /* proto_ctx_opts.encrypt, in the order of the --encrypt words */
@@ -104,7 +109,8 @@ uint32_t proto_reserved_conns(uint32_t max);
 void proto_ctx_opts_default(proto_ctx_opts *o);
 
 /** Creates the shared state for loop. @return 0, a libuv error, SPW_EINVAL (encryption without
- * a secret), or SPW_ETLS (the TLS library could not be set up; logged). */
+ * a secret, or some of tls_cert/tls_key/tls_ca without the others), or SPW_ETLS (the TLS library
+ * could not be set up, or a certificate, key or CA file cannot be used; logged, naming it). */
 int proto_ctx_new(uv_loop_t *loop, const proto_ctx_opts *o, proto_ctx **out);
 /** Closes every connection and listener (their on_close run), then the ctx's own handles;
  * the ctx is freed once the loop has run the close callbacks. done (optional) runs then. */

@@ -32,6 +32,7 @@ typedef struct wrk_opts {
     size_t secret_len;
     int encrypt;               /* PROTO_ENCRYPT_*: TLS between hosts (needs a secret) */
     bool encrypt_local;        /* ... on loopback TCP too */
+    const char *tls_cert, *tls_key, *tls_ca; /* mutual TLS by certificates (proto_ctx_opts) */
     ost_opts store;            /* capacity, spill settings */
     const char *executor_path; /* binary to run as executor (default /proc/self/exe) */
     const char *plugins[WRK_MAX_PLUGINS]; /* --plugin files: copied into the cache at start */

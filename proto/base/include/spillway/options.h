@@ -91,6 +91,24 @@ typedef struct spw_opt {
         .name = "encrypt-local", .type = SPW_OPT_FLAG, .flags = (fl),                              \
         .help = "with --encrypt, loopback TCP (127.0.0.1, ::1) too"                                \
     }
+/* Mutual TLS with certificates (all three, with --encrypt): replaces the secret's TLS key. */
+#define SPW_OPT_ROW_TLS_CERT(fl)                                                                   \
+    {                                                                                              \
+        .name = "tls-cert", .type = SPW_OPT_PATH, .flags = (fl),                                   \
+        .help = "with --encrypt: this end's certificate (PEM, chain allowed); with --tls-key and " \
+                "--tls-ca, TLS authenticates by certificates instead of the secret's key"          \
+    }
+#define SPW_OPT_ROW_TLS_KEY(fl)                                                                    \
+    {                                                                                              \
+        .name = "tls-key", .type = SPW_OPT_PATH, .flags = (fl),                                    \
+        .help = "the private key of --tls-cert (PEM)"                                              \
+    }
+#define SPW_OPT_ROW_TLS_CA(fl)                                                                     \
+    {                                                                                              \
+        .name = "tls-ca", .type = SPW_OPT_PATH, .flags = (fl),                                     \
+        .help = "CA certificates (PEM) the peers' certificates must be signed by; a server's "     \
+                "must also name the host it is reached by"                                         \
+    }
 
 /* spw_optset.flags */
 #define SPW_OPTSET_OPERANDS 0x1u /* stop at the first word that is not an option (a command) */
@@ -158,6 +176,10 @@ void spw_opt_error(int idx, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /** Reports a bad path: "PROG: FILE:LINE: KEY PATH: MESSAGE" or "PROG: --KEY PATH: MESSAGE". */
 void spw_opt_path_error(int idx, const char *key, const char *path, const char *msg);
+/** Checks --tls-cert, --tls-key and --tls-ca (v[0..2], rows SPW_OPT_ROW_TLS_*): all three or
+ * none, only with encrypt (an --encrypt choice, 0 = no), each file readable. Reports the first
+ * problem with spw_opt_error (FILE:LINE for a config line). @return 0 or SPW_EINVAL. */
+int spw_opt_tls_check(const spw_opt_val v[3], uint64_t encrypt);
 
 #ifdef __cplusplus
 }
