@@ -63,8 +63,8 @@ static uint64_t local_bytes(const sched_task *t, uint32_t id)
 }
 
 /* Without a scan over the workers: only those holding an input are looked at (the inputs'
- * location lists are short), then the least loaded worker is the load heap's top. Returns
- * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
+ * location lists are short), then the least loaded worker, first in the load buckets. Returns
+ * NULL with *scan set when that one is paused or closing (rare): the caller scans. */
 static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
 {
     sched_worker *best = NULL;
@@ -133,8 +133,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (!scan)
             return w;
     }
-    /* A task placed by name or of an uploaded plugin, or a paused or closing worker at the top
-     * of the load heap. */
+    /* A task placed by name or of an uploaded plugin, or a paused or closing worker first in
+     * the load buckets. */
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;
