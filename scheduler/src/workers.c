@@ -92,6 +92,8 @@ void sched__workers_remove(sched *s, sched_worker *w)
     s->nworkers--;
     if (s->load_later == w)
         s->load_later = NULL;
+    if (s->fill == w)
+        s->fill = NULL;
     sched_wclass *c = &s->wclass[w->wclass];
     bucket_take(c, w);
     c->n--;
