@@ -440,8 +440,8 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         CHECK(w->wclass < s->nwclass && s->wclass[w->wclass].slots == w->slots, NOID,
               "worker %u not in the load class of its slot count", w->id);
         const sched_wclass *wc = &s->wclass[w->wclass];
-        CHECK(w->load_at == w->assigned && w->load_at < wc->nbuckets && wc->min <= w->load_at,
-              NOID, "worker %u not in the load bucket of its assigned count", w->id);
+        CHECK(w->load_at == w->assigned && w->load_at < wc->nbuckets && wc->min <= w->load_at, NOID,
+              "worker %u not in the load bucket of its assigned count", w->id);
         const sched_worker *b = wc->head[w->load_at];
         while (b != NULL && b != w)
             b = b->lnext;

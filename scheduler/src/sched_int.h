@@ -479,7 +479,7 @@ struct sched {
     struct sched_wclass *wclass; /* the workers by slot count, bucketed by load (workers.c) */
     uint32_t nwclass;
     uint64_t assign_seq;
-    sched_worker *fill;  /* the worker given the last task placed by load (place.c), or NULL */
+    sched_worker *fill; /* the worker given the last task placed by load (place.c), or NULL */
     uint64_t graph_seq; /* the last graph's number (sched_graph.no) */
     /* A worker whose place in the load buckets is fixed once at the end of its TASK_DONES frame,
      * not per task (sched__worker_load skips it meanwhile); NULL otherwise. */
