@@ -437,13 +437,15 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
         for (uint32_t j = 0; j < i; j++)
             CHECK(s->workers[j]->id != w->id, NOID, "worker id %u used twice", w->id);
         CHECK(sched__worker_by_id(s, w->id) == w, NOID, "worker %u not indexed by its id", w->id);
-        CHECK(w->heap_at < s->nworkers && s->wheap[w->heap_at].w == w, NOID,
-              "worker %u not at its place in the load heap", w->id);
-        const sched_wslot *e = &s->wheap[w->heap_at];
-        CHECK(e->assigned == w->assigned && e->slots == w->slots && e->seq == w->assign_seq,
-              NOID, "worker %u's load heap entry has stale keys", w->id);
-        CHECK(w->heap_at == 0 || !sched__wslot_less(e, &s->wheap[(w->heap_at - 1) / 2]), NOID,
-              "worker %u less loaded than its parent in the load heap", w->id);
+        CHECK(w->wclass < s->nwclass && s->wclass[w->wclass].slots == w->slots, NOID,
+              "worker %u not in the load class of its slot count", w->id);
+        const sched_wclass *wc = &s->wclass[w->wclass];
+        CHECK(w->load_at == w->assigned && w->load_at < wc->nbuckets && wc->min <= w->load_at, NOID,
+              "worker %u not in the load bucket of its assigned count", w->id);
+        const sched_worker *b = wc->head[w->load_at];
+        while (b != NULL && b != w)
+            b = b->lnext;
+        CHECK(b == w, NOID, "worker %u missing from its load bucket", w->id);
         uint32_t n = 0, running = 0, ahead = 0;
         for (const sched_task *t = w->tasks; t != NULL; t = t->wnext) {
             CHECK(t->worker == w, sched__task_out(t)->id,

@@ -6,6 +6,7 @@
  * batch. Placement is O(workers × arguments) per task, and each worker gets at most slots × depth
  * tasks, where depth follows the function's observed run time so that about queue_target_us of
  * work waits per slot: short tasks are pipelined deeply, long ones are not hoarded by one worker.
+ * Queued work goes to a worker in short runs (run_on), within a grain of the least loaded.
  * The rest of a task's life (intake, dependencies, sending ahead, completion) is in tasks.c.
  */
 #include <stdio.h>
@@ -62,9 +63,27 @@ static uint64_t local_bytes(const sched_task *t, uint32_t id)
     return local;
 }
 
+/* Queued work (every worker's slots are full: w, the least loaded, has none free) goes in runs to
+ * one worker, the one given the last task placed by load, while its load stays below w's plus a
+ * grain of an eighth of the queue depth (a fraction of queue_target_us of work). Tasks in a row
+ * then share one worker's frame instead of going one per worker round robin: with thousands of
+ * workers, touching a different worker (its record, connection and frame) for every task is
+ * most of what placing it costs, in cache misses. Returns the worker to use: w or s->fill. */
+static sched_worker *run_on(const sched *s, sched_worker *w, uint32_t depth)
+{
+    sched_worker *f = s->fill;
+    uint64_t grain = depth / 8;
+    if (f == NULL || f == w || grain == 0 || w->assigned < w->slots || !worker_takes(f, depth))
+        return w;
+    /* f->assigned / f->slots < w->assigned / w->slots + grain, exactly. */
+    return (uint64_t)f->assigned * w->slots < ((uint64_t)w->assigned + grain * w->slots) * f->slots
+               ? f
+               : w;
+}
+
 /* Without a scan over the workers: only those holding an input are looked at (the inputs'
- * location lists are short), then the least loaded worker is the load heap's top. Returns
- * NULL with *scan set when that top is paused or closing (rare): the caller scans. */
+ * location lists are short), then the least loaded worker, first in the load buckets. Returns
+ * NULL with *scan set when that one is paused or closing (rare): the caller scans. */
 static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth, bool *scan)
 {
     sched_worker *best = NULL;
@@ -96,7 +115,10 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
         return NULL;
     }
     /* The least loaded worker's queue is full: so is every other's. */
-    return w->assigned < (uint64_t)w->slots * depth ? w : NULL;
+    if (w->assigned >= (uint64_t)w->slots * depth)
+        return NULL;
+    s->fill = run_on(s, w, depth);
+    return s->fill;
 }
 
 /* Whether t names a function of an uploaded plugin while some connected worker runs none:
@@ -133,8 +155,8 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
         if (!scan)
             return w;
     }
-    /* A task placed by name or of an uploaded plugin, or a paused or closing worker at the top
-     * of the load heap. */
+    /* A task placed by name or of an uploaded plugin, or a paused or closing worker first in
+     * the load buckets. */
     sched_worker *best = NULL;
     uint64_t best_local = 0;
     double best_load = 0;

@@ -401,7 +401,10 @@ struct sched_worker {
     uint64_t last_hb_ns;
     sched_task *tasks; /* assigned tasks, and those sent ahead */
     UT_hash_handle hh; /* in s->wbyid */
-    uint32_t heap_at;  /* index in s->wheap (UINT32_MAX: gone) */
+    /* Its place in the load buckets (workers.c): its class (workers of its slot count), the
+     * bucket (assigned when last placed; UINT32_MAX: gone), and its links in that bucket. */
+    uint32_t wclass, load_at;
+    struct sched_worker *lprev, *lnext;
     uint64_t assign_seq; /* s->assign_seq when it was last given a task */
     sched_wplugin *plugins; /* what its executors load (WORKER_PLUGINS) */
     uint32_t nplugins;
@@ -473,10 +476,12 @@ struct sched {
     sched_worker **workers;
     uint32_t nworkers, capworkers;
     sched_worker *wbyid;    /* the workers by id (workers.c) */
-    struct sched_wslot *wheap; /* the workers as a min-heap by load (workers.c), nworkers of them */
+    struct sched_wclass *wclass; /* the workers by slot count, bucketed by load (workers.c) */
+    uint32_t nwclass;
     uint64_t assign_seq;
+    sched_worker *fill; /* the worker given the last task placed by load (place.c), or NULL */
     uint64_t graph_seq; /* the last graph's number (sched_graph.no) */
-    /* A worker whose place in the load heap is fixed once at the end of its TASK_DONES frame,
+    /* A worker whose place in the load buckets is fixed once at the end of its TASK_DONES frame,
      * not per task (sched__worker_load skips it meanwhile); NULL otherwise. */
     sched_worker *load_later;
     uint32_t rr;        /* round-robin start for placement */
@@ -722,20 +727,20 @@ void sched__worker_delete(sched_worker *w, spw_id id);
 sched_worker *sched__worker_by_id(sched *s, uint32_t id);
 void sched__workers_add(sched *s, sched_worker *w);
 void sched__workers_remove(sched *s, sched_worker *w);
-/* w->assigned changed: restores its place in the load heap. */
+/* w->assigned changed: restores its place in the load buckets. */
 void sched__worker_load(sched *s, sched_worker *w);
-/* The least loaded worker (assigned / slots; between equals, the least recently given a task),
- * paused or closing ones included, or NULL when there is none. */
+/* The least loaded worker (assigned / slots; between equals of a slot count, the one that came
+ * to that load first), paused or closing ones included, or NULL when there is none. */
 sched_worker *sched__worker_least_loaded(sched *s);
-/* Whether a is less loaded than b, in the heap's order. */
+/* Whether a is less loaded than b (between equals, the least recently given a task). */
 bool sched__worker_less(const sched_worker *a, const sched_worker *b);
-/* An entry of the load heap: its worker's keys, as of its last sched__worker_load. */
-typedef struct sched_wslot {
-    uint32_t assigned, slots;
-    uint64_t seq;
-    sched_worker *w;
-} sched_wslot;
-bool sched__wslot_less(const sched_wslot *a, const sched_wslot *b);
+/* The workers of one slot count, bucketed by tasks assigned: head[k] lists (utlist, in the
+ * order they entered it) those placed with k assigned; min is the lowest non-empty bucket. */
+typedef struct sched_wclass {
+    uint32_t slots, n;
+    uint32_t min, nbuckets;
+    sched_worker **head;
+} sched_wclass;
 void sched__workers_free(sched *s);
 
 /* tasks.c */

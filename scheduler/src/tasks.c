@@ -968,7 +968,7 @@ void sched__task_dones(sched *s, sched_worker *w, const proto_msg *m)
     const proto_val *recs = &m->f[F_DONES_RECS];
     uint64_t now_ms = spw_wall_ms(); /* the frame's tasks ended at once */
     bool prefetch = false; /* started at the first completion not found by done_guess */
-    /* The worker's load changes with each task: its place in the load heap is fixed once, after
+    /* The worker's load changes with each task: its place in the load buckets is fixed once, after
      * the frame (nothing places tasks meanwhile: dispatch runs from the loop's idle handle). */
     s->load_later = w;
     for (uint32_t i = 0; i < recs->arr.n; i++) {

@@ -1,16 +1,21 @@
 /*
  * The connected workers: the array s->workers (in joining order, with holes filled by the last),
- * an index by id, and a binary min-heap ordered by load, so that placement finds a worker by
- * id and the least loaded worker in O(1), with O(log workers) work when a worker's count of
- * assigned tasks changes, instead of a scan over every worker per task.
+ * an index by id, and load buckets, so that placement finds a worker by id and the least loaded
+ * worker in O(1), and a change of a worker's count of assigned tasks costs O(1), instead of a
+ * scan over every worker per task (or a heap's O(log workers), which touches a different path of
+ * entries for every task once thousands of workers share the same load).
  *
- * Invariants: every worker of s->workers is in s->wbyid under its id and at s->wheap[w->heap_at],
- * and nothing else is; a heap entry carries its worker's keys (load and assign_seq: a worker's
- * own change is applied by sched__worker_load), and no entry is less than its parent. Load is assigned /
- * slots, compared exactly (cross-multiplied); between equal loads the worker given a task least
- * recently (assign_seq) comes first, which spreads equal work round robin.
+ * Workers are grouped by slot count (a class: clusters have few); in a class, bucket k lists the
+ * workers with k tasks assigned, in the order they came into it, which spreads equal work round
+ * robin. The least loaded worker is the least (load = assigned / slots, compared exactly) of the
+ * classes' first workers of their lowest non-empty bucket. Invariants: every worker of s->workers
+ * is in s->wbyid under its id and in bucket w->load_at of class w->wclass, and nothing else is;
+ * load_at is w->assigned except within a TASK_DONES frame (s->load_later); a class's min is its
+ * lowest non-empty bucket (nbuckets when it has none).
  */
 #include <string.h>
+
+#include <utlist.h>
 
 #include "sched_int.h"
 
@@ -20,53 +25,46 @@ bool sched__worker_less(const sched_worker *a, const sched_worker *b)
     return la != lb ? la < lb : a->assign_seq < b->assign_seq;
 }
 
-/* The same order on heap entries, which carry their worker's keys: a sift reads the array
- * only, not a worker record per level. */
-bool sched__wslot_less(const sched_wslot *a, const sched_wslot *b)
+static sched_wclass *class_of(sched *s, uint32_t slots)
 {
-    uint64_t la = (uint64_t)a->assigned * b->slots, lb = (uint64_t)b->assigned * a->slots;
-    return la != lb ? la < lb : a->seq < b->seq;
+    for (uint32_t i = 0; i < s->nwclass; i++)
+        if (s->wclass[i].slots == slots)
+            return &s->wclass[i];
+    s->wclass = spw_realloc(SPW_MOD_SCHED, s->wclass, (s->nwclass + 1) * sizeof *s->wclass);
+    sched_wclass *c = &s->wclass[s->nwclass++];
+    *c = (sched_wclass){.slots = slots};
+    return c;
 }
 
-static sched_wslot slot_of(sched_worker *w)
+/* Puts w at the end of the bucket of its current count of assigned tasks. */
+static void bucket_put(sched_wclass *c, sched_worker *w)
 {
-    return (sched_wslot){.assigned = w->assigned, .slots = w->slots, .seq = w->assign_seq, .w = w};
-}
-
-static void heap_set(sched *s, uint32_t i, sched_wslot e)
-{
-    s->wheap[i] = e;
-    e.w->heap_at = i;
-}
-
-static void sift_up(sched *s, uint32_t i)
-{
-    sched_wslot e = s->wheap[i];
-    while (i > 0) {
-        uint32_t p = (i - 1) / 2;
-        if (!sched__wslot_less(&e, &s->wheap[p]))
-            break;
-        heap_set(s, i, s->wheap[p]);
-        i = p;
+    uint32_t k = w->assigned;
+    if (k >= c->nbuckets) {
+        uint32_t n = c->nbuckets ? c->nbuckets : 16;
+        while (n <= k)
+            n *= 2;
+        c->head = spw_realloc(SPW_MOD_SCHED, c->head, n * sizeof *c->head);
+        memset(c->head + c->nbuckets, 0, (n - c->nbuckets) * sizeof *c->head);
+        if (c->min == c->nbuckets)
+            c->min = n;
+        c->nbuckets = n;
     }
-    heap_set(s, i, e);
+    DL_APPEND2(c->head[k], w, lprev, lnext);
+    w->load_at = k;
+    if (k < c->min)
+        c->min = k;
 }
 
-static void sift_down(sched *s, uint32_t i)
+static void bucket_take(sched_wclass *c, sched_worker *w)
 {
-    sched_wslot e = s->wheap[i];
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= s->nworkers)
-            break;
-        if (c + 1 < s->nworkers && sched__wslot_less(&s->wheap[c + 1], &s->wheap[c]))
-            c++;
-        if (!sched__wslot_less(&s->wheap[c], &e))
-            break;
-        heap_set(s, i, s->wheap[c]);
-        i = c;
-    }
-    heap_set(s, i, e);
+    uint32_t k = w->load_at;
+    DL_DELETE2(c->head[k], w, lprev, lnext);
+    w->lprev = w->lnext = NULL;
+    w->load_at = UINT32_MAX;
+    if (k == c->min)
+        while (c->min < c->nbuckets && c->head[c->min] == NULL)
+            c->min++;
 }
 
 void sched__workers_add(sched *s, sched_worker *w)
@@ -74,12 +72,12 @@ void sched__workers_add(sched *s, sched_worker *w)
     if (s->nworkers == s->capworkers) {
         s->capworkers = s->capworkers ? s->capworkers * 2 : 8;
         s->workers = spw_realloc(SPW_MOD_SCHED, s->workers, s->capworkers * sizeof *s->workers);
-        s->wheap = spw_realloc(SPW_MOD_SCHED, s->wheap, s->capworkers * sizeof *s->wheap);
     }
-    s->workers[s->nworkers] = w;
-    s->wheap[s->nworkers] = slot_of(w);
-    w->heap_at = s->nworkers++;
-    sift_up(s, w->heap_at);
+    s->workers[s->nworkers++] = w;
+    sched_wclass *c = class_of(s, w->slots);
+    w->wclass = (uint32_t)(c - s->wclass);
+    c->n++;
+    bucket_put(c, w);
     HASH_ADD(hh, s->wbyid, id, sizeof w->id, w);
 }
 
@@ -91,35 +89,40 @@ void sched__workers_remove(sched *s, sched_worker *w)
             break;
         }
     }
+    s->nworkers--;
     if (s->load_later == w)
         s->load_later = NULL;
-    uint32_t at = w->heap_at;
-    sched_wslot last = s->wheap[--s->nworkers];
-    if (last.w != w) {
-        heap_set(s, at, last);
-        sift_up(s, at);
-        sift_down(s, last.w->heap_at);
-    }
-    w->heap_at = UINT32_MAX;
+    if (s->fill == w)
+        s->fill = NULL;
+    sched_wclass *c = &s->wclass[w->wclass];
+    bucket_take(c, w);
+    c->n--;
     HASH_DEL(s->wbyid, w);
 }
 
 void sched__worker_load(sched *s, sched_worker *w)
 {
-    if (w->heap_at == UINT32_MAX)
+    if (w->load_at == UINT32_MAX)
         return; /* left the cluster: its tasks are being handed back */
-    if (w == s->load_later)
+    if (w == s->load_later || w->load_at == w->assigned)
         return; /* within its TASK_DONES frame: once at its end */
-    /* Its entry's keys were what the heap was ordered by until now (the heap is right about
-     * every entry): with the new ones it moves up or down. */
-    s->wheap[w->heap_at] = slot_of(w);
-    sift_up(s, w->heap_at);
-    sift_down(s, w->heap_at);
+    sched_wclass *c = &s->wclass[w->wclass];
+    bucket_take(c, w);
+    bucket_put(c, w);
 }
 
 sched_worker *sched__worker_least_loaded(sched *s)
 {
-    return s->nworkers > 0 ? s->wheap[0].w : NULL;
+    sched_worker *best = NULL;
+    for (uint32_t i = 0; i < s->nwclass; i++) {
+        const sched_wclass *c = &s->wclass[i];
+        if (c->min >= c->nbuckets)
+            continue;
+        sched_worker *w = c->head[c->min];
+        if (best == NULL || sched__worker_less(w, best))
+            best = w;
+    }
+    return best;
 }
 
 sched_worker *sched__worker_by_id(sched *s, uint32_t id)
@@ -132,6 +135,9 @@ sched_worker *sched__worker_by_id(sched *s, uint32_t id)
 void sched__workers_free(sched *s)
 {
     HASH_CLEAR(hh, s->wbyid);
-    spw_free(s->wheap);
-    s->wheap = NULL;
+    for (uint32_t i = 0; i < s->nwclass; i++)
+        spw_free(s->wclass[i].head);
+    spw_free(s->wclass);
+    s->wclass = NULL;
+    s->nwclass = 0;
 }

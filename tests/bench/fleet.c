@@ -73,6 +73,7 @@ struct fleet {
     uint32_t nready, nrefused, nlost;
     uint64_t t_connect_ns, t_last_ready_ns;
     uint64_t tasks_done, replicates, olists, errors;
+    uint64_t run_frames; /* TASK_RUN and TASK_RUNS messages received */
 };
 
 static double now_s(void)
@@ -181,6 +182,7 @@ static void sim_msg(proto_conn *c, const proto_msg *m)
     if (w->tasks_done != done0) {
         pthread_mutex_lock(&f->mu);
         f->tasks_done += w->tasks_done - done0;
+        f->run_frames++;
         pthread_mutex_unlock(&f->mu);
     }
 }
@@ -748,7 +750,7 @@ static void case_scale_tiny(h_cluster *c, fleet *f, uint64_t ntasks)
              h_bin("spillway-bench"), c->addr, (unsigned long long)ntasks);
     pid_t pid = c->sched.pid;
     pthread_mutex_lock(&f->mu);
-    uint64_t done0 = f->tasks_done;
+    uint64_t done0 = f->tasks_done, frames0 = f->run_frames;
     pthread_mutex_unlock(&f->mu);
     double c0 = proc_cpu_s(pid, 0), l0 = proc_cpu_s(pid, pid), t0 = now_s();
     FILE *p = popen(cmd, "r");
@@ -767,7 +769,7 @@ static void case_scale_tiny(h_cluster *c, fleet *f, uint64_t ntasks)
     double t = now_s() - t0;
     double cpu = proc_cpu_s(pid, 0) - c0, loop = proc_cpu_s(pid, pid) - l0;
     pthread_mutex_lock(&f->mu);
-    uint64_t done = f->tasks_done - done0;
+    uint64_t done = f->tasks_done - done0, frames = f->run_frames - frames0;
     pthread_mutex_unlock(&f->mu);
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint32_t i = 0; i < f->n; i++) {
@@ -785,6 +787,8 @@ static void case_scale_tiny(h_cluster *c, fleet *f, uint64_t ntasks)
     json_object_set_new(extra, "tasks_run_by_fleet", json_integer((json_int_t)done));
     json_object_set_new(extra, "tasks_per_worker_min", json_integer((json_int_t)lo));
     json_object_set_new(extra, "tasks_per_worker_max", json_integer((json_int_t)hi));
+    json_object_set_new(extra, "tasks_per_frame",
+                        json_real(r3(frames > 0 ? (double)done / (double)frames : 0)));
     json_object_set_new(extra, "sched_cpu_us_per_task", json_real(r3(cpu / (double)done * 1e6)));
     json_object_set_new(extra, "sched_loop_cpu_us_per_task",
                         json_real(r3(loop / (double)done * 1e6)));
