@@ -848,7 +848,10 @@ static void fake_worker(int lsock)
                                            .session = 1,
                                            .inline_limit = 1024,
                                            .chunk = 65536,
-                                           .max_frame = 1 << 20});
+                                           .max_frame = 1 << 20,
+                                           .omit_token = true,
+                                           .omit_resumed = true,
+                                           .omit_nrecv = true});
     proto_enc_end(&e, UINT32_MAX);
     fake_send(sock, &b, NULL, 0);
     fake_recv(sock, &in, &z, &m, PROTO_ARENA_MAP);

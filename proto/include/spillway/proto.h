@@ -40,6 +40,8 @@ extern "C" {
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
 #define PROTO_NONCE_LEN 16
+/* A resumable session's token (HELLO, WELCOME): random bytes only its client knows. */
+#define PROTO_TOKEN_LEN 16
 #define PROTO_PROOF_LEN 32
 #define PROTO_DEFAULT_MAX_FRAME (64u << 20)
 #define PROTO_DEFAULT_CHUNK (4u << 20)
