@@ -463,6 +463,9 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
             return;
         }
         break;
+    case PROTO_BYE:
+        ss->resumable = false; /* the client closes: its session ends with its connection */
+        return;
     default:
         break;
     }

@@ -69,6 +69,10 @@ typedef struct spillway_opts {
                                 connection to another host TLS, keyed by the cluster secret (so
                                 one is needed); a server that does not encrypt refuses us */
     int encrypt_local;       /* 1: loopback TCP (127.0.0.1, ::1) is encrypted too */
+    int reconnect_ms;        /* 60000: when the scheduler's connection breaks, reconnect (with
+                                backoff) and resume the session for this long, pending calls
+                                waiting meanwhile; then they fail with SPW_ECLOSED. 0: they
+                                fail at once. Bounded by the scheduler's --session-grace */
 } spillway_opts;
 
 /** spillway_opts.encrypt: the daemons' --encrypt words. */

@@ -114,7 +114,8 @@
     MSG(PLUGINS, plugins)                                                                          \
     MSG(PLUGIN_LOAD, plugin_load)                                                                  \
     MSG(WORKER_PLUGINS, worker_plugins)                                                            \
-    MSG(DRAIN, drain)
+    MSG(DRAIN, drain)                                                                              \
+    MSG0(BYE, bye)
 
 /* ------------------------------------------------------------------ records */
 
