@@ -581,9 +581,12 @@ static int reconnect(spillway *c)
                         c->addr, (unsigned long long)c->session, tries);
                 return spillway__resend(c) == 0 ? 0 : SPW_ECLOSED;
             }
-            if (c->sched != NULL) /* the deadline passed during the handshake */
-                proto_conn_close(c->sched, SPW_ETIMEDOUT);
             last = c->sched_status;
+            if (c->sched != NULL) { /* the deadline passed during the handshake */
+                proto_conn_close(c->sched, SPW_ETIMEDOUT);
+                c->sched = NULL; /* its close is not ours to hear any more */
+                last = SPW_ETIMEDOUT;
+            }
         } else {
             c->sched = NULL;
             last = rc;

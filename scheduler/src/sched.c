@@ -536,7 +536,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     sched *s = sched_of(c);
     if (tag->kind == 1) {
         worker_msg(s, tag->w, m);
-    } else {
+    } else if (tag->kind == 2) {
         tag->s->nrecv++;
         if (!sched__session_replay(s, tag->s, m))
             session_msg(s, tag->s, m);

@@ -72,16 +72,34 @@ static void results_again(sched *s, sched_session *ss)
     }
 }
 
-/* HELLO names session id with token: the detached session it names, or NULL (unknown, still
- * connected, or a token that does not match: compared in constant time). */
+/* What a session loses with its connection: its waiting LOCATEs (asked again after a resume)
+ * and a memory query (ctl's only). */
+static void forget_conn(sched *s, sched_session *ss)
+{
+    sched_waiter *w, *wtmp;
+    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(s, w);
+    sched__memory_session_gone(s, ss);
+    ss->conn = NULL;
+}
+
+/* HELLO names session id with token: the session it names, or NULL (unknown, or a token that
+ * does not match: compared in constant time). A session whose old connection still looks alive
+ * (its client saw the break first) is taken from it: that connection closes unheard. */
 static sched_session *resumable(sched *s, uint64_t id, const proto_val *token)
 {
     sched_session *ss;
     HASH_FIND(hh, s->sessions, &id, sizeof id, ss);
-    if (ss == NULL || ss->conn != NULL || !ss->resumable || token->nil ||
-        token->bin.len != PROTO_TOKEN_LEN)
+    if (ss == NULL || !ss->resumable || token->nil || token->bin.len != PROTO_TOKEN_LEN ||
+        sodium_memcmp(ss->token, token->bin.ptr, PROTO_TOKEN_LEN) != 0)
         return NULL;
-    return sodium_memcmp(ss->token, token->bin.ptr, PROTO_TOKEN_LEN) == 0 ? ss : NULL;
+    if (ss->conn != NULL) {
+        proto_conn *old = ss->conn;
+        conn_tag *tag = proto_conn_data(old);
+        tag->kind = 0; /* its frames and its close no longer reach the session */
+        forget_conn(s, ss);
+        proto_conn_close(old, SPW_ECLOSED);
+    }
+    return ss;
 }
 
 sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *hello, int role,
@@ -108,8 +126,8 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
     } else {
         if (want != 0)
             spw_log(SPW_LOG_NOTICE,
-                    "session=%llu cannot be resumed (unknown, gone, connected or a wrong "
-                    "token): pid=%u host=%s gets a new session",
+                    "session=%llu cannot be resumed (unknown, gone or a wrong token): pid=%u "
+                    "host=%s gets a new session",
                     (unsigned long long)want, pid, host);
         ss = session_add(s, ++s->next_session, role, pid, host, name);
         ss->conn = c;
@@ -150,10 +168,7 @@ void sched__session_closed(sched *s, sched_session *ss, int status)
         drop(s, ss);
         return;
     }
-    /* Its waiting LOCATEs are asked again after a resume; a memory query is ctl's only. */
-    sched_waiter *w, *wtmp;
-    DL_FOREACH_SAFE2(ss->waiters, w, wtmp, snext) sched__waiter_free(s, w);
-    sched__memory_session_gone(s, ss);
+    forget_conn(s, ss);
     ss->drop_ns = spw_now_ns() + grace_ns(s);
     spw_log(SPW_LOG_NOTICE,
             "session=%llu pid=%u host=%s lost its connection (%s): detached with %llu "
