@@ -573,6 +573,7 @@ static int reconnect(spillway *c)
                                   "longer than the scheduler's --session-grace, or the "
                                   "scheduler lost it): its references and pending calls are gone",
                                c->addr, (unsigned long long)c->session);
+                (void)proto_send_bye(c->sched, 0); /* the new session it was given ends too */
                 proto_conn_close(c->sched, 0);
                 return SPW_ECLOSED;
             }

@@ -713,5 +713,6 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     sched__memory_free_all(s);
     sched__broadcast_free_all(s);
+    sched__sessions_detached_free(s); /* the others go as their connections close */
     proto_ctx_close(s->ctx, ctx_closed, s);
 }

@@ -639,6 +639,8 @@ sched_session *sched__session_restore(sched *s, uint64_t id, const uint8_t token
 void sched__session_closed(sched *s, sched_session *ss, int status);
 /* Drops detached sessions whose grace has passed (the 250 ms timer). */
 void sched__sessions_tick(sched *s);
+/* Drops every detached session (the scheduler stops). */
+void sched__sessions_detached_free(sched *s);
 /* Before a client session's frame is processed: the first frame after a resume that repeats
  * a request already done before its connection broke (its answer was lost) is answered here
  * from what that request did (true); false: the caller processes it as usual. Sends the

@@ -198,6 +198,16 @@ void sched__sessions_tick(sched *s)
     }
 }
 
+void sched__sessions_detached_free(sched *s)
+{
+    sched_session *ss, *tmp;
+    HASH_ITER(hh, s->sessions, ss, tmp)
+    {
+        if (ss->conn == NULL)
+            drop(s, ss);
+    }
+}
+
 uint64_t sched__session_drop_ms(const sched_session *ss)
 {
     if (ss->conn != NULL)
