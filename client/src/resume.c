@@ -51,9 +51,9 @@ int spillway__send(spillway *c, proto_enc *e)
         return SPW_ECLOSED;
     }
     c->log_frames++;
+    /* On a broken connection the frame goes out again after the resume. */
     if (c->sched != NULL)
-        (void)proto_conn_send_raw(c->sched, c->log.data + e->start, (size_t)n); /* a broken
-                                  * connection: the frame goes out again on resume */
+        (void)proto_conn_send_raw(c->sched, c->log.data + e->start, (size_t)n);
     return 0;
 }
 
@@ -105,8 +105,8 @@ static size_t frame_at(const spw_buf *b, uint64_t k)
     size_t at = 0;
     for (uint64_t i = 0; i < k && at + PROTO_HDR_LEN <= b->len; i++) {
         const uint8_t *h = b->data + at;
-        at += PROTO_HDR_LEN + (((size_t)h[0] << 24) | ((size_t)h[1] << 16) |
-                               ((size_t)h[2] << 8) | h[3]);
+        at += PROTO_HDR_LEN +
+              (((size_t)h[0] << 24) | ((size_t)h[1] << 16) | ((size_t)h[2] << 8) | h[3]);
     }
     return at < b->len ? at : b->len;
 }
@@ -131,8 +131,9 @@ int spillway__resend(spillway *c)
         c->sub_frames = 0;
     }
     if (nrecv < c->log_base || nrecv - c->log_base > c->log_frames) {
-        spillway__lose(c, "the scheduler %s resumed session=%llu but counts %llu of its frames, "
-                          "not %llu..%llu: not resumed",
+        spillway__lose(c,
+                       "the scheduler %s resumed session=%llu but counts %llu of its frames, "
+                       "not %llu..%llu: not resumed",
                        c->addr, (unsigned long long)c->session, (unsigned long long)nrecv,
                        (unsigned long long)c->log_base,
                        (unsigned long long)(c->log_base + c->log_frames));
@@ -147,9 +148,11 @@ int spillway__resend(spillway *c)
         if (acts_twice(k->type)) {
             k->status = SPW_ECLOSED;
             k->done = true;
-            spillway__set_err(c, "the scheduler %s took the request before the connection broke "
-                                 "and its answer was lost; it was not asked again (it would "
-                                 "act twice)", c->addr);
+            spillway__set_err(c,
+                              "the scheduler %s took the request before the connection broke "
+                              "and its answer was lost; it was not asked again (it would "
+                              "act twice)",
+                              c->addr);
         } else {
             from = frame_at(&c->log, done - 1);
             done--;

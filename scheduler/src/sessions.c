@@ -106,7 +106,7 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
                                     proto_welcome *wel)
 {
     uint32_t pid = (uint32_t)hello->f[F_HELLO_PID].u;
-    char host[sizeof ((sched_session *)0)->host], name[sizeof ((sched_session *)0)->name];
+    char host[sizeof((sched_session *)0)->host], name[sizeof((sched_session *)0)->name];
     proto_str(&hello->f[F_HELLO_HOST], host, sizeof host);
     proto_str(&hello->f[F_HELLO_NAME], name, sizeof name);
     bool can = role == PROTO_ROLE_CLIENT && !hello->f[F_HELLO_RESUME].nil;
@@ -239,8 +239,8 @@ static bool put_place_again(sched *s, sched_session *ss, const proto_msg *m)
         sched__put_target_send(ss, m->req, id, NULL, 0, 1ULL << o->chunks.shift, false);
         return true;
     }
-    const sched_worker *w = o->nlocs > 0 ? sched__worker_by_id(s, o->locs[0])
-                                         : sched__worker_by_id(s, o->put_worker);
+    const sched_worker *w =
+        o->nlocs > 0 ? sched__worker_by_id(s, o->locs[0]) : sched__worker_by_id(s, o->put_worker);
     if (w == NULL)
         return false;
     sched__put_target_send(ss, m->req, id, w, o->state == OBJ_READY, 0, !may_chunk);

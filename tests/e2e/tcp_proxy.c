@@ -80,7 +80,8 @@ static int open_port(const char *port_file, int *port)
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
     FILE *f = fopen(tmp, "w");
-    if (f == NULL || fprintf(f, "%d\n", *port) < 0 || fclose(f) != 0 || rename(tmp, port_file) != 0) {
+    if (f == NULL || fprintf(f, "%d\n", *port) < 0 || fclose(f) != 0 ||
+        rename(tmp, port_file) != 0) {
         perror("spw_tcp_proxy: port file");
         return -1;
     }

@@ -101,8 +101,8 @@ static bool no_client_session(void *arg)
 static uint64_t tasks_run(h_cluster *c)
 {
     json_t *st = e2e_ctl_json(c, "status");
-    uint64_t n = (uint64_t)json_integer_value(
-        json_object_get(json_object_get(st, "task_latency"), "count"));
+    uint64_t n =
+        (uint64_t)json_integer_value(json_object_get(json_object_get(st, "task_latency"), "count"));
     json_decref(st);
     return n;
 }
