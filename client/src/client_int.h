@@ -183,6 +183,9 @@ int spillway__send(spillway *c, proto_enc *e);
 int spillway__send_submit(spillway *c, uint8_t *frames, size_t len, uint32_t nframes);
 /* An answer came: the scheduler processed every frame logged so far. */
 void spillway__answered(spillway *c);
+/* Between calls (after releases): once the unanswered frames grow large, asks the scheduler
+ * something cheap, whose answer lets the log go. */
+void spillway__log_bound(spillway *c);
 /* After a resume: sends what the scheduler did not process (WELCOME's nrecv), and the request
  * of the call under way again when its answer was lost; fails that call instead where asking
  * again would do it twice. @return 0, or SPW_EPROTO (the counts disagree). */

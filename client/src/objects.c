@@ -263,6 +263,7 @@ static void release_ids(spillway *c, const spw_id *ids, uint32_t n)
     proto_enc e;
     proto_enc_release(&e, spillway__out(c), 0, &(proto_release_msg){.ids = {ids, n}});
     (void)spillway__send(c, &e);
+    spillway__log_bound(c);
 }
 
 static void release_id(spillway *c, spw_id id);

@@ -19,6 +19,9 @@
 
 /* A log this large is given back once its frames are answered, not kept for reuse. */
 #define LOG_KEEP_MAX (1u << 20)
+/* Unanswered frames (releases between calls) past this many bytes: a cheap request is made
+ * for its answer, so that the log does not grow without bound. */
+#define LOG_ANSWER_AT (4u << 20)
 
 spw_buf *spillway__out(spillway *c)
 {
@@ -90,6 +93,21 @@ void spillway__answered(spillway *c)
     c->sub = NULL;
     c->sub_len = 0;
     c->sub_frames = 0;
+}
+
+/* A GRAPHS_REQ that selects no graph: the cheapest request the scheduler answers. */
+static void nothing_enc(proto_enc *e, spw_buf *out, uint64_t req, void *arg)
+{
+    const spillway *c = arg;
+    proto_enc_graphs_req(e, out, req,
+                         &(proto_graphs_req_msg){.session = c->wel.session, .graph = UINT64_MAX});
+}
+
+void spillway__log_bound(spillway *c)
+{
+    if (c->log.len < LOG_ANSWER_AT || c->call.active || !c->resumable || c->sched == NULL)
+        return;
+    (void)spillway__request(c, nothing_enc, NULL, c, PROTO_GRAPHS, -1);
 }
 
 void spillway__resume_free(spillway *c)
