@@ -71,6 +71,7 @@ int main(int argc, char **argv)
     so.heartbeat_timeout_ms = (uint32_t)v[SOPT_HEARTBEAT_TIMEOUT].u;
     so.task_retries = (uint32_t)v[SOPT_TASK_RETRIES].u;
     so.place_wait_ms = (uint32_t)v[SOPT_PLACE_WAIT].u;
+    so.session_grace_s = (uint32_t)v[SOPT_SESSION_GRACE].u;
     so.graph_max_tasks = v[SOPT_GRAPH_MAX_TASKS].u;
     so.graph_max_bytes = v[SOPT_GRAPH_MAX_BYTES].u;
     so.graph_max_total = v[SOPT_GRAPH_MAX_TOTAL].u;

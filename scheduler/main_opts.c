@@ -75,6 +75,14 @@ static const spw_opt rows[SOPT_COUNT] = {
                          .def = "60000",
                          .help = "a task bound to a worker name no connected worker has fails "
                                  "after this long; 0 = waits forever"},
+    [SOPT_SESSION_GRACE] = {.name = "session-grace",
+                            .type = SPW_OPT_COUNT,
+                            .flags = CONF,
+                            .hi = 7 * 24 * 3600,
+                            .def = "60",
+                            .arg = "SECONDS",
+                            .help = "a client whose connection broke may resume its session for "
+                                    "this many seconds; 0 = its session ends with it"},
     [SOPT_GRAPH_MAX_TASKS] = {.name = "graph-max-tasks",
                               .type = SPW_OPT_COUNT,
                               .flags = CONF,

@@ -172,11 +172,16 @@ static void print_status(json_t *doc)
     json_t *c;
     json_array_foreach(clients, i, c)
     {
-        printf("  %-8llu %-20s %-8llu %-7s %-8llu %llu\n", (unsigned long long)ctl_doc_u(c, "session"),
+        printf("  %-8llu %-20s %-8llu %-7s %-8llu %llu", (unsigned long long)ctl_doc_u(c, "session"),
                json_string_value(json_object_get(c, "host")), (unsigned long long)ctl_doc_u(c, "pid"),
                json_string_value(json_object_get(c, "role")),
                (unsigned long long)ctl_doc_u(c, "tasks_submitted"),
                (unsigned long long)ctl_doc_u(c, "references"));
+        json_t *drop = json_object_get(c, "detached_drop_ms");
+        if (drop != NULL)
+            printf("  (detached, dropped in %llu s)",
+                   ((unsigned long long)json_integer_value(drop) + 999) / 1000);
+        printf("\n");
     }
     printf("\nplugins the workers load:\n");
     json_array_foreach(workers, i, w)

@@ -54,6 +54,7 @@ void spillway_opts_init(spillway_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->connect_timeout_ms = 10000;
+    o->reconnect_ms = 60000;
     o->name = "libspillway";
 }
 
@@ -234,9 +235,13 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
             uv_timer_start(&c->watch, watch_cb, every, every);
             watching = true;
         }
+        if (c->sched == NULL && spillway__can_resume(c) && spillway__connected(c) == 0)
+            continue; /* resumed: cond may hold now (a call failed rather than asked again) */
         if (c->sched == NULL) {
             rc = SPW_ECLOSED;
-            if (spillway__stalled(c)) {
+            if (c->lost) {
+                spillway__set_err(c, "%s", c->lost_why);
+            } else if (spillway__stalled(c)) {
                 rc = SPW_ETIMEDOUT;
                 spillway__set_err(c,
                                   "the scheduler %s sent nothing for %u ms (the stall timeout): "
@@ -307,7 +312,9 @@ int spillway__call_wait(spillway *c, int timeout_ms)
     int rc = spillway__run_until(c, call_done, NULL, timeout_ms);
     c->call.active = false;
     if (rc != 0) {
-        if (rc == SPW_ECLOSED)
+        if (rc == SPW_ECLOSED && c->lost)
+            spillway__set_err(c, "%s", c->lost_why);
+        else if (rc == SPW_ECLOSED)
             spillway__set_err(c, "connection to the scheduler %s closed: %s", c->addr,
                     spw_strerror(c->sched_status));
         else if (!spillway__stalled(c)) /* else run_until said so */
@@ -398,9 +405,13 @@ static void on_task_results(spillway *c, const proto_val *recs)
     }
 }
 
+static void call_msg(spillway *c, const proto_msg *m);
+
 static void sched_msg(proto_conn *conn, const proto_msg *m)
 {
     spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    if (conn != c->sched)
+        return; /* a connection given up on while reconnecting */
     if (m->type == PROTO_TASK_RESULT) {
         on_task_result(c, m->f);
         return;
@@ -409,6 +420,15 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
         on_task_results(c, &m->f[F_TRESS_RECS]);
         return;
     }
+    bool was_done = c->call.done;
+    call_msg(c, m);
+    if (c->call.done && !was_done)
+        spillway__answered(c);
+}
+
+/* A frame that answers (or is part of the answer to) a request. */
+static void call_msg(spillway *c, const proto_msg *m)
+{
     call *k = &c->call;
     if (!k->active || m->req != k->req || k->done) {
         if (m->type == PROTO_ERROR) {
@@ -466,6 +486,8 @@ static void sched_msg(proto_conn *conn, const proto_msg *m)
 static void sched_ready(proto_conn *conn, const proto_welcome *w)
 {
     spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    if (conn != c->sched)
+        return;
     int role = proto_conn_peer_role(conn);
     if (role != PROTO_ROLE_SCHEDULER) {
         /* A worker's peer port also says READY HOST:PORT and takes a client's handshake, but
@@ -479,12 +501,20 @@ static void sched_ready(proto_conn *conn, const proto_welcome *w)
     c->wel = *w;
     if (c->inline_limit == 0)
         c->inline_limit = w->inline_limit;
+    if (!c->resumable && w->has_token) { /* the first WELCOME: later ones resume or refuse */
+        c->resumable = true;
+        c->session = w->session;
+        memcpy(c->token, w->token, sizeof c->token);
+    }
 }
 
 static void sched_close(proto_conn *conn, int status)
 {
     spillway *c = proto_ctx_data(proto_conn_ctx(conn));
+    if (conn != c->sched)
+        return;
     c->sched = NULL;
+    c->ready = false;
     c->sched_status = status != 0 ? status : SPW_ECLOSED;
 }
 
@@ -498,6 +528,111 @@ static bool is_ready(spillway *c, void *arg)
 {
     (void)arg;
     return c->ready;
+}
+
+/* Runs the loop until c is ready, its connection closed, or the deadline (spw_now_ns) passes,
+ * without the stall watch or a reconnect of run_until: a connection being made is waited for
+ * by its own handshake deadline. */
+static void run_plain(spillway *c, bool until_closed, uint64_t deadline)
+{
+    for (;;) {
+        if (until_closed ? c->sched == NULL || c->ready : false)
+            return;
+        uint64_t now = spw_now_ns();
+        if (now >= deadline)
+            return;
+        uv_timer_start(&c->timer, timer_cb, (deadline - now) / 1000000ULL + 1, 0);
+        uv_run(&c->loop, UV_RUN_ONCE);
+        uv_timer_stop(&c->timer);
+    }
+}
+
+/* The connection broke: connects again, with a backoff from 100 ms doubling to 2 s, until the
+ * scheduler resumes the session (then what it did not process goes out again), refuses it, or
+ * reconnect_ms (the stall timeout if shorter) passes. Either of the last two loses it. */
+static int reconnect(spillway *c)
+{
+    uint32_t budget = c->reconnect_ms;
+    if (c->stall_ms > 0 && c->stall_ms < budget)
+        budget = c->stall_ms;
+    uint64_t start = spw_now_ns();
+    uint64_t deadline = start + (uint64_t)budget * 1000000ULL;
+    int why = c->sched_status;
+    spw_log(SPW_LOG_NOTICE, "scheduler %s: connection lost (%s): reconnecting to resume session=%llu",
+            c->addr, spw_strerror(why), (unsigned long long)c->session);
+    uint32_t delay_ms = 100;
+    int last = why;
+    for (unsigned tries = 1;; tries++) {
+        c->ready = false;
+        int rc = proto_connect(c->ctx, c->addr, &sched_cbs, NULL, &c->sched);
+        if (rc == 0) {
+            proto_conn_set_resume(c->sched, c->session, c->token);
+            run_plain(c, true, deadline);
+            if (c->ready && !c->wel.resumed) {
+                spillway__lose(c, "the scheduler %s did not resume session=%llu (it was away "
+                                  "longer than the scheduler's --session-grace, or the "
+                                  "scheduler lost it): its references and pending calls are gone",
+                               c->addr, (unsigned long long)c->session);
+                (void)proto_send_bye(c->sched, 0); /* the new session it was given ends too */
+                proto_conn_close(c->sched, 0);
+                return SPW_ECLOSED;
+            }
+            if (c->ready) {
+                spw_log(SPW_LOG_NOTICE, "scheduler %s: session=%llu resumed after %u tries",
+                        c->addr, (unsigned long long)c->session, tries);
+                return spillway__resend(c) == 0 ? 0 : SPW_ECLOSED;
+            }
+            last = c->sched_status;
+            if (c->sched != NULL) { /* the deadline passed during the handshake */
+                proto_conn_close(c->sched, SPW_ETIMEDOUT);
+                c->sched = NULL; /* its close is not ours to hear any more */
+                last = SPW_ETIMEDOUT;
+            }
+        } else {
+            c->sched = NULL;
+            last = rc;
+        }
+        uint64_t now = spw_now_ns();
+        if (now >= deadline || c->wrong_role) {
+            spillway__lose(c, "connection to the scheduler %s lost (%s) and not resumed within "
+                              "%u ms (reconnect_ms, or the stall timeout if shorter; %u tries, "
+                              "the last: %s)",
+                           c->addr, spw_strerror(why), budget, tries, spw_strerror(last));
+            return SPW_ECLOSED;
+        }
+        uint64_t wake = now + (uint64_t)delay_ms * 1000000ULL;
+        run_plain(c, false, wake < deadline ? wake : deadline);
+        delay_ms = delay_ms * 2 < 2000 ? delay_ms * 2 : 2000;
+    }
+}
+
+/* spillway_close after the connection broke (a stall, or a close not yet resumed): the
+ * session, detached at the scheduler, would outlive us for its --session-grace. One short try
+ * resumes it, only for the BYE that ends it now. */
+static void resume_to_leave(spillway *c)
+{
+    if (c->sched != NULL || !c->resumable || c->lost || c->reconnect_ms == 0)
+        return;
+    uint32_t ms = c->reconnect_ms < 1000 ? c->reconnect_ms : 1000;
+    c->ready = false;
+    if (proto_connect(c->ctx, c->addr, &sched_cbs, NULL, &c->sched) != 0) {
+        c->sched = NULL;
+        return;
+    }
+    proto_conn_set_resume(c->sched, c->session, c->token);
+    run_plain(c, true, spw_now_ns() + (uint64_t)ms * 1000000ULL);
+}
+
+int spillway__connected(spillway *c)
+{
+    if (c->sched != NULL)
+        return 0;
+    if (!spillway__can_resume(c)) {
+        if (c->lost)
+            spillway__set_err(c, "%s", c->lost_why);
+        return SPW_ECLOSED;
+    }
+    return reconnect(c);
 }
 
 const char *spillway__secret_file(const spillway_opts *o)
@@ -567,6 +702,8 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     c->no_local = o->no_local || getenv("SPILLWAY_NO_LOCAL") != NULL;
     c->chunk_size = o->chunk_size;
     c->put_replicas = o->put_replicas;
+    c->reconnect_ms = role == PROTO_ROLE_CLIENT && o->reconnect_ms > 0 ? (uint32_t)o->reconnect_ms
+                                                                        : 0;
     spw_host_id(c->host_id, sizeof c->host_id);
     uint64_t seed[2];
     if (getrandom(seed, sizeof seed, 0) != sizeof seed) {
@@ -606,6 +743,8 @@ int spillway__connect_role(const char *addr, const spillway_opts *o, int role, s
     if (rc == 0) {
         proto_ctx_set_data(c->ctx, c);
         rc = proto_connect(c->ctx, addr, &sched_cbs, NULL, &c->sched);
+        if (rc == 0 && c->reconnect_ms > 0)
+            proto_conn_set_resume(c->sched, 0, NULL);
     }
     if (rc == 0) {
         int wait_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000;
@@ -651,6 +790,14 @@ void spillway_close(spillway *c)
         return;
     spillway__plugins_detach(c);
     if (c->ctx != NULL) {
+        resume_to_leave(c);
+        if (c->sched != NULL && c->ready && c->resumable && !c->lost) {
+            /* Not a broken connection: the scheduler drops the session now, not after its
+             * --session-grace. */
+            proto_enc e;
+            proto_enc_bye(&e, spillway__out(c), 0);
+            (void)spillway__send(c, &e);
+        }
         /* Let queued frames (releases) leave before the connections close. */
         spillway__flush(c);
         proto_ctx_close(c->ctx, ctx_closed, c);
@@ -668,6 +815,7 @@ void spillway_close(spillway *c)
         spw_free(p);
     }
     spillway__locals_free(c);
+    spillway__resume_free(c);
     spw_free(c->xfer.buf);
     spw_free(c);
 }
@@ -676,15 +824,15 @@ static int request(spillway *c, void (*enc)(proto_enc *e, spw_buf *out, uint64_t
                    void (*on_reply)(const proto_msg *m, void *arg), void *arg, uint32_t type,
                    bool parts, int timeout_ms)
 {
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     uint64_t req = spillway__call_begin(c, type);
     c->call.on_reply = on_reply;
     c->call.arg = arg;
     c->call.parts = parts;
     proto_enc e;
-    enc(&e, proto_conn_out(c->sched), req, arg);
-    int rc = proto_conn_send(c->sched, &e);
+    enc(&e, spillway__out(c), req, arg);
+    int rc = spillway__send(c, &e);
     if (rc != 0)
         return rc;
     return spillway__call_wait(c, timeout_ms);

@@ -127,6 +127,22 @@ struct spillway {
     bool err_set; /* errmsg was written since the public call in progress began */
     bool wrong_role; /* connect: the peer proved the secret but is no scheduler */
     int peer_refused; /* why the last worker connection closed before it was ready */
+    /* Resuming the session after the scheduler's connection broke (resume.c). Every frame for
+     * the scheduler is built in log and stays there until an answer shows the scheduler
+     * processed it; a SUBMIT's frames stay in sub. log_base + log_frames + sub_frames is the
+     * count of frames sent on this session, which WELCOME's nrecv is compared with. */
+    uint32_t reconnect_ms;  /* spillway_opts.reconnect_ms; 0: a broken connection is final */
+    bool resumable;         /* the scheduler gave the session a token */
+    bool lost;              /* the session is gone for good (lost_why says why) */
+    uint8_t token[PROTO_TOKEN_LEN];
+    uint64_t session;
+    spw_buf log;
+    uint32_t log_frames;
+    uint64_t log_base;
+    uint8_t *sub; /* owned: the frames of the SUBMIT in flight, sub_len bytes */
+    size_t sub_len;
+    uint32_t sub_frames;
+    char lost_why[384];
 };
 
 void spillway__set_err(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -157,6 +173,31 @@ int spillway__run_until(spillway *c, bool (*cond)(spillway *c, void *arg), void 
                         int timeout_ms);
 /* The stall watch closed the scheduler's connection: it went silent for the stall timeout. */
 bool spillway__stalled(const spillway *c);
+/* Frames for the scheduler (resume.c): built with proto_enc_NAME(&e, spillway__out(c), ...),
+ * then spillway__send(c, &e) logs and sends it (while reconnecting it only logs it: it goes out
+ * on resume). @return 0; SPW_EFRAMESIZE (dropped); SPW_ECLOSED when the session is gone. */
+spw_buf *spillway__out(spillway *c);
+int spillway__send(spillway *c, proto_enc *e);
+/* Sends a SUBMIT's nframes frames (len bytes at frames, consumed also on error), kept until
+ * its answer. */
+int spillway__send_submit(spillway *c, uint8_t *frames, size_t len, uint32_t nframes);
+/* An answer came: the scheduler processed every frame logged so far. */
+void spillway__answered(spillway *c);
+/* Between calls (after releases): once the unanswered frames grow large, asks the scheduler
+ * something cheap, whose answer lets the log go. */
+void spillway__log_bound(spillway *c);
+/* After a resume: sends what the scheduler did not process (WELCOME's nrecv), and the request
+ * of the call under way again when its answer was lost; fails that call instead where asking
+ * again would do it twice. @return 0, or SPW_EPROTO (the counts disagree). */
+int spillway__resend(spillway *c);
+/* Whether a broken connection to the scheduler may be resumed. */
+bool spillway__can_resume(const spillway *c);
+/* Before a call: the scheduler's connection, reconnecting and resuming if it broke.
+ * @return 0, or SPW_ECLOSED (errmsg says why). */
+int spillway__connected(spillway *c);
+/* The session is gone for good; why is kept for the errors of later calls. */
+void spillway__lose(spillway *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void spillway__resume_free(spillway *c);
 uint64_t spillway__call_begin(spillway *c, uint32_t reply_type);
 int spillway__call_wait(spillway *c, int timeout_ms);
 void spillway__flush(spillway *c);

@@ -15,6 +15,7 @@ struct spillway_graph {
     spillway *c;
     uint64_t id;       /* graph id, also the request id of its frames */
     spw_buf frames;    /* finished SUBMIT frames */
+    uint32_t nframes;  /* in frames */
     spw_buf recs;      /* task records of the frame being built */
     uint32_t nrecs;
     uint64_t max_tasks, max_bytes;
@@ -160,6 +161,7 @@ static void cut_frame(spillway_graph *g, bool end, const char *site)
                                          .site = site,
                                          .omit_site = !end});
     proto_enc_end(&e, UINT32_MAX);
+    g->nframes++;
     spw_buf_reset(&g->recs);
     g->nrecs = 0;
 }
@@ -421,7 +423,7 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     if (g == NULL)
         return SPW_EINVAL;
     spillway *c = g->c;
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     cut_frame(g, true, site);
     for (size_t i = 0; i < g->nkept; i++)
@@ -429,11 +431,12 @@ static int submit_at__impl(spillway_graph *g, const char *site)
     spillway__call_begin(c, PROTO_SUBMIT_ACK);
     c->call.req = g->id;
     c->call.errors_then_ack = true;
-    /* The graph's frames go out from its own buffer, which the connection frees once written:
-     * a copy into the output queue would write several MB of fresh pages for a large graph. */
-    int rc = proto_conn_send_raw_borrowed(c->sched, g->frames.data, g->frames.len, spw_free,
-                                          g->frames.data);
+    /* The graph's frames go out from its own buffer, kept until the answer (they go out again
+     * after a resume): a copy into the output queue would write several MB of fresh pages for
+     * a large graph. */
+    int rc = spillway__send_submit(c, g->frames.data, g->frames.len, g->nframes);
     g->frames = (spw_buf){0};
+    g->nframes = 0;
     g->nkept = 0; /* tracked by the connection now */
     if (rc == 0)
         rc = spillway__call_wait(c, -1);
@@ -613,8 +616,6 @@ static int graph_status__impl(spillway *c, uint64_t graph_id, spillway_graph_pro
         return spillway__refuse(c, SPW_EINVAL, "spillway_graph_status", "%s",
                                 out == NULL ? "out is NULL; it receives the progress"
                                             : "graph_id is 0; no graph has it (spillway_graph_id)");
-    if (c->sched == NULL)
-        return SPW_ECLOSED;
     gstat_q q = {c->wel.session, graph_id, out, false};
     int rc = spillway__request(c, gstat_enc, gstat_reply, &q, PROTO_GRAPHS, 10000);
     if (rc != 0)

@@ -260,8 +260,10 @@ static local *local_get(spillway *c, const char *host_id, const char *name, bool
 /* Gives the scheduler back our references to n objects, in one RELEASE. */
 static void release_ids(spillway *c, const spw_id *ids, uint32_t n)
 {
-    if (c->sched != NULL)
-        proto_send_release(c->sched, 0, &(proto_release_msg){.ids = {ids, n}});
+    proto_enc e;
+    proto_enc_release(&e, spillway__out(c), 0, &(proto_release_msg){.ids = {ids, n}});
+    (void)spillway__send(c, &e);
+    spillway__log_bound(c);
 }
 
 static void release_id(spillway *c, spw_id id);
@@ -368,14 +370,15 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
                       const char *site, bcast_res *bcast, unsigned nworkers, bool keep,
                       uint64_t *chunked)
 {
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     uint64_t req = spillway__call_begin(c, PROTO_PUT_TARGET);
     put_target tgt;
     memset(&tgt, 0, sizeof tgt);
     c->call.on_reply = on_put_target;
     c->call.arg = &tgt;
-    proto_send_put_place(c->sched, req,
+    proto_enc pe;
+    proto_enc_put_place(&pe, spillway__out(c), req,
                          &(proto_put_place_msg){.id = id,
                                                 .size = len,
                                                 .site = site,
@@ -385,7 +388,9 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
                                                 .host_id = c->no_local ? "" : c->host_id,
                                                 .chunk_max = c->chunk_size,
                                                 .omit_chunk_max = chunked == NULL});
-    int rc = spillway__call_wait(c, -1);
+    int rc = spillway__send(c, &pe);
+    if (rc == 0)
+        rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
     if (chunked != NULL && tgt.chunk != 0) {
@@ -397,9 +402,11 @@ static int put_object(spillway *c, spw_id id, const void *data, size_t len, uint
         uint64_t breq = c->call.req;
         c->call.on_reply = on_bcast_done;
         c->call.arg = bcast;
-        proto_send_broadcast(c->sched, breq,
-                             &(proto_broadcast_msg){
-                                 .id = id, .workers = nworkers, .keep = 1, .omit_keep = !keep});
+        proto_enc be;
+        proto_enc_broadcast(&be, spillway__out(c), breq,
+                            &(proto_broadcast_msg){
+                                .id = id, .workers = nworkers, .keep = 1, .omit_keep = !keep});
+        (void)spillway__send(c, &be); /* a failure fails the wait below */
     }
     if (tgt.exists)
         return bcast != NULL ? spillway__call_wait(c, -1) : 0; /* stored already: shared */
@@ -524,8 +531,6 @@ static void on_bcast_done(const proto_msg *m, void *arg)
 
 static void release_id(spillway *c, spw_id id)
 {
-    if (c->sched == NULL)
-        return;
     release_ids(c, &id, 1);
     spillway__flush(c);
 }
@@ -560,14 +565,18 @@ static int broadcast__impl(spillway *c, spillway_ref ref, unsigned nworkers)
         spillway__set_err(c, "a chunked object is spread over the stores: it is not broadcast");
         return SPW_EINVAL;
     }
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     bcast_res res = {0, 0};
     uint64_t req = spillway__call_begin(c, PROTO_BROADCAST_DONE);
     c->call.on_reply = on_bcast_done;
     c->call.arg = &res;
-    proto_send_broadcast(c->sched, req, &(proto_broadcast_msg){.id = id, .workers = nworkers});
-    int rc = spillway__call_wait(c, -1);
+    proto_enc e;
+    proto_enc_broadcast(&e, spillway__out(c), req,
+                        &(proto_broadcast_msg){.id = id, .workers = nworkers});
+    int rc = spillway__send(c, &e);
+    if (rc == 0)
+        rc = spillway__call_wait(c, -1);
     if (rc != 0)
         return rc;
     return broadcast_settle(c, id, &res);
@@ -726,7 +735,7 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
         loc->size = h->size;
         return 0;
     }
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     int left = timeout_ms;
     if (timeout_ms >= 0) {
@@ -736,11 +745,14 @@ static int resolve(spillway *c, spw_id id, int timeout_ms, location *loc)
     uint64_t req = spillway__call_begin(c, PROTO_LOCATION);
     c->call.on_reply = on_location;
     c->call.arg = loc;
-    proto_send_locate(
-        c->sched, req,
+    proto_enc e;
+    proto_enc_locate(
+        &e, spillway__out(c), req,
         &(proto_locate_msg){.id = id, .timeout_ms = left < 0 ? UINT32_MAX : (uint64_t)left});
+    int rc = spillway__send(c, &e);
     /* A second more than the scheduler waits, as far as an int goes. */
-    int rc = spillway__call_wait(c, left < 0 ? -1 : left > INT_MAX - 1000 ? INT_MAX : left + 1000);
+    if (rc == 0)
+        rc = spillway__call_wait(c, left < 0 ? -1 : left > INT_MAX - 1000 ? INT_MAX : left + 1000);
     if (rc == 0 && loc->status != 0) {
         rc = loc->status;
         spillway__set_err(c, "%s", loc->err);
@@ -984,7 +996,7 @@ static int release__impl(spillway *c, spillway_ref ref)
     }
     bool remote = h->kind != H_SMALL;
     spillway__handle_release(c, h);
-    if (remote && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+    if (remote && c->sched == NULL && !spillway__can_resume(c)) {
         spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
                              "with it", c->addr);
         return SPW_ECLOSED;
@@ -1022,13 +1034,13 @@ static int release_many__impl(spillway *c, const spillway_ref *refs, size_t n)
     size_t per = mf / 2 / 18 < 65536 ? mf / 2 / 18 : 65536;
     if (per == 0)
         per = 1;
-    for (size_t i = 0; i < nremote && c->sched != NULL; i += per) {
+    for (size_t i = 0; i < nremote; i += per) {
         size_t k = nremote - i < per ? nremote - i : per;
         release_ids(c, remote + i, (uint32_t)k);
     }
     spw_free(remote);
     spillway__flush(c);
-    if (rc == 0 && nremote > 0 && (c->sched == NULL || proto_conn_is_closing(c->sched))) {
+    if (rc == 0 && nremote > 0 && c->sched == NULL && !spillway__can_resume(c)) {
         /* The handles are gone here; the scheduler dropped its side with the session. */
         spillway__set_err(c, "connection to the scheduler %s is closed: its references went "
                              "with it", c->addr);

@@ -69,7 +69,7 @@ static int plugin_add_mem(spillway *c, const void *data, size_t len, const char 
                                 len == 0       ? "len is 0; a plugin has at least one byte"
                                 : data == NULL ? "data is NULL"
                                                : "out is NULL");
-    if (c->sched == NULL)
+    if (spillway__connected(c) != 0)
         return SPW_ECLOSED;
     spillway_plugin *p = spw_calloc(SPW_MOD_CLIENT, 1, sizeof *p);
     p->c = c;

@@ -64,10 +64,13 @@ void conn__make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n1
 }
 
 /* Appends HELLO: our role, host and name, my_nonce and the proof over both nonces that we hold
- * the secret, and what a worker announces (NULL: not a worker). */
+ * the secret, what a worker announces (NULL: not a worker), and the session a client resumes
+ * (resume: a connection with proto_conn_set_resume, else NULL). */
 void conn__enc_hello(proto_enc *e, spw_buf *out, const proto_ctx *ctx, const uint8_t *server_nonce,
-                     const uint8_t *my_nonce, const proto_winfo_rec *worker)
+                     const uint8_t *my_nonce, const proto_winfo_rec *worker,
+                     const proto_conn *resume)
 {
+    bool r = resume != NULL && resume->resume_set;
     uint8_t proof[PROTO_PROOF_LEN];
     conn__make_proof(ctx, "spillway-hello", server_nonce, my_nonce, (uint8_t)ctx->opts.role, proof);
     char host[256] = "";
@@ -80,7 +83,21 @@ void conn__enc_hello(proto_enc *e, spw_buf *out, const proto_ctx *ctx, const uin
                                        .pid = (uint64_t)getpid(),
                                        .host = host,
                                        .name = ctx->name,
-                                       .worker = worker});
+                                       .worker = worker,
+                                       .resume = r ? resume->resume_id : 0,
+                                       .token = {r ? resume->resume_token : NULL,
+                                                 r ? PROTO_TOKEN_LEN : 0},
+                                       .omit_resume = !r,
+                                       .omit_token = !r});
+}
+
+void proto_conn_set_resume(proto_conn *c, uint64_t session, const uint8_t *token)
+{
+    c->resume_set = true;
+    c->resume_id = session;
+    memset(c->resume_token, 0, sizeof c->resume_token);
+    if (token != NULL)
+        memcpy(c->resume_token, token, sizeof c->resume_token);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -152,7 +169,7 @@ void conn__on_challenge(proto_conn *c, const proto_msg *m)
                                   .local = w->local};
     proto_enc e;
     conn__enc_hello(&e, proto_conn_out(c), c->ctx, c->peer_nonce, c->my_nonce,
-                    w != NULL ? &winfo : NULL);
+                    w != NULL ? &winfo : NULL, c);
     proto_conn_send(c, &e);
     c->state = ST_AWAIT_WELCOME;
 }
@@ -198,7 +215,9 @@ void conn__on_hello_msg(proto_conn *c, const proto_msg *m)
         ctx->nclients++;
         c->counted_client = true;
     }
-    proto_welcome w = {0, ctx->opts.inline_limit, ctx->opts.chunk, ctx->opts.limits.max_frame};
+    proto_welcome w = {.inline_limit = ctx->opts.inline_limit,
+                       .chunk = ctx->opts.chunk,
+                       .max_frame = ctx->opts.limits.max_frame};
     char err[256] = "refused";
     int rc = c->cbs.on_hello != NULL ? c->cbs.on_hello(c, m, &w, err, sizeof err) : 0;
     if (rc != 0) {
@@ -214,7 +233,13 @@ void conn__on_hello_msg(proto_conn *c, const proto_msg *m)
                                             .session = w.session,
                                             .inline_limit = w.inline_limit,
                                             .chunk = w.chunk,
-                                            .max_frame = w.max_frame});
+                                            .max_frame = w.max_frame,
+                                            .token = {w.token, PROTO_TOKEN_LEN},
+                                            .resumed = w.resumed,
+                                            .nrecv = w.nrecv,
+                                            .omit_token = !w.has_token,
+                                            .omit_resumed = !w.has_token,
+                                            .omit_nrecv = !w.has_token});
     c->state = ST_READY;
     c->deadline_ns = 0;
 }
@@ -237,6 +262,12 @@ void conn__on_welcome(proto_conn *c, const proto_msg *m)
     c->welcome.max_frame = (uint32_t)(mf > UINT32_MAX ? UINT32_MAX : mf);
     if (c->welcome.max_frame < 4096)
         c->welcome.max_frame = 4096;
+    const proto_val *tok = &m->f[F_WELCOME_TOKEN];
+    c->welcome.has_token = !tok->nil && tok->bin.len == PROTO_TOKEN_LEN;
+    if (c->welcome.has_token)
+        memcpy(c->welcome.token, tok->bin.ptr, PROTO_TOKEN_LEN);
+    c->welcome.resumed = !m->f[F_WELCOME_RESUMED].nil && m->f[F_WELCOME_RESUMED].u == 1;
+    c->welcome.nrecv = m->f[F_WELCOME_NRECV].nil ? 0 : m->f[F_WELCOME_NRECV].u;
     c->state = ST_READY;
     c->deadline_ns = 0;
     if (c->cbs.on_ready != NULL)

@@ -125,6 +125,9 @@ struct proto_conn {
     uint8_t my_nonce[PROTO_NONCE_LEN];
     uint8_t peer_nonce[PROTO_NONCE_LEN];
     proto_welcome welcome;
+    bool resume_set; /* proto_conn_set_resume: HELLO carries resume_id and resume_token */
+    uint64_t resume_id;
+    uint8_t resume_token[PROTO_TOKEN_LEN];
     uint64_t deadline_ns; /* handshake or drain deadline; 0 = none */
     /* Progress, for proto_conn_watch (loop time, ms): the last byte in, the last sample of
      * the bytes written and when it last grew, and whether a PING awaits its answer. */
@@ -262,7 +265,8 @@ int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *c
 void conn__make_proof(const proto_ctx *ctx, const char *label, const uint8_t *n1, const uint8_t *n2,
                       uint8_t role, uint8_t out[PROTO_PROOF_LEN]);
 void conn__enc_hello(proto_enc *e, spw_buf *out, const proto_ctx *ctx, const uint8_t *server_nonce,
-                     const uint8_t *my_nonce, const proto_winfo_rec *worker);
+                     const uint8_t *my_nonce, const proto_winfo_rec *worker,
+                     const proto_conn *resume);
 void conn__send_challenge(proto_conn *c);
 void conn__refuse(proto_conn *c, uint64_t req, int code, const char *why);
 void conn__on_challenge(proto_conn *c, const proto_msg *m);

@@ -409,7 +409,7 @@ int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool wr
         server_role = (int)m.f[F_CHAL_ROLE].u;
         randombytes_buf(my_nonce, sizeof my_nonce);
         proto_enc e;
-        conn__enc_hello(&e, &out, ctx, server_nonce, my_nonce, NULL);
+        conn__enc_hello(&e, &out, ctx, server_nonce, my_nonce, NULL, NULL);
         proto_enc_end(&e, UINT32_MAX);
         PROTO_CHECK_SENT(out.data, out.len, "proto_local_attach");
         rc = write_full(fd, out.data, out.len, deadline);

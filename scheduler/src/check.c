@@ -364,8 +364,8 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
     sched_session *ss, *tmp;
     HASH_ITER(hh, s->sessions, ss, tmp)
     {
-        CHECK(ss->conn != NULL, NOID, "session %llu without a connection",
-              (unsigned long long)ss->id);
+        CHECK(ss->conn != NULL || (ss->resumable && ss->nwaiters == 0), NOID,
+              "session %llu without a connection", (unsigned long long)ss->id);
         uint64_t n = 0;
         sched_ref *r, *rtmp;
         HASH_ITER(hh, ss->refs, r, rtmp)

@@ -28,6 +28,7 @@ void sched_opts_default(sched_opts *o)
     o->heartbeat_timeout_ms = 15000;
     o->task_retries = 3;
     o->place_wait_ms = 60000;
+    o->session_grace_s = 60;
     o->queue_target_us = 2000;
     o->max_depth = 256;
     o->graph_max_total = 2000000;
@@ -232,9 +233,7 @@ static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sch
     return o;
 }
 
-/* Answers a PUT_PLACE: the worker to upload to (w; NULL for a chunked object), whether the
- * bytes are there already, and the chunk size (omitted for a client that did not ask). */
-static void put_target_send(sched_session *ss, uint64_t req, spw_id id, const sched_worker *w,
+void sched__put_target_send(sched_session *ss, uint64_t req, spw_id id, const sched_worker *w,
                             uint64_t exists, uint64_t chunk, bool omit_chunk)
 {
     proto_loc_rec to = w != NULL ? sched__loc_rec(w) : (proto_loc_rec){0};
@@ -262,7 +261,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
     if (flags & PROTO_PUT_CHUNK) {
         sched_worker *w;
         if (chunk_new(s, ss, m, &w) != NULL)
-            put_target_send(ss, m->req, id, w, 0, 0, true);
+            sched__put_target_send(ss, m->req, id, w, 0, 0, true);
         return;
     }
     uint64_t chunk = 0;
@@ -282,7 +281,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         p->chunks.n = (uint16_t)((size + chunk - 1) / chunk);
         p->chunks.ready = 0;
         sched__session_ref(s, ss, p, REF_CLIENT);
-        put_target_send(ss, m->req, id, NULL, 0, chunk, false);
+        sched__put_target_send(ss, m->req, id, NULL, 0, chunk, false);
         return;
     }
     bool may_chunk = (flags & PROTO_PUT_MAY_CHUNK) != 0;
@@ -320,7 +319,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         w->reserved += size;
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
-    put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
+    sched__put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
 }
 
 static void locate(sched *s, sched_session *ss, const proto_msg *m)
@@ -373,7 +372,7 @@ void sched__session_flow(sched *s, sched_session *ss)
 {
     (void)s;
     proto_conn *c = ss->conn;
-    if (proto_conn_is_closing(c))
+    if (c == NULL || proto_conn_is_closing(c))
         return;
     bool full = ss->nwaiters >= SCHED_WAITERS_MAX;
     if (proto_conn_writable(c) && ss->memqs == 0 && !full) {
@@ -464,6 +463,9 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
             return;
         }
         break;
+    case PROTO_BYE:
+        ss->resumable = false; /* the client closes: its session ends with its connection */
+        return;
     default:
         break;
     }
@@ -484,9 +486,9 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
     sched *s = sched_of(c);
     int role = (int)hello->f[F_HELLO_ROLE].u;
     conn_tag *tag = spw_calloc(SPW_MOD_SCHED, 1, sizeof *tag);
-    uint64_t id = ++s->next_session;
-    wel->session = id;
     if (role == PROTO_ROLE_WORKER) {
+        uint64_t id = ++s->next_session;
+        wel->session = id;
         if (hello->f[F_HELLO_WORKER].nil) {
             spw_free(tag);
             snprintf(err, errlen, "a worker must describe itself in HELLO");
@@ -517,18 +519,8 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
                 w->slots, (unsigned long long)w->capacity);
         sched__kick(s);
     } else if (role == PROTO_ROLE_CLIENT || role == PROTO_ROLE_CTL) {
-        sched_session *ss = spw_calloc(SPW_MOD_SCHED, 1, sizeof *ss);
-        ss->id = id;
-        ss->conn = c;
-        ss->role = role;
-        ss->pid = (uint32_t)hello->f[F_HELLO_PID].u;
-        proto_str(&hello->f[F_HELLO_HOST], ss->host, sizeof ss->host);
-        proto_str(&hello->f[F_HELLO_NAME], ss->name, sizeof ss->name);
-        HASH_ADD(hh, s->sessions, id, sizeof ss->id, ss);
         tag->kind = 2;
-        tag->s = ss;
-        spw_log(SPW_LOG_INFO, "session=%llu %s pid=%u host=%s connected", (unsigned long long)id,
-                proto_role_name(role), ss->pid, ss->host);
+        tag->s = sched__session_hello(s, c, hello, role, wel);
     } else {
         spw_free(tag);
         snprintf(err, errlen, "role %s cannot talk to the scheduler", proto_role_name(role));
@@ -544,8 +536,10 @@ static void on_msg(proto_conn *c, const proto_msg *m)
     sched *s = sched_of(c);
     if (tag->kind == 1) {
         worker_msg(s, tag->w, m);
-    } else {
-        session_msg(s, tag->s, m);
+    } else if (tag->kind == 2) {
+        tag->s->nrecv++;
+        if (!sched__session_replay(s, tag->s, m))
+            session_msg(s, tag->s, m);
         /* The next request is read only if this one's answer can go out (pausing here stops
          * the delivery of those already read, too). */
         sched__session_flow(s, tag->s);
@@ -572,18 +566,7 @@ static void on_close(proto_conn *c, int status)
     if (tag->kind == 1) {
         worker_remove(s, tag->w, status);
     } else if (tag->kind == 2) {
-        sched_session *ss = tag->s;
-        spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
-                (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
-        sched__memory_session_gone(s, ss);
-        sched__broadcast_session_gone(s, ss);
-        sched__drain_session_gone(s, ss);
-        sched__plugins_session_gone(s, ss);
-        sched__session_drop_all(s, ss);
-        HASH_DEL(s->sessions, ss);
-        if (s->last_sess == ss)
-            s->last_sess = NULL;
-        spw_free(ss);
+        sched__session_closed(s, tag->s, status);
     }
     spw_free(tag);
     sched__check(s);
@@ -609,6 +592,7 @@ static void timer_cb(uv_timer_t *t)
             proto_conn_close(w->conn, SPW_ETIMEDOUT);
         }
     }
+    sched__sessions_tick(s);
     sched_session *ss, *tmp;
     HASH_ITER(hh, s->sessions, ss, tmp)
     {
@@ -733,5 +717,6 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     sched__memory_free_all(s);
     sched__broadcast_free_all(s);
+    sched__sessions_detached_free(s); /* the others go as their connections close */
     proto_ctx_close(s->ctx, ctx_closed, s);
 }

@@ -447,6 +447,15 @@ struct sched_session {
     uint32_t nwaiters;      /* its LOCATE requests waiting (on waiters): SCHED_WAITERS_MAX at most */
     bool held_logged;       /* its reads were held for its answers once (logged then only) */
     bool waiters_logged;    /* its reads were held for its LOCATEs once (logged then only) */
+    /* Resuming (sessions.c): a client that said in HELLO it can resume gets a token; when its
+     * connection breaks the session is detached (conn NULL) until drop_ns, and a HELLO naming
+     * it with the token reattaches it. */
+    bool resumable;
+    bool resumed;           /* reattached: its next frame may repeat a request already done */
+    bool results_due;       /* reattached: its finished tasks' results go out again */
+    uint8_t token[PROTO_TOKEN_LEN];
+    uint64_t drop_ns;       /* detached: when it is dropped (spw_now_ns clock) */
+    uint64_t nrecv;         /* its client's frames processed (WELCOME's nrecv on resume) */
     UT_hash_handle hh;      /* in sched.sessions by id */
 };
 
@@ -637,6 +646,32 @@ void sched__unref(sched *s, sched_obj *o, int kind);
 int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind);
 int sched__session_release(sched *s, sched_session *ss, spw_id id);
 void sched__session_drop_all(sched *s, sched_session *ss);
+
+/* Sessions (sessions.c). A client or ctl session for an accepted HELLO: a new one, or the
+ * detached session HELLO names with its token (then wel says resumed). */
+sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *hello, int role,
+                                    proto_welcome *wel);
+/* A session with no connection, as a restart finds it in its journal: its client may resume
+ * it within --session-grace, else it is dropped. */
+sched_session *sched__session_restore(sched *s, uint64_t id, const uint8_t token[16], int role,
+                                      uint32_t pid, const char *host, const char *name);
+/* Its connection closed (status): a resumable session is detached, anything else dropped. */
+void sched__session_closed(sched *s, sched_session *ss, int status);
+/* Drops detached sessions whose grace has passed (the 250 ms timer). */
+void sched__sessions_tick(sched *s);
+/* Drops every detached session (the scheduler stops). */
+void sched__sessions_detached_free(sched *s);
+/* Before a client session's frame is processed: the first frame after a resume that repeats
+ * a request already done before its connection broke (its answer was lost) is answered here
+ * from what that request did (true); false: the caller processes it as usual. Sends the
+ * results again that a resume owes first. */
+bool sched__session_replay(sched *s, sched_session *ss, const proto_msg *m);
+/* A detached session: the ms left before it is dropped (at least 1); else 0. */
+uint64_t sched__session_drop_ms(const sched_session *ss);
+/* Answers a PUT_PLACE: the worker to upload to (w; NULL for a chunked object), whether the
+ * bytes are there already, and the chunk size (omitted for a client that did not ask). */
+void sched__put_target_send(sched_session *ss, uint64_t req, spw_id id, const sched_worker *w,
+                            uint64_t exists, uint64_t chunk, bool omit_chunk);
 void sched__obj_ready(sched *s, sched_obj *o);
 /* Marks o failed: err and msg (copied) say why. */
 void sched__obj_fail(sched *s, sched_obj *o, int err, const char *msg);

@@ -47,7 +47,9 @@ static void put_session(proto_enc *e, uint32_t i, void *arg)
                                                   .pid = ss->pid,
                                                   .role = (uint64_t)ss->role,
                                                   .tasks = ss->tasks_submitted,
-                                                  .refs = ss->nrefs});
+                                                  .refs = ss->nrefs,
+                                                  .drop_ms = sched__session_drop_ms(ss),
+                                                  .omit_drop_ms = ss->conn != NULL});
 }
 
 void sched__status(sched *s, proto_conn *c, uint64_t req)

@@ -23,8 +23,15 @@
 
 spillway *e2e_connect(h_cluster *c)
 {
+    return e2e_connect_at(c, c->addr, E2E_RECONNECT_DEFAULT);
+}
+
+spillway *e2e_connect_at(h_cluster *c, const char *addr, int reconnect_ms)
+{
     spillway_opts o;
     spillway_opts_init(&o);
+    if (reconnect_ms != E2E_RECONNECT_DEFAULT)
+        o.reconnect_ms = reconnect_ms;
     if (c->secret_file[0] != '\0')
         o.secret_file = c->secret_file;
     if (c->encrypt) {
@@ -32,9 +39,9 @@ spillway *e2e_connect(h_cluster *c)
         o.encrypt_local = 1;
     }
     spillway *cl = NULL;
-    int rc = spillway_connect(c->addr, &o, &cl);
+    int rc = spillway_connect(addr, &o, &cl);
     if (rc != 0)
-        fail_msg("connect to %s: %s", c->addr, spillway_strerror(rc));
+        fail_msg("connect to %s: %s", addr, spillway_strerror(rc));
     return cl;
 }
 
@@ -323,8 +330,13 @@ pid_t e2e_client_fork(h_cluster *c, e2e_client_fn fn, void *arg, bool wait_ready
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
         close(ready[0]);
+        /* A client that cannot resume: its session ends with its connection, when it is
+         * killed, not after the scheduler's --session-grace. */
+        spillway_opts o;
+        spillway_opts_init(&o);
+        o.reconnect_ms = 0;
         spillway *cl = NULL;
-        if (spillway_connect(c->addr, NULL, &cl) != 0 || fn(cl, arg) != 0)
+        if (spillway_connect(c->addr, &o, &cl) != 0 || fn(cl, arg) != 0)
             _exit(1);
         if (write(ready[1], "x", 1) != 1)
             _exit(1);

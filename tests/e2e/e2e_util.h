@@ -20,6 +20,10 @@ typedef struct e2e_named {
 
 /* Connects a client to the cluster (with its secret, if any); fails the test on error. */
 spillway *e2e_connect(h_cluster *c);
+/* The same, to addr (the cluster's scheduler, or a proxy in front of it), with reconnect_ms as
+ * spillway_opts.reconnect_ms (E2E_RECONNECT_DEFAULT: the default). */
+#define E2E_RECONNECT_DEFAULT (-1)
+spillway *e2e_connect_at(h_cluster *c, const char *addr, int reconnect_ms);
 /* `spillway-ctl --json ARGS...` against the cluster, parsed; NULL if it failed. */
 json_t *e2e_ctl_json(h_cluster *c, const char *cmd);
 /* The client does a round trip: an inc task on 41 gives 42 (released after). */

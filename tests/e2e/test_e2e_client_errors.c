@@ -91,7 +91,7 @@ static void every_failing_call_sets_errmsg(void)
 static void release_on_closed_connection_is_eclosed(void)
 {
     h_cluster *c = one_worker_cluster();
-    spillway *cl = e2e_connect(c);
+    spillway *cl = e2e_connect_at(c, c->addr, 0); /* no reconnect: the session ends with it */
     static uint8_t big[300000];
     memset(big, 3, sizeof big);
     spillway_ref r[3];

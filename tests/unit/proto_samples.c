@@ -218,6 +218,7 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
     case PROTO_STATUS_REQ:
     case PROTO_PING:
     case PROTO_PONG:
+    case PROTO_BYE:
         proto_enc_begin(&e, b, type, 10, 0);
         break;
     case PROTO_STATUS:

@@ -181,6 +181,10 @@ static void status_reply(const proto_msg *m, void *arg)
         json_object_set_new(jc, "tasks_submitted",
                             json_integer((json_int_t)c[R_SCLIENT_TASKS].u));
         json_object_set_new(jc, "references", json_integer((json_int_t)c[R_SCLIENT_REFS].u));
+        /* A session whose connection broke, kept for its client to resume it. */
+        if (!c[R_SCLIENT_DROP_MS].nil)
+            json_object_set_new(jc, "detached_drop_ms",
+                                json_integer((json_int_t)c[R_SCLIENT_DROP_MS].u));
         json_array_append_new(clients, jc);
     }
     json_object_set_new(doc, "clients", clients);

@@ -72,6 +72,10 @@ typedef struct spillway_opts {
     const char *tls_cert;    /* with encrypt, all three or none: PEM files for mutual TLS by */
     const char *tls_key;     /* certificates instead of the secret's key (the secret is still */
     const char *tls_ca;      /* needed); the server's certificate must name the host we dial */
+    int reconnect_ms;        /* 60000: when the scheduler's connection breaks, reconnect (with
+                                backoff) and resume the session for this long, pending calls
+                                waiting meanwhile; then they fail with SPW_ECLOSED. 0: they
+                                fail at once. Bounded by the scheduler's --session-grace */
 } spillway_opts;
 
 /** spillway_opts.encrypt: the daemons' --encrypt words. */

@@ -32,6 +32,12 @@ typedef struct proto_welcome {
     uint64_t inline_limit; /* values up to this size travel inside messages */
     uint32_t chunk;        /* object chunk size, bytes */
     uint32_t max_frame;    /* largest frame the server accepts, bytes */
+    /* A session a client can resume (it set proto_conn_set_resume): its token, whether the
+     * session HELLO named goes on, and how many of the client's frames it has processed. */
+    bool has_token;
+    bool resumed;
+    uint8_t token[PROTO_TOKEN_LEN];
+    uint64_t nrecv;
 } proto_welcome;
 
 /* A connection's callbacks. The promise is libuv's: on_close is called exactly once per
@@ -180,6 +186,10 @@ int proto_connect(proto_ctx *ctx, const char *addr, const proto_conn_cbs *cbs, v
 int proto_conn_open_fd(proto_ctx *ctx, int fd, const proto_conn_cbs *cbs, void *data,
                        proto_conn **out);
 
+/** Client side, before the handshake (right after proto_connect): HELLO says this client can
+ * resume its session and names the one to resume (session 0: none yet; token: its WELCOME's,
+ * NULL with session 0). */
+void proto_conn_set_resume(proto_conn *c, uint64_t session, const uint8_t *token);
 void *proto_conn_data(const proto_conn *c);
 void proto_conn_set_data(proto_conn *c, void *data);
 int proto_conn_peer_role(const proto_conn *c);
@@ -221,7 +231,9 @@ int proto_conn_send_raw_borrowed(proto_conn *c, const void *frames, size_t len,
  * @return 0, SPW_EAGAIN if output is pending, SPW_ENOTSUP on a TCP connection, or -errno. */
 int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd);
 /* proto_send_NAME(c, req, &m) for every message type NAME of the schema (proto.h): builds the
- * frame in c's output and sends it as proto_conn_send does, with its return. */
+ * frame in c's output and sends it as proto_conn_send does, with its return. A NULL c is a
+ * connection already gone (a scheduler's session waiting for its client to come back): these,
+ * proto_batch_KIND and proto_conn_error send nothing to it (SPW_ECLOSED). */
 #define PROTO__DECL_SEND(NAME, name)                                                               \
     int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m);
 #define PROTO__DECL_SEND0(NAME, name) int proto_send_##name(proto_conn *c, uint64_t req);

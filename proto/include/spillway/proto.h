@@ -35,11 +35,16 @@ extern "C" {
  * a store's OBJ_LIST in several frames (its `more` field: a version-2 scheduler would take the
  * first frame for the whole list).
  * 4: uploaded plugins (types 81-90) and the PLUGIN reference kind (a fifth entry in every
- * list of references by kind, which a version-3 peer would refuse). */
-#define PROTO_VERSION 4
+ * list of references by kind, which a version-3 peer would refuse).
+ * 5: sessions a client resumes after a broken connection: HELLO's resume and token, WELCOME's
+ * token, resumed and nrecv, a status client's drop_ms (fields a version-4 peer would refuse)
+ * and BYE (type 18). */
+#define PROTO_VERSION 5
 #define PROTO_HDR_LEN 4
 #define PROTO_MAX_FIELDS 16
 #define PROTO_NONCE_LEN 16
+/* A resumable session's token (HELLO, WELCOME): random bytes only its client knows. */
+#define PROTO_TOKEN_LEN 16
 #define PROTO_PROOF_LEN 32
 #define PROTO_DEFAULT_MAX_FRAME (64u << 20)
 #define PROTO_DEFAULT_CHUNK (4u << 20)
@@ -102,6 +107,7 @@ const char *proto_role_name(int role);
     X(SUBMIT, 15)                                                                                  \
     X(SUBMIT_ACK, 16)                                                                              \
     X(TASK_RESULT, 17)                                                                             \
+    X(BYE, 18)                                                                                     \
     X(TASK_RUN, 20)                                                                                \
     X(TASK_DONE, 21)                                                                               \
     X(OBJ_ADDED, 22)                                                                               \

@@ -114,7 +114,8 @@
     MSG(PLUGINS, plugins)                                                                          \
     MSG(PLUGIN_LOAD, plugin_load)                                                                  \
     MSG(WORKER_PLUGINS, worker_plugins)                                                            \
-    MSG(DRAIN, drain)
+    MSG(DRAIN, drain)                                                                              \
+    MSG0(BYE, bye)
 
 /* ------------------------------------------------------------------ records */
 
@@ -202,7 +203,8 @@
     F(R_SCLIENT_PID, pid, U, 0)                                                                    \
     F(R_SCLIENT_ROLE, role, U, 0)                                                                  \
     F(R_SCLIENT_TASKS, tasks, U, 0)                                                                \
-    F(R_SCLIENT_REFS, refs, U, 0)
+    F(R_SCLIENT_REFS, refs, U, 0)                                                                  \
+    N(R_SCLIENT_DROP_MS, drop_ms, U, 0) /* detached: its client may resume it this many ms */
 
 /* A task argument as a worker hands it to its executor: inline, or a range of the arena. */
 #define PROTO_REC_FIELDS_EARG(F, N)                                                                \
@@ -310,14 +312,20 @@
     F(F_HELLO_PID, pid, U, 0)                                                                      \
     F(F_HELLO_HOST, host, STR, PROTO_MAX_NAME)                                                     \
     F(F_HELLO_NAME, name, STR, PROTO_MAX_NAME)                                                     \
-    F(F_HELLO_WORKER, worker, REC, winfo) /* nil unless a worker says hello */
+    F(F_HELLO_WORKER, worker, REC, winfo) /* nil unless a worker says hello */              \
+    N(F_HELLO_RESUME, resume, U, 0) /* a client that can resume: the session to resume, or 0  \
+                                     * (nil: it cannot; its session ends with its connection) */\
+    N(F_HELLO_TOKEN, token, BIN, PROTO_TOKEN_LEN) /* that session's token (WELCOME's)       */
 
 #define PROTO_FIELDS_WELCOME(F, N)                                                                 \
     F(F_WELCOME_PROOF, proof, BIN, PROTO_PROOF_LEN)                                                \
     F(F_WELCOME_SESSION, session, U, 0)                                                            \
     F(F_WELCOME_INLINE_LIMIT, inline_limit, U, 0)                                                  \
     F(F_WELCOME_CHUNK, chunk, U, 0)                                                                \
-    F(F_WELCOME_MAX_FRAME, max_frame, U, 0)
+    F(F_WELCOME_MAX_FRAME, max_frame, U, 0)                                                        \
+    N(F_WELCOME_TOKEN, token, BIN, PROTO_TOKEN_LEN) /* a resumable session: its token */     \
+    N(F_WELCOME_RESUMED, resumed, U, 0) /* 1: HELLO's session goes on; 0: a new one */      \
+    N(F_WELCOME_NRECV, nrecv, U, 0) /* resumed: the client's frames it has processed */
 
 #define PROTO_FIELDS_ERROR(F, N)                                                                   \
     F(F_ERROR_CODE, code, I, 0)                                                                    \

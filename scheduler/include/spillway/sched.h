@@ -30,6 +30,8 @@ typedef struct sched_opts {
     uint32_t task_retries;         /* times a task is retried after its worker died (3) */
     uint32_t place_wait_ms;        /* a task bound to a worker name that no connected worker
                                       has fails after this long (60000; 0: waits forever) */
+    uint32_t session_grace_s;      /* a client's session outlives its broken connection this
+                                      long, for it to resume (60; 0: ends with it) */
     uint32_t queue_target_us;      /* work queued ahead per slot, by observed task time (2000) */
     uint32_t max_depth;            /* most tasks queued per slot (256) */
     uint64_t graph_max_tasks;      /* default cap on a graph's tasks in flight (0: none) */
