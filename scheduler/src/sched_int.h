@@ -451,6 +451,9 @@ struct sched_session {
      * connection breaks the session is detached (conn NULL) until drop_ns, and a HELLO naming
      * it with the token reattaches it. */
     bool resumable;
+    /* Its connection came over loopback or the local socket: its pid is a process of this
+     * host, whose end drops the session at once rather than after the grace (sessions.c). */
+    bool on_this_host;
     bool resumed;           /* reattached: its next frame may repeat a request already done */
     bool results_due;       /* reattached: its finished tasks' results go out again */
     uint8_t token[PROTO_TOKEN_LEN];

@@ -11,6 +11,8 @@
  * as a closed one always was. ctl sessions, clients that cannot resume and a scheduler that is
  * closing drop at once. Everything runs on the loop's thread.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +24,36 @@
 static uint64_t grace_ns(const sched *s)
 {
     return (uint64_t)s->opts.session_grace_s * 1000000000ULL;
+}
+
+/* Whether the peer of c is certainly a process of this host: the local socket, or loopback. */
+static bool peer_on_this_host(const proto_conn *c)
+{
+    if (proto_conn_is_local(c))
+        return true;
+    const char *p = proto_conn_peer(c);
+    return strncmp(p, "127.", 4) == 0 || strncmp(p, "[::1]", 5) == 0;
+}
+
+/* A detached session whose client was a process of this host that has ended (killed, or gone
+ * without BYE): nothing will resume it, so it is dropped at once, as the memory of a dead client
+ * must not wait out the grace. A zombie (its parent has not reaped it yet) has ended too. */
+static bool client_ended(const sched_session *ss)
+{
+    if (!ss->on_this_host || ss->pid == 0)
+        return false;
+    if (kill((pid_t)ss->pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%u/stat", ss->pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')'); /* the name may hold anything but ends at the last */
+    return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
 
 static sched_session *session_add(sched *s, uint64_t id, int role, uint32_t pid, const char *host,
@@ -115,6 +147,7 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
     if (ss != NULL) {
         ss->conn = c;
         ss->pid = pid;
+        ss->on_this_host = peer_on_this_host(c);
         ss->resumed = true;
         ss->results_due = true;
         ss->drop_ns = 0;
@@ -131,6 +164,7 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
                     (unsigned long long)want, pid, host);
         ss = session_add(s, ++s->next_session, role, pid, host, name);
         ss->conn = c;
+        ss->on_this_host = peer_on_this_host(c);
         ss->resumable = can;
         if (can)
             randombytes_buf(ss->token, sizeof ss->token);
@@ -162,7 +196,7 @@ static void drop(sched *s, sched_session *ss)
 void sched__session_closed(sched *s, sched_session *ss, int status)
 {
     ss->conn = NULL;
-    if (!ss->resumable || s->opts.session_grace_s == 0 || s->closing) {
+    if (!ss->resumable || s->opts.session_grace_s == 0 || s->closing || client_ended(ss)) {
         spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
                 (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
         drop(s, ss);
@@ -187,7 +221,16 @@ void sched__sessions_tick(sched *s)
             ss->results_due = false;
             results_again(s, ss);
         }
-        if (ss->conn != NULL || now < ss->drop_ns)
+        if (ss->conn != NULL)
+            continue;
+        if (now < ss->drop_ns && client_ended(ss)) {
+            spw_log(SPW_LOG_NOTICE,
+                    "session=%llu pid=%u host=%s: its process has ended: dropping %llu references",
+                    (unsigned long long)ss->id, ss->pid, ss->host, (unsigned long long)ss->nrefs);
+            drop(s, ss);
+            continue;
+        }
+        if (now < ss->drop_ns)
             continue;
         spw_log(SPW_LOG_NOTICE,
                 "session=%llu pid=%u host=%s did not resume within --session-grace %u s: "

@@ -330,13 +330,10 @@ pid_t e2e_client_fork(h_cluster *c, e2e_client_fn fn, void *arg, bool wait_ready
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
         close(ready[0]);
-        /* A client that cannot resume: its session ends with its connection, when it is
-         * killed, not after the scheduler's --session-grace. */
-        spillway_opts o;
-        spillway_opts_init(&o);
-        o.reconnect_ms = 0;
+        /* Default options, reconnecting included: a killed client's session must still end
+         * when it dies (the scheduler sees its process gone), not after --session-grace. */
         spillway *cl = NULL;
-        if (spillway_connect(c->addr, &o, &cl) != 0 || fn(cl, arg) != 0)
+        if (spillway_connect(c->addr, NULL, &cl) != 0 || fn(cl, arg) != 0)
             _exit(1);
         if (write(ready[1], "x", 1) != 1)
             _exit(1);

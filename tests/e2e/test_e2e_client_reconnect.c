@@ -259,6 +259,30 @@ static void reconnect_off_fails_at_once_and_drops_the_session(void)
     E2E_STOP(c, cl);
 }
 
+static int holding_client(spillway *cl, void *arg)
+{
+    (void)arg;
+    static uint8_t big[300000];
+    spillway_ref put;
+    return spillway_put(cl, big, sizeof big, &put);
+}
+
+/* A client of this host killed while it could resume: the scheduler sees its process gone and
+ * drops the session at once, not after a grace far longer than the test's deadline. */
+static void killed_client_on_this_host_is_dropped_at_once(void)
+{
+    static const char *const args[] = {"--session-grace", "600", NULL};
+    h_cluster *c = h_cluster_start(false, args);
+    static const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", NULL};
+    h_workers_start(c, 1, wargs);
+    pid_t pid = e2e_client_fork(c, holding_client, NULL, true);
+    assert_false(e2e_cluster_idle(c, 0)); /* its put is held */
+    e2e_client_kill(pid);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(no_client_session, c, 20000));
+    E2E_STOP(c, NULL);
+}
+
 typedef struct hello_probe {
     bool done;
     proto_welcome wel;
@@ -346,6 +370,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(session_away_longer_than_the_grace_is_dropped),
     H_CASE(reconnect_off_fails_at_once_and_drops_the_session),
     H_CASE(wrong_token_resumes_no_other_session),
+    H_CASE(killed_client_on_this_host_is_dropped_at_once),
 };
 
 SPW_TEST_MAIN(tests)
