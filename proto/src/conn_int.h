@@ -2,8 +2,8 @@
  * proto_conn internals shared by the files that implement it: conn.c (the ctx, lifecycle,
  * listeners, connecting), conn_io.c (output queues and writes, input buffering, payloads received
  * in place, decoding and dispatch), auth.c (the handshake and the secret), local.c (Unix-socket
- * listeners, descriptor passing, the local attach), tls.c (TLS 1.3 over memory BIOs: the only
- * file that speaks OpenSSL).
+ * listeners, descriptor passing, the local attach), tls.c (TLS 1.3 over a BIO of its own: the
+ * only file that speaks OpenSSL).
  * Ownership: a proto_ctx owns its connections and listeners, a uv_idle that flushes dirty
  * connections once per loop iteration, and an unref'd uv_timer that drops peers stuck in the
  * handshake or a draining close and trims the heap after churn. A connection is freed in its
@@ -212,6 +212,7 @@ struct proto_ctx {
     uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
     struct ssl_ctx_st *tls;      /* OpenSSL's SSL_CTX when opts.encrypt != NO, else NULL */
     uint8_t *tls_rbuf;           /* ciphertext read from a socket, fed to TLS at once */
+    struct bio_method_st *tls_bio; /* the BIO between OpenSSL and a connection (tls.c) */
     uint8_t tls_psk[32];         /* the pre-shared key: HKDF-SHA256 of the secret */
     bool tls_certs;              /* TLS authenticates with certificates (opts.tls_*), not tls_psk */
 };
@@ -291,7 +292,8 @@ bool conn__tls_up(const proto_conn *c);
  * taken, or SPW_ETLS. */
 ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
                           size_t *off);
-/* Moves the ciphertext waiting to go out into c->wire. @return its length. */
+/* Moves the ciphertext waiting to go out into c->wire, unless a write is in flight from it.
+ * @return its length (0: nothing to write now). */
 size_t conn__tls_take(proto_conn *c);
 void conn__tls_free(proto_conn *c);
 
