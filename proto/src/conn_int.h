@@ -38,7 +38,7 @@
 /* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
 #define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
 #define CONN_TLS_RBUF (256u << 10) /* ciphertext read at once from a TLS connection's socket */
-#define CONN_TLS_SLICE (256u << 10) /* ciphertext per write: encrypted while the last is sent */
+#define CONN_TLS_SLICE (256u << 10) /* ciphertext per write: sealed while the last is sent */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -160,6 +160,7 @@ struct proto_conn {
     /* TLS: wout's plaintext is encrypted a slice per write; wbufs[wenc_i] + wenc_off is where
      * the next slice starts, of wenc_n buffers (0: none left, wout is released). */
     size_t wenc_i, wenc_off, wenc_n;
+    size_t wenc_plain; /* TLS: plaintext sealed into ciphertext that no write carries yet */
     union { /* a connection connects before it writes, so one request's memory serves both */
         uv_write_t wreq;
         uv_connect_t creq;
@@ -292,6 +293,8 @@ bool conn__tls_up(const proto_conn *c);
  * taken, or SPW_ETLS. */
 ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
                           size_t *off);
+/* Bytes of ciphertext sealed and not yet taken into c->wire. */
+size_t conn__tls_sealed(const proto_conn *c);
 /* Moves the ciphertext waiting to go out into c->wire, unless a write is in flight from it.
  * @return its length (0: nothing to write now). */
 size_t conn__tls_take(proto_conn *c);

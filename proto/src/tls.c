@@ -683,6 +683,11 @@ ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, siz
     return (ssize_t)taken;
 }
 
+size_t conn__tls_sealed(const proto_conn *c)
+{
+    return c->tls->out.len;
+}
+
 size_t conn__tls_take(proto_conn *c)
 {
     conn_tls *t = c->tls;
