@@ -595,6 +595,8 @@ void conn__tls_pump(proto_conn *c)
         }
         conn__input(c, (size_t)r);
     }
+    if (t->rin.len == 0 && t->rin.data != NULL)
+        spw_buf_release(&t->rin); /* kept ciphertext is rare: its memory is not kept */
     if (c->state != ST_CLOSED && t->out.len > 0)
         conn__mark_dirty(c);
 }
