@@ -2,8 +2,8 @@
  * proto_conn internals shared by the files that implement it: conn.c (the ctx, lifecycle,
  * listeners, connecting), conn_io.c (output queues and writes, input buffering, payloads received
  * in place, decoding and dispatch), auth.c (the handshake and the secret), local.c (Unix-socket
- * listeners, descriptor passing, the local attach), tls.c (TLS 1.3 over memory BIOs: the only
- * file that speaks OpenSSL).
+ * listeners, descriptor passing, the local attach), tls.c (TLS 1.3 over a BIO of its own: the
+ * only file that speaks OpenSSL).
  * Ownership: a proto_ctx owns its connections and listeners, a uv_idle that flushes dirty
  * connections once per loop iteration, and an unref'd uv_timer that drops peers stuck in the
  * handshake or a draining close and trims the heap after churn. A connection is freed in its
@@ -38,7 +38,7 @@
 /* An unauthenticated peer's input buffer: one frame of at most PROTO_PREAUTH_MAX_FRAME, whole. */
 #define IN_PREAUTH (PROTO_HDR_LEN + PROTO_PREAUTH_MAX_FRAME)
 #define CONN_TLS_RBUF (256u << 10) /* ciphertext read at once from a TLS connection's socket */
-#define CONN_TLS_SLICE (256u << 10) /* ciphertext per write: encrypted while the last is sent */
+#define CONN_TLS_SLICE (256u << 10) /* ciphertext per write: sealed while the last is sent */
 #define CLOSE_DRAIN_MS 5000
 #define SWEEP_MS 500
 #define SINK_MIN (64u << 10) /* payloads at least this long may be received in place */
@@ -163,6 +163,7 @@ struct proto_conn {
     /* TLS: wout's plaintext is encrypted a slice per write; wbufs[wenc_i] + wenc_off is where
      * the next slice starts, of wenc_n buffers (0: none left, wout is released). */
     size_t wenc_i, wenc_off, wenc_n;
+    size_t wenc_plain; /* TLS: plaintext sealed into ciphertext that no write carries yet */
     union { /* a connection connects before it writes, so one request's memory serves both */
         uv_write_t wreq;
         uv_connect_t creq;
@@ -215,6 +216,7 @@ struct proto_ctx {
     uint64_t io[PROTO_IO_COUNT]; /* frames and bytes in and out, for /metrics */
     struct ssl_ctx_st *tls;      /* OpenSSL's SSL_CTX when opts.encrypt != NO, else NULL */
     uint8_t *tls_rbuf;           /* ciphertext read from a socket, fed to TLS at once */
+    struct bio_method_st *tls_bio; /* the BIO between OpenSSL and a connection (tls.c) */
     uint8_t tls_psk[32];         /* the pre-shared key: HKDF-SHA256 of the secret */
     bool tls_certs;              /* TLS authenticates with certificates (opts.tls_*), not tls_psk */
 };
@@ -295,7 +297,10 @@ bool conn__tls_up(const proto_conn *c);
  * taken, or SPW_ETLS. */
 ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i,
                           size_t *off);
-/* Moves the ciphertext waiting to go out into c->wire. @return its length. */
+/* Bytes of ciphertext sealed and not yet taken into c->wire. */
+size_t conn__tls_sealed(const proto_conn *c);
+/* Moves the ciphertext waiting to go out into c->wire, unless a write is in flight from it.
+ * @return its length (0: nothing to write now). */
 size_t conn__tls_take(proto_conn *c);
 void conn__tls_free(proto_conn *c);
 

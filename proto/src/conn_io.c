@@ -260,8 +260,9 @@ static void write_finished(proto_conn *c)
     /* Output buffers are kept for the traffic that follows the handshake; before it, an
      * unauthenticated peer holds none between writes. */
     bool keep = c->state == ST_READY;
-    bool more = c->wenc_n > 0; /* TLS: wout has plaintext left to encrypt */
-    if (!more)
+    /* TLS: wout has plaintext left to encrypt, or a slice is sealed and waits for its write. */
+    bool more = c->wenc_n > 0 || (c->tls != NULL && conn__tls_sealed(c) > 0);
+    if (c->wenc_n == 0)
         conn__outq_release(&c->wout, keep);
     if (!keep && !more) {
         spw_free(c->wbufs);
@@ -294,8 +295,8 @@ static void write_cb(uv_write_t *req, int status)
     if (status < 0) {
         c->wenc_n = 0;
         conn__outq_release(&c->wout, true);
-        c->queued -= c->wout_queued;
-        c->wout_queued = 0;
+        c->queued -= c->wout_queued + c->wenc_plain;
+        c->wout_queued = c->wenc_plain = 0;
         if (c->state != ST_CLOSED) {
             if (c->close_status == 0)
                 c->close_status = status;
@@ -311,8 +312,8 @@ static void write_failed(proto_conn *c, int rc)
 {
     c->wenc_n = 0;
     conn__outq_release(&c->wout, true);
-    c->queued -= c->wout_queued;
-    c->wout_queued = 0;
+    c->queued -= c->wout_queued + c->wenc_plain;
+    c->wout_queued = c->wenc_plain = 0;
     if (c->close_status == 0)
         c->close_status = rc;
     conn__do_close(c);
@@ -372,55 +373,76 @@ static size_t outq_bufs(proto_conn *c, const outq *q)
     return nbufs;
 }
 
-/* Under TLS the queued frames are encrypted a slice at a time (CONN_TLS_SLICE of ciphertext per
- * write, so the ciphertext stays a cache-sized buffer however much is queued); the plaintext of
- * each slice leaves c->queued when its write finishes, and wout (borrowed buffers too) is
- * released once all of it is encrypted. The ciphertext, with whatever the handshake has to
- * say, is written from c->wire. Frames wait while the TLS handshake runs. */
-static void flush_tls(proto_conn *c)
+/* TLS: the ciphertext sealed so far (with whatever the handshake has to say) is written from
+ * c->wire, carrying the plaintext of the slice it seals. */
+static void write_sealed(proto_conn *c)
 {
-    size_t plain = 0;
-    if (conn__tls_up(c)) {
-        if (c->wenc_n == 0 && (c->out.buf.len > 0 || c->out.nb > 0)) {
-            conn__batch_close(c);
-            outq tmp = c->wout;
-            c->wout = c->out;
-            c->out = tmp;
-            c->wenc_n = outq_bufs(c, &c->wout);
-            c->wenc_i = 0;
-            c->wenc_off = 0;
-        }
-        if (c->wenc_n > 0) {
-            ssize_t n = conn__tls_encrypt(c, c->wbufs, c->wenc_n, &c->wenc_i, &c->wenc_off);
-            if (n < 0) {
-                c->wout_queued = 0;
-                write_failed(c, (int)n);
-                return;
-            }
-            plain = (size_t)n;
-            if (c->wenc_i == c->wenc_n) {
-                c->wenc_n = 0;
-                conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
-            }
-        }
-    }
     size_t len = conn__tls_take(c);
     if (len == 0)
         return;
-    c->wout_queued = plain;
+    c->wout_queued = c->wenc_plain;
+    c->wenc_plain = 0;
     c->wout_total = len;
     uv_buf_t b = uv_buf_init((char *)c->wire.data, (unsigned)len);
     write_bufs(c, &b, 1);
 }
 
+/* TLS: seals the next slice of the queue (CONN_TLS_SLICE of ciphertext, so the ciphertext stays
+ * a cache-sized buffer however much is queued), unless one waits for its write already. The
+ * plaintext of a slice leaves c->queued when its write finishes; wout (borrowed buffers too) is
+ * released once all of it is encrypted. @return whether a slice was sealed. */
+static bool seal_slice(proto_conn *c)
+{
+    if (c->state == ST_CLOSED || !conn__tls_up(c) || conn__tls_sealed(c) > 0)
+        return false;
+    if (c->wenc_n == 0 && (c->out.buf.len > 0 || c->out.nb > 0)) {
+        conn__batch_close(c);
+        outq tmp = c->wout;
+        c->wout = c->out;
+        c->out = tmp;
+        c->wenc_n = outq_bufs(c, &c->wout);
+        c->wenc_i = 0;
+        c->wenc_off = 0;
+    }
+    if (c->wenc_n == 0)
+        return false;
+    ssize_t n = conn__tls_encrypt(c, c->wbufs, c->wenc_n, &c->wenc_i, &c->wenc_off);
+    if (n < 0) {
+        c->wout_queued = 0;
+        write_failed(c, (int)n);
+        return false;
+    }
+    c->wenc_plain += (size_t)n;
+    if (c->wenc_i == c->wenc_n) {
+        c->wenc_n = 0;
+        conn__outq_release(&c->wout, true); /* encrypted: the plaintext is not needed */
+    }
+    return true;
+}
+
+/* Under TLS what is sealed goes out first (with whatever the handshake has to say), then the
+ * next slice is sealed and written, and the one after it sealed while that write is under way,
+ * so the socket has it at hand when it takes more. Frames wait while the TLS handshake runs. */
+static void flush_tls(proto_conn *c)
+{
+    if (!c->writing)
+        write_sealed(c);
+    if (seal_slice(c) && !c->writing) {
+        write_sealed(c);
+        (void)seal_slice(c);
+    }
+}
+
 void conn__flush(proto_conn *c)
 {
-    if (c->writing || c->state == ST_CLOSED || c->state == ST_CONNECTING)
+    if (c->state == ST_CLOSED || c->state == ST_CONNECTING)
         return;
     if (c->tls != NULL) {
         flush_tls(c);
         return;
     }
+    if (c->writing)
+        return;
     if (c->out.buf.len == 0 && c->out.nb == 0)
         return;
     conn__batch_close(c);

@@ -1,11 +1,11 @@
 /*
  * proto_conn encryption: TLS 1.3 between the socket and the framing, with an external
  * pre-shared key derived from the cluster secret (HKDF-SHA256), so no certificate is needed and
- * a peer without the secret cannot finish the handshake. OpenSSL runs over two memory BIOs:
- * ciphertext read from the socket goes into the read BIO and SSL_read puts plaintext where
- * conn__in_room says (c->in, or a sink's memory); queued frames are SSL_written a slice at a
- * time when flushed and the write BIO's ciphertext is written from c->wire. Only this file
- * speaks OpenSSL.
+ * a peer without the secret cannot finish the handshake. OpenSSL runs over a BIO of our own
+ * (conn_bio) that copies nothing twice: it hands OpenSSL the ciphertext where the socket read put
+ * it (ctx->tls_rbuf; what a paused connection leaves is kept in t->rin) and appends OpenSSL's
+ * records to t->out, which becomes c->wire when written. SSL_read puts plaintext where
+ * conn__in_room says (c->in, or a sink's memory). Only this file speaks OpenSSL.
  * The accepting side decides TLS or plaintext by the peer's first byte (conn__tls_detect); the
  * HMAC handshake of auth.c then runs inside TLS unchanged. Everything runs on the loop's thread;
  * ctx->tls_rbuf is shared by a ctx's connections because a read is fed to TLS before the next.
@@ -21,17 +21,100 @@
 #include <openssl/x509v3.h>
 
 #define TLS_RECORD_BYTE 0x16 /* a TLS handshake record; a frame's length starts with 0x00 */
+#define TLS_RECORD_MAX 16384 /* plaintext per record */
+#define TLS_RECORD_EXTRA 22  /* a record's header, inner content type and tag */
 
 typedef struct conn_tls {
     SSL *ssl;
-    BIO *rbio, *wbio; /* owned by ssl */
-    bool up;          /* the TLS handshake finished */
-    bool pre;         /* client: the server's plaintext CHALLENGE may precede its TLS reply */
+    BIO *bio; /* conn_bio over this struct, owned by ssl */
+    /* Ciphertext for OpenSSL to read: t->rin's bytes from rin_off on (kept from earlier reads),
+     * then the rn bytes at rp (the read being fed, not ours). */
+    spw_buf rin;
+    size_t rin_off;
+    const uint8_t *rp;
+    size_t rn;
+    spw_buf out; /* ciphertext OpenSSL wrote, not yet taken into c->wire */
+    bool up;     /* the TLS handshake finished */
+    bool pre;    /* client: the server's plaintext CHALLENGE may precede its TLS reply */
 } conn_tls;
 
 static const char psk_identity[] = "spillway-psk-v1";
 /* TLS_AES_128_GCM_SHA256: its hash (SHA-256) is the one the key was made for. */
 static const unsigned char psk_cipher[2] = {0x13, 0x01};
+
+/* conn_bio: OpenSSL reads ciphertext from t->rin, then from the read being fed; never blocks. */
+static int bio_read(BIO *b, char *buf, size_t len, size_t *got)
+{
+    conn_tls *t = BIO_get_data(b);
+    size_t n = 0;
+    if (t->rin.len > t->rin_off) {
+        n = t->rin.len - t->rin_off;
+        n = n < len ? n : len;
+        memcpy(buf, t->rin.data + t->rin_off, n);
+        t->rin_off += n;
+        if (t->rin_off == t->rin.len)
+            t->rin.len = t->rin_off = 0;
+    } else if (t->rn > 0) {
+        n = t->rn < len ? t->rn : len;
+        memcpy(buf, t->rp, n);
+        t->rp += n;
+        t->rn -= n;
+    }
+    BIO_clear_retry_flags(b);
+    if (n == 0) {
+        BIO_set_retry_read(b); /* nothing yet: "want more", never end of file */
+        return 0;
+    }
+    *got = n;
+    return 1;
+}
+
+/* conn_bio: OpenSSL's records go to the end of t->out, all of them. */
+static int bio_write(BIO *b, const char *buf, size_t len, size_t *put)
+{
+    conn_tls *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (spw_buf_reserve(&t->out, len) != 0)
+        return 0;
+    memcpy(t->out.data + t->out.len, buf, len);
+    t->out.len += len;
+    *put = len;
+    return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    (void)ptr;
+    conn_tls *t = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_PENDING:
+        return (long)(t->rin.len - t->rin_off + t->rn);
+    case BIO_CTRL_WPENDING:
+        return (long)t->out.len;
+    default:
+        return 0;
+    }
+}
+
+static int bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *bio_method_new(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "spillway conn");
+    if (m == NULL || !BIO_meth_set_read_ex(m, bio_read) || !BIO_meth_set_write_ex(m, bio_write) ||
+        !BIO_meth_set_ctrl(m, bio_ctrl) || !BIO_meth_set_create(m, bio_create)) {
+        BIO_meth_free(m);
+        return NULL;
+    }
+    return m;
+}
 
 /* OpenSSL's reason for the last failure, for a log line; its error queue is emptied. */
 static const char *tls_reason(char *buf, size_t len)
@@ -208,6 +291,14 @@ int conn__tls_ctx_init(proto_ctx *ctx)
         SSL_CTX_set_psk_use_session_callback(sc, psk_use);
         SSL_CTX_set_psk_find_session_callback(sc, psk_find);
     }
+    ctx->tls_bio = bio_method_new();
+    if (ctx->tls_bio == NULL) {
+        spw_log(SPW_LOG_ERR, "tls: cannot set up: %s", tls_reason(why, sizeof why));
+        SSL_CTX_free(sc);
+        sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
+        rc = SPW_ETLS;
+        goto out;
+    }
     ctx->tls = sc;
     ctx->tls_rbuf = spw_malloc(SPW_MOD_PROTO, CONN_TLS_RBUF);
 out:
@@ -221,6 +312,8 @@ void conn__tls_ctx_free(proto_ctx *ctx)
         return;
     SSL_CTX_free(ctx->tls);
     ctx->tls = NULL;
+    BIO_meth_free(ctx->tls_bio);
+    ctx->tls_bio = NULL;
     spw_free(ctx->tls_rbuf);
     ctx->tls_rbuf = NULL;
     sodium_memzero(ctx->tls_psk, sizeof ctx->tls_psk);
@@ -282,19 +375,17 @@ int conn__tls_start(proto_conn *c, bool server)
 {
     conn_tls *t = spw_calloc(SPW_MOD_PROTO, 1, sizeof *t);
     t->ssl = SSL_new(c->ctx->tls);
-    t->rbio = BIO_new(BIO_s_mem());
-    t->wbio = BIO_new(BIO_s_mem());
-    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
+    t->bio = BIO_new(c->ctx->tls_bio);
+    if (t->ssl == NULL || t->bio == NULL) {
         char why[256];
         spw_log(SPW_LOG_ERR, "peer=%s tls: %s", c->peer, tls_reason(why, sizeof why));
-        BIO_free(t->rbio);
-        BIO_free(t->wbio);
+        BIO_free(t->bio);
         SSL_free(t->ssl);
         spw_free(t);
         return SPW_ETLS;
     }
-    BIO_set_mem_eof_return(t->rbio, -1); /* empty: "want more", never end of file */
-    SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    BIO_set_data(t->bio, t);
+    SSL_set_bio(t->ssl, t->bio, t->bio); /* one reference, for both directions */
     if (c->ctx->tls_certs && !server && peer_name_expect(c, t->ssl) != 0) {
         SSL_free(t->ssl);
         spw_free(t);
@@ -316,6 +407,8 @@ void conn__tls_free(proto_conn *c)
     if (c->tls == NULL)
         return;
     SSL_free(c->tls->ssl);
+    spw_buf_release(&c->tls->rin);
+    spw_buf_release(&c->tls->out);
     spw_free(c->tls);
     c->tls = NULL;
 }
@@ -373,6 +466,16 @@ static void tls_fail(proto_conn *c, int err)
     conn__do_close(c);
 }
 
+/* Ciphertext for OpenSSL to read after what it has not read yet. */
+static void tls_keep(conn_tls *t, const uint8_t *p, size_t n)
+{
+    if (t->rin_off > 0) {
+        spw_buf_consume(&t->rin, t->rin_off);
+        t->rin_off = 0;
+    }
+    spw_buf_append(&t->rin, p, n);
+}
+
 /* Client, before the server's first TLS byte: the plaintext CHALLENGE every server sends on
  * accept is skipped (a frame before the handshake is under 4 KiB, so its length starts with a
  * zero byte; a TLS record's content type never is zero); an ERROR (a server that does not encrypt
@@ -386,7 +489,7 @@ static bool skip_plain(proto_conn *c)
     while (c->in.len > 0) {
         if (c->in.data[0] != 0) { /* a TLS record: a handshake, or an alert refusing us */
             t->pre = false;
-            BIO_write(t->rbio, c->in.data, (int)c->in.len);
+            tls_keep(t, c->in.data, c->in.len);
             c->in.len = 0;
             return true;
         }
@@ -427,19 +530,28 @@ void conn__tls_read(proto_conn *c, const uint8_t *p, size_t n)
     if (t->pre) {
         /* Rare and small (one CHALLENGE): through c->in, which has room for one such frame. */
         spw_buf_append(&c->in, p, n);
-        if (!skip_plain(c))
-            return;
-    } else {
-        BIO_write(t->rbio, p, (int)n);
+        if (skip_plain(c))
+            conn__tls_pump(c);
+        return;
     }
+    /* OpenSSL reads the ciphertext where it is; what it leaves (a paused connection, a closed
+     * one) is kept, since the next socket read reuses that memory. */
+    t->rp = p;
+    t->rn = n;
     conn__tls_pump(c);
+    if (t->rn > 0 && c->state != ST_CLOSED)
+        tls_keep(t, t->rp, t->rn);
+    t->rp = NULL;
+    t->rn = 0;
 }
 
 void conn__tls_pump(proto_conn *c)
 {
     conn_tls *t = c->tls;
+    /* The error queue is emptied once: a call that succeeds or wants more leaves nothing in it,
+     * and one that fails ends the loop. */
+    ERR_clear_error();
     if (!t->up) {
-        ERR_clear_error();
         int r = SSL_do_handshake(t->ssl);
         if (r != 1) {
             int err = SSL_get_error(t->ssl, r);
@@ -467,7 +579,6 @@ void conn__tls_pump(proto_conn *c)
         }
         if (room == 0)
             break; /* a full pre-handshake buffer: its frame is being answered */
-        ERR_clear_error();
         int r = SSL_read(t->ssl, at, (int)room);
         if (r <= 0) {
             int err = SSL_get_error(t->ssl, r);
@@ -484,7 +595,9 @@ void conn__tls_pump(proto_conn *c)
         }
         conn__input(c, (size_t)r);
     }
-    if (c->state != ST_CLOSED && BIO_ctrl_pending(t->wbio) > 0)
+    if (t->rin.len == 0 && t->rin.data != NULL)
+        spw_buf_release(&t->rin); /* kept ciphertext is rare: its memory is not kept */
+    if (c->state != ST_CLOSED && t->out.len > 0)
         conn__mark_dirty(c);
 }
 
@@ -513,7 +626,7 @@ void conn__tls_detect(proto_conn *c)
             conn__do_close(c);
             return;
         }
-        BIO_write(c->tls->rbio, c->in.data, (int)c->in.len);
+        tls_keep(c->tls, c->in.data, c->in.len);
         c->in.len = 0;
         conn__tls_pump(c);
         return;
@@ -540,20 +653,23 @@ void conn__tls_detect(proto_conn *c)
 
 ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, size_t *i, size_t *off)
 {
-    /* SSL_write_ex straight from the queued buffers: a record (up to 16 KiB) at a time into the
-     * write BIO, which is emptied before each slice, so its memory is reused, never regrown. */
+    /* SSL_write_ex straight from the queued buffers: records (up to 16 KiB each) go to t->out,
+     * which holds a slice of CONN_TLS_SLICE with their headers and tags, so the two buffers
+     * that take turns as c->wire keep their size. */
+    conn_tls *t = c->tls;
     size_t taken = 0;
+    ERR_clear_error();
     while (*i < nbufs) {
-        size_t pending = BIO_ctrl_pending(c->tls->wbio);
-        if (pending >= CONN_TLS_SLICE)
+        size_t room = CONN_TLS_SLICE - (t->out.len < CONN_TLS_SLICE ? t->out.len : CONN_TLS_SLICE);
+        size_t records = room / TLS_RECORD_MAX + 1;
+        if (room <= records * TLS_RECORD_EXTRA)
             break;
+        size_t n = room - records * TLS_RECORD_EXTRA;
         size_t left = bufs[*i].len - *off;
-        size_t n = CONN_TLS_SLICE - pending;
         if (n > left)
             n = left;
         size_t done = 0;
-        ERR_clear_error();
-        if (n > 0 && !SSL_write_ex(c->tls->ssl, bufs[*i].base + *off, n, &done)) {
+        if (n > 0 && !SSL_write_ex(t->ssl, bufs[*i].base + *off, n, &done)) {
             char why[256];
             spw_log(SPW_LOG_WARN, "peer=%s TLS write failed: %s", c->peer,
                     tls_reason(why, sizeof why));
@@ -569,15 +685,20 @@ ssize_t conn__tls_encrypt(proto_conn *c, const uv_buf_t *bufs, size_t nbufs, siz
     return (ssize_t)taken;
 }
 
+size_t conn__tls_sealed(const proto_conn *c)
+{
+    return c->tls->out.len;
+}
+
 size_t conn__tls_take(proto_conn *c)
 {
-    size_t len = BIO_ctrl_pending(c->tls->wbio);
-    if (len == 0)
+    conn_tls *t = c->tls;
+    if (t->out.len == 0 || c->writing)
         return 0;
-    c->wire.len = 0;
-    if (spw_buf_reserve(&c->wire, len) != 0)
-        SPW_PANIC("out of memory for %zu bytes of ciphertext", len);
-    int n = BIO_read(c->tls->wbio, c->wire.data, (int)len);
-    c->wire.len = n > 0 ? (size_t)n : 0;
+    /* t->out and c->wire swap: the ciphertext is written where OpenSSL put it. */
+    spw_buf w = c->wire;
+    c->wire = t->out;
+    t->out = w;
+    t->out.len = 0;
     return c->wire.len;
 }

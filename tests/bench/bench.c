@@ -54,6 +54,7 @@ typedef struct bench {
     h_cluster *cluster; /* ours (own_cluster), else an empty one */
     bool own_cluster;
     bool quick;
+    bool encrypt; /* --encrypt: every connection of our cluster is TLS */
     int workers;          /* of our own cluster (--workers), default 2 */
     int slots;            /* per worker (--slots), default 1 */
     int spill_threads;    /* the spill case's workers' --spill-threads (--spill-threads) */
@@ -258,6 +259,7 @@ static double tiny_tasks_run(bench *b, const char *name, const char *fn)
     json_object_set_new(extra, "submit_s", json_real(t_submit));
     json_object_set_new(extra, "results_fetched", json_integer((json_int_t)fetched));
     json_object_set_new(extra, "function", json_string(fn));
+    json_object_set_new(extra, "encrypted", json_boolean(b->encrypt));
     if (name != NULL)
         emit(name, n, t, (double)n / t, peak, extra);
     else
@@ -758,6 +760,10 @@ static void case_transfer(bench *b)
     json_object_set_new(extra, "tcp_gbps", json_real(tcp_gbps(size)));
     json_object_set_new(extra, "reps", json_integer(reps));
     json_object_set_new(extra, "verified", json_boolean(ok));
+    json_object_set_new(extra, "encrypted", json_boolean(b->encrypt));
+    /* TLS is sealed in user space: proto never asks OpenSSL for kernel TLS (see proto/README). */
+    if (b->encrypt)
+        json_object_set_new(extra, "ktls", json_false());
     json_t *top = json_object();
     json_object_set(top, "bytes", json_object_get(extra, "bytes"));
     json_object_set(top, "gbps", json_object_get(extra, "gbps"));
@@ -2770,6 +2776,7 @@ int main(int argc, char **argv)
     if (addr == NULL) {
         /* Our own cluster. */
         b.own_cluster = true;
+        b.encrypt = encrypt;
         static const char *const enc[] = {"--encrypt", "required", "--encrypt-local", NULL};
         b.cluster = h_cluster_start(encrypt, encrypt ? enc : NULL);
         char slots[16];
