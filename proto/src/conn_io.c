@@ -81,6 +81,8 @@ int proto_conn_batch_commit(proto_conn *c)
 #define DEF_BATCH(NAME, name)                                                                      \
     int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r)              \
     {                                                                                              \
+        if (c == NULL)                                                                             \
+            return SPW_ECLOSED;                                                                    \
         proto_put_##name##_rec(proto_conn_batch_rec(c, type), r);                                  \
         return proto_conn_batch_commit(c);                                                         \
     }
@@ -120,6 +122,8 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
 #define DEF_SEND(NAME, name)                                                                       \
     int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m)                \
     {                                                                                              \
+        if (c == NULL)                                                                             \
+            return SPW_ECLOSED;                                                                    \
         proto_enc e;                                                                               \
         proto_enc_##name(&e, proto_conn_out(c), req, m);                                           \
         return proto_conn_send(c, &e);                                                             \
@@ -127,6 +131,8 @@ int proto_conn_send(proto_conn *c, proto_enc *e)
 #define DEF_SEND0(NAME, name)                                                                      \
     int proto_send_##name(proto_conn *c, uint64_t req)                                             \
     {                                                                                              \
+        if (c == NULL)                                                                             \
+            return SPW_ECLOSED;                                                                    \
         proto_enc e;                                                                               \
         proto_enc_##name(&e, proto_conn_out(c), req);                                              \
         return proto_conn_send(c, &e);                                                             \
@@ -238,6 +244,8 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
 
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
 {
+    if (c == NULL)
+        return;
     char msg[PROTO_MAX_STR];
     va_list ap;
     va_start(ap, fmt);

@@ -171,6 +171,7 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_PLUGIN_LOAD] = {2, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), TEXT}, 0},
     [PROTO_WORKER_PLUGINS] = {1, {RECS(S_PLUG)}, 0},
     [PROTO_DRAIN] = {2, {U, NAME}, 0},
+    [PROTO_OBJS_HELD] = {2, {RECS(S_OLOBJ), U}, 0},
     [PROTO_STATUS] =
         {13,
          {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U,

@@ -208,7 +208,9 @@ int proto_conn_send_raw_borrowed(proto_conn *c, const void *frames, size_t len,
  * @return 0, SPW_EAGAIN if output is pending, SPW_ENOTSUP on a TCP connection, or -errno. */
 int proto_conn_send_fd(proto_conn *c, proto_enc *e, int fd);
 /* proto_send_NAME(c, req, &m) for every message type NAME of the schema (proto.h): builds the
- * frame in c's output and sends it as proto_conn_send does, with its return. */
+ * frame in c's output and sends it as proto_conn_send does, with its return. c may be NULL (a
+ * peer whose connection is gone, kept for it to come back): nothing is sent, SPW_ECLOSED. The
+ * same holds for proto_batch_kind and proto_conn_error below. */
 #define PROTO__DECL_SEND(NAME, name)                                                               \
     int proto_send_##name(proto_conn *c, uint64_t req, const proto_##name##_msg *m);
 #define PROTO__DECL_SEND0(NAME, name) int proto_send_##name(proto_conn *c, uint64_t req);
