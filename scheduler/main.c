@@ -76,6 +76,13 @@ int main(int argc, char **argv)
     so.graph_max_total = v[SOPT_GRAPH_MAX_TOTAL].u;
     so.allow_plugin_upload = v[SOPT_ALLOW_PLUGIN_UPLOAD].u == 0;
     so.plugin_max_size = v[SOPT_PLUGIN_MAX_SIZE].u;
+    /* The journal's directory: systemd's StateDirectory= (one of them) unless given. */
+    const char *state_dir =
+        v[SOPT_STATE_DIR].set ? v[SOPT_STATE_DIR].str : getenv("STATE_DIRECTORY");
+    if (state_dir != NULL && (state_dir[0] == '\0' || strcmp(state_dir, "none") == 0 ||
+                              (!v[SOPT_STATE_DIR].set && strchr(state_dir, ':') != NULL)))
+        state_dir = NULL;
+    so.state_dir = state_dir;
     const char *port_file = v[SOPT_PORT_FILE].set ? v[SOPT_PORT_FILE].str : NULL;
     const char *secret_file = v[SOPT_SECRET_FILE].set ? v[SOPT_SECRET_FILE].str : NULL;
     const char *http_listen = v[SOPT_HTTP].str;

@@ -156,6 +156,13 @@ static const spw_opt rows[SOPT_COUNT] = {
                               .help = "largest plugin a client may add"},
     [SOPT_ENCRYPT] = SPW_OPT_ROW_ENCRYPT(CONF),
     [SOPT_ENCRYPT_LOCAL] = SPW_OPT_ROW_ENCRYPT_LOCAL(CONF),
+    [SOPT_STATE_DIR] = {.name = "state-dir",
+                        .type = SPW_OPT_PATH,
+                        .flags = CONF,
+                        .def_doc = "$STATE_DIRECTORY under systemd, else none",
+                        .help = "directory of the journal a restart recovers from; none = no "
+                                "journal",
+                        .word = "none"},
     [SOPT_VERSION] = SPW_OPT_ROW_VERSION,
     [SOPT_HELP] = SPW_OPT_ROW_HELP,
 };

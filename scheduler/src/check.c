@@ -323,7 +323,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
               "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL && !o->is_out && !o->chunked)
-        CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
+        CHECK(o->put_worker != 0 || o->home == SCHED_HOME_RESTORED, id,
+              "pending put with no worker receiving it (nor restored, waiting for a report)");
     if (o->put_worker != 0) {
         CHECK(t == NULL, id, "task output with an upload worker");
         if (o->state == OBJ_PENDING)
@@ -364,7 +365,7 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
     sched_session *ss, *tmp;
     HASH_ITER(hh, s->sessions, ss, tmp)
     {
-        CHECK(ss->conn != NULL, NOID, "session %llu without a connection",
+        CHECK(ss->conn != NULL || s->jnl != NULL, NOID, "session %llu without a connection",
               (unsigned long long)ss->id);
         uint64_t n = 0;
         sched_ref *r, *rtmp;

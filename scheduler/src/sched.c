@@ -86,6 +86,9 @@ static void worker_msg_handle(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_OBJ_LIST:
         sched__memory_obj_list(s, w, m);
         return;
+    case PROTO_OBJS_HELD:
+        sched__objs_held(s, w, m);
+        return;
     case PROTO_PLUGIN_GET:
         sched__plugin_get(s, w, m);
         return;
@@ -227,6 +230,7 @@ static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sch
     o->size = size;
     sched__obj_set_put_worker(s, o, w->id);
     o->is_chunk = 1;
+    sched__jnl_put(s, o);
     w->reserved += size;
     *wp = w;
     return o;
@@ -281,6 +285,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         p->chunks.shift = (uint8_t)__builtin_ctzll(chunk);
         p->chunks.n = (uint16_t)((size + chunk - 1) / chunk);
         p->chunks.ready = 0;
+        sched__jnl_put(s, p);
         sched__session_ref(s, ss, p, REF_CLIENT);
         put_target_send(ss, m->req, id, NULL, 0, chunk, false);
         return;
@@ -318,6 +323,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         o->size = size;
         sched__obj_set_put_worker(s, o, w->id);
         w->reserved += size;
+        sched__jnl_put(s, o);
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
     put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
@@ -373,8 +379,8 @@ void sched__session_flow(sched *s, sched_session *ss)
 {
     (void)s;
     proto_conn *c = ss->conn;
-    if (proto_conn_is_closing(c))
-        return;
+    if (c == NULL || proto_conn_is_closing(c))
+        return; /* a session with no connection (restored) sends nothing */
     bool full = ss->nwaiters >= SCHED_WAITERS_MAX;
     if (proto_conn_writable(c) && ss->memqs == 0 && !full) {
         proto_conn_resume(c);
@@ -471,6 +477,22 @@ static void session_msg(sched *s, sched_session *ss, const proto_msg *m)
                      proto_type_name(m->type), proto_role_name(ss->role));
 }
 
+void sched__session_free(sched *s, sched_session *ss, int status)
+{
+    spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
+            (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
+    sched__jnl_session_gone(s, ss);
+    sched__memory_session_gone(s, ss);
+    sched__broadcast_session_gone(s, ss);
+    sched__drain_session_gone(s, ss);
+    sched__plugins_session_gone(s, ss);
+    sched__session_drop_all(s, ss);
+    HASH_DEL(s->sessions, ss);
+    if (s->last_sess == ss)
+        s->last_sess = NULL;
+    spw_free(ss);
+}
+
 /* ------------------------------------------------------------- connections */
 
 static sched *sched_of(proto_conn *c)
@@ -485,6 +507,7 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
     int role = (int)hello->f[F_HELLO_ROLE].u;
     conn_tag *tag = spw_calloc(SPW_MOD_SCHED, 1, sizeof *tag);
     uint64_t id = ++s->next_session;
+    sched__jnl_session_id(s, id);
     wel->session = id;
     if (role == PROTO_ROLE_WORKER) {
         if (hello->f[F_HELLO_WORKER].nil) {
@@ -525,6 +548,7 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
         proto_str(&hello->f[F_HELLO_HOST], ss->host, sizeof ss->host);
         proto_str(&hello->f[F_HELLO_NAME], ss->name, sizeof ss->name);
         HASH_ADD(hh, s->sessions, id, sizeof ss->id, ss);
+        sched__jnl_session(s, ss);
         tag->kind = 2;
         tag->s = ss;
         spw_log(SPW_LOG_INFO, "session=%llu %s pid=%u host=%s connected", (unsigned long long)id,
@@ -572,18 +596,7 @@ static void on_close(proto_conn *c, int status)
     if (tag->kind == 1) {
         worker_remove(s, tag->w, status);
     } else if (tag->kind == 2) {
-        sched_session *ss = tag->s;
-        spw_log(SPW_LOG_INFO, "session=%llu closed: %s, dropping %llu references",
-                (unsigned long long)ss->id, spw_strerror(status), (unsigned long long)ss->nrefs);
-        sched__memory_session_gone(s, ss);
-        sched__broadcast_session_gone(s, ss);
-        sched__drain_session_gone(s, ss);
-        sched__plugins_session_gone(s, ss);
-        sched__session_drop_all(s, ss);
-        HASH_DEL(s->sessions, ss);
-        if (s->last_sess == ss)
-            s->last_sess = NULL;
-        spw_free(ss);
+        sched__session_free(s, tag->s, status);
     }
     spw_free(tag);
     sched__check(s);
@@ -598,6 +611,7 @@ static void timer_cb(uv_timer_t *t)
         sched__recs_trim(s); /* idle: the slabs' spare chunks go (not per object: a client
                               * running one task at a time would map a chunk per task) */
     sched__memory_tick(s);
+    sched__journal_tick(s);
     sched__kick(s); /* tasks waiting for a named worker are timed out by dispatch */
     uint64_t now = spw_now_ns();
     uint64_t hb_ns = (uint64_t)s->opts.heartbeat_timeout_ms * 1000000ULL;
@@ -667,6 +681,10 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     s->timer.data = s;
     s->handles = 2;
     proto_ctx_set_data(s->ctx, s);
+    if (o->state_dir != NULL && (rc = sched__journal_open(s, o->state_dir)) != 0) {
+        sched_close(s, NULL, NULL);
+        return rc;
+    }
     rc = proto_listen(s->ctx, o->listen, &conn_cbs, NULL, NULL, s->listen, sizeof s->listen);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
@@ -679,7 +697,7 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     return 0;
 }
 
-static void sched_maybe_done(sched *s)
+void sched__maybe_done(sched *s)
 {
     if (s->handles > 0 || s->ctx != NULL)
         return;
@@ -698,6 +716,7 @@ static void sched_maybe_done(sched *s)
     sched__workers_free(s);
     sched__graphs_free_all(s);
     sched__hosts_free(s);
+    sched__journal_free(s);
     spw_free(s->workers);
     spw_free(s);
     if (done != NULL)
@@ -708,14 +727,14 @@ static void handle_closed(uv_handle_t *h)
 {
     sched *s = h->data;
     s->handles--;
-    sched_maybe_done(s);
+    sched__maybe_done(s);
 }
 
 static void ctx_closed(void *arg)
 {
     sched *s = arg;
     s->ctx = NULL;
-    sched_maybe_done(s);
+    sched__maybe_done(s);
 }
 
 void sched_close(sched *s, void (*done)(void *arg), void *arg)
@@ -727,6 +746,7 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     s->done_arg = arg;
     uv_close((uv_handle_t *)&s->kick, handle_closed);
     uv_close((uv_handle_t *)&s->timer, handle_closed);
+    sched__journal_close(s, handle_closed);
     sched__memory_free_all(s);
     sched__broadcast_free_all(s);
     proto_ctx_close(s->ctx, ctx_closed, s);

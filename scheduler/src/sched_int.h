@@ -507,6 +507,7 @@ struct sched {
     bool lin_dropping;
     sched_plugin *plugins;    /* uploaded plugins by prefix (plugins.c) */
     uint64_t plugin_req;      /* the last PLUGIN_CHECK's request id */
+    struct sched_jnl *jnl;    /* the journal (journal.c), or NULL without --state-dir */
 };
 
 /* objects.c */
@@ -648,6 +649,8 @@ spw_id *sched__worker_objs_take(sched_worker *w, size_t *n);
 void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
+/* The same for an id and size (req: the request answered on a size mismatch). */
+void sched__obj_added_id(sched *s, sched_worker *w, uint64_t req, spw_id id, uint64_t size);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
@@ -783,6 +786,11 @@ void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__graphs_free_all(sched *s);
 
 /* sched.c */
+/* A session goes (its connection closed, or it was never resumed): its references, waiters,
+ * queries and record. status: why, for the log. */
+void sched__session_free(sched *s, sched_session *ss, int status);
+/* Frees the scheduler once its handles are closed (and work it queued has ended). */
+void sched__maybe_done(sched *s);
 /* LOCATE requests of one session that wait for their objects at once; libspillway has one. */
 #define SCHED_WAITERS_MAX 1024
 /* Reads a session's requests only while their answers can go out: pauses its connection while
@@ -869,5 +877,36 @@ void sched__memory_session_gone(sched *s, sched_session *ss);
 void sched__memory_session_drained(sched *s, sched_session *ss);
 void sched__memory_tick(sched *s);
 void sched__memory_free_all(sched *s);
+
+/* journal.c: --state-dir. Every sched__jnl_* hook does nothing without a journal, and while the
+ * journal is being applied at start. */
+typedef struct sched_jnl sched_jnl;
+/* sched_obj.home of a put restored from the journal, pending until a worker reports a copy. */
+#define SCHED_HOME_RESTORED UINT32_MAX
+/* Opens (or creates) dir/journal and applies it; a corrupt one is moved aside, logged, and the
+ * scheduler starts empty. Returns 0, or why dir cannot hold a journal. */
+int sched__journal_open(sched *s, const char *dir);
+/* Commits what is queued now (the end of a loop turn does it by itself). */
+void sched__journal_commit(sched *s);
+/* Commits what is queued and closes the journal's handles (cb: their close callback). */
+void sched__journal_close(sched *s, uv_close_cb cb);
+/* After the handles closed: syncs and closes the environment. */
+void sched__journal_free(sched *s);
+/* From the timer: restored objects nobody reported, and restored sessions nobody resumed. */
+void sched__journal_tick(sched *s);
+/* A session id was handed out: the high-water mark moves ahead of it when it gets close. */
+void sched__jnl_session_id(sched *s, uint64_t id);
+void sched__jnl_session(sched *s, const sched_session *ss);
+void sched__jnl_session_gone(sched *s, const sched_session *ss);
+/* ss's counts on object id changed to count (indexed by enum ref_kind). */
+void sched__jnl_ref(sched *s, const sched_session *ss, spw_id id, const uint32_t *count);
+/* A put, a chunked put or one of its chunks was created. */
+void sched__jnl_put(sched *s, const sched_obj *o);
+void sched__jnl_obj_freed(sched *s, const sched_obj *o);
+/* OBJS_HELD: w's objects kept from before; known ones are claimed, the others deleted. */
+void sched__objs_held(sched *s, sched_worker *w, const proto_msg *m);
+/* A session with no connection, restored from the journal (to be replaced by sessions.c). */
+sched_session *sched__session_restore(sched *s, uint64_t id, const uint8_t token[16], int role,
+                                      uint32_t pid, const char *host, const char *name);
 
 #endif

@@ -43,6 +43,8 @@ typedef struct sched_opts {
     uint64_t plugin_max_size;      /* largest plugin a client may add, bytes (64 MiB) */
     int encrypt;                   /* PROTO_ENCRYPT_*: TLS between hosts (needs a secret) */
     bool encrypt_local;            /* ... on loopback TCP too */
+    const char *state_dir;         /* directory of the journal (journal.c); NULL: no journal, a
+                                      restart forgets everything */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);

@@ -1,0 +1,268 @@
+/* The scheduler's journal (--state-dir) end to end: a scheduler killed with SIGKILL and started
+ * again on the same directory gets its puts and references back, the workers keep the objects
+ * and report them, objects released before the kill stay released; a journal that cannot be
+ * read is moved aside and the scheduler starts empty. Real daemons on 127.0.0.1. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../unit/test_main.h"
+#include "e2e_util.h"
+
+#define PUT_BYTES (1u << 20)
+
+/* The cluster's state directory, as a --state-dir argument list. */
+typedef struct sdir {
+    char path[512];
+    const char *args[3];
+} sdir;
+
+static void sdir_init(sdir *d, h_cluster *c)
+{
+    snprintf(d->path, sizeof d->path, "%s/state", c->dir);
+    d->args[0] = "--state-dir";
+    d->args[1] = d->path;
+    d->args[2] = NULL;
+}
+
+/* A cluster whose scheduler journals into a directory of its own (a bare cluster's, which the
+ * harness removes with the case), and n workers that come back quickly after a scheduler's
+ * loss. */
+static h_cluster *start(sdir *d, int nworkers)
+{
+    sdir_init(d, h_cluster_bare());
+    h_cluster *c = h_cluster_start(false, d->args);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", "--reconnect-max",
+                                 "500",     NULL};
+    h_workers_start(c, nworkers, wargs);
+    return c;
+}
+
+/* What the forked client put: two objects kept, one released, their ids in a file. */
+typedef struct putter {
+    char ids_file[512];
+} putter;
+
+static int putting_client(spillway *cl, void *arg)
+{
+    const putter *p = arg;
+    uint8_t *buf = malloc(PUT_BYTES);
+    spillway_ref r[3];
+    for (int i = 0; i < 3; i++) {
+        memset(buf, 'a' + i, PUT_BYTES);
+        if (spillway_put(cl, buf, PUT_BYTES, &r[i]) != 0)
+            return 1;
+    }
+    free(buf);
+    if (spillway_release(cl, r[2]) != 0)
+        return 1;
+    FILE *f = fopen(p->ids_file, "we");
+    if (f == NULL)
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        char hex[33];
+        fprintf(f, "%s\n", spillway_ref_hex(r[i], hex));
+    }
+    fclose(f);
+    return 0;
+}
+
+typedef struct listing {
+    h_cluster *c;
+    char ids[3][33];
+} listing;
+
+static json_t *find_obj(json_t *doc, const char *hex)
+{
+    return e2e_json_find(json_object_get(doc, "objects"), "id", hex);
+}
+
+/* The two kept puts are listed ready with one copy, the released one is not. */
+static bool puts_as_before(void *arg)
+{
+    listing *l = arg;
+    json_t *doc = e2e_ctl_json(l->c, "memory");
+    bool ok = doc != NULL;
+    for (int i = 0; ok && i < 2; i++) {
+        json_t *o = find_obj(doc, l->ids[i]);
+        ok = o != NULL && strcmp(json_string_value(json_object_get(o, "state")), "ready") == 0 &&
+             json_array_size(json_object_get(o, "locations")) == 1;
+    }
+    ok = ok && find_obj(doc, l->ids[2]) == NULL;
+    json_decref(doc);
+    return ok;
+}
+
+static bool released_gone(void *arg)
+{
+    listing *l = arg;
+    json_t *doc = e2e_ctl_json(l->c, "memory");
+    bool ok = doc != NULL && find_obj(doc, l->ids[2]) == NULL && find_obj(doc, l->ids[0]) != NULL;
+    json_decref(doc);
+    return ok;
+}
+
+static bool workers_registered(void *arg)
+{
+    h_cluster *c = arg;
+    int n = 0;
+    for (int i = 0; i < c->nworkers; i++)
+        n += h_log_count(&c->workers[i], "registered again with") > 0;
+    return n == c->nworkers;
+}
+
+static bool stores_hold_2mib(void *arg)
+{
+    uint64_t used = 0;
+    return e2e_status_used(arg, &used) && used == 2 * PUT_BYTES;
+}
+
+static void read_ids(const char *path, listing *l)
+{
+    FILE *f = fopen(path, "re");
+    assert_non_null(f);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fscanf(f, "%32s", l->ids[i]), 1);
+    fclose(f);
+}
+
+/* Puts and references survive kill -9 of the scheduler: the workers keep the bytes, report
+ * them to the restarted scheduler, which claims them; the released put stays released. */
+static void puts_survive_a_scheduler_kill(void)
+{
+    sdir d;
+    h_cluster *c = start(&d, 2);
+    putter p;
+    snprintf(p.ids_file, sizeof p.ids_file, "%s/ids", c->dir);
+    pid_t pid = e2e_client_fork(c, putting_client, &p, true);
+    listing l = {.c = c};
+    read_ids(p.ids_file, &l);
+    /* The release reached the scheduler (it sends no answer to wait for). */
+    assert_true(h_eventually(released_gone, &l, 10000));
+    assert_true(h_eventually(stores_hold_2mib, c, 10000));
+
+    int ws = h_sched_kill(c, SIGKILL);
+    assert_true(WIFSIGNALED(ws));
+    h_sched_restart(c, d.args);
+    assert_true(e2e_logged(&c->sched, "journal", 10000));
+    assert_true(h_eventually(workers_registered, c, 20000));
+    assert_true(h_eventually(puts_as_before, &l, 20000));
+    for (int i = 0; i < c->nworkers; i++)
+        assert_int_equal(h_log_count(&c->workers[i], "dropped"), 0);
+    assert_true(h_eventually(stores_hold_2mib, c, 10000));
+    e2e_client_kill(pid);
+    E2E_STOP(c, NULL);
+}
+
+/* Without a journal (the default), a restarted scheduler knows nothing: the workers' reports
+ * are answered with deletes, and the stores empty. */
+static bool stores_empty(void *arg)
+{
+    uint64_t used = 1;
+    return e2e_status_used(arg, &used) && used == 0;
+}
+
+static void without_journal_objects_are_dropped(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", "--reconnect-max",
+                                 "500",     NULL};
+    h_workers_start(c, 2, wargs);
+    putter p;
+    snprintf(p.ids_file, sizeof p.ids_file, "%s/ids", c->dir);
+    pid_t pid = e2e_client_fork(c, putting_client, &p, true);
+    assert_true(h_eventually(stores_hold_2mib, c, 10000));
+    h_sched_kill(c, SIGKILL);
+    const char *const none[] = {"--state-dir", "none", NULL};
+    h_sched_restart(c, none);
+    assert_true(h_eventually(workers_registered, c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    e2e_client_kill(pid);
+    E2E_STOP(c, NULL);
+}
+
+/* ------------------------------------------------------ unusable journals */
+
+static bool corrupt_aside(const char *dir)
+{
+    DIR *dh = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; dh != NULL && (e = readdir(dh)) != NULL;)
+        found = found || strncmp(e->d_name, "journal.corrupt-", 16) == 0;
+    if (dh != NULL)
+        closedir(dh);
+    return found;
+}
+
+enum damage { TRUNCATE, OVERWRITE, GARBAGE };
+
+/* A journal with content, damaged while the scheduler is down: it starts empty, says so
+ * naming the file, keeps the damaged file aside, and serves. */
+static void damaged_journal(enum damage how)
+{
+    sdir d;
+    h_cluster *c = start(&d, 1);
+    spillway *cl = e2e_connect(c);
+    spillway_ref r;
+    uint8_t *buf = calloc(1, PUT_BYTES);
+    assert_int_equal(spillway_put(cl, buf, PUT_BYTES, &r), 0);
+    free(buf);
+    e2e_client_works(cl);
+    h_sched_kill(c, SIGKILL);
+    spillway_close(cl);
+    char path[600];
+    snprintf(path, sizeof path, "%s/journal", d.path);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    if (how == TRUNCATE) {
+        assert_int_equal(truncate(path, st.st_size / 2 > 8192 ? 8192 : st.st_size / 2), 0);
+    } else if (how == OVERWRITE) {
+        /* The meta pages stay; the end of every later page, where a leaf keeps its records, is
+         * overwritten. */
+        int fd = open(path, O_WRONLY);
+        assert_true(fd >= 0);
+        char junk[64];
+        memset(junk, 0x5a, sizeof junk);
+        for (off_t at = 3 * 4096 - 96; at + (off_t)sizeof junk <= st.st_size; at += 4096)
+            assert_int_equal(pwrite(fd, junk, sizeof junk, at), (ssize_t)sizeof junk);
+        close(fd);
+    } else {
+        e2e_write_file(path, "this is no LMDB file, only text that took its name\n", 0600);
+    }
+    h_sched_restart(c, d.args);
+    assert_true(e2e_logged(&c->sched, "is unusable", 10000));
+    assert_true(h_log_count(&c->sched, path) > 0);
+    assert_true(corrupt_aside(d.path));
+    cl = e2e_connect(c);
+    e2e_client_works(cl);
+    E2E_STOP(c, cl);
+}
+
+static void truncated_journal_starts_empty(void)
+{
+    damaged_journal(TRUNCATE);
+}
+
+static void overwritten_journal_starts_empty(void)
+{
+    damaged_journal(OVERWRITE);
+}
+
+static void garbage_journal_starts_empty(void)
+{
+    damaged_journal(GARBAGE);
+}
+
+static const struct CMUnitTest tests[] = {
+    H_CASE(puts_survive_a_scheduler_kill),  H_CASE(without_journal_objects_are_dropped),
+    H_CASE(truncated_journal_starts_empty), H_CASE(overwritten_journal_starts_empty),
+    H_CASE(garbage_journal_starts_empty),
+};
+
+SPW_TEST_MAIN(tests)
