@@ -40,8 +40,16 @@
 /* Restored sessions nobody resumed by then are dropped (sched__session_restore). */
 #define JNL_SESSION_GRACE_MS 60000
 
-enum { K_NEXT = 'N', K_SESSION = 'S', K_PUT = 'P', K_REF = 'R' };
-enum { OP_PUT, OP_DEL };
+enum {
+    K_GRAPH = 'G', /* + graph + frame number: a SUBMIT frame, as received */
+    K_NEXT = 'N',
+    K_PUT = 'P',
+    K_REF = 'R',
+    K_SESSION = 'S',
+    K_DONE = 'T',    /* + graph + completion number: a task's outcome */
+    K_RELEASED = 'X' /* + graph + id: a kept output its submitter released */
+};
+enum { OP_PUT, OP_DEL, OP_DEL_PREFIX };
 enum { PUT_CHUNKED = 1, PUT_IS_CHUNK = 2 };
 
 #define TOKEN_LEN 16
@@ -61,6 +69,9 @@ struct sched_jnl {
     uv_work_t sync_work;
     bool sync_armed, syncing, sync_due;
     uint64_t session_mark; /* ids below it are reserved by the 'N' record */
+    uint64_t next_jgid;    /* the last graph number given (sched_graph.jgid) */
+    uint64_t next_done;    /* the last completion number given ('T' keys) */
+    uint64_t replay_jgid;  /* while applying: the graph of the frame being replayed */
     spw_id *restored;      /* restored puts waiting for a worker's report */
     size_t nrestored;
     uint64_t claim_until_ms, grace_until_ms; /* spw_now_ns ms; 0: nothing waits */
@@ -216,6 +227,29 @@ static void map_grow(sched_jnl *j)
                 (unsigned long long)j->map_size, mdb_strerror(rc));
 }
 
+/* Deletes every record whose key starts with prefix's bytes. */
+static int del_prefix(MDB_txn *txn, MDB_dbi dbi, const MDB_val *prefix)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != 0)
+        return rc;
+    /* Sought again after each delete: a cursor's place after mdb_cursor_del at the end of a
+     * page is not something to lean on. */
+    for (;;) {
+        MDB_val k = *prefix, v;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (rc != 0 || k.mv_size < prefix->mv_size ||
+            memcmp(k.mv_data, prefix->mv_data, prefix->mv_size) != 0)
+            break;
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 static int commit_ops(sched_jnl *j)
 {
     for (int tries = 0; tries < 8; tries++) {
@@ -230,10 +264,13 @@ static int commit_ops(sched_jnl *j)
                 MDB_val v = {vlen, (void *)(uintptr_t)(h + 6 + h[1])};
                 rc = mdb_put(txn, j->dbi, &k, &v, 0);
                 at += 6 + h[1] + vlen;
-            } else {
+            } else if (h[0] == OP_DEL) {
                 rc = mdb_del(txn, j->dbi, &k, NULL);
                 if (rc == MDB_NOTFOUND)
                     rc = 0;
+                at += 6 + h[1];
+            } else {
+                rc = del_prefix(txn, j->dbi, &k);
                 at += 6 + h[1];
             }
         }
@@ -343,9 +380,12 @@ static size_t key_ref(uint8_t *k, uint64_t sid, spw_id id)
     return 9 + sizeof id;
 }
 
+/* Whether hooks write: not while the journal is applied (it holds those records already), nor
+ * once the scheduler closes (a shutdown ends sessions and frees objects, and none of that is
+ * to be forgotten: the next start recovers what was live). */
 static bool jnl_on(const sched *s)
 {
-    return s->jnl != NULL && !s->jnl->loading && !s->jnl->failed;
+    return s->jnl != NULL && !s->jnl->loading && !s->jnl->failed && !s->closing;
 }
 
 void sched__jnl_session_id(sched *s, uint64_t id)
@@ -423,6 +463,105 @@ void sched__jnl_put(sched *s, const sched_obj *o)
     w32(j, o->chunked ? o->chunks.n : 0);
     w8(j, o->copies_want);
     jnl_end(s, at);
+}
+
+/* 'G', 'T' and 'X' keys: the kind, the graph, then the frame number (4 bytes), the completion
+ * number (8) or the object's id. */
+static size_t key_graph(uint8_t *k, int kind, uint64_t jgid)
+{
+    k[0] = (uint8_t)kind;
+    be64(k + 1, jgid);
+    return 9;
+}
+
+void sched__jnl_submit(sched *s, sched_session *ss, sched_graph *g)
+{
+    sched_jnl *j = s->jnl;
+    if (j == NULL)
+        return;
+    if (j->loading) {
+        if (g->jgid == 0)
+            g->jgid = j->replay_jgid;
+        g->jframes++;
+        return;
+    }
+    size_t len;
+    const uint8_t *frame = proto_conn_frame(ss->conn, &len);
+    if (!jnl_on(s) || frame == NULL)
+        return;
+    if (g->jgid == 0)
+        g->jgid = ++j->next_jgid;
+    uint8_t k[KEY_MAX];
+    size_t klen = key_graph(k, K_GRAPH, g->jgid);
+    uint32_t no = g->jframes++;
+    for (int i = 0; i < 4; i++)
+        k[klen + (size_t)i] = (uint8_t)(no >> (24 - 8 * i));
+    size_t at = jnl_begin(j, OP_PUT, k, klen + 4);
+    w64(j, ss->id);
+    spw_buf_append(&j->ops, frame, len);
+    jnl_end(s, at);
+}
+
+void sched__jnl_task_done(sched *s, const sched_task *t)
+{
+    if (!jnl_on(s) || t->graph == NULL || t->graph->jgid == 0)
+        return;
+    sched_jnl *j = s->jnl;
+    uint8_t k[KEY_MAX];
+    size_t klen = key_graph(k, K_DONE, t->graph->jgid);
+    be64(k + klen, ++j->next_done);
+    size_t at = jnl_begin(j, OP_PUT, k, klen + 8);
+    const sched_obj *o = sched__task_out(t);
+    spw_buf_append(&j->ops, &o->id, sizeof o->id);
+    if (t->state == T_FAILED) {
+        const sched_failure *f = sched__obj_failure(s, o);
+        const char *msg = f != NULL && f->msg != NULL ? f->msg : "";
+        w8(j, 1);
+        w32(j, (uint32_t)(f != NULL ? f->err : SPW_ETASKFAILED));
+        wstr(j, msg, strnlen(msg, PROTO_MAX_STR));
+    } else {
+        w8(j, 0);
+        w32(j, t->nouts);
+        for (uint32_t i = 0; i < t->nouts; i++) {
+            const sched_obj *oi = sched__task_output(s, t, i);
+            bool here = oi == NULL || oi->has_inline || oi->size == 0;
+            w64(j, oi != NULL ? oi->size : 0);
+            w8(j, here ? 1 : 0);
+            if (here) {
+                const uint8_t *v = oi != NULL ? sched__obj_inline(oi) : NULL;
+                w32(j, v != NULL ? (uint32_t)oi->size : 0);
+                if (v != NULL)
+                    spw_buf_append(&j->ops, v, oi->size);
+            }
+        }
+    }
+    jnl_end(s, at);
+}
+
+void sched__jnl_output_released(sched *s, const sched_obj *o)
+{
+    if (!jnl_on(s))
+        return;
+    const sched_task *t = sched__obj_task(s, o);
+    if (t == NULL || t->graph == NULL || t->graph->jgid == 0)
+        return;
+    uint8_t k[KEY_MAX];
+    size_t klen = key_graph(k, K_RELEASED, t->graph->jgid);
+    memcpy(k + klen, &o->id, sizeof o->id);
+    size_t at = jnl_begin(s->jnl, OP_PUT, k, klen + sizeof o->id);
+    w64(s->jnl, o->origin->owner);
+    jnl_end(s, at);
+}
+
+void sched__jnl_graph_gone(sched *s, const sched_graph *g)
+{
+    if (!jnl_on(s) || g->jgid == 0)
+        return;
+    static const int kinds[] = {K_GRAPH, K_DONE, K_RELEASED};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        uint8_t k[KEY_MAX];
+        jnl_end(s, jnl_begin(s->jnl, OP_DEL_PREFIX, k, key_graph(k, kinds[i], g->jgid)));
+    }
 }
 
 void sched__jnl_obj_freed(sched *s, const sched_obj *o)
@@ -517,6 +656,46 @@ static bool session_read(jrd *r, jsess *q)
     return !r->bad && r->at == r->n && q->role == PROTO_ROLE_CLIENT;
 }
 
+/* A task's outcome ('T'). */
+typedef struct jdone {
+    spw_id id;
+    bool failed;
+    int err;
+    char msg[PROTO_MAX_STR + 1];
+    uint32_t nouts;
+    uint64_t sizes[SPW_TASK_OUTPUTS_MAX];
+    const uint8_t *values[SPW_TASK_OUTPUTS_MAX]; /* into the record; NULL: in a store */
+} jdone;
+
+static bool done_read(jrd *r, jdone *d)
+{
+    const uint8_t *id = rd(r, sizeof d->id);
+    if (id != NULL)
+        memcpy(&d->id, id, sizeof d->id);
+    d->failed = r8(r) != 0;
+    if (d->failed) {
+        d->err = (int)r32(r);
+        rstr(r, d->msg, PROTO_MAX_STR);
+        return !r->bad && r->at == r->n && d->err < 0;
+    }
+    d->nouts = r32(r);
+    if (d->nouts == 0 || d->nouts > SPW_TASK_OUTPUTS_MAX)
+        return false;
+    for (uint32_t i = 0; i < d->nouts && !r->bad; i++) {
+        d->sizes[i] = r64(r);
+        d->values[i] = NULL;
+        if (r8(r)) {
+            uint32_t len = r32(r);
+            d->values[i] = rd(r, len);
+            if (len != d->sizes[i] || (len > 0 && d->values[i] == NULL))
+                r->bad = true;
+            if (d->values[i] == NULL)
+                d->values[i] = (const uint8_t *)"";
+        }
+    }
+    return !r->bad && r->at == r->n;
+}
+
 /* Whether record (k, v) is well formed; why not in why. */
 static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
 {
@@ -546,6 +725,22 @@ static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
         break;
     }
     case K_REF:
+        ok = k->mv_size == 25 && r.n == 8;
+        break;
+    case K_GRAPH: {
+        /* The session, then one whole frame: its length prefix says the rest. */
+        const uint8_t *f = r.n >= 8 + PROTO_HDR_LEN ? r.p + 8 : NULL;
+        ok = k->mv_size == 13 && f != NULL &&
+             ((uint64_t)f[0] << 24 | (uint64_t)f[1] << 16 | (uint64_t)f[2] << 8 | f[3]) ==
+                 r.n - 8 - PROTO_HDR_LEN;
+        break;
+    }
+    case K_DONE: {
+        jdone d;
+        ok = k->mv_size == 17 && done_read(&r, &d);
+        break;
+    }
+    case K_RELEASED:
         ok = k->mv_size == 25 && r.n == 8;
         break;
     default:
@@ -644,6 +839,13 @@ static void apply_session(sched *s, const MDB_val *k, jrd *r, void *arg)
     (*n)++;
 }
 
+/* An object restored as pending until a worker reports a copy (sched__journal_tick). */
+static void restored_add(sched_jnl *j, spw_id id)
+{
+    j->restored = spw_realloc(SPW_MOD_SCHED, j->restored, (j->nrestored + 1) * sizeof *j->restored);
+    j->restored[j->nrestored++] = id;
+}
+
 /* Puts: chunked objects and whole ones first (pass 0), then chunks, which need their parent. */
 static void apply_put(sched *s, const MDB_val *k, jrd *r, void *arg)
 {
@@ -680,9 +882,7 @@ static void apply_put(sched *s, const MDB_val *k, jrd *r, void *arg)
         o->is_chunk = chunk;
         o->home = SCHED_HOME_RESTORED;
     }
-    sched_jnl *j = s->jnl;
-    j->restored = spw_realloc(SPW_MOD_SCHED, j->restored, (j->nrestored + 1) * sizeof *j->restored);
-    j->restored[j->nrestored++] = id;
+    restored_add(s->jnl, id);
 }
 
 static void apply_ref(sched *s, const MDB_val *k, jrd *r, void *arg)
@@ -702,6 +902,80 @@ static void apply_ref(sched *s, const MDB_val *k, jrd *r, void *arg)
         sched__session_ref(s, ss, o, REF_CLIENT);
     for (uint32_t i = 0; i < bcast; i++)
         sched__session_ref(s, ss, o, REF_BROADCAST);
+}
+
+/* SUBMIT frames, replayed through sched__submit for their sessions (with no connection, so no
+ * answer goes anywhere), in the order the graphs began. */
+typedef struct replay {
+    msgpack_zone zone;
+    uint64_t frames, skipped;
+} replay;
+
+static void apply_frame(sched *s, const MDB_val *k, jrd *r, void *arg)
+{
+    replay *rp = arg;
+    uint64_t jgid = rd_be64((const uint8_t *)k->mv_data + 1);
+    uint64_t sid = r64(r);
+    sched_jnl *j = s->jnl;
+    if (jgid > j->next_jgid)
+        j->next_jgid = jgid;
+    sched_session *ss;
+    HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
+    proto_limits lim;
+    proto_limits_default(&lim);
+    lim.max_frame = UINT32_MAX;
+    proto_msg m;
+    if (ss == NULL ||
+        proto_decode(r->p + r->at, r->n - r->at, &lim, &rp->zone, &m) != (int)(r->n - r->at) ||
+        m.type != PROTO_SUBMIT) {
+        rp->skipped++;
+        msgpack_zone_clear(&rp->zone);
+        return;
+    }
+    j->replay_jgid = jgid;
+    sched__submit(s, ss, &m);
+    msgpack_zone_clear(&rp->zone);
+    rp->frames++;
+}
+
+/* Outcomes, in the order the tasks finished: a producer before its consumers. */
+static void apply_done(sched *s, const MDB_val *k, jrd *r, void *arg)
+{
+    uint64_t *ndone = arg;
+    sched_jnl *j = s->jnl;
+    uint64_t no = rd_be64((const uint8_t *)k->mv_data + 9);
+    if (no > j->next_done)
+        j->next_done = no;
+    jdone d;
+    done_read(r, &d);
+    sched_obj *o = sched__obj_find(s, d.id);
+    sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
+    if (t == NULL || (t->state != T_WAITING && t->state != T_READY))
+        return; /* already finished: a later outcome of a task run again by lineage */
+    if (d.failed) {
+        sched__task_fail(s, t, d.err, d.msg);
+    } else {
+        if (d.nouts != t->nouts)
+            return;
+        for (uint32_t i = 0; i < d.nouts; i++)
+            if (d.values[i] == NULL && d.sizes[i] > 0)
+                restored_add(j, spw_id_output(d.id, i));
+        sched__task_restore_done(s, t, d.sizes, d.values);
+    }
+    (*ndone)++;
+}
+
+static void apply_released(sched *s, const MDB_val *k, jrd *r, void *arg)
+{
+    (void)arg;
+    uint64_t sid = r64(r);
+    spw_id id;
+    memcpy(&id, (const uint8_t *)k->mv_data + 9, sizeof id);
+    sched_session *ss;
+    HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
+    sched_obj *o = sched__obj_find(s, id);
+    if (ss != NULL && o != NULL && o->kept && o->origin->owner == sid)
+        sched__session_release(s, ss, id);
 }
 
 /* Restored objects nothing references go (their records too: jnl_on again by then). */
@@ -727,6 +1001,13 @@ static void journal_apply(sched *s)
     each(txn, j->dbi, K_SESSION, apply_session, s, &nsess);
     for (int pass = 0; pass < 2; pass++)
         each(txn, j->dbi, K_PUT, apply_put, s, &pass);
+    replay rp = {.frames = 0};
+    msgpack_zone_init(&rp.zone, 4096);
+    each(txn, j->dbi, K_GRAPH, apply_frame, s, &rp);
+    msgpack_zone_destroy(&rp.zone);
+    uint64_t ndone = 0;
+    each(txn, j->dbi, K_DONE, apply_done, s, &ndone);
+    each(txn, j->dbi, K_RELEASED, apply_released, s, NULL);
     each(txn, j->dbi, K_REF, apply_ref, s, NULL);
     mdb_txn_abort(txn);
     j->loading = false;
@@ -736,10 +1017,11 @@ static void journal_apply(sched *s)
     if (j->session_mark <= s->next_session)
         sched__jnl_session_id(s, s->next_session);
     spw_log(SPW_LOG_NOTICE,
-            "journal %s: restored %llu sessions, %llu objects in %.1f ms; workers' reports claim "
-            "the objects",
-            j->path, (unsigned long long)nsess, (unsigned long long)s->objects.n,
-            (double)(spw_now_ns() - t0) / 1e6);
+            "journal %s: restored %llu sessions, %llu SUBMIT frames (%llu skipped), %llu task "
+            "outcomes, %llu objects in %.1f ms; workers' reports claim what is in their stores",
+            j->path, (unsigned long long)nsess, (unsigned long long)rp.frames,
+            (unsigned long long)rp.skipped, (unsigned long long)ndone,
+            (unsigned long long)s->objects.n, (double)(spw_now_ns() - t0) / 1e6);
 }
 
 /* ------------------------------------------------------------- open, close */
@@ -878,9 +1160,19 @@ void sched__journal_tick(sched *s)
         uint64_t lost = 0;
         for (size_t i = 0; i < j->nrestored; i++) {
             sched_obj *o = sched__obj_find(s, j->restored[i]);
-            if (o == NULL || o->state != OBJ_PENDING || o->home != SCHED_HOME_RESTORED)
+            if (o == NULL || o->home != SCHED_HOME_RESTORED)
                 continue;
             o->home = 0;
+            if (o->state == OBJ_LOST) {
+                /* A task output no worker kept: its task runs again, and what it needs. */
+                if (!o->husk && !sched__obj_remake(s, o)) {
+                    s->objects_lost++;
+                    lost++;
+                }
+                continue;
+            }
+            if (o->state != OBJ_PENDING)
+                continue;
             o->graph_hold++;
             sched__obj_fail(s, o, SPW_EOBJLOST,
                             "no worker reported a copy after the scheduler restarted");
@@ -919,11 +1211,22 @@ void sched__objs_held(sched *s, sched_worker *w, const proto_msg *m)
         spw_id id = f[R_OLOBJ_ID].id;
         uint64_t size = f[R_OLOBJ_SIZE].u;
         sched_obj *o = sched__obj_find(s, id);
+        if (o != NULL && o->home == SCHED_HOME_RESTORED && o->state == OBJ_LOST && !o->husk &&
+            o->size == size) {
+            /* A task output restored as done: ready again, its consumers may run. */
+            o->home = 0;
+            sched__obj_add_loc(s, o, w->id);
+            sched__obj_ready(s, o);
+            claimed++;
+            continue;
+        }
         /* Known and whole here: a restored put, or a copy of a ready or lost object. */
         bool restored = o != NULL && o->state == OBJ_PENDING && o->home == SCHED_HOME_RESTORED;
-        bool known = o != NULL && !o->husk && !o->chunked && o->size == size && !o->has_inline &&
-                     (restored || o->state == OBJ_READY ||
-                      (o->state == OBJ_LOST && sched__obj_task(s, o) == NULL));
+        bool known =
+            o != NULL && !o->husk && !o->chunked && o->size == size && !o->has_inline &&
+            (restored ||
+             (o->home != SCHED_HOME_RESTORED &&
+              (o->state == OBJ_READY || (o->state == OBJ_LOST && sched__obj_task(s, o) == NULL))));
         if (!known) {
             drop[ndrop++] = id;
             continue;

@@ -470,6 +470,7 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
     sched_obj *ko = ss->kept != NULL && spw_id_eq(ss->kept->id, id) ? ss->kept
                                                                     : sched__obj_find(s, id);
     if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
+        sched__jnl_output_released(s, ko);
         kept_unlink(ss, ko);
         ss->nrefs--;
         sched__unref(s, ko, REF_OUTPUT);

@@ -703,6 +703,12 @@ void sched__maybe_done(sched *s)
         return;
     void (*done)(void *) = s->done;
     void *arg = s->done_arg;
+    /* Sessions with no connection (restored, not resumed) did not go with the connections. */
+    sched_session *ss, *stmp;
+    HASH_ITER(hh, s->sessions, ss, stmp)
+    {
+        sched__session_free(s, ss, SPW_ESHUTDOWN);
+    }
     sched_fn *f, *ftmp;
     HASH_ITER(hh, s->fns, f, ftmp)
     {

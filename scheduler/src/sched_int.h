@@ -175,6 +175,8 @@ typedef struct sched_graph {
     struct sched_plugin **plugins; /* uploaded plugins its tasks name, each referenced once
                                       until its last task record goes (plugins.c) */
     uint32_t nplugins;
+    uint64_t jgid;    /* its number in the journal (journal.c; 0: not journalled) */
+    uint32_t jframes; /* its SUBMIT frames journalled */
 } sched_graph;
 
 /* Graphs whose every task record is gone stay listed (finished) until this many such exist. */
@@ -751,6 +753,13 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
 void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
+/* The journal's replay: t finished before the restart. sizes[k], values[k]: output k's size
+ * and inline value (NULL: it was in a store; the output is lost until a worker reports a copy,
+ * home SCHED_HOME_RESTORED). */
+void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
+                              const uint8_t *const *values);
+/* A lost task output is made again by lineage; false if it cannot be. */
+bool sched__obj_remake(sched *s, sched_obj *o);
 /* Fails t with err and msg: its output records the failure and its client hears of it. May free
  * other records, t's included. */
 void sched__task_fail(sched *s, sched_task *t, int err, const char *msg);
@@ -900,6 +909,14 @@ void sched__jnl_session(sched *s, const sched_session *ss);
 void sched__jnl_session_gone(sched *s, const sched_session *ss);
 /* ss's counts on object id changed to count (indexed by enum ref_kind). */
 void sched__jnl_ref(sched *s, const sched_session *ss, spw_id id, const uint32_t *count);
+/* A SUBMIT frame of ss's graph g is being taken in (its bytes are those on ss's connection). */
+void sched__jnl_submit(sched *s, sched_session *ss, sched_graph *g);
+/* t finished (done or failed): its outcome, for a restart to mark it finished again. */
+void sched__jnl_task_done(sched *s, const sched_task *t);
+/* The submitter released o's kept (OUTPUT) reference. */
+void sched__jnl_output_released(sched *s, const sched_obj *o);
+/* g's last task record went: its records go. */
+void sched__jnl_graph_gone(sched *s, const sched_graph *g);
 /* A put, a chunked put or one of its chunks was created. */
 void sched__jnl_put(sched *s, const sched_obj *o);
 void sched__jnl_obj_freed(sched *s, const sched_obj *o);
