@@ -49,7 +49,9 @@ enum {
     K_DONE = 'T',    /* + graph + completion number: a task's outcome */
     K_RELEASED = 'X' /* + graph + id: a kept output its submitter released */
 };
-enum { OP_PUT, OP_DEL, OP_DEL_PREFIX };
+/* OP_APPEND: an OP_PUT whose key is likely the largest yet (a graph's frames and outcomes are
+ * numbered in order): LMDB appends it without a search when it is. */
+enum { OP_PUT, OP_DEL, OP_DEL_PREFIX, OP_APPEND };
 enum { PUT_CHUNKED = 1, PUT_IS_CHUNK = 2 };
 
 #define TOKEN_LEN 16
@@ -124,7 +126,7 @@ static size_t jnl_begin(sched_jnl *j, int op, const uint8_t *key, size_t klen)
     uint8_t hdr[6] = {(uint8_t)op, (uint8_t)klen, 0, 0, 0, 0};
     spw_buf_append(&j->ops, hdr, sizeof hdr);
     spw_buf_append(&j->ops, key, klen);
-    if (op == OP_PUT)
+    if (op == OP_PUT || op == OP_APPEND)
         spw_buf_append(&j->ops, "\0\0\0\0", 4); /* the checksum, set by jnl_end */
     return at;
 }
@@ -134,7 +136,7 @@ static void jnl_end(sched *s, size_t at)
     sched_jnl *j = s->jnl;
     uint8_t *h = j->ops.data + at;
     size_t klen = h[1];
-    if (h[0] == OP_PUT) {
+    if (h[0] == OP_PUT || h[0] == OP_APPEND) {
         uint8_t *v = h + 6 + klen;
         size_t vlen = j->ops.data + j->ops.len - v;
         uint32_t sum = jnl_sum(h + 6, klen, v + 4, vlen - 4);
@@ -234,13 +236,11 @@ static int del_prefix(MDB_txn *txn, MDB_dbi dbi, const MDB_val *prefix)
     int rc = mdb_cursor_open(txn, dbi, &cur);
     if (rc != 0)
         return rc;
-    /* Sought again after each delete: a cursor's place after mdb_cursor_del at the end of a
-     * page is not something to lean on. */
-    for (;;) {
-        MDB_val k = *prefix, v;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-        if (rc != 0 || k.mv_size < prefix->mv_size ||
-            memcmp(k.mv_data, prefix->mv_data, prefix->mv_size) != 0)
+    /* After mdb_cursor_del the cursor stands on the next record, which MDB_NEXT returns. */
+    MDB_val k = *prefix, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size < prefix->mv_size || memcmp(k.mv_data, prefix->mv_data, prefix->mv_size) != 0)
             break;
         rc = mdb_cursor_del(cur, 0);
         if (rc != 0)
@@ -260,9 +260,11 @@ static int commit_ops(sched_jnl *j)
             uint32_t vlen;
             memcpy(&vlen, h + 2, 4);
             MDB_val k = {h[1], (void *)(uintptr_t)(h + 6)};
-            if (h[0] == OP_PUT) {
+            if (h[0] == OP_PUT || h[0] == OP_APPEND) {
                 MDB_val v = {vlen, (void *)(uintptr_t)(h + 6 + h[1])};
-                rc = mdb_put(txn, j->dbi, &k, &v, 0);
+                rc = mdb_put(txn, j->dbi, &k, &v, h[0] == OP_APPEND ? MDB_APPEND : 0);
+                if (rc == MDB_KEYEXIST && h[0] == OP_APPEND)
+                    rc = mdb_put(txn, j->dbi, &k, &v, 0); /* not the largest after all */
                 at += 6 + h[1] + vlen;
             } else if (h[0] == OP_DEL) {
                 rc = mdb_del(txn, j->dbi, &k, NULL);
@@ -496,7 +498,7 @@ void sched__jnl_submit(sched *s, sched_session *ss, sched_graph *g)
     uint32_t no = g->jframes++;
     for (int i = 0; i < 4; i++)
         k[klen + (size_t)i] = (uint8_t)(no >> (24 - 8 * i));
-    size_t at = jnl_begin(j, OP_PUT, k, klen + 4);
+    size_t at = jnl_begin(j, OP_APPEND, k, klen + 4);
     w64(j, ss->id);
     spw_buf_append(&j->ops, frame, len);
     jnl_end(s, at);
@@ -510,7 +512,7 @@ void sched__jnl_task_done(sched *s, const sched_task *t)
     uint8_t k[KEY_MAX];
     size_t klen = key_graph(k, K_DONE, t->graph->jgid);
     be64(k + klen, ++j->next_done);
-    size_t at = jnl_begin(j, OP_PUT, k, klen + 8);
+    size_t at = jnl_begin(j, OP_APPEND, k, klen + 8);
     const sched_obj *o = sched__task_out(t);
     spw_buf_append(&j->ops, &o->id, sizeof o->id);
     if (t->state == T_FAILED) {

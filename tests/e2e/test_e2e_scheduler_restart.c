@@ -123,6 +123,24 @@ static bool stores_hold_2mib(void *arg)
     return e2e_status_used(arg, &used) && used == 2 * PUT_BYTES;
 }
 
+/* Client sessions the scheduler lists (status), restored ones with no connection included. */
+static int client_sessions(h_cluster *c)
+{
+    json_t *doc = e2e_ctl_json(c, "status");
+    size_t i;
+    json_t *cl;
+    int n = doc == NULL ? -1 : 0;
+    json_array_foreach(json_object_get(doc, "clients"), i, cl) n +=
+        strcmp(json_string_value(json_object_get(cl, "role")), "client") == 0;
+    json_decref(doc);
+    return n;
+}
+
+static bool no_client_sessions(void *arg)
+{
+    return client_sessions(arg) == 0;
+}
+
 static void read_ids(const char *path, listing *l)
 {
     FILE *f = fopen(path, "re");
@@ -154,6 +172,7 @@ static void puts_survive(int sig)
     assert_true(e2e_logged(&c->sched, "journal", 10000));
     assert_true(h_eventually(workers_registered, c, 20000));
     assert_true(h_eventually(puts_as_before, &l, 20000));
+    assert_int_equal(client_sessions(c), 1); /* restored, waiting for its client */
     for (int i = 0; i < c->nworkers; i++)
         assert_int_equal(h_log_count(&c->workers[i], "dropped"), 0);
     assert_true(h_eventually(stores_hold_2mib, c, 10000));
@@ -343,6 +362,64 @@ static void graphs_survive_a_scheduler_kill(void)
     E2E_STOP(c, cl);
 }
 
+/* ------------------------------------------------------------- compaction */
+
+#define ROUND_TASKS 1000
+
+/* One job: a put and a graph of kept tasks reading it, waited for and released. The put is
+ * above the inline limit, so tasks name it rather than carry it. */
+static void one_job(spillway *cl)
+{
+    static uint8_t buf[1 << 20];
+    spillway_ref in, out[ROUND_TASKS];
+    assert_int_equal(spillway_put(cl, buf, sizeof buf, &in), 0);
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < ROUND_TASKS; i++) {
+        spillway_arg a[2] = {spillway_arg_ref(in), spillway_arg_u64((uint64_t)i)};
+        assert_int_equal(spillway_task(g, "len", a, 2, SPILLWAY_KEEP, &out[i]), 0);
+    }
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, out, ROUND_TASKS, 60000), 0);
+    assert_int_equal(spillway_release_many(cl, out, ROUND_TASKS), 0);
+    assert_int_equal(spillway_release(cl, in), 0);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* Records of finished, released graphs and freed objects are deleted: over repeated jobs the
+ * journal's file stops growing (LMDB reuses the freed pages), and nothing is left to restore. */
+static void journal_stays_bounded_over_repeated_jobs(void)
+{
+    sdir d;
+    h_cluster *c = start(&d, 1);
+    char path[600];
+    snprintf(path, sizeof path, "%s/journal", d.path);
+    spillway *cl = e2e_connect(c);
+    off_t early = 0;
+    for (int round = 0; round < 30; round++) {
+        one_job(cl);
+        if (round == 9)
+            early = file_size(path);
+    }
+    off_t late = file_size(path);
+    fprintf(stderr, "journal: %lld bytes after 10 jobs, %lld after 30\n", (long long)early,
+            (long long)late);
+    assert_true(early > 0);
+    assert_true(late <= early + early / 8 + (64 << 10));
+    assert_true(e2e_cluster_idle(c, 20000));
+    spillway_close(cl);
+    /* The client is gone: a restart finds nothing to restore. */
+    assert_true(h_eventually(no_client_sessions, c, 10000));
+    h_sched_kill(c, SIGKILL);
+    h_sched_restart(c, d.args);
+    assert_true(e2e_logged(&c->sched, "restored 0 sessions, 0 SUBMIT frames", 10000));
+    E2E_STOP(c, NULL);
+}
+
 /* ------------------------------------------------------ unusable journals */
 
 static bool corrupt_aside(const char *dir)
@@ -416,9 +493,13 @@ static void garbage_journal_starts_empty(void)
 }
 
 static const struct CMUnitTest tests[] = {
-    H_CASE(puts_survive_a_scheduler_kill),       H_CASE(puts_survive_a_scheduler_stop),
-    H_CASE(without_journal_objects_are_dropped), H_CASE(graphs_survive_a_scheduler_kill),
-    H_CASE(truncated_journal_starts_empty),      H_CASE(overwritten_journal_starts_empty),
+    H_CASE(puts_survive_a_scheduler_kill),
+    H_CASE(puts_survive_a_scheduler_stop),
+    H_CASE(without_journal_objects_are_dropped),
+    H_CASE(graphs_survive_a_scheduler_kill),
+    H_CASE(journal_stays_bounded_over_repeated_jobs),
+    H_CASE(truncated_journal_starts_empty),
+    H_CASE(overwritten_journal_starts_empty),
     H_CASE(garbage_journal_starts_empty),
 };
 
