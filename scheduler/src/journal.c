@@ -46,8 +46,8 @@ enum {
     K_PUT = 'P',
     K_REF = 'R',
     K_SESSION = 'S',
-    K_DONE = 'T',    /* + graph + completion number: a task's outcome */
-    K_RELEASED = 'X' /* + graph + id: a kept output its submitter released */
+    K_DONE = 'T',    /* + graph + number: tasks' outcomes, in the order they finished */
+    K_RELEASED = 'X' /* + graph + number: kept outputs their submitter released */
 };
 /* OP_APPEND: an OP_PUT whose key is likely the largest yet (a graph's frames and outcomes are
  * numbered in order): LMDB appends it without a search when it is. */
@@ -56,6 +56,16 @@ enum { PUT_CHUNKED = 1, PUT_IS_CHUNK = 2 };
 
 #define TOKEN_LEN 16
 #define KEY_MAX (1 + 8 + 16)
+
+/* The outcomes ('T') or releases ('X') of one graph in the loop turn under way: written as one
+ * record per graph and turn, entries of [u32 length][entry], so that a task costs the journal
+ * a few dozen bytes copied, not an insert of its own. */
+#define JNL_BATCHES 8
+typedef struct jbatch {
+    uint64_t jgid;
+    uint8_t kind;
+    spw_buf buf;
+} jbatch;
 
 struct sched_jnl {
     MDB_env *env;
@@ -74,6 +84,8 @@ struct sched_jnl {
     uint64_t next_jgid;    /* the last graph number given (sched_graph.jgid) */
     uint64_t next_done;    /* the last completion number given ('T' keys) */
     uint64_t replay_jgid;  /* while applying: the graph of the frame being replayed */
+    jbatch batch[JNL_BATCHES];
+    uint32_t nbatch;
     spw_id *restored;      /* restored puts waiting for a worker's report */
     size_t nrestored;
     uint64_t claim_until_ms, grace_until_ms; /* spw_now_ns ms; 0: nothing waits */
@@ -147,22 +159,70 @@ static void jnl_end(sched *s, size_t at)
     jnl_arm(s);
 }
 
-static void w8(sched_jnl *j, uint8_t v)
+/* The open batch's records go to the queue, each under the next number ('T' and 'X' keys). */
+static void batches_flush(sched *s)
 {
-    spw_buf_append(&j->ops, &v, 1);
+    sched_jnl *j = s->jnl;
+    for (uint32_t i = 0; i < j->nbatch; i++) {
+        jbatch *b = &j->batch[i];
+        uint8_t k[KEY_MAX];
+        k[0] = b->kind;
+        be64(k + 1, b->jgid);
+        be64(k + 9, ++j->next_done);
+        size_t at = jnl_begin(j, OP_APPEND, k, 17);
+        spw_buf_append(&j->ops, b->buf.data, b->buf.len);
+        jnl_end(s, at);
+        spw_buf_reset(&b->buf);
+    }
+    j->nbatch = 0;
 }
-static void w32(sched_jnl *j, uint32_t v)
+
+/* The batch of kind for graph jgid this turn, opened if need be. */
+static spw_buf *batch_for(sched *s, int kind, uint64_t jgid)
 {
-    spw_buf_append(&j->ops, &v, 4);
+    sched_jnl *j = s->jnl;
+    for (uint32_t i = j->nbatch; i-- > 0;)
+        if (j->batch[i].jgid == jgid && j->batch[i].kind == kind)
+            return &j->batch[i].buf;
+    if (j->nbatch == JNL_BATCHES)
+        batches_flush(s);
+    jbatch *b = &j->batch[j->nbatch++];
+    b->jgid = jgid;
+    b->kind = (uint8_t)kind;
+    jnl_arm(s); /* the turn's commit writes it */
+    return &b->buf;
 }
-static void w64(sched_jnl *j, uint64_t v)
+
+/* An entry of a batch: [u32 length] now, set by entry_end. */
+static size_t entry_begin(spw_buf *b)
 {
-    spw_buf_append(&j->ops, &v, 8);
+    size_t at = b->len;
+    spw_buf_append(b, "\0\0\0\0", 4);
+    return at;
 }
-static void wstr(sched_jnl *j, const char *str, size_t n)
+
+static void entry_end(spw_buf *b, size_t at)
 {
-    w32(j, (uint32_t)n);
-    spw_buf_append(&j->ops, str, n);
+    uint32_t n = (uint32_t)(b->len - at - 4);
+    memcpy(b->data + at, &n, 4);
+}
+
+static void w8(spw_buf *b, uint8_t v)
+{
+    spw_buf_append(b, &v, 1);
+}
+static void w32(spw_buf *b, uint32_t v)
+{
+    spw_buf_append(b, &v, 4);
+}
+static void w64(spw_buf *b, uint64_t v)
+{
+    spw_buf_append(b, &v, 8);
+}
+static void wstr(spw_buf *b, const char *str, size_t n)
+{
+    w32(b, (uint32_t)n);
+    spw_buf_append(b, str, n);
 }
 
 /* A record being read: every read is bounds-checked; a short or long record sets bad. */
@@ -338,6 +398,8 @@ void sched__journal_commit(sched *s)
     sched_jnl *j = s->jnl;
     if (j == NULL || j->nops == 0)
         return;
+    if (j->nbatch > 0)
+        batches_flush(s);
     uv_check_stop(&j->commit);
     int rc = j->failed ? 0 : commit_ops(j);
     spw_buf_reset(&j->ops);
@@ -398,7 +460,7 @@ void sched__jnl_session_id(sched *s, uint64_t id)
     j->session_mark = id + JNL_SESSION_BLOCK;
     uint8_t k = K_NEXT;
     size_t at = jnl_begin(j, OP_PUT, &k, 1);
-    w64(j, j->session_mark);
+    w64(&j->ops, j->session_mark);
     jnl_end(s, at);
 }
 
@@ -413,11 +475,11 @@ void sched__jnl_session(sched *s, const sched_session *ss)
                 (unsigned long long)ss->id, strerror(errno));
     uint8_t k[KEY_MAX];
     size_t at = jnl_begin(j, OP_PUT, k, key_session(k, ss->id));
-    w8(j, (uint8_t)ss->role);
-    w32(j, ss->pid);
+    w8(&j->ops, (uint8_t)ss->role);
+    w32(&j->ops, ss->pid);
     spw_buf_append(&j->ops, token, sizeof token);
-    wstr(j, ss->host, strlen(ss->host));
-    wstr(j, ss->name, strlen(ss->name));
+    wstr(&j->ops, ss->host, strlen(ss->host));
+    wstr(&j->ops, ss->name, strlen(ss->name));
     jnl_end(s, at);
 }
 
@@ -442,8 +504,8 @@ void sched__jnl_ref(sched *s, const sched_session *ss, spw_id id, const uint32_t
         return;
     }
     size_t at = jnl_begin(s->jnl, OP_PUT, k, klen);
-    w32(s->jnl, count[REF_CLIENT]);
-    w32(s->jnl, count[REF_BROADCAST]);
+    w32(&s->jnl->ops, count[REF_CLIENT]);
+    w32(&s->jnl->ops, count[REF_BROADCAST]);
     jnl_end(s, at);
 }
 
@@ -455,15 +517,15 @@ void sched__jnl_put(sched *s, const sched_obj *o)
     const sched_origin *e = o->origin;
     uint8_t k[KEY_MAX];
     size_t at = jnl_begin(j, OP_PUT, k, key_put(k, o->id));
-    w64(j, e->owner);
-    w32(j, e->pid);
-    wstr(j, e->host, strlen(e->host));
-    wstr(j, e->site, e->len);
-    w64(j, o->size);
-    w8(j, (uint8_t)((o->chunked ? PUT_CHUNKED : 0) | (o->is_chunk ? PUT_IS_CHUNK : 0)));
-    w8(j, o->chunked ? o->chunks.shift : 0);
-    w32(j, o->chunked ? o->chunks.n : 0);
-    w8(j, o->copies_want);
+    w64(&j->ops, e->owner);
+    w32(&j->ops, e->pid);
+    wstr(&j->ops, e->host, strlen(e->host));
+    wstr(&j->ops, e->site, e->len);
+    w64(&j->ops, o->size);
+    w8(&j->ops, (uint8_t)((o->chunked ? PUT_CHUNKED : 0) | (o->is_chunk ? PUT_IS_CHUNK : 0)));
+    w8(&j->ops, o->chunked ? o->chunks.shift : 0);
+    w32(&j->ops, o->chunked ? o->chunks.n : 0);
+    w8(&j->ops, o->copies_want);
     jnl_end(s, at);
 }
 
@@ -499,7 +561,7 @@ void sched__jnl_submit(sched *s, sched_session *ss, sched_graph *g)
     for (int i = 0; i < 4; i++)
         k[klen + (size_t)i] = (uint8_t)(no >> (24 - 8 * i));
     size_t at = jnl_begin(j, OP_APPEND, k, klen + 4);
-    w64(j, ss->id);
+    w64(&j->ops, ss->id);
     spw_buf_append(&j->ops, frame, len);
     jnl_end(s, at);
 }
@@ -508,36 +570,33 @@ void sched__jnl_task_done(sched *s, const sched_task *t)
 {
     if (!jnl_on(s) || t->graph == NULL || t->graph->jgid == 0)
         return;
-    sched_jnl *j = s->jnl;
-    uint8_t k[KEY_MAX];
-    size_t klen = key_graph(k, K_DONE, t->graph->jgid);
-    be64(k + klen, ++j->next_done);
-    size_t at = jnl_begin(j, OP_APPEND, k, klen + 8);
+    spw_buf *b = batch_for(s, K_DONE, t->graph->jgid);
+    size_t at = entry_begin(b);
     const sched_obj *o = sched__task_out(t);
-    spw_buf_append(&j->ops, &o->id, sizeof o->id);
+    spw_buf_append(b, &o->id, sizeof o->id);
     if (t->state == T_FAILED) {
         const sched_failure *f = sched__obj_failure(s, o);
         const char *msg = f != NULL && f->msg != NULL ? f->msg : "";
-        w8(j, 1);
-        w32(j, (uint32_t)(f != NULL ? f->err : SPW_ETASKFAILED));
-        wstr(j, msg, strnlen(msg, PROTO_MAX_STR));
+        w8(b, 1);
+        w32(b, (uint32_t)(f != NULL ? f->err : SPW_ETASKFAILED));
+        wstr(b, msg, strnlen(msg, PROTO_MAX_STR));
     } else {
-        w8(j, 0);
-        w32(j, t->nouts);
+        w8(b, 0);
+        w32(b, t->nouts);
         for (uint32_t i = 0; i < t->nouts; i++) {
             const sched_obj *oi = sched__task_output(s, t, i);
             bool here = oi == NULL || oi->has_inline || oi->size == 0;
-            w64(j, oi != NULL ? oi->size : 0);
-            w8(j, here ? 1 : 0);
+            w64(b, oi != NULL ? oi->size : 0);
+            w8(b, here ? 1 : 0);
             if (here) {
                 const uint8_t *v = oi != NULL ? sched__obj_inline(oi) : NULL;
-                w32(j, v != NULL ? (uint32_t)oi->size : 0);
+                w32(b, v != NULL ? (uint32_t)oi->size : 0);
                 if (v != NULL)
-                    spw_buf_append(&j->ops, v, oi->size);
+                    spw_buf_append(b, v, oi->size);
             }
         }
     }
-    jnl_end(s, at);
+    entry_end(b, at);
 }
 
 void sched__jnl_output_released(sched *s, const sched_obj *o)
@@ -547,18 +606,29 @@ void sched__jnl_output_released(sched *s, const sched_obj *o)
     const sched_task *t = sched__obj_task(s, o);
     if (t == NULL || t->graph == NULL || t->graph->jgid == 0)
         return;
-    uint8_t k[KEY_MAX];
-    size_t klen = key_graph(k, K_RELEASED, t->graph->jgid);
-    memcpy(k + klen, &o->id, sizeof o->id);
-    size_t at = jnl_begin(s->jnl, OP_PUT, k, klen + sizeof o->id);
-    w64(s->jnl, o->origin->owner);
-    jnl_end(s, at);
+    spw_buf *b = batch_for(s, K_RELEASED, t->graph->jgid);
+    size_t at = entry_begin(b);
+    w64(b, o->origin->owner);
+    spw_buf_append(b, &o->id, sizeof o->id);
+    entry_end(b, at);
 }
 
 void sched__jnl_graph_gone(sched *s, const sched_graph *g)
 {
     if (!jnl_on(s) || g->jgid == 0)
         return;
+    /* Its batches of this turn go too (written after this, they would outlive it). */
+    sched_jnl *j = s->jnl;
+    for (uint32_t i = 0; i < j->nbatch;) {
+        if (j->batch[i].jgid != g->jgid) {
+            i++;
+            continue;
+        }
+        spw_buf tmp = j->batch[i].buf;
+        j->batch[i] = j->batch[--j->nbatch];
+        j->batch[j->nbatch].buf = tmp;
+        spw_buf_reset(&j->batch[j->nbatch].buf);
+    }
     static const int kinds[] = {K_GRAPH, K_DONE, K_RELEASED};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         uint8_t k[KEY_MAX];
@@ -698,6 +768,28 @@ static bool done_read(jrd *r, jdone *d)
     return !r->bad && r->at == r->n;
 }
 
+/* The next entry of a batch record into e; false at its end or on a bad length (r->bad). */
+static bool entry_next(jrd *r, jrd *e)
+{
+    if (r->at == r->n)
+        return false;
+    uint32_t len = r32(r);
+    const uint8_t *p = rd(r, len);
+    *e = (jrd){p, p != NULL ? len : 0, 0, p == NULL};
+    return p != NULL;
+}
+
+static bool entries_check(jrd *r, int kind)
+{
+    jrd e;
+    while (entry_next(r, &e)) {
+        jdone d;
+        if (kind == K_DONE ? !done_read(&e, &d) : e.n != 8 + sizeof(spw_id))
+            return false;
+    }
+    return !r->bad && r->at == r->n;
+}
+
 /* Whether record (k, v) is well formed; why not in why. */
 static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
 {
@@ -737,13 +829,9 @@ static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
                  r.n - 8 - PROTO_HDR_LEN;
         break;
     }
-    case K_DONE: {
-        jdone d;
-        ok = k->mv_size == 17 && done_read(&r, &d);
-        break;
-    }
+    case K_DONE:
     case K_RELEASED:
-        ok = k->mv_size == 25 && r.n == 8;
+        ok = k->mv_size == 17 && entries_check(&r, kp[0]);
         break;
     default:
         ok = false;
@@ -948,36 +1036,46 @@ static void apply_done(sched *s, const MDB_val *k, jrd *r, void *arg)
     uint64_t no = rd_be64((const uint8_t *)k->mv_data + 9);
     if (no > j->next_done)
         j->next_done = no;
-    jdone d;
-    done_read(r, &d);
-    sched_obj *o = sched__obj_find(s, d.id);
-    sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
-    if (t == NULL || (t->state != T_WAITING && t->state != T_READY))
-        return; /* already finished: a later outcome of a task run again by lineage */
-    if (d.failed) {
-        sched__task_fail(s, t, d.err, d.msg);
-    } else {
-        if (d.nouts != t->nouts)
-            return;
-        for (uint32_t i = 0; i < d.nouts; i++)
-            if (d.values[i] == NULL && d.sizes[i] > 0)
-                restored_add(j, spw_id_output(d.id, i));
-        sched__task_restore_done(s, t, d.sizes, d.values);
+    jrd e;
+    while (entry_next(r, &e)) {
+        jdone d;
+        done_read(&e, &d);
+        sched_obj *o = sched__obj_find(s, d.id);
+        sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
+        if (t == NULL || (t->state != T_WAITING && t->state != T_READY))
+            continue; /* gone, or already finished: a later outcome of a task run again */
+        if (d.failed) {
+            sched__task_fail(s, t, d.err, d.msg);
+        } else {
+            if (d.nouts != t->nouts)
+                continue;
+            for (uint32_t i = 0; i < d.nouts; i++)
+                if (d.values[i] == NULL && d.sizes[i] > 0)
+                    restored_add(j, spw_id_output(d.id, i));
+            sched__task_restore_done(s, t, d.sizes, d.values);
+        }
+        (*ndone)++;
     }
-    (*ndone)++;
 }
 
 static void apply_released(sched *s, const MDB_val *k, jrd *r, void *arg)
 {
     (void)arg;
-    uint64_t sid = r64(r);
-    spw_id id;
-    memcpy(&id, (const uint8_t *)k->mv_data + 9, sizeof id);
-    sched_session *ss;
-    HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
-    sched_obj *o = sched__obj_find(s, id);
-    if (ss != NULL && o != NULL && o->kept && o->origin->owner == sid)
-        sched__session_release(s, ss, id);
+    sched_jnl *j = s->jnl;
+    uint64_t no = rd_be64((const uint8_t *)k->mv_data + 9);
+    if (no > j->next_done)
+        j->next_done = no;
+    jrd e;
+    while (entry_next(r, &e)) {
+        uint64_t sid = r64(&e);
+        spw_id id;
+        memcpy(&id, rd(&e, sizeof id), sizeof id);
+        sched_session *ss;
+        HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
+        sched_obj *o = sched__obj_find(s, id);
+        if (ss != NULL && o != NULL && o->kept && o->origin->owner == sid)
+            sched__session_release(s, ss, id);
+    }
 }
 
 /* Restored objects nothing references go (their records too: jnl_on again by then). */
@@ -1144,6 +1242,8 @@ void sched__journal_free(sched *s)
         mdb_env_sync(j->env, 1);
     mdb_env_close(j->env);
     spw_buf_release(&j->ops);
+    for (uint32_t i = 0; i < JNL_BATCHES; i++)
+        spw_buf_release(&j->batch[i].buf);
     spw_free(j->restored);
     spw_free(j);
     s->jnl = NULL;
