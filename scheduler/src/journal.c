@@ -28,6 +28,7 @@
 
 #include <lmdb.h>
 #include <utlist.h>
+#include <xxhash.h>
 
 #include "sched_int.h"
 
@@ -96,14 +97,10 @@ static uint64_t now_ms(void)
     return spw_now_ns() / 1000000;
 }
 
+/* A record's checksum: its key's hash seeds its value's. */
 static uint32_t jnl_sum(const uint8_t *key, size_t klen, const uint8_t *v, size_t n)
 {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < klen; i++)
-        h = (h ^ key[i]) * 16777619u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ v[i]) * 16777619u;
-    return h;
+    return (uint32_t)XXH3_64bits_withSeed(v, n, XXH3_64bits(key, klen));
 }
 
 static void be64(uint8_t *p, uint64_t v)
