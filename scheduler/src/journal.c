@@ -1,19 +1,15 @@
 /*
- * The scheduler's journal (--state-dir): what it cannot rebuild from its workers, in an LMDB
- * environment (one file, STATE_DIR/journal), read back when it starts.
- *
- * Records, by key (first byte the kind): 'N' the session id high-water mark; 'S' + session a
- * client session (role, pid, host, name, resume token); 'P' + id a put or a chunk of one (owner,
- * call site, size, chunk layout); 'R' + session + id a session's CLIENT and BROADCAST counts on
- * an object. Every value starts with a checksum of its key and bytes. Records go when what they
- * describe goes (a session closed, an object freed, a count back to zero), so the file's pages
- * are reused and its size follows what is live, not what ran.
- * Group commit: the records of one loop turn are queued (jnl_op) and written in one write
- * transaction from a check handle, which runs after the turn's reads and before the next turn
- * writes their answers out (the connections' flusher is an idle handle); the file is opened
- * MDB_NOSYNC and fdatasync'd from the thread pool at most every JNL_SYNC_MS.
- * Start: the file is checked whole (pages within the file, every record's checksum and shape)
- * before anything is applied; a file that fails is moved aside and the scheduler starts empty.
+ * The scheduler's journal (--state-dir): what it cannot rebuild from its workers, in one LMDB
+ * file (STATE_DIR/journal), read back when it starts. scheduler/README.md has the table.
+ * Records, by key (first byte the kind): 'N' the session id mark; 'S' a client session; 'P' a
+ * put; 'R' a session's counts on an object; 'G' a graph's SUBMIT frame as received; 'T' and 'X'
+ * a graph's task outcomes and released outputs of one loop turn. Each value starts with a
+ * checksum of key and value. Records go with what they describe, so pages are reused and the
+ * file follows what is live, not what ran.
+ * Group commit: hooks queue records; a check handle writes a turn's records in one write
+ * transaction after the turn's reads and before the next turn's flusher sends their answers;
+ * the file is MDB_NOSYNC, fdatasync'd from the pool at most every JNL_SYNC_MS.
+ * Start: the file is checked whole before anything is applied; one that fails is moved aside.
  * Loop thread only, but for the fdatasync on the pool, which touches nothing else.
  */
 #include <errno.h>
