@@ -154,8 +154,10 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     /* Object state follows its producer's. */
     switch (t->state) {
     case T_DONE:
-        CHECK(o->state == OBJ_READY || o->state == OBJ_LOST, id,
-              "task done, output in state %u", o->state);
+        /* Or pending: restored from the journal, until a worker reports it (journal.c). */
+        CHECK(o->state == OBJ_READY || o->state == OBJ_LOST ||
+                  (o->state == OBJ_PENDING && o->home == SCHED_HOME_RESTORED),
+              id, "task done, output in state %u", o->state);
         break;
     case T_FAILED:
         CHECK(o->state == OBJ_FAILED, id, "task failed, output in state %u", o->state);

@@ -1258,9 +1258,10 @@ void sched__journal_tick(sched *s)
             if (o == NULL || o->home != SCHED_HOME_RESTORED)
                 continue;
             o->home = 0;
-            if (o->state == OBJ_LOST) {
+            if (o->state == OBJ_PENDING && sched__obj_task(s, o) != NULL) {
                 /* A task output no worker kept: its task runs again, and what it needs. */
-                if (!o->husk && !sched__obj_remake(s, o)) {
+                o->state = OBJ_LOST;
+                if (!sched__obj_remake(s, o)) {
                     s->objects_lost++;
                     lost++;
                 }
@@ -1306,8 +1307,8 @@ void sched__objs_held(sched *s, sched_worker *w, const proto_msg *m)
         spw_id id = f[R_OLOBJ_ID].id;
         uint64_t size = f[R_OLOBJ_SIZE].u;
         sched_obj *o = sched__obj_find(s, id);
-        if (o != NULL && o->home == SCHED_HOME_RESTORED && o->state == OBJ_LOST && !o->husk &&
-            o->size == size) {
+        if (o != NULL && o->home == SCHED_HOME_RESTORED && o->state == OBJ_PENDING &&
+            sched__obj_task(s, o) != NULL && o->size == size) {
             /* A task output restored as done: ready again, its consumers may run. */
             o->home = 0;
             sched__obj_add_loc(s, o, w->id);

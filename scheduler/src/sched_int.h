@@ -754,8 +754,8 @@ void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
 /* The journal's replay: t finished before the restart. sizes[k], values[k]: output k's size
- * and inline value (NULL: it was in a store; the output is lost until a worker reports a copy,
- * home SCHED_HOME_RESTORED). */
+ * and inline value (NULL: it was in a store; the output stays pending, home
+ * SCHED_HOME_RESTORED, until a worker reports a copy or lineage makes it again). */
 void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
                               const uint8_t *const *values);
 /* A lost task output is made again by lineage; false if it cannot be. */

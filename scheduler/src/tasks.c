@@ -1161,12 +1161,10 @@ void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
         sched_obj *oi = sched__task_output(s, t, k);
         if (oi == NULL)
             continue;
-        if (values[k] != NULL || sizes[k] == 0) {
+        if (values[k] != NULL || sizes[k] == 0)
             sched__obj_ready(s, oi);
-        } else {
-            oi->state = OBJ_LOST;
-            oi->home = SCHED_HOME_RESTORED;
-        }
+        else
+            oi->home = SCHED_HOME_RESTORED; /* pending until a worker reports it */
     }
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
