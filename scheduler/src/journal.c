@@ -240,20 +240,23 @@ static uint8_t r8(jrd *r)
     const uint8_t *p = rd(r, 1);
     return p != NULL ? *p : 0;
 }
+/* n bytes into out, which keeps its value when the record is short. */
+static void rdn(jrd *r, void *out, size_t n)
+{
+    const uint8_t *p = rd(r, n);
+    if (p != NULL)
+        memcpy(out, p, n);
+}
 static uint32_t r32(jrd *r)
 {
     uint32_t v = 0;
-    const uint8_t *p = rd(r, 4);
-    if (p != NULL)
-        memcpy(&v, p, 4);
+    rdn(r, &v, sizeof v);
     return v;
 }
 static uint64_t r64(jrd *r)
 {
     uint64_t v = 0;
-    const uint8_t *p = rd(r, 8);
-    if (p != NULL)
-        memcpy(&v, p, 8);
+    rdn(r, &v, sizeof v);
     return v;
 }
 /* A string of at most max bytes into out (NUL-terminated). */
@@ -1061,8 +1064,8 @@ static void apply_released(sched *s, const MDB_val *k, jrd *r, void *arg)
     jrd e;
     while (entry_next(r, &e)) {
         uint64_t sid = r64(&e);
-        spw_id id;
-        memcpy(&id, rd(&e, sizeof id), sizeof id);
+        spw_id id = {0, 0};
+        rdn(&e, &id, sizeof id);
         sched_session *ss;
         HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
         sched_obj *o = sched__obj_find(s, id);
