@@ -81,6 +81,8 @@ struct sched_jnl {
     uint64_t next_jgid;    /* the last graph number given (sched_graph.jgid) */
     uint64_t next_done;    /* the last completion number given ('T' keys) */
     uint64_t replay_jgid;  /* while applying: the graph of the frame being replayed */
+    spw_id *missing;       /* while applying: tasks replayed with an input that is gone */
+    size_t nmissing;
     jbatch batch[JNL_BATCHES];
     uint32_t nbatch;
     spw_id *restored;      /* restored puts waiting for a worker's report */
@@ -925,6 +927,35 @@ static void apply_session(sched *s, const MDB_val *k, jrd *r, void *arg)
     (*n)++;
 }
 
+bool sched__journal_replaying(const sched *s)
+{
+    return s->jnl != NULL && s->jnl->loading;
+}
+
+void sched__jnl_missing_input(sched *s, spw_id task)
+{
+    sched_jnl *j = s->jnl;
+    j->missing = spw_realloc(SPW_MOD_SCHED, j->missing, (j->nmissing + 1) * sizeof *j->missing);
+    j->missing[j->nmissing++] = task;
+}
+
+/* Tasks replayed with an input that is gone and no outcome to finish them: they fail, as the
+ * submit of a task naming an unknown object does. */
+static void missing_fail(sched *s)
+{
+    sched_jnl *j = s->jnl;
+    for (size_t i = 0; i < j->nmissing; i++) {
+        sched_obj *o = sched__obj_find(s, j->missing[i]);
+        sched_task *t = o != NULL ? sched__obj_producer(o) : NULL;
+        if (t != NULL && (t->state == T_WAITING || t->state == T_READY))
+            sched__task_fail(s, t, SPW_ENOOBJ,
+                             "an input of this task was released before the scheduler restarted");
+    }
+    spw_free(j->missing);
+    j->missing = NULL;
+    j->nmissing = 0;
+}
+
 /* An object restored as pending until a worker reports a copy (sched__journal_tick). */
 static void restored_add(sched_jnl *j, spw_id id)
 {
@@ -1103,6 +1134,7 @@ static void journal_apply(sched *s)
     msgpack_zone_destroy(&rp.zone);
     uint64_t ndone = 0;
     each(txn, j->dbi, K_DONE, apply_done, s, &ndone);
+    missing_fail(s);
     each(txn, j->dbi, K_RELEASED, apply_released, s, NULL);
     each(txn, j->dbi, K_REF, apply_ref, s, NULL);
     mdb_txn_abort(txn);

@@ -922,6 +922,11 @@ void sched__jnl_put(sched *s, const sched_obj *o);
 void sched__jnl_obj_freed(sched *s, const sched_obj *o);
 /* OBJS_HELD: w's objects kept from before; known ones are claimed, the others deleted. */
 void sched__objs_held(sched *s, sched_worker *w, const proto_msg *m);
+/* Whether SUBMIT frames are being replayed from the journal now. */
+bool sched__journal_replaying(const sched *s);
+/* During the replay: task id names an object that is gone (an input released after the task
+ * ran). Its outcome is expected from the journal; without one, the task fails. */
+void sched__jnl_missing_input(sched *s, spw_id task);
 /* A session with no connection, restored from the journal (to be replaced by sessions.c). */
 sched_session *sched__session_restore(sched *s, uint64_t id, const uint8_t token[16], int role,
                                       uint32_t pid, const char *host, const char *name);

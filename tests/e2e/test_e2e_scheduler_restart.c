@@ -220,9 +220,11 @@ static void without_journal_objects_are_dropped(void)
 /* ------------------------------------------------------------------ graphs */
 
 /* The forked client's job: four kept 1 MiB fills and a kept checksum of the first, finished
- * (the fourth fill then released); then a graph in flight: a sleep, and a kept checksum of the
- * first fill and the sleep's empty output. The refs go to a file: fill 0..3, sum0, sum1. */
-enum { G_FILLS = 4, G_SUM0 = 4, G_SUM1 = 5, G_REFS = 6 };
+ * (the fourth fill then released); a kept checksum of a put of the first fill's bytes, finished,
+ * the put then released (gone before the kill); then a graph in flight: a sleep, and a kept
+ * checksum of the first fill and the sleep's empty output. The refs go to a file: fill 0..3,
+ * sum0, sum1, sumput. */
+enum { G_FILLS = 4, G_SUM0 = 4, G_SUM1 = 5, G_SUMPUT = 6, G_REFS = 7 };
 
 static int graph_client(spillway *cl, void *arg)
 {
@@ -239,6 +241,17 @@ static int graph_client(spillway *cl, void *arg)
     if (spillway_task(g, "checksum", &in, 1, SPILLWAY_KEEP, &r[G_SUM0]) != 0 ||
         spillway_submit(g) != 0 || spillway_wait(cl, r, G_SUM0 + 1, 60000) != 0 ||
         spillway_release(cl, r[G_FILLS - 1]) != 0)
+        return 1;
+    uint8_t *buf = malloc(PUT_BYTES);
+    memset(buf, 'a', PUT_BYTES);
+    spillway_ref put;
+    int rc = spillway_put(cl, buf, PUT_BYTES, &put);
+    free(buf);
+    g = spillway_graph_new(cl);
+    in = spillway_arg_ref(put);
+    if (rc != 0 || spillway_task(g, "checksum", &in, 1, SPILLWAY_KEEP, &r[G_SUMPUT]) != 0 ||
+        spillway_submit(g) != 0 || spillway_wait(cl, &r[G_SUMPUT], 1, 60000) != 0 ||
+        spillway_release(cl, put) != 0)
         return 1;
     g = spillway_graph_new(cl);
     spillway_ref slept;
@@ -308,7 +321,7 @@ static bool graphs_finished(void *arg)
         ok = ok && json_is_true(json_object_get(gr, "finished"));
     }
     json_decref(doc);
-    return ok && n == 2;
+    return ok && n == 3;
 }
 
 /* Graphs survive kill -9 of the scheduler: finished tasks stay finished (their outputs, kept
@@ -321,7 +334,7 @@ static void graphs_survive_a_scheduler_kill(void)
     putter p;
     snprintf(p.ids_file, sizeof p.ids_file, "%s/refs", c->dir);
     pid_t pid = e2e_client_fork(c, graph_client, &p, true);
-    gstate g = {.c = c, .done = G_FILLS + 1};
+    gstate g = {.c = c, .done = G_FILLS + 2};
     FILE *f = fopen(p.ids_file, "re");
     assert_non_null(f);
     for (int i = 0; i < G_REFS; i++) {
@@ -334,7 +347,7 @@ static void graphs_survive_a_scheduler_kill(void)
     assert_true(h_eventually(fill3_released, &g, 10000));
     assert_true(h_eventually(tasks_done_reach, &g, 10000));
     uint64_t before = e2e_memory_sum(c, "tasks_done");
-    assert_int_equal(before, G_FILLS + 1);
+    assert_int_equal(before, G_FILLS + 2);
 
     int ws = h_sched_kill(c, SIGKILL);
     assert_true(WIFSIGNALED(ws));
@@ -347,9 +360,11 @@ static void graphs_survive_a_scheduler_kill(void)
     uint64_t sum0 = e2e_get_u64(cl, g.r[G_SUM0]);
     uint64_t sum1 = e2e_get_u64(cl, g.r[G_SUM1]);
     assert_int_equal(sum0, sum1);
+    /* Its input was released before the kill: its outcome comes from the journal alone. */
+    assert_int_equal(e2e_get_u64(cl, g.r[G_SUMPUT]), sum0);
     assert_true(h_eventually(graphs_finished, &g, 20000));
     /* The sleep ran at most twice (a run the old scheduler never heard the end of, and again),
-     * the second checksum once; the fills and the first checksum not again. */
+     * the second checksum once; the fills and the first checksums not again. */
     g.done = before + 2;
     assert_true(h_eventually(tasks_done_reach, &g, 10000));
     assert_true(e2e_memory_sum(c, "tasks_done") <= before + 3);
