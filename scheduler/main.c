@@ -206,8 +206,13 @@ int main(int argc, char **argv)
     }
     spw_free(secret);
     if (rc != 0) {
-        fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
-                spw_strerror(rc));
+        if (so.state_dir != NULL) /* the log line before this one says which */
+            fprintf(stderr,
+                    "spillway-scheduler: cannot open the journal in %s or listen on %s: %s\n",
+                    so.state_dir, so.listen, spw_strerror(rc));
+        else
+            fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
+                    spw_strerror(rc));
         uv_run(&a.loop, UV_RUN_DEFAULT);
         uv_loop_close(&a.loop);
         rc = 1;
