@@ -77,6 +77,13 @@ int main(int argc, char **argv)
     so.graph_max_total = v[SOPT_GRAPH_MAX_TOTAL].u;
     so.allow_plugin_upload = v[SOPT_ALLOW_PLUGIN_UPLOAD].u == 0;
     so.plugin_max_size = v[SOPT_PLUGIN_MAX_SIZE].u;
+    /* The journal's directory: systemd's StateDirectory= (one of them) unless given. */
+    const char *state_dir =
+        v[SOPT_STATE_DIR].set ? v[SOPT_STATE_DIR].str : getenv("STATE_DIRECTORY");
+    if (state_dir != NULL && (state_dir[0] == '\0' || strcmp(state_dir, "none") == 0 ||
+                              (!v[SOPT_STATE_DIR].set && strchr(state_dir, ':') != NULL)))
+        state_dir = NULL;
+    so.state_dir = state_dir;
     const char *port_file = v[SOPT_PORT_FILE].set ? v[SOPT_PORT_FILE].str : NULL;
     const char *secret_file = v[SOPT_SECRET_FILE].set ? v[SOPT_SECRET_FILE].str : NULL;
     const char *http_listen = v[SOPT_HTTP].str;
@@ -208,8 +215,13 @@ int main(int argc, char **argv)
     }
     spw_free(secret);
     if (rc != 0) {
-        fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
-                spw_strerror(rc));
+        if (so.state_dir != NULL) /* the log line before this one says which */
+            fprintf(stderr,
+                    "spillway-scheduler: cannot open the journal in %s or listen on %s: %s\n",
+                    so.state_dir, so.listen, spw_strerror(rc));
+        else
+            fprintf(stderr, "spillway-scheduler: cannot listen on %s: %s\n", so.listen,
+                    spw_strerror(rc));
         uv_run(&a.loop, UV_RUN_DEFAULT);
         uv_loop_close(&a.loop);
         rc = 1;

@@ -167,6 +167,13 @@ static const spw_opt rows[SOPT_COUNT] = {
     [SOPT_TLS_CERT] = SPW_OPT_ROW_TLS_CERT(CONF),
     [SOPT_TLS_KEY] = SPW_OPT_ROW_TLS_KEY(CONF),
     [SOPT_TLS_CA] = SPW_OPT_ROW_TLS_CA(CONF),
+    [SOPT_STATE_DIR] = {.name = "state-dir",
+                        .type = SPW_OPT_PATH,
+                        .flags = CONF,
+                        .def_doc = "$STATE_DIRECTORY under systemd, else none",
+                        .help = "directory of the journal a restart recovers from; none = no "
+                                "journal",
+                        .word = "none"},
     [SOPT_VERSION] = SPW_OPT_ROW_VERSION,
     [SOPT_HELP] = SPW_OPT_ROW_HELP,
 };

@@ -43,6 +43,7 @@ enum sched_opt {
     SOPT_TLS_CERT,
     SOPT_TLS_KEY,
     SOPT_TLS_CA,
+    SOPT_STATE_DIR,
     SOPT_VERSION,
     SOPT_HELP,
     SOPT_COUNT

@@ -149,6 +149,8 @@ struct proto_conn {
     uint32_t sink_field;
     size_t sink_head_len;
     bool sink_declined; /* the owner (or the frame's shape) said no for the frame in progress */
+    const uint8_t *cur_frame; /* the frame being delivered to on_msg (proto_conn_frame) */
+    size_t cur_frame_len;
     uint8_t sink_head[SINK_HEAD_MAX];
     msgpack_zone zone;      /* made for a frame's decoding (conn_io.c conn_zone); kept between
                                frames only once the peer is authenticated */

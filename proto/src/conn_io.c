@@ -242,6 +242,12 @@ int proto_conn_send_borrowed(proto_conn *c, proto_enc *e, const void *data, size
     return 0;
 }
 
+const uint8_t *proto_conn_frame(const proto_conn *c, size_t *len)
+{
+    *len = c != NULL ? c->cur_frame_len : 0;
+    return c != NULL ? c->cur_frame : NULL;
+}
+
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
 {
     if (c == NULL)
@@ -666,7 +672,11 @@ void conn__process_input(proto_conn *c)
         }
         pos += (size_t)rc;
         c->sink_declined = false;
+        c->cur_frame = p;
+        c->cur_frame_len = (size_t)rc;
         dispatch(c, &m);
+        c->cur_frame = NULL;
+        c->cur_frame_len = 0;
         conn__zone_reset(c);
     }
     if (c->state == ST_CLOSED)

@@ -154,8 +154,10 @@ static void check_task(sched *s, const sched_obj *o, const sched_task *t, gacc *
     /* Object state follows its producer's. */
     switch (t->state) {
     case T_DONE:
-        CHECK(o->state == OBJ_READY || o->state == OBJ_LOST, id,
-              "task done, output in state %u", o->state);
+        /* Or pending: restored from the journal, until a worker reports it (journal.c). */
+        CHECK(o->state == OBJ_READY || o->state == OBJ_LOST ||
+                  (o->state == OBJ_PENDING && o->home == SCHED_HOME_RESTORED),
+              id, "task done, output in state %u", o->state);
         break;
     case T_FAILED:
         CHECK(o->state == OBJ_FAILED, id, "task failed, output in state %u", o->state);
@@ -323,7 +325,8 @@ static void check_object(sched *s, sched_obj *o, gacc *graphs, uint64_t tstate[P
               "ready task output with no copy anywhere");
     }
     if (o->state == OBJ_PENDING && t == NULL && !o->is_out && !o->chunked)
-        CHECK(o->put_worker != 0, id, "pending put with no worker receiving it");
+        CHECK(o->put_worker != 0 || o->home == SCHED_HOME_RESTORED, id,
+              "pending put with no worker receiving it (nor restored, waiting for a report)");
     if (o->put_worker != 0) {
         CHECK(t == NULL, id, "task output with an upload worker");
         if (o->state == OBJ_PENDING)
@@ -364,7 +367,7 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
     sched_session *ss, *tmp;
     HASH_ITER(hh, s->sessions, ss, tmp)
     {
-        CHECK(ss->conn != NULL || (ss->resumable && ss->nwaiters == 0), NOID,
+        CHECK(ss->conn != NULL || ((ss->resumable || s->jnl != NULL) && ss->nwaiters == 0), NOID,
               "session %llu without a connection", (unsigned long long)ss->id);
         uint64_t n = 0;
         sched_ref *r, *rtmp;

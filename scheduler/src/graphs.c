@@ -82,6 +82,7 @@ void sched__graph_release(sched *s, sched_graph *g)
     if (g == NULL || --g->ntasks > 0)
         return;
     sched__plugins_graph_done(s, g);
+    sched__jnl_graph_gone(s, g);
     if (g->ended_ms == 0)
         g->ended_ms = spw_wall_ms();
     s->graphs_gone++;

@@ -296,6 +296,7 @@ static void obj_free(sched *s, sched_obj *o)
         sched__obj_set_put_worker(s, o, 0);
     }
     obj_gone(s, o);
+    sched__jnl_obj_freed(s, o);
     if (o->husk)
         s->nhusks--;
     if (sched__obj_producer(o) != NULL)
@@ -443,6 +444,7 @@ int sched__session_ref(sched *s, sched_session *ss, sched_obj *o, int kind)
     r->count[kind]++;
     ss->nrefs++;
     sched__ref(s, o, kind);
+    sched__jnl_ref(s, ss, o->id, r->count);
     return 0;
 }
 
@@ -468,6 +470,7 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
     sched_obj *ko = ss->kept != NULL && spw_id_eq(ss->kept->id, id) ? ss->kept
                                                                     : sched__obj_find(s, id);
     if (ko != NULL && ko->kept && ko->origin->owner == ss->id) {
+        sched__jnl_output_released(s, ko);
         kept_unlink(ss, ko);
         ss->nrefs--;
         sched__unref(s, ko, REF_OUTPUT);
@@ -490,6 +493,7 @@ int sched__session_release(sched *s, sched_session *ss, spw_id id)
     sched_obj *o = r->obj;
     r->count[kind]--;
     ss->nrefs--;
+    sched__jnl_ref(s, ss, id, r->count);
     bool empty = true;
     for (int k = 0; k < REF_KINDS; k++)
         empty = empty && r->count[k] == 0;
@@ -756,19 +760,23 @@ void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker)
 
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m)
 {
+    sched__obj_added_id(s, w, m->req, m->f[F_ADDED_ID].id, m->f[F_ADDED_SIZE].u);
+}
+
+void sched__obj_added_id(sched *s, sched_worker *w, uint64_t req, spw_id id, uint64_t size)
+{
     char hex[33];
-    sched_obj *o = sched__obj_find(s, m->f[F_ADDED_ID].id);
+    sched_obj *o = sched__obj_find(s, id);
     if (o == NULL || o->husk) {
         /* Released while it was being written: the worker should drop it. */
-        send_delete(s, w->id, m->f[F_ADDED_ID].id);
+        send_delete(s, w->id, id);
         return;
     }
     if (o->state == OBJ_PENDING && sched__obj_producer(o) == NULL && !o->is_out) {
-        if (m->f[F_ADDED_SIZE].u != o->size) {
-            proto_conn_error(w->conn, m->req, SPW_EINVAL,
+        if (size != o->size) {
+            proto_conn_error(w->conn, req, SPW_EINVAL,
                              "obj=%s: sealed %llu bytes, %llu announced", spw_id_hex(o->id, hex),
-                             (unsigned long long)m->f[F_ADDED_SIZE].u,
-                             (unsigned long long)o->size);
+                             (unsigned long long)size, (unsigned long long)o->size);
             return;
         }
         sched__obj_add_loc(s, o, w->id);

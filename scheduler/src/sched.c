@@ -87,6 +87,9 @@ static void worker_msg_handle(sched *s, sched_worker *w, const proto_msg *m)
     case PROTO_OBJ_LIST:
         sched__memory_obj_list(s, w, m);
         return;
+    case PROTO_OBJS_HELD:
+        sched__objs_held(s, w, m);
+        return;
     case PROTO_PLUGIN_GET:
         sched__plugin_get(s, w, m);
         return;
@@ -228,6 +231,7 @@ static sched_obj *chunk_new(sched *s, sched_session *ss, const proto_msg *m, sch
     o->size = size;
     sched__obj_set_put_worker(s, o, w->id);
     o->is_chunk = 1;
+    sched__jnl_put(s, o);
     w->reserved += size;
     *wp = w;
     return o;
@@ -280,6 +284,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         p->chunks.shift = (uint8_t)__builtin_ctzll(chunk);
         p->chunks.n = (uint16_t)((size + chunk - 1) / chunk);
         p->chunks.ready = 0;
+        sched__jnl_put(s, p);
         sched__session_ref(s, ss, p, REF_CLIENT);
         sched__put_target_send(ss, m->req, id, NULL, 0, chunk, false);
         return;
@@ -317,6 +322,7 @@ static void put_place(sched *s, sched_session *ss, const proto_msg *m)
         o->size = size;
         sched__obj_set_put_worker(s, o, w->id);
         w->reserved += size;
+        sched__jnl_put(s, o);
     }
     sched__session_ref(s, ss, o, REF_CLIENT);
     sched__put_target_send(ss, m->req, id, w, exists, 0, !may_chunk);
@@ -488,6 +494,7 @@ static int on_hello(proto_conn *c, const proto_msg *hello, proto_welcome *wel, c
     conn_tag *tag = spw_calloc(SPW_MOD_SCHED, 1, sizeof *tag);
     if (role == PROTO_ROLE_WORKER) {
         uint64_t id = ++s->next_session;
+        sched__jnl_session_id(s, id);
         wel->session = id;
         if (hello->f[F_HELLO_WORKER].nil) {
             spw_free(tag);
@@ -538,6 +545,7 @@ static void on_msg(proto_conn *c, const proto_msg *m)
         worker_msg(s, tag->w, m);
     } else if (tag->kind == 2) {
         tag->s->nrecv++;
+        sched__jnl_nrecv(s, tag->s);
         if (!sched__session_replay(s, tag->s, m))
             session_msg(s, tag->s, m);
         /* The next request is read only if this one's answer can go out (pausing here stops
@@ -581,6 +589,7 @@ static void timer_cb(uv_timer_t *t)
         sched__recs_trim(s); /* idle: the slabs' spare chunks go (not per object: a client
                               * running one task at a time would map a chunk per task) */
     sched__memory_tick(s);
+    sched__journal_tick(s);
     sched__kick(s); /* tasks waiting for a named worker are timed out by dispatch */
     uint64_t now = spw_now_ns();
     uint64_t hb_ns = (uint64_t)s->opts.heartbeat_timeout_ms * 1000000ULL;
@@ -654,6 +663,10 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     s->timer.data = s;
     s->handles = 2;
     proto_ctx_set_data(s->ctx, s);
+    if (o->state_dir != NULL && (rc = sched__journal_open(s, o->state_dir)) != 0) {
+        sched_close(s, NULL, NULL);
+        return rc;
+    }
     rc = proto_listen(s->ctx, o->listen, &conn_cbs, NULL, NULL, s->listen, sizeof s->listen);
     if (rc != 0) {
         spw_log(SPW_LOG_ERR, "cannot listen on %s: %s", o->listen, spw_strerror(rc));
@@ -667,12 +680,14 @@ int sched_new(uv_loop_t *loop, const sched_opts *o, sched **out, char *bound, si
     return 0;
 }
 
-static void sched_maybe_done(sched *s)
+void sched__maybe_done(sched *s)
 {
     if (s->handles > 0 || s->ctx != NULL)
         return;
     void (*done)(void *) = s->done;
     void *arg = s->done_arg;
+    /* Sessions with no connection (restored, not resumed) did not go with the connections. */
+    sched__sessions_detached_free(s);
     sched_fn *f, *ftmp;
     HASH_ITER(hh, s->fns, f, ftmp)
     {
@@ -686,6 +701,7 @@ static void sched_maybe_done(sched *s)
     sched__workers_free(s);
     sched__graphs_free_all(s);
     sched__hosts_free(s);
+    sched__journal_free(s);
     spw_free(s->workers);
     spw_free(s);
     if (done != NULL)
@@ -696,14 +712,14 @@ static void handle_closed(uv_handle_t *h)
 {
     sched *s = h->data;
     s->handles--;
-    sched_maybe_done(s);
+    sched__maybe_done(s);
 }
 
 static void ctx_closed(void *arg)
 {
     sched *s = arg;
     s->ctx = NULL;
-    sched_maybe_done(s);
+    sched__maybe_done(s);
 }
 
 void sched_close(sched *s, void (*done)(void *arg), void *arg)
@@ -715,6 +731,7 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     s->done_arg = arg;
     uv_close((uv_handle_t *)&s->kick, handle_closed);
     uv_close((uv_handle_t *)&s->timer, handle_closed);
+    sched__journal_close(s, handle_closed);
     sched__memory_free_all(s);
     sched__broadcast_free_all(s);
     sched__sessions_detached_free(s); /* the others go as their connections close */

@@ -177,6 +177,8 @@ typedef struct sched_graph {
     struct sched_plugin **plugins; /* uploaded plugins its tasks name, each referenced once
                                       until its last task record goes (plugins.c) */
     uint32_t nplugins;
+    uint64_t jgid;    /* its number in the journal (journal.c; 0: not journalled) */
+    uint32_t jframes; /* its SUBMIT frames journalled */
 } sched_graph;
 
 /* Graphs whose every task record is gone stay listed (finished) until this many such exist. */
@@ -459,6 +461,7 @@ struct sched_session {
     uint8_t token[PROTO_TOKEN_LEN];
     uint64_t drop_ns;       /* detached: when it is dropped (spw_now_ns clock) */
     uint64_t nrecv;         /* its client's frames processed (WELCOME's nrecv on resume) */
+    bool jnl_dirty;         /* nrecv moved this turn: its journal record is written again */
     UT_hash_handle hh;      /* in sched.sessions by id */
 };
 
@@ -539,6 +542,7 @@ struct sched {
     uint32_t upload_workers;  /* connected workers that run uploaded plugins (runs_uploads) */
     uint64_t upload_none_ns;  /* since when a task of an uploaded plugin found no such worker
                                  (place.c; 0: one is connected) */
+    struct sched_jnl *jnl;    /* the journal (journal.c), or NULL without --state-dir */
 };
 
 /* objects.c */
@@ -706,6 +710,8 @@ spw_id *sched__worker_objs_take(sched_worker *w, size_t *n);
 void sched__obj_set_put_worker(sched *s, sched_obj *o, uint32_t worker);
 /* A worker's OBJ_ADDED: it sealed a copy (a put's upload, a replica or a fetched input). */
 void sched__obj_added(sched *s, sched_worker *w, const proto_msg *m);
+/* The same for an id and size (req: the request answered on a size mismatch). */
+void sched__obj_added_id(sched *s, sched_worker *w, uint64_t req, spw_id id, uint64_t size);
 /* Interns a host name (objects record their owner's host, which outlives the session). */
 const char *sched__host_intern(sched *s, const char *host);
 void sched__hosts_free(sched *s);
@@ -806,6 +812,13 @@ void sched__dep_failed(sched *s, sched_arg *a, int err, const char *msg);
 void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k);
 void sched__task_set_state(sched *s, sched_task *t, int state);
 void sched__task_started(sched *s, sched_worker *w, const proto_msg *m);
+/* The journal's replay: t finished before the restart. sizes[k], values[k]: output k's size
+ * and inline value (NULL: it was in a store; the output stays pending, home
+ * SCHED_HOME_RESTORED, until a worker reports a copy or lineage makes it again). */
+void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
+                              const uint8_t *const *values);
+/* A lost task output is made again by lineage; false if it cannot be. */
+bool sched__obj_remake(sched *s, sched_obj *o);
 /* Fails t with err and msg: its output records the failure and its client hears of it. May free
  * other records, t's included. */
 void sched__task_fail(sched *s, sched_task *t, int err, const char *msg);
@@ -841,6 +854,10 @@ void sched__graphs_req(sched *s, sched_session *ss, const proto_msg *m);
 void sched__graphs_free_all(sched *s);
 
 /* sched.c */
+/* A session goes (its connection closed, or it was never resumed): its references, waiters,
+ * queries and record. status: why, for the log. */
+/* Frees the scheduler once its handles are closed (and work it queued has ended). */
+void sched__maybe_done(sched *s);
 /* LOCATE requests of one session that wait for their objects at once; libspillway has one. */
 #define SCHED_WAITERS_MAX 1024
 /* Reads a session's requests only while their answers can go out: pauses its connection while
@@ -930,5 +947,47 @@ void sched__memory_session_gone(sched *s, sched_session *ss);
 void sched__memory_session_drained(sched *s, sched_session *ss);
 void sched__memory_tick(sched *s);
 void sched__memory_free_all(sched *s);
+
+/* journal.c: --state-dir. Every sched__jnl_* hook does nothing without a journal, and while the
+ * journal is being applied at start. */
+typedef struct sched_jnl sched_jnl;
+/* sched_obj.home of a put restored from the journal, pending until a worker reports a copy. */
+#define SCHED_HOME_RESTORED UINT32_MAX
+/* Opens (or creates) dir/journal and applies it; a corrupt one is moved aside, logged, and the
+ * scheduler starts empty. Returns 0, or why dir cannot hold a journal. */
+int sched__journal_open(sched *s, const char *dir);
+/* Commits what is queued now (the end of a loop turn does it by itself). */
+void sched__journal_commit(sched *s);
+/* Commits what is queued and closes the journal's handles (cb: their close callback). */
+void sched__journal_close(sched *s, uv_close_cb cb);
+/* After the handles closed: syncs and closes the environment. */
+void sched__journal_free(sched *s);
+/* From the timer: restored objects nobody reported, and restored sessions nobody resumed. */
+void sched__journal_tick(sched *s);
+/* A session id was handed out: the high-water mark moves ahead of it when it gets close. */
+void sched__jnl_session_id(sched *s, uint64_t id);
+void sched__jnl_session(sched *s, const sched_session *ss);
+void sched__jnl_session_gone(sched *s, const sched_session *ss);
+void sched__jnl_nrecv(sched *s, sched_session *ss);
+/* ss's counts on object id changed to count (indexed by enum ref_kind). */
+void sched__jnl_ref(sched *s, const sched_session *ss, spw_id id, const uint32_t *count);
+/* A SUBMIT frame of ss's graph g is being taken in (its bytes are those on ss's connection). */
+void sched__jnl_submit(sched *s, sched_session *ss, sched_graph *g);
+/* t finished (done or failed): its outcome, for a restart to mark it finished again. */
+void sched__jnl_task_done(sched *s, const sched_task *t);
+/* The submitter released o's kept (OUTPUT) reference. */
+void sched__jnl_output_released(sched *s, const sched_obj *o);
+/* g's last task record went: its records go. */
+void sched__jnl_graph_gone(sched *s, const sched_graph *g);
+/* A put, a chunked put or one of its chunks was created. */
+void sched__jnl_put(sched *s, const sched_obj *o);
+void sched__jnl_obj_freed(sched *s, const sched_obj *o);
+/* OBJS_HELD: w's objects kept from before; known ones are claimed, the others deleted. */
+void sched__objs_held(sched *s, sched_worker *w, const proto_msg *m);
+/* Whether SUBMIT frames are being replayed from the journal now. */
+bool sched__journal_replaying(const sched *s);
+/* During the replay: task id names an object that is gone (an input released after the task
+ * ran). Its outcome is expected from the journal; without one, the task fails. */
+void sched__jnl_missing_input(sched *s, spw_id task);
 
 #endif

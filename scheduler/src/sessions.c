@@ -163,11 +163,13 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
                     "host=%s gets a new session",
                     (unsigned long long)want, pid, host);
         ss = session_add(s, ++s->next_session, role, pid, host, name);
+        sched__jnl_session_id(s, ss->id);
         ss->conn = c;
         ss->on_this_host = peer_on_this_host(c);
         ss->resumable = can;
         if (can)
             randombytes_buf(ss->token, sizeof ss->token);
+        sched__jnl_session(s, ss); /* token and all */
         wel->session = ss->id;
         spw_log(SPW_LOG_INFO, "session=%llu %s pid=%u host=%s connected",
                 (unsigned long long)ss->id, proto_role_name(role), ss->pid, ss->host);
@@ -182,6 +184,7 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
 /* The full drop: what a session holds goes, and so does the session. */
 static void drop(sched *s, sched_session *ss)
 {
+    sched__jnl_session_gone(s, ss);
     sched__memory_session_gone(s, ss);
     sched__broadcast_session_gone(s, ss);
     sched__drain_session_gone(s, ss);

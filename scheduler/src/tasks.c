@@ -169,6 +169,7 @@ void sched__task_fail(sched *s, sched_task *t, int err, const char *msg)
         if (oi != NULL)
             sched__obj_fail(s, oi, err, msg);
     }
+    sched__jnl_task_done(s, t);
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);
@@ -405,6 +406,12 @@ static int task_intake(sched *s, sched_session *ss, const proto_val *rec, uint64
             }
             continue;
         }
+        if (o == NULL && sched__journal_replaying(s)) {
+            /* Replayed from the journal: an input freed after this task ran; its outcome
+             * follows (else the replay fails it). */
+            sched__jnl_missing_input(s, id);
+            continue;
+        }
         if (o == NULL || o->chunked) {
             if (bad == NULL && o == NULL) {
                 snprintf(badbuf, sizeof badbuf, "argument %u: no such object %s", i,
@@ -480,6 +487,7 @@ void sched__submit(sched *s, sched_session *ss, const proto_msg *m)
         ss->cur_graph = g;
     }
     ss->graph = graph;
+    sched__jnl_submit(s, ss, ss->cur_graph);
     const proto_val *tasks = &m->f[F_SUBMIT_TASKS];
     uint32_t accepted = 0, over = 0;
     uint64_t max_total = s->opts.graph_max_total;
@@ -927,6 +935,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     s->latency[b]++;
     s->latency_sum_us += lat_ms * 1000;
     sched__task_set_state(s, t, T_DONE);
+    sched__jnl_task_done(s, t);
     o->graph_hold++; /* its record holds t, which the loop below reads */
     release_args(s, t);
     for (uint32_t k = 0; k < t->nouts; k++) {
@@ -1130,6 +1139,46 @@ static bool lineage_recompute(sched *s, sched_obj *o)
         lineage_rerun(s, order[i]);
     spw_free(order);
     return ok;
+}
+
+void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
+                              const uint8_t *const *values)
+{
+    if (t->state == T_READY)
+        sched__ready_remove(s, t);
+    sched_obj *o = sched__task_out(t);
+    for (uint32_t k = 0; k < t->nouts; k++) {
+        sched_obj *oi = sched__task_output(s, t, k);
+        if (oi == NULL)
+            continue;
+        oi->size = sizes[k];
+        if (values[k] != NULL && sizes[k] > 0) {
+            uint8_t *dst = oi->inline_small;
+            if (sizes[k] > sizeof oi->inline_small)
+                dst = oi->inline_heap = spw_malloc(SPW_MOD_SCHED, sizes[k]);
+            memcpy(dst, values[k], sizes[k]);
+            oi->has_inline = 1;
+        }
+    }
+    sched__task_set_state(s, t, T_DONE);
+    o->graph_hold++;
+    release_args(s, t);
+    for (uint32_t k = 0; k < t->nouts; k++) {
+        sched_obj *oi = sched__task_output(s, t, k);
+        if (oi == NULL)
+            continue;
+        if (values[k] != NULL || sizes[k] == 0)
+            sched__obj_ready(s, oi);
+        else
+            oi->home = SCHED_HOME_RESTORED; /* pending until a worker reports it */
+    }
+    o->graph_hold--;
+    sched__obj_maybe_free(s, o);
+}
+
+bool sched__obj_remake(sched *s, sched_obj *o)
+{
+    return lineage_recompute(s, o);
 }
 
 void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k)

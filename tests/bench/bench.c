@@ -2606,7 +2606,11 @@ static void usage(FILE *f)
                "                      [--secret-file PATH] [--workers N] [--slots S]\n"
                "                      [--n N[,N...]] [--repeat R] [--spill-threads N]\n"
                "                      [--spill-workers 1|2] [--cpus N] [--encrypt] [--list]\n"
-               "  --encrypt: the bench's own cluster requires TLS, on loopback too\n" SORT_BENCH_USAGE
+               "                      [--state-dir DIR|none[,DIR|none...]]\n"
+               "  --encrypt: the bench's own cluster requires TLS, on loopback too\n"
+               "  --state-dir: the own cluster's scheduler journals there (none: no journal);\n"
+               "    several: the cases run once per directory, each on a cluster of its own\n"
+               SORT_BENCH_USAGE
                "cases:");
     for (size_t i = 0; i < NCASES; i++)
         fprintf(f, " %s", cases[i].name);
@@ -2634,7 +2638,7 @@ int main(int argc, char **argv)
     memset(&b, 0, sizeof b);
     static h_cluster no_cluster;
     b.cluster = &no_cluster;
-    const char *only = NULL, *addr = NULL, *secret = NULL;
+    const char *only = NULL, *addr = NULL, *secret = NULL, *state_dirs = NULL;
     b.workers = 2;
     b.slots = 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -2649,6 +2653,7 @@ int main(int argc, char **argv)
         {"n", required_argument, 0, 'n'},      {"spill-threads", required_argument, 0, 'T'},
         {"spill-workers", required_argument, 0, 'W'}, {"repeat", required_argument, 0, 'R'},
         {"cpus", required_argument, 0, 'C'},   {"encrypt", no_argument, 0, 'E'},
+        {"state-dir", required_argument, 0, 'D'},
         SORT_BENCH_LONGOPTS, {0, 0, 0, 0},
     };
     int c;
@@ -2665,6 +2670,9 @@ int main(int argc, char **argv)
             break;
         case 's':
             addr = optarg;
+            break;
+        case 'D':
+            state_dirs = optarg;
             break;
         case 'k':
             secret = optarg;
@@ -2732,9 +2740,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if ((sized || cpus != 0 || encrypt) && addr != NULL) {
-        fprintf(stderr, "spillway-bench: --workers, --slots, --cpus and --encrypt shape the "
-                        "bench's own cluster; they do not apply with --scheduler\n");
+    if ((sized || cpus != 0 || encrypt || state_dirs != NULL) && addr != NULL) {
+        fprintf(stderr, "spillway-bench: --workers, --slots, --cpus, --encrypt and --state-dir "
+                        "shape the bench's own cluster; they do not apply with --scheduler\n");
         return 2;
     }
     if (cpus != 0 && !pin_cpus(cpus))
@@ -2773,57 +2781,85 @@ int main(int argc, char **argv)
             setenv("SPW_BIN_DIR", self, 0);
         }
     }
-    if (addr == NULL) {
-        /* Our own cluster. */
-        b.own_cluster = true;
-        b.encrypt = encrypt;
-        static const char *const enc[] = {"--encrypt", "required", "--encrypt-local", NULL};
-        b.cluster = h_cluster_start(encrypt, encrypt ? enc : NULL);
-        char slots[16];
-        snprintf(slots, sizeof slots, "%d", b.slots);
-        for (int i = 0; i < b.workers; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "bench-w%d", i);
-            const char *const wargs[] = {"--slots", slots,     "--store-capacity", "2G",
-                                         "--name",  name,      encrypt ? enc[0] : NULL,
-                                         enc[1],    enc[2],    NULL};
-            h_worker_start(b.cluster, wargs);
+    /* One pass per state directory (--state-dir), each on a cluster of its own; one pass on
+     * the cluster given (--scheduler) or on an own one without the option. */
+    char *dirs = state_dirs != NULL ? strdup(state_dirs) : NULL, *dsave = NULL;
+    const char *dir = dirs != NULL ? strtok_r(dirs, ",", &dsave) : NULL;
+    const char *given = addr;
+    int status = 0;
+    do {
+        addr = given;
+        if (addr == NULL) {
+            /* Our own cluster. */
+            b.own_cluster = true;
+            b.encrypt = encrypt;
+            const char *sargs[8];
+            int ns = 0;
+            if (encrypt) {
+                sargs[ns++] = "--encrypt";
+                sargs[ns++] = "required";
+                sargs[ns++] = "--encrypt-local";
+            }
+            if (dir != NULL) {
+                sargs[ns++] = "--state-dir";
+                sargs[ns++] = dir;
+                printf("# state-dir %s\n", dir);
+                fflush(stdout);
+            }
+            sargs[ns] = NULL;
+            b.cluster = h_cluster_start(encrypt, sargs);
+            char slots[16];
+            snprintf(slots, sizeof slots, "%d", b.slots);
+            for (int i = 0; i < b.workers; i++) {
+                char name[32];
+                snprintf(name, sizeof name, "bench-w%d", i);
+                const char *const wargs[] = {"--slots",         slots, "--store-capacity", "2G",
+                                             "--name",          name,  encrypt ? "--encrypt" : NULL,
+                                             "required",        "--encrypt-local", NULL};
+                h_worker_start(b.cluster, wargs);
+            }
+            addr = b.cluster->addr;
+            if (encrypt)
+                secret = b.cluster->secret_file;
         }
-        addr = b.cluster->addr;
-        if (encrypt)
-            secret = b.cluster->secret_file;
-    }
-    setenv("SPW_BENCH_ADDR", addr, 1);
-    b.addr = addr;
-    b.secret = secret;
-    spillway_opts o;
-    spillway_opts_init(&o);
-    o.secret_file = secret;
-    o.name = "spillway-bench";
-    o.encrypt = encrypt ? SPILLWAY_ENCRYPT_REQUIRED : SPILLWAY_ENCRYPT_NO;
-    o.encrypt_local = encrypt;
-    int rc = spillway_connect(addr, &o, &b.cl);
-    if (rc != 0) {
-        fprintf(stderr, "spillway-bench: cannot connect to %s: %s\n", addr, spillway_strerror(rc));
-        if (b.own_cluster)
-            h_cluster_stop(b.cluster);
-        return 1;
-    }
-    for (size_t i = 0; i < NCASES; i++) {
-        if (only != NULL) {
-            char pat[64];
-            snprintf(pat, sizeof pat, ",%s,", cases[i].name);
-            char list[1024];
-            snprintf(list, sizeof list, ",%s,", only);
-            if (strstr(list, pat) == NULL)
-                continue;
+        setenv("SPW_BENCH_ADDR", addr, 1);
+        b.addr = addr;
+        b.secret = secret;
+        spillway_opts o;
+        spillway_opts_init(&o);
+        o.secret_file = secret;
+        o.name = "spillway-bench";
+        o.encrypt = encrypt ? SPILLWAY_ENCRYPT_REQUIRED : SPILLWAY_ENCRYPT_NO;
+        o.encrypt_local = encrypt;
+        int rc = spillway_connect(addr, &o, &b.cl);
+        if (rc != 0) {
+            fprintf(stderr, "spillway-bench: cannot connect to %s: %s\n", addr,
+                    spillway_strerror(rc));
+            if (b.own_cluster)
+                h_cluster_stop(b.cluster);
+            free(dirs);
+            return 1;
         }
-        cases[i].run(&b);
-    }
-    spillway_close(b.cl);
-    if (b.own_cluster && !h_cluster_stop(b.cluster)) {
-        fprintf(stderr, "spillway-bench: the cluster did not stop cleanly\n");
-        return 1;
-    }
-    return 0;
+        for (size_t i = 0; i < NCASES; i++) {
+            if (only != NULL) {
+                char pat[64];
+                snprintf(pat, sizeof pat, ",%s,", cases[i].name);
+                char list[1024];
+                snprintf(list, sizeof list, ",%s,", only);
+                if (strstr(list, pat) == NULL)
+                    continue;
+            }
+            cases[i].run(&b);
+        }
+        spillway_close(b.cl);
+        if (b.own_cluster && !h_cluster_stop(b.cluster)) {
+            fprintf(stderr, "spillway-bench: the cluster did not stop cleanly\n");
+            status = 1;
+        }
+        if (b.own_cluster && dir != NULL)
+            h_cluster_release(b.cluster);
+        dir = dirs != NULL ? strtok_r(NULL, ",", &dsave) : NULL;
+    } while (dir != NULL);
+    free(dirs);
+    return status;
 }

@@ -231,7 +231,8 @@ static void scheduler_restart_workers_rejoin(void)
     const char *const wargs[] = {"--slots", "2", "--store-capacity", "64M", "--reconnect-max",
                                  "2000", NULL};
     h_workers_start(c, 2, wargs);
-    spillway *cl = e2e_connect(c);
+    /* A client that does not reconnect (reconnect_ms 0): its calls end at the scheduler's loss. */
+    spillway *cl = e2e_connect_at(c, c->addr, 0);
     /* Objects on the workers (kept outputs, a put) and tasks still running when it dies. */
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref kept[4], slow[4];

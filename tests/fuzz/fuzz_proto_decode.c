@@ -176,6 +176,7 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
     [PROTO_WORKER_PLUGINS] = {2, {RECS(S_PLUG), U}, 1},
     [PROTO_DRAIN] = {2, {U, NAME}, 0},
     [PROTO_BYE] = {0, {{0}}, 0},
+    [PROTO_OBJS_HELD] = {2, {RECS(S_OLOBJ), U}, 0},
     [PROTO_STATUS] =
         {13,
          {U, U, NAME, RECS(S_SWORKER), RECS(S_SCLIENT), LIST_U(PROTO_TSTATE_COUNT), U, U,

@@ -521,7 +521,7 @@ static void scheduler_restart_on_host1(void)
 {
     need_bed();
     h_cluster *c = bed_start(NULL, "64M", "2000");
-    spillway *cl = e2e_connect(c);
+    spillway *cl = e2e_connect_at(c, c->addr, 0); /* one that does not reconnect */
     spillway_graph *g = spillway_graph_new(cl);
     spillway_ref kept[NW], slow[NW];
     for (int i = 0; i < NW; i++) {

@@ -459,6 +459,17 @@ bool proto_sample_encode(uint32_t type, spw_buf *b)
         proto_put_u(&e, 3);
         proto_put_str(&e, "w1");
         break;
+    case PROTO_OBJS_HELD:
+        proto_enc_begin(&e, b, type, 23, 2);
+        proto_put_arr(&e, 1);
+        proto_put_arr(&e, 5);
+        proto_put_id(&e, SAMPLE_ID1);
+        proto_put_u(&e, 100);
+        proto_put_u(&e, 1);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 0);
+        proto_put_u(&e, 0);
+        break;
     case PROTO_TASK_RUNS:
     case PROTO_TASK_DONES:
     case PROTO_TASK_RESULTS:

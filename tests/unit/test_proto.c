@@ -52,7 +52,7 @@ static void every_type_round_trips(void **state)
         msgpack_zone_destroy(&z);
         spw_buf_release(&b);
     }
-    assert_int_equal(samples, 67);
+    assert_int_equal(samples, 68);
 }
 
 /* One TASK_DONES record for task {n, 0} (3 bytes of output), its status a string if bad. */

@@ -108,6 +108,7 @@ static void send_heartbeat(wrk *w)
 typedef struct olist {
     wrk *w;
     uint64_t req;
+    bool held; /* an OBJS_HELD report, not an OBJ_LIST */
     spw_buf recs;
     proto_enc e; /* raw: records only, into recs */
     uint32_t n;
@@ -119,9 +120,15 @@ typedef struct olist {
 static void olist_send(olist *l, bool more)
 {
     uint64_t v[PROTO_STAT_COUNT];
-    if (!more)
+    if (!more && !l->held)
         worker_stats(l->w, v);
-    int rc = proto_send_obj_list(l->w->sched, l->req,
+    int rc;
+    if (l->held)
+        rc = proto_send_objs_held(l->w->sched, l->req,
+                                  &(proto_objs_held_msg){.objs = {.n = l->n, .pre = &l->recs},
+                                                         .more = more ? 1 : 0});
+    else
+        rc = proto_send_obj_list(l->w->sched, l->req,
                                  &(proto_obj_list_msg){.objs = {.n = l->n, .pre = &l->recs},
                                                        .stats = {v, more ? 0 : PROTO_STAT_COUNT},
                                                        .more = more ? 1 : 0});
@@ -135,6 +142,8 @@ static void olist_send(olist *l, bool more)
 static void olist_put(void *arg, const ost_obj *o)
 {
     olist *l = arg;
+    if (l->held && ost_obj_state(o) != OST_SEALED)
+        return; /* being written: not from before the scheduler was lost */
     proto_put_olobj_rec(&l->e, &(proto_olobj_rec){.id = ost_obj_id(o),
                                                   .size = ost_obj_size(o),
                                                   .where = ost_obj_where(o),
@@ -206,6 +215,9 @@ void wrk_reload(wrk *w)
     wrk__plugins_reload(w);
 }
 
+static void held_drop(wrk *w, const char *why);
+static void held_report(wrk *w);
+
 static void timer_cb(uv_timer_t *t)
 {
     wrk *w = t->data;
@@ -217,6 +229,8 @@ static void timer_cb(uv_timer_t *t)
     wrk__plugins_watch(w);
     wrk__plugins_report(w, false);
     wrk__host_check(w);
+    if (w->held_deadline_ms != 0 && spw_now_ns() / 1000000 >= w->held_deadline_ms)
+        held_drop(w, "no scheduler claimed them in time");
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's
      * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
     if (ost_store_trim(w->store) > 0)
@@ -228,6 +242,7 @@ static void timer_cb(uv_timer_t *t)
 /* ----------------------------------------------------- scheduler connection */
 
 #define RECONNECT_FIRST_MS 100
+
 
 static void sched_ready(proto_conn *c, const proto_welcome *wel)
 {
@@ -241,6 +256,7 @@ static void sched_ready(proto_conn *c, const proto_welcome *wel)
             (unsigned long long)wel->session, w->hello.addr, w->nexec);
     send_heartbeat(w);
     wrk__plugins_report(w, true);
+    held_report(w);
     if (!w->registered_once) {
         w->registered_once = true;
         if (w->ready != NULL)
@@ -266,10 +282,50 @@ static void idlist_add(void *arg, const ost_obj *o)
     l->ids[l->n++] = ost_obj_id(o);
 }
 
-/* The scheduler connection is gone. Everything done for it is dropped: its references to our
- * objects lived there, and a restarted scheduler knows none of them, so keeping them would only
- * leak store memory. Queued tasks and fetches stop now; tasks running in executors finish and
- * are dropped with their outputs (the generation tells them apart from the next scheduler's). */
+/* The objects kept for a scheduler that did not claim them go (a pinned one at its last unpin). */
+static void held_drop(wrk *w, const char *why)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->nheld; i++)
+        if (ost_obj_delete(w->store, w->held[i]) == 0)
+            n++;
+    if (n > 0)
+        spw_log(SPW_LOG_NOTICE, "dropped %zu objects held from before the scheduler was lost: %s",
+                n, why);
+    spw_free(w->held);
+    w->held = NULL;
+    w->nheld = 0;
+    w->held_req = 0;
+    w->held_deadline_ms = 0;
+    wrk__mem_check(w);
+}
+
+/* Registered again with objects kept: tells the scheduler which (OBJS_HELD, in frames of
+ * OLIST_BATCH at most). A scheduler that reads a journal claims those it knows and deletes the
+ * others; one without a journal deletes them all. Unclaimed after WRK_HELD_CLAIM_MS, they go. */
+static void held_report(wrk *w)
+{
+    if (w->nheld == 0)
+        return;
+    w->held_req = ++w->next_req;
+    w->held_deadline_ms = spw_now_ns() / 1000000 + WRK_HELD_CLAIM_MS;
+    olist l = {.w = w,
+               .req = w->held_req,
+               .held = true,
+               .budget = proto_conn_welcome(w->sched)->max_frame / 2};
+    proto_enc_raw(&l.e, &l.recs);
+    ost_store_foreach(w->store, olist_put, &l);
+    olist_send(&l, false);
+    spw_buf_release(&l.recs);
+    spw_log(SPW_LOG_NOTICE, "reported %zu objects kept from before the scheduler was lost",
+            w->nheld);
+}
+
+/* The scheduler connection is gone. Work done for it is dropped: queued tasks and fetches stop
+ * now; tasks running in executors finish and are dropped with their outputs (the generation
+ * tells them apart from the next scheduler's). The sealed objects of the store are kept: a
+ * scheduler restarted from its journal still references them, and claims them when this worker
+ * reports them (held_report); a scheduler that does not know them has them deleted. */
 static void sched_lost(wrk *w)
 {
     w->gen++;
@@ -282,11 +338,14 @@ static void sched_lost(wrk *w)
         w->kept[k].id = (spw_id){0, 0};
     idlist l = {NULL, 0, 0};
     ost_store_foreach(w->store, idlist_add, &l);
-    for (size_t i = 0; i < l.n; i++)
-        ost_obj_delete(w->store, l.ids[i]); /* a pinned one goes at its last unpin */
-    spw_free(l.ids);
+    spw_free(w->held);
+    w->held = l.ids;
+    w->nheld = l.n;
+    w->held_req = 0;
+    w->held_deadline_ms = 0; /* runs from the next registration */
     if (l.n > 0)
-        spw_log(SPW_LOG_NOTICE, "dropped %zu objects held for the lost scheduler", l.n);
+        spw_log(SPW_LOG_NOTICE, "keeping %zu objects for the scheduler to claim when it is back",
+                l.n);
     wrk__mem_check(w);
 }
 
@@ -383,6 +442,16 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
         wrk__plugin_msg(w, m);
         return;
     case PROTO_OK:
+        if (w->held_req != 0 && m->req == w->held_req) {
+            /* Claimed: those the scheduler did not know came as OBJ_DELETE before this. */
+            spw_log(SPW_LOG_NOTICE, "the scheduler claimed the objects kept for it");
+            spw_free(w->held);
+            w->held = NULL;
+            w->nheld = 0;
+            w->held_req = 0;
+            w->held_deadline_ms = 0;
+            return;
+        }
         if (w->drain_req != 0 && m->req == w->drain_req) {
             spw_log(SPW_LOG_NOTICE, "drained: %llu copies made elsewhere",
                     (unsigned long long)m->f[F_OK_VALUE].u);
@@ -399,6 +468,10 @@ static void sched_msg(proto_conn *c, const proto_msg *m)
         }
         if (wrk__plugin_error(w, m))
             return;
+        if (w->held_req != 0 && m->req == w->held_req) {
+            held_drop(w, "the scheduler does not take them");
+            return;
+        }
         char msg[256];
         spw_log(SPW_LOG_WARN, "scheduler says: %s err=%s",
                 proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg),
@@ -673,6 +746,7 @@ void wrk__maybe_done(wrk *w)
     spw_free(w->exe);
     spw_free(w->name);
     spw_free(w->sched_addr);
+    spw_free(w->held);
     spw_free(w);
     if (done != NULL)
         done(arg, status);

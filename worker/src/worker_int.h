@@ -30,6 +30,9 @@
  * worker is what this covers. */
 #define WRK_KEPT_N 16
 #define WRK_KEPT_MAX 64
+/* Objects kept from before a lost scheduler connection and reported on registering again go
+ * when no OK claims them within this time. */
+#define WRK_HELD_CLAIM_MS 30000
 
 /* Tasks queued on one executor at most (wrk__dispatch): 64 for short tasks (under 1 ms), up
  * to WRK_EXEC_DEPTH_MAX for tiny ones, as many as make WRK_EXEC_QUEUE_US of work. */
@@ -354,6 +357,13 @@ struct wrk {
     bool registered_once;  /* ready(0) has run */
     uint32_t gen;          /* scheduler sessions so far: work of an older one is dropped */
     uint32_t backoff_ms;   /* next reconnect delay */
+    /* Objects kept from before the scheduler connection was lost (sched_lost), until a
+     * scheduler claims them (its OK to our OBJS_HELD) or held_deadline_ms passes; held_req: the
+     * report's request id while it waits for that OK (0: not sent yet). */
+    spw_id *held;
+    size_t nheld;
+    uint64_t held_req;
+    uint64_t held_deadline_ms; /* spw_now_ns-based ms; 0: no deadline running */
     uv_timer_t reconnect;  /* waits before the next attempt to reach the scheduler */
     bool was_paused;
     int handles;

@@ -256,6 +256,11 @@ int proto_conn_batch_commit(proto_conn *c);
     int proto_batch_##name(proto_conn *c, uint32_t type, const proto_##name##_rec *r);
 PROTO_SCHEMA(PROTO__DECL_BATCH, PROTO__NONE, PROTO__NONE, PROTO__NONE)
 
+/** The frame (length prefix included) whose message on_msg is handling now, *len bytes, valid
+ * until on_msg returns: a receiver that keeps messages as they came (the scheduler's journal)
+ * copies it. NULL (and *len 0) outside on_msg, for a payload received into a sink, and for
+ * c NULL. */
+const uint8_t *proto_conn_frame(const proto_conn *c, size_t *len);
 /** Sends an ERROR frame. */
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -160,13 +160,14 @@ const char *proto_role_name(int role);
     X(PLUGINS, 88)                                                                                 \
     X(PLUGIN_LOAD, 89)                                                                             \
     X(WORKER_PLUGINS, 90)                                                                          \
-    X(DRAIN, 91)
+    X(DRAIN, 91)                                                                                   \
+    X(OBJS_HELD, 92)
 
 enum proto_type {
 #define PROTO_TYPE_ENUM(name, value) PROTO_##name = (value),
     PROTO_MSG_MAP(PROTO_TYPE_ENUM)
 #undef PROTO_TYPE_ENUM
-        PROTO_TYPE_MAX = 92
+        PROTO_TYPE_MAX = 93
 };
 /** Name of a message type ("TASK_RUN"), or "?" for an unknown one. */
 const char *proto_type_name(uint32_t type);

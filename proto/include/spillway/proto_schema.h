@@ -115,7 +115,8 @@
     MSG(PLUGIN_LOAD, plugin_load)                                                                  \
     MSG(WORKER_PLUGINS, worker_plugins)                                                            \
     MSG(DRAIN, drain)                                                                              \
-    MSG0(BYE, bye)
+    MSG0(BYE, bye)                                                                                 \
+    MSG(OBJS_HELD, objs_held)
 
 /* ------------------------------------------------------------------ records */
 
@@ -521,6 +522,14 @@
 #define PROTO_FIELDS_DRAIN(F, N)                                                                   \
     F(F_DRAIN_WORKER, worker, U, 0)                                                                \
     F(F_DRAIN_NAME, name, STR, PROTO_MAX_NAME)
+
+/* OBJS_HELD, worker -> scheduler, right after it registers again: the sealed objects its store
+ * kept from before its scheduler connection was lost, in frames like OBJ_LIST's (more = 1: more
+ * follow). The scheduler answers OBJ_DELETE for those it does not know and, after the last
+ * frame, OK (same request id): the others are claimed, listed as copies on that worker. */
+#define PROTO_FIELDS_OBJS_HELD(F, N)                                                               \
+    F(F_HELD_OBJS, objs, RECS, olobj)                                                              \
+    F(F_HELD_MORE, more, U, 0)
 
 /* Worker <-> executor. */
 #define PROTO__FIELDS_EXEC(F, N, P)                                                                \

@@ -46,6 +46,8 @@ typedef struct sched_opts {
     int encrypt;                   /* PROTO_ENCRYPT_*: TLS between hosts (needs a secret) */
     bool encrypt_local;            /* ... on loopback TCP too */
     const char *tls_cert, *tls_key, *tls_ca; /* mutual TLS by certificates (proto_ctx_opts) */
+    const char *state_dir;         /* directory of the journal (journal.c); NULL: no journal, a
+                                      restart forgets everything */
 } sched_opts;
 
 void sched_opts_default(sched_opts *o);
