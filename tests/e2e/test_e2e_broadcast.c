@@ -252,7 +252,7 @@ static void copies_identical(h_cluster *c, spillway *cl, spillway_ref r, const u
     json_decref(mem);
     uint64_t sum = XXH3_64bits(data, n);
     for (int i = 0; i < nworkers; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", i);
         if (i != skip)
             assert_int_equal(checksum_on(cl, r, name), sum);
