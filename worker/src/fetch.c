@@ -320,8 +320,8 @@ static wpeer *peer_get(wrk *w, const char *addr)
     return p;
 }
 
-/* Reads range st from its next source (a stripe from where it stopped). Returns false when it has no
- * source left: then the whole fetch failed and f is freed. */
+/* Reads range st from its next source (a stripe from where it stopped). Returns false when it has
+ * no source left: then the whole fetch failed and f is freed. */
 static bool stripe_start(wrk *w, wfetch *f, wstripe *st)
 {
     st->peer = NULL;

@@ -207,10 +207,10 @@ typedef struct wstripe {
 } wstripe;
 
 /* A fetch of an object from peer workers, each range (one unless striped) trying its locations
- * in turn (a stripe resumes where the last one stopped, else it starts again); or of a view of one (ranged): the view's
- * bytes only, into a transient object of its own, keyed by an id private to this worker
- * (wrk__view_id), never reported to the scheduler and deleted once its waiting tasks have
- * pinned it, so that it goes with their last unpin. */
+ * in turn (a stripe resumes where the last one stopped, else it starts again); or of a view of
+ * one (ranged): the view's bytes only, into a transient object of its own, keyed by an id
+ * private to this worker (wrk__view_id), never reported to the scheduler and deleted once its
+ * waiting tasks have pinned it, so that it goes with their last unpin. */
 struct wfetch {
     spw_id id;
     UT_hash_handle hh;
