@@ -12,6 +12,7 @@
  * every target has a copy or has failed. Owns: the bcast records (s->bcasts).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <utlist.h>
@@ -81,21 +82,78 @@ static void settle(sched *s, bcast *b, uint32_t worker, bool ok)
         done(s, b);
 }
 
-/* Children per node of the plan: 1 (a chain from each holder) unless the chains' lag, a piece
- * per hop, would cost more than a binary tree, whose links carry two copies each but whose
- * depth is logarithmic. In units of the object's bytes: a chain of d hops ends after
- * size + d x lag, a binary tree of depth t after about 2 x (size + t x lag). */
-static uint32_t plan_fanout(uint64_t size, uint32_t ntargets, uint32_t nroots)
+/* The byte pieces a hop forwards (FOLLOW_CHUNK in worker/src/peer.c): what HOP_LAG_BYTES is
+ * made of besides the network's and the loop's delay. */
+#define PIECE_BYTES (256u << 10)
+/* Stripes of a striped plan, and the least bytes each carries: below that a range's
+ * connections and pieces cost more than its share of the link saves. */
+#define STRIPES_MAX 4u
+#define STRIPE_MIN_BYTES (1u << 20)
+
+/* A plan's shape: children per node of one tree (1: a chain from each holder, 2: a binary
+ * tree), or stripes > 1 trees, one per byte range. */
+typedef struct plan {
+    uint32_t fanout;
+    uint32_t stripes; /* 1: not striped */
+} plan;
+
+/* Levels below the root of a tree that gives each node `fanout` children and starts with
+ * `first` nodes under the roots, to hold n nodes. */
+static uint64_t tree_levels(uint64_t n, uint64_t first, uint64_t fanout)
 {
+    uint64_t depth = 0;
+    for (uint64_t reach = 0, level = first; reach < n; level *= fanout)
+        reach += level, depth++;
+    return depth;
+}
+
+/* Stripes forced by the tests (SPILLWAY_TEST_STRIPES=S, 2 to STRIPES_MAX): a striped plan
+ * however few the targets, so that a handful of workers exercise it. 0: none forced. */
+static uint32_t stripes_forced(void)
+{
+    const char *v = getenv("SPILLWAY_TEST_STRIPES");
+    long n = v != NULL ? strtol(v, NULL, 10) : 0;
+    return n >= 2 && n <= (long)STRIPES_MAX ? (uint32_t)n : 0;
+}
+
+/* The plan that ends first, in units of the object's bytes: a chain of d hops ends after
+ * size + d x lag; a binary tree of depth t, whose links carry two copies each, after about
+ * 2 x (size + t x lag). Striped in S ranges (only from holders that have it whole), each range
+ * goes down its own tree whose inner nodes are a different S-th of the targets, each with S
+ * children: every node sends S copies of one range, one object's worth, and receives its S
+ * ranges from S parents at once, each at an S-th of the link's rate. So it ends after about
+ * size + depth x (S x piece + the hop's delay), depth logarithmic in base S. */
+static plan plan_choose(uint64_t size, uint32_t ntargets, uint32_t nroots, bool whole)
+{
+    plan p = {.fanout = 1, .stripes = 1};
+    uint32_t forced = stripes_forced();
+    if (whole && forced != 0 && size >= forced && ntargets >= forced) {
+        p.stripes = forced;
+        return p;
+    }
     if (ntargets <= nroots)
-        return 1;
+        return p;
     uint64_t chain_depth = (ntargets + nroots - 1) / nroots;
-    uint64_t tree_depth = 0;
-    for (uint64_t reach = 0, level = nroots; reach < ntargets; level *= 2)
-        reach += 2 * level, tree_depth++;
     double chain = (double)size + (double)chain_depth * HOP_LAG_BYTES;
-    double tree = 2.0 * ((double)size + (double)tree_depth * HOP_LAG_BYTES);
-    return tree < chain ? 2 : 1;
+    double tree = 2.0 * ((double)size + (double)tree_levels(ntargets, 2ull * nroots, 2) *
+                                            HOP_LAG_BYTES);
+    double best = chain;
+    if (tree < best) {
+        best = tree;
+        p.fanout = 2;
+    }
+    for (uint32_t k = 2; whole && k <= STRIPES_MAX && size / k >= STRIPE_MIN_BYTES; k++) {
+        if (ntargets < k)
+            break;
+        double lag = (double)k * PIECE_BYTES + (HOP_LAG_BYTES - PIECE_BYTES);
+        double striped = (double)size + (double)tree_levels(ntargets, 1, k) * lag;
+        if (striped < best) {
+            best = striped;
+            p.stripes = k;
+            p.fanout = k;
+        }
+    }
+    return p;
 }
 
 static bool holds(const sched_obj *o, const sched_worker *w)
@@ -122,6 +180,50 @@ static bool target_ok(const bcast *b, const sched_obj *o, const sched_worker *w)
     return cap >= o->size && !proto_conn_is_closing(w->conn);
 }
 
+/* Sources for one target of a tree: its parent (maybe still receiving), then the parent's
+ * ancestors, then the holders, the one heading this part of the plan first. node[] lists the
+ * plan's nodes, holders first; parent_of(i) gives node i's parent index (UINT32_MAX: none). */
+typedef uint32_t (*parent_fn)(const void *ctx, uint32_t i);
+
+static uint32_t tree_locs(sched_worker *const *node, uint32_t holders, uint32_t par,
+                          parent_fn parent_of, const void *ctx, proto_loc_rec *locs)
+{
+    uint32_t nl = 0, up = par;
+    for (; up != UINT32_MAX && up >= holders && nl < MAX_LOCS; up = parent_of(ctx, up))
+        locs[nl++] = sched__loc_rec(node[up]);
+    for (uint32_t i = 0; i < holders && nl < MAX_LOCS; i++) {
+        /* The parent holder first: several holders each head a part of the plan. */
+        uint32_t h = (up != UINT32_MAX && up < holders ? up + i : i) % holders;
+        locs[nl++] = sched__loc_rec(node[h]);
+    }
+    return nl;
+}
+
+static uint32_t parent_in(const void *ctx, uint32_t i)
+{
+    return ((const uint32_t *)ctx)[i];
+}
+
+/* A striped plan over node[]: holders first, then n targets. Stripe k's tree takes the targets
+ * from the k-th group of n/S on, round: the first hangs under holder k, and the one at place
+ * i > 0 under the one at place (i - 1) / S. Its inner nodes are thus its own group, apart from
+ * the other stripes' (a node uploads one range, to S children), and it is S-ary. */
+typedef struct stripe_ctx {
+    uint32_t holders, n, stripes, k;
+} stripe_ctx;
+
+static uint32_t stripe_parent(const void *arg, uint32_t i)
+{
+    const stripe_ctx *c = arg;
+    if (i < c->holders)
+        return UINT32_MAX;
+    uint32_t start = (uint32_t)((uint64_t)c->n * c->k / c->stripes);
+    uint32_t place = (i - c->holders + c->n - start) % c->n;
+    if (place == 0)
+        return c->k % c->holders;
+    return c->holders + (start + (place - 1) / c->stripes) % c->n;
+}
+
 /* Sends REPLICATE to every target along the plan; the object is READY and in at least one
  * store, or being uploaded to one. */
 static void start(sched *s, bcast *b, const sched_obj *o)
@@ -130,8 +232,8 @@ static void start(sched *s, bcast *b, const sched_obj *o)
     b->copies = o->nlocs > 0 ? o->nlocs : 1; /* a put under way counts as its worker's copy */
     b->copies0 = b->copies;
     b->targets = spw_calloc(SPW_MOD_SCHED, s->nworkers > 0 ? s->nworkers : 1, sizeof *b->targets);
-    /* The plan's nodes in the order they join it, holders first; parent[i] is the index of the
-     * node that node i copies from (holders: none). */
+    /* The plan's nodes, holders first, then the targets in the order they join it; parent[i] is
+     * the index of the node that node i copies from (holders: none). */
     uint32_t cap = o->nlocs + 1 + s->nworkers;
     sched_worker **node = spw_malloc(SPW_MOD_SCHED, cap * sizeof *node);
     uint32_t *parent = spw_malloc(SPW_MOD_SCHED, cap * sizeof *parent);
@@ -141,49 +243,68 @@ static void start(sched *s, bcast *b, const sched_obj *o)
         if (w != NULL)
             node[nnode++] = w;
     }
+    bool whole = nnode > 0; /* else it is still being uploaded */
     if (nnode == 0 && o->put_worker != 0) {
         /* Still being uploaded: the plan starts at the worker receiving it, and follows. */
         sched_worker *w = sched__worker_by_id(s, o->put_worker);
         if (w != NULL)
             node[nnode++] = w;
     }
-    uint32_t holders = nnode, eligible = 0;
-    for (uint32_t k = 0; k < s->nworkers; k++)
-        eligible += target_ok(b, o, s->workers[k]);
-    if (b->want != 0 && b->want > b->copies && eligible > b->want - b->copies)
-        eligible = (uint32_t)(b->want - b->copies);
-    uint32_t fanout = plan_fanout(o->size, eligible, holders > 0 ? holders : 1);
-    /* Parents are given children in the order nodes joined (breadth first), fanout each. */
-    uint32_t next_parent = 0, children = 0;
+    uint32_t holders = nnode;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(b->rot + k) % s->nworkers];
-        if (!target_ok(b, o, w) || (b->want != 0 && b->copies + b->ntargets >= b->want))
+        if (!target_ok(b, o, w) || (b->want != 0 && b->copies + (nnode - holders) >= b->want))
             continue;
-        /* Fetch from the parent (maybe still receiving), then its ancestors, then the
-         * holders. */
-        proto_loc_rec locs[MAX_LOCS];
-        uint32_t nl = 0;
-        uint32_t up = next_parent < nnode ? next_parent : UINT32_MAX; /* none: the first */
-        uint32_t par = up;
-        for (; up != UINT32_MAX && up >= holders && nl < MAX_LOCS; up = parent[up])
-            locs[nl++] = sched__loc_rec(node[up]);
-        for (uint32_t i = 0; i < holders && nl < MAX_LOCS; i++) {
-            /* The parent holder first: several holders each head a part of the plan. */
-            uint32_t h = (up != UINT32_MAX && up < holders ? up + i : i) % holders;
-            locs[nl++] = sched__loc_rec(node[h]);
+        parent[nnode] = UINT32_MAX;
+        node[nnode++] = w;
+    }
+    uint32_t ntargets = nnode - holders;
+    plan pl = plan_choose(o->size, ntargets, holders > 0 ? holders : 1, whole);
+    if (ntargets > 0) {
+        char hex[33];
+        spw_log(SPW_LOG_INFO, "obj=%s: copies to %u workers from %u along %s (%u stripes)",
+                spw_id_hex(o->id, hex), ntargets, holders,
+                pl.stripes > 1    ? "striped trees"
+                : pl.fanout == 1 ? "chains"
+                                 : "a binary tree",
+                pl.stripes);
+    }
+    /* One tree: parents are given children in the order nodes joined (breadth first), fanout
+     * each; the first targets hang under the holders. */
+    for (uint32_t i = holders, next = 0, children = 0; i < nnode; i++) {
+        parent[i] = next < i ? next : UINT32_MAX;
+        if (parent[i] != UINT32_MAX && ++children == pl.fanout) {
+            children = 0;
+            next++;
         }
+    }
+    for (uint32_t i = holders; i < nnode; i++) {
+        sched_worker *w = node[i];
+        proto_loc_rec locs[STRIPES_MAX][MAX_LOCS];
+        proto_stripe_rec st[STRIPES_MAX];
+        uint32_t nst = pl.stripes > 1 ? pl.stripes : 0;
+        for (uint32_t k = 0; k < nst; k++) {
+            stripe_ctx ctx = {holders, ntargets, nst, k};
+            uint64_t off = o->size / nst * k;
+            st[k] = (proto_stripe_rec){
+                .off = off,
+                .len = k + 1 == nst ? o->size - off : o->size / nst,
+                .locs = {.n = tree_locs(node, holders, stripe_parent(&ctx, i), stripe_parent,
+                                        &ctx, locs[k]),
+                         .v = locs[k]}};
+        }
+        /* A worker that knows no stripes fetches the whole object from the first range's
+         * sources. */
+        uint32_t nl = nst > 0 ? (uint32_t)st[0].locs.n
+                              : tree_locs(node, holders, parent[i], parent_in, parent, locs[0]);
         if (proto_send_replicate(w->conn, b->id,
                                  &(proto_replicate_msg){.id = o->id,
                                                         .size = o->size,
-                                                        .locs = {.n = nl, .v = locs}}) != 0)
+                                                        .locs = {.n = nl, .v = locs[0]},
+                                                        .stripes = {.n = nst, .v = st},
+                                                        .omit_stripes = nst == 0}) != 0)
             continue;
         b->targets[b->ntargets++] = w->id;
-        parent[nnode] = par;
-        node[nnode++] = w;
-        if (par != UINT32_MAX && ++children == fanout) {
-            children = 0;
-            next_parent++;
-        }
     }
     spw_free(node);
     spw_free(parent);

@@ -37,6 +37,7 @@
 #define MODEL_RATE 1.25e9  /* bytes/s: a 10 Gbit/s link */
 #define MODEL_HOP_S 50e-6  /* seconds per hop: network and the worker's loop */
 #define BLOB_FN "fleet_blob"
+#define FLEET_MAX_STRIPES 8
 #define SIM_CAPACITY (1ULL << 30)
 
 /* ------------------------------------------------------------ the fleet */
@@ -54,8 +55,12 @@ typedef struct simw {
     bool hb_init;
     uint64_t sched_id; /* the scheduler's worker id (WELCOME's session) */
     uint64_t tasks_done;
-    uint32_t parent;   /* scheduler id of the first source of its last REPLICATE, 0: none */
-    uint32_t nsrc;     /* sources that REPLICATE named */
+    /* Its last REPLICATE: per byte range (one unless striped), the scheduler id of the range's
+     * first source (0: none) and the range's length. */
+    uint32_t parent[FLEET_MAX_STRIPES];
+    uint64_t slen[FLEET_MAX_STRIPES];
+    uint32_t nstripes;
+    uint32_t nsrc; /* sources that REPLICATE named (0: none came) */
 } simw;
 
 enum { CMD_NONE, CMD_CONNECT, CMD_STOP };
@@ -150,10 +155,20 @@ static void sim_msg(proto_conn *c, const proto_msg *m)
             sim_task(w, PROTO_REC(&m->f[F_RUNS_RECS], i));
         break;
     case PROTO_REPLICATE: {
-        const proto_val *locs = &m->f[F_REPL_LOCS];
+        const proto_val *locs = &m->f[F_REPL_LOCS], *st = &m->f[F_REPL_STRIPES];
         pthread_mutex_lock(&f->mu);
-        w->parent = locs->arr.n > 0 ? (uint32_t)PROTO_REC(locs, 0)[R_LOC_WORKER].u : 0;
+        w->parent[0] = locs->arr.n > 0 ? (uint32_t)PROTO_REC(locs, 0)[R_LOC_WORKER].u : 0;
+        w->slen[0] = m->f[F_REPL_SIZE].u;
+        w->nstripes = 1;
         w->nsrc = locs->arr.n;
+        if (!st->nil && st->arr.n > 0 && st->arr.n <= FLEET_MAX_STRIPES) {
+            w->nstripes = st->arr.n;
+            for (uint32_t k = 0; k < st->arr.n; k++) {
+                const proto_val *r = PROTO_REC(st, k), *sl = &r[R_STRIPE_LOCS];
+                w->parent[k] = sl->arr.n > 0 ? (uint32_t)PROTO_REC(sl, 0)[R_LOC_WORKER].u : 0;
+                w->slen[k] = r[R_STRIPE_LEN].u;
+            }
+        }
         f->replicates++;
         pthread_mutex_unlock(&f->mu);
         proto_send_obj_added(c, m->req, &(proto_obj_added_msg){.id = m->f[F_REPL_ID].id,
@@ -607,11 +622,14 @@ static void case_dashboard(h_cluster *c, fleet *f, const char *dir)
     emit(c, "fleet_dashboard", f->n, t, 0, extra);
 }
 
-/* Modelled completion of the plan the scheduler chose: each simulated worker fetches from its
- * parent at the parent's rate shared among the parent's children, a piece behind it. */
+/* Modelled completion of the plan the scheduler chose. Each node's link sends at MODEL_RATE,
+ * shared evenly among all it sends (every child, in every range), and receives at MODEL_RATE,
+ * shared evenly among the ranges it fetches at once; a range flows to a node at the least of
+ * its parent's rate for that range and the two shares, a piece behind its parent plus a hop's
+ * delay. A node is done when its last range is. Unstriped plans are one range, the object. */
 typedef struct plan_stats {
     double seconds, one;
-    uint32_t depth, max_fanout, roots;
+    uint32_t depth, max_fanout, roots, stripes;
 } plan_stats;
 
 static plan_stats plan_model(fleet *f, double size)
@@ -626,56 +644,77 @@ static plan_stats plan_model(fleet *f, double size)
         byid[k] = -1;
     for (uint32_t i = 0; i < n; i++)
         byid[f->w[i].sched_id] = (int32_t)i;
-    uint32_t *kids = calloc(n, sizeof *kids);
-    for (uint32_t i = 0; i < n; i++)
-        if (f->w[i].parent != 0 && f->w[i].parent <= maxid && byid[f->w[i].parent] >= 0)
-            kids[byid[f->w[i].parent]]++;
-    /* Each node's rate, first-piece time and depth, resolved parent first (memoised walk). */
+    plan_stats ps = {.one = size / MODEL_RATE + MODEL_HOP_S};
+    /* The node a range of node v comes from, or -1 (a holder: it has the whole object). */
+#define PARENT_OF(v, k)                                                                            \
+    (f->w[v].nsrc > 0 && (k) < f->w[v].nstripes && f->w[v].parent[k] != 0 &&                      \
+             f->w[v].parent[k] <= maxid                                                            \
+         ? byid[f->w[v].parent[k]]                                                                 \
+         : -1)
+    uint32_t *sends = calloc(n, sizeof *sends);
+    for (uint32_t v = 0; v < n; v++) {
+        ps.stripes = f->w[v].nsrc > 0 && f->w[v].nstripes > ps.stripes ? f->w[v].nstripes
+                                                                        : ps.stripes;
+        for (uint32_t k = 0; f->w[v].nsrc > 0 && k < f->w[v].nstripes; k++)
+            if (PARENT_OF(v, k) >= 0)
+                sends[PARENT_OF(v, k)]++;
+        if (f->w[v].nsrc == 0)
+            ps.roots++;
+    }
     double *rate = calloc(n, sizeof *rate), *first = calloc(n, sizeof *first);
+    double *end = calloc(n, sizeof *end);
     uint32_t *depth = calloc(n, sizeof *depth);
     bool *doneflag = calloc(n, sizeof *doneflag);
     uint32_t *stack = malloc(n * sizeof *stack);
-    plan_stats ps = {.one = size / MODEL_RATE + MODEL_HOP_S};
-    double piece = size < MODEL_PIECE ? size : MODEL_PIECE;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t sp = 0, v = i;
-        while (!doneflag[v]) {
-            stack[sp++] = v;
-            uint32_t p = f->w[v].parent;
-            if (p == 0 || p > maxid || byid[p] < 0 || sp > n)
-                break;
-            v = (uint32_t)byid[p];
-        }
-        while (sp > 0) {
-            v = stack[--sp];
-            uint32_t p = f->w[v].parent;
-            if (p == 0 || p > maxid || byid[p] < 0 || !doneflag[byid[p]]) {
-                /* A holder (the blob's worker): the whole object is there. */
-                rate[v] = INFINITY;
-                first[v] = 0;
-                depth[v] = 0;
-                if (f->w[v].nsrc == 0)
-                    ps.roots++;
-            } else {
-                uint32_t q = (uint32_t)byid[p];
-                double r = MODEL_RATE / (double)kids[q];
-                rate[v] = r < rate[q] ? r : rate[q];
-                first[v] = first[q] + piece / rate[v] + MODEL_HOP_S;
-                depth[v] = depth[q] + 1;
+    for (uint32_t k = 0; k < ps.stripes; k++) {
+        memset(doneflag, 0, n * sizeof *doneflag);
+        /* Each node's rate, first-piece time and depth in range k, resolved parent first
+         * (memoised walk). */
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t sp = 0, v = i;
+            while (!doneflag[v]) {
+                stack[sp++] = v;
+                int32_t p = PARENT_OF(v, k);
+                if (p < 0 || sp > n)
+                    break;
+                v = (uint32_t)p;
             }
-            doneflag[v] = true;
+            while (sp > 0) {
+                v = stack[--sp];
+                int32_t p = PARENT_OF(v, k);
+                if (p < 0 || !doneflag[p]) {
+                    rate[v] = INFINITY; /* a holder, or a node without range k */
+                    first[v] = 0;
+                    depth[v] = 0;
+                } else {
+                    uint32_t q = (uint32_t)p;
+                    double len = (double)f->w[v].slen[k];
+                    double piece = len < MODEL_PIECE ? len : MODEL_PIECE;
+                    double r = MODEL_RATE / (double)sends[q];
+                    double in = MODEL_RATE / (double)f->w[v].nstripes;
+                    r = r < in ? r : in;
+                    rate[v] = r < rate[q] ? r : rate[q];
+                    first[v] = first[q] + piece / rate[v] + MODEL_HOP_S;
+                    depth[v] = depth[q] + 1;
+                    double t = first[v] + (len - piece) / rate[v];
+                    end[v] = t > end[v] ? t : end[v];
+                }
+                doneflag[v] = true;
+            }
         }
+        for (uint32_t i = 0; i < n; i++)
+            ps.depth = depth[i] > ps.depth ? depth[i] : ps.depth;
     }
+#undef PARENT_OF
     for (uint32_t i = 0; i < n; i++) {
-        double t = isinf(rate[i]) ? 0 : first[i] + (size - piece) / rate[i];
-        ps.seconds = t > ps.seconds ? t : ps.seconds;
-        ps.depth = depth[i] > ps.depth ? depth[i] : ps.depth;
-        ps.max_fanout = kids[i] > ps.max_fanout ? kids[i] : ps.max_fanout;
+        ps.seconds = end[i] > ps.seconds ? end[i] : ps.seconds;
+        ps.max_fanout = sends[i] > ps.max_fanout ? sends[i] : ps.max_fanout;
     }
     free(byid);
-    free(kids);
+    free(sends);
     free(rate);
     free(first);
+    free(end);
     free(depth);
     free(doneflag);
     free(stack);
@@ -702,7 +741,7 @@ static void case_broadcast(h_cluster *c, fleet *f)
         uint64_t size = sizes[k];
         pthread_mutex_lock(&f->mu);
         for (uint32_t i = 0; i < f->n; i++)
-            f->w[i].parent = f->w[i].nsrc = 0;
+            f->w[i].nstripes = f->w[i].nsrc = 0;
         pthread_mutex_unlock(&f->mu);
         spillway_graph *g = spillway_graph_new(cl);
         spillway_arg a = spillway_arg_bytes(&size, sizeof size);
@@ -724,7 +763,11 @@ static void case_broadcast(h_cluster *c, fleet *f)
         pthread_mutex_unlock(&f->mu);
         json_t *extra = json_object();
         json_object_set_new(extra, "object_bytes", json_integer((json_int_t)size));
-        json_object_set_new(extra, "plan", json_string(ps.max_fanout <= 1 ? "chain" : "tree"));
+        json_object_set_new(extra, "plan",
+                            json_string(ps.stripes > 1        ? "striped"
+                                        : ps.max_fanout <= 1 ? "chain"
+                                                             : "tree"));
+        json_object_set_new(extra, "stripes", json_integer(ps.stripes));
         json_object_set_new(extra, "depth", json_integer(ps.depth));
         json_object_set_new(extra, "max_fanout", json_integer(ps.max_fanout));
         json_object_set_new(extra, "modelled_s", json_real(r3(ps.seconds)));

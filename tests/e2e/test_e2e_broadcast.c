@@ -175,6 +175,148 @@ static void broadcast_to_ten_workers_lists_every_location(void)
     E2E_STOP(c, NULL);
 }
 
+/* A cluster of n workers w0.. whose scheduler stripes every broadcast in `stripes` ranges
+ * (its test knob) and logs the plans it chooses, with extra worker and scheduler args. */
+static h_cluster *start_striped(int n, const char *stripes, const char *const *sched_args,
+                                const char *const *worker_args)
+{
+    const char *sargs[16] = {"--log-level", "info"};
+    int ns = 2;
+    for (int k = 0; sched_args != NULL && sched_args[k] != NULL && ns < 15; k++)
+        sargs[ns++] = sched_args[k];
+    sargs[ns] = NULL;
+    setenv("SPILLWAY_TEST_STRIPES", stripes, 1);
+    h_cluster *c = h_cluster_start(false, sargs);
+    unsetenv("SPILLWAY_TEST_STRIPES");
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "w%d", i);
+        const char *args[16] = {"--slots", "1", "--store-capacity", "96M", "--name", name};
+        int na = 6;
+        for (int k = 0; worker_args != NULL && worker_args[k] != NULL && na < 15; k++)
+            args[na++] = worker_args[k];
+        args[na] = NULL;
+        h_worker_start(c, args);
+    }
+    return c;
+}
+
+/* Which worker w0.. holds the only copy of the one object listed (-1: not one yet). */
+static int sole_holder(h_cluster *c)
+{
+    json_t *mem = memory_doc(c);
+    json_t *o = json_array_get(json_object_get(mem, "objects"), 0);
+    json_t *locs = json_object_get(o, "locations");
+    int found = -1;
+    if (json_array_size(locs) == 1) {
+        json_int_t id = json_integer_value(json_object_get(json_array_get(locs, 0), "node_id"));
+        size_t k;
+        json_t *node;
+        json_array_foreach(json_object_get(mem, "nodes"), k, node)
+        {
+            const char *name = json_string_value(json_object_get(node, "name"));
+            if (json_integer_value(json_object_get(node, "id")) == id && name != NULL &&
+                name[0] == 'w')
+                found = atoi(name + 1);
+        }
+    }
+    json_decref(mem);
+    return found;
+}
+
+static bool one_holder(void *arg)
+{
+    return sole_holder(arg) >= 0;
+}
+
+/* Puts n patterned bytes on one worker and waits until the scheduler knows where, so that a
+ * broadcast of it starts from a whole copy (the striped plan's condition). */
+static uint8_t *put_pattern(h_cluster *c, spillway *cl, size_t n, spillway_ref *r, int *holder)
+{
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2246822519u >> 11);
+    assert_int_equal(spillway_put(cl, data, n, r), 0);
+    assert_true(h_eventually(one_holder, c, 20000));
+    *holder = sole_holder(c);
+    return data;
+}
+
+/* Every copy listed, on `want` workers, and the same bytes on each of them but skip. */
+static void copies_identical(h_cluster *c, spillway *cl, spillway_ref r, const uint8_t *data,
+                             size_t n, int nworkers, int skip, size_t want)
+{
+    json_t *mem = memory_doc(c);
+    json_t *o = json_array_get(json_object_get(mem, "objects"), 0);
+    assert_int_equal(json_array_size(json_object_get(o, "locations")), want);
+    json_decref(mem);
+    uint64_t sum = XXH3_64bits(data, n);
+    for (int i = 0; i < nworkers; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        if (i != skip)
+            assert_int_equal(checksum_on(cl, r, name), sum);
+    }
+}
+
+/* A broadcast forced into three striped trees (each worker fetches three byte ranges from
+ * three parents at once, and relays its own range as it arrives): every copy byte for byte. */
+static void striped_broadcast_delivers_identical_bytes(void)
+{
+    enum { NW = 6 };
+    h_cluster *c = start_striped(NW, "3", NULL, NULL);
+    spillway *cl = e2e_connect(c);
+    size_t n = (24u << 20) + 4321; /* ranges of unequal length */
+    spillway_ref r;
+    int holder;
+    uint8_t *data = put_pattern(c, cl, n, &r, &holder);
+    assert_int_equal(spillway_broadcast(cl, r, 0), 0);
+    assert_true(h_log_count(&c->sched, "along striped trees (3 stripes)") >= 1);
+    /* Each range came from its first source, though that parent was still receiving it: no
+     * fetch was refused or fell back. */
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(h_log_count(&c->workers[i], "fetch from"), 0);
+    copies_identical(c, cl, r, data, n, NW, -1, NW);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    spillway_close(cl);
+    free(data);
+    E2E_STOP(c, NULL);
+}
+
+/* Two striped trees over four targets make every target a parent of one range. One target
+ * never answers (stopped): its children give it up after --fetch-stall and take that range
+ * from the next source named (the parent's parent, or the holder), while their other range
+ * goes on; every other worker ends with the same bytes. */
+static void striped_broadcast_range_falls_back_from_a_silent_parent(void)
+{
+    enum { NW = 5 };
+    const char *const sched_args[] = {"--heartbeat-timeout", "3000", NULL};
+    const char *const worker_args[] = {"--fetch-stall", "300", NULL};
+    h_cluster *c = start_striped(NW, "2", sched_args, worker_args);
+    spillway *cl = e2e_connect(c);
+    size_t n = (16u << 20) + 999;
+    spillway_ref r;
+    int holder;
+    uint8_t *data = put_pattern(c, cl, n, &r, &holder);
+    int victim = (holder + 1) % NW;
+    assert_int_equal(kill(c->workers[victim].pid, SIGSTOP), 0);
+    assert_int_equal(spillway_broadcast(cl, r, 0), 0);
+    assert_true(h_log_count(&c->sched, "along striped trees (2 stripes)") >= 1);
+    h_worker_kill(c, victim, SIGKILL);
+    int gave_up = 0;
+    for (int i = 0; i < NW; i++)
+        if (i != victim)
+            gave_up += h_log_count(&c->workers[i], "giving up on it");
+    assert_true(gave_up >= 1);
+    copies_identical(c, cl, r, data, n, NW, victim, NW - 1);
+    assert_int_equal(spillway_release(cl, r), 0);
+    assert_true(e2e_cluster_idle(c, 20000));
+    spillway_close(cl);
+    free(data);
+    E2E_STOP(c, NULL);
+}
+
 /* A worker name longer than the scheduler's old 64-byte field: a task placed by that name runs
  * there (it used to be truncated, so no worker ever matched). */
 static void task_placed_on_a_long_worker_name_runs_there(void)
@@ -441,6 +583,8 @@ static void map_blocks_matches_local_computation(void)
 static const struct CMUnitTest tests[] = {
     H_CASE(broadcast_to_four_workers_delivers_identical_bytes),
     H_CASE(broadcast_to_ten_workers_lists_every_location),
+    H_CASE(striped_broadcast_delivers_identical_bytes),
+    H_CASE(striped_broadcast_range_falls_back_from_a_silent_parent),
     H_CASE(task_placed_on_a_long_worker_name_runs_there),
     H_CASE(broadcast_whose_source_dies_leaves_nothing),
     H_CASE(large_shared_argument_is_stored_once_per_node),

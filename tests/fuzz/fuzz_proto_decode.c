@@ -93,6 +93,7 @@ enum {
     S_OUT,
     S_PLUG,
     S_SPLUG,
+    S_STRIPE,
     S_COUNT
 };
 
@@ -121,6 +122,7 @@ static const sspec rec_specs[S_COUNT] = {
     [S_OUT] = {2, {U, OPT_BIN}, 0},
     [S_PLUG] = {4, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, U}, 0},
     [S_SPLUG] = {9, {BIN(PROTO_PLUGIN_HASH_LEN, PROTO_PLUGIN_HASH_LEN), NAME, U, ID, U, U, U, U, U}, 0},
+    [S_STRIPE] = {3, {U, U, RECS(S_LOC)}, 0},
 };
 
 static const sspec msg_specs[PROTO_TYPE_MAX] = {
@@ -184,7 +186,7 @@ static const sspec msg_specs[PROTO_TYPE_MAX] = {
          8},
     [PROTO_BROADCAST] = {3, {ID, U, U}, 2},
     [PROTO_BROADCAST_DONE] = {3, {ID, U, U}, 0},
-    [PROTO_REPLICATE] = {3, {ID, U, RECS(S_LOC)}, 0},
+    [PROTO_REPLICATE] = {4, {ID, U, RECS(S_LOC), RECS(S_STRIPE)}, 3},
     [PROTO_MEMORY_REQ] = {1, {U}, 0},
     [PROTO_MEMORY_OBJS] = {1, {RECS(S_MOBJ)}, 0},
     [PROTO_MEMORY_END] = {2, {RECS(S_MNODE), U}, 0},

@@ -213,8 +213,19 @@ static void check_fetches(const wrk *w)
                         : spw_id_eq(f->src, f->id) && f->src_off == 0 && f->src_size == f->size,
               id, "fetch of %llu bytes at %llu of %llu", (unsigned long long)f->size,
               (unsigned long long)f->src_off, (unsigned long long)f->src_size);
-        CHECK(f->nlocs <= WRK_MAX_LOCS && f->next_loc <= f->nlocs, id,
-              "fetch: %u locations, next %u", f->nlocs, f->next_loc);
+        CHECK(f->nstripes >= 1 && f->nstripes <= WRK_MAX_STRIPES &&
+                  f->st[0].off == f->src_off &&
+                  f->st[f->nstripes - 1].end == f->src_off + f->size,
+              id, "fetch in %u ranges", f->nstripes);
+        for (uint32_t k = 0; k < f->nstripes; k++) {
+            const wstripe *st = &f->st[k];
+            CHECK(st->nlocs <= WRK_MAX_LOCS && st->next_loc <= st->nlocs, id,
+                  "fetch range %u: %u locations, next %u", k, st->nlocs, st->next_loc);
+            CHECK(st->off <= st->upto && st->upto <= st->end &&
+                      (k == 0 || st->off == f->st[k - 1].end),
+                  id, "fetch range %u: %llu..%llu at %llu", k, (unsigned long long)st->off,
+                  (unsigned long long)st->end, (unsigned long long)st->upto);
+        }
         CHECK(f->received <= f->size, id, "fetch received %llu of %llu bytes",
               (unsigned long long)f->received, (unsigned long long)f->size);
         CHECK(f->obj == NULL || !f->creating, id, "fetch has its object and still creates it");

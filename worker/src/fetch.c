@@ -18,7 +18,7 @@
 
 /* =============================================================== fetching */
 
-static void fetch_start(wrk *w, wfetch *f);
+static bool stripe_start(wrk *w, wfetch *f, wstripe *st);
 
 static void fetch_free(wrk *w, wfetch *f)
 {
@@ -44,11 +44,19 @@ static void repl_answer(wrk *w, wfetch *f, int status, const char *msg)
     spw_buf_reset(&f->repl);
 }
 
+/* Everyone following f's object (whole, or a range) as it arrives hears it will not. */
+static void followers_fail(wfetch *f, int status, const char *msg)
+{
+    wrk__followers_fail(&f->followers, status, msg);
+    for (uint32_t k = 0; k < f->nstripes; k++)
+        wrk__followers_fail(&f->st[k].followers, status, msg);
+}
+
 static void fetch_fail(wrk *w, wfetch *f, int status, const char *msg)
 {
     if (f->plugin)
         wrk__plugin_fetched(w, f->id, status, msg);
-    wrk__followers_fail(&f->followers, status, msg);
+    followers_fail(f, status, msg);
     repl_answer(w, f, status, msg);
     if (f->obj != NULL) {
         ost_obj_abort(w->store, f->obj);
@@ -74,6 +82,8 @@ static void fetch_done(wrk *w, wfetch *f)
     spw_id id = f->id;
     if (!ranged) {
         wrk__followers_advance(w, &f->followers, true);
+        for (uint32_t k = 0; k < f->nstripes; k++)
+            wrk__followers_advance(w, &f->st[k].followers, true);
         wrk__sched_obj_added(w, f->id, f->size); /* also answers a REPLICATE */
         repl_answer(w, f, 0, NULL);
     }
@@ -109,16 +119,16 @@ static void fetch_done(wrk *w, wfetch *f)
     wrk__mem_check(w);
 }
 
-static void fetch_send(wrk *w, wfetch *f)
+static void fetch_send(wrk *w, wfetch *f, wstripe *st)
 {
-    proto_conn *c = f->peer->conn;
-    f->peer->active_ns = spw_now_ns();
+    proto_conn *c = st->peer->conn;
+    st->peer->active_ns = spw_now_ns();
     /* A broadcast copy may come from a worker still receiving it, or about to. */
     bool chain = f->repl.len != 0;
-    proto_send_obj_read(c, f->req,
+    proto_send_obj_read(c, st->req,
                         &(proto_obj_read_msg){.id = f->src,
-                                              .off = f->src_off,
-                                              .len = f->size,
+                                              .off = st->upto,
+                                              .len = st->end - st->upto,
                                               .flags = PROTO_READ_FOLLOW,
                                               .omit_flags = !chain});
     (void)w;
@@ -132,28 +142,41 @@ static void fpeer_ready(proto_conn *c, const proto_welcome *wel)
     p->ready = true;
     wfetch *f, *tmp;
     HASH_ITER(hh, w->fetches, f, tmp)
-    if (f->peer == p && f->obj != NULL)
-        fetch_send(w, f);
+    {
+        for (uint32_t k = 0; k < f->nstripes && f->obj != NULL; k++)
+            if (f->st[k].peer == p && f->st[k].upto < f->st[k].end)
+                fetch_send(w, f, &f->st[k]);
+    }
 }
 
-static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req)
+/* The range of f that request req to p reads, or NULL. */
+static wstripe *stripe_of(wfetch *f, const wpeer *p, uint64_t req)
+{
+    for (uint32_t k = 0; k < f->nstripes; k++)
+        if (f->st[k].peer == p && f->st[k].req == req)
+            return &f->st[k];
+    return NULL;
+}
+
+static wfetch *fetch_by_req(wrk *w, wpeer *p, uint64_t req, wstripe **st)
 {
     wfetch *f, *tmp;
     HASH_ITER(hh, w->fetches, f, tmp)
-    if (f->peer == p && f->req == req)
+    if ((*st = stripe_of(f, p, req)) != NULL)
         return f;
     return NULL;
 }
 
-/* The fetch an OBJ_DATA of object id answers (request req, from p), or NULL: found by id,
- * or, while views are fetched (keyed by their private ids), by request. */
-static wfetch *fetch_for_data(wrk *w, wpeer *p, spw_id id, uint64_t req)
+/* The fetch and range an OBJ_DATA of object id answers (request req, from p), or NULL: found by
+ * id, or, while views are fetched (keyed by their private ids), by request. */
+static wfetch *fetch_for_data(wrk *w, wpeer *p, spw_id id, uint64_t req, wstripe **st)
 {
     wfetch *f;
     HASH_FIND(hh, w->fetches, &id, sizeof id, f);
-    if ((f == NULL || f->peer != p || f->req != req) && w->nranged > 0)
-        f = fetch_by_req(w, p, req);
-    return f;
+    *st = f != NULL ? stripe_of(f, p, req) : NULL;
+    if (*st == NULL && w->nranged > 0)
+        f = fetch_by_req(w, p, req, st);
+    return *st != NULL ? f : NULL;
 }
 
 static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
@@ -161,24 +184,53 @@ static void *fpeer_sink(proto_conn *c, const proto_msg *head, uint64_t len)
     wpeer *p = proto_conn_data(c);
     if (head->type != PROTO_OBJ_DATA)
         return NULL;
-    wfetch *f = fetch_for_data(p->w, p, head->f[F_DATA_ID].id, head->req);
-    if (f == NULL || f->peer != p || f->req != head->req || f->obj == NULL ||
-        head->f[F_DATA_OFF].u != f->src_off + f->received ||
-        head->f[F_DATA_TOTAL].u != f->src_size || len > f->size - f->received)
+    wstripe *st;
+    wfetch *f = fetch_for_data(p->w, p, head->f[F_DATA_ID].id, head->req, &st);
+    if (f == NULL || f->obj == NULL || head->f[F_DATA_OFF].u != st->upto ||
+        head->f[F_DATA_TOTAL].u != f->src_size || len > st->end - st->upto)
         return NULL; /* fpeer_msg deals with it */
-    return wrk__sink_into(p->w, &p->sink_obj, f->obj, f->received);
+    return wrk__sink_into(p->w, &p->sink_obj, f->obj, st->upto - f->src_off);
+}
+
+static bool fetch_complete(const wfetch *f)
+{
+    for (uint32_t k = 0; k < f->nstripes; k++)
+        if (f->st[k].upto != f->st[k].end)
+            return false;
+    return true;
+}
+
+/* More of range st arrived: its followers, and those of the whole object if its gap-free
+ * start grew, send what they can. */
+static void fetch_advance(wrk *w, wfetch *f, wstripe *st)
+{
+    uint64_t upto = f->src_off;
+    for (uint32_t k = 0; k < f->nstripes; k++) {
+        upto = f->st[k].upto;
+        if (upto != f->st[k].end)
+            break;
+    }
+    bool grew = upto - f->src_off != f->received;
+    f->received = upto - f->src_off;
+    if (fetch_complete(f))
+        return; /* fetch_done tells every follower */
+    if (st->followers != NULL)
+        wrk__followers_advance(w, &st->followers, false);
+    if (grew && f->followers != NULL)
+        wrk__followers_advance(w, &f->followers, false);
 }
 
 static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
 {
     wrk *w = p->w;
+    wstripe *st;
     if (m->type == PROTO_ERROR) {
-        wfetch *f = fetch_by_req(w, p, m->req);
+        wfetch *f = fetch_by_req(w, p, m->req, &st);
         char msg[256];
         proto_str(&m->f[F_ERROR_MSG], msg, sizeof msg);
         if (f != NULL) {
             spw_log(SPW_LOG_WARN, "fetch from %s failed: %s", p->addr, msg);
-            fetch_start(w, f);
+            stripe_start(w, f, st);
         }
         return;
     }
@@ -186,31 +238,29 @@ static void fpeer_msg_handle(wpeer *p, proto_conn *c, const proto_msg *m)
         proto_conn_error(c, m->req, SPW_EPROTO, "unexpected %s", proto_type_name(m->type));
         return;
     }
-    wfetch *f = fetch_for_data(w, p, m->f[F_DATA_ID].id, m->req);
+    wfetch *f = fetch_for_data(w, p, m->f[F_DATA_ID].id, m->req, &st);
     const proto_val *data = &m->f[F_DATA_DATA];
     uint64_t off = m->f[F_DATA_OFF].u;
-    if (f == NULL || f->peer != p || f->req != m->req || f->obj == NULL)
+    if (f == NULL || f->obj == NULL)
         return; /* a fetch we gave up on: late chunks are dropped */
-    if (off != f->src_off + f->received || data->bin.len > f->size - f->received ||
+    if (off != st->upto || data->bin.len > st->end - st->upto ||
         m->f[F_DATA_TOTAL].u != f->src_size) {
         spw_log(SPW_LOG_WARN, "fetch from %s: chunk at %llu, expected %llu: trying elsewhere",
-                p->addr, (unsigned long long)off,
-                (unsigned long long)(f->src_off + f->received));
-        fetch_start(w, f);
+                p->addr, (unsigned long long)off, (unsigned long long)st->upto);
+        stripe_start(w, f, st);
         return;
     }
-    uint8_t *dst = ost_obj_data(f->obj) + f->received;
+    uint8_t *dst = ost_obj_data(f->obj) + (st->upto - f->src_off);
     if (data->bin.ptr != dst) /* else it was received in place */
         memcpy(dst, data->bin.ptr, data->bin.len);
-    f->received += data->bin.len;
+    st->upto += data->bin.len;
     w->fetched_bytes += data->bin.len;
-    if (f->followers != NULL && f->received < f->size)
-        wrk__followers_advance(w, &f->followers, false);
+    fetch_advance(w, f, st);
     if (m->f[F_DATA_FLAGS].u & PROTO_CHUNK_LAST) {
-        if (f->received == f->size)
+        if (st->upto != st->end)
+            stripe_start(w, f, st);
+        else if (fetch_complete(f))
             fetch_done(w, f);
-        else
-            fetch_start(w, f);
     }
 }
 
@@ -231,13 +281,15 @@ static void fpeer_close(proto_conn *c, int status)
     wfetch *f, *tmp;
     HASH_ITER(hh, w->fetches, f, tmp)
     {
-        if (f->peer == p) {
-            f->peer = NULL;
-            if (!w->closing) {
-                spw_log(SPW_LOG_WARN, "fetch from %s: connection %s", p->addr,
-                        spw_strerror(status));
-                fetch_start(w, f);
-            }
+        for (uint32_t k = 0; k < f->nstripes; k++) {
+            if (f->st[k].peer != p)
+                continue;
+            f->st[k].peer = NULL;
+            if (w->closing)
+                continue;
+            spw_log(SPW_LOG_WARN, "fetch from %s: connection %s", p->addr, spw_strerror(status));
+            if (!stripe_start(w, f, &f->st[k]))
+                break; /* the fetch failed and is gone */
         }
     }
     spw_free(p);
@@ -268,25 +320,42 @@ static wpeer *peer_get(wrk *w, const char *addr)
     return p;
 }
 
-static void fetch_start(wrk *w, wfetch *f)
+/* Reads range st from its next source (a stripe from where it stopped). Returns false when it has
+ * no source left: then the whole fetch failed and f is freed. */
+static bool stripe_start(wrk *w, wfetch *f, wstripe *st)
 {
-    while (f->next_loc < f->nlocs) {
-        const char *addr = f->locs[f->next_loc++];
+    st->peer = NULL;
+    if (f->nstripes == 1) {
+        /* Unstriped, it reads the whole object (or view) again: its next source may be
+         * receiving it still, and serves a follower only from the start. */
+        st->upto = st->off;
+        f->received = 0;
+    }
+    while (st->next_loc < st->nlocs) {
+        const char *addr = st->locs[st->next_loc++];
         char hex[33];
-        spw_log(SPW_LOG_DEBUG, "obj=%s fetching from %s", spw_id_hex(f->id, hex), addr);
+        spw_log(SPW_LOG_DEBUG, "obj=%s fetching bytes %llu..%llu from %s", spw_id_hex(f->id, hex),
+                (unsigned long long)st->upto, (unsigned long long)st->end, addr);
         wpeer *p = peer_get(w, addr);
         if (p == NULL)
             continue;
-        f->peer = p;
-        f->received = 0;
-        f->req = ++w->next_req;
+        st->peer = p;
+        st->req = ++w->next_req;
         if (p->ready)
-            fetch_send(w, f);
-        return;
+            fetch_send(w, f, st);
+        return true;
     }
     char msg[128];
-    snprintf(msg, sizeof msg, "no worker holding it could send it (%u tried)", f->nlocs);
+    snprintf(msg, sizeof msg, "no worker holding it could send it (%u tried)", st->nlocs);
     fetch_fail(w, f, SPW_EOBJLOST, msg);
+    return false;
+}
+
+static void fetch_start(wrk *w, wfetch *f)
+{
+    for (uint32_t k = 0; k < f->nstripes; k++)
+        if (f->st[k].upto < f->st[k].end && !stripe_start(w, f, &f->st[k]))
+            return;
 }
 
 typedef struct fetch_req {
@@ -316,8 +385,50 @@ static void fetch_created(void *arg, int status, ost_obj *o)
     }
     f->obj = o;
     if (!f->ranged)
-        wrk__unpark(w, f->id, o, &f->followers, &f->received);
+        wrk__unpark(w, f->id, o);
     fetch_start(w, f);
+}
+
+/* f reads its object (or view) as one range, from the sources already in st[0]. */
+static void stripe_whole(wfetch *f)
+{
+    f->nstripes = 1;
+    f->st[0].off = f->st[0].upto = f->src_off;
+    f->st[0].end = f->src_off + f->size;
+}
+
+/* Copies the addresses of a RECS(loc) into st's sources, leaving out this worker's own. */
+static void stripe_locs(wrk *w, wstripe *st, const proto_val *locs)
+{
+    for (uint32_t j = 0; locs != NULL && j < locs->arr.n && st->nlocs < WRK_MAX_LOCS; j++) {
+        proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], st->locs[st->nlocs], sizeof st->locs[0]);
+        if (strcmp(st->locs[st->nlocs], w->bound) != 0)
+            st->nlocs++;
+    }
+}
+
+/* A striped REPLICATE's ranges (RECS(stripe), nil or empty: none) into f: they must follow one
+ * another from 0 to f->size, each non-empty with a source other than this worker. Returns 0 or
+ * SPW_EINVAL (f's ranges then do not matter). */
+static int stripes_parse(wrk *w, wfetch *f, const proto_val *v)
+{
+    if (v->nil || v->arr.n == 0)
+        return 0;
+    if (v->arr.n > WRK_MAX_STRIPES)
+        return SPW_EINVAL;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < v->arr.n; k++) {
+        const proto_val *r = PROTO_REC(v, k);
+        wstripe *st = &f->st[k];
+        st->off = st->upto = r[R_STRIPE_OFF].u;
+        st->end = st->off + r[R_STRIPE_LEN].u;
+        stripe_locs(w, st, &r[R_STRIPE_LOCS]);
+        if (st->off != at || st->end <= st->off || st->end > f->size || st->nlocs == 0)
+            return SPW_EINVAL;
+        at = st->end;
+    }
+    f->nstripes = v->arr.n;
+    return at == f->size ? 0 : SPW_EINVAL;
 }
 
 spw_id wrk__view_id(spw_id id, uint64_t off, uint64_t len)
@@ -353,8 +464,9 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
         f->src_size = wa->objsize;
         f->size = ranged ? wa->len : wa->objsize;
         w->nranged += ranged;
-        f->nlocs = wa->nlocs;
-        memcpy(f->locs, wa->locs, sizeof f->locs);
+        stripe_whole(f);
+        f->st[0].nlocs = wa->nlocs;
+        memcpy(f->st[0].locs, wa->locs, sizeof f->st[0].locs);
         f->creating = true;
         HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
         fwait *x = spw_calloc(SPW_MOD_WORKER, 1, sizeof *x);
@@ -380,14 +492,9 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
         f->plugin = true; /* a task's input already: the plugin hears how it ends too */
         return;
     }
-    uint32_t nlocs = 0;
-    char addrs[WRK_MAX_LOCS][64];
-    for (uint32_t j = 0; locs != NULL && j < locs->arr.n && nlocs < WRK_MAX_LOCS; j++) {
-        proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], addrs[nlocs], sizeof addrs[0]);
-        if (strcmp(addrs[nlocs], w->bound) != 0)
-            nlocs++;
-    }
-    if (f != NULL || nlocs == 0) {
+    wstripe st = {0};
+    stripe_locs(w, &st, locs);
+    if (f != NULL || st.nlocs == 0) {
         wrk__plugin_fetched(w, id, SPW_EOBJLOST,
                             f != NULL ? "its copy here is being dropped" : "no worker holds it");
         return;
@@ -397,8 +504,8 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
     f->src = id; /* the whole object, from offset 0 */
     f->src_size = size;
     f->size = size;
-    f->nlocs = nlocs;
-    memcpy(f->locs, addrs, sizeof f->locs);
+    f->st[0] = st;
+    stripe_whole(f);
     f->creating = true;
     f->plugin = true;
     HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
@@ -448,10 +555,18 @@ void wrk__replicate(wrk *w, const proto_msg *m)
         f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
         f->id = f->src = id;
         f->size = f->src_size = m->f[F_REPL_SIZE].u;
-        for (uint32_t j = 0; j < locs->arr.n && f->nlocs < WRK_MAX_LOCS; j++) {
-            proto_str(&PROTO_REC(locs, j)[R_LOC_ADDR], f->locs[f->nlocs], sizeof f->locs[0]);
-            if (strcmp(f->locs[f->nlocs], w->bound) != 0)
-                f->nlocs++;
+        int rc = stripes_parse(w, f, &m->f[F_REPL_STRIPES]);
+        if (rc != 0) {
+            spw_free(f);
+            proto_conn_error(w->sched, m->req, rc,
+                             "replicate: its ranges must cover the object in order, each with a "
+                             "source (at most %u ranges)",
+                             WRK_MAX_STRIPES);
+            return;
+        }
+        if (f->nstripes == 0) {
+            stripe_locs(w, &f->st[0], locs);
+            stripe_whole(f);
         }
         f->creating = true;
         HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
@@ -470,14 +585,18 @@ void wrk__peers_check(wrk *w)
     wfetch *f, *ftmp;
     HASH_ITER(hh, w->fetches, f, ftmp)
     {
-        wpeer *p = f->peer;
-        if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
-            w->opts.fetch_stall_ms == 0 ||
-            now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
-            continue;
-        spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it", p->addr,
-                w->opts.fetch_stall_ms);
-        proto_conn_close(p->conn, SPW_ETIMEDOUT); /* its fetches move on in fpeer_close */
+        for (uint32_t k = 0; k < f->nstripes; k++) {
+            wpeer *p = f->st[k].peer;
+            if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn) ||
+                w->opts.fetch_stall_ms == 0 ||
+                now - p->active_ns < (uint64_t)w->opts.fetch_stall_ms * 1000000ULL)
+                continue;
+            spw_log(SPW_LOG_WARN, "fetch from %s: nothing heard for %u ms: giving up on it",
+                    p->addr, w->opts.fetch_stall_ms);
+            /* Its fetches move on in fpeer_close, which may free f: look no further in it. */
+            proto_conn_close(p->conn, SPW_ETIMEDOUT);
+            break;
+        }
     }
 }
 
@@ -496,7 +615,7 @@ void wrk__fetches_drop(wrk *w)
         f->stale = true;
         if (f->plugin)
             wrk__plugin_fetched(w, f->id, SPW_ECLOSED, "the worker lost its scheduler");
-        wrk__followers_fail(&f->followers, SPW_ECLOSED, "the worker lost its scheduler");
+        followers_fail(f, SPW_ECLOSED, "the worker lost its scheduler");
         fwait *waiters = f->waiters, *x, *xtmp;
         f->waiters = NULL;
         LL_FOREACH_SAFE(waiters, x, xtmp)
@@ -524,7 +643,7 @@ void wrk__fetch_supersede(wrk *w, spw_id id)
         return;
     }
     f->stale = true;
-    wrk__followers_fail(&f->followers, SPW_EOBJLOST, msg);
+    followers_fail(f, SPW_EOBJLOST, msg);
     repl_answer(w, f, SPW_EOBJLOST, msg);
     fwait *waiters = f->waiters, *x, *tmp;
     f->waiters = NULL;

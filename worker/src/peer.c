@@ -194,7 +194,7 @@ static wupload *upload_got_memory(upload_req *r, int status, ost_obj *o)
         return NULL;
     }
     u->obj = o;
-    wrk__unpark(srv->w, id, o, &u->followers, &u->next_off);
+    wrk__unpark(srv->w, id, o);
     return u;
 }
 
@@ -284,13 +284,11 @@ static void reads_pump(wsrv *srv)
     wread *rd, *tmp;
     DL_FOREACH_SAFE(srv->reads, rd, tmp)
     {
-        uint64_t total = rd->end; /* whole-object reads of followers; ranges of others */
-        if (rd->avail == NULL)
-            total = ost_obj_size(rd->obj);
+        uint64_t total = ost_obj_size(rd->obj);
         const uint8_t *base = ost_obj_data(rd->obj);
         /* A follower sends only what has arrived. Its pin keeps the memory even if the
          * object is aborted; without one (it could not be taken) it sends copies. */
-        uint64_t limit = rd->avail != NULL ? *rd->avail : rd->end;
+        uint64_t limit = rd->avail != NULL && *rd->avail < rd->end ? *rd->avail : rd->end;
         uint64_t step = rd->chain && FOLLOW_CHUNK < w->chunk ? FOLLOW_CHUNK : w->chunk;
         while (rd->pos < limit && proto_conn_writable(srv->conn)) {
             uint64_t n = limit - rd->pos;
@@ -365,11 +363,47 @@ void wrk__followers_fail(wread **list, int status, const char *msg)
     }
 }
 
+/* Where a read of bytes [off, end) of object id, arriving here as o, can follow it as it comes:
+ * the followers list to join and the counter of how far it has arrived (in object bytes). A
+ * whole read follows the object's gap-free start; a part (only if ranges may be followed: a
+ * FOLLOW read), the range of the fetch that brings it (a striped fetch brings several at once;
+ * an upload's parts are not followed). Returns false if no one range brings it. */
+static bool follow_target(wrk *w, spw_id id, const ost_obj *o, uint64_t off, uint64_t end,
+                          bool ranges, wread ***list, const uint64_t **avail)
+{
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
+    if (f != NULL && !f->ranged && f->obj != NULL && f->obj == o) {
+        if (off == 0 && end == f->size) {
+            *list = &f->followers;
+            *avail = &f->received;
+            return true;
+        }
+        for (uint32_t k = 0; ranges && k < f->nstripes; k++) {
+            if (off >= f->st[k].off && end <= f->st[k].end && off < end) {
+                *list = &f->st[k].followers;
+                *avail = &f->st[k].upto;
+                return true;
+            }
+        }
+        return false;
+    }
+    wupload *u;
+    HASH_FIND(hh_all, w->uploads, &id, sizeof id, u);
+    if (u != NULL && u->obj != NULL && u->obj == o && off == 0 && end == u->total) {
+        *list = &u->followers;
+        *avail = &u->next_off;
+        return true;
+    }
+    return false;
+}
+
 /* Makes rd follow an object arriving here (avail counts what has), and sends what it can. */
 static void follow(wread *rd, ost_obj *o, wread **list, const uint64_t *avail)
 {
     char hex[33];
-    spw_log(SPW_LOG_DEBUG, "obj=%s followed by a peer from byte %llu", spw_id_hex(rd->id, hex),
+    spw_log(SPW_LOG_DEBUG, "obj=%s bytes %llu..%llu followed by a peer from byte %llu",
+            spw_id_hex(rd->id, hex), (unsigned long long)rd->off, (unsigned long long)rd->end,
             (unsigned long long)*avail);
     rd->obj = o;
     rd->avail = avail;
@@ -383,7 +417,7 @@ static void follow(wread *rd, ost_obj *o, wread **list, const uint64_t *avail)
 
 /* An object started arriving (a fetch or an upload got its memory): parked FOLLOW reads for
  * it start following. */
-void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail)
+void wrk__unpark(wrk *w, spw_id id, ost_obj *o)
 {
     wread *rd, *tmp;
     DL_FOREACH_SAFE2(w->parked, rd, tmp, fnext)
@@ -391,13 +425,17 @@ void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *av
         if (!spw_id_eq(rd->id, id))
             continue;
         DL_DELETE2(w->parked, rd, fprev, fnext);
-        /* Asked for before its size was known: a follower sends the whole object. */
-        bool whole = rd->off == 0 && rd->end == ost_obj_size(o);
-        if (rd->srv->closed || !whole) {
+        /* Asked for before its size was known: it follows the whole object, or the range that
+         * brings its bytes. */
+        wread **list = NULL;
+        const uint64_t *avail = NULL;
+        bool ok = follow_target(w, id, o, rd->off, rd->end, rd->chain, &list, &avail);
+        if (rd->srv->closed || !ok) {
             if (!rd->srv->closed) {
                 char hex[33];
                 proto_conn_error(rd->srv->conn, rd->req, SPW_EINVAL,
-                                 "obj=%s: range %llu+%llu is not the whole %llu bytes",
+                                 "obj=%s: bytes %llu..%llu do not arrive here as one range of "
+                                 "its %llu bytes",
                                  spw_id_hex(id, hex), (unsigned long long)rd->off,
                                  (unsigned long long)rd->end, (unsigned long long)ost_obj_size(o));
             }
@@ -497,45 +535,46 @@ static void read_start(wsrv *srv, const proto_msg *m)
     spw_id id = m->f[F_READ_ID].id;
     ost_obj *o = ost_obj_find(srv->w->store, id);
     wrk *w = srv->w;
-    wfetch *f;
-    HASH_FIND(hh, w->fetches, &id, sizeof id, f);
-    wupload *u;
-    HASH_FIND(hh_all, w->uploads, &id, sizeof id, u);
-    uint64_t total = f != NULL ? f->size : u != NULL ? u->total : 0;
-    bool whole = m->f[F_READ_OFF].u == 0 && total != 0 && m->f[F_READ_LEN].u == total;
+    uint64_t off = m->f[F_READ_OFF].u, len = m->f[F_READ_LEN].u;
     bool may_wait = !m->f[F_READ_FLAGS].nil && (m->f[F_READ_FLAGS].u & PROTO_READ_FOLLOW);
-    if ((o == NULL || ost_obj_state(o) == OST_CREATED) && (whole || (may_wait && o == NULL))) {
-        /* Still arriving here (or about to): forward it as it comes (a broadcast chain). */
-        wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
-        rd->id = id;
-        rd->req = m->req;
-        rd->off = m->f[F_READ_OFF].u; /* pos stays 0: a follower sends from the start */
-        rd->end = m->f[F_READ_LEN].u;
-        rd->srv = srv;
-        rd->chain = may_wait;
-        srv->refs++;
-        if (f != NULL && f->obj != NULL && f->obj == o) {
-            follow(rd, o, &f->followers, &f->received);
-        } else if (u != NULL && u->obj != NULL && u->obj == o) {
-            follow(rd, o, &u->followers, &u->next_off);
-        } else if (may_wait) {
-            spw_log(SPW_LOG_DEBUG, "obj=%s not here yet: read parked", spw_id_hex(id, hex));
-            rd->park_deadline_ns = spw_now_ns() + WRK_PARK_MAX_NS;
-            DL_APPEND2(w->parked, rd, fprev, fnext);
-        } else {
-            srv->refs--;
-            spw_free(rd);
+    if ((o == NULL || ost_obj_state(o) == OST_CREATED) && len > 0 && off + len > off) {
+        /* Still arriving here (or about to): forward it as it comes (a broadcast chain, or a
+         * tree of one range). */
+        wread **list = NULL;
+        const uint64_t *avail = NULL;
+        bool follows =
+            o != NULL && follow_target(w, id, o, off, off + len, may_wait, &list, &avail);
+        bool whole = o != NULL && off == 0 && len == ost_obj_size(o);
+        if (follows || (may_wait && (o == NULL || whole))) {
+            wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
+            rd->id = id;
+            rd->req = m->req;
+            rd->off = rd->pos = off;
+            rd->end = off + len;
+            rd->srv = srv;
+            rd->chain = may_wait;
+            srv->refs++;
+            if (follows) {
+                follow(rd, o, list, avail);
+            } else {
+                spw_log(SPW_LOG_DEBUG, "obj=%s not here yet: read parked", spw_id_hex(id, hex));
+                rd->park_deadline_ns = spw_now_ns() + WRK_PARK_MAX_NS;
+                DL_APPEND2(w->parked, rd, fprev, fnext);
+            }
+            return;
+        }
+        if (o == NULL) {
             proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker yet",
                              spw_id_hex(id, hex));
+            return;
         }
-        return;
     }
     if (o == NULL || ost_obj_state(o) != OST_SEALED) {
         proto_conn_error(srv->conn, m->req, SPW_ENOOBJ, "obj=%s is not on this worker",
                          spw_id_hex(id, hex));
         return;
     }
-    uint64_t off = m->f[F_READ_OFF].u, len = m->f[F_READ_LEN].u, size = ost_obj_size(o);
+    uint64_t size = ost_obj_size(o);
     if (off > size || len > size - off || len == 0) {
         proto_conn_error(srv->conn, m->req, SPW_EINVAL,
                          "obj=%s: range %llu+%llu outside %llu bytes", spw_id_hex(id, hex),

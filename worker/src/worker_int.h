@@ -194,10 +194,26 @@ typedef struct fwait {
     struct fwait *next;
 } fwait;
 
-/* A fetch of an object from a peer worker, trying its locations in turn; or of a view of one
- * (ranged): the view's bytes only, into a transient object of its own, keyed by an id private
- * to this worker (wrk__view_id), never reported to the scheduler and deleted once its waiting
- * tasks have pinned it, so that it goes with their last unpin. */
+/* Byte ranges of one object a fetch reads from different sources at once (a striped
+ * REPLICATE): each range comes down its own broadcast tree. */
+#define WRK_MAX_STRIPES 4
+
+/* One byte range of a fetch, read from its own sources in turn. */
+typedef struct wstripe {
+    uint64_t off, end;     /* bytes [off, end) of the source object */
+    uint64_t upto;         /* received up to here (off <= upto <= end), in source bytes */
+    uint64_t req;          /* its OBJ_READ to peer */
+    struct wpeer *peer;    /* where it is read from now (NULL: between sources) */
+    uint32_t nlocs, next_loc;
+    char locs[WRK_MAX_LOCS][64];
+    struct wread *followers; /* peers reading this range while it arrives */
+} wstripe;
+
+/* A fetch of an object from peer workers, each range (one unless striped) trying its locations
+ * in turn (a stripe resumes where the last one stopped, else it starts again); or of a view of
+ * one (ranged): the view's bytes only, into a transient object of its own, keyed by an id
+ * private to this worker (wrk__view_id), never reported to the scheduler and deleted once its
+ * waiting tasks have pinned it, so that it goes with their last unpin. */
 struct wfetch {
     spw_id id;
     UT_hash_handle hh;
@@ -205,17 +221,15 @@ struct wfetch {
     bool ranged;          /* the bytes [src_off, src_off + size) of object src */
     spw_id src;           /* the object read (id itself unless ranged) */
     uint64_t src_off, src_size;
-    uint32_t nlocs, next_loc;
-    char locs[WRK_MAX_LOCS][64];
+    wstripe st[WRK_MAX_STRIPES]; /* in order, covering [src_off, src_off + size) */
+    uint32_t nstripes;
     ost_obj *obj;         /* local object being written */
-    uint64_t received;
-    uint64_t req;
-    struct wpeer *peer;
+    uint64_t received;    /* bytes of it received from its start without a gap */
     fwait *waiters;
     bool creating;        /* waiting for store room */
     bool stale;           /* the scheduler that wanted it is gone: dropped once created */
     spw_buf repl;         /* uint64_t request ids of the broadcasts (REPLICATE) to answer */
-    struct wread *followers; /* peers reading it while it arrives (a broadcast chain) */
+    struct wread *followers; /* peers reading it whole while it arrives (a broadcast chain) */
     bool plugin;          /* an uploaded plugin's bytes: wrk__plugin_fetched hears how it ends */
 };
 
@@ -458,9 +472,9 @@ void wrk__sink_release(wrk *w, ost_obj **slot);
 void wrk__followers_advance(wrk *w, wread **list, bool sealed);
 /* The object will not arrive after all: its followers get the error and stop. */
 void wrk__followers_fail(wread **list, int status, const char *msg);
-/* An object started arriving: parked FOLLOW reads for it start following (avail counts what
- * has arrived). */
-void wrk__unpark(wrk *w, spw_id id, ost_obj *o, wread **list, const uint64_t *avail);
+/* An object started arriving (by a fetch or an upload, o its object): parked FOLLOW reads for it
+ * start following, or are refused if what they asked for does not arrive as one range. */
+void wrk__unpark(wrk *w, spw_id id, ost_obj *o);
 
 /* fetch.c: fetching from other workers */
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg);

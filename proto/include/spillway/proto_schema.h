@@ -49,6 +49,7 @@
     REC(OUT, out)                                                                                  \
     REC(PLUG, plug)                                                                                \
     REC(SPLUG, splug)                                                                              \
+    REC(STRIPE, stripe)                                                                            \
     MSG(CHALLENGE, challenge)                                                                      \
     MSG(HELLO, hello)                                                                              \
     MSG(WELCOME, welcome)                                                                          \
@@ -298,6 +299,13 @@
     F(R_SPLUG_GRAPHS, graphs, U, 0) /* references from graphs with tasks left */                   \
     F(R_SPLUG_COPIES, copies, U, 0) /* stores holding its bytes */
 
+/* One byte range of a striped REPLICATE and the workers to fetch it from, first one first (it
+ * may still be receiving that range: it forwards it as it comes). */
+#define PROTO_REC_FIELDS_STRIPE(F, N)                                                              \
+    F(R_STRIPE_OFF, off, U, 0)                                                                     \
+    F(R_STRIPE_LEN, len, U, 0)                                                                     \
+    F(R_STRIPE_LOCS, locs, RECS, loc)
+
 /* ----------------------------------------------------------------- messages */
 
 #define PROTO_FIELDS_CHALLENGE(F, N)                                                               \
@@ -513,7 +521,10 @@
 #define PROTO_FIELDS_REPLICATE(F, N)                                                               \
     F(F_REPL_ID, id, ID, 0)                                                                        \
     F(F_REPL_SIZE, size, U, 0)                                                                     \
-    F(F_REPL_LOCS, locs, RECS, loc)
+    F(F_REPL_LOCS, locs, RECS, loc)                                                                \
+    N(F_REPL_STRIPES, stripes, RECS, stripe) /* absent or empty: the whole object from locs; else \
+                                                ranges in order covering it, each fetched from \
+                                                its own sources at once */
 
 /* Draining a worker: it takes no more tasks, and every object of which it holds the only copy is
  * copied to other workers. A worker sends DRAIN (0, "") for itself, spillway-ctl names one by id
