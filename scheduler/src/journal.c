@@ -1132,7 +1132,8 @@ static void drop_unreferenced(sched *s)
         sched_obj *o = sched__obj_find(s, j->restored[i]);
         if (o == NULL || o->is_chunk)
             continue;
-        o->graph_hold--; /* apply_put's */
+        if (!o->has_task && !o->is_out)
+            o->graph_hold--; /* a put's, from apply_put (task outputs are restored too) */
         sched__obj_maybe_free(s, o);
     }
 }

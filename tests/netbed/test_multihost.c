@@ -759,6 +759,122 @@ static void wire_capture_holds_the_pattern_only_in_the_clear(void)
     E2E_STOP(c, cl);
 }
 
+/* The objects spillway-ctl memory lists: exactly want of them, none pending or lost. */
+typedef struct listed {
+    h_cluster *c;
+    size_t want;
+} listed;
+
+static bool memory_lists(void *arg)
+{
+    listed *l = arg;
+    json_t *doc = e2e_ctl_json(l->c, "memory");
+    if (doc == NULL)
+        return false;
+    json_t *objs = json_object_get(doc, "objects");
+    bool ok = json_array_size(objs) == l->want;
+    size_t i;
+    json_t *o;
+    json_array_foreach(objs, i, o) ok =
+        ok && strcmp(json_string_value(json_object_get(o, "state")), "ready") == 0;
+    json_decref(doc);
+    return ok;
+}
+
+/* kill -9 of the scheduler on host1, three times, during one client's job of puts, a scatter,
+ * kept outputs and a spilling stage, the scheduler restarted each time on its state directory:
+ * the client (reconnecting by itself) sees its job through with every byte checked; spillway-ctl
+ * memory then lists exactly its live objects, nothing was lost, and every store is back to 0
+ * once it releases them. */
+enum { RIDE_ROUNDS = 3, RIDE_FILLS = 8, RIDE_SIZE = 4u << 20 };
+
+static void job_rides_out_three_scheduler_kills(void)
+{
+    need_bed();
+    h_cluster *sd = h_cluster_bare(); /* a directory for the journal, removed with the case */
+    char state[600];
+    snprintf(state, sizeof state, "%s/state", sd->dir);
+    const char *const sargs[] = {"--state-dir", state, NULL};
+    h_cluster *c = bed_start(sargs, "16M", "500");
+    spillway *cl = e2e_connect(c);
+    uint8_t *buf = malloc(RIDE_SIZE);
+    fill_pattern(buf, RIDE_SIZE, 99);
+    spillway_ref scat;
+    assert_int_equal(spillway_scatter(cl, buf, RIDE_SIZE, 0, &scat), 0);
+    uint64_t scat_sum = XXH3_64bits(buf, RIDE_SIZE);
+    spillway_ref puts[RIDE_ROUNDS], sums[RIDE_ROUNDS], slow[RIDE_ROUNDS];
+    spillway_ref fills[RIDE_ROUNDS][RIDE_FILLS];
+    for (int k = 0; k < RIDE_ROUNDS; k++) {
+        fill_pattern(buf, RIDE_SIZE, 50 + k);
+        assert_int_equal(spillway_put(cl, buf, RIDE_SIZE, &puts[k]), 0);
+        spillway_graph *g = spillway_graph_new(cl);
+        for (int i = 0; i < RIDE_FILLS; i++) {
+            int p = k * RIDE_FILLS + i;
+            uint8_t pat[3] = {(uint8_t)p, (uint8_t)(p * 7), 0x5A};
+            spillway_arg a[2] = {spillway_arg_u64(RIDE_SIZE), spillway_arg_bytes(pat, 3)};
+            assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &fills[k][i]), 0);
+        }
+        spillway_arg in = spillway_arg_ref(puts[k]);
+        assert_int_equal(spillway_task(g, "checksum", &in, 1, SPILLWAY_KEEP, &sums[k]), 0);
+        spillway_arg ms = spillway_arg_u64(1500);
+        assert_int_equal(spillway_task(g, "sleep_ms", &ms, 1, SPILLWAY_KEEP, &slow[k]), 0);
+        E2E_SUBMIT(g);
+        assert_int_equal(spillway_wait(cl, fills[k], RIDE_FILLS, 120000), 0);
+        /* The sleep is under way when the scheduler dies; it comes back on its journal. */
+        int ws = h_sched_kill(c, SIGKILL);
+        assert_true(WIFSIGNALED(ws));
+        const char *v[BED_MAX_ARGS];
+        h_sched_restart(c, bed_args(sargs, v));
+        assert_int_equal(spillway_wait(cl, &slow[k], 1, 120000), 0);
+        assert_int_equal(e2e_get_u64(cl, sums[k]), XXH3_64bits(buf, RIDE_SIZE));
+    }
+    assert_true(h_eventually(some_store_spilled, c, 20000));
+    /* Every byte, after three restarts: the fills, the puts, the scattered object everywhere. */
+    uint8_t *want = malloc(RIDE_SIZE);
+    for (int k = 0; k < RIDE_ROUNDS; k++) {
+        for (int i = 0; i < RIDE_FILLS; i++) {
+            int p = k * RIDE_FILLS + i;
+            uint8_t pat[3] = {(uint8_t)p, (uint8_t)(p * 7), 0x5A};
+            for (size_t b = 0; b < RIDE_SIZE; b++)
+                want[b] = pat[b % 3];
+            void *data;
+            size_t len;
+            assert_int_equal(spillway_get(cl, fills[k][i], 60000, &data, &len), 0);
+            assert_int_equal(len, RIDE_SIZE);
+            assert_memory_equal(data, want, RIDE_SIZE);
+            spillway_free(data);
+        }
+        fill_pattern(want, RIDE_SIZE, 50 + k);
+        void *data;
+        size_t len;
+        assert_int_equal(spillway_get(cl, puts[k], 60000, &data, &len), 0);
+        assert_int_equal(len, RIDE_SIZE);
+        assert_memory_equal(data, want, RIDE_SIZE);
+        spillway_free(data);
+    }
+    for (int i = 0; i < NW; i++)
+        assert_int_equal(checksum_on(cl, scat, worker_names[i]), scat_sum);
+    listed l = {c, 1 + RIDE_ROUNDS * (RIDE_FILLS + 3)};
+    assert_true(h_eventually(memory_lists, &l, 20000));
+    json_t *st = e2e_ctl_json(c, "status");
+    assert_non_null(st);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "lineage"), "lost")),
+                     0);
+    json_decref(st);
+    assert_int_equal(spillway_release(cl, scat), 0);
+    for (int k = 0; k < RIDE_ROUNDS; k++) {
+        assert_int_equal(spillway_release_many(cl, fills[k], RIDE_FILLS), 0);
+        assert_int_equal(spillway_release(cl, puts[k]), 0);
+        assert_int_equal(spillway_release(cl, sums[k]), 0);
+        assert_int_equal(spillway_release(cl, slow[k]), 0);
+    }
+    free(want);
+    free(buf);
+    assert_true(e2e_cluster_idle(c, 20000));
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(cluster_across_hosts_by_name),
     H_CASE(spilling_job_across_hosts),
@@ -768,6 +884,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(unresolvable_scheduler_name_is_named),
     H_CASE(uploaded_plugin_runs_on_every_host),
     H_CASE(shuffle_across_hosts),
+    H_CASE(job_rides_out_three_scheduler_kills),
     H_CASE(wire_capture_holds_the_pattern_only_in_the_clear),
 };
 
