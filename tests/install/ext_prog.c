@@ -1,9 +1,11 @@
 /*
  * A program outside the tree, built by tests/install/test_install.sh against the installed
  * library only (pkg-config or find_package): the version calls, a task of the example plugin
- * and a built-in one, through spillway_connect with NULL options.
+ * and a built-in one, through spillway_connect with NULL options. With a file named after the
+ * address, it also keeps tasks running for a few seconds, writes the file once they are
+ * submitted (for the caller to restart the scheduler meanwhile) and waits for them.
  *
- *   ext_prog HOST:PORT
+ *   ext_prog HOST:PORT [SUBMITTED-FILE]
  */
 #include <stdio.h>
 #include <string.h>
@@ -18,8 +20,8 @@ static int fail(spillway *c, int rc, const char *what)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: ext_prog HOST:PORT\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: ext_prog HOST:PORT [SUBMITTED-FILE]\n");
         return 2;
     }
     char want[32];
@@ -41,9 +43,24 @@ int main(int argc, char **argv)
     spillway_task(g, "upper", &text, 1, SPILLWAY_KEEP, &up);
     spillway_arg ab[2] = {spillway_arg_u64(40), spillway_arg_u64(2)};
     spillway_task(g, "add", ab, 2, SPILLWAY_KEEP, &sum);
+    enum { SLOW = 8 };
+    spillway_ref slow[SLOW];
+    for (int i = 0; argc == 3 && i < SLOW; i++) {
+        spillway_arg ms = spillway_arg_u64(1500);
+        spillway_task(g, "sleep_ms", &ms, 1, SPILLWAY_KEEP, &slow[i]);
+    }
     if ((rc = spillway_submit(g)) != 0)
         return fail(c, rc, "submit");
     spillway_graph_free(g);
+    if (argc == 3) {
+        FILE *f = fopen(argv[2], "w");
+        if (f == NULL || fclose(f) != 0)
+            return fail(c, -1, argv[2]);
+        /* The scheduler may be restarted now: the client resumes its session by itself. */
+        if ((rc = spillway_wait(c, slow, SLOW, 120000)) != 0)
+            return fail(c, rc, "wait for the slow tasks");
+        spillway_release_many(c, slow, SLOW);
+    }
     void *out;
     size_t len;
     if ((rc = spillway_get(c, up, 30000, &out, &len)) != 0)

@@ -112,8 +112,16 @@ done
 j spillway-worker@1 -p 5..5 -o cat | grep -e "^registered with scheduler=127.0.0.1:7400" >/dev/null ||
     fail "worker@1's registration is not in the journal at priority 5"
 
-step "restart of the scheduler: the workers come back"
+step "restart of the scheduler under a running job: the job resumes and completes"
+rm -f /home/alice/submitted
+runuser -u alice -- bash -c 'cd && ./ext 127.0.0.1:7400 /home/alice/submitted' >/tmp/slow.out 2>&1 &
+slow_pid=$!
+until_ok 30 test -e /home/alice/submitted || fail "the slow job did not submit: $(cat /tmp/slow.out)"
 systemctl restart spillway-scheduler || fail "restart"
+wait "$slow_pid" || fail "the job did not survive the restart: $(cat /tmp/slow.out)"
+grep -e "OK" /tmp/slow.out >/dev/null || fail "the job's results: $(cat /tmp/slow.out)"
+journalctl --no-pager -u spillway-scheduler -o cat | grep -e "journal .*restored 1 sessions" >/dev/null ||
+    fail "the restarted scheduler did not restore the session from its journal"
 workers_back() { runuser -u alice -- spillway-ctl status | grep -e "workers: 2" >/dev/null; }
 until_ok 60 workers_back || fail "the workers did not come back within 60 s"
 job alice || fail "alice's job after the restart"
