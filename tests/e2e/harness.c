@@ -449,9 +449,35 @@ static h_cluster *cluster_start(const char *host, bool secret, const char *const
     return c;
 }
 
+/* SPW_E2E_HOSTS="H1 H2 ...", set when an e2e case runs on the multi-host bed (tests/netbed):
+ * word i of it, or NULL (this host) without it; workers take H2, H3, ... in turn. */
+static const char *bed_host(unsigned i)
+{
+    static char words[8][64];
+    static unsigned n;
+    static bool parsed;
+    if (!parsed) {
+        parsed = true;
+        const char *e = getenv("SPW_E2E_HOSTS");
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", e != NULL ? e : "");
+        char *save = NULL;
+        for (char *w = strtok_r(buf, " ", &save); w != NULL && n < 8;
+             w = strtok_r(NULL, " ", &save))
+            snprintf(words[n++], sizeof words[0], "%s", w);
+        if (n > 0)
+            fprintf(stderr, "harness: on the hosts of SPW_E2E_HOSTS: %s\n", e);
+    }
+    if (n == 0)
+        return NULL;
+    if (i == 0)
+        return words[0];
+    return n == 1 ? words[0] : words[1 + (i - 1) % (n - 1)];
+}
+
 h_cluster *h_cluster_start(bool secret, const char *const *sched_args)
 {
-    return cluster_start(NULL, secret, sched_args);
+    return cluster_start(bed_host(0), secret, sched_args);
 }
 
 h_cluster *h_cluster_start_on(const char *host, bool secret, const char *const *sched_args)
@@ -489,7 +515,8 @@ static int worker_start(h_cluster *c, const char *host, const char *const *args)
 
 int h_worker_start(h_cluster *c, const char *const *args)
 {
-    return worker_start(c, NULL, args);
+    static unsigned started;
+    return worker_start(c, bed_host(++started), args);
 }
 
 int h_worker_start_on(h_cluster *c, const char *host, const char *const *args)

@@ -76,6 +76,9 @@ const char *h_bin(const char *name);
 /** Starts a scheduler (extra args, NULL-terminated list, may be NULL) in a fresh temp dir.
  * Its HTTP endpoint is off (--http none) unless the args name --http.
  * With secret true, a secret file is made and passed. Aborts the test on failure.
+ * With SPW_E2E_HOSTS="H1 H2 ..." in the environment (an e2e case run on the multi-host bed,
+ * tests/netbed) the scheduler listens on H1 and h_worker_start places workers on H2, H3, ... in
+ * turn, by host name.
  * @return the cluster, owned by the harness until the case's teardown. */
 h_cluster *h_cluster_start(bool secret, const char *const *sched_args);
 /** A cluster of no daemon yet, only its directory: for a case that starts its own processes
