@@ -38,6 +38,7 @@
 
 enum {
     K_GRAPH = 'G', /* + graph + frame number: a SUBMIT frame, as received */
+    K_PLUGIN = 'L', /* + its bytes' object id: an uploaded plugin checked READY, its holders */
     K_NEXT = 'N',
     K_PUT = 'P',
     K_REF = 'R',
@@ -438,6 +439,14 @@ static size_t key_put(uint8_t *k, spw_id id)
     return 1 + sizeof id;
 }
 
+static size_t key_plugin(uint8_t *k, const sched_plugin *p)
+{
+    spw_id id = proto_plugin_obj_id(p->hash);
+    k[0] = K_PLUGIN;
+    memcpy(k + 1, &id, sizeof id);
+    return 1 + sizeof id;
+}
+
 static size_t key_ref(uint8_t *k, uint64_t sid, spw_id id)
 {
     k[0] = K_REF;
@@ -558,6 +567,35 @@ void sched__jnl_put(sched *s, const sched_obj *o)
     w32(&j->ops, o->chunked ? o->chunks.n : 0);
     w8(&j->ops, o->copies_want);
     jnl_end(s, at);
+}
+
+/* An uploaded plugin, once READY and whenever its holders change: a restarted scheduler has it
+ * READY again (no check: it passed one) before the graphs naming it are replayed. */
+void sched__jnl_plugin(sched *s, const sched_plugin *p)
+{
+    if (!jnl_on(s) || p->state != PROTO_PLUGIN_READY)
+        return;
+    sched_jnl *j = s->jnl;
+    uint8_t k[KEY_MAX];
+    size_t at = jnl_begin(j, OP_PUT, k, key_plugin(k, p));
+    spw_buf_append(&j->ops, p->hash, PROTO_PLUGIN_HASH_LEN);
+    wstr(&j->ops, p->name, strlen(p->name));
+    w64(&j->ops, p->size);
+    w32(&j->ops, p->nfns);
+    w32(&j->ops, p->nholders);
+    for (uint32_t i = 0; i < p->nholders; i++) {
+        w64(&j->ops, p->holders[i].session);
+        w32(&j->ops, p->holders[i].count);
+    }
+    jnl_end(s, at);
+}
+
+void sched__jnl_plugin_gone(sched *s, const sched_plugin *p)
+{
+    if (!jnl_on(s))
+        return;
+    uint8_t k[KEY_MAX];
+    jnl_end(s, jnl_begin(s->jnl, OP_DEL, k, key_plugin(k, p)));
 }
 
 /* 'G', 'T' and 'X' keys: the kind, the graph, then the frame number (4 bytes), the completion
@@ -802,6 +840,30 @@ static bool entries_check(jrd *r, int kind)
     return !r->bad && r->at == r->n;
 }
 
+typedef struct jplug {
+    uint8_t hash[PROTO_PLUGIN_HASH_LEN];
+    char name[PROTO_MAX_NAME + 1];
+    uint64_t size;
+    uint32_t nfns, nholders;
+    const uint8_t *holders; /* nholders of [u64 session][u32 count] */
+} jplug;
+
+static bool plugin_read(jrd *r, jplug *q)
+{
+    const uint8_t *h = rd(r, PROTO_PLUGIN_HASH_LEN);
+    if (h != NULL)
+        memcpy(q->hash, h, PROTO_PLUGIN_HASH_LEN);
+    rstr(r, q->name, sizeof q->name - 1);
+    q->size = r64(r);
+    q->nfns = r32(r);
+    q->nholders = r32(r);
+    q->holders = r->bad || q->nholders > (r->n - r->at) / 12 ? NULL : r->p + r->at;
+    if (q->holders == NULL)
+        return false;
+    r->at += (size_t)q->nholders * 12;
+    return !r->bad && r->at == r->n;
+}
+
 /* Whether record (k, v) is well formed; why not in why. */
 static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
 {
@@ -833,6 +895,11 @@ static bool rec_check(const MDB_val *k, const MDB_val *v, char *why, size_t len)
     case K_REF:
         ok = k->mv_size == 25 && r.n == 8;
         break;
+    case K_PLUGIN: {
+        jplug q;
+        ok = k->mv_size == 17 && plugin_read(&r, &q);
+        break;
+    }
     case K_GRAPH: {
         /* The session, then one whole frame: its length prefix says the rest. */
         const uint8_t *f = r.n >= 8 + PROTO_HDR_LEN ? r.p + 8 : NULL;
@@ -1040,6 +1107,30 @@ static void apply_ref(sched *s, const MDB_val *k, jrd *r, void *arg)
         sched__session_ref(s, ss, o, REF_BROADCAST);
 }
 
+static void apply_plugin(sched *s, const MDB_val *k, jrd *r, void *arg)
+{
+    (void)k;
+    uint64_t *n = arg;
+    jplug q;
+    if (!plugin_read(r, &q))
+        return;
+    sched_plugin *p = sched__plugin_restore(s, q.hash, q.name, q.size, q.nfns);
+    if (p == NULL)
+        return; /* its bytes were not restored */
+    for (uint32_t i = 0; i < q.nholders; i++) {
+        const uint8_t *h = q.holders + (size_t)i * 12;
+        uint64_t sid;
+        uint32_t count;
+        memcpy(&sid, h, 8);
+        memcpy(&count, h + 8, 4);
+        sched_session *ss;
+        HASH_FIND(hh, s->sessions, &sid, sizeof sid, ss);
+        if (ss != NULL)
+            sched__plugin_restore_holder(p, sid, count);
+    }
+    (*n)++;
+}
+
 /* SUBMIT frames, replayed through sched__submit for their sessions (with no connection, so no
  * answer goes anywhere), in the order the graphs began. */
 typedef struct replay {
@@ -1150,6 +1241,8 @@ static void journal_apply(sched *s)
     each(txn, j->dbi, K_SESSION, apply_session, s, &nsess);
     for (int pass = 0; pass < 2; pass++)
         each(txn, j->dbi, K_PUT, apply_put, s, &pass);
+    uint64_t nplug = 0;
+    each(txn, j->dbi, K_PLUGIN, apply_plugin, s, &nplug);
     replay rp = {.frames = 0};
     msgpack_zone_init(&rp.zone, 4096);
     each(txn, j->dbi, K_GRAPH, apply_frame, s, &rp);
@@ -1162,14 +1255,17 @@ static void journal_apply(sched *s)
     mdb_txn_abort(txn);
     j->loading = false;
     drop_unreferenced(s);
+    sched__plugins_restored(s);
     if (j->nrestored > 0)
         j->claim_until_ms = now_ms() + JNL_CLAIM_MS;
     if (j->session_mark <= s->next_session)
         sched__jnl_session_id(s, s->next_session);
     spw_log(SPW_LOG_NOTICE,
-            "journal %s: restored %llu sessions, %llu SUBMIT frames (%llu skipped), %llu task "
-            "outcomes, %llu objects in %.1f ms; workers' reports claim what is in their stores",
-            j->path, (unsigned long long)nsess, (unsigned long long)rp.frames,
+            "journal %s: restored %llu sessions, %llu plugins, %llu SUBMIT frames (%llu "
+            "skipped), %llu task outcomes, %llu objects in %.1f ms; workers' reports claim what "
+            "is in their stores",
+            j->path, (unsigned long long)nsess, (unsigned long long)nplug,
+            (unsigned long long)rp.frames,
             (unsigned long long)rp.skipped, (unsigned long long)ndone,
             (unsigned long long)s->objects.n, (double)(spw_now_ns() - t0) / 1e6);
 }

@@ -44,6 +44,7 @@ static sched_plugin *find_prefix(sched *s, const char *prefix)
 
 static void plugin_free(sched *s, sched_plugin *p)
 {
+    sched__jnl_plugin_gone(s, p);
     HASH_DEL(s->plugins, p);
     if (s->plugin_last == p)
         s->plugin_last = NULL;
@@ -198,6 +199,7 @@ void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m)
     }
     if (p != NULL && p->state == PROTO_PLUGIN_READY) {
         holder_add(p, ss->id);
+        sched__jnl_plugin(s, p);
         proto_send_plugin_checked(ss->conn, m->req,
                                   &(proto_plugin_checked_msg){
                                       .hash = {p->hash, PROTO_PLUGIN_HASH_LEN},
@@ -236,6 +238,39 @@ void sched__plugin_add(sched *s, sched_session *ss, const proto_msg *m)
         check_start(s, p);
 }
 
+sched_plugin *sched__plugin_restore(sched *s, const uint8_t *hash, const char *name, uint64_t size,
+                                   uint32_t nfns)
+{
+    sched_obj *o = sched__obj_find(s, proto_plugin_obj_id(hash));
+    if (o == NULL || o->size != size)
+        return NULL;
+    sched_plugin *p = spw_calloc(SPW_MOD_SCHED, 1, sizeof *p);
+    memcpy(p->hash, hash, PROTO_PLUGIN_HASH_LEN);
+    proto_plugin_hex(hash, p->hex);
+    memcpy(p->prefix, p->hex, PROTO_PLUGIN_PREFIX_HEX);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->size = size;
+    p->nfns = nfns;
+    p->obj = o;
+    p->state = PROTO_PLUGIN_READY;
+    sched__ref(s, o, REF_PLUGIN);
+    HASH_ADD(hh, s->plugins, prefix, PROTO_PLUGIN_PREFIX_HEX, p);
+    return p;
+}
+
+void sched__plugins_restored(sched *s)
+{
+    sched_plugin *p, *tmp;
+    HASH_ITER(hh, s->plugins, p, tmp)
+    maybe_free(s, p);
+}
+
+void sched__plugin_restore_holder(sched_plugin *p, uint64_t session, uint32_t count)
+{
+    while (count-- > 0)
+        holder_add(p, session);
+}
+
 void sched__plugin_checked(sched *s, sched_worker *w, const proto_msg *m)
 {
     sched_plugin *p, *tmp;
@@ -260,6 +295,7 @@ void sched__plugin_checked(sched *s, sched_worker *w, const proto_msg *m)
         spw_log(SPW_LOG_NOTICE, "plugin=%s hash=%s size=%llu functions=%u added", p->name, p->hex,
                 (unsigned long long)p->size, p->nfns);
         answer_waiters(s, p, 0, "");
+        sched__jnl_plugin(s, p);
         maybe_free(s, p); /* its adders may all be gone */
         return;
     }
@@ -276,6 +312,7 @@ void sched__plugin_release(sched *s, sched_session *ss, const proto_msg *m)
         p->clients--;
         if (--p->holders[i].count == 0)
             p->holders[i] = p->holders[--p->nholders];
+        sched__jnl_plugin(s, p);
         proto_send_ok(ss->conn, m->req, &(proto_ok_msg){.value = 0});
         maybe_free(s, p);
         return;
@@ -288,11 +325,15 @@ void sched__plugins_session_gone(sched *s, sched_session *ss)
     sched_plugin *p, *tmp;
     HASH_ITER(hh, s->plugins, p, tmp)
     {
+        bool held = false;
         for (uint32_t i = 0; i < p->nholders; i++)
             if (p->holders[i].session == ss->id) {
                 p->clients -= p->holders[i].count;
                 p->holders[i--] = p->holders[--p->nholders];
+                held = true;
             }
+        if (held)
+            sched__jnl_plugin(s, p);
         for (uint32_t i = 0; i < p->nwaiters; i++)
             if (p->waiters[i].session == ss->id)
                 p->waiters[i--] = p->waiters[--p->nwaiters];

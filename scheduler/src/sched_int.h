@@ -969,6 +969,15 @@ void sched__jnl_session_id(sched *s, uint64_t id);
 void sched__jnl_session(sched *s, const sched_session *ss);
 void sched__jnl_session_gone(sched *s, const sched_session *ss);
 void sched__jnl_nrecv(sched *s, sched_session *ss);
+void sched__jnl_plugin(sched *s, const sched_plugin *p);
+void sched__jnl_plugin_gone(sched *s, const sched_plugin *p);
+/* From the journal at start: an uploaded plugin READY again, holding its object (NULL: its
+ * bytes were not restored), and its holders. A restored plugin nobody holds and no graph names
+ * goes after the replay (sched__plugins_restored). */
+sched_plugin *sched__plugin_restore(sched *s, const uint8_t *hash, const char *name, uint64_t size,
+                                   uint32_t nfns);
+void sched__plugin_restore_holder(sched_plugin *p, uint64_t session, uint32_t count);
+void sched__plugins_restored(sched *s);
 /* ss's counts on object id changed to count (indexed by enum ref_kind). */
 void sched__jnl_ref(sched *s, const sched_session *ss, spw_id id, const uint32_t *count);
 /* A SUBMIT frame of ss's graph g is being taken in (its bytes are those on ss's connection). */

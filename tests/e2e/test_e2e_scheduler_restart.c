@@ -565,6 +565,58 @@ static void client_rides_out_three_scheduler_kills(void)
     E2E_FINISH(c, cl);
 }
 
+/* An uploaded plugin survives a kill of the scheduler: a graph naming it, in flight then, runs
+ * to its end, the client's handle on it still works for a graph submitted after the restart,
+ * and once released everything goes. */
+static void uploaded_plugin_survives_a_scheduler_kill(void)
+{
+    sdir d;
+    sdir_init(&d, h_cluster_bare());
+    h_cluster *c = h_cluster_start(true, d.args);
+    const char *const wargs[] = {"--slots", "1", "--store-capacity", "64M", "--reconnect-max",
+                                 "500",     NULL};
+    h_workers_start(c, 2, wargs);
+    spillway *cl = e2e_connect(c);
+    spillway_plugin *p = NULL;
+    int rc = spillway_plugin_add(cl, SPW_TEST_PLUGIN_VER1, &p);
+    if (rc != 0)
+        fail_msg("spillway_plugin_add: %s: %s", spillway_strerror(rc), spillway_errmsg(cl));
+    char fn[SPILLWAY_FN_MAX];
+    assert_non_null(spillway_plugin_fn(p, "scale", fn, sizeof fn));
+    enum { N = 20 };
+    spillway_ref before[N], after[N], slow;
+    spillway_graph *g = spillway_graph_new(cl);
+    for (int i = 0; i < N; i++) {
+        spillway_arg x = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, fn, &x, 1, SPILLWAY_KEEP, &before[i]), 0);
+    }
+    spillway_arg ms = spillway_arg_u64(1500);
+    assert_int_equal(spillway_task(g, "sleep_ms", &ms, 1, SPILLWAY_KEEP, &slow), 0);
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, before, N, 60000), 0);
+    int ws = h_sched_kill(c, SIGKILL);
+    assert_true(WIFSIGNALED(ws));
+    h_sched_restart(c, d.args);
+    assert_true(h_log_count(&c->sched, "1 plugins") == 1);
+    assert_int_equal(spillway_wait(cl, &slow, 1, 60000), 0);
+    g = spillway_graph_new(cl);
+    for (int i = 0; i < N; i++) {
+        spillway_arg x = spillway_arg_u64((uint64_t)i);
+        assert_int_equal(spillway_task(g, fn, &x, 1, SPILLWAY_KEEP, &after[i]), 0);
+    }
+    E2E_SUBMIT(g);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(e2e_get_u64(cl, before[i]), (uint64_t)i * 1000 + 1);
+        assert_int_equal(e2e_get_u64(cl, after[i]), (uint64_t)i * 1000 + 1);
+    }
+    assert_int_equal(spillway_release_many(cl, before, N), 0);
+    assert_int_equal(spillway_release_many(cl, after, N), 0);
+    assert_int_equal(spillway_release(cl, slow), 0);
+    assert_int_equal(spillway_plugin_release(p), 0);
+    assert_true(h_eventually(stores_empty, c, 20000));
+    E2E_FINISH(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(puts_survive_a_scheduler_kill),
     H_CASE(puts_survive_a_scheduler_stop),
@@ -575,6 +627,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(overwritten_journal_starts_empty),
     H_CASE(garbage_journal_starts_empty),
     H_CASE(client_rides_out_three_scheduler_kills),
+    H_CASE(uploaded_plugin_survives_a_scheduler_kill),
 };
 
 SPW_TEST_MAIN(tests)
