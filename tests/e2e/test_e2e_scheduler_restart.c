@@ -431,7 +431,7 @@ static void journal_stays_bounded_over_repeated_jobs(void)
     assert_true(h_eventually(no_client_sessions, c, 10000));
     h_sched_kill(c, SIGKILL);
     h_sched_restart(c, d.args);
-    assert_true(e2e_logged(&c->sched, "restored 0 sessions, 0 SUBMIT frames", 10000));
+    assert_true(e2e_logged(&c->sched, "restored 0 sessions, 0 plugins, 0 SUBMIT frames", 10000));
     E2E_STOP(c, NULL);
 }
 
