@@ -821,6 +821,8 @@ void sched__task_restore_done(sched *s, sched_task *t, const uint64_t *sizes,
 bool sched__obj_remake(sched *s, sched_obj *o);
 /* Fails t with err and msg: its output records the failure and its client hears of it. May free
  * other records, t's included. */
+/* A finished output's TASK_RESULTS record to ss (its value inline, its size, or its failure). */
+void sched__result_send(sched *s, sched_session *ss, const sched_obj *o);
 void sched__task_fail(sched *s, sched_task *t, int err, const char *msg);
 /* Takes a ready task off the ready queue (its state is the caller's to change). */
 void sched__ready_remove(sched *s, sched_task *t);

@@ -87,20 +87,8 @@ sched_session *sched__session_restore(sched *s, uint64_t id, const uint8_t token
 static void results_again(sched *s, sched_session *ss)
 {
     for (const sched_obj *o = ss->kept; o != NULL; o = o->knext) {
-        if (o->state == OBJ_PENDING)
-            continue;
-        proto_tres_rec r = {.id = o->id};
-        if (o->state == OBJ_READY) {
-            r.size = o->size;
-            if (o->has_inline || o->size == 0)
-                r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
-                                        (uint32_t)o->size};
-        } else {
-            const sched_failure *f = sched__obj_failure(s, o);
-            r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
-            r.err = f != NULL ? f->msg : NULL;
-        }
-        proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
+        if (o->state != OBJ_PENDING)
+            sched__result_send(s, ss, o);
     }
 }
 

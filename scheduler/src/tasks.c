@@ -138,22 +138,26 @@ static void send_result(sched *s, sched_task *t)
     /* One record per output still held, each under its own id. */
     for (uint32_t i = 0; i < t->nouts; i++) {
         sched_obj *o = sched__task_output(s, t, i);
-        if (o == NULL)
-            continue;
-        proto_tres_rec r = {.id = o->id};
-        if (o->state == OBJ_READY) {
-            r.size = o->size;
-            if (o->has_inline || o->size == 0) /* else nil: in a store */
-                r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
-                                        (uint32_t)o->size};
-        } else {
-            const sched_failure *f = sched__obj_failure(s, o);
-            r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
-            r.err = f != NULL ? f->msg : NULL;
-        }
-        /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
-        proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
+        if (o != NULL)
+            sched__result_send(s, ss, o);
     }
+}
+
+void sched__result_send(sched *s, sched_session *ss, const sched_obj *o)
+{
+    proto_tres_rec r = {.id = o->id};
+    if (o->state == OBJ_READY) {
+        r.size = o->size;
+        if (o->has_inline || o->size == 0) /* else nil: in a store */
+            r.value = (proto_bytes){o->has_inline ? (const void *)sched__obj_inline(o) : "",
+                                    (uint32_t)o->size};
+    } else {
+        const sched_failure *f = sched__obj_failure(s, o);
+        r.status = f != NULL && f->err != 0 ? f->err : SPW_ETASKFAILED;
+        r.err = f != NULL ? f->msg : NULL;
+    }
+    /* The results of one loop iteration for a client share a TASK_RESULTS frame. */
+    proto_batch_tres(ss->conn, PROTO_TASK_RESULTS, &r);
 }
 
 void sched__task_fail(sched *s, sched_task *t, int err, const char *msg)
