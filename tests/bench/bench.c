@@ -629,7 +629,7 @@ static void case_put_get(bench *b)
         json_object_set_new(extra, "get_us", json_real(get_s / reps * 1e6));
         json_object_set_new(extra, "zero_copy", json_boolean(zero_copy));
         json_object_set_new(extra, "verified", json_boolean(ok));
-        /* The fields at the top level too, for easy comparison. */
+        /* The compared figures at the top level too, for easy comparison across runs. */
         json_t *top = json_object();
         json_object_set(top, "size", json_object_get(extra, "size"));
         json_object_set(top, "put_gbps", json_object_get(extra, "put_gbps"));
