@@ -122,18 +122,15 @@ static int unix_addr(const char *name, struct sockaddr_un *sun, socklen_t *len)
     return 0;
 }
 
-int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
-                       proto_conn **out)
+/* A socket connected to the Unix socket name: a connect to a listening one completes (or fails)
+ * at once, so no connect request on the loop is needed. The descriptor, or an error. */
+static int unix_connect(const char *name)
 {
     struct sockaddr_un sun;
     socklen_t alen;
     int rc = unix_addr(name, &sun, &alen);
     if (rc != 0)
         return rc;
-    if (ctx->closing)
-        return SPW_ESHUTDOWN;
-    /* A Unix connect to a listening socket completes at once (or fails at once): no
-     * connect request on the loop is needed. */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -142,12 +139,23 @@ int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *c
         close(fd);
         return rc;
     }
+    return fd;
+}
+
+int conn__connect_unix(proto_ctx *ctx, const char *name, const proto_conn_cbs *cbs, void *data,
+                       proto_conn **out)
+{
+    if (ctx->closing)
+        return SPW_ESHUTDOWN;
+    int fd = unix_connect(name);
+    if (fd < 0)
+        return fd;
     proto_conn *c = conn__new(ctx, cbs, data);
     snprintf(c->peer, sizeof c->peer, "unix:%s", name);
     c->is_unix = true;
     uv_pipe_init(ctx->loop, &c->h.pipe, 0);
     c->h.handle.data = c;
-    rc = uv_pipe_open(&c->h.pipe, fd);
+    int rc = uv_pipe_open(&c->h.pipe, fd);
     if (rc != 0) {
         close(fd);
         c->cbs.on_close = NULL;
@@ -380,19 +388,10 @@ static int read_frame(proto_ctx *ctx, int fd, spw_buf *b, msgpack_zone *z, proto
 int proto_local_attach(proto_ctx *ctx, const char *name, int timeout_ms, bool write, int *sock_out,
                        int *memfd_out, uint64_t *capacity)
 {
-    struct sockaddr_un sun;
-    socklen_t alen;
-    int rc = unix_addr(name, &sun, &alen);
-    if (rc != 0)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = unix_connect(name);
     if (fd < 0)
-        return -errno;
-    if (connect(fd, (struct sockaddr *)&sun, alen) != 0) {
-        rc = -errno;
-        close(fd);
-        return rc;
-    }
+        return fd;
+    int rc;
     uint64_t deadline = spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     spw_buf in = {0}, out = {0};
     msgpack_zone z;

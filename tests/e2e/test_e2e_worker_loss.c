@@ -225,7 +225,14 @@ static uint64_t env_or(const char *name, uint64_t def)
     const char *e = getenv(name);
     return e != NULL && atoll(e) > 0 ? (uint64_t)atoll(e) : def;
 }
-#define CHAINS env_or("SPW_CHAINS", 1500)
+static uint64_t chains(void)
+{
+    static uint64_t n;
+    if (n == 0)
+        n = env_or("SPW_CHAINS", 1500);
+    return n;
+}
+#define CHAINS chains()
 #define TRIALS ((int)env_or("SPW_TRIALS", 3))
 
 static uint64_t status_u(h_cluster *c, const char *obj, const char *field)
