@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -694,12 +693,7 @@ static void job_work(uv_work_t *req)
          * beyond the store's capacity. Hand them back, off the event loop, once the lane has
          * no part waiting (during a run of spills the next one reuses them: no page faults). */
         uint64_t t1 = trace ? spw_now_ns() : 0;
-#if !defined(__SANITIZE_THREAD__)
-        /* Not under TSan: its allocator replaces glibc's, so this call would only set up
-         * glibc's own arena on a pool thread, whose exit then fails glibc's arena count
-         * assertion ("a->attached_threads > 0") now and then at libuv's shutdown. */
-        malloc_trim(0);
-#endif
+        spw_heap_trim();
         if (trace) {
             /* The lane is given back: the part that takes it next may trim too. */
             uint64_t dt = spw_now_ns() - t1;

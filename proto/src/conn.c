@@ -5,7 +5,6 @@
  */
 #include "conn_int.h"
 
-#include <malloc.h>
 
 static void conn_switch_closed(uv_handle_t *h);
 
@@ -151,7 +150,7 @@ static void heap_trim(proto_ctx *ctx, uint64_t now)
         return;
     ctx->closed_since_trim = 0;
     ctx->trim_last_ns = now;
-    malloc_trim(0);
+    spw_heap_trim();
 }
 
 static void sweeper_cb(uv_timer_t *t)

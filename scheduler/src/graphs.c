@@ -9,7 +9,6 @@
  * 100 %. Invariants: g->counts[k] is the number of g's tasks whose last state is k (freed
  * tasks keep theirs); s->graphs_gone counts the listed graphs with ntasks == 0.
  */
-#include <malloc.h>
 #include <string.h>
 
 #include <utlist.h>
@@ -87,7 +86,7 @@ void sched__graph_release(sched *s, sched_graph *g)
         g->ended_ms = spw_wall_ms();
     s->graphs_gone++;
     if (g->total >= GRAPH_TRIM_TASKS)
-        malloc_trim(0);
+        spw_heap_trim();
     /* Push out the oldest records that nothing refers to any more. */
     sched_graph *x = s->graphs, *next;
     while (s->graphs_gone > SCHED_GRAPHS_KEPT && x != NULL) {

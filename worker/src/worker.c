@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -234,7 +233,7 @@ static void timer_cb(uv_timer_t *t)
     /* Freed arena pages back to the kernel; and when that found something to give back (a job's
      * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
     if (ost_store_trim(w->store) > 0)
-        malloc_trim(0);
+        spw_heap_trim();
     send_heartbeat(w);
     wrk__check(w);
 }

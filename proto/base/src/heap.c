@@ -8,6 +8,7 @@
 #include "spillway/base.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,25 @@ static bool heap_should_fail(void)
 void spw_heap_fail_after(uint64_t n)
 {
     atomic_store(&heap_fail_countdown, n);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HEAP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HEAP_SANITIZED 1
+#endif
+#endif
+
+void spw_heap_trim(void)
+{
+#ifndef HEAP_SANITIZED
+    malloc_trim(0);
+#else
+    /* The sanitizer's allocator serves every malloc, so glibc's arena is never set up; a trim
+     * would set it up lazily, and pool threads doing so at once race inside glibc (a crash in
+     * mtrim, or a failed arena count assertion when the thread exits). */
+#endif
 }
 
 static void *heap_wrap(heap_hdr *h, enum spw_mod mod, size_t n)

@@ -184,6 +184,9 @@ int64_t spw_heap_used(enum spw_mod mod);
 void spw_heap_charge(enum spw_mod mod, int64_t delta);
 /** Makes the next n-th allocation through spw_try_malloc/realloc fail (test hook); 0 disables. */
 void spw_heap_fail_after(uint64_t n);
+/** Hands the C heap's free pages back to the kernel (malloc_trim); any thread. Does nothing
+ * where a sanitizer's allocator replaces glibc's. */
+void spw_heap_trim(void);
 
 /* ----------------------------------------------------------------- time */
 
