@@ -23,7 +23,7 @@ int spw_buf_reserve(spw_buf *b, size_t extra)
     return 0;
 }
 
-void spw_buf_append(spw_buf *b, const void *p, size_t n)
+void spw_buf_append_grow(spw_buf *b, const void *p, size_t n)
 {
     if (spw_buf_reserve(b, n) != 0)
         SPW_PANIC("out of memory growing a buffer by %zu bytes", n);

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdbool.h>
 
 #include "spillway/error.h"
@@ -206,8 +207,19 @@ typedef struct spw_buf {
 
 /** Ensures room for extra more bytes. @return 0 or SPW_ENOMEM (buffer unchanged). */
 int spw_buf_reserve(spw_buf *b, size_t extra);
-/** Appends n bytes, aborting on OOM (control-plane data only). */
-void spw_buf_append(spw_buf *b, const void *p, size_t n);
+/** Appends n bytes, aborting on OOM (control-plane data only). Inline where they fit, so that
+ * the small fixed-size appends of record writers compile to a store. */
+void spw_buf_append_grow(spw_buf *b, const void *p, size_t n);
+static inline void spw_buf_append(spw_buf *b, const void *p, size_t n)
+{
+    if (n > b->cap - b->len) {
+        spw_buf_append_grow(b, p, n);
+        return;
+    }
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
 static inline void spw_buf_reset(spw_buf *b)
 {
     b->len = 0;
