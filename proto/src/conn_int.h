@@ -159,6 +159,11 @@ struct proto_conn {
     outq out;               /* being filled */
     proto_batch batch;      /* an open batched frame at the end of out.buf (batch.n > 0) */
     outq wout;              /* being written */
+    bool gated;             /* proto_conn_set_gated */
+    bool held_on;           /* on ctx->held: held and out wait for proto_ctx_release */
+    uint64_t held_epoch;
+    outq held;              /* output before out, held until held_epoch is released */
+    proto_conn *held_prev, *held_next;
     size_t queued;
     uv_buf_t *wbufs;
     size_t wbufs_cap;
@@ -203,6 +208,7 @@ struct proto_ctx {
     proto_conn *conns;
     proto_listener *listeners;
     proto_conn *dirty;
+    proto_conn *held;    /* connections whose output is held (proto_ctx_hold_dirty) */
     proto_conn *resumed; /* paused connections to deliver buffered input for */
     bool closing;
     uint32_t naccepted;              /* server-side connections, handshakes included */
@@ -247,6 +253,8 @@ void conn__mark_dirty(proto_conn *c);
 uint32_t conn__send_limit(const proto_conn *c);
 void conn__after_enqueue(proto_conn *c, size_t bytes);
 void conn__flush(proto_conn *c);
+/* Lets c's held output go (proto_ctx_release, and when c closes). */
+void conn__hold_release(proto_conn *c);
 /* Closes the open batched frame (proto_conn_batch_rec), if any, queueing it. */
 void conn__batch_close(proto_conn *c);
 void conn__process_input(proto_conn *c);

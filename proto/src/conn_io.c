@@ -21,6 +21,93 @@ void conn__mark_dirty(proto_conn *c)
         uv_idle_start(&ctx->flusher, conn__flusher_cb);
 }
 
+/* ------------------------------------------------------------ held output */
+
+/* Appends q's bytes, its borrowed ranges with them, to dst; q is left empty (capacity kept). */
+static void outq_move(outq *dst, outq *q)
+{
+    if (dst->buf.len == 0 && dst->nb == 0) {
+        outq t = *dst;
+        *dst = *q;
+        *q = t;
+        return;
+    }
+    size_t base = dst->buf.len;
+    spw_buf_append(&dst->buf, q->buf.data, q->buf.len);
+    if (dst->nb + q->nb > dst->capb) {
+        dst->capb = dst->nb + q->nb;
+        dst->b = spw_realloc(SPW_MOD_PROTO, dst->b, dst->capb * sizeof *dst->b);
+    }
+    for (size_t i = 0; i < q->nb; i++) {
+        dst->b[dst->nb] = q->b[i];
+        dst->b[dst->nb++].at += base;
+    }
+    dst->borrowed_bytes += q->borrowed_bytes;
+    q->buf.len = 0;
+    q->nb = 0;
+    q->borrowed_bytes = 0;
+}
+
+void proto_conn_set_gated(proto_conn *c, bool gated)
+{
+    c->gated = gated;
+    if (!gated && c->held_on)
+        conn__hold_release(c);
+}
+
+void proto_ctx_hold_dirty(proto_ctx *ctx, uint64_t epoch)
+{
+    for (proto_conn *c = ctx->dirty; c != NULL; c = c->dirty_next) {
+        if (!c->gated || c->state != ST_READY)
+            continue;
+        conn__batch_close(c);
+        if (c->out.buf.len == 0 && c->out.nb == 0)
+            continue;
+        outq_move(&c->held, &c->out);
+        c->held_epoch = epoch;
+        if (!c->held_on) {
+            c->held_on = true;
+            c->held_prev = NULL;
+            c->held_next = ctx->held;
+            if (ctx->held != NULL)
+                ctx->held->held_prev = c;
+            ctx->held = c;
+        }
+    }
+}
+
+void conn__hold_release(proto_conn *c)
+{
+    proto_ctx *ctx = c->ctx;
+    if (c->held_prev != NULL)
+        c->held_prev->held_next = c->held_next;
+    else
+        ctx->held = c->held_next;
+    if (c->held_next != NULL)
+        c->held_next->held_prev = c->held_prev;
+    c->held_prev = c->held_next = NULL;
+    c->held_on = false;
+    if (c->state == ST_CLOSED)
+        return;
+    /* What was held goes in front of what was queued after it. */
+    conn__batch_close(c);
+    outq_move(&c->held, &c->out);
+    outq t = c->out;
+    c->out = c->held;
+    c->held = t;
+    if (c->out.buf.len > 0 || c->out.nb > 0)
+        conn__mark_dirty(c);
+}
+
+void proto_ctx_release(proto_ctx *ctx, uint64_t upto)
+{
+    for (proto_conn *c = ctx->held, *next; c != NULL; c = next) {
+        next = c->held_next;
+        if (c->held_epoch <= upto)
+            conn__hold_release(c);
+    }
+}
+
 /* Closes the open batched frame, if any: it is complete and queued like any other. */
 void conn__batch_close(proto_conn *c)
 {
@@ -401,7 +488,7 @@ static bool seal_slice(proto_conn *c)
 {
     if (c->state == ST_CLOSED || !conn__tls_up(c) || conn__tls_sealed(c) > 0)
         return false;
-    if (c->wenc_n == 0 && (c->out.buf.len > 0 || c->out.nb > 0)) {
+    if (c->wenc_n == 0 && !c->held_on && (c->out.buf.len > 0 || c->out.nb > 0)) {
         conn__batch_close(c);
         outq tmp = c->wout;
         c->wout = c->out;
@@ -447,7 +534,7 @@ void conn__flush(proto_conn *c)
         flush_tls(c);
         return;
     }
-    if (c->writing)
+    if (c->writing || c->held_on)
         return;
     if (c->out.buf.len == 0 && c->out.nb == 0)
         return;

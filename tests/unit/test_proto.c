@@ -1058,6 +1058,104 @@ static void resume_from_on_drain_in_the_flusher_is_not_lost(void **state)
     free(data);
 }
 
+/* ------------------------------------------------------------ held output */
+
+static void ho_msg(proto_conn *c, const proto_msg *m)
+{
+    (void)c, (void)m;
+}
+
+/* Bytes waiting at fd now, without blocking (0: none). */
+static size_t ho_pending(int fd)
+{
+    uint8_t tmp[256];
+    ssize_t n = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT | MSG_PEEK);
+    return n > 0 ? (size_t)n : 0;
+}
+
+/* Reads exactly want's bytes from fd and compares them. */
+static void ho_expect(int fd, const spw_buf *want)
+{
+    uint8_t *got = malloc(want->len);
+    size_t n = 0;
+    while (n < want->len) {
+        ssize_t r = recv(fd, got + n, want->len - n, 0);
+        assert_true(r > 0);
+        n += (size_t)r;
+    }
+    assert_memory_equal(got, want->data, want->len);
+    free(got);
+}
+
+/* Output held on a gated connection (the scheduler's journal holds answers until what they
+ * answer is written): nothing is written while held, however often the flusher runs; what is
+ * queued after a hold waits behind it, a borrowed buffer included; a release of an older epoch
+ * lets nothing go; the release of its epoch writes everything in order; closing writes what
+ * is held. An ungated connection's output is never held. */
+static void held_output_waits_for_its_epoch_and_keeps_its_order(void **state)
+{
+    (void)state;
+    int sa[2], sb[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb), 0);
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    proto_ctx_opts o;
+    proto_ctx_opts_default(&o);
+    o.name = "test_proto";
+    proto_ctx *ctx;
+    assert_int_equal(proto_ctx_new(&loop, &o, &ctx), 0);
+    const proto_conn_cbs cbs = {.on_msg = ho_msg, .on_close = rf_close};
+    proto_conn *a, *b;
+    assert_int_equal(proto_conn_open_fd(ctx, sa[0], &cbs, NULL, &a), 0);
+    assert_int_equal(proto_conn_open_fd(ctx, sb[0], &cbs, NULL, &b), 0);
+    proto_conn_set_gated(a, true);
+    spw_buf f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0}, want = {0};
+    proto_enc_errorf(&f1, 1, SPW_EPROTO, "one");
+    proto_enc_errorf(&f2, 2, SPW_EPROTO, "two, borrowed");
+    proto_enc_errorf(&f3, 3, SPW_EPROTO, "three");
+    proto_enc_errorf(&f4, 4, SPW_EPROTO, "four");
+    assert_int_equal(proto_conn_send_raw(a, f1.data, f1.len), 0);
+    assert_int_equal(proto_conn_send_raw(b, f1.data, f1.len), 0);
+    proto_ctx_hold_dirty(ctx, 7);
+    assert_int_equal(proto_conn_send_raw_borrowed(a, f2.data, f2.len, NULL, NULL), 0);
+    assert_int_equal(proto_conn_send_raw(a, f3.data, f3.len), 0);
+    for (int i = 0; i < 3; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(ho_pending(sa[1]), 0);
+    ho_expect(sb[1], &f1); /* b is not gated */
+    assert_int_equal(proto_conn_queued(a), f1.len + f2.len + f3.len);
+    proto_ctx_release(ctx, 6);
+    for (int i = 0; i < 3; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(ho_pending(sa[1]), 0);
+    proto_ctx_release(ctx, 7);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    spw_buf_append(&want, f1.data, f1.len);
+    spw_buf_append(&want, f2.data, f2.len);
+    spw_buf_append(&want, f3.data, f3.len);
+    ho_expect(sa[1], &want);
+    /* Held again, then closed: the held frame goes out before the close. */
+    assert_int_equal(proto_conn_send_raw(a, f4.data, f4.len), 0);
+    proto_ctx_hold_dirty(ctx, 8);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(ho_pending(sa[1]), 0);
+    proto_conn_close(a, 0);
+    proto_ctx_close(ctx, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    ho_expect(sa[1], &f4);
+    uint8_t end;
+    assert_int_equal(recv(sa[1], &end, 1, 0), 0); /* and then the end */
+    close(sa[1]);
+    close(sb[1]);
+    spw_buf_release(&f1);
+    spw_buf_release(&f2);
+    spw_buf_release(&f3);
+    spw_buf_release(&f4);
+    spw_buf_release(&want);
+}
+
 /* Plugin names: the hash of known bytes, its object id, and "NAME@PREFIX" parsed strictly. */
 static void plugin_names_derive_from_the_bytes(void **state)
 {
@@ -1104,6 +1202,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(local_attach_closes_descriptors_it_did_not_ask_for),
     cmocka_unit_test(resume_from_a_release_callback_is_not_lost),
     cmocka_unit_test(resume_from_on_drain_in_the_flusher_is_not_lost),
+    cmocka_unit_test(held_output_waits_for_its_epoch_and_keeps_its_order),
 };
 
 SPW_TEST_MAIN(tests)

@@ -261,6 +261,16 @@ PROTO_SCHEMA(PROTO__DECL_BATCH, PROTO__NONE, PROTO__NONE, PROTO__NONE)
  * copies it. NULL (and *len 0) outside on_msg, for a payload received into a sink, and for
  * c NULL. */
 const uint8_t *proto_conn_frame(const proto_conn *c, size_t *len);
+/** Output that waits until what it answers is on disk (the scheduler's journal). On a gated
+ * connection, proto_ctx_hold_dirty puts what is queued so far behind a hold tagged with an
+ * epoch, and what is queued after it waits behind it, until proto_ctx_release covers that
+ * epoch (a second hold before then joins the first, with the later epoch). Closing a connection
+ * lets its held output go. */
+void proto_conn_set_gated(proto_conn *c, bool gated);
+/** Holds the output of every gated connection that queued some since the flusher last ran. */
+void proto_ctx_hold_dirty(proto_ctx *ctx, uint64_t epoch);
+/** Lets the holds tagged upto or lower go: their output is written from the loop. */
+void proto_ctx_release(proto_ctx *ctx, uint64_t upto);
 /** Sends an ERROR frame. */
 void proto_conn_error(proto_conn *c, uint64_t req, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
