@@ -6,11 +6,13 @@
  * a graph's task outcomes and released outputs of one loop turn. Each value starts with a
  * checksum of key and value. Records go with what they describe, so pages are reused and the
  * file follows what is live, not what ran.
- * Group commit: hooks queue records; a check handle writes a turn's records in one write
- * transaction after the turn's reads and before the next turn's flusher sends their answers;
- * the file is MDB_NOSYNC, fdatasync'd from the pool at most every JNL_SYNC_MS.
+ * Group commit: hooks queue records; at the end of a turn's reads (a check handle) its records
+ * go to the writer, a pool thread that writes them in one transaction while the loop goes on,
+ * and the answers client connections got that turn wait for that write (proto_ctx_hold_dirty):
+ * no client hears of what a restart would forget. One write at a time, whole turns each; the
+ * file is MDB_NOSYNC, fdatasync'd from the pool at most every JNL_SYNC_MS.
  * Start: the file is checked whole before anything is applied; one that fails is moved aside.
- * Loop thread only, but for the fdatasync on the pool, which touches nothing else.
+ * Loop thread only, but for the writer (the environment and wops) and the fdatasync.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +73,12 @@ struct sched_jnl {
     uint64_t map_size;
     spw_buf ops; /* queued: [u8 op][u8 klen][u32 vlen][key][value], value = [u32 sum][bytes] */
     uint32_t nops;
+    spw_buf wops;        /* the records the writer has, while `writing` */
+    bool writing;
+    int wrc;             /* the writer's result */
+    uv_work_t write_work;
+    uint64_t epoch;      /* the records in ops go out as this epoch (output holds are tagged) */
+    uint64_t wepoch;     /* the epoch being written */
     bool loading; /* records made while applying the journal are already in it */
     bool failed;  /* a commit failed: logged once, the journal is off */
     uv_check_t commit;
@@ -137,7 +145,7 @@ static size_t jnl_begin(sched_jnl *j, int op, const uint8_t *key, size_t klen)
     spw_buf_append(&j->ops, hdr, sizeof hdr);
     spw_buf_append(&j->ops, key, klen);
     if (op == OP_PUT || op == OP_APPEND)
-        spw_buf_append(&j->ops, "\0\0\0\0", 4); /* the checksum, set by jnl_end */
+        spw_buf_append(&j->ops, "\0\0\0\0", 4); /* the checksum, set by the writer */
     return at;
 }
 
@@ -148,10 +156,7 @@ static void jnl_end(sched *s, size_t at)
     size_t klen = h[1];
     if (h[0] == OP_PUT || h[0] == OP_APPEND) {
         uint8_t *v = h + 6 + klen;
-        size_t vlen = j->ops.data + j->ops.len - v;
-        uint32_t sum = jnl_sum(h + 6, klen, v + 4, vlen - 4);
-        memcpy(v, &sum, 4);
-        uint32_t vl = (uint32_t)vlen;
+        uint32_t vl = (uint32_t)(j->ops.data + j->ops.len - v);
         memcpy(h + 2, &vl, 4);
     }
     jnl_arm(s);
@@ -311,13 +316,32 @@ static int del_prefix(MDB_txn *txn, MDB_dbi dbi, const MDB_val *prefix)
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int commit_ops(sched_jnl *j)
+/* Sets the checksum of every record in ops (off the loop: commit_ops runs on the writer). */
+static void ops_sum(spw_buf *ops)
 {
+    for (size_t at = 0; at < ops->len;) {
+        uint8_t *h = ops->data + at;
+        uint32_t vlen;
+        memcpy(&vlen, h + 2, 4);
+        if (h[0] == OP_PUT || h[0] == OP_APPEND) {
+            uint8_t *v = h + 6 + h[1];
+            uint32_t sum = jnl_sum(h + 6, h[1], v + 4, vlen - 4);
+            memcpy(v, &sum, 4);
+            at += 6 + h[1] + vlen;
+        } else {
+            at += 6 + h[1];
+        }
+    }
+}
+
+static int commit_ops(sched_jnl *j, spw_buf *ops)
+{
+    ops_sum(ops);
     for (int tries = 0; tries < 8; tries++) {
         MDB_txn *txn;
         int rc = mdb_txn_begin(j->env, NULL, 0, &txn);
-        for (size_t at = 0; rc == 0 && at < j->ops.len;) {
-            const uint8_t *h = j->ops.data + at;
+        for (size_t at = 0; rc == 0 && at < ops->len;) {
+            const uint8_t *h = ops->data + at;
             uint32_t vlen;
             memcpy(&vlen, h + 2, 4);
             MDB_val k = {h[1], (void *)(uintptr_t)(h + 6)};
@@ -387,7 +411,58 @@ static void sync_fire(uv_timer_t *t)
     uv_queue_work(t->loop, &j->sync_work, sync_work, sync_done);
 }
 
-/* The end of a loop turn's reads: its records go in one transaction. */
+/* The writer's results: a failed write turns the journal off (logged once). */
+static void write_result(sched *s, int rc)
+{
+    sched_jnl *j = s->jnl;
+    if (rc != 0) {
+        j->failed = true;
+        spw_log(SPW_LOG_ERR, "journal %s: cannot write: %s; the journal is off until restart",
+                j->path, mdb_strerror(rc));
+        return;
+    }
+    if (j->syncing)
+        j->sync_due = true;
+    else if (!j->sync_armed && !s->closing) {
+        j->sync_armed = true;
+        uv_timer_start(&j->sync_timer, sync_fire, JNL_SYNC_MS, 0);
+    }
+}
+
+/* Writes what is queued on the loop thread: while the scheduler closes. */
+static void commit_here(sched *s)
+{
+    sched_jnl *j = s->jnl;
+    int rc = j->failed || j->nops == 0 ? 0 : commit_ops(j, &j->ops);
+    spw_buf_reset(&j->ops);
+    j->nops = 0;
+    write_result(s, rc);
+}
+
+static void write_work(uv_work_t *req)
+{
+    sched_jnl *j = ((sched *)req->data)->jnl;
+    j->wrc = commit_ops(j, &j->wops);
+}
+
+static void write_done(uv_work_t *req, int status)
+{
+    (void)status;
+    sched *s = req->data;
+    sched_jnl *j = s->jnl;
+    j->writing = false;
+    spw_buf_reset(&j->wops);
+    write_result(s, j->wrc);
+    /* The answers that waited for these records go out. */
+    if (s->ctx != NULL)
+        proto_ctx_release(s->ctx, j->failed ? UINT64_MAX : j->wepoch);
+    if (s->closing)
+        commit_here(s); /* the last records, queued before the close */
+    s->handles--; /* the write counted as a handle: the scheduler is freed after it */
+    sched__maybe_done(s);
+}
+
+/* The end of a loop turn's reads: its records go to the writer in one transaction. */
 static void commit_cb(uv_check_t *h)
 {
     sched *s = h->data;
@@ -397,30 +472,44 @@ static void commit_cb(uv_check_t *h)
 void sched__journal_commit(sched *s)
 {
     sched_jnl *j = s->jnl;
-    if (j == NULL || j->nops == 0)
+    if (j == NULL)
         return;
     if (j->nbatch > 0)
         batches_flush(s);
     if (j->ndirty > 0)
         dirty_flush(s);
-    uv_check_stop(&j->commit);
-    int rc = j->failed ? 0 : commit_ops(j);
-    spw_buf_reset(&j->ops);
-    j->nops = 0;
-    if (rc != 0) {
-        j->failed = true;
-        spw_log(SPW_LOG_ERR, "journal %s: cannot write: %s; the journal is off until restart",
-                j->path, mdb_strerror(rc));
+    if (j->failed) {
+        spw_buf_reset(&j->ops);
+        j->nops = 0;
+    }
+    if (j->nops == 0 && !j->writing) {
+        uv_check_stop(&j->commit);
         return;
     }
-    if (j->failed)
-        return;
-    if (j->syncing)
-        j->sync_due = true;
-    else if (!j->sync_armed) {
-        j->sync_armed = true;
-        uv_timer_start(&j->sync_timer, sync_fire, JNL_SYNC_MS, 0);
+    /* This turn's answers wait for the records queued so far: those going out now, those
+     * queued behind a write under way, or (none queued) the write under way. */
+    uint64_t hold = j->nops > 0 ? j->epoch : j->wepoch;
+    if (j->nops > 0 && !j->writing) {
+        spw_buf t = j->wops;
+        j->wops = j->ops;
+        j->ops = t;
+        j->nops = 0;
+        j->writing = true;
+        j->wepoch = j->epoch++;
+        j->write_work.data = s;
+        s->handles++;
+        uv_queue_work(s->loop, &j->write_work, write_work, write_done);
     }
+    if (s->ctx != NULL)
+        proto_ctx_hold_dirty(s->ctx, hold);
+}
+
+/* A client's or spillway-ctl's answers wait for the records they depend on (what a status
+ * shows is what a restart would find); workers' traffic does not wait. */
+void sched__jnl_gate(sched *s, proto_conn *c)
+{
+    if (s->jnl != NULL)
+        proto_conn_set_gated(c, true);
 }
 
 /* ------------------------------------------------------------------ records */
@@ -1374,7 +1463,12 @@ void sched__journal_close(sched *s, uv_close_cb cb)
     sched_jnl *j = s->jnl;
     if (j == NULL)
         return;
-    sched__journal_commit(s);
+    if (j->nbatch > 0)
+        batches_flush(s);
+    if (j->ndirty > 0)
+        dirty_flush(s);
+    if (!j->writing)
+        commit_here(s); /* else write_done does, once the write under way ends */
     uv_close((uv_handle_t *)&j->commit, cb);
     uv_close((uv_handle_t *)&j->sync_timer, cb);
 }
@@ -1388,6 +1482,7 @@ void sched__journal_free(sched *s)
         mdb_env_sync(j->env, 1);
     mdb_env_close(j->env);
     spw_buf_release(&j->ops);
+    spw_buf_release(&j->wops);
     for (uint32_t i = 0; i < JNL_BATCHES; i++)
         spw_buf_release(&j->batch[i].buf);
     spw_free(j->restored);

@@ -971,6 +971,7 @@ void sched__jnl_session_id(sched *s, uint64_t id);
 void sched__jnl_session(sched *s, const sched_session *ss);
 void sched__jnl_session_gone(sched *s, const sched_session *ss);
 void sched__jnl_nrecv(sched *s, sched_session *ss);
+void sched__jnl_gate(sched *s, proto_conn *c);
 void sched__jnl_plugin(sched *s, const sched_plugin *p);
 void sched__jnl_plugin_gone(sched *s, const sched_plugin *p);
 /* From the journal at start: an uploaded plugin READY again, holding its object (NULL: its

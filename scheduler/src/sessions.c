@@ -162,6 +162,7 @@ sched_session *sched__session_hello(sched *s, proto_conn *c, const proto_msg *he
         spw_log(SPW_LOG_INFO, "session=%llu %s pid=%u host=%s connected",
                 (unsigned long long)ss->id, proto_role_name(role), ss->pid, ss->host);
     }
+    sched__jnl_gate(s, c);
     if (ss->resumable) {
         wel->has_token = true;
         memcpy(wel->token, ss->token, sizeof wel->token);

@@ -424,7 +424,10 @@ static void journal_stays_bounded_over_repeated_jobs(void)
     fprintf(stderr, "journal: %lld bytes after 10 jobs, %lld after 30\n", (long long)early,
             (long long)late);
     assert_true(early > 0);
-    assert_true(late <= early + early / 8 + (64 << 10));
+    /* A journal that kept every job would be three times its size after 10 by now. The level
+     * the file settles at moves with how many turns each write carries (the writer takes what
+     * queued while it wrote), so it may still step up a little after 10 jobs. */
+    assert_true(late <= early + early / 2 + (64 << 10));
     assert_true(e2e_cluster_idle(c, 20000));
     spillway_close(cl);
     /* The client is gone: a restart finds nothing to restore. */
