@@ -20,11 +20,17 @@
 #   {"case":"plugin_first_task","first_task_ms":F,"all_workers_ms":A,...}          4 workers
 #       spillway-bench's case against a scheduler with a secret and workers on host2..host5:
 #       from the upload's return to the first task's result, and to results on all four
+#   {"case":"drain_hosts","bytes":B,"spilled_bytes":S,"seconds":T,"link_s":L,"vs_link":V,...}
+#       DRAIN_BYTES (1 GiB) put in DRAIN_PUT (64 MiB) puts on worker d2 (host2, the only one up,
+#       a store of DRAIN_CAPACITY, 768M, so about half of them spill), then d3..d5 start and
+#       spillway-ctl's drain of d2 is timed to its answer; link_s is the bytes over one link
+#       (all leave d2 through its own), V = T / L; every put is read back and compared after
 # Every process is stopped by pid at the end, and the bed removed, whatever happens.
 # Environment: RATE, DELAY, REPS (best of, default 3), BYTES (default 64 MiB), TINY (20000),
 # SORT_BYTES, SORT_PARTS (32), SORT_BLOCK (32 MiB), SORT_PLUGIN; CASES (default "all", or
-# "sort" for sort_hosts alone, "plugin" for plugin_first_task alone, or "encrypt" for
-# broadcast_hosts (8) and transfer_hosts plain then encrypted), PLUGIN_REPS (7).
+# "sort" for sort_hosts alone, "plugin" for plugin_first_task alone, "drain" for drain_hosts
+# alone, or "encrypt" for broadcast_hosts (8) and transfer_hosts plain then encrypted),
+# PLUGIN_REPS (7), DRAIN_BYTES, DRAIN_PUT, DRAIN_CAPACITY.
 set -eu
 [ $# -ge 1 ] || { echo "usage: tests/netbed/bench.sh BIN_DIR" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
@@ -38,6 +44,9 @@ SORT_BYTES=${SORT_BYTES:-2147483648}
 SORT_PARTS=${SORT_PARTS:-32}
 SORT_BLOCK=${SORT_BLOCK:-33554432}
 SORT_PLUGIN=${SORT_PLUGIN:-$BIN/../lib/sort.so}
+DRAIN_BYTES=${DRAIN_BYTES:-1073741824}
+DRAIN_PUT=${DRAIN_PUT:-67108864}
+DRAIN_CAPACITY=${DRAIN_CAPACITY:-768M}
 CASES=${CASES:-all}
 NW=8
 
@@ -55,13 +64,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_file PATH: a daemon writes its port file once it serves (this is a benchmark script,
-# polling is fine here).
+# wait_file PATH [TENTHS]: a daemon writes its port file once it serves (this is a benchmark
+# script, polling is fine here); given up after TENTHS tenths of a second (300).
 wait_file() {
     n=0
     while [ ! -s "$1" ]; do
         n=$((n + 1))
-        [ $n -lt 300 ] || { echo "bench: $1 never appeared" >&2; cat "$DIR"/*.log >&2; exit 1; }
+        [ $n -lt "${2:-300}" ] || {
+            echo "bench: $1 never appeared" >&2
+            cat "$DIR"/*.log >&2
+            exit 1
+        }
         sleep 0.1
     done
 }
@@ -128,7 +141,7 @@ if [ "$CASES" = all ] || [ "$CASES" = encrypt ]; then
     client required transfer "$BYTES" "$RATE" "$REPS"
     stop_cluster
 fi
-[ "$CASES" = all ] || [ "$CASES" = sort ] || [ "$CASES" = plugin ] || exit 0
+case $CASES in all | sort | plugin | drain) ;; *) exit 0 ;; esac
 
 # plugin_first_task: a scheduler with the secret (uploads need one) on host1:7402, four workers.
 plugin_hosts() {
@@ -155,6 +168,44 @@ if [ "$CASES" = all ] || [ "$CASES" = plugin ]; then
     plugin_hosts
 fi
 [ "$CASES" != plugin ] || exit 0
+
+# drain_worker I: worker dI on hostI of the drain cluster (host1:7403), spilling; pid in CLUSTER.
+drain_worker() {
+    mkdir -p "$DIR/dspill$1"
+    sh "$NETBED" exec "host$1" "$BIN/spillway-worker" --scheduler host1:7403 \
+        --listen "host$1:0" --name "d$1" --slots 1 --store-capacity "$DRAIN_CAPACITY" \
+        --spill-dir "$DIR/dspill$1" --port-file "$DIR/d$1.port" \
+        >"$DIR/d$1.out" 2>"$DIR/d$1.log" &
+    CLUSTER="$CLUSTER $!"
+    PIDS="$PIDS $!"
+}
+
+# drain_hosts: the client puts everything on d2 alone, says so in drain.ready, and drains d2
+# once d3..d5 (started then) serve; the cluster is stopped after.
+drain_hosts() {
+    CLUSTER=""
+    sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7403 --http none \
+        --port-file "$DIR/drain-sched.port" >"$DIR/drain-sched.out" 2>"$DIR/drain-sched.log" &
+    CLUSTER="$CLUSTER $!"
+    PIDS="$PIDS $!"
+    wait_file "$DIR/drain-sched.port"
+    drain_worker 2
+    wait_file "$DIR/d2.port"
+    sh "$NETBED" exec "host$((NW + 2))" "$BIN/spw-netbed-bench" host1:7403 drain \
+        "$DRAIN_BYTES" "$DRAIN_PUT" "$RATE" d2 4 "$DIR/drain.ready" &
+    client_pid=$!
+    PIDS="$PIDS $client_pid"
+    wait_file "$DIR/drain.ready" 6000
+    for i in 3 4 5; do
+        drain_worker "$i"
+    done
+    wait "$client_pid"
+    stop_cluster
+}
+if [ "$CASES" = all ] || [ "$CASES" = drain ]; then
+    drain_hosts
+fi
+[ "$CASES" != drain ] || exit 0
 
 # sort_hosts: a scheduler on host1:7401 and four workers with the sort plugin, spilling.
 sh "$NETBED" exec host1 "$BIN/spillway-scheduler" --listen host1:7401 --http none \

@@ -2,15 +2,13 @@
  * spw-netbed-bench: the client side of tests/netbed/bench.sh, run on a bed host against a
  * cluster whose workers are named w2, w3, ... (one per bed host). Prints one JSON line per
  * measurement, in spillway-bench's conventions (case first, figures as numbers).
- *
- *   spw-netbed-bench ADDR broadcast K BYTES MBIT REPS   scatter BYTES to K workers (best of REPS)
- *   spw-netbed-bench ADDR transfer BYTES MBIT REPS      w2 makes BYTES, a task on w3 reads them
- *   spw-netbed-bench ADDR tiny N HOSTS DELAY_MS         N noop tasks, submitted and awaited
- *   spw-netbed-bench ADDR sort BYTES HOSTS MBIT P BLOCK  BYTES of u64 sorted by spillway_shuffle
- *                                                      (the example sort plugin's gen, split,
- *                                                      sort, check) in P partitions over HOSTS
- *                                                      workers; verified against the generator
- *                                                      run here
+ *   ADDR broadcast K BYTES MBIT REPS  scatter BYTES to K workers (best of REPS)
+ *   ADDR transfer BYTES MBIT REPS     w2 makes BYTES, a task on w3 reads them
+ *   ADDR tiny N HOSTS DELAY_MS        N noop tasks, submitted and awaited
+ *   ADDR sort BYTES HOSTS MBIT P BLOCK  BYTES of u64 sorted by spillway_shuffle (the example
+ *       sort plugin) in P partitions over HOSTS workers; verified against the generator here
+ *   ADDR drain BYTES PUT MBIT WORKER N READY  BYTES put in PUT-byte puts on the one worker up,
+ *       READY written; once N workers serve, WORKER's drain is timed, every put read back
  *
  * SPW_SECRET_FILE names the cluster's secret; SPW_ENCRYPT=required (or yes) connects with
  * --encrypt as the daemons', and broadcast and transfer lines say which ("encrypt").
@@ -23,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "spillway/docs.h"
 #include "spillway/spillway.h"
 #include "sort_job.h"
 
@@ -135,10 +134,115 @@ static double bench_sort(spillway *cl, uint64_t bytes, uint32_t p, uint64_t bloc
     return t;
 }
 
+/* Put i's bytes: xorshift64 from a seed of i's own, incompressible like most data a store
+ * spills (zstd gains nothing on them). */
+static void drain_fill(uint64_t *buf, size_t n, uint64_t i)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1);
+    for (size_t k = 0; k < n; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[k] = x;
+    }
+}
+
+/* The status document's record of the worker named name, or NULL (borrowed from doc). */
+static json_t *drain_worker(json_t *doc, const char *name)
+{
+    json_t *ws = json_object_get(doc, "workers"), *w;
+    size_t i;
+    json_array_foreach(ws, i, w)
+    {
+        if (strcmp(ctl_doc_s(w, "name"), name) == 0)
+            return w;
+    }
+    return NULL;
+}
+
+/* The status document once n workers serve, running (polled: this is a benchmark). */
+static json_t *drain_wait_workers(spillway *ctl, unsigned n)
+{
+    for (int tries = 0; tries < 1200; tries++) {
+        json_t *doc;
+        check(ctl, "status", ctl_doc_status(ctl, 30000, &doc));
+        json_t *ws = json_object_get(doc, "workers"), *w;
+        size_t i;
+        unsigned up = 0;
+        json_array_foreach(ws, i, w)
+        {
+            up += strcmp(ctl_doc_s(w, "state"), "running") == 0;
+        }
+        if (up >= n)
+            return doc;
+        json_decref(doc);
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    fprintf(stderr, "spw-netbed-bench: %u workers never served\n", n);
+    exit(1);
+}
+
+typedef struct drain_result {
+    double seconds;
+    uint64_t spilled, copies;
+    bool verified;
+} drain_result;
+
+/* Puts bytes (in put-byte puts) while only `worker` serves, writes the file ready, and once n
+ * workers serve drains `worker`: the seconds from the drain's request to its answer; then reads
+ * every put back. */
+static drain_result bench_drain(spillway *cl, const char *addr, const spillway_opts *o,
+                                uint64_t bytes, size_t put, const char *worker, unsigned n,
+                                const char *ready)
+{
+    size_t nputs = (size_t)(bytes / put);
+    spillway_ref *refs = calloc(nputs, sizeof *refs);
+    uint64_t *buf = malloc(put);
+    for (size_t i = 0; i < nputs; i++) {
+        drain_fill(buf, put / 8, i);
+        check(cl, "put", spillway_put(cl, buf, put, &refs[i]));
+    }
+    FILE *f = fopen(ready, "w");
+    if (f == NULL || fputs("ready\n", f) < 0 || fclose(f) != 0) {
+        perror(ready);
+        exit(1);
+    }
+    spillway *ctl;
+    check(NULL, "connect (ctl)", ctl_doc_connect(addr, o, &ctl));
+    json_t *doc = drain_wait_workers(ctl, n);
+    json_t *w = drain_worker(doc, worker);
+    if (w == NULL) {
+        fprintf(stderr, "spw-netbed-bench: no worker named %s\n", worker);
+        exit(1);
+    }
+    drain_result r = {.spilled = ctl_doc_u(json_object_get(w, "memory"), "spilled_bytes")};
+    json_decref(doc);
+    double t0 = now_s();
+    check(ctl, "drain", ctl_doc_drain(ctl, 3600 * 1000, worker, &doc));
+    r.seconds = now_s() - t0;
+    r.copies = ctl_doc_u(doc, "copies");
+    json_decref(doc);
+    spillway_close(ctl);
+    r.verified = true;
+    for (size_t i = 0; i < nputs; i++) {
+        void *data;
+        size_t len;
+        check(cl, "get", spillway_get(cl, refs[i], 120000, &data, &len));
+        drain_fill(buf, put / 8, i);
+        r.verified = r.verified && len == put && memcmp(data, buf, put) == 0;
+        spillway_free(data);
+    }
+    check(cl, "release", spillway_release_many(cl, refs, nputs));
+    free(buf);
+    free(refs);
+    return r;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spw-netbed-bench ADDR broadcast|transfer|tiny|sort ARGS...\n");
+        fprintf(stderr,
+                "usage: spw-netbed-bench ADDR broadcast|transfer|tiny|sort|drain ARGS...\n");
         return 2;
     }
     spillway_opts o;
@@ -193,6 +297,26 @@ int main(int argc, char **argv)
                "\"verified\":%s}\n",
                hosts, argv[5], (unsigned long long)bytes, p, s, limit, limit / s,
                ok ? "true" : "false");
+    } else if (strcmp(what, "drain") == 0 && argc == 9) {
+        uint64_t bytes = strtoull(argv[3], NULL, 10);
+        size_t put = (size_t)strtoull(argv[4], NULL, 10) & ~(size_t)7;
+        if (put == 0 || bytes < put) {
+            fprintf(stderr, "spw-netbed-bench: drain wants PUT (a multiple of 8) <= BYTES\n");
+            spillway_close(cl);
+            return 2;
+        }
+        bytes -= bytes % put;
+        drain_result r =
+            bench_drain(cl, argv[1], &o, bytes, put, argv[6], (unsigned)atoi(argv[7]), argv[8]);
+        /* Every byte leaves the drained worker through its one link: its time is the floor. */
+        double link = (double)bytes / (atof(argv[5]) * 1e6 / 8);
+        printf("{\"case\":\"drain_hosts\",\"targets\":%d,\"link_mbit\":%s,\"bytes\":%llu,"
+               "\"puts\":%llu,\"spilled_bytes\":%llu,\"copies\":%llu,\"seconds\":%.4f,"
+               "\"link_s\":%.4f,\"vs_link\":%.4f,\"verified\":%s}\n",
+               atoi(argv[7]) - 1, argv[5], (unsigned long long)bytes,
+               (unsigned long long)(bytes / put), (unsigned long long)r.spilled,
+               (unsigned long long)r.copies, r.seconds, link, r.seconds / link,
+               r.verified ? "true" : "false");
     } else {
         fprintf(stderr, "spw-netbed-bench: bad arguments for '%s'\n", what);
         spillway_close(cl);
