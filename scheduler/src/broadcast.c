@@ -326,8 +326,11 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
     }
     sched__session_ref(s, ss, o, REF_BROADCAST);
     uint64_t want = m->f[F_BCAST_WORKERS].u;
-    if (!m->f[F_BCAST_KEEP].nil && m->f[F_BCAST_KEEP].u != 0 && want > o->copies_want)
+    if (!m->f[F_BCAST_KEEP].nil && m->f[F_BCAST_KEEP].u != 0 && want > o->copies_want) {
         o->copies_want = (uint8_t)(want < SCHED_COPIES_MAX ? want : SCHED_COPIES_MAX);
+        if (sched__obj_producer(o) == NULL && o->origin != NULL)
+            sched__jnl_put(s, o); /* a put's record: a restart keeps as many copies */
+    }
     bcast *b = spw_calloc(SPW_MOD_SCHED, 1, sizeof *b);
     static uint64_t next_id;
     b->id = ++next_id;

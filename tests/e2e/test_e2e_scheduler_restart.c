@@ -568,6 +568,83 @@ static void client_rides_out_three_scheduler_kills(void)
     E2E_FINISH(c, cl);
 }
 
+/* The workers holding the object hex (memory listing), none of them named `not`; false if the
+ * listing fails. */
+typedef struct copies_on {
+    h_cluster *c;
+    const char *hex;
+    const char *not; /* a worker that must not be listed, or NULL */
+    char first[64];  /* the first holder listed */
+} copies_on;
+
+static bool two_copies(void *arg)
+{
+    copies_on *a = arg;
+    json_t *doc = e2e_ctl_json(a->c, "memory");
+    json_t *o = doc != NULL ? find_obj(doc, a->hex) : NULL;
+    json_t *locs = json_object_get(o, "locations"), *loc;
+    size_t i, n = 0;
+    bool ok = o != NULL;
+    json_array_foreach(locs, i, loc)
+    {
+        const char *node = json_string_value(json_object_get(loc, "node"));
+        ok = ok && node != NULL && (a->not == NULL || strcmp(node, a->not) != 0);
+        if (node != NULL && n++ == 0)
+            snprintf(a->first, sizeof a->first, "%s", node);
+    }
+    json_decref(doc);
+    return ok && n == 2;
+}
+
+/* A put kept on two workers (put_replicas = 2) is restored with its count of copies: a holder
+ * killed after the scheduler's restart is replaced by a copy on the third worker. */
+static void put_replicas_survive_a_scheduler_kill(void)
+{
+    sdir d;
+    h_cluster *c = start(&d, 3);
+    spillway_opts o;
+    spillway_opts_init(&o);
+    o.put_replicas = 2;
+    spillway *cl;
+    assert_int_equal(spillway_connect(c->addr, &o, &cl), 0);
+    uint8_t *buf = malloc(PUT_BYTES);
+    assert_non_null(buf);
+    memset(buf, 'r', PUT_BYTES);
+    spillway_ref r;
+    assert_int_equal(spillway_put(cl, buf, PUT_BYTES, &r), 0);
+    char hex[33];
+    copies_on a = {c, spillway_ref_hex(r, hex), NULL, ""};
+    assert_true(h_eventually(two_copies, &a, 20000));
+    h_sched_kill(c, SIGKILL);
+    h_sched_restart(c, d.args);
+    assert_true(h_eventually(workers_registered, c, 20000));
+    assert_true(h_eventually(two_copies, &a, 20000));
+    char gone[64];
+    snprintf(gone, sizeof gone, "%s", a.first);
+    /* Nodes are listed as HOST:PORT with the worker's peer port. */
+    int victim = -1;
+    const char *port = strrchr(gone, ':');
+    for (int i = 0; port != NULL && i < c->nworkers; i++) {
+        const char *wp = strrchr(c->workers[i].addr, ':');
+        if (wp != NULL && strcmp(wp, port) == 0)
+            victim = i;
+    }
+    assert_true(victim >= 0);
+    h_worker_kill(c, victim, SIGKILL);
+    a.not = gone;
+    assert_true(h_eventually(two_copies, &a, 30000));
+    void *back;
+    size_t len;
+    assert_int_equal(spillway_get(cl, r, 60000, &back, &len), 0);
+    assert_int_equal(len, PUT_BYTES);
+    assert_memory_equal(back, buf, PUT_BYTES);
+    spillway_free(back);
+    free(buf);
+    assert_int_equal(spillway_release(cl, r), 0);
+    spillway_close(cl);
+    E2E_STOP(c, NULL);
+}
+
 /* An uploaded plugin survives a kill of the scheduler: a graph naming it, in flight then, runs
  * to its end, the client's handle on it still works for a graph submitted after the restart,
  * and once released everything goes. */
@@ -631,6 +708,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(garbage_journal_starts_empty),
     H_CASE(client_rides_out_three_scheduler_kills),
     H_CASE(uploaded_plugin_survives_a_scheduler_kill),
+    H_CASE(put_replicas_survive_a_scheduler_kill),
 };
 
 SPW_TEST_MAIN(tests)
