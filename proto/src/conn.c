@@ -313,7 +313,6 @@ static void conn_closed_cb(uv_handle_t *h)
     if (c->cbs.on_close != NULL)
         c->cbs.on_close(c, c->close_status);
     conn__outq_release(&c->out, false);
-    conn__outq_release(&c->held, false);
     conn__outq_release(&c->wout, false);
     spw_buf_release(&c->in);
     spw_buf_release(&c->wire);
@@ -343,8 +342,8 @@ void conn__do_close(proto_conn *c)
     c->deadline_ns = 0;
     c->sink = NULL;
     c->batch.n = 0; /* its bytes go with the output */
-    if (c->held_on)
-        conn__hold_release(c);
+    if (c->gated)
+        proto_conn_set_gated(c, false);
     if (c->dirty) {
         /* Unlink from the dirty list so the flusher never sees a closed connection. */
         proto_conn **pp = &c->ctx->dirty;
@@ -374,8 +373,7 @@ void proto_conn_close(proto_conn *c, int status)
 {
     if (c->state == ST_CLOSING || c->state == ST_CLOSED)
         return;
-    if (c->held_on)
-        conn__hold_release(c); /* what it holds goes out before the close */
+    proto_conn_set_gated(c, false); /* what it holds goes out before the close */
     conn__batch_close(c);
     if (c->close_status == 0)
         c->close_status = status;

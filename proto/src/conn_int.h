@@ -72,6 +72,18 @@ typedef struct borrow {
     void *arg;
 } borrow;
 
+/* A point in an outq at a frame's end: the owned bytes and borrowed ranges before it. */
+typedef struct conn_pos {
+    size_t len, nb;
+} conn_pos;
+
+/* Output that waits for an epoch's release, up to a point of out (proto_ctx_hold). */
+#define CONN_HOLDS 4
+typedef struct conn_hold {
+    uint64_t epoch;
+    conn_pos end;
+} conn_hold;
+
 /* Bytes waiting to be written: an owned buffer with borrowed ranges spliced in. */
 typedef struct outq {
     spw_buf buf;
@@ -159,11 +171,14 @@ struct proto_conn {
     outq out;               /* being filled */
     proto_batch batch;      /* an open batched frame at the end of out.buf (batch.n > 0) */
     outq wout;              /* being written */
-    bool gated;             /* proto_conn_set_gated */
-    bool held_on;           /* on ctx->held: held and out wait for proto_ctx_release */
-    uint64_t held_epoch;
-    outq held;              /* output before out, held until held_epoch is released */
-    proto_conn *held_prev, *held_next;
+    /* Held output (proto_conn_set_gated): holds[] end where what each epoch waits for ends in
+     * out, in order; what comes before `covered` (the end of the last released hold) may be
+     * written while holds are pending; with none, all of out. */
+    bool gated;
+    uint32_t nholds;
+    conn_pos covered;
+    conn_hold holds[CONN_HOLDS];
+    proto_conn *gated_prev, *gated_next;
     size_t queued;
     uv_buf_t *wbufs;
     size_t wbufs_cap;
@@ -208,7 +223,7 @@ struct proto_ctx {
     proto_conn *conns;
     proto_listener *listeners;
     proto_conn *dirty;
-    proto_conn *held;    /* connections whose output is held (proto_ctx_hold_dirty) */
+    proto_conn *gated;   /* connections whose output may be held (proto_conn_set_gated) */
     proto_conn *resumed; /* paused connections to deliver buffered input for */
     bool closing;
     uint32_t naccepted;              /* server-side connections, handshakes included */
@@ -253,8 +268,6 @@ void conn__mark_dirty(proto_conn *c);
 uint32_t conn__send_limit(const proto_conn *c);
 void conn__after_enqueue(proto_conn *c, size_t bytes);
 void conn__flush(proto_conn *c);
-/* Lets c's held output go (proto_ctx_release, and when c closes). */
-void conn__hold_release(proto_conn *c);
 /* Closes the open batched frame (proto_conn_batch_rec), if any, queueing it. */
 void conn__batch_close(proto_conn *c);
 void conn__process_input(proto_conn *c);

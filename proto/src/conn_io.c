@@ -23,88 +23,121 @@ void conn__mark_dirty(proto_conn *c)
 
 /* ------------------------------------------------------------ held output */
 
-/* Appends q's bytes, its borrowed ranges with them, to dst; q is left empty (capacity kept). */
-static void outq_move(outq *dst, outq *q)
+static bool pos_eq(conn_pos a, conn_pos b)
 {
-    if (dst->buf.len == 0 && dst->nb == 0) {
+    return a.len == b.len && a.nb == b.nb;
+}
+
+static conn_pos pos_sub(conn_pos a, conn_pos b)
+{
+    return (conn_pos){a.len > b.len ? a.len - b.len : 0, a.nb > b.nb ? a.nb - b.nb : 0};
+}
+
+static conn_pos out_end(const proto_conn *c)
+{
+    return (conn_pos){c->out.buf.len, c->out.nb};
+}
+
+/* How much of out may be written: all of it, but on a gated connection with holds pending
+ * only what comes before the first of them. */
+static conn_pos out_writable(const proto_conn *c)
+{
+    return c->gated && c->nholds > 0 ? c->covered : out_end(c);
+}
+
+/* Moves the first p of out (its owned bytes and borrowed ranges) into wout, which is empty;
+ * what follows p stays in out, and the marks in it move with it. */
+static void out_take(proto_conn *c, conn_pos p)
+{
+    outq *q = &c->out, *dst = &c->wout;
+    if (pos_eq(p, out_end(c))) {
         outq t = *dst;
         *dst = *q;
         *q = t;
-        return;
+    } else {
+        spw_buf_append(&dst->buf, q->buf.data, p.len);
+        if (p.nb > dst->capb) {
+            dst->capb = p.nb;
+            dst->b = spw_realloc(SPW_MOD_PROTO, dst->b, dst->capb * sizeof *dst->b);
+        }
+        for (size_t i = 0; i < p.nb; i++) {
+            dst->b[i] = q->b[i];
+            dst->borrowed_bytes += q->b[i].len;
+        }
+        dst->nb = p.nb;
+        memmove(q->buf.data, q->buf.data + p.len, q->buf.len - p.len);
+        q->buf.len -= p.len;
+        memmove(q->b, q->b + p.nb, (q->nb - p.nb) * sizeof *q->b);
+        q->nb -= p.nb;
+        for (size_t i = 0; i < q->nb; i++)
+            q->b[i].at -= p.len;
+        q->borrowed_bytes -= dst->borrowed_bytes;
     }
-    size_t base = dst->buf.len;
-    spw_buf_append(&dst->buf, q->buf.data, q->buf.len);
-    if (dst->nb + q->nb > dst->capb) {
-        dst->capb = dst->nb + q->nb;
-        dst->b = spw_realloc(SPW_MOD_PROTO, dst->b, dst->capb * sizeof *dst->b);
-    }
-    for (size_t i = 0; i < q->nb; i++) {
-        dst->b[dst->nb] = q->b[i];
-        dst->b[dst->nb++].at += base;
-    }
-    dst->borrowed_bytes += q->borrowed_bytes;
-    q->buf.len = 0;
-    q->nb = 0;
-    q->borrowed_bytes = 0;
+    c->covered = pos_sub(c->covered, p);
+    for (uint32_t i = 0; i < c->nholds; i++)
+        c->holds[i].end = pos_sub(c->holds[i].end, p);
 }
 
 void proto_conn_set_gated(proto_conn *c, bool gated)
 {
+    proto_ctx *ctx = c->ctx;
+    if (gated == c->gated)
+        return;
     c->gated = gated;
-    if (!gated && c->held_on)
-        conn__hold_release(c);
+    c->nholds = 0;
+    c->covered = (conn_pos){0, 0};
+    if (gated) {
+        c->gated_prev = NULL;
+        c->gated_next = ctx->gated;
+        if (ctx->gated != NULL)
+            ctx->gated->gated_prev = c;
+        ctx->gated = c;
+        return;
+    }
+    if (c->gated_prev != NULL)
+        c->gated_prev->gated_next = c->gated_next;
+    else
+        ctx->gated = c->gated_next;
+    if (c->gated_next != NULL)
+        c->gated_next->gated_prev = c->gated_prev;
+    c->gated_prev = c->gated_next = NULL;
+    if (c->state != ST_CLOSED && (c->out.buf.len > 0 || c->out.nb > 0))
+        conn__mark_dirty(c); /* what was held goes */
 }
 
-void proto_ctx_hold_dirty(proto_ctx *ctx, uint64_t epoch)
+void proto_ctx_hold(proto_ctx *ctx, uint64_t epoch)
 {
-    for (proto_conn *c = ctx->dirty; c != NULL; c = c->dirty_next) {
-        if (!c->gated || c->state != ST_READY)
+    for (proto_conn *c = ctx->gated; c != NULL; c = c->gated_next) {
+        if (c->state != ST_READY)
             continue;
         conn__batch_close(c);
-        if (c->out.buf.len == 0 && c->out.nb == 0)
+        conn_pos end = out_end(c);
+        conn_hold *last = c->nholds > 0 ? &c->holds[c->nholds - 1] : NULL;
+        if (pos_eq(end, last != NULL ? last->end : c->covered))
+            continue; /* nothing queued since the last hold */
+        if (last != NULL && (last->epoch >= epoch || c->nholds == CONN_HOLDS)) {
+            last->end = end; /* joins the last hold, which waits for the later epoch */
+            if (epoch > last->epoch)
+                last->epoch = epoch;
             continue;
-        outq_move(&c->held, &c->out);
-        c->held_epoch = epoch;
-        if (!c->held_on) {
-            c->held_on = true;
-            c->held_prev = NULL;
-            c->held_next = ctx->held;
-            if (ctx->held != NULL)
-                ctx->held->held_prev = c;
-            ctx->held = c;
         }
+        c->holds[c->nholds++] = (conn_hold){epoch, end};
     }
-}
-
-void conn__hold_release(proto_conn *c)
-{
-    proto_ctx *ctx = c->ctx;
-    if (c->held_prev != NULL)
-        c->held_prev->held_next = c->held_next;
-    else
-        ctx->held = c->held_next;
-    if (c->held_next != NULL)
-        c->held_next->held_prev = c->held_prev;
-    c->held_prev = c->held_next = NULL;
-    c->held_on = false;
-    if (c->state == ST_CLOSED)
-        return;
-    /* What was held goes in front of what was queued after it. */
-    conn__batch_close(c);
-    outq_move(&c->held, &c->out);
-    outq t = c->out;
-    c->out = c->held;
-    c->held = t;
-    if (c->out.buf.len > 0 || c->out.nb > 0)
-        conn__mark_dirty(c);
 }
 
 void proto_ctx_release(proto_ctx *ctx, uint64_t upto)
 {
-    for (proto_conn *c = ctx->held, *next; c != NULL; c = next) {
-        next = c->held_next;
-        if (c->held_epoch <= upto)
-            conn__hold_release(c);
+    for (proto_conn *c = ctx->gated; c != NULL; c = c->gated_next) {
+        uint32_t n = 0;
+        while (n < c->nholds && c->holds[n].epoch <= upto)
+            n++;
+        if (n == 0)
+            continue;
+        c->covered = c->holds[n - 1].end;
+        c->nholds -= n;
+        memmove(c->holds, c->holds + n, c->nholds * sizeof *c->holds);
+        if (c->state == ST_READY)
+            conn__mark_dirty(c);
     }
 }
 
@@ -488,11 +521,12 @@ static bool seal_slice(proto_conn *c)
 {
     if (c->state == ST_CLOSED || !conn__tls_up(c) || conn__tls_sealed(c) > 0)
         return false;
-    if (c->wenc_n == 0 && !c->held_on && (c->out.buf.len > 0 || c->out.nb > 0)) {
+    if (c->wenc_n == 0 && (c->out.buf.len > 0 || c->out.nb > 0)) {
         conn__batch_close(c);
-        outq tmp = c->wout;
-        c->wout = c->out;
-        c->out = tmp;
+        conn_pos p = out_writable(c);
+        if (p.len == 0 && p.nb == 0)
+            return false; /* all of it is held */
+        out_take(c, p);
         c->wenc_n = outq_bufs(c, &c->wout);
         c->wenc_i = 0;
         c->wenc_off = 0;
@@ -534,14 +568,15 @@ void conn__flush(proto_conn *c)
         flush_tls(c);
         return;
     }
-    if (c->writing || c->held_on)
+    if (c->writing)
         return;
     if (c->out.buf.len == 0 && c->out.nb == 0)
         return;
     conn__batch_close(c);
-    outq tmp = c->wout;
-    c->wout = c->out;
-    c->out = tmp;
+    conn_pos p = out_writable(c);
+    if (p.len == 0 && p.nb == 0)
+        return; /* all of it is held */
+    out_take(c, p);
     size_t nbufs = outq_bufs(c, &c->wout);
     c->wout_total = c->wout.buf.len + c->wout.borrowed_bytes;
     c->wout_queued = c->wout_total;

@@ -8,7 +8,7 @@
  * file follows what is live, not what ran.
  * Group commit: hooks queue records; at the end of a turn's reads (a check handle) its records
  * go to the writer, a pool thread that writes them in one transaction while the loop goes on,
- * and the answers client connections got that turn wait for that write (proto_ctx_hold_dirty):
+ * and the answers client connections got that turn wait for that write (proto_ctx_hold):
  * no client hears of what a restart would forget. One write at a time, whole turns each; the
  * file is MDB_NOSYNC, fdatasync'd from the pool at most every JNL_SYNC_MS.
  * Start: the file is checked whole before anything is applied; one that fails is moved aside.
@@ -501,7 +501,7 @@ void sched__journal_commit(sched *s)
         uv_queue_work(s->loop, &j->write_work, write_work, write_done);
     }
     if (s->ctx != NULL)
-        proto_ctx_hold_dirty(s->ctx, hold);
+        proto_ctx_hold(s->ctx, hold);
 }
 
 /* A client's or spillway-ctl's answers wait for the records they depend on (what a status

@@ -1088,10 +1088,11 @@ static void ho_expect(int fd, const spw_buf *want)
 }
 
 /* Output held on a gated connection (the scheduler's journal holds answers until what they
- * answer is written): nothing is written while held, however often the flusher runs; what is
- * queued after a hold waits behind it, a borrowed buffer included; a release of an older epoch
- * lets nothing go; the release of its epoch writes everything in order; closing writes what
- * is held. An ungated connection's output is never held. */
+ * answer is written): nothing is written while held, however often the flusher runs, nor what
+ * was queued after it (a borrowed buffer included); a release of an older epoch lets nothing
+ * go; after the release of its epoch, a hold made before the flusher ran holds only what came
+ * after the released part, which goes out alone; closing writes what is held. An ungated
+ * connection's output is never held. */
 static void held_output_waits_for_its_epoch_and_keeps_its_order(void **state)
 {
     (void)state;
@@ -1117,7 +1118,7 @@ static void held_output_waits_for_its_epoch_and_keeps_its_order(void **state)
     proto_enc_errorf(&f4, 4, SPW_EPROTO, "four");
     assert_int_equal(proto_conn_send_raw(a, f1.data, f1.len), 0);
     assert_int_equal(proto_conn_send_raw(b, f1.data, f1.len), 0);
-    proto_ctx_hold_dirty(ctx, 7);
+    proto_ctx_hold(ctx, 7);
     assert_int_equal(proto_conn_send_raw_borrowed(a, f2.data, f2.len, NULL, NULL), 0);
     assert_int_equal(proto_conn_send_raw(a, f3.data, f3.len), 0);
     for (int i = 0; i < 3; i++)
@@ -1129,15 +1130,21 @@ static void held_output_waits_for_its_epoch_and_keeps_its_order(void **state)
     for (int i = 0; i < 3; i++)
         uv_run(&loop, UV_RUN_NOWAIT);
     assert_int_equal(ho_pending(sa[1]), 0);
+    /* Released, and held again before the flusher ran: the released frame goes alone. */
     proto_ctx_release(ctx, 7);
+    proto_ctx_hold(ctx, 8);
+    for (int i = 0; i < 3; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ho_expect(sa[1], &f1);
+    assert_int_equal(ho_pending(sa[1]), 0);
+    proto_ctx_release(ctx, 8);
     uv_run(&loop, UV_RUN_NOWAIT);
-    spw_buf_append(&want, f1.data, f1.len);
     spw_buf_append(&want, f2.data, f2.len);
     spw_buf_append(&want, f3.data, f3.len);
     ho_expect(sa[1], &want);
     /* Held again, then closed: the held frame goes out before the close. */
     assert_int_equal(proto_conn_send_raw(a, f4.data, f4.len), 0);
-    proto_ctx_hold_dirty(ctx, 8);
+    proto_ctx_hold(ctx, 9);
     uv_run(&loop, UV_RUN_NOWAIT);
     assert_int_equal(ho_pending(sa[1]), 0);
     proto_conn_close(a, 0);

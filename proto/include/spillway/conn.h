@@ -262,13 +262,12 @@ PROTO_SCHEMA(PROTO__DECL_BATCH, PROTO__NONE, PROTO__NONE, PROTO__NONE)
  * c NULL. */
 const uint8_t *proto_conn_frame(const proto_conn *c, size_t *len);
 /** Output that waits until what it answers is on disk (the scheduler's journal). On a gated
- * connection, proto_ctx_hold_dirty puts what is queued so far behind a hold tagged with an
- * epoch, and what is queued after it waits behind it, until proto_ctx_release covers that
- * epoch (a second hold before then joins the first, with the later epoch). Closing a connection
- * lets its held output go. */
+ * connection, proto_ctx_hold marks what was queued since its last hold as waiting for an
+ * epoch, and nothing after a mark is written before it, until proto_ctx_release covers that
+ * epoch. Closing (or ungating) a connection lets what it holds go. */
 void proto_conn_set_gated(proto_conn *c, bool gated);
-/** Holds the output of every gated connection that queued some since the flusher last ran. */
-void proto_ctx_hold_dirty(proto_ctx *ctx, uint64_t epoch);
+/** Holds what every gated connection queued since its last hold, for epoch. */
+void proto_ctx_hold(proto_ctx *ctx, uint64_t epoch);
 /** Lets the holds tagged upto or lower go: their output is written from the loop. */
 void proto_ctx_release(proto_ctx *ctx, uint64_t upto);
 /** Sends an ERROR frame. */
