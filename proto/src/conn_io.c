@@ -65,9 +65,11 @@ static void out_take(proto_conn *c, conn_pos p)
             dst->borrowed_bytes += q->b[i].len;
         }
         dst->nb = p.nb;
-        memmove(q->buf.data, q->buf.data + p.len, q->buf.len - p.len);
+        if (q->buf.len > p.len)
+            memmove(q->buf.data, q->buf.data + p.len, q->buf.len - p.len);
         q->buf.len -= p.len;
-        memmove(q->b, q->b + p.nb, (q->nb - p.nb) * sizeof *q->b);
+        if (q->nb > p.nb)
+            memmove(q->b, q->b + p.nb, (q->nb - p.nb) * sizeof *q->b);
         q->nb -= p.nb;
         for (size_t i = 0; i < q->nb; i++)
             q->b[i].at -= p.len;
