@@ -412,12 +412,9 @@ static uint64_t spill_disk(void)
     return sum;
 }
 
-/* Most spilled copies released, a few kept: the file is compacted while they stay readable. */
-static void spill_file_is_compacted_when_mostly_free(void **state)
+/* Objects 0..n-1 of 4 MiB of random bytes, each made as room comes, all spilled. */
+static void spill_random(ost_store *s, uint64_t n)
 {
-    (void)state;
-    const uint64_t n = 48, keep = 8;
-    ost_store *s = mk(16u << 20, 0, 0, 30000);
     for (uint64_t i = 0; i < n; i++) {
         got g = {0};
         ost_obj_create_async(s, id(i), 4u << 20, got_cb, &g);
@@ -430,6 +427,47 @@ static void spill_file_is_compacted_when_mostly_free(void **state)
     assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(stats(s).objs_disk, n);
+}
+
+static int compactions; /* "compacted" lines the store logged (count_compactions) */
+
+static void count_compactions(int level, const char *msg)
+{
+    (void)level;
+    if (strstr(msg, "spill environment compacted") != NULL) /* on the loop thread */
+        compactions++;
+}
+
+/* Deletions that finish while a compaction waits for the lanes to drain find the file as
+ * large as before: they must not queue another copy of the same live records. */
+static void spill_file_is_compacted_once_per_need(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    lanes = 4; /* several deletions finish after the one that queues the compaction */
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    lanes = 0;
+    spill_random(s, n);
+    compactions = 0;
+    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
+    for (uint64_t i = 0; i < n; i++)
+        if (i % keep != 0)
+            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    spw_log_set_sink(NULL, SPW_LOG_WARN);
+    assert_int_equal(compactions, 1);
+    for (uint64_t i = 0; i < n; i += keep)
+        check(s, i, 4u << 20, false);
+    done(s);
+}
+
+/* Most spilled copies released, a few kept: the file is compacted while they stay readable. */
+static void spill_file_is_compacted_when_mostly_free(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    spill_random(s, n);
     uint64_t before = spill_disk();
     assert_true(before >= n * (4u << 20));
     for (uint64_t i = 0; i < n; i++)
@@ -1105,6 +1143,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
+    cmocka_unit_test(spill_file_is_compacted_once_per_need),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(one_large_object_takes_every_lane),
     cmocka_unit_test(record_version_1_is_still_read),
