@@ -1095,6 +1095,38 @@ static void record_codec_round_trips_and_rejects_damage(void **state)
     ZSTD_freeDCtx(dc);
 }
 
+/* A chunk is judged by a sample spread over it, not by its start: one whose first part is
+ * random and the rest compressible is still compressed, one of random values sharing their top
+ * bits (the buckets of a shuffle: zstd saves less than 1/16) is stored raw. */
+static void record_sample_judges_the_whole_chunk(void **state)
+{
+    (void)state;
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    size_t n = 1u << 20, cap = OST_REC_HDR + ZSTD_compressBound(n);
+    uint8_t *raw = malloc(n), *out = malloc(cap), *back = malloc(n);
+    fill_obj(raw, n, 3, true);
+    fill_obj(raw, 128u << 10, 4, false);
+    int64_t len = ost_rec_try_zstd(cc, 1, raw, n, out, cap);
+    assert_true(len > OST_REC_HDR && (size_t)len < n / 2);
+    assert_int_equal(out[5], OST_REC_ZSTD);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    fill_obj(raw, n, 5, false);
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        raw[i + 7] = (uint8_t)(0x40 | (raw[i + 7] & 0x03)); /* 6 top bits shared */
+    assert_int_equal(ost_rec_try_zstd(cc, 1, raw, n, out, cap), 0);
+    len = ost_rec_encode(cc, 1, raw, n, out, cap);
+    assert_int_equal(out[5], OST_REC_RAW);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    free(raw);
+    free(out);
+    free(back);
+    ZSTD_freeCCtx(cc);
+    ZSTD_freeDCtx(dc);
+}
+
 /* Records are written as version 2 (checksum of the stored bytes, checked before decoding);
  * version 1 records (checksum of the raw bytes) still decode, with their checksum checked. */
 static void record_version_1_is_still_read(void **state)
@@ -1151,6 +1183,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
+    cmocka_unit_test(record_sample_judges_the_whole_chunk),
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
