@@ -115,6 +115,7 @@ struct ost_spill {
     bool retrying;              /* `full` was lifted to try again (spill_retry_ms) */
     uint64_t full_ns;           /* when a spill last failed (spill_retry_ms counts from it) */
     bool resetting;             /* a reset job is queued or running */
+    bool compacting;            /* a compaction job is queued or running */
     bool reset_keeps_full;      /* a failed spill left records: the reset keeps its `full` */
     bool deleted;               /* a deletion finished since the last compaction check */
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
@@ -932,6 +933,7 @@ static void job_after(uv_work_t *req, int status)
         spw_free(j);
         break;
     case JOB_COMPACT:
+        sp->compacting = false;
         sp->compact_floor = j->size;
         if (j->status != 0) {
             spw_log(SPW_LOG_WARN, "store=%s cannot compact the spill environment in %s: %s",
@@ -1029,7 +1031,7 @@ static void maybe_hand_back(ost_store *s)
             r->size = sp->map_max;
         sp->resetting = true;
         sp->work = r;
-    } else if (sp->deleted && sp->deletes_queued == 0 && !sp->resetting &&
+    } else if (sp->deleted && sp->deletes_queued == 0 && !sp->resetting && !sp->compacting &&
                s->st.spill_entries > 0 && !s->closing) {
         /* Live copies remain but most of the file is freed pages: compact. */
         sp->deleted = false;
@@ -1039,6 +1041,7 @@ static void maybe_hand_back(ost_store *s)
             spill_job *c = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *c);
             c->s = s;
             c->kind = JOB_COMPACT;
+            sp->compacting = true; /* one at a time: until it runs, the file stays as large */
             LL_PREPEND(sp->work, c);
         }
     }
@@ -1341,6 +1344,7 @@ void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
     }
     sp->work = NULL;
     sp->deletes_queued = 0;
+    sp->compacting = false;
     LL_FOREACH_SAFE(sp->restores, j, tmp)
     {
         ost_obj *o = j->o;

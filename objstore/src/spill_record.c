@@ -45,12 +45,37 @@ static void write_header(uint8_t *out, uint8_t codec, uint32_t raw_len, uint32_t
     put64(out + 24, 0);
 }
 
+/* Whether a sample of raw (PROBE_SLICE-byte slices spread over it, len / 16 bytes in all, at
+ * most PROBE_MAX) compresses by at least 1/24: a chunk that saves so little there will not save
+ * the 1/16 a zstd record needs, and compressing the sample costs a sixteenth of trying the whole
+ * chunk. Data with little redundancy (random bytes whose top bits are shared, ciphertext) makes
+ * zstd build and apply Huffman tables over every byte only to give up. The sample is put
+ * together at the end of out, which must hold it beside its compressed form; true when it does
+ * not, or the chunk is too small to sample. */
+#define PROBE_SLICE (8u << 10)
+#define PROBE_MAX (64u << 10)
+#define PROBE_MIN_LEN (16u * PROBE_SLICE)
+
+static bool probe_compresses(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len,
+                             uint8_t *out, size_t outcap)
+{
+    size_t want = len / 16 < PROBE_MAX ? len / 16 : PROBE_MAX;
+    size_t nslices = want / PROBE_SLICE, sample = nslices * PROBE_SLICE;
+    if (len < PROBE_MIN_LEN || outcap < sample + ZSTD_compressBound(sample))
+        return true;
+    uint8_t *in = out + outcap - sample;
+    for (size_t i = 0; i < nslices; i++)
+        memcpy(in + i * PROBE_SLICE, raw + i * (len / nslices), PROBE_SLICE);
+    size_t z = ZSTD_compressCCtx(cctx, out, outcap - sample, in, sample, level);
+    return ZSTD_isError(z) || z < sample - sample / 24;
+}
+
 int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
                          size_t outcap)
 {
     if (len > OST_REC_MAX_RAW || outcap < OST_REC_HDR)
         return SPW_EINVAL;
-    if (cctx == NULL || len < 256)
+    if (cctx == NULL || len < 256 || !probe_compresses(cctx, level, raw, len, out, outcap))
         return 0;
     size_t z = ZSTD_compressCCtx(cctx, out + OST_REC_HDR, outcap - OST_REC_HDR, raw, len, level);
     /* Incompressible data is stored raw: reading it back then costs a memcpy. */

@@ -36,14 +36,15 @@
  * For a raw record the stored bytes are the raw ones, so both versions sum the same bytes. */
 
 /** Encodes raw into out (capacity outcap, at least OST_REC_HDR + ZSTD_compressBound(len)):
- * zstd at level, or raw when that does not save at least 1/16 of the bytes.
+ * zstd at level, or raw when that does not save at least 1/16 of the bytes (a chunk of 128 KiB
+ * or more is first judged by compressing a sample of it: raw when the sample saves little).
  * @param[in] cctx a reusable compression context.
  * @return the record's size, or SPW_EINVAL (too large / no room). */
 int64_t ost_rec_encode(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
                        size_t outcap);
 
-/** Compresses raw into out like ost_rec_encode, but when the data does not compress, writes
- * nothing and returns 0: the caller then stores it raw with ost_rec_raw_header + a copy,
+/** Compresses raw into out like ost_rec_encode, but when the data does not compress returns 0
+ * (out then holds scratch): the caller then stores it raw with ost_rec_raw_header + a copy,
  * straight into its destination (one copy fewer than going through out).
  * @return the zstd record's size, 0 for "store raw", or SPW_EINVAL. */
 int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,

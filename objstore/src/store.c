@@ -158,8 +158,12 @@ void ost_store_free(ost_store *s)
         obj_destroy(s, o);
     }
     ost__spill_close(s);
-    if (s->base != NULL)
+    if (s->base != NULL) {
+        /* ASan's shadow outlives the mapping: a later mmap at these addresses (LMDB's map, a
+         * new store's arena) would read as poisoned. */
+        ARENA_UNPOISON(s->base, s->capacity);
         munmap(s->base, s->capacity);
+    }
     if (s->fd >= 0)
         close(s->fd);
     ost_alloc_free(s->alloc);

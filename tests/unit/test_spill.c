@@ -412,12 +412,9 @@ static uint64_t spill_disk(void)
     return sum;
 }
 
-/* Most spilled copies released, a few kept: the file is compacted while they stay readable. */
-static void spill_file_is_compacted_when_mostly_free(void **state)
+/* Objects 0..n-1 of 4 MiB of random bytes, each made as room comes, all spilled. */
+static void spill_random(ost_store *s, uint64_t n)
 {
-    (void)state;
-    const uint64_t n = 48, keep = 8;
-    ost_store *s = mk(16u << 20, 0, 0, 30000);
     for (uint64_t i = 0; i < n; i++) {
         got g = {0};
         ost_obj_create_async(s, id(i), 4u << 20, got_cb, &g);
@@ -430,6 +427,47 @@ static void spill_file_is_compacted_when_mostly_free(void **state)
     assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(stats(s).objs_disk, n);
+}
+
+static int compactions; /* "compacted" lines the store logged (count_compactions) */
+
+static void count_compactions(int level, const char *msg)
+{
+    (void)level;
+    if (strstr(msg, "spill environment compacted") != NULL) /* on the loop thread */
+        compactions++;
+}
+
+/* Deletions that finish while a compaction waits for the lanes to drain find the file as
+ * large as before: they must not queue another copy of the same live records. */
+static void spill_file_is_compacted_once_per_need(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    lanes = 4; /* several deletions finish after the one that queues the compaction */
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    lanes = 0;
+    spill_random(s, n);
+    compactions = 0;
+    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
+    for (uint64_t i = 0; i < n; i++)
+        if (i % keep != 0)
+            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    spw_log_set_sink(NULL, SPW_LOG_WARN);
+    assert_int_equal(compactions, 1);
+    for (uint64_t i = 0; i < n; i += keep)
+        check(s, i, 4u << 20, false);
+    done(s);
+}
+
+/* Most spilled copies released, a few kept: the file is compacted while they stay readable. */
+static void spill_file_is_compacted_when_mostly_free(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    spill_random(s, n);
     uint64_t before = spill_disk();
     assert_true(before >= n * (4u << 20));
     for (uint64_t i = 0; i < n; i++)
@@ -1057,6 +1095,38 @@ static void record_codec_round_trips_and_rejects_damage(void **state)
     ZSTD_freeDCtx(dc);
 }
 
+/* A chunk is judged by a sample spread over it, not by its start: one whose first part is
+ * random and the rest compressible is still compressed, one of random values sharing their top
+ * bits (the buckets of a shuffle: zstd saves less than 1/16) is stored raw. */
+static void record_sample_judges_the_whole_chunk(void **state)
+{
+    (void)state;
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    size_t n = 1u << 20, cap = OST_REC_HDR + ZSTD_compressBound(n);
+    uint8_t *raw = malloc(n), *out = malloc(cap), *back = malloc(n);
+    fill_obj(raw, n, 3, true);
+    fill_obj(raw, 128u << 10, 4, false);
+    int64_t len = ost_rec_try_zstd(cc, 1, raw, n, out, cap);
+    assert_true(len > OST_REC_HDR && (size_t)len < n / 2);
+    assert_int_equal(out[5], OST_REC_ZSTD);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    fill_obj(raw, n, 5, false);
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        raw[i + 7] = (uint8_t)(0x40 | (raw[i + 7] & 0x03)); /* 6 top bits shared */
+    assert_int_equal(ost_rec_try_zstd(cc, 1, raw, n, out, cap), 0);
+    len = ost_rec_encode(cc, 1, raw, n, out, cap);
+    assert_int_equal(out[5], OST_REC_RAW);
+    assert_int_equal(ost_rec_decode(dc, out, (size_t)len, back, n), 0);
+    assert_memory_equal(back, raw, n);
+    free(raw);
+    free(out);
+    free(back);
+    ZSTD_freeCCtx(cc);
+    ZSTD_freeDCtx(dc);
+}
+
 /* Records are written as version 2 (checksum of the stored bytes, checked before decoding);
  * version 1 records (checksum of the raw bytes) still decode, with their checksum checked. */
 static void record_version_1_is_still_read(void **state)
@@ -1105,6 +1175,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
+    cmocka_unit_test(spill_file_is_compacted_once_per_need),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(one_large_object_takes_every_lane),
     cmocka_unit_test(record_version_1_is_still_read),
@@ -1112,6 +1183,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(large_spill_past_the_map_limit_is_taken_back),
     cmocka_unit_test(stale_spill_of_a_dead_worker_is_cleared),
     cmocka_unit_test(record_codec_round_trips_and_rejects_damage),
+    cmocka_unit_test(record_sample_judges_the_whole_chunk),
     cmocka_unit_test(late_deletion_of_an_old_copy_keeps_the_new_one),
     cmocka_unit_test(restore_given_memory_while_quiescing_fails_cleanly),
     cmocka_unit_test(getter_letting_go_leaves_the_next_one_its_memory),
