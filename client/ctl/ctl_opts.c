@@ -9,6 +9,7 @@
 static const spw_opt rows[COPT_COUNT] = {
     [COPT_SCHEDULER] = {.name = "scheduler",
                         .type = SPW_OPT_ADDR,
+                        .flags = SPW_OPT_UNIX_OK,
                         .def_doc = "$SPILLWAY_SCHEDULER, else 127.0.0.1:7400",
                         .help = "the scheduler"},
     [COPT_SECRET_FILE] = {.name = "secret-file",

@@ -336,6 +336,8 @@ static void value_refusals_name_the_kind_of_value(void **state)
         {&wrk_optset, WOPT_NAME, "\xc0\xaf", "wants UTF-8 text"}, /* overlong '/' */
         {&wrk_optset, WOPT_LOG_LEVEL, "loud", "unknown level 'loud'"},
         {&ctl_optset, COPT_TIMEOUT, "0", "wants a whole number 1..2147483647 (milliseconds)"},
+        {&ctl_optset, COPT_SCHEDULER, "unix:", "wants unix:NAME with a NAME of 1..107"},
+        {&wrk_optset, WOPT_SCHEDULER, "unix:@spillway-scheduler-7400", "wants HOST:PORT"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         spw_opt_val v;
@@ -352,6 +354,10 @@ static void value_refusals_name_the_kind_of_value(void **state)
     assert_int_equal(v.u, OST_SPILL_CHUNK);
     assert_int_equal(spw_opt_value(&wrk_optset.opts[WOPT_NAME], "caf\xc3\xa9", &v, why, 256), 0);
     assert_int_equal(spw_opt_value(&sched_optset.opts[SOPT_HTTP], "none", &v, why, 256), 0);
+    /* spillway-ctl reaches the scheduler's local socket too. */
+    assert_int_equal(spw_opt_value(&ctl_optset.opts[COPT_SCHEDULER],
+                                   "unix:@spillway-scheduler-7400", &v, why, 256),
+                     0);
 }
 
 /* --plugin may be given again; each value is kept, in order. */

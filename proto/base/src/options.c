@@ -237,6 +237,15 @@ int spw_opt_value(const spw_opt *o, const char *text, spw_opt_val *v, char *why,
     }
     case SPW_OPT_ADDR: {
         const char *form = o->flags & SPW_OPT_PORT_OPTIONAL ? "HOST or HOST:PORT" : "HOST:PORT";
+        if ((o->flags & SPW_OPT_UNIX_OK) && strncmp(text, "unix:", 5) == 0) {
+            /* sun_path holds 108 bytes with its NUL (an abstract name's @ takes its place) */
+            if (len == 5 || len - 5 > 107) {
+                snprintf(why, whylen, "wants unix:NAME with a NAME of 1..107 characters, got '%s'",
+                         text);
+                return -1;
+            }
+            return 0;
+        }
         if (o->hi > 0 && len > (uint64_t)o->hi) {
             snprintf(why, whylen,
                      "'%s' is longer than %" PRId64 " characters (%s, the port included)", text,

@@ -37,6 +37,7 @@ typedef enum spw_opt_type {
 #define SPW_OPT_REPEAT 0x2u        /* may be given more than once; every value is kept */
 #define SPW_OPT_ZERO_OK 0x4u       /* 0 is allowed besides lo..hi ("0 = none") */
 #define SPW_OPT_PORT_OPTIONAL 0x8u /* ADDR: HOST alone is fine */
+#define SPW_OPT_UNIX_OK 0x10u      /* ADDR: "unix:NAME" (a Unix socket; @NAME: abstract) too */
 
 /** One option. A row with a literal default (def) is parsed from it when not given; one whose
  * default is computed at run time has def NULL and says what it is in def_doc. */
