@@ -142,7 +142,11 @@ static void job_ten_times_capacity_completes_with_flat_memory(void)
         fprintf(stderr, "worker %d peak memory %.1f MiB (capacity 32 MiB)\n", i,
                 (double)p.peak[i] / (1 << 20));
 #ifndef SPW_SANITIZE /* ASan's shadow and quarantine are not ours to bound */
-        if (p.peak[i] > (32u << 20) + (40u << 20))
+        /* Flat: the store and, of the 128 MiB the node budget gives the worker's own memory,
+         * at most half. Busy spill lanes each hold chunk-sized buffers (zstd's output, LMDB's
+         * pages of the record) in their threads' heaps, trimmed when the lanes go idle, so
+         * the peak rises with how long they stay busy (a loaded machine) but not with data. */
+        if (p.peak[i] > (32u << 20) + (64u << 20))
             fail_msg("worker %d peaked at %llu bytes", i, (unsigned long long)p.peak[i]);
 #endif
     }
