@@ -109,10 +109,13 @@ void proto_conn_set_gated(proto_conn *c, bool gated)
 
 void proto_ctx_hold(proto_ctx *ctx, uint64_t epoch)
 {
-    for (proto_conn *c = ctx->gated; c != NULL; c = c->gated_next) {
+    for (proto_conn *c = ctx->gated, *next; c != NULL; c = next) {
+        next = c->gated_next; /* a failed send may close c, which unlinks it */
         if (c->state != ST_READY)
             continue;
         conn__batch_close(c);
+        if (!c->gated)
+            continue;
         conn_pos end = out_end(c);
         conn_hold *last = c->nholds > 0 ? &c->holds[c->nholds - 1] : NULL;
         if (pos_eq(end, last != NULL ? last->end : c->covered))
