@@ -76,7 +76,9 @@ enum { SORT_BLOCKS = 16, SORT_BUCKETS = 10, SORT_BLOCK_VALUES = 1u << 20 /* 8 Mi
  * task (ascending, in its bucket) and its count, xor and sum against the generated values. */
 static void sort_four_times_the_stores_completes(void)
 {
-    h_cluster *c = cluster_two("32M", "3000");
+    /* The default --alloc-wait: a wait behind a running task ends with it; room that nothing
+     * frees is still given up on, and the case fails. */
+    h_cluster *c = cluster_two("32M", "30000");
     spillway *cl = e2e_connect(c);
 
     uint64_t want[SORT_BUCKETS][3];
@@ -142,11 +144,13 @@ enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
 
 /* map_blocks over chunks of three quarters of a 16 MiB store, each task making a stored output
  * (one bucket of its chunk's values): a worker takes the next task's chunk in only once the
- * running one is done with its own, so no fetch or restore of a chunk waits for room (ahead of
- * the running task's output) until --alloc-wait gives up. */
+ * running one is done with its own, so no fetch or restore of a chunk waits for room that
+ * nothing will free until --alloc-wait gives up. A chunk spilled on the other worker is restored
+ * there to be sent, after that worker's running task lets its own go: a wait as long as a task,
+ * which the default --alloc-wait covers on any machine (a shorter one would time the task). */
 static void map_blocks_of_three_quarters_of_the_store_never_give_up(void)
 {
-    h_cluster *c = cluster_two("16M", "3000");
+    h_cluster *c = cluster_two("16M", "30000");
     spillway *cl = e2e_connect(c);
     uint64_t *buf = malloc(MAP_CHUNK);
     assert_non_null(buf);
