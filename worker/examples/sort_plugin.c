@@ -5,7 +5,7 @@
  *   split(block, P)    P outputs, output j the values of block in bucket j (v * P >> 64: the
  *                      top bits of v when P is a power of two), in their order; one pass to
  *                      count, one to deal. split(block, j, P) makes bucket j alone.
- *   sort(parts...)     the concatenation of its arguments, sorted (LSD radix sort); as well a
+ *   sort(parts...)     the concatenation of its arguments, sorted (radix sort); as well a
  *                      merge of sorted runs, so a shuffle may use it to merge early
  *   check(bucket, j, P) verifies a sorted bucket (ascending, every value in bucket j) and
  *                      returns 24 bytes: its count, the xor and the sum of its values
@@ -177,43 +177,88 @@ static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-/* LSD radix sort of n values in a, a byte per pass, with b as scratch; a pass whose byte is the
- * same in every value (the top bits a bucket shares) is skipped. The result ends in a. */
-static void radix_sort(uint64_t *a, uint64_t *b, uint64_t n)
+/* The sort is a radix sort that goes most significant digit first while a range is larger than
+ * the cache, then least significant first inside it: the first pass deals every value into one
+ * of 2^MSD_BITS buckets by its highest bits that differ, and each bucket (a few thousand values
+ * when the data are spread) is then sorted while it is in the cache, so the data cross memory
+ * about twice rather than once per digit. */
+#define MSD_BITS 11
+#define LSD_BITS 8
+#define LEAF_VALUES 65536 /* at most this many are sorted least significant digit first */
+#define SMALL_VALUES 32   /* at most this many by insertion */
+
+static void insertion_sort(uint64_t *a, uint64_t n)
 {
-    uint64_t count[8][256];
-    memset(count, 0, sizeof count);
-    for (uint64_t i = 0; i < n; i++)
-        for (int d = 0; d < 8; d++)
-            count[d][(a[i] >> (8 * d)) & 0xff]++;
-    for (int d = 0; d < 8; d++) {
-        if (count[d][(a[0] >> (8 * d)) & 0xff] == n)
-            continue; /* every value has this byte */
-        uint64_t pos[256], sum = 0;
-        for (int k = 0; k < 256; k++) {
-            pos[k] = sum;
-            sum += count[d][k];
-        }
-        for (uint64_t i = 0; i < n; i++)
-            b[pos[(a[i] >> (8 * d)) & 0xff]++] = a[i];
-        memcpy(a, b, n * sizeof *a);
+    for (uint64_t i = 1; i < n; i++) {
+        uint64_t v = a[i], j = i;
+        for (; j > 0 && a[j - 1] > v; j--)
+            a[j] = a[j - 1];
+        a[j] = v;
     }
 }
 
-/* Values as the machine reads them, in place (little-endian on the wire and in the store). */
-static void to_host(uint64_t *a, uint64_t n)
+/* Sorts the n values of a, which differ only in their low `bits`, by LSD_BITS per pass with b as
+ * scratch; a pass whose digit is the same in every value is skipped. The result ends in a. */
+static void lsd_sort(uint64_t *a, uint64_t *b, uint64_t n, int bits)
 {
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    for (uint64_t i = 0; i < n; i++)
-        a[i] = __builtin_bswap64(a[i]);
-#else
-    (void)a;
-    (void)n;
-#endif
+    uint64_t *src = a, *dst = b;
+    for (int shift = 0; shift < bits; shift += LSD_BITS) {
+        uint64_t pos[1u << LSD_BITS] = {0}, sum = 0, mask = (1u << LSD_BITS) - 1;
+        for (uint64_t i = 0; i < n; i++)
+            pos[(src[i] >> shift) & mask]++;
+        if (pos[(src[0] >> shift) & mask] == n)
+            continue;
+        for (uint32_t k = 0; k <= mask; k++) {
+            uint64_t c = pos[k];
+            pos[k] = sum;
+            sum += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            dst[pos[(src[i] >> shift) & mask]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof *a);
 }
 
-/* The arguments are copied into the output and sorted there, so a task holds its output and one
- * scratch array as large. */
+/* Sorts the n values of a, which differ only in their low `bits`, with b as scratch: the result
+ * ends in a. */
+static void radix_sort(uint64_t *a, uint64_t *b, uint64_t n, int bits)
+{
+    if (n <= SMALL_VALUES) {
+        insertion_sort(a, n);
+        return;
+    }
+    if (n <= LEAF_VALUES || bits <= MSD_BITS) {
+        lsd_sort(a, b, n, bits);
+        return;
+    }
+    int shift = bits - MSD_BITS;
+    uint64_t count[1u << MSD_BITS] = {0}, pos[1u << MSD_BITS], sum = 0;
+    uint64_t mask = (1u << MSD_BITS) - 1;
+    for (uint64_t i = 0; i < n; i++)
+        count[(a[i] >> shift) & mask]++;
+    for (uint32_t k = 0; k <= mask; k++) {
+        pos[k] = sum;
+        sum += count[k];
+    }
+    for (uint64_t i = 0; i < n; i++)
+        b[pos[(a[i] >> shift) & mask]++] = a[i];
+    /* Each bucket is sorted in b (a's part as its scratch) and copied back while in the cache. */
+    sum = 0;
+    for (uint32_t k = 0; k <= mask; k++) {
+        if (count[k] > 0) {
+            radix_sort(b + sum, a + sum, count[k], shift);
+            memcpy(a + sum, b + sum, count[k] * sizeof *a);
+        }
+        sum += count[k];
+    }
+}
+
+/* The arguments are copied into the output (as the machine reads values) and sorted there, so
+ * a task holds its output and one scratch array as large. */
 static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t total = 0;
@@ -237,16 +282,20 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
         return spw_task_output_error(ctx);
     }
     uint64_t *a = (uint64_t *)(void *)out; /* an output is aligned for any type */
-    uint64_t off = 0;
+    uint64_t k = 0, differ = 0;
     for (uint32_t i = 0; i < nargs; i++) {
-        if (args[i].len > 0)
-            memcpy(out + off, args[i].data, args[i].len);
-        off += args[i].len;
+        const uint8_t *p = args[i].data;
+        for (uint64_t j = 0; j < args[i].len / 8; j++, k++) {
+            a[k] = load(p + 8 * j);
+            differ |= a[k] ^ a[0];
+        }
     }
-    to_host(a, n);
-    if (n > 0)
-        radix_sort(a, b, n);
-    to_host(a, n);
+    if (n > 1 && differ != 0)
+        radix_sort(a, b, n, 64 - __builtin_clzll(differ));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (k = 0; k < n; k++)
+        store(out + 8 * k, a[k]); /* back to little-endian */
+#endif
     free(b);
     return 0;
 }
