@@ -871,6 +871,18 @@ static int gather_chunks(spillway *c, spw_id id, uint64_t size, uint64_t chunk, 
     return 0;
 }
 
+/* Tries of a get whose copies were all unreachable: the scheduler learns a worker died a moment
+ * after its connections close, so the first answer after a death may still name it. */
+#define GET_RELOCATE_MAX 6
+
+/* Whether a failed read means the copies the scheduler named are gone (their worker died or
+ * dropped them), so that asking it again can name others, or wait for the object to be made
+ * again. */
+static bool copies_gone(int rc)
+{
+    return rc == SPW_ECONNREFUSED || rc == SPW_ECLOSED || rc == SPW_ENOOBJ || rc == SPW_EOBJLOST;
+}
+
 static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data, size_t *len)
 {
     if (c == NULL || data == NULL || len == NULL)
@@ -892,17 +904,40 @@ static int get__impl(spillway *c, spillway_ref ref, int timeout_ms, void **data,
         spw_free(loc.srcs);
         return SPW_ENOMEM;
     }
+    uint64_t size = loc.size,
+             deadline = timeout_ms < 0 ? 0 : spw_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     if (loc.chunk != 0)
         rc = gather_chunks(c, id, loc.size, loc.chunk, timeout_ms, buf);
     else
         rc = read_into(c, id, &loc, buf);
+    for (int tries = 1; loc.chunk == 0 && copies_gone(rc) && tries < GET_RELOCATE_MAX; tries++) {
+        /* Asked again after a pause that doubles: by then the scheduler knows of the death and
+         * names other copies, or makes the object again (resolve waits for that). */
+        uint64_t now = spw_now_ns();
+        if (deadline != 0 && now >= deadline)
+            break;
+        uv_sleep(5u << tries);
+        spw_free(loc.srcs);
+        now = spw_now_ns();
+        int left = deadline == 0 ? -1 : now >= deadline ? 0 : (int)((deadline - now) / 1000000ULL);
+        rc = resolve(c, id, left, &loc);
+        if (rc == 0 && (loc.has_inl || loc.size != size)) {
+            bytes_free(loc.inl);
+            loc.inl = NULL;
+            char hex[33];
+            spillway__set_err(c, "obj=%s changed size while being read", spw_id_hex(id, hex));
+            rc = SPW_EPROTO;
+        }
+        if (rc == 0)
+            rc = read_into(c, id, &loc, buf);
+    }
     spw_free(loc.srcs);
     if (rc != 0) {
         spw_free(buf);
         return rc;
     }
     *data = buf;
-    *len = loc.size;
+    *len = size;
     return 0;
 }
 
