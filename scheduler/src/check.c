@@ -430,7 +430,7 @@ static void check_sessions(sched *s, uint64_t *holders, gacc *graphs)
 
 static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_t reserved_total)
 {
-    uint64_t assigned = 0, reserved = 0;
+    uint64_t assigned = 0, reserved = 0, queued = 0, taking = 0;
     uint32_t depth_max = s->opts.max_depth > 2 ? s->opts.max_depth : 2;
     uint32_t ndraining = 0;
     for (uint32_t i = 0; i < s->nworkers; i++) {
@@ -461,6 +461,10 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
             }
             n++;
             running += t->state == T_RUNNING;
+            queued += t->queued;
+            taking += t->taking;
+            CHECK(!t->taking || t->queued, sched__task_out(t)->id,
+                  "task taken back from worker %u was not queued there", w->id);
         }
         CHECK(n == w->assigned, NOID, "worker %u: assigned %u, its list holds %u", w->id,
               w->assigned, n);
@@ -492,6 +496,10 @@ static void check_workers(sched *s, uint64_t tstate[PROTO_TSTATE_COUNT], uint64_
                   "worker %u's index holds an object that names it not", w->id);
         }
     }
+    CHECK(queued == s->nqueued && taking == s->ntaking, NOID,
+          "%llu tasks queued and %llu taken back on workers' lists, %llu and %llu counted",
+          (unsigned long long)queued, (unsigned long long)taking,
+          (unsigned long long)s->nqueued, (unsigned long long)s->ntaking);
     CHECK(ndraining == s->ndraining, NOID, "%u workers drain, %u counted", ndraining,
           s->ndraining);
     CHECK(HASH_COUNT(s->wbyid) == s->nworkers, NOID, "%u workers indexed by id, %u connected",

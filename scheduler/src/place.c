@@ -7,6 +7,10 @@
  * tasks, where depth follows the function's observed run time so that about queue_target_us of
  * work waits per slot: short tasks are pipelined deeply, long ones are not hoarded by one worker.
  * Queued work goes to a worker in short runs (run_on), within a grain of the least loaded.
+ * A long task (depth 1) goes to a free slot when there is one; when every slot is busy, one
+ * more per slot may wait on a worker (queued), which then fetches its inputs while the task
+ * before it runs; a worker that goes idle while such a task (or one of a function not run yet)
+ * waits elsewhere and nothing is ready takes it back (take_back).
  * The rest of a task's life (intake, dependencies, sending ahead, completion) is in tasks.c.
  */
 #include <stdio.h>
@@ -15,6 +19,9 @@
 #include <utlist.h>
 
 #include "sched_int.h"
+
+/* Tasks per slot a long task may wait behind (the running one included). */
+#define LONG_QUEUE_DEPTH 2
 
 static uint32_t depth_for(const sched *s, const sched_fn *f)
 {
@@ -141,9 +148,8 @@ static bool needs_upload_worker(const sched *s, const sched_task *t)
  * worker whatever the cluster's size and its inline results never move. Otherwise the worker
  * holding most of its input bytes in its store, then the least loaded, within each worker's
  * queue depth (slots x depth_for). */
-static sched_worker *pick_worker(sched *s, const sched_task *t)
+static sched_worker *pick_at(sched *s, const sched_task *t, uint32_t depth)
 {
-    uint32_t depth = depth_for(s, t->fn);
     bool upload = needs_upload_worker(s, t);
     if (!t->placed && !upload) {
         sched_worker *h = home_worker(s, t);
@@ -179,6 +185,22 @@ static sched_worker *pick_worker(sched *s, const sched_task *t)
     if (best != NULL)
         s->rr++;
     return best;
+}
+
+/* Whether t may wait on a worker behind a running task: a long task (depth 1) that has not just
+ * been taken back from such a wait, when queueing is allowed at all. */
+static bool may_queue(const sched *s, const sched_task *t, uint32_t depth)
+{
+    return depth == 1 && !t->taken && s->opts.max_depth >= LONG_QUEUE_DEPTH;
+}
+
+static sched_worker *pick_worker(sched *s, const sched_task *t)
+{
+    uint32_t depth = depth_for(s, t->fn);
+    sched_worker *w = pick_at(s, t, depth);
+    if (w == NULL && may_queue(s, t, depth))
+        w = pick_at(s, t, LONG_QUEUE_DEPTH);
+    return w;
 }
 
 typedef struct warg_iter {
@@ -271,6 +293,15 @@ static bool assign(sched *s, sched_task *t, sched_worker *w)
     sched__task_set_state(s, t, T_ASSIGNED);
     t->worker = w;
     t->graph->inflight++;
+    t->taken = 0;
+    /* Queued behind a running task: a long one, or one of a function not run yet (which may be
+     * long). Only a task any worker may run is taken back: one bound to a worker by name, or to
+     * those that run uploads, would come back to the worker it left. */
+    if (w->assigned >= w->slots && (t->fn->runs == 0 || depth_for(s, t->fn) == 1) &&
+        !t->placed && !needs_upload_worker(s, t)) {
+        t->queued = 1;
+        s->nqueued++;
+    }
     w->assigned++;
     w->assign_seq = ++s->assign_seq;
     sched__worker_load(s, w);
@@ -359,6 +390,60 @@ static void ready_step_over(sched *s, sched_task *t)
  * of one loop iteration when many tasks wait on a few caps. */
 #define DISPATCH_SKIP_MAX 4096
 
+bool sched__task_unqueue(sched *s, sched_task *t)
+{
+    bool taking = t->taking;
+    s->nqueued -= t->queued;
+    s->ntaking -= t->taking;
+    t->queued = t->taking = 0;
+    return taking;
+}
+
+/* The last queued long task on v that has not started and is not being taken back, or NULL. */
+static sched_task *queued_on(sched_worker *v)
+{
+    sched_task *last = NULL;
+    if (v->assigned <= v->slots)
+        return NULL;
+    for (sched_task *t = v->tasks; t != NULL; t = t->wnext)
+        if (t->queued && !t->taking && t->state == T_ASSIGNED)
+            last = t;
+    return last;
+}
+
+/* Nothing is ready and a worker has a free slot: long tasks queued on busy workers (the last
+ * queued first) are taken back, one per free slot. The worker answers SPW_ECANCELED for one it
+ * has not started (tasks.c requeues it, marked taken: it then goes only to a free slot) and
+ * runs one it has. Scans the workers only while some has a free slot and tasks are queued. */
+static void take_back(sched *s)
+{
+    if (s->nqueued <= s->ntaking || s->nready > 0 || s->closing)
+        return;
+    const sched_worker *least = sched__worker_least_loaded(s);
+    if (least == NULL || least->assigned >= least->slots)
+        return;
+    uint64_t free_slots = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        const sched_worker *w = s->workers[k];
+        if (!sched__worker_paused(w) && !proto_conn_is_closing(w->conn) &&
+            w->assigned < w->slots)
+            free_slots += w->slots - w->assigned;
+    }
+    for (uint32_t k = 0; k < s->nworkers && s->ntaking < free_slots; k++) {
+        sched_worker *v = s->workers[k];
+        sched_task *t = queued_on(v);
+        if (t == NULL || proto_conn_is_closing(v->conn))
+            continue;
+        t->taking = 1;
+        s->ntaking++;
+        char hex[33];
+        spw_log(SPW_LOG_INFO, "task=%s taken back from worker=%u for an idle worker",
+                spw_id_hex(sched__task_out(t)->id, hex), v->id);
+        proto_send_task_cancel(v->conn, 0,
+                               &(proto_task_cancel_msg){.ids = {&sched__task_out(t)->id, 1}});
+    }
+}
+
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
@@ -419,11 +504,12 @@ static void dispatch(uv_idle_t *h)
     }
 out:
     uv_idle_stop(&s->kick);
+    take_back(s);
     sched__check(s);
 }
 
 void sched__kick(sched *s)
 {
-    if (!s->closing && s->nready > 0 && s->nworkers > 0)
+    if (!s->closing && (s->nready > 0 || s->nqueued > s->ntaking) && s->nworkers > 0)
         uv_idle_start(&s->kick, dispatch);
 }

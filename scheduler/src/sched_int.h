@@ -228,6 +228,12 @@ struct sched_task {
      * a uint64_t: since when no connected worker has that name (0: one has). sched__task_place,
      * sched__place_missing. */
     uint8_t placed : 1;
+    /* Long tasks queued behind a running one (place.c): queued while it is assigned so
+     * (counted in sched.nqueued); taking while a TASK_CANCEL takes it back for a worker gone
+     * idle (sched.ntaking); taken once back, until assigned again, so it goes to a free slot. */
+    uint8_t queued : 1;
+    uint8_t taking : 1;
+    uint8_t taken : 1;
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     /* Its outputs: nouts of them (1..SPW_TASK_OUTPUTS_MAX), output 0 in this record's object,
@@ -517,6 +523,8 @@ struct sched {
     struct bcast *bcasts;     /* broadcasts under way */
     sched_task *ready[SCHED_DEPTHS]; /* DL lists by depth */
     uint64_t nready;
+    uint64_t nqueued;  /* tasks with `queued` set: long ones queued behind a running one */
+    uint64_t ntaking;  /* tasks with `taking` set: being taken back for an idle worker */
     uint64_t tstate[PROTO_TSTATE_COUNT];
     uint64_t obj_bytes; /* sizes of READY objects */
     uint64_t refs[REF_KINDS]; /* references of each kind over all objects */
@@ -837,6 +845,9 @@ static inline bool sched__worker_paused(const sched_worker *w)
 }
 /* Starts a dispatch pass on the next loop iteration, if tasks are ready and workers connected. */
 void sched__kick(sched *s);
+/* t leaves its worker (done, taken back, or the worker lost): its queued and taking marks go.
+ * Returns whether it was being taken back. */
+bool sched__task_unqueue(sched *s, sched_task *t);
 /* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
 bool sched__graph_admits(const sched_graph *g, const sched_task *t);
 /* Puts t's TASK_RUNS record, with flags, into w's open batch. Returns 0; SPW_EFRAMESIZE when the

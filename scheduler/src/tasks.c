@@ -694,6 +694,7 @@ static void worker_unlink(sched *s, sched_task *t)
     t->wprev = t->wnext = NULL; /* shared with the ready links */
     if (t->state == T_ASSIGNED || t->state == T_RUNNING) {
         w->assigned--;
+        sched__task_unqueue(s, t);
         sched__worker_load(s, w);
     } else {
         w->ahead--;
@@ -826,6 +827,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
     DL_DELETE2(w->tasks, t, wprev, wnext);
     t->wprev = t->wnext = NULL; /* shared with the ready links */
     w->assigned--;
+    bool taken = sched__task_unqueue(s, t);
     sched__worker_load(s, w);
     t->worker = NULL;
     t->graph->inflight--;
@@ -869,10 +871,12 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         if (status == SPW_EPROTO && st != SPW_EPROTO)
             snprintf(msg, sizeof msg, "the worker reported status %lld, which is no error code",
                      (long long)st);
-        if (status == SPW_ECANCELED && w->drain && !o->orphan) {
-            /* Taken back from a worker that drains before it started: it runs elsewhere, as if
-             * never sent (it did not run: no retry counted). */
+        if (status == SPW_ECANCELED && (w->drain || taken) && !o->orphan) {
+            /* Taken back before it started, from a worker that drains or for one gone idle
+             * (place.c): it runs elsewhere, as if never sent (it did not run: no retry
+             * counted); one taken for an idle worker goes only to a free slot. */
             t->flags &= ~PROTO_TASK_AHEAD;
+            t->taken = taken;
             ready_push(s, t);
             return;
         }
@@ -1199,6 +1203,7 @@ void sched__worker_lost(sched *s, sched_worker *w, spw_id *ids, size_t k)
         DL_DELETE2(w->tasks, t, wprev, wnext);
         t->wprev = t->wnext = NULL; /* shared with the ready links */
         w->assigned--;
+        sched__task_unqueue(s, t);
         t->worker = NULL;
         t->graph->inflight--;
         if (++t->retries > s->opts.task_retries) {

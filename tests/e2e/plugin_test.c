@@ -135,20 +135,22 @@ static int mark_sleep(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t narg
     return 0;
 }
 
-/* wait_file(path, max_ms[, mark]): creates the file `mark` if given (a test waits for it: the
- * task has started), then returns (empty result) once the file `path` exists, which the test
- * creates when it has seen what it wanted while the task runs; fails after max_ms so that a
- * test that never creates it cannot hang the worker. */
+/* wait_file(path, max_ms[, mark[, ...]]): creates the file `mark` if given (a test waits for
+ * it: the task has started), then returns (empty result) once the file `path` exists, which the
+ * test creates when it has seen what it wanted while the task runs; fails after max_ms so that
+ * a test that never creates it cannot hang the worker. Further arguments (objects the task is
+ * to hold while it waits) are not read. */
 static int wait_file(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t ms;
     char path[512];
-    if (nargs < 2 || nargs > 3 || args[0].len == 0 || args[0].len >= sizeof path ||
-        u64_arg(&args[1], &ms) || (nargs == 3 && (args[2].len == 0 || args[2].len >= sizeof path))) {
-        spw_task_fail(ctx, "wait_file takes a path, a u64 of milliseconds and maybe a mark path");
+    if (nargs < 2 || args[0].len == 0 || args[0].len >= sizeof path || u64_arg(&args[1], &ms) ||
+        (nargs >= 3 && (args[2].len == 0 || args[2].len >= sizeof path))) {
+        spw_task_fail(ctx, "wait_file takes a path, a u64 of milliseconds, maybe a mark path and "
+                           "more");
         return -1;
     }
-    int rc = nargs == 3 ? plugin_touch(&args[2]) : 0;
+    int rc = nargs >= 3 ? plugin_touch(&args[2]) : 0;
     if (rc != 0)
         return rc;
     memcpy(path, args[0].data, args[0].len);

@@ -2,11 +2,15 @@
  * complete when the tasks sent ahead to a worker would pin more than its store holds (an
  * out-of-core sort, a map over chunks of three quarters of a store), and a task that can never
  * fit beside its inputs fails at once, naming itself, its bytes and the capacity. They use the
- * example sort plugin (worker/examples/sort_plugin.c). Real daemons on 127.0.0.1. */
+ * example sort plugin (worker/examples/sort_plugin.c). Then queueing of long tasks: a task
+ * queued behind a running one gets its inputs from other workers fetched while it waits, and
+ * one queued on a busy worker is taken back by a worker that goes idle (the test plugin's
+ * wait_file holds a task running until the case creates a file). Real daemons on 127.0.0.1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
@@ -254,10 +258,179 @@ static void a_task_that_cannot_fit_fails_at_once(void)
     E2E_STOP(c, cl);
 }
 
+/* A file under the cluster's directory, made (empty) when make is true. */
+static void case_file(h_cluster *c, const char *name, bool make, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", c->dir, name);
+    if (make) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+}
+
+static bool file_exists(void *arg)
+{
+    return access(arg, F_OK) == 0;
+}
+
+/* Submits wait_file(go, 120 s, mark, extra...) on the worker named `on` (NULL: any), kept. */
+static spillway_ref submit_wait(spillway *cl, const char *on, const char *go, const char *mark,
+                                const spillway_arg *extra, uint32_t nextra)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    if (on != NULL)
+        assert_int_equal(spillway_graph_place(g, on), 0);
+    spillway_arg a[4] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000),
+                         spillway_arg_bytes(mark, strlen(mark))};
+    for (uint32_t i = 0; i < nextra; i++)
+        a[3 + i] = extra[i];
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "wait_file", a, 3 + nextra, SPILLWAY_KEEP, &r), 0);
+    E2E_SUBMIT(g);
+    return r;
+}
+
+/* fill(size) on the worker named `on`: an object stored there. */
+static spillway_ref fill_on(spillway *cl, const char *on, uint64_t size)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, on), 0);
+    spillway_arg a = spillway_arg_u64(size);
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &r), 0);
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, &r, 1, 60000), 0);
+    return r;
+}
+
+typedef struct locs_arg {
+    h_cluster *c;
+    spillway_ref r;
+    size_t want;
+} locs_arg;
+
+static bool has_locations(void *arg)
+{
+    locs_arg *a = arg;
+    char hex[33];
+    json_t *doc = e2e_ctl_json(a->c, "memory");
+    json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(a->r, hex));
+    bool ok = o != NULL && json_array_size(json_object_get(o, "locations")) == a->want;
+    json_decref(doc);
+    return ok;
+}
+
+/* Two one-slot workers with the test plugin, w0 with a store of 48 MiB (45 admitted) and a
+ * spill directory. On w0 a task holding a 12 MiB object runs until the case lets it go; a second
+ * task there, over a 12 MiB object stored on w1, does not fit beside it with the output it is
+ * guessed to make (12 MiB each), so it waits for admission; its input does fit, and is fetched
+ * to w0 while the first still runs: the object has two copies before the first task ends. */
+static void a_queued_task_fetches_its_inputs_while_it_waits(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    char spill[512];
+    snprintf(spill, sizeof spill, "%s/spill0", c->dir);
+    const char *const a0[] = {"--slots", "1",           "--store-capacity", "48M",
+                              "--name",  "w0",          "--spill-dir",      spill,
+                              "--plugin", SPW_TEST_PLUGIN, NULL};
+    const char *const a1[] = {"--slots", "1",  "--store-capacity", "48M", "--name", "w1",
+                              "--plugin", SPW_TEST_PLUGIN, NULL};
+    h_worker_start(c, a0);
+    h_worker_start(c, a1);
+    spillway *cl = e2e_connect(c);
+    spillway_ref held = fill_on(cl, "w0", 12u << 20), far = fill_on(cl, "w1", 12u << 20);
+
+    char go[512], mark[512], go2[512], mark2[512];
+    case_file(c, "go", false, go, sizeof go);
+    case_file(c, "started", false, mark, sizeof mark);
+    case_file(c, "go2", true, go2, sizeof go2);
+    case_file(c, "started2", false, mark2, sizeof mark2);
+    spillway_arg ha = spillway_arg_ref(held), fa = spillway_arg_ref(far);
+    spillway_ref first = submit_wait(cl, "w0", go, mark, &ha, 1);
+    assert_true(h_eventually(file_exists, mark, 30000));
+    spillway_ref second = submit_wait(cl, "w0", go2, mark2, &fa, 1);
+    locs_arg la = {c, far, 2};
+    assert_true(h_eventually(has_locations, &la, 30000));
+    assert_true(access(mark2, F_OK) != 0); /* the second has not started */
+
+    case_file(c, "go", true, go, sizeof go);
+    spillway_ref both[2] = {first, second};
+    assert_int_equal(spillway_wait(cl, both, 2, 60000), 0);
+    assert_int_equal(spillway_release_many(cl, both, 2), 0);
+    spillway_release(cl, held);
+    spillway_release(cl, far);
+    E2E_STOP(c, cl);
+}
+
+static uint64_t assigned_on(h_cluster *c, const char *name)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    uint64_t v = 0;
+    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
+    if (w != NULL)
+        v = (uint64_t)json_integer_value(json_object_get(w, "assigned"));
+    json_decref(st);
+    return v;
+}
+
+static bool three_assigned(void *arg)
+{
+    return assigned_on(arg, "w0") + assigned_on(arg, "w1") == 3;
+}
+
+/* Two one-slot workers each run a task held until the case lets it go (placed by name); a
+ * third task of a function not run yet (queued two deep per slot) waits behind one of them.
+ * The case lets the other worker's task go: that worker goes idle with nothing ready, takes the
+ * third task back from the busy one, and runs it while the busy one still runs its own. */
+static void a_task_queued_on_a_busy_worker_runs_on_one_gone_idle(void)
+{
+    const char *const sargs[] = {"--log-level", "info", NULL};
+    h_cluster *c = h_cluster_start(false, sargs);
+    for (int i = 0; i < 2; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        const char *const a[] = {"--slots", "1",  "--store-capacity", "16M", "--name", name,
+                                 "--plugin", SPW_TEST_PLUGIN, NULL};
+        h_worker_start(c, a);
+    }
+    spillway *cl = e2e_connect(c);
+    char go[2][512], mark[2][512], go3[512], mark3[512];
+    spillway_ref held[2];
+    for (int i = 0; i < 2; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "go%d", i);
+        case_file(c, n, false, go[i], sizeof go[i]);
+        snprintf(n, sizeof n, "started%d", i);
+        case_file(c, n, false, mark[i], sizeof mark[i]);
+        held[i] = submit_wait(cl, i == 0 ? "w0" : "w1", go[i], mark[i], NULL, 0);
+        assert_true(h_eventually(file_exists, mark[i], 30000));
+    }
+    case_file(c, "go3", true, go3, sizeof go3);
+    case_file(c, "started3", false, mark3, sizeof mark3);
+    spillway_ref third = submit_wait(cl, NULL, go3, mark3, NULL, 0);
+    assert_true(h_eventually(three_assigned, c, 30000));
+    int busy = assigned_on(c, "w0") == 2 ? 0 : 1;
+    assert_int_equal(assigned_on(c, busy == 0 ? "w0" : "w1"), 2);
+
+    case_file(c, busy == 0 ? "go1" : "go0", true, go[1 - busy], sizeof go[1 - busy]);
+    assert_int_equal(spillway_wait(cl, &third, 1, 60000), 0);
+    assert_true(access(go[busy], F_OK) != 0); /* the busy one still runs */
+    assert_true(h_log_count(&c->sched, "taken back") >= 1);
+
+    case_file(c, busy == 0 ? "go0" : "go1", true, go[busy], sizeof go[busy]);
+    assert_int_equal(spillway_wait(cl, held, 2, 60000), 0);
+    assert_int_equal(spillway_release_many(cl, held, 2), 0);
+    spillway_release(cl, third);
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(sort_four_times_the_stores_completes),
     H_CASE(map_blocks_of_three_quarters_of_the_store_never_give_up),
     H_CASE(a_task_that_cannot_fit_fails_at_once),
+    H_CASE(a_queued_task_fetches_its_inputs_while_it_waits),
+    H_CASE(a_task_queued_on_a_busy_worker_runs_on_one_gone_idle),
 };
 
 SPW_TEST_MAIN(tests)

@@ -484,6 +484,25 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
     LL_PREPEND(f->waiters, x);
 }
 
+/* Starts a fetch of the whole object id (size bytes) from st's sources that no task waits on
+ * yet (for a plugin, or ahead of a task). */
+static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, bool plugin)
+{
+    wfetch *f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
+    f->id = id;
+    f->src = id; /* the whole object, from offset 0 */
+    f->src_size = size;
+    f->size = size;
+    f->st[0] = *st;
+    stripe_whole(f);
+    f->creating = true;
+    f->plugin = plugin;
+    HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+    fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
+    *r = (fetch_req){w, id};
+    ost_obj_create_async(w->store, id, size, fetch_created, r);
+}
+
 void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
 {
     wfetch *f;
@@ -499,19 +518,22 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
                             f != NULL ? "its copy here is being dropped" : "no worker holds it");
         return;
     }
-    f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
-    f->id = id;
-    f->src = id; /* the whole object, from offset 0 */
-    f->src_size = size;
-    f->size = size;
-    f->st[0] = st;
-    stripe_whole(f);
-    f->creating = true;
-    f->plugin = true;
-    HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
-    fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
-    *r = (fetch_req){w, id};
-    ost_obj_create_async(w->store, id, size, fetch_created, r);
+    fetch_whole(w, id, size, &st, true);
+}
+
+void wrk__fetch_ahead(wrk *w, const warg *wa)
+{
+    if (wa->kind == PROTO_ARG_INLINE || wa->local || wa->nlocs == 0 ||
+        (wa->kind == PROTO_ARG_VIEW && wa->len < wa->objsize))
+        return; /* a strict view is fetched as its range, when its task runs */
+    wfetch *f;
+    HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
+    if (f != NULL || ost_obj_find(w->store, wa->id) != NULL)
+        return;
+    wstripe st = {0};
+    st.nlocs = wa->nlocs;
+    memcpy(st.locs, wa->locs, sizeof st.locs);
+    fetch_whole(w, wa->id, wa->objsize, &st, false);
 }
 
 void wrk__peers_close(wrk *w)

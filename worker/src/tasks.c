@@ -854,6 +854,27 @@ static int admit_try(wrk *w, wtask *t, bool queued, uint64_t *room)
     return 1;
 }
 
+/* The first task waiting for admission gets its inputs from other workers fetched here now,
+ * unpinned, when they fit beside the reservations of the tasks admitted (its output is not
+ * counted: it is made only once the task is admitted). Then a long task's inputs cross the
+ * network while the one before it runs, not after. Only with a spill directory: a copy
+ * fetched ahead is an ordinary object here, which the store may spill to make room (the task
+ * then restores it), and can never hold room that an admitted task needs. */
+static void admit_prefetch(wrk *w)
+{
+    wtask *t = w->adm_head;
+    if (t == NULL || t->prefetched || w->opts.store.spill_dir == NULL || w->closing)
+        return;
+    uint64_t in, out, limit;
+    uint64_t cost = wrk__admit_cost(w, t, &in, &out);
+    wrk__admit_capacity(w, &limit, NULL);
+    if (w->adm_reserved + (cost - out) > limit)
+        return;
+    t->prefetched = 1;
+    for (uint32_t i = 0; i < t->nargs; i++)
+        wrk__fetch_ahead(w, &t->args[i]);
+}
+
 /* Admits waiting tasks, oldest first, while they fit. */
 static void admit_pump(wrk *w)
 {
@@ -873,6 +894,7 @@ static void admit_pump(wrk *w)
         admit_room(w, t, room); /* t may be gone after */
     }
     w->adm_pumping = false;
+    admit_prefetch(w);
 }
 
 /* Takes a task in whose arguments are copied: marks what it waits for here, then admits it
@@ -897,6 +919,7 @@ static void task_begin(wrk *w, wtask *t)
             t->state = WT_ADMIT;
             t->adm_listed = 1;
             DL_APPEND2(w->adm_head, t, adm_prev, adm_next);
+            admit_prefetch(w);
         } else if (rc > 0) {
             admit_room(w, t, room);
         }

@@ -153,6 +153,7 @@ struct wtask {
     uint8_t out_reserved; /* its output's entry in w->adm_res is referenced by it */
     uint8_t adm_listed;   /* on w->adm_head (waiting for admission) */
     uint8_t pre_wait;     /* admitted, its output's room (pre) being allocated */
+    uint8_t prefetched;   /* its inputs from elsewhere were fetched ahead of its admission */
     wtask *adm_prev, *adm_next; /* w->adm_head, while in state WT_ADMIT */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
@@ -570,6 +571,11 @@ void wrk__plugin_forget(wrk *w, wplugin *p);
 void wrk__plugin_check_start(wrk *w, wplugin *p);
 /* fetch.c: fetches an uploaded plugin's object (no task waits on the fetch itself). */
 void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs);
+/* fetch.c: starts fetching the object of argument wa here for a task that waits to be admitted
+ * (no task waits on the fetch; the task joins it, or finds the copy, once admitted). Nothing
+ * for an object here or coming already, without a source, or for a strict view (fetched as its
+ * range when the task runs). */
+void wrk__fetch_ahead(wrk *w, const warg *wa);
 
 /* executor.c: loading a plugin. wrk__plugin_open loads the file at path in this process and
  * checks its entry point, ABI version and functions: 0 with *handle and *plugin, or
