@@ -41,7 +41,7 @@
 #define COMPACT_FACTOR 2          /* compact when disk blocks > FACTOR x live + SLACK */
 #define COMPACT_SLACK (64ULL << 20)
 
-enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET, JOB_COMPACT };
+enum job_kind { JOB_SPILL, JOB_RESTORE, JOB_DELETE, JOB_RESET, JOB_COMPACT, JOB_READ };
 
 /* A job runs as one or more parts, each on a lane of its own: a spill or restore of several
  * chunks takes more lanes as they come free, each part claiming the next chunk not yet taken
@@ -56,7 +56,10 @@ typedef struct spill_job {
     uint64_t copy;       /* SPILL, RESTORE, DELETE: the object's spilled copy (make_key) */
     uint64_t size;       /* raw bytes of the object */
     const uint8_t *src;  /* SPILL: the object's bytes in the arena */
-    uint8_t *dst;        /* RESTORE: its new block */
+    uint8_t *dst;        /* RESTORE: its new block; READ: the caller's buffer */
+    uint64_t off, len;   /* READ: the range of the object read into dst */
+    ost_cb cb;           /* READ: called when done */
+    void *cb_arg;
     _Atomic int status;
     _Atomic int mdb_rc;  /* LMDB's own code, for the one log line */
     _Atomic uint64_t stored; /* SPILL: bytes written */
@@ -560,6 +563,51 @@ static void restore_work(spill_job *j, spill_part *p)
     atomic_fetch_sub(&j->active, 1);
 }
 
+/* Decodes the chunks of j's object that overlap [j->off, j->off + j->len) into j->dst: a chunk
+ * inside the range straight there, one that sticks out into a buffer of its own first. */
+static void read_work(spill_job *j, spill_part *p)
+{
+    struct ost_spill *sp = j->s->spill;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        job_fail(j, mdb_err(rc), rc);
+        atomic_fetch_sub(&j->active, 1);
+        return;
+    }
+    uint8_t *part = NULL;
+    uint64_t end = j->off + j->len;
+    for (uint32_t i = (uint32_t)(j->off / CHUNK); (uint64_t)i * CHUNK < end; i++) {
+        uint64_t at = (uint64_t)i * CHUNK;
+        size_t clen = j->size - at < CHUNK ? (size_t)(j->size - at) : CHUNK;
+        uint8_t key[KEY_LEN];
+        make_key(key, j->id, j->copy, i);
+        MDB_val k = {KEY_LEN, key}, v;
+        rc = mdb_get(txn, sp->dbi, &k, &v);
+        if (rc != 0) {
+            job_fail(j, SPW_ECORRUPT, rc); /* a chunk of a spilled object is missing */
+            break;
+        }
+        uint64_t from = at > j->off ? at : j->off, to = at + clen < end ? at + clen : end;
+        bool whole = from == at && to == at + clen;
+        if (!whole && part == NULL && (part = spw_malloc(SPW_MOD_OBJSTORE, CHUNK)) == NULL) {
+            job_fail(j, SPW_ENOMEM, 0);
+            break;
+        }
+        int st = ost_rec_decode(sp->lanes[p->lane].dctx, v.mv_data, v.mv_size,
+                                whole ? j->dst + (at - j->off) : part, clen);
+        if (st != 0) {
+            job_fail(j, st, 0);
+            break;
+        }
+        if (!whole)
+            memcpy(j->dst + (from - j->off), part + (from - at), to - from);
+    }
+    spw_free(part);
+    mdb_txn_abort(txn);
+    atomic_fetch_sub(&j->active, 1);
+}
+
 static void delete_work(spill_job *j)
 {
     struct ost_spill *sp = j->s->spill;
@@ -718,6 +766,9 @@ static void job_work_run(spill_job *j, spill_part *p)
         break;
     case JOB_RESTORE:
         restore_work(j, p);
+        break;
+    case JOB_READ:
+        read_work(j, p);
         break;
     case JOB_RESET:
         reset_work(j);
@@ -878,6 +929,24 @@ static void restore_done(ost_store *s, spill_job *j)
     spw_free(j);
 }
 
+static void read_done(ost_store *s, spill_job *j)
+{
+    ost_obj *o = j->o;
+    if (j->status != 0 && j->status != SPW_ESHUTDOWN) {
+        char hex[33];
+        spw_log(SPW_LOG_ERR, "store=%s read of spilled obj=%s failed: %s%s%s", s->name,
+                spw_id_hex(o->id, hex), spw_strerror(j->status), j->mdb_rc ? ": " : "",
+                j->mdb_rc ? mdb_strerror(j->mdb_rc) : "");
+    } else if (j->status == 0) {
+        s->st.disk_read_bytes += j->len;
+    }
+    o->disk_reads--;
+    j->cb(j->cb_arg, j->status, NULL);
+    if (o->deleted && o->pins == 0)
+        ost__obj_free_deleted(s, o);
+    spw_free(j);
+}
+
 static void job_after(uv_work_t *req, int status)
 {
     (void)status;
@@ -908,6 +977,9 @@ static void job_after(uv_work_t *req, int status)
         break;
     case JOB_RESTORE:
         restore_done(s, j);
+        break;
+    case JOB_READ:
+        read_done(s, j);
         break;
     case JOB_RESET:
         sp->resetting = false;
@@ -1153,7 +1225,7 @@ static void lane_next(ost_store *s)
 static void enqueue(ost_store *s, spill_job *j)
 {
     struct ost_spill *sp = s->spill;
-    spill_job **q = j->kind == JOB_RESTORE ? &sp->restores : &sp->work;
+    spill_job **q = j->kind == JOB_RESTORE || j->kind == JOB_READ ? &sp->restores : &sp->work;
     LL_APPEND(*q, j);
     lane_next(s);
 }
@@ -1249,6 +1321,34 @@ void ost__spill_maintain(ost_store *s)
         need = sp->spilling_bytes > 0 ? 0 : 1;
     if (need > 0)
         spill_some(s, need);
+}
+
+int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, uint8_t *dst,
+                         ost_cb cb, void *arg)
+{
+    if (o->state != OST_SEALED)
+        return SPW_ENOTSEALED;
+    if (off > o->size || len > o->size - off || len == 0)
+        return SPW_EINVAL;
+    if (o->blk != NULL || o->restoring || !o->on_disk)
+        return SPW_EAGAIN;
+    if (s->spill == NULL || s->spill->quiescing)
+        return SPW_ESHUTDOWN;
+    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+    j->s = s;
+    j->kind = JOB_READ;
+    j->o = o;
+    j->id = o->id;
+    j->copy = o->copy;
+    j->size = o->size;
+    j->dst = dst;
+    j->off = off;
+    j->len = len;
+    j->cb = cb;
+    j->cb_arg = arg;
+    o->disk_reads++;
+    enqueue(s, j);
+    return 0;
 }
 
 void ost__restore_start(ost_store *s, ost_obj *o)
@@ -1347,6 +1447,11 @@ void ost_store_quiesce(ost_store *s, void (*idle)(void *arg), void *arg)
     sp->compacting = false;
     LL_FOREACH_SAFE(sp->restores, j, tmp)
     {
+        if (j->kind == JOB_READ) {
+            j->status = SPW_ESHUTDOWN;
+            read_done(s, j);
+            continue;
+        }
         ost_obj *o = j->o;
         spw_free(j);
         ost__restore_fail(s, o, SPW_ESHUTDOWN);

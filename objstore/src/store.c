@@ -492,7 +492,7 @@ void ost__obj_free_deleted(ost_store *s, ost_obj *o)
 {
     /* Only when nobody uses it any more: no pin, no spill or restore job reading or writing,
      * no getter being called (the restore's completion reads it after they return). */
-    if (!o->deleted || o->pins > 0 || o->spilling || o->restoring || o->calling)
+    if (!o->deleted || o->pins > 0 || o->spilling || o->restoring || o->calling || o->disk_reads)
         return;
     DL_DELETE(s->zombies, o);
     obj_destroy(s, o);
@@ -632,7 +632,7 @@ int ost_obj_delete(ost_store *s, spw_id id)
     HASH_DEL(s->table, o);
     o->deleted = true;
     ost__lru_update(s, o);
-    if (o->pins > 0 || o->spilling || o->restoring || o->calling) {
+    if (o->pins > 0 || o->spilling || o->restoring || o->calling || o->disk_reads) {
         /* Readers, a writer, a threadpool job or the getters being called still use it: free
          * at the last of them. */
         DL_APPEND(s->zombies, o);

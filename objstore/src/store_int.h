@@ -22,6 +22,7 @@ struct ost_obj {
     bool deleted;           /* removed from the table; freed when the last user lets go */
     bool aborted;           /* its write failed while followers still send from its memory */
     bool calling;           /* its getters are being called: not freed until they return */
+    uint32_t disk_reads;    /* reads of its spilled copy under way (ost_obj_read_spilled) */
     uint64_t stored_size;   /* bytes of the spilled copy */
     uint64_t copy;          /* the spilled copy's number, in its records' keys (spill.c) */
     uint64_t last_use_ns;

@@ -1,5 +1,6 @@
 /* End-to-end tests of spilling: jobs much larger than the stores, back-pressure, pause, a full
- * spill map, and a worker killed with data spilled. Real daemons on 127.0.0.1. */
+ * spill map, a worker killed with data spilled, and a spilled object read by a peer from its
+ * spilled copy. Real daemons on 127.0.0.1. */
 #include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
@@ -389,6 +390,91 @@ static void killed_worker_leaves_no_spill_files(void)
     assert_int_equal(e2e_dir_entries(dir), 0);
 }
 
+/* fill(size, pattern) on the worker named `on`, kept: an object stored there. */
+static spillway_ref fill_on(spillway *cl, const char *on, uint64_t size, const char *pattern)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, on), 0);
+    spillway_arg a[2] = {spillway_arg_u64(size), spillway_arg_bytes(pattern, strlen(pattern))};
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &r), 0);
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, &r, 1, 60000), 0);
+    return r;
+}
+
+static uint64_t named_figure(h_cluster *c, const char *name, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
+    uint64_t v = (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), field));
+    json_decref(st);
+    return v;
+}
+
+typedef struct spilled_arg {
+    h_cluster *c;
+    spillway_ref r;
+    bool alone;
+} spilled_arg;
+
+/* Whether a copy of the object is only spilled (and, when alone, it is the only copy). */
+static bool one_spilled(void *arg)
+{
+    spilled_arg *a = arg;
+    char hex[33];
+    json_t *doc = e2e_ctl_json(a->c, "memory");
+    json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(a->r, hex));
+    json_t *locs = json_object_get(o, "locations");
+    bool yes = e2e_json_find(locs, "state", "spilled") != NULL &&
+               (!a->alone || json_array_size(locs) == 1);
+    json_decref(doc);
+    return yes;
+}
+
+/* A task on w1 reads a 2 MiB object that w0 has only on disk: w0 sends it from its spilled copy
+ * without restoring it (its restore count stays, its copy stays spilled), and the task sees
+ * every byte. */
+static void a_peer_reads_a_spilled_object_without_a_restore(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
+    const char *const a0[] = {"--slots", "1",         "--store-capacity", "16M", "--name",
+                              "w0",      "--spill-dir", dir,              NULL};
+    const char *const a1[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w1", NULL};
+    h_worker_start(c, a0);
+    h_worker_start(c, a1);
+    spillway *cl = e2e_connect(c);
+    const uint64_t size = 2u << 20;
+    spillway_ref x = fill_on(cl, "w0", size, "spilled"), more[4];
+    for (int i = 0; i < 4; i++)
+        more[i] = fill_on(cl, "w0", 4u << 20, "more"); /* x, the oldest, is spilled for them */
+    spilled_arg sa = {c, x, true};
+    assert_true(h_eventually(one_spilled, &sa, 30000));
+    uint64_t restores = named_figure(c, "w0", "restore_count");
+
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, "w1"), 0);
+    spillway_arg xa = spillway_arg_ref(x);
+    spillway_ref sum;
+    assert_int_equal(spillway_task(g, "checksum", &xa, 1, SPILLWAY_KEEP, &sum), 0);
+    E2E_SUBMIT(g);
+    uint8_t *want = malloc(size);
+    for (uint64_t i = 0; i < size; i++)
+        want[i] = (uint8_t)"spilled"[i % 7];
+    assert_int_equal(e2e_get_u64(cl, sum), XXH3_64bits(want, size));
+    free(want);
+    assert_int_equal(named_figure(c, "w0", "restore_count"), restores);
+    sa.alone = false; /* w1 keeps the copy it fetched */
+    assert_true(one_spilled(&sa));
+
+    assert_int_equal(spillway_release(cl, sum), 0);
+    assert_int_equal(spillway_release(cl, x), 0);
+    assert_int_equal(spillway_release_many(cl, more, 4), 0);
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(job_ten_times_capacity_completes_with_flat_memory),
     H_CASE(larger_than_any_store_fails_clearly),
@@ -396,6 +482,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(paused_worker_gets_no_tasks_until_memory_drops),
     H_CASE(full_spill_map_fails_cleanly_nothing_lost),
     H_CASE(killed_worker_leaves_no_spill_files),
+    H_CASE(a_peer_reads_a_spilled_object_without_a_restore),
 };
 
 SPW_TEST_MAIN(tests)

@@ -1014,6 +1014,80 @@ static void one_large_object_takes_every_lane(void **state)
     gone_from_disk(s);
 }
 
+/* Reads [off, off + len) of spilled object n (filled as fill_obj) from its spilled copy and
+ * checks the bytes; the store's memory is not touched. */
+static void read_spilled_range(ost_store *s, uint64_t n, size_t size, bool compressible,
+                               uint64_t off, uint64_t len)
+{
+    ost_obj *o = ost_obj_find(s, id(n));
+    assert_non_null(o);
+    uint64_t used = stats(s).used;
+    uint8_t *buf = malloc(len), *want = malloc(size);
+    got g = {0};
+    assert_int_equal(ost_obj_read_spilled(s, o, off, len, buf, got_cb, &g), 0);
+    assert_int_equal(g.calls, 0); /* on the lanes, later */
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    assert_null(g.o);
+    fill_obj(want, size, n, compressible);
+    assert_memory_equal(buf, want + off, len);
+    assert_int_equal(stats(s).used, used);
+    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
+    free(buf);
+    free(want);
+}
+
+/* Ranges of spilled objects read straight from their records: inside one chunk, across
+ * chunks, the whole object, of records compressed and raw; the store neither restores nor
+ * allocates. An object in memory is refused (EAGAIN), as is a range outside it. An object
+ * deleted while its read waits keeps its records until the read is answered, then they go. */
+static void spilled_ranges_are_read_without_a_restore(void **state)
+{
+    (void)state;
+    const size_t big = (9u << 20) + 4096 + 24, rnd = 5u << 20;
+    ost_store *s = mk(32u << 20, 64u << 20, 0, 30000);
+    put(s, 1, big, true);
+    put(s, 2, rnd, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+    read_spilled_range(s, 1, big, true, 100, 4000);                    /* inside chunk 0 */
+    read_spilled_range(s, 1, big, true, (4u << 20) - 8, 16);           /* across 0 and 1 */
+    read_spilled_range(s, 1, big, true, (4u << 20) - 1, (4u << 20) + 2); /* 0, 1 whole, 2 */
+    read_spilled_range(s, 1, big, true, 8u << 20, big - (8u << 20));  /* the last, whole */
+    read_spilled_range(s, 1, big, true, 0, big);
+    read_spilled_range(s, 2, rnd, false, 12345, 3u << 20);
+    assert_int_equal(stats(s).restore_count, 0);
+    assert_int_equal(stats(s).disk_read_bytes,
+                     4000 + 16 + (4u << 20) + 2 + big - (8u << 20) + big + (3u << 20));
+
+    ost_obj *o = ost_obj_find(s, id(2));
+    uint8_t small[8];
+    got g = {0};
+    assert_int_equal(ost_obj_read_spilled(s, o, rnd - 4, 8, small, got_cb, &g), SPW_EINVAL);
+    assert_int_equal(ost_obj_read_spilled(s, o, 0, 0, small, got_cb, &g), SPW_EINVAL);
+    check(s, 2, rnd, false); /* restored: in memory now */
+    assert_int_equal(ost_obj_read_spilled(s, o, 0, 8, small, got_cb, &g), SPW_EAGAIN);
+    assert_int_equal(g.calls, 0);
+
+    /* Deleted with a read queued: the read still gets every byte, then the records go. */
+    o = ost_obj_find(s, id(1));
+    uint8_t *buf = malloc(big), *want = malloc(big);
+    assert_int_equal(ost_obj_read_spilled(s, o, 0, big, buf, got_cb, &g), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0);
+    assert_null(ost_obj_find(s, id(1)));
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    fill_obj(want, big, 1, true);
+    assert_memory_equal(buf, want, big);
+    free(buf);
+    free(want);
+    ost_obj_delete(s, id(2));
+    gone_from_disk(s);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1194,6 +1268,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(map_full_spill_whose_take_back_fails_keeps_its_reason),
     cmocka_unit_test(getter_deleting_the_object_it_waited_for),
     cmocka_unit_test(records_left_by_a_failed_take_back_are_handed_back),
+    cmocka_unit_test(spilled_ranges_are_read_without_a_restore),
 };
 
 SPW_TEST_MAIN(tests)

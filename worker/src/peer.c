@@ -4,7 +4,9 @@
  * Peers (clients putting or getting, workers fetching) send OBJ_WRITE chunks, which become a
  * store object sealed at the last chunk, and OBJ_READ requests, answered by OBJ_DATA chunks sent
  * straight from the arena (borrowed buffers, the object pinned until the kernel has them) at the
- * pace the connection drains. An upload that must wait for room pauses its connection: TCP
+ * pace the connection drains. A small read of an object that is only spilled is read from the
+ * spilled copy into a buffer and sent from there: restoring it would take store room, spilling
+ * others, for bytes that only pass through. An upload that must wait for room pauses its connection: TCP
  * carries the back-pressure to the sender. Reads of an object still arriving (a broadcast chain)
  * follow it as it comes, whether by upload here or by a fetch (fetch.c).
  * Invariant: a wsrv lives until its connection closed and srv->refs (pending allocations and
@@ -265,6 +267,10 @@ static void read_finish(wread *rd)
         DL_DELETE2(*rd->flist, rd, fprev, fnext);
     if (rd->pinned)
         ost_obj_unpin(srv->w->store, rd->obj);
+    if (rd->heap != NULL) {
+        srv->w->disk_read_bytes -= rd->end - rd->off;
+        spw_free(rd->heap);
+    }
     spw_free(rd);
     srv->refs--;
     srv_maybe_free(srv);
@@ -284,8 +290,8 @@ static void reads_pump(wsrv *srv)
     wread *rd, *tmp;
     DL_FOREACH_SAFE(srv->reads, rd, tmp)
     {
-        uint64_t total = ost_obj_size(rd->obj);
-        const uint8_t *base = ost_obj_data(rd->obj);
+        uint64_t total = rd->heap != NULL ? rd->total : ost_obj_size(rd->obj);
+        const uint8_t *base = rd->heap != NULL ? NULL : ost_obj_data(rd->obj);
         /* A follower sends only what has arrived. Its pin keeps the memory even if the
          * object is aborted; without one (it could not be taken) it sends copies. */
         uint64_t limit = rd->avail != NULL && *rd->avail < rd->end ? *rd->avail : rd->end;
@@ -294,12 +300,13 @@ static void reads_pump(wsrv *srv)
             uint64_t n = limit - rd->pos;
             if (n > step)
                 n = step;
+            const uint8_t *at = rd->heap != NULL ? rd->heap + (rd->pos - rd->off) : base + rd->pos;
             proto_obj_data_msg d = {.id = rd->id,
                                     .total = total,
                                     .off = rd->pos,
                                     .flags = rd->pos + n == rd->end ? PROTO_CHUNK_LAST : 0,
-                                    .data = {base + rd->pos, n}};
-            if (!rd->pinned) {
+                                    .data = {at, n}};
+            if (!rd->pinned && rd->heap == NULL) {
                 proto_send_obj_data(srv->conn, rd->req, &d);
                 rd->pos += n;
                 continue;
@@ -309,7 +316,7 @@ static void reads_pump(wsrv *srv)
             proto_enc_obj_data(&e, proto_conn_out(srv->conn), rd->req, &d);
             rd->outstanding++;
             rd->pos += n;
-            proto_conn_send_borrowed(srv->conn, &e, base + rd->pos - n, n, chunk_sent, rd);
+            proto_conn_send_borrowed(srv->conn, &e, at, n, chunk_sent, rd);
         }
         if (rd->pos == rd->end) {
             DL_DELETE(srv->reads, rd);
@@ -529,6 +536,57 @@ static void read_got(void *arg, int status, ost_obj *o)
     reads_pump(srv);
 }
 
+/* The bytes of a read from a spilled copy are in its buffer (or could not be read). */
+static void disk_read_done(void *arg, int status, ost_obj *o)
+{
+    (void)o;
+    wread *rd = arg;
+    wsrv *srv = rd->srv;
+    if (srv->read_waits-- == READS_WAITING_MAX)
+        srv_flow(srv);
+    if (srv->closed || status != 0) {
+        if (status != 0 && !srv->closed) {
+            char hex[33];
+            proto_conn_error(srv->conn, rd->req, status, "obj=%s: %s", spw_id_hex(rd->id, hex),
+                             spw_strerror(status));
+        }
+        read_finish(rd);
+        return;
+    }
+    DL_APPEND(srv->reads, rd);
+    reads_pump(srv);
+}
+
+/* Starts reading [off, off + len) of o from its spilled copy when o is only spilled and the
+ * read is small enough (WRK_DISK_READ_MAX, WRK_DISK_READS_MAX); false when it is not (o is then
+ * read from memory, restored first if need be). */
+static bool disk_read_start(wsrv *srv, ost_obj *o, uint64_t req, uint64_t off, uint64_t len)
+{
+    wrk *w = srv->w;
+    if (ost_obj_where(o) != OST_ON_DISK || len > WRK_DISK_READ_MAX ||
+        w->disk_read_bytes + len > WRK_DISK_READS_MAX)
+        return false;
+    wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
+    rd->heap = spw_malloc(SPW_MOD_WORKER, len);
+    if (ost_obj_read_spilled(w->store, o, off, len, rd->heap, disk_read_done, rd) != 0) {
+        spw_free(rd->heap);
+        spw_free(rd);
+        return false;
+    }
+    w->disk_read_bytes += len;
+    rd->id = ost_obj_id(o);
+    rd->req = req;
+    rd->off = rd->pos = off;
+    rd->end = off + len;
+    rd->total = ost_obj_size(o);
+    rd->srv = srv;
+    srv->refs++;
+    srv->read_waits++;
+    if (srv->read_waits >= READS_WAITING_MAX)
+        proto_conn_pause(srv->conn);
+    return true;
+}
+
 static void read_start(wsrv *srv, const proto_msg *m)
 {
     char hex[33];
@@ -582,6 +640,8 @@ static void read_start(wsrv *srv, const proto_msg *m)
                          (unsigned long long)size);
         return;
     }
+    if (disk_read_start(srv, o, m->req, off, len))
+        return;
     read_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (read_req){srv, id, m->req, off, len, may_wait};
     srv->refs++;

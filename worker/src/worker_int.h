@@ -57,6 +57,13 @@
 /* An output expected from what a function made before is taken as that plus 1/this. */
 #define WRK_ADMIT_OUT_SLACK 8
 
+/* A peer's read of a spilled object of at most WRK_DISK_READ_MAX bytes is read from the spilled
+ * copy into a buffer of the worker's heap and sent from there (peer.c), not restored into the
+ * store, while such buffers total at most WRK_DISK_READS_MAX; past either, the object is
+ * restored to be read. */
+#define WRK_DISK_READ_MAX (4ULL << 20)
+#define WRK_DISK_READS_MAX (32ULL << 20)
+
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
 typedef struct wfetch wfetch;
@@ -273,6 +280,9 @@ typedef struct wread {
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
     bool pinned;          /* holds a pin on obj (sends borrow its memory) */
+    uint8_t *heap;        /* or the bytes [off, end) read from obj's spilled copy (sends borrow
+                             them; freed with the read) */
+    uint64_t total;       /* the object's size */
     bool chain;           /* a broadcast hop: sent in FOLLOW_CHUNK pieces */
     const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an
                               upload's counter); NULL once it is sealed */
@@ -364,6 +374,7 @@ struct wrk {
     struct wread *parked;  /* FOLLOW reads of objects not here yet */
     wpeer *peers;          /* by address */
     uint32_t nranged;      /* fetches of views under way (fetch.c) */
+    uint64_t disk_read_bytes; /* buffers of peers' reads from spilled copies (peer.c) */
     uint64_t next_req;
     uv_timer_t timer;      /* heartbeat and store maintenance */
     uv_idle_t room_idle;   /* serves the store's waiters after memory came back (store_room) */

@@ -92,6 +92,7 @@ typedef struct ost_stats {
     uint64_t restore_count;  /* objects read back from LMDB, ever */
     uint64_t restore_bytes;  /* raw bytes read back, ever */
     uint64_t restore_ns;     /* time spent restoring, ever */
+    uint64_t disk_read_bytes; /* raw bytes read from spilled copies without a restore, ever */
     uint64_t evictions;      /* in-memory copies dropped because a spilled copy existed */
     uint64_t spill_entries;  /* records in the LMDB environment */
 } ost_stats;
@@ -192,6 +193,15 @@ int ost_obj_unpin(ost_store *s, ost_obj *o);
 /** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly
  * before this returns, when it is already in memory). */
 int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg);
+/** Reads bytes [off, off + len) of a sealed object that is only spilled (not in memory, not
+ * being restored) from its spilled copy into dst, the caller's len bytes, on the spill lanes:
+ * nothing of the store's memory is taken or evicted for it. cb runs exactly once on the loop
+ * thread, later, with 0 or an error (its object argument is NULL). o, even deleted meanwhile,
+ * keeps its spilled copy until then. @return 0 (cb will run), or SPW_EAGAIN when o is in
+ * memory or on its way there (read it there), SPW_ENOTSEALED, SPW_EINVAL for a range outside
+ * it, SPW_ESHUTDOWN (cb will not run). */
+int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, uint8_t *dst,
+                         ost_cb cb, void *arg);
 
 /** Calls fn for every object in the table (not those deleted while in use). fn must not
  * create or delete objects. For listings (spillway-ctl memory), not for figures. */
