@@ -45,16 +45,24 @@ static void write_header(uint8_t *out, uint8_t codec, uint32_t raw_len, uint32_t
     put64(out + 24, 0);
 }
 
+/* A chunk is stored compressed only when that saves at least 1/ZSTD_SAVING of its bytes:
+ * compressing it and decoding it again at level 1 takes longer than writing and reading that
+ * many bytes more on a disk of a few hundred MB/s, and spilling is often short of CPU (the
+ * tasks run beside it). Random values that share their top bits (a shuffle's buckets, sorted or
+ * not) save less and stay raw. */
+#define ZSTD_SAVING 8
+
 /* Whether a sample of raw (PROBE_SLICE-byte slices spread over it, len / 16 bytes in all, at
- * most PROBE_MAX) compresses by at least 1/24: a chunk that saves so little there will not save
- * the 1/16 a zstd record needs, and compressing the sample costs a sixteenth of trying the whole
- * chunk. Data with little redundancy (random bytes whose top bits are shared, ciphertext) makes
+ * most PROBE_MAX) compresses by at least 1/PROBE_SAVING: a chunk that saves so little there
+ * will not save the 1/ZSTD_SAVING a zstd record needs, and compressing the sample costs a
+ * sixteenth of trying the whole chunk. Data with little redundancy (random bytes whose top bits are shared, ciphertext) makes
  * zstd build and apply Huffman tables over every byte only to give up. The sample is put
  * together at the end of out, which must hold it beside its compressed form; true when it does
  * not, or the chunk is too small to sample. */
 #define PROBE_SLICE (8u << 10)
 #define PROBE_MAX (64u << 10)
 #define PROBE_MIN_LEN (16u * PROBE_SLICE)
+#define PROBE_SAVING 12
 
 static bool probe_compresses(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len,
                              uint8_t *out, size_t outcap)
@@ -67,7 +75,7 @@ static bool probe_compresses(ZSTD_CCtx *cctx, int level, const uint8_t *raw, siz
     for (size_t i = 0; i < nslices; i++)
         memcpy(in + i * PROBE_SLICE, raw + i * (len / nslices), PROBE_SLICE);
     size_t z = ZSTD_compressCCtx(cctx, out, outcap - sample, in, sample, level);
-    return ZSTD_isError(z) || z < sample - sample / 24;
+    return ZSTD_isError(z) || z < sample - sample / PROBE_SAVING;
 }
 
 int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t len, uint8_t *out,
@@ -79,7 +87,7 @@ int64_t ost_rec_try_zstd(ZSTD_CCtx *cctx, int level, const uint8_t *raw, size_t 
         return 0;
     size_t z = ZSTD_compressCCtx(cctx, out + OST_REC_HDR, outcap - OST_REC_HDR, raw, len, level);
     /* Incompressible data is stored raw: reading it back then costs a memcpy. */
-    if (ZSTD_isError(z) || z >= len - len / 16)
+    if (ZSTD_isError(z) || z >= len - len / ZSTD_SAVING)
         return 0;
     /* The checksum covers the stored bytes (a third of the raw ones here): cheaper to write
      * and checked before anything is decoded. */

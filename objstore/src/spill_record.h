@@ -36,7 +36,7 @@
  * For a raw record the stored bytes are the raw ones, so both versions sum the same bytes. */
 
 /** Encodes raw into out (capacity outcap, at least OST_REC_HDR + ZSTD_compressBound(len)):
- * zstd at level, or raw when that does not save at least 1/16 of the bytes (a chunk of 128 KiB
+ * zstd at level, or raw when that does not save at least 1/8 of the bytes (a chunk of 128 KiB
  * or more is first judged by compressing a sample of it: raw when the sample saves little).
  * @param[in] cctx a reusable compression context.
  * @return the record's size, or SPW_EINVAL (too large / no room). */
