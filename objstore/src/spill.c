@@ -1232,6 +1232,37 @@ static void enqueue(ost_store *s, spill_job *j)
 
 /* ------------------------------------------------------------ the policy */
 
+void ost_store_hold_spills(ost_store *s, bool hold)
+{
+    if (hold) {
+        s->spill_holds++;
+        return;
+    }
+    SPW_ASSERT(s->spill_holds > 0);
+    if (--s->spill_holds == 0)
+        ost__spill_maintain(s);
+}
+
+bool ost__spill_cancel(ost_store *s, ost_obj *o)
+{
+    struct ost_spill *sp = s->spill;
+    if (sp == NULL || !o->spilling)
+        return false;
+    spill_job *j;
+    LL_FOREACH(sp->work, j)
+    {
+        if (j->kind == JOB_SPILL && j->o == o)
+            break;
+    }
+    if (j == NULL)
+        return false; /* running: it finishes, and the object goes after */
+    LL_DELETE(sp->work, j);
+    sp->spilling_bytes -= j->size;
+    o->spilling = false;
+    spw_free(j);
+    return true;
+}
+
 void ost__spill_forget(ost_store *s, ost_obj *o)
 {
     if (!o->on_disk)
@@ -1296,7 +1327,7 @@ static void spill_some(ost_store *s, uint64_t need)
 void ost__spill_maintain(ost_store *s)
 {
     struct ost_spill *sp = s->spill;
-    if (sp == NULL || sp->quiescing || s->closing)
+    if (sp == NULL || sp->quiescing || s->closing || s->spill_holds > 0)
         return;
     uint64_t to_free;
     enum ost_level level = ost_mem_state(s, &to_free);

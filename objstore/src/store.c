@@ -631,6 +631,8 @@ int ost_obj_delete(ost_store *s, spw_id id)
         return SPW_ENOOBJ;
     HASH_DEL(s->table, o);
     o->deleted = true;
+    if (o->spilling)
+        ost__spill_cancel(s, o);
     ost__lru_update(s, o);
     if (o->pins > 0 || o->spilling || o->restoring || o->calling || o->disk_reads) {
         /* Readers, a writer, a threadpool job or the getters being called still use it: free

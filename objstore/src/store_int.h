@@ -74,6 +74,7 @@ struct ost_store {
     bool full_gave_up;
     bool closing;       /* being freed: no more spill jobs */
     int busy;           /* threadpool jobs in flight */
+    uint32_t spill_holds; /* ost_store_hold_spills nesting: no spill decision while > 0 */
     ost_stats st;
     struct ost_spill *spill;
     uint64_t trimmed;   /* bytes punched by the ost_store_trim running now */
@@ -93,6 +94,9 @@ int ost__spill_open(ost_store *s, const char *dir);
 void ost__spill_close(ost_store *s);
 /* The object is going away: its spilled copy is deleted (in the background). */
 void ost__spill_forget(ost_store *s, ost_obj *o);
+/* A deleted object's spill that has not started is dropped (nobody will read what it would
+ * write). Returns whether it was: o is then not spilling. */
+bool ost__spill_cancel(ost_store *s, ost_obj *o);
 /* Spills or evicts LRU objects while use is above the threshold or allocations wait (an
  * allocation that must wait adds its size to s->waiting_bytes first, then calls this). */
 void ost__spill_maintain(ost_store *s);

@@ -1088,6 +1088,47 @@ static void spilled_ranges_are_read_without_a_restore(void **state)
     gone_from_disk(s);
 }
 
+/* Spilling decisions held: crossing the threshold starts no spill until the hold's release,
+ * which starts them at once (and nests). A deleted object whose spill is still queued is not
+ * written: on one lane with several spills queued, the last queued one deleted costs no write,
+ * and the object is freed at once. */
+static void held_spills_start_at_release_and_deleted_ones_are_not_written(void **state)
+{
+    (void)state;
+    lanes = 1;
+    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
+    ost_store_hold_spills(s, true);
+    ost_store_hold_spills(s, true);
+    for (uint64_t i = 0; i < 4; i++)
+        put(s, i, 4u << 20, false); /* 16 MiB: past the threshold */
+    assert_false(ost__spill_pending(s));
+    ost_store_hold_spills(s, false);
+    assert_false(ost__spill_pending(s));
+    ost_store_hold_spills(s, false);
+    assert_true(ost__spill_pending(s));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_true(stats(s).spill_count >= 1);
+    for (uint64_t i = 0; i < 4; i++)
+        ost_obj_delete(s, id(i));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).used, 0);
+
+    uint64_t written = stats(s).spill_count;
+    for (uint64_t i = 10; i < 14; i++)
+        put(s, i, 3u << 20, false);
+    assert_int_equal(ost_store_spill_all(s), 0); /* four spills on one lane: three queued */
+    assert_true(ost_obj_find(s, id(13))->spilling);
+    uint64_t used = stats(s).used;
+    assert_int_equal(ost_obj_delete(s, id(13)), 0);
+    assert_int_equal(stats(s).used, used - (3u << 20)); /* dropped from the queue, freed */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_count, written + 3);
+    assert_int_equal(stats(s).objs_disk, 3);
+    for (uint64_t i = 10; i < 13; i++)
+        ost_obj_delete(s, id(i));
+    gone_from_disk(s);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1279,6 +1320,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(getter_deleting_the_object_it_waited_for),
     cmocka_unit_test(records_left_by_a_failed_take_back_are_handed_back),
     cmocka_unit_test(spilled_ranges_are_read_without_a_restore),
+    cmocka_unit_test(held_spills_start_at_release_and_deleted_ones_are_not_written),
 };
 
 SPW_TEST_MAIN(tests)

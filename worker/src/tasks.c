@@ -1231,7 +1231,7 @@ void wrk__exec_maintain(wrk *w)
  * (f[0].bad: malformed; the task it names fails, and one naming none restarts the executor).
  * A failure with the nil id answers an EXECS record the executor could not read a task id
  * from: the executor answers in order, so it is the head's. */
-static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
+static void exec_done_run(wrk *w, wrk_exec *ex, const proto_val *f)
 {
     char hex[33];
     wtask *t = ex->head;
@@ -1327,6 +1327,17 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     if (ex->inflight == 0)
         exec_check(w, ex, false);
     wrk__dispatch(w);
+}
+
+/* The task's end lets its inputs go and hands its outputs to the tasks sent ahead after it in
+ * one step: the store chooses what to spill from what that leaves. Else a fresh output, or the
+ * inputs fetched ahead for the next task, would be written out in between, while the inputs
+ * just let go (which the scheduler is about to release) were still pinned. */
+static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
+{
+    ost_store_hold_spills(w->store, true);
+    exec_done_run(w, ex, f);
+    ost_store_hold_spills(w->store, false);
 }
 
 void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)

@@ -221,6 +221,11 @@ uint64_t ost_store_trim(ost_store *s);
 /** Starts spilling now if the store is above its threshold (runs in bounded slices on the
  * loop). Called after allocations and by the worker's timer. */
 void ost_store_maintain(ost_store *s);
+/** Holds spilling decisions (on true) until the matching release (false), which makes them at
+ * once: for a caller about to unpin some objects and pin others in one step (a task's end: its
+ * inputs let go, its outputs taken by the tasks after it), so that the store chooses what to
+ * spill from what that step leaves, not from what it happens to see halfway. Nests. */
+void ost_store_hold_spills(ost_store *s, bool hold);
 /** Test hook: starts spilling every unpinned sealed object now (in the background).
  * @return 0, or SPW_ENOTSUP without a spill directory. */
 int ost_store_spill_all(ost_store *s);
