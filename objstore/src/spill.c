@@ -156,6 +156,11 @@ bool ost__spill_pending(const ost_store *s)
     return s->spill != NULL && s->spill->spilling_bytes > 0 && !s->spill->quiescing;
 }
 
+uint64_t ost__spilling_bytes(const ost_store *s)
+{
+    return s->spill != NULL ? s->spill->spilling_bytes : 0;
+}
+
 uint32_t ost__spill_peak_lanes(ost_store *s)
 {
     if (s->spill == NULL)
@@ -1285,14 +1290,19 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
 }
 
 /* Frees memory of objects whose spilled copy is valid, and queues spills of others, oldest
- * use first, until `need` bytes are on their way out. */
-static void spill_some(ost_store *s, uint64_t need)
+ * use first, until `need` bytes are on their way out; objects wanted soon only with
+ * `soon_too`. Returns what is still needed. */
+static uint64_t spill_some(ost_store *s, uint64_t need, bool soon_too)
 {
     struct ost_spill *sp = s->spill;
     ost_obj *o = s->lru, *next;
     bool evicted = false;
     while (o != NULL && need > 0) {
         next = o->lru_next;
+        if (o->soon && !soon_too) {
+            o = next;
+            continue;
+        }
         uint64_t bsize = o->size + (s->granule - o->size % s->granule) % s->granule;
         if (o->on_disk) {
             /* Already on disk and unchanged (objects are immutable): free, no write. */
@@ -1322,6 +1332,7 @@ static void spill_some(ost_store *s, uint64_t need)
     }
     if (evicted)
         ost__room_freed(s);
+    return need;
 }
 
 void ost__spill_maintain(ost_store *s)
@@ -1351,7 +1362,10 @@ void ost__spill_maintain(ost_store *s)
     if (sp->retrying && need > 0) /* one object at a time until a spill succeeds again */
         need = sp->spilling_bytes > 0 ? 0 : 1;
     if (need > 0)
-        spill_some(s, need);
+        need = spill_some(s, need, false);
+    /* Objects wanted soon go only for room an allocation waits for, not for headroom. */
+    if (need > 0 && s->waiting_bytes > 0)
+        spill_some(s, need < s->waiting_bytes ? need : s->waiting_bytes, true);
 }
 
 int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, uint8_t *dst,
@@ -1447,7 +1461,7 @@ int ost_store_spill_all(ost_store *s)
 {
     if (s->spill == NULL)
         return SPW_ENOTSUP;
-    spill_some(s, UINT64_MAX);
+    spill_some(s, UINT64_MAX, true);
     return 0;
 }
 

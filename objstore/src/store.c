@@ -191,6 +191,7 @@ void ost_stats_get(const ost_store *s, ost_stats *st)
     *st = s->st;
     st->capacity = limit_of(s);
     st->objs_total = HASH_COUNT(s->table);
+    st->spilling_bytes = ost__spilling_bytes(s);
 }
 
 enum ost_level ost_mem_state(const ost_store *s, uint64_t *to_free)
@@ -245,6 +246,8 @@ void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before)
         uint64_t bsize = ost_block_size(o->blk);
         if (before == 0 && o->pins > 0)
             s->st.pinned += bsize;
+        if (o->pins > 0)
+            o->soon = false;
         else if (before > 0 && o->pins == 0)
             s->st.pinned -= bsize;
     }
@@ -548,6 +551,13 @@ uint64_t ost_obj_size(const ost_obj *o)
 enum ost_state ost_obj_state(const ost_obj *o)
 {
     return (enum ost_state)o->state;
+}
+
+void ost_obj_want_soon(ost_store *s, ost_obj *o)
+{
+    (void)s;
+    if (o->state == OST_SEALED && o->pins == 0)
+        o->soon = true;
 }
 
 unsigned ost_obj_where(const ost_obj *o)

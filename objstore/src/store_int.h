@@ -23,6 +23,8 @@ struct ost_obj {
     bool aborted;           /* its write failed while followers still send from its memory */
     bool calling;           /* its getters are being called: not freed until they return */
     uint32_t disk_reads;    /* reads of its spilled copy under way (ost_obj_read_spilled) */
+    bool soon;              /* a reader is expected (ost_obj_want_soon): spilled only for an
+                               allocation that waits, not for headroom; cleared when pinned */
     uint64_t stored_size;   /* bytes of the spilled copy */
     uint64_t copy;          /* the spilled copy's number, in its records' keys (spill.c) */
     uint64_t last_use_ns;
@@ -108,6 +110,7 @@ void ost__restore_fail(ost_store *s, ost_obj *o, int status);
 bool ost__spill_full(const ost_store *s);
 /* Spills queued or running. */
 bool ost__spill_pending(const ost_store *s);
+uint64_t ost__spilling_bytes(const ost_store *s);
 /* For tests: the most lanes held at once so far (never more than the lanes). */
 uint32_t ost__spill_peak_lanes(ost_store *s);
 /* For tests: makes the store believe its map is `size` bytes, so that the next growth asks

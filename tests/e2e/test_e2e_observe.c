@@ -656,14 +656,16 @@ static bool quiet_and_sampled(void *arg)
         {
             json_t *mem = json_object_get(now, json_string_value(json_object_get(hw, "name")));
             /* Every figure the chart shows; and nothing pinned (a read or restore under way
-             * after the job moves used and pinned again once it ends). */
+             * after the job moves used and pinned again once it ends), and no spill under way
+             * (its memory goes when the write ends). */
             static const char *const keys[][2] = {
                 {"used", "used"}, {"pinned", "pinned"}, {"spilled", "spilled_bytes"}, {"capacity", "capacity"}};
             for (size_t j = 0; j < 4; j++)
                 ok = ok && mem != NULL &&
                      json_integer_value(json_array_get(json_object_get(hw, keys[j][0]), n - 1)) ==
                          json_integer_value(json_object_get(mem, keys[j][1]));
-            ok = ok && json_integer_value(json_object_get(mem, "pinned")) == 0;
+            ok = ok && json_integer_value(json_object_get(mem, "pinned")) == 0 &&
+                 json_integer_value(json_object_get(mem, "spilling_bytes")) == 0;
         }
     }
     json_decref(st);

@@ -1129,6 +1129,36 @@ static void held_spills_start_at_release_and_deleted_ones_are_not_written(void *
     gone_from_disk(s);
 }
 
+/* An object wanted soon (a copy fetched for a task about to run) is passed over by spilling for
+ * headroom, the oldest though it is, while others go; an allocation that waits for room may
+ * still spill it. A pin clears the mark. */
+static void objects_wanted_soon_are_spilled_only_for_waiting_room(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
+    ost_obj *soon = put(s, 1, 4u << 20, false);
+    ost_obj_want_soon(s, soon);
+    for (uint64_t i = 2; i <= 4; i++)
+        put(s, i, 4u << 20, false); /* 16 MiB: past the threshold, down to the target */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_true(stats(s).objs_disk >= 1);
+    assert_int_equal(ost_obj_where(soon), OST_IN_MEMORY);
+    assert_true(ost_obj_where(ost_obj_find(s, id(2))) == OST_ON_DISK);
+
+    got g = {0};
+    ost_obj_create_async(s, id(9), 14u << 20, got_cb, &g); /* room only if it goes too */
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    assert_int_equal(ost_obj_where(soon), OST_ON_DISK);
+    ost_obj_abort(s, g.o);
+    check(s, 1, 4u << 20, false); /* restored and pinned: no longer wanted soon */
+    assert_false(soon->soon);
+    for (uint64_t i = 1; i <= 4; i++)
+        ost_obj_delete(s, id(i));
+    gone_from_disk(s);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1321,6 +1351,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(records_left_by_a_failed_take_back_are_handed_back),
     cmocka_unit_test(spilled_ranges_are_read_without_a_restore),
     cmocka_unit_test(held_spills_start_at_release_and_deleted_ones_are_not_written),
+    cmocka_unit_test(objects_wanted_soon_are_spilled_only_for_waiting_room),
 };
 
 SPW_TEST_MAIN(tests)

@@ -90,6 +90,8 @@ static void fetch_done(wrk *w, wfetch *f)
     bool plugin = f->plugin;
     fwait *waiters = f->waiters;
     f->waiters = NULL;
+    if (f->ahead && waiters == NULL)
+        ost_obj_want_soon(w->store, o); /* for a task waiting for admission */
     fetch_free(w, f);
     /* Each waiter is pinned and counted off in one step, so that no check between two of them
      * sees an input pinned yet still missing. A ranged copy is deleted at once (it goes with its
@@ -485,8 +487,9 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
 }
 
 /* Starts a fetch of the whole object id (size bytes) from st's sources that no task waits on
- * yet (for a plugin, or ahead of a task). */
-static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, bool plugin)
+ * yet: for a plugin, or ahead of a task. */
+static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, bool plugin,
+                        bool ahead)
 {
     wfetch *f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
     f->id = id;
@@ -497,6 +500,7 @@ static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, boo
     stripe_whole(f);
     f->creating = true;
     f->plugin = plugin;
+    f->ahead = ahead;
     HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
     fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (fetch_req){w, id};
@@ -518,7 +522,7 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
                             f != NULL ? "its copy here is being dropped" : "no worker holds it");
         return;
     }
-    fetch_whole(w, id, size, &st, true);
+    fetch_whole(w, id, size, &st, true, false);
 }
 
 void wrk__fetch_ahead(wrk *w, const warg *wa)
@@ -533,7 +537,7 @@ void wrk__fetch_ahead(wrk *w, const warg *wa)
     wstripe st = {0};
     st.nlocs = wa->nlocs;
     memcpy(st.locs, wa->locs, sizeof st.locs);
-    fetch_whole(w, wa->id, wa->objsize, &st, false);
+    fetch_whole(w, wa->id, wa->objsize, &st, false, true);
 }
 
 void wrk__peers_close(wrk *w)

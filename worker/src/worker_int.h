@@ -239,6 +239,8 @@ struct wfetch {
     spw_buf repl;         /* uint64_t request ids of the broadcasts (REPLICATE) to answer */
     struct wread *followers; /* peers reading it whole while it arrives (a broadcast chain) */
     bool plugin;          /* an uploaded plugin's bytes: wrk__plugin_fetched hears how it ends */
+    bool ahead;           /* for a task waiting for admission (wrk__fetch_ahead): the copy is
+                             marked wanted soon if that task has not joined by the end */
 };
 
 /* A connection to another worker's peer port, for fetches. */

@@ -47,6 +47,8 @@ static const char *const stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_EXEC_RECYCLES] = "executor_recycles",
     [PROTO_STAT_TASKS_CANCELLED] = "tasks_cancelled",
     [PROTO_STAT_FETCHED_BYTES] = "fetched_bytes",
+    [PROTO_STAT_SPILLING_BYTES] = "spilling_bytes",
+    [PROTO_STAT_DISK_READ_BYTES] = "disk_read_bytes",
 };
 
 const char *const ctl_doc_tstate_names[] = {

@@ -93,6 +93,7 @@ typedef struct ost_stats {
     uint64_t restore_bytes;  /* raw bytes read back, ever */
     uint64_t restore_ns;     /* time spent restoring, ever */
     uint64_t disk_read_bytes; /* raw bytes read from spilled copies without a restore, ever */
+    uint64_t spilling_bytes; /* of objects whose spill is queued or running now */
     uint64_t evictions;      /* in-memory copies dropped because a spilled copy existed */
     uint64_t spill_entries;  /* records in the LMDB environment */
 } ost_stats;
@@ -188,6 +189,10 @@ int ost_obj_pin(ost_store *s, ost_obj *o);
  * last such pin is dropped. @return 0, SPW_ENOTSEALED for an aborted object, or as
  * ost_obj_pin. */
 int ost_obj_pin_writing(ost_store *s, ost_obj *o);
+/** Marks a sealed, unpinned object as about to be read (a copy fetched for a task that waits to
+ * run): spilling to keep headroom under the threshold passes over it, and only an allocation
+ * that waits for room may still spill it. The mark goes at its next pin. */
+void ost_obj_want_soon(ost_store *s, ost_obj *o);
 /** Drops one pin. @return 0, or SPW_ENOTHELD if it was not pinned (nothing changes). */
 int ost_obj_unpin(ost_store *s, ost_obj *o);
 /** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly

@@ -310,6 +310,8 @@ enum proto_stat {
     PROTO_STAT_EXEC_RECYCLES,   /* executors replaced for memory or task count */
     PROTO_STAT_TASKS_CANCELLED, /* dropped before they started: their client went away */
     PROTO_STAT_FETCHED_BYTES,   /* bytes of objects and views fetched from other workers */
+    PROTO_STAT_SPILLING_BYTES,  /* bytes of objects queued or being written to the spill now */
+    PROTO_STAT_DISK_READ_BYTES, /* bytes sent to peers from spilled copies, not restored */
     PROTO_STAT_COUNT
 };
 
