@@ -1290,16 +1290,17 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
 }
 
 /* Frees memory of objects whose spilled copy is valid, and queues spills of others, oldest
- * use first, until `need` bytes are on their way out; objects wanted soon only with
- * `soon_too`. Returns what is still needed. */
-static uint64_t spill_some(ost_store *s, uint64_t need, bool soon_too)
+ * use first, until `need` bytes are on their way out; spared objects only with `spared_too`.
+ * Returns what is still needed. */
+static uint64_t spill_some(ost_store *s, uint64_t need, bool spared_too)
 {
     struct ost_spill *sp = s->spill;
     ost_obj *o = s->lru, *next;
     bool evicted = false;
+    uint64_t now = spared_too ? 0 : spw_now_ns();
     while (o != NULL && need > 0) {
         next = o->lru_next;
-        if (o->soon && !soon_too) {
+        if (!spared_too && o->spare_until > now) {
             o = next;
             continue;
         }
@@ -1363,7 +1364,7 @@ void ost__spill_maintain(ost_store *s)
         need = sp->spilling_bytes > 0 ? 0 : 1;
     if (need > 0)
         need = spill_some(s, need, false);
-    /* Objects wanted soon go only for room an allocation waits for, not for headroom. */
+    /* Spared objects go only for room an allocation waits for, not for headroom. */
     if (need > 0 && s->waiting_bytes > 0)
         spill_some(s, need < s->waiting_bytes ? need : s->waiting_bytes, true);
 }

@@ -246,8 +246,8 @@ void ost__pins_changed(ost_store *s, ost_obj *o, uint32_t before)
         uint64_t bsize = ost_block_size(o->blk);
         if (before == 0 && o->pins > 0)
             s->st.pinned += bsize;
-        if (o->pins > 0)
-            o->soon = false;
+        if (before == 0 && o->pins > 0)
+            o->spare_until = 0;
         else if (before > 0 && o->pins == 0)
             s->st.pinned -= bsize;
     }
@@ -553,11 +553,11 @@ enum ost_state ost_obj_state(const ost_obj *o)
     return (enum ost_state)o->state;
 }
 
-void ost_obj_want_soon(ost_store *s, ost_obj *o)
+void ost_obj_spare(ost_store *s, ost_obj *o, uint32_t ms)
 {
     (void)s;
-    if (o->state == OST_SEALED && o->pins == 0)
-        o->soon = true;
+    if (o->state == OST_SEALED)
+        o->spare_until = spw_now_ns() + (uint64_t)ms * 1000000ULL;
 }
 
 unsigned ost_obj_where(const ost_obj *o)

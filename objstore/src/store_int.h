@@ -23,8 +23,9 @@ struct ost_obj {
     bool aborted;           /* its write failed while followers still send from its memory */
     bool calling;           /* its getters are being called: not freed until they return */
     uint32_t disk_reads;    /* reads of its spilled copy under way (ost_obj_read_spilled) */
-    bool soon;              /* a reader is expected (ost_obj_want_soon): spilled only for an
-                               allocation that waits, not for headroom; cleared when pinned */
+    uint64_t spare_until;   /* to be read or released soon (ost_obj_spare): until then spilled
+                               only for an allocation that waits, not for headroom; 0 once
+                               pinned */
     uint64_t stored_size;   /* bytes of the spilled copy */
     uint64_t copy;          /* the spilled copy's number, in its records' keys (spill.c) */
     uint64_t last_use_ns;

@@ -1129,15 +1129,16 @@ static void held_spills_start_at_release_and_deleted_ones_are_not_written(void *
     gone_from_disk(s);
 }
 
-/* An object wanted soon (a copy fetched for a task about to run) is passed over by spilling for
+/* A spared object (a copy fetched for a task about to run) is passed over by spilling for
  * headroom, the oldest though it is, while others go; an allocation that waits for room may
- * still spill it. A pin clears the mark. */
-static void objects_wanted_soon_are_spilled_only_for_waiting_room(void **state)
+ * still spill it. A pin clears the mark; one spared while pinned keeps it once let go; one whose
+ * time is up is spilled for headroom again. */
+static void spared_objects_are_spilled_only_for_waiting_room(void **state)
 {
     (void)state;
     ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
     ost_obj *soon = put(s, 1, 4u << 20, false);
-    ost_obj_want_soon(s, soon);
+    ost_obj_spare(s, soon, 60000);
     for (uint64_t i = 2; i <= 4; i++)
         put(s, i, 4u << 20, false); /* 16 MiB: past the threshold, down to the target */
     uv_run(&loop, UV_RUN_DEFAULT);
@@ -1152,9 +1153,19 @@ static void objects_wanted_soon_are_spilled_only_for_waiting_room(void **state)
     assert_int_equal(g.status, 0);
     assert_int_equal(ost_obj_where(soon), OST_ON_DISK);
     ost_obj_abort(s, g.o);
-    check(s, 1, 4u << 20, false); /* restored and pinned: no longer wanted soon */
-    assert_false(soon->soon);
-    for (uint64_t i = 1; i <= 4; i++)
+    check(s, 1, 4u << 20, false); /* restored and pinned: no longer spared */
+    assert_int_equal(soon->spare_until, 0);
+    assert_int_equal(ost_obj_pin(s, soon), 0);
+    ost_obj_spare(s, soon, 60000);
+    assert_int_equal(ost_obj_unpin(s, soon), 0);
+    assert_true(soon->spare_until > 0);
+    /* A mark whose time is up spares nothing: spilling for headroom takes it again. */
+    ost_obj_spare(s, soon, 0);
+    for (uint64_t i = 5; i <= 7; i++)
+        put(s, i, 4u << 20, false);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(ost_obj_where(soon), OST_ON_DISK); /* evicted: its copy was on disk */
+    for (uint64_t i = 1; i <= 7; i++)
         ost_obj_delete(s, id(i));
     gone_from_disk(s);
 }
@@ -1351,7 +1362,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(records_left_by_a_failed_take_back_are_handed_back),
     cmocka_unit_test(spilled_ranges_are_read_without_a_restore),
     cmocka_unit_test(held_spills_start_at_release_and_deleted_ones_are_not_written),
-    cmocka_unit_test(objects_wanted_soon_are_spilled_only_for_waiting_room),
+    cmocka_unit_test(spared_objects_are_spilled_only_for_waiting_room),
 };
 
 SPW_TEST_MAIN(tests)

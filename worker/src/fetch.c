@@ -91,7 +91,7 @@ static void fetch_done(wrk *w, wfetch *f)
     fwait *waiters = f->waiters;
     f->waiters = NULL;
     if (f->ahead && waiters == NULL)
-        ost_obj_want_soon(w->store, o); /* for a task waiting for admission */
+        ost_obj_spare(w->store, o, WRK_SPARE_FETCHED_MS); /* for a task waiting for admission */
     fetch_free(w, f);
     /* Each waiter is pinned and counted off in one step, so that no check between two of them
      * sees an input pinned yet still missing. A ranged copy is deleted at once (it goes with its
@@ -487,9 +487,10 @@ void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
 }
 
 /* Starts a fetch of the whole object id (size bytes) from st's sources that no task waits on
- * yet: for a plugin, or ahead of a task. */
+ * yet: for a plugin (its room waited for, spilling if need be), or ahead of a task into o, room
+ * that was free. */
 static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, bool plugin,
-                        bool ahead)
+                        ost_obj *o)
 {
     wfetch *f = spw_calloc(SPW_MOD_WORKER, 1, sizeof *f);
     f->id = id;
@@ -498,10 +499,16 @@ static void fetch_whole(wrk *w, spw_id id, uint64_t size, const wstripe *st, boo
     f->size = size;
     f->st[0] = *st;
     stripe_whole(f);
-    f->creating = true;
     f->plugin = plugin;
-    f->ahead = ahead;
+    f->ahead = o != NULL;
     HASH_ADD(hh, w->fetches, id, sizeof f->id, f);
+    if (o != NULL) {
+        f->obj = o;
+        wrk__unpark(w, id, o);
+        fetch_start(w, f);
+        return;
+    }
+    f->creating = true;
     fetch_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
     *r = (fetch_req){w, id};
     ost_obj_create_async(w->store, id, size, fetch_created, r);
@@ -522,7 +529,7 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
                             f != NULL ? "its copy here is being dropped" : "no worker holds it");
         return;
     }
-    fetch_whole(w, id, size, &st, true, false);
+    fetch_whole(w, id, size, &st, true, NULL);
 }
 
 void wrk__fetch_ahead(wrk *w, const warg *wa)
@@ -534,10 +541,15 @@ void wrk__fetch_ahead(wrk *w, const warg *wa)
     HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
     if (f != NULL || ost_obj_find(w->store, wa->id) != NULL)
         return;
+    /* Only into room free now: making room would spill what others need as soon (the copies
+     * fetched ahead before it, among them); without it, the task fetches it when admitted. */
+    ost_obj *o;
+    if (ost_obj_create(w->store, wa->id, wa->objsize, &o) != 0)
+        return;
     wstripe st = {0};
     st.nlocs = wa->nlocs;
     memcpy(st.locs, wa->locs, sizeof st.locs);
-    fetch_whole(w, wa->id, wa->objsize, &st, false, true);
+    fetch_whole(w, wa->id, wa->objsize, &st, false, o);
 }
 
 void wrk__peers_close(wrk *w)

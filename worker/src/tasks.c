@@ -78,6 +78,10 @@ static void task_free(wrk *w, wtask *t)
     for (uint32_t i = 0; i < t->nargs; i++) {
         warg *a = &t->args[i];
         if (a->pinned) {
+            /* Released by the scheduler in a moment (or read by another task): not worth
+             * writing out to keep headroom meanwhile. Marked while pinned: the unpin may free
+             * it. */
+            ost_obj_spare(w->store, a->obj, WRK_SPARE_USED_MS);
             ost_obj_unpin(w->store, a->obj);
             a->pinned = 0;
         }

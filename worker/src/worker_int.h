@@ -64,6 +64,12 @@
 #define WRK_DISK_READ_MAX (4ULL << 20)
 #define WRK_DISK_READS_MAX (32ULL << 20)
 
+/* How long the store spares from spilling for headroom (ost_obj_spare) a copy fetched for a task
+ * waiting for admission (about as long as the task before it runs), and the inputs of a task
+ * that ended (until the scheduler's release arrives). */
+#define WRK_SPARE_FETCHED_MS 2000
+#define WRK_SPARE_USED_MS 250
+
 typedef struct wrk_exec wrk_exec;
 typedef struct wtask wtask;
 typedef struct wfetch wfetch;
@@ -240,7 +246,7 @@ struct wfetch {
     struct wread *followers; /* peers reading it whole while it arrives (a broadcast chain) */
     bool plugin;          /* an uploaded plugin's bytes: wrk__plugin_fetched hears how it ends */
     bool ahead;           /* for a task waiting for admission (wrk__fetch_ahead): the copy is
-                             marked wanted soon if that task has not joined by the end */
+                             spared (ost_obj_spare) if that task has not joined by the end */
 };
 
 /* A connection to another worker's peer port, for fetches. */
@@ -585,9 +591,9 @@ void wrk__plugin_check_start(wrk *w, wplugin *p);
 /* fetch.c: fetches an uploaded plugin's object (no task waits on the fetch itself). */
 void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs);
 /* fetch.c: starts fetching the object of argument wa here for a task that waits to be admitted
- * (no task waits on the fetch; the task joins it, or finds the copy, once admitted). Nothing
- * for an object here or coming already, without a source, or for a strict view (fetched as its
- * range when the task runs). */
+ * (no task waits on the fetch; the task joins it, or finds the copy, once admitted), into room
+ * free now. Nothing for an object here or coming already, without a source, for a strict view
+ * (fetched as its range when the task runs), or without free room. */
 void wrk__fetch_ahead(wrk *w, const warg *wa);
 
 /* executor.c: loading a plugin. wrk__plugin_open loads the file at path in this process and

@@ -189,10 +189,13 @@ int ost_obj_pin(ost_store *s, ost_obj *o);
  * last such pin is dropped. @return 0, SPW_ENOTSEALED for an aborted object, or as
  * ost_obj_pin. */
 int ost_obj_pin_writing(ost_store *s, ost_obj *o);
-/** Marks a sealed, unpinned object as about to be read (a copy fetched for a task that waits to
- * run): spilling to keep headroom under the threshold passes over it, and only an allocation
- * that waits for room may still spill it. The mark goes at its next pin. */
-void ost_obj_want_soon(ost_store *s, ost_obj *o);
+/** Spares a sealed object from spilling for headroom for the next ms milliseconds: it is about
+ * to be read (a copy fetched for a task that waits to run) or released (the input of a task
+ * that just ended), so writing it out would be wasted; only an allocation that waits for room
+ * may still spill it. The mark goes when it is pinned next (it may be pinned now: then from its
+ * next pin after it is let go), or when the time is up (then the next maintenance spills it if
+ * it must: a mark never keeps a store above its threshold for long). */
+void ost_obj_spare(ost_store *s, ost_obj *o, uint32_t ms);
 /** Drops one pin. @return 0, or SPW_ENOTHELD if it was not pinned (nothing changes). */
 int ost_obj_unpin(ost_store *s, ost_obj *o);
 /** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly
