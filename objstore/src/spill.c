@@ -536,29 +536,44 @@ static void spill_work(spill_job *j, spill_part *p)
     }
 }
 
+/* A read transaction for a part of j, or NULL with j failed and the part counted out. */
+static MDB_txn *read_txn(spill_job *j)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(j->s->spill->env, NULL, MDB_RDONLY, &txn);
+    if (rc == 0)
+        return txn;
+    job_fail(j, mdb_err(rc), rc);
+    atomic_fetch_sub(&j->active, 1);
+    return NULL;
+}
+
+/* Record i of j's spilled copy: true, or false with j failed (a chunk is missing). */
+static bool chunk_get(spill_job *j, MDB_txn *txn, uint32_t i, MDB_val *v)
+{
+    uint8_t key[KEY_LEN];
+    make_key(key, j->id, j->copy, i);
+    MDB_val k = {KEY_LEN, key};
+    int rc = mdb_get(txn, j->s->spill->dbi, &k, v);
+    if (rc != 0)
+        job_fail(j, SPW_ECORRUPT, rc);
+    return rc == 0;
+}
+
 /* One part of a restore: decodes chunks into the object's new block until none is left. */
 static void restore_work(spill_job *j, spill_part *p)
 {
     struct ost_spill *sp = j->s->spill;
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        job_fail(j, mdb_err(rc), rc);
-        atomic_fetch_sub(&j->active, 1);
+    MDB_txn *txn = read_txn(j);
+    if (txn == NULL)
         return;
-    }
     uint32_t i;
     while (claim_chunk(j, p, &i)) {
         uint64_t off = (uint64_t)i * CHUNK;
         size_t len = j->size - off < CHUNK ? (size_t)(j->size - off) : CHUNK;
-        uint8_t key[KEY_LEN];
-        make_key(key, j->id, j->copy, i);
-        MDB_val k = {KEY_LEN, key}, v;
-        rc = mdb_get(txn, sp->dbi, &k, &v);
-        if (rc != 0) {
-            job_fail(j, SPW_ECORRUPT, rc); /* a chunk of a spilled object is missing */
+        MDB_val v;
+        if (!chunk_get(j, txn, i, &v))
             break;
-        }
         /* Decoded straight out of LMDB's map, before the transaction ends. */
         int st = ost_rec_decode(sp->lanes[p->lane].dctx, v.mv_data, v.mv_size, j->dst + off, len);
         if (st != 0)
@@ -573,26 +588,17 @@ static void restore_work(spill_job *j, spill_part *p)
 static void read_work(spill_job *j, spill_part *p)
 {
     struct ost_spill *sp = j->s->spill;
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        job_fail(j, mdb_err(rc), rc);
-        atomic_fetch_sub(&j->active, 1);
+    MDB_txn *txn = read_txn(j);
+    if (txn == NULL)
         return;
-    }
     uint8_t *part = NULL;
     uint64_t end = j->off + j->len;
     for (uint32_t i = (uint32_t)(j->off / CHUNK); (uint64_t)i * CHUNK < end; i++) {
         uint64_t at = (uint64_t)i * CHUNK;
         size_t clen = j->size - at < CHUNK ? (size_t)(j->size - at) : CHUNK;
-        uint8_t key[KEY_LEN];
-        make_key(key, j->id, j->copy, i);
-        MDB_val k = {KEY_LEN, key}, v;
-        rc = mdb_get(txn, sp->dbi, &k, &v);
-        if (rc != 0) {
-            job_fail(j, SPW_ECORRUPT, rc); /* a chunk of a spilled object is missing */
+        MDB_val v;
+        if (!chunk_get(j, txn, i, &v))
             break;
-        }
         uint64_t from = at > j->off ? at : j->off, to = at + clen < end ? at + clen : end;
         bool whole = from == at && to == at + clen;
         if (!whole && part == NULL && (part = spw_malloc(SPW_MOD_OBJSTORE, CHUNK)) == NULL) {

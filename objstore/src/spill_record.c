@@ -55,10 +55,10 @@ static void write_header(uint8_t *out, uint8_t codec, uint32_t raw_len, uint32_t
 /* Whether a sample of raw (PROBE_SLICE-byte slices spread over it, len / 16 bytes in all, at
  * most PROBE_MAX) compresses by at least 1/PROBE_SAVING: a chunk that saves so little there
  * will not save the 1/ZSTD_SAVING a zstd record needs, and compressing the sample costs a
- * sixteenth of trying the whole chunk. Data with little redundancy (random bytes whose top bits are shared, ciphertext) makes
- * zstd build and apply Huffman tables over every byte only to give up. The sample is put
- * together at the end of out, which must hold it beside its compressed form; true when it does
- * not, or the chunk is too small to sample. */
+ * sixteenth of trying the whole chunk. Data with little redundancy (random bytes whose top bits
+ * are shared, ciphertext) makes zstd build and apply Huffman tables over every byte only to give
+ * up. The sample is put together at the end of out, which must hold it beside its compressed
+ * form; true when it does not, or the chunk is too small to sample. */
 #define PROBE_SLICE (8u << 10)
 #define PROBE_MAX (64u << 10)
 #define PROBE_MIN_LEN (16u * PROBE_SLICE)

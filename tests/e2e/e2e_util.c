@@ -294,6 +294,35 @@ uint64_t e2e_memory_sum(h_cluster *c, const char *field)
     return v;
 }
 
+size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state)
+{
+    char hex[33];
+    json_t *doc = e2e_ctl_json(c, "memory");
+    json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(r, hex));
+    size_t n = 0, i;
+    json_t *loc;
+    json_array_foreach(json_object_get(o, "locations"), i, loc)
+    {
+        const char *s = json_string_value(json_object_get(loc, "state"));
+        n += state == NULL || (s != NULL && strcmp(s, state) == 0);
+    }
+    json_decref(doc);
+    return n;
+}
+
+spillway_ref e2e_fill_on(spillway *cl, const char *worker, uint64_t size, const char *pattern)
+{
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, worker), 0);
+    spillway_arg a[2] = {spillway_arg_u64(size),
+                         spillway_arg_bytes(pattern, pattern != NULL ? strlen(pattern) : 0)};
+    spillway_ref r;
+    assert_int_equal(spillway_task(g, "fill", a, pattern != NULL ? 2 : 1, SPILLWAY_KEEP, &r), 0);
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, &r, 1, 60000), 0);
+    return r;
+}
+
 void e2e__submit(spillway_graph *g, const char *site, const char *file, int line)
 {
     int rc = spillway_submit_at(g, site);

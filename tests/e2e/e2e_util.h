@@ -48,6 +48,12 @@ bool e2e_status_used(h_cluster *c, uint64_t *used);
 /* Sum of the workers' memory.FIELD ("pinned", "peak_used", "tasks_done"...) in a fresh
  * `spillway-ctl status`; 0 if that fails. */
 uint64_t e2e_memory_sum(h_cluster *c, const char *field);
+/* Copies of object r in a fresh `spillway-ctl memory` whose state is `state` ("memory",
+ * "spilled"...), or all of them for NULL; 0 when r is not listed. */
+size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state);
+/* Runs fill(size[, pattern]) on the worker named `worker`, kept, and waits for it: an object
+ * stored there (pattern NULL: zeros). */
+spillway_ref e2e_fill_on(spillway *cl, const char *worker, uint64_t size, const char *pattern);
 /* Submits graph g, asserting success (a failure is reported at the caller's line), and frees
  * it; the caller's line is the graph's call site, as with spillway_submit. */
 #define E2E_SUBMIT(g) e2e__submit((g), SPILLWAY_SITE, __FILE__, __LINE__)

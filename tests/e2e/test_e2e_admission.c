@@ -291,19 +291,6 @@ static spillway_ref submit_wait(spillway *cl, const char *on, const char *go, co
     return r;
 }
 
-/* fill(size) on the worker named `on`: an object stored there. */
-static spillway_ref fill_on(spillway *cl, const char *on, uint64_t size)
-{
-    spillway_graph *g = spillway_graph_new(cl);
-    assert_int_equal(spillway_graph_place(g, on), 0);
-    spillway_arg a = spillway_arg_u64(size);
-    spillway_ref r;
-    assert_int_equal(spillway_task(g, "fill", &a, 1, SPILLWAY_KEEP, &r), 0);
-    E2E_SUBMIT(g);
-    assert_int_equal(spillway_wait(cl, &r, 1, 60000), 0);
-    return r;
-}
-
 typedef struct locs_arg {
     h_cluster *c;
     spillway_ref r;
@@ -313,12 +300,7 @@ typedef struct locs_arg {
 static bool has_locations(void *arg)
 {
     locs_arg *a = arg;
-    char hex[33];
-    json_t *doc = e2e_ctl_json(a->c, "memory");
-    json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(a->r, hex));
-    bool ok = o != NULL && json_array_size(json_object_get(o, "locations")) == a->want;
-    json_decref(doc);
-    return ok;
+    return e2e_copies(a->c, a->r, NULL) == a->want;
 }
 
 /* Two one-slot workers with the test plugin, w0 with a store of 48 MiB (45 admitted) and a
@@ -339,7 +321,8 @@ static void a_queued_task_fetches_its_inputs_while_it_waits(void)
     h_worker_start(c, a0);
     h_worker_start(c, a1);
     spillway *cl = e2e_connect(c);
-    spillway_ref held = fill_on(cl, "w0", 12u << 20), far = fill_on(cl, "w1", 12u << 20);
+    spillway_ref held = e2e_fill_on(cl, "w0", 12u << 20, NULL),
+                 far = e2e_fill_on(cl, "w1", 12u << 20, NULL);
 
     char go[512], mark[512], go2[512], mark2[512];
     case_file(c, "go", false, go, sizeof go);

@@ -390,19 +390,6 @@ static void killed_worker_leaves_no_spill_files(void)
     assert_int_equal(e2e_dir_entries(dir), 0);
 }
 
-/* fill(size, pattern) on the worker named `on`, kept: an object stored there. */
-static spillway_ref fill_on(spillway *cl, const char *on, uint64_t size, const char *pattern)
-{
-    spillway_graph *g = spillway_graph_new(cl);
-    assert_int_equal(spillway_graph_place(g, on), 0);
-    spillway_arg a[2] = {spillway_arg_u64(size), spillway_arg_bytes(pattern, strlen(pattern))};
-    spillway_ref r;
-    assert_int_equal(spillway_task(g, "fill", a, 2, SPILLWAY_KEEP, &r), 0);
-    E2E_SUBMIT(g);
-    assert_int_equal(spillway_wait(cl, &r, 1, 60000), 0);
-    return r;
-}
-
 static uint64_t named_figure(h_cluster *c, const char *name, const char *field)
 {
     json_t *st = e2e_ctl_json(c, "status");
@@ -422,14 +409,8 @@ typedef struct spilled_arg {
 static bool one_spilled(void *arg)
 {
     spilled_arg *a = arg;
-    char hex[33];
-    json_t *doc = e2e_ctl_json(a->c, "memory");
-    json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id", spillway_ref_hex(a->r, hex));
-    json_t *locs = json_object_get(o, "locations");
-    bool yes = e2e_json_find(locs, "state", "spilled") != NULL &&
-               (!a->alone || json_array_size(locs) == 1);
-    json_decref(doc);
-    return yes;
+    return e2e_copies(a->c, a->r, "spilled") == 1 &&
+           (!a->alone || e2e_copies(a->c, a->r, NULL) == 1);
 }
 
 /* A task on w1 reads a 2 MiB object that w0 has only on disk: w0 sends it from its spilled copy
@@ -447,9 +428,9 @@ static void a_peer_reads_a_spilled_object_without_a_restore(void)
     h_worker_start(c, a1);
     spillway *cl = e2e_connect(c);
     const uint64_t size = 2u << 20;
-    spillway_ref x = fill_on(cl, "w0", size, "spilled"), more[4];
+    spillway_ref x = e2e_fill_on(cl, "w0", size, "spilled"), more[4];
     for (int i = 0; i < 4; i++)
-        more[i] = fill_on(cl, "w0", 4u << 20, "more"); /* x, the oldest, is spilled for them */
+        more[i] = e2e_fill_on(cl, "w0", 4u << 20, "more"); /* x, the oldest, is spilled for them */
     spilled_arg sa = {c, x, true};
     assert_true(h_eventually(one_spilled, &sa, 30000));
     uint64_t restores = named_figure(c, "w0", "restore_count");

@@ -6,9 +6,9 @@
  * straight from the arena (borrowed buffers, the object pinned until the kernel has them) at the
  * pace the connection drains. A small read of an object that is only spilled is read from the
  * spilled copy into a buffer and sent from there: restoring it would take store room, spilling
- * others, for bytes that only pass through. An upload that must wait for room pauses its connection: TCP
- * carries the back-pressure to the sender. Reads of an object still arriving (a broadcast chain)
- * follow it as it comes, whether by upload here or by a fetch (fetch.c).
+ * others, for bytes that only pass through. An upload that must wait for room pauses its
+ * connection: TCP carries the back-pressure to the sender. Reads of an object still arriving (a
+ * broadcast chain) follow it as it comes, whether by upload here or by a fetch (fetch.c).
  * Invariant: a wsrv lives until its connection closed and srv->refs (pending allocations and
  * reads with chunks in flight) is 0.
  */
