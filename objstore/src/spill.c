@@ -1375,6 +1375,19 @@ void ost__spill_maintain(ost_store *s)
         spill_some(s, need < s->waiting_bytes ? need : s->waiting_bytes, true);
 }
 
+/* A job of `kind` reading o's spilled copy (a restore or a read). */
+static spill_job *copy_job(ost_store *s, int kind, ost_obj *o)
+{
+    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+    j->s = s;
+    j->kind = kind;
+    j->o = o;
+    j->id = o->id;
+    j->copy = o->copy;
+    j->size = o->size;
+    return j;
+}
+
 int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, uint8_t *dst,
                          ost_cb cb, void *arg)
 {
@@ -1386,13 +1399,7 @@ int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, u
         return SPW_EAGAIN;
     if (s->spill == NULL || s->spill->quiescing)
         return SPW_ESHUTDOWN;
-    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
-    j->s = s;
-    j->kind = JOB_READ;
-    j->o = o;
-    j->id = o->id;
-    j->copy = o->copy;
-    j->size = o->size;
+    spill_job *j = copy_job(s, JOB_READ, o);
     j->dst = dst;
     j->off = off;
     j->len = len;
@@ -1411,13 +1418,7 @@ void ost__restore_start(ost_store *s, ost_obj *o)
         ost__restore_fail(s, o, SPW_ESHUTDOWN);
         return;
     }
-    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
-    j->s = s;
-    j->kind = JOB_RESTORE;
-    j->o = o;
-    j->id = o->id;
-    j->copy = o->copy;
-    j->size = o->size;
+    spill_job *j = copy_job(s, JOB_RESTORE, o);
     j->dst = s->base + ost_obj_offset(o);
     enqueue(s, j);
 }
