@@ -294,6 +294,16 @@ uint64_t e2e_memory_sum(h_cluster *c, const char *field)
     return v;
 }
 
+uint64_t e2e_worker_figure(h_cluster *c, const char *name, bool mem, const char *field)
+{
+    json_t *st = e2e_ctl_json(c, "status");
+    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
+    uint64_t v = (uint64_t)json_integer_value(json_object_get(mem ? json_object_get(w, "memory") : w,
+                                                              field));
+    json_decref(st);
+    return v;
+}
+
 size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state)
 {
     char hex[33];

@@ -51,6 +51,9 @@ uint64_t e2e_memory_sum(h_cluster *c, const char *field);
 /* Copies of object r in a fresh `spillway-ctl memory` whose state is `state` ("memory",
  * "spilled"...), or all of them for NULL; 0 when r is not listed. */
 size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state);
+/* Field `field` of the worker named `name` in a fresh `spillway-ctl status` (of its memory
+ * object when mem); 0 when it is not listed. */
+uint64_t e2e_worker_figure(h_cluster *c, const char *name, bool mem, const char *field);
 /* Runs fill(size[, pattern]) on the worker named `worker`, kept, and waits for it: an object
  * stored there (pattern NULL: zeros). */
 spillway_ref e2e_fill_on(spillway *cl, const char *worker, uint64_t size, const char *pattern);

@@ -348,13 +348,7 @@ static void a_queued_task_fetches_its_inputs_while_it_waits(void)
 
 static uint64_t assigned_on(h_cluster *c, const char *name)
 {
-    json_t *st = e2e_ctl_json(c, "status");
-    uint64_t v = 0;
-    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
-    if (w != NULL)
-        v = (uint64_t)json_integer_value(json_object_get(w, "assigned"));
-    json_decref(st);
-    return v;
+    return e2e_worker_figure(c, name, false, "assigned");
 }
 
 static bool three_assigned(void *arg)

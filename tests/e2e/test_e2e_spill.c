@@ -390,15 +390,6 @@ static void killed_worker_leaves_no_spill_files(void)
     assert_int_equal(e2e_dir_entries(dir), 0);
 }
 
-static uint64_t named_figure(h_cluster *c, const char *name, const char *field)
-{
-    json_t *st = e2e_ctl_json(c, "status");
-    json_t *w = e2e_json_find(json_object_get(st, "workers"), "name", name);
-    uint64_t v = (uint64_t)json_integer_value(json_object_get(json_object_get(w, "memory"), field));
-    json_decref(st);
-    return v;
-}
-
 typedef struct spilled_arg {
     h_cluster *c;
     spillway_ref r;
@@ -433,7 +424,7 @@ static void a_peer_reads_a_spilled_object_without_a_restore(void)
         more[i] = e2e_fill_on(cl, "w0", 4u << 20, "more"); /* x, the oldest, is spilled for them */
     spilled_arg sa = {c, x, true};
     assert_true(h_eventually(one_spilled, &sa, 30000));
-    uint64_t restores = named_figure(c, "w0", "restore_count");
+    uint64_t restores = e2e_worker_figure(c, "w0", true, "restore_count");
 
     spillway_graph *g = spillway_graph_new(cl);
     assert_int_equal(spillway_graph_place(g, "w1"), 0);
@@ -446,7 +437,7 @@ static void a_peer_reads_a_spilled_object_without_a_restore(void)
         want[i] = (uint8_t)"spilled"[i % 7];
     assert_int_equal(e2e_get_u64(cl, sum), XXH3_64bits(want, size));
     free(want);
-    assert_int_equal(named_figure(c, "w0", "restore_count"), restores);
+    assert_int_equal(e2e_worker_figure(c, "w0", true, "restore_count"), restores);
     sa.alone = false; /* w1 keeps the copy it fetched */
     assert_true(one_spilled(&sa));
 

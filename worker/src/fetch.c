@@ -440,11 +440,17 @@ spw_id wrk__view_id(spw_id id, uint64_t off, uint64_t len)
     return (spw_id){h.high64, h.low64};
 }
 
+/* Whether argument wa is a strict part of its object: fetched as those bytes only. */
+static bool strict_view(const warg *wa)
+{
+    return wa->kind == PROTO_ARG_VIEW && wa->len > 0 && wa->len < wa->objsize;
+}
+
 void wrk__fetch(wrk *w, wtask *t, uint32_t arg)
 {
     warg *wa = &t->args[arg];
     /* A strict part of an object: only those bytes, under an id of their own. */
-    bool ranged = wa->kind == PROTO_ARG_VIEW && wa->len > 0 && wa->len < wa->objsize;
+    bool ranged = strict_view(wa);
     spw_id key = ranged ? wrk__view_id(wa->id, wa->off, wa->len) : wa->id;
     wfetch *f;
     HASH_FIND(hh, w->fetches, &key, sizeof key, f);
@@ -534,8 +540,7 @@ void wrk__fetch_plugin(wrk *w, spw_id id, uint64_t size, const proto_val *locs)
 
 void wrk__fetch_ahead(wrk *w, const warg *wa)
 {
-    if (wa->kind == PROTO_ARG_INLINE || wa->local || wa->nlocs == 0 ||
-        (wa->kind == PROTO_ARG_VIEW && wa->len < wa->objsize))
+    if (wa->kind == PROTO_ARG_INLINE || wa->local || wa->nlocs == 0 || strict_view(wa))
         return; /* a strict view is fetched as its range, when its task runs */
     wfetch *f;
     HASH_FIND(hh, w->fetches, &wa->id, sizeof wa->id, f);
