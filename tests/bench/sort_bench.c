@@ -14,12 +14,10 @@
  */
 #include "sort_bench.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +29,7 @@
 #include <jansson.h>
 
 #include "harness.h"
+#include "local_plugin.h"
 #include "spillway/base.h"
 #include "spillway/spillway.h"
 #include "spillway/task.h"
@@ -83,48 +82,6 @@ static _Noreturn void die(const char *what, const char *detail)
 
 /* ------------------------------------------------ the plugin, in this process */
 
-/* A task context whose outputs are malloc'd here. */
-typedef struct lctx {
-    spw_task_ctx ctx;
-    void **outs;
-    uint64_t *lens;
-    uint32_t nouts;
-} lctx;
-
-static void *l_output_at(spw_task_ctx *ctx, uint32_t i, uint64_t size)
-{
-    lctx *l = (lctx *)ctx;
-    if (i >= l->nouts)
-        return NULL;
-    l->outs[i] = malloc(size > 0 ? size : 1);
-    l->lens[i] = size;
-    return l->outs[i];
-}
-
-static void *l_output(spw_task_ctx *ctx, uint64_t size)
-{
-    return l_output_at(ctx, 0, size);
-}
-
-static void l_fail(spw_task_ctx *ctx, const char *fmt, ...)
-{
-    (void)ctx;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-static int l_output_error(spw_task_ctx *ctx)
-{
-    (void)ctx;
-    return -ENOMEM;
-}
-
-static const spw_task_api l_api = {SPW_TASK_ABI_VERSION, l_output, l_fail, l_output_error,
-                                   l_output_at};
-
 typedef struct plugin {
     void *dl;
     spw_task_fn gen, split, sort, check;
@@ -132,29 +89,25 @@ typedef struct plugin {
 
 static void plugin_open(plugin *p)
 {
-    p->dl = dlopen(SPW_SORT_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-    spw_plugin_entry entry = p->dl != NULL ? (spw_plugin_entry)dlsym(p->dl, SPW_PLUGIN_SYMBOL)
-                                           : NULL;
-    if (entry == NULL)
-        die(SPW_SORT_PLUGIN, dlerror());
-    const spw_plugin *pl = entry();
-    for (uint32_t i = 0; i < pl->nfns; i++) {
-        const char *n = pl->fns[i].name;
-        spw_task_fn f = pl->fns[i].fn;
-        *(strcmp(n, "gen") == 0     ? &p->gen
-          : strcmp(n, "split") == 0 ? &p->split
-          : strcmp(n, "sort") == 0  ? &p->sort
-                                    : &p->check) = f;
-    }
+    const char *why = NULL;
+    const spw_plugin *pl = local_plugin_open(SPW_SORT_PLUGIN, &p->dl, &why);
+    if (pl == NULL)
+        die(SPW_SORT_PLUGIN, why);
+    p->gen = local_plugin_fn(pl, "gen");
+    p->split = local_plugin_fn(pl, "split");
+    p->sort = local_plugin_fn(pl, "sort");
+    p->check = local_plugin_fn(pl, "check");
+    if (p->gen == NULL || p->split == NULL || p->sort == NULL || p->check == NULL)
+        die(SPW_SORT_PLUGIN, "not the example sort plugin");
 }
 
 /* Runs fn(args) with nouts outputs into outs/lens. */
 static void run_fn(spw_task_fn fn, const spw_task_arg *args, uint32_t nargs, uint32_t nouts,
                    void **outs, uint64_t *lens)
 {
-    lctx l = {{&l_api, NULL}, outs, lens, nouts};
-    if (fn(&l.ctx, args, nargs) != 0)
-        die("local run", "a plugin function failed");
+    char err[256];
+    if (local_run_fn(fn, args, nargs, nouts, outs, lens, err) != 0)
+        die("local run", err);
 }
 
 static spw_task_arg u64_arg(uint64_t *v)

@@ -177,88 +177,88 @@ static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-/* The sort is a radix sort that goes most significant digit first while a range is larger than
- * the cache, then least significant first inside it: the first pass deals every value into one
- * of 2^MSD_BITS buckets by its highest bits that differ, and each bucket (a few thousand values
- * when the data are spread) is then sorted while it is in the cache, so the data cross memory
- * about twice rather than once per digit. */
-#define MSD_BITS 11
-#define LSD_BITS 8
-#define LEAF_VALUES 65536 /* at most this many are sorted least significant digit first */
-#define SMALL_VALUES 32   /* at most this many by insertion */
+/* The sort is a radix sort that goes most significant digit first: a pass deals the values into
+ * up to 2^DIGIT_BITS buckets by their highest bits that differ, and each bucket is sorted the
+ * same way on the bits below until it holds at most SMALL_VALUES, which insertion sorts. With
+ * spread data the first pass leaves buckets that fit the cache and the second buckets of a few
+ * values, so the data cross memory about twice. A pass moves the values between the output and
+ * a scratch array, and the insertion that ends a bucket writes it where it belongs, so nothing is
+ * copied back. */
+#define DIGIT_BITS 11
+#define SMALL_VALUES 16 /* at most this many are sorted by insertion */
 
-static void insertion_sort(uint64_t *a, uint64_t n)
+/* Sorts src[0..n) into dst by insertion (src and dst may be the same array). */
+static void insertion_sort(const uint64_t *src, uint64_t *dst, uint64_t n)
 {
-    for (uint64_t i = 1; i < n; i++) {
-        uint64_t v = a[i], j = i;
-        for (; j > 0 && a[j - 1] > v; j--)
-            a[j] = a[j - 1];
-        a[j] = v;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v = src[i], j = i;
+        for (; j > 0 && dst[j - 1] > v; j--)
+            dst[j] = dst[j - 1];
+        dst[j] = v;
     }
 }
 
-/* Sorts the n values of a, which differ only in their low `bits`, by LSD_BITS per pass with b as
- * scratch; a pass whose digit is the same in every value is skipped. The result ends in a. */
-static void lsd_sort(uint64_t *a, uint64_t *b, uint64_t n, int bits)
+/* The digit a pass over n values deals by: the bits below `bits`, DIGIT_BITS of them, or fewer
+ * when n is small, so that buckets hold two to four values. */
+typedef struct digit {
+    int shift;
+    uint64_t mask;
+} digit;
+
+static digit digit_below(int bits, uint64_t n)
 {
-    uint64_t *src = a, *dst = b;
-    for (int shift = 0; shift < bits; shift += LSD_BITS) {
-        uint64_t pos[1u << LSD_BITS] = {0}, sum = 0, mask = (1u << LSD_BITS) - 1;
-        for (uint64_t i = 0; i < n; i++)
-            pos[(src[i] >> shift) & mask]++;
-        if (pos[(src[0] >> shift) & mask] == n)
-            continue;
-        for (uint32_t k = 0; k <= mask; k++) {
-            uint64_t c = pos[k];
-            pos[k] = sum;
-            sum += c;
-        }
-        for (uint64_t i = 0; i < n; i++)
-            dst[pos[(src[i] >> shift) & mask]++] = src[i];
-        uint64_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != a)
-        memcpy(a, src, n * sizeof *a);
+    int d = n < 4 ? 1 : 62 - __builtin_clzll(n);
+    d = d > DIGIT_BITS ? DIGIT_BITS : d;
+    d = bits < d ? bits : d;
+    return (digit){bits - d, ((uint64_t)1 << d) - 1};
 }
 
-/* Sorts the n values of a, which differ only in their low `bits`, with b as scratch: the result
- * ends in a. */
-static void radix_sort(uint64_t *a, uint64_t *b, uint64_t n, int bits)
+static uint64_t digit_of(uint64_t v, digit g)
 {
-    if (n <= SMALL_VALUES) {
-        insertion_sort(a, n);
-        return;
-    }
-    if (n <= LEAF_VALUES || bits <= MSD_BITS) {
-        lsd_sort(a, b, n, bits);
-        return;
-    }
-    int shift = bits - MSD_BITS;
-    uint64_t count[1u << MSD_BITS] = {0}, pos[1u << MSD_BITS], sum = 0;
-    uint64_t mask = (1u << MSD_BITS) - 1;
-    for (uint64_t i = 0; i < n; i++)
-        count[(a[i] >> shift) & mask]++;
-    for (uint32_t k = 0; k <= mask; k++) {
+    return (v >> g.shift) & g.mask;
+}
+
+/* Turns count into each bucket's first position. */
+static void positions(uint64_t *count, uint64_t *pos, digit g)
+{
+    uint64_t sum = 0;
+    for (uint64_t k = 0; k <= g.mask; k++) {
         pos[k] = sum;
         sum += count[k];
     }
-    for (uint64_t i = 0; i < n; i++)
-        b[pos[(a[i] >> shift) & mask]++] = a[i];
-    /* Each bucket is sorted in b (a's part as its scratch) and copied back while in the cache. */
-    sum = 0;
-    for (uint32_t k = 0; k <= mask; k++) {
-        if (count[k] > 0) {
-            radix_sort(b + sum, a + sum, count[k], shift);
-            memcpy(a + sum, b + sum, count[k] * sizeof *a);
+}
+
+/* Sorts the n values of a, which differ only in their low `bits`, with b as large: the result
+ * ends in b when to_b, else in a; the other is scratch. */
+static void radix_sort(uint64_t *restrict a, uint64_t *restrict b, uint64_t n, int bits, int to_b)
+{
+    uint64_t count[1u << DIGIT_BITS], pos[1u << DIGIT_BITS];
+    digit g;
+    do {
+        if (n <= SMALL_VALUES || bits == 0) {
+            insertion_sort(a, to_b ? b : a, n);
+            return;
         }
-        sum += count[k];
+        g = digit_below(bits, n);
+        memset(count, 0, (g.mask + 1) * sizeof *count);
+        for (uint64_t i = 0; i < n; i++)
+            count[digit_of(a[i], g)]++;
+        bits = g.shift; /* a digit the same in every value moves nothing: the next one down */
+    } while (count[digit_of(a[0], g)] == n);
+    positions(count, pos, g);
+    for (uint64_t i = 0; i < n; i++)
+        b[pos[digit_of(a[i], g)]++] = a[i];
+    for (uint64_t k = 0, at = 0; k <= g.mask; at += count[k++]) {
+        if (count[k] <= SMALL_VALUES)
+            insertion_sort(b + at, to_b ? b + at : a + at, count[k]);
+        else
+            radix_sort(b + at, a + at, count[k], g.shift, !to_b);
     }
 }
 
-/* The arguments are copied into the output (as the machine reads values) and sorted there, so
- * a task holds its output and one scratch array as large. */
+/* The arguments are dealt by their first digit straight into the output (as the machine reads
+ * values), and each bucket is then sorted there with a scratch array as large as the largest
+ * bucket: for spread data a few thousand values, which stay in the cache. */
 static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     uint64_t total = 0;
@@ -270,10 +270,29 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
         }
         total += args[i].len;
     }
-    uint64_t n = total / 8;
-    uint64_t *b = malloc(n > 0 ? n * 8 : 8);
+    uint64_t n = total / 8, first = 0, differ = 0;
+    for (uint32_t i = 0, seen = 0; i < nargs; i++) {
+        const uint8_t *p = args[i].data;
+        if (!seen && args[i].len > 0) {
+            first = load(p);
+            seen = 1;
+        }
+        for (uint64_t j = 0; j < args[i].len / 8; j++)
+            differ |= load(p + 8 * j) ^ first;
+    }
+    /* The highest bit that differs lies in the first digit, so that digit splits the values. */
+    digit g = digit_below(differ != 0 ? 64 - __builtin_clzll(differ) : 0, n);
+    uint64_t count[1u << DIGIT_BITS] = {0}, pos[1u << DIGIT_BITS], most = 1;
+    for (uint32_t i = 0; i < nargs; i++) {
+        const uint8_t *p = args[i].data;
+        for (uint64_t j = 0; j < args[i].len / 8; j++)
+            count[digit_of(load(p + 8 * j), g)]++;
+    }
+    for (uint64_t k = 0; k <= g.mask; k++)
+        most = count[k] > most ? count[k] : most;
+    uint64_t *b = malloc(most * sizeof *b);
     if (b == NULL) {
-        spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)n);
+        spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)most);
         return -1;
     }
     uint8_t *out = spw_task_output(ctx, total);
@@ -282,18 +301,22 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
         return spw_task_output_error(ctx);
     }
     uint64_t *a = (uint64_t *)(void *)out; /* an output is aligned for any type */
-    uint64_t k = 0, differ = 0;
+    positions(count, pos, g);
     for (uint32_t i = 0; i < nargs; i++) {
         const uint8_t *p = args[i].data;
-        for (uint64_t j = 0; j < args[i].len / 8; j++, k++) {
-            a[k] = load(p + 8 * j);
-            differ |= a[k] ^ a[0];
+        for (uint64_t j = 0; j < args[i].len / 8; j++) {
+            uint64_t v = load(p + 8 * j);
+            a[pos[digit_of(v, g)]++] = v;
         }
     }
-    if (n > 1 && differ != 0)
-        radix_sort(a, b, n, 64 - __builtin_clzll(differ));
+    for (uint64_t k = 0, at = 0; k <= g.mask; at += count[k++]) {
+        if (count[k] <= SMALL_VALUES)
+            insertion_sort(a + at, a + at, count[k]);
+        else
+            radix_sort(a + at, b, count[k], g.shift, 0);
+    }
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    for (k = 0; k < n; k++)
+    for (uint64_t k = 0; k < n; k++)
         store(out + 8 * k, a[k]); /* back to little-endian */
 #endif
     free(b);
