@@ -10,8 +10,9 @@
  *   an object is on the LRU list iff it is SEALED, in memory, unpinned and not being spilled;
  *   a deleted object is never in the table; its memory goes back at its last unpin.
  * Memory handed back: freed ranges stay resident (reused at no cost) until ost_store_trim, run
- * from the worker's timer, finds the memfd holding more than used + OST_TRIM_SLACK and punches
- * every free range out of it (fallocate PUNCH_HOLE; free blocks are granule = page aligned).
+ * from the worker's timer once a tick has passed without an allocation, finds the memfd holding
+ * more than used + OST_TRIM_SLACK and punches every free range out of it (fallocate PUNCH_HOLE;
+ * free blocks are granule = page aligned).
  */
 #include "spillway/objstore.h"
 
@@ -266,6 +267,7 @@ static int obj_alloc(ost_store *s, ost_obj *o, bool limited)
     uint64_t bsize = ost_block_size(o->blk);
     ARENA_UNPOISON(s->base + ost_block_off(o->blk), o->size);
     s->st.used += bsize;
+    s->st.allocs++;
     if (s->st.used > s->st.peak_used)
         s->st.peak_used = s->st.used;
     s->st.objs_mem++;

@@ -232,9 +232,15 @@ static void timer_cb(uv_timer_t *t)
     wrk__host_check(w);
     if (w->held_deadline_ms != 0 && spw_now_ns() / 1000000 >= w->held_deadline_ms)
         held_drop(w, "no scheduler claimed them in time");
-    /* Freed arena pages back to the kernel; and when that found something to give back (a job's
+    /* Freed arena pages back to the kernel once a tick passed without an allocation (while a job
+     * allocates, freed pages are about to be written again: punching them would only make the
+     * next output fault in zeroed pages); and when that found something to give back (a job's
      * data went), the heap's free pages too: glibc keeps freed chunk buffers of transfers. */
-    if (ost_store_trim(w->store) > 0)
+    ost_stats st;
+    ost_stats_get(w->store, &st);
+    bool quiet = st.allocs == w->trim_allocs;
+    w->trim_allocs = st.allocs;
+    if (quiet && ost_store_trim(w->store) > 0)
         spw_heap_trim();
     send_heartbeat(w);
     wrk__check(w);

@@ -398,6 +398,7 @@ struct wrk {
     size_t nheld;
     uint64_t held_req;
     uint64_t held_deadline_ms; /* spw_now_ns-based ms; 0: no deadline running */
+    uint64_t trim_allocs;      /* the store's allocations at the last tick (the timer trims) */
     uv_timer_t reconnect;  /* waits before the next attempt to reach the scheduler */
     bool was_paused;
     int handles;

@@ -96,6 +96,7 @@ typedef struct ost_stats {
     uint64_t spilling_bytes; /* of objects whose spill is queued or running now */
     uint64_t evictions;      /* in-memory copies dropped because a spilled copy existed */
     uint64_t spill_entries;  /* records in the LMDB environment */
+    uint64_t allocs;         /* allocations of memory for objects, ever */
 } ost_stats;
 
 /** Memory levels, from ost_mem_state(). */
