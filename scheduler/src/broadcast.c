@@ -41,6 +41,8 @@ typedef struct bcast {
     bool waiting;       /* the put is not sealed yet: replication starts when it is */
     bool internal;      /* copies the scheduler wants (drain.c): no client, targets with room */
     uint32_t drainer;   /* internal: the draining worker told when it ends (0: none) */
+    uint32_t only;      /* internal: the one target (a move, push.c), or 0: any with room */
+    uint32_t move_from; /* a move: the worker whose copy goes once `only` has one */
     uint32_t rot;       /* where the search for targets starts among the workers */
     uint32_t copies0;   /* copies when it started */
     struct bcast *next;
@@ -55,12 +57,14 @@ static void done(sched *s, bcast *b)
     }
     LL_DELETE(s->bcasts, b);
     bool internal = b->internal, ok = b->failed == 0 && b->copies > b->copies0;
-    uint32_t drainer = b->drainer;
+    uint32_t drainer = b->drainer, only = b->only, from = b->move_from;
     spw_id id = b->obj;
     spw_free(b->targets);
     spw_free(b);
     if (internal && drainer != 0)
         sched__drain_copied(s, drainer, id, ok);
+    if (internal && from != 0)
+        sched__push_moved(s, id, only, from, ok);
 }
 
 /* A target answered (ok) or went away: it no longer holds the broadcast up. */
@@ -253,7 +257,8 @@ static void start(sched *s, bcast *b, const sched_obj *o)
     uint32_t holders = nnode;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(b->rot + k) % s->nworkers];
-        if (!target_ok(b, o, w) || (b->want != 0 && b->copies + (nnode - holders) >= b->want))
+        if (!target_ok(b, o, w) || (b->want != 0 && b->copies + (nnode - holders) >= b->want) ||
+            (b->only != 0 && w->id != b->only))
             continue;
         parent[nnode] = UINT32_MAX;
         node[nnode++] = w;
@@ -345,13 +350,15 @@ void sched__broadcast(sched *s, sched_session *ss, const proto_msg *m)
         start(s, b, o); /* a put under way is followed as it is uploaded */
 }
 
-bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer)
+/* An internal copy of o: to `only` (0: any worker with room) until o has `want` copies. */
+static bool copy_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer,
+                       sched_worker *only, uint32_t move_from)
 {
     static uint64_t next_id;
     bcast probe = {.internal = true};
     uint32_t eligible = 0;
     for (uint32_t k = 0; k < s->nworkers; k++)
-        eligible += target_ok(&probe, o, s->workers[k]);
+        eligible += (only == NULL || s->workers[k] == only) && target_ok(&probe, o, s->workers[k]);
     if (eligible == 0 || o->nlocs == 0)
         return false;
     bcast *b = spw_calloc(SPW_MOD_SCHED, 1, sizeof *b);
@@ -360,10 +367,22 @@ bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t d
     b->want = want;
     b->internal = true;
     b->drainer = drainer;
+    b->only = only != NULL ? only->id : 0;
+    b->move_from = move_from;
     b->rot = s->copy_rr++;
     LL_PREPEND(s->bcasts, b);
     start(s, b, o);
     return true;
+}
+
+bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer)
+{
+    return copy_start(s, o, want, drainer, NULL, 0);
+}
+
+bool sched__copies_move(sched *s, const sched_obj *o, sched_worker *to, uint32_t from)
+{
+    return copy_start(s, o, o->nlocs + 1, 0, to, from);
 }
 
 /* A put became ready: broadcasts that waited for it start. */

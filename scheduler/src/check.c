@@ -582,6 +582,8 @@ void sched__check_full(sched *s)
     uint64_t obj_bytes = 0, linked = 0, consumers = 0, holders = 0, reserved = 0;
     const char *why = spw_idmap_check(&s->objects);
     CHECK(why == NULL, NOID, "object directory: %s", why != NULL ? why : "");
+    why = sched__push_check(s);
+    CHECK(why == NULL, NOID, "push plans: %s", why != NULL ? why : "");
     /* Every object record is in the slab of its size class, or on the heap when larger. */
     uint64_t per_class[SCHED_REC_CLASSES] = {0};
     uint32_t pos = 0;

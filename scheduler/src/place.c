@@ -7,6 +7,8 @@
  * tasks, where depth follows the function's observed run time so that about queue_target_us of
  * work waits per slot: short tasks are pipelined deeply, long ones are not hoarded by one worker.
  * Queued work goes to a worker in short runs (run_on), within a grain of the least loaded.
+ * A reduce whose inputs are being moved to the worker it is planned on (push.c) waits for that
+ * worker, as a task placed by name does.
  * A long task (depth 1) goes to a free slot when there is one; when every slot is busy, one
  * more per slot may wait on a worker (queued), which then fetches its inputs while the task
  * before it runs; a worker that goes idle while such a task (or one of a function not run yet)
@@ -128,19 +130,21 @@ static sched_worker *pick_indexed(sched *s, const sched_task *t, uint32_t depth,
     return s->fill;
 }
 
+bool sched__fn_uploaded(sched_fn *f)
+{
+    if (f->uploaded == 0) {
+        size_t len = strlen(f->name);
+        bool up = memchr(f->name, '@', len) != NULL && proto_plugin_fn_prefix(f->name, len) != NULL;
+        f->uploaded = up ? 1 : -1;
+    }
+    return f->uploaded > 0;
+}
+
 /* Whether t names a function of an uploaded plugin while some connected worker runs none:
  * then only the workers that do may take it. */
 static bool needs_upload_worker(const sched *s, const sched_task *t)
 {
-    sched_fn *f = t->fn;
-    if (f->uploaded == 0) {
-        size_t len = strlen(f->name);
-        f->uploaded = memchr(f->name, '@', len) != NULL &&
-                              proto_plugin_fn_prefix(f->name, len) != NULL
-                          ? 1
-                          : -1;
-    }
-    return f->uploaded > 0 && s->upload_workers < s->nworkers;
+    return sched__fn_uploaded(t->fn) && s->upload_workers < s->nworkers;
 }
 
 /* Placement. Locality first: a task goes to the worker that computed its (largest) input when
@@ -197,6 +201,13 @@ static bool may_queue(const sched *s, const sched_task *t, uint32_t depth)
 static sched_worker *pick_worker(sched *s, const sched_task *t)
 {
     uint32_t depth = depth_for(s, t->fn);
+    sched_worker *p = t->planned ? sched__push_plan_worker(s, t) : NULL;
+    if (p != NULL) {
+        /* Its inputs are being moved there (push.c): it waits for that worker. */
+        bool takes = worker_takes(p, depth) ||
+                     (may_queue(s, t, depth) && worker_takes(p, LONG_QUEUE_DEPTH));
+        return takes ? p : NULL;
+    }
     sched_worker *w = pick_at(s, t, depth);
     if (w == NULL && may_queue(s, t, depth))
         w = pick_at(s, t, LONG_QUEUE_DEPTH);
@@ -477,11 +488,11 @@ static void dispatch(uv_idle_t *h)
             sched_worker *w = pick_worker(s, t);
             if (w == NULL) {
                 bool upload = needs_upload_worker(s, t);
-                if (!t->placed && !upload) {
+                if (!t->placed && !upload && !t->planned) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
                 }
-                if (t->placed ? place_expired(s, t) : upload_expired(s, t)) {
+                if (!t->planned && (t->placed ? place_expired(s, t) : upload_expired(s, t))) {
                     t = s->ready[d]; /* failing may cascade: rescan this depth */
                     last = t != NULL ? t->qprev : NULL;
                     continue;

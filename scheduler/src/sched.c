@@ -53,6 +53,7 @@ static void worker_remove(sched *s, sched_worker *w, int status)
     sched__memory_worker_gone(s, w);
     sched__drain_worker_gone(s, w);
     sched__broadcast_worker_gone(s, w);
+    sched__push_worker_gone(s, w);
     sched__plugins_worker_gone(s, w);
     sched__worker_lost(s, w, held, nheld);
     spw_free(w->plugins);
@@ -733,6 +734,7 @@ void sched_close(sched *s, void (*done)(void *arg), void *arg)
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     sched__journal_close(s, handle_closed);
     sched__memory_free_all(s);
+    sched__push_free_all(s); /* first: the moves' copies end with the broadcasts, unanswered */
     sched__broadcast_free_all(s);
     sched__sessions_detached_free(s); /* the others go as their connections close */
     proto_ctx_close(s->ctx, ctx_closed, s);

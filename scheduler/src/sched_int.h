@@ -234,6 +234,8 @@ struct sched_task {
     uint8_t queued : 1;
     uint8_t taking : 1;
     uint8_t taken : 1;
+    /* Planned on a worker its inputs are moved to as they are made (push.c) while it waits. */
+    uint8_t planned : 1;
     uint8_t retries;
     uint8_t depth;        /* 0 for a task on puts and values; 1 + its deepest producer */
     /* Its outputs: nouts of them (1..SPW_TASK_OUTPUTS_MAX), output 0 in this record's object,
@@ -551,6 +553,7 @@ struct sched {
     uint64_t upload_none_ns;  /* since when a task of an uploaded plugin found no such worker
                                  (place.c; 0: one is connected) */
     struct sched_jnl *jnl;    /* the journal (journal.c), or NULL without --state-dir */
+    struct sched_push *push;  /* plans and moves (push.c), or NULL while there are none */
 };
 
 /* objects.c */
@@ -850,6 +853,8 @@ void sched__kick(sched *s);
 bool sched__task_unqueue(sched *s, sched_task *t);
 /* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
 bool sched__graph_admits(const sched_graph *g, const sched_task *t);
+/* Whether f is a function of an uploaded plugin (only workers that run uploads take it). */
+bool sched__fn_uploaded(sched_fn *f);
 /* Puts t's TASK_RUNS record, with flags, into w's open batch. Returns 0; SPW_EFRAMESIZE when the
  * record is too large for the wire (it is dropped); SPW_ECLOSED. */
 int sched__task_send(sched *s, const sched_task *t, sched_worker *w, uint32_t flags);
@@ -901,6 +906,25 @@ void sched__broadcast_obj_ready(sched *s, const sched_obj *o);
  * sched__drain_copied(s, drainer, id, ok) runs once when all answered (drainer 0: nobody is
  * told); false: no worker can take it, nothing was sent and nothing will run. */
 bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t drainer);
+/* A copy of o onto `to` alone, tracked the same way; sched__push_moved(s, id, to, from, ok)
+ * runs once it is answered. false: `to` cannot take it, nothing was sent. */
+bool sched__copies_move(sched *s, const sched_obj *o, sched_worker *to, uint32_t from);
+
+/* push.c */
+/* Task t (on w) is done and its outputs ready: those its consumers are planned elsewhere for
+ * start moving there. */
+void sched__push_outputs(sched *s, sched_task *t, sched_worker *w);
+/* The copy of a move (sched__copies_move) was answered: ok, and the object is still where it
+ * was, its copy on `from` goes. */
+void sched__push_moved(sched *s, spw_id id, uint32_t to, uint32_t from, bool ok);
+/* t (planned) is placed, done, failed or freed: its plan goes. */
+void sched__push_unplan(sched *s, sched_task *t);
+/* The worker planned task t waits for, or NULL when that one is gone or cannot take it. */
+sched_worker *sched__push_plan_worker(sched *s, const sched_task *t);
+void sched__push_worker_gone(sched *s, sched_worker *w);
+void sched__push_free_all(sched *s);
+/* The consistency of plans and moves (check.c); NULL or why not. */
+const char *sched__push_check(const sched *s);
 
 /* drain.c */
 /* DRAIN: from the worker self itself (ss NULL), or from spillway-ctl session ss naming one. */

@@ -23,6 +23,8 @@ void sched__task_set_state(sched *s, sched_task *t, int state)
         sched__graph_count(t->graph, t->state, state);
     t->state = (uint8_t)state;
     s->tstate[state]++;
+    if (t->planned && state != T_WAITING && state != T_READY)
+        sched__push_unplan(s, t); /* placed, or ended: its inputs go where it runs */
 }
 
 static sched_fn *fn_intern(sched *s, const uint8_t *name, size_t len)
@@ -189,6 +191,8 @@ void sched__task_cancel(sched *s, sched_task *t)
 
 void sched__task_free(sched *s, sched_task *t)
 {
+    if (t->planned)
+        sched__push_unplan(s, t);
     release_args(s, t);
     SPW_ASSERT(t->state != T_READY && t->state != T_ASSIGNED && t->state != T_RUNNING &&
                t->worker == NULL);
@@ -951,6 +955,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
         if (oi != NULL)
             sched__obj_ready(s, oi);
     }
+    sched__push_outputs(s, t, w);
     send_result(s, t);
     o->graph_hold--;
     sched__obj_maybe_free(s, o);

@@ -15,10 +15,11 @@ static uint8_t part_byte(uint32_t i, uint64_t j)
     return (uint8_t)(i * 31u + j * 7u + (j >> 8));
 }
 
-/* parts(sizes[, path]): sizes is an array of u64, one per output to write; output i gets
+/* parts(sizes[, path[, ...]]): sizes is an array of u64, one per output to write; output i gets
  * sizes[i] bytes of part_byte(i, j). With path, one byte is appended to that file per run (a
- * test counts the runs). It writes exactly as many outputs as sizes has entries, whatever the
- * task declared: a test of the wrong count passes another number. */
+ * test counts the runs); arguments after it are not read (a test makes the task wait for
+ * them). It writes exactly as many outputs as sizes has entries, whatever the task declared: a
+ * test of the wrong count passes another number. */
 static int parts(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
     if (nargs < 1 || args[0].len % 8 != 0) {

@@ -7,13 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../unit/test_main.h"
 #include "e2e_util.h"
 
-static const char *const worker_args[] = {"--slots",  "2",           "--store-capacity",
-                                          "64M",      "--plugin",    SPW_TEST_PLUGIN,
-                                          "--plugin", SPW_TEST_PLUGIN_V2, NULL};
+static const char *const worker_args[] = {
+    "--slots",       "2",        "--store-capacity", "64M", "--plugin",
+    SPW_TEST_PLUGIN, "--plugin", SPW_TEST_PLUGIN_V2, NULL};
 
 /* Byte j of output i of the plugin's parts (plugin_outputs.c). */
 static uint8_t part_byte(uint32_t i, uint64_t j)
@@ -240,12 +241,158 @@ static void lost_output_is_remade_by_running_its_task_again(void)
     E2E_STOP(c, cl);
 }
 
+typedef struct moved_arg {
+    h_cluster *c;
+    const spillway_ref *pieces; /* maps x parts, map-major */
+    uint32_t maps, parts;
+} moved_arg;
+
+/* Whether piece j of every map in a->pieces has one copy, on one worker for each j, a different
+ * worker for each j. */
+static bool pieces_moved(void *arg)
+{
+    const moved_arg *a = arg;
+    json_t *doc = e2e_ctl_json(a->c, "memory");
+    bool ok = doc != NULL;
+    const char *node[8] = {0};
+    for (uint32_t j = 0; ok && j < a->parts; j++) {
+        for (uint32_t m = 0; ok && m < a->maps; m++) {
+            char hex[33];
+            json_t *o = e2e_json_find(json_object_get(doc, "objects"), "id",
+                                      spillway_ref_hex(a->pieces[m * a->parts + j], hex));
+            json_t *locs = json_object_get(o, "locations");
+            const char *n = json_string_value(json_object_get(json_array_get(locs, 0), "node"));
+            ok = json_array_size(locs) == 1 && n != NULL && (m == 0 || strcmp(n, node[j]) == 0);
+            node[j] = m == 0 ? n : node[j];
+        }
+        for (uint32_t k = 0; ok && k < j; k++)
+            ok = strcmp(node[k], node[j]) != 0;
+    }
+    json_decref(doc);
+    return ok;
+}
+
+static bool file_exists(void *arg)
+{
+    return access(arg, F_OK) == 0;
+}
+
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+/* A shuffle held back: MAPS maps of P pieces each (parts, kept) and P reduces (wait_file, kept)
+ * each taking piece j of every map, on P workers; the last map waits for go_map, the reduces
+ * for go_reduce. */
+enum { HELD_MAPS = 5, HELD_P = 3 };
+typedef struct held_shuffle {
+    spillway_ref pieces[HELD_MAPS][HELD_P], reduce[HELD_P];
+    char go_map[512], go_reduce[512], count[512], mark[HELD_P][512];
+} held_shuffle;
+
+static const uint64_t held_sizes[HELD_P] = {256u << 10, 300u << 10, 200u << 10};
+
+/* Submits it and waits until the pieces of the maps done have moved: each piece j alone (its
+ * copy where it was made dropped) on one worker, a different one for each reduce. */
+static void held_shuffle_start(h_cluster *c, spillway *cl, held_shuffle *h)
+{
+    snprintf(h->go_map, sizeof h->go_map, "%s/go-map", c->dir);
+    snprintf(h->go_reduce, sizeof h->go_reduce, "%s/go-reduce", c->dir);
+    snprintf(h->count, sizeof h->count, "%s/runs", c->dir);
+    spillway_ref blocker;
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg ba[2] = {spillway_arg_bytes(h->go_map, strlen(h->go_map)),
+                          spillway_arg_u64(120000)};
+    assert_int_equal(spillway_task(g, "wait_file", ba, 2, 0, &blocker), 0);
+    for (uint32_t m = 0; m < HELD_MAPS; m++) {
+        spillway_arg a[3] = {spillway_arg_bytes(held_sizes, sizeof held_sizes),
+                             spillway_arg_bytes(h->count, strlen(h->count)),
+                             spillway_arg_ref(blocker)};
+        assert_int_equal(spillway_task_n(g, "parts", a, m + 1 < HELD_MAPS ? 2 : 3, SPILLWAY_KEEP,
+                                         HELD_P, h->pieces[m]),
+                         0);
+    }
+    for (uint32_t j = 0; j < HELD_P; j++) {
+        snprintf(h->mark[j], sizeof h->mark[j], "%s/reduce-%u", c->dir, j);
+        spillway_arg a[3 + HELD_MAPS] = {spillway_arg_bytes(h->go_reduce, strlen(h->go_reduce)),
+                                         spillway_arg_u64(120000),
+                                         spillway_arg_bytes(h->mark[j], strlen(h->mark[j]))};
+        for (uint32_t m = 0; m < HELD_MAPS; m++)
+            a[3 + m] = spillway_arg_ref(h->pieces[m][j]);
+        assert_int_equal(
+            spillway_task(g, "wait_file", a, 3 + HELD_MAPS, SPILLWAY_KEEP, &h->reduce[j]), 0);
+    }
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, h->pieces[0], (HELD_MAPS - 1) * HELD_P, 60000), 0);
+    moved_arg ma = {c, h->pieces[0], HELD_MAPS - 1, HELD_P};
+    assert_true(h_eventually(pieces_moved, &ma, 60000));
+}
+
+/* Lets the last map and the reduces run, then reads every piece back byte for byte. */
+static void held_shuffle_finish(spillway *cl, held_shuffle *h)
+{
+    touch(h->go_map);
+    for (uint32_t j = 0; j < HELD_P; j++)
+        assert_true(h_eventually(file_exists, h->mark[j], 60000)); /* every reduce runs */
+    touch(h->go_reduce);
+    assert_int_equal(spillway_wait(cl, h->reduce, HELD_P, 60000), 0);
+    for (uint32_t m = 0; m < HELD_MAPS; m++)
+        for (uint32_t j = 0; j < HELD_P; j++)
+            check_output(cl, h->pieces[m][j], j, held_sizes[j]);
+    assert_int_equal(spillway_release_many(cl, h->pieces[0], HELD_MAPS * HELD_P), 0);
+    assert_int_equal(spillway_release_many(cl, h->reduce, HELD_P), 0);
+}
+
+static h_cluster *held_cluster(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    for (int i = 0; i < HELD_P; i++)
+        h_worker_start(c, worker_args);
+    return c;
+}
+
+/* A shuffle's pieces move to the worker their reduce is planned on as their maps end, before
+ * the reduce can run; the reduces then run and every piece reads back. */
+static void pieces_move_to_their_reduce_before_it_can_run(void)
+{
+    h_cluster *c = held_cluster();
+    spillway *cl = e2e_connect(c);
+    held_shuffle h;
+    held_shuffle_start(c, cl, &h);
+    held_shuffle_finish(cl, &h);
+    struct stat st;
+    assert_int_equal(stat(h.count, &st), 0);
+    assert_int_equal(st.st_size, HELD_MAPS); /* each map ran once */
+    E2E_STOP(c, cl);
+}
+
+/* A worker holding moved pieces killed before their reduce runs: the maps that made them run
+ * again (lineage), the reduce runs on a worker left, and nothing is lost. */
+static void moved_pieces_lost_with_their_worker_are_made_again(void)
+{
+    h_cluster *c = held_cluster();
+    spillway *cl = e2e_connect(c);
+    held_shuffle h;
+    held_shuffle_start(c, cl, &h);
+    h_worker_kill(c, 0, SIGKILL);
+    held_shuffle_finish(cl, &h);
+    struct stat st;
+    assert_int_equal(stat(h.count, &st), 0);
+    assert_true(st.st_size > HELD_MAPS); /* some ran again */
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(outputs_read_back_byte_by_byte),
     H_CASE(unreferenced_outputs_are_released),
     H_CASE(wrong_number_of_outputs_fails_clearly),
     H_CASE(abi_v1_and_v2_plugins_side_by_side),
     H_CASE(lost_output_is_remade_by_running_its_task_again),
+    H_CASE(pieces_move_to_their_reduce_before_it_can_run),
+    H_CASE(moved_pieces_lost_with_their_worker_are_made_again),
 };
 
 SPW_TEST_MAIN(tests)

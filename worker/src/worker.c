@@ -81,6 +81,7 @@ static void worker_stats(wrk *w, uint64_t v[PROTO_STAT_COUNT])
     v[PROTO_STAT_FETCHED_BYTES] = w->fetched_bytes;
     v[PROTO_STAT_SPILLING_BYTES] = st.spilling_bytes;
     v[PROTO_STAT_DISK_READ_BYTES] = st.disk_read_bytes;
+    v[PROTO_STAT_SPILLS] = w->opts.store.spill_dir != NULL;
 }
 
 void wrk__sched_obj_added(wrk *w, spw_id id, uint64_t size)

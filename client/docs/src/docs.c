@@ -49,6 +49,7 @@ static const char *const stat_names[PROTO_STAT_COUNT] = {
     [PROTO_STAT_FETCHED_BYTES] = "fetched_bytes",
     [PROTO_STAT_SPILLING_BYTES] = "spilling_bytes",
     [PROTO_STAT_DISK_READ_BYTES] = "disk_read_bytes",
+    [PROTO_STAT_SPILLS] = "spills",
 };
 
 const char *const ctl_doc_tstate_names[] = {

@@ -312,6 +312,7 @@ enum proto_stat {
     PROTO_STAT_FETCHED_BYTES,   /* bytes of objects and views fetched from other workers */
     PROTO_STAT_SPILLING_BYTES,  /* bytes of objects queued or being written to the spill now */
     PROTO_STAT_DISK_READ_BYTES, /* bytes sent to peers from spilled copies, not restored */
+    PROTO_STAT_SPILLS,          /* 1: it has a spill directory (its store can make room) */
     PROTO_STAT_COUNT
 };
 
