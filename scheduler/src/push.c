@@ -26,7 +26,7 @@
 #define PUSH_MIN_ARGS 4
 #define PUSH_MIN_BYTES (64u << 10)
 /* Moves to one worker under way at once: enough to keep its link busy. */
-#define PUSH_WINDOW 4
+#define PUSH_WINDOW 8
 
 typedef struct push_plan {
     const sched_task *t; /* the key */
