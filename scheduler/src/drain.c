@@ -31,14 +31,6 @@ typedef struct sched_drain_req {
     uint64_t req;
 } sched_drain_req;
 
-static bool on_worker(const sched_obj *o, uint32_t id)
-{
-    for (uint32_t i = 0; i < o->nlocs; i++)
-        if (o->locs[i] == id)
-            return true;
-    return false;
-}
-
 /* Copies o lacks on workers that do not drain: the copies it is kept at (at least one) less
  * those it has there. */
 static uint32_t copies_missing(sched *s, const sched_obj *o)
@@ -98,7 +90,7 @@ static void pump(sched *s, sched_worker *w)
     w->drain_pumping = true;
     while (w->drain_inflight < DRAIN_WINDOW && w->ndrain_q > 0) {
         sched_obj *o = sched__obj_find(s, w->drain_q[--w->ndrain_q]);
-        if (o == NULL || o->state != OBJ_READY || !on_worker(o, w->id))
+        if (o == NULL || o->state != OBJ_READY || !sched__obj_has_loc(o, w->id))
             continue;
         uint32_t missing = copies_missing(s, o);
         if (missing == 0)
@@ -150,7 +142,7 @@ static void drain_start(sched *s, sched_worker *w)
     spw_free(ids);
     uint32_t pos = 0;
     for (sched_obj *o; (o = spw_idmap_next(&s->objects, &pos)) != NULL;)
-        if (o->state == OBJ_READY && on_worker(o, w->id))
+        if (o->state == OBJ_READY && sched__obj_has_loc(o, w->id))
             queue_push(w, o->id);
     sched__kick(s); /* its tasks go elsewhere */
 }

@@ -689,7 +689,7 @@ static void wobj_index(sched *s, sched_obj *o, uint32_t worker)
         spw_idmap_add(&w->objs, o);
 }
 
-static bool obj_has_loc(const sched_obj *o, uint32_t worker)
+bool sched__obj_has_loc(const sched_obj *o, uint32_t worker)
 {
     for (uint32_t i = 0; i < o->nlocs; i++)
         if (o->locs[i] == worker)
@@ -699,7 +699,7 @@ static bool obj_has_loc(const sched_obj *o, uint32_t worker)
 
 static void wobj_unindex(sched *s, sched_obj *o, uint32_t worker)
 {
-    if (worker == 0 || o->put_worker == worker || obj_has_loc(o, worker))
+    if (worker == 0 || o->put_worker == worker || sched__obj_has_loc(o, worker))
         return;
     sched_worker *w = sched__worker_by_id(s, worker);
     if (w != NULL && spw_idmap_find(&w->objs, o->id) == o)
@@ -708,7 +708,7 @@ static void wobj_unindex(sched *s, sched_obj *o, uint32_t worker)
 
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker)
 {
-    if (obj_has_loc(o, worker))
+    if (sched__obj_has_loc(o, worker))
         return;
     if (s->ndraining > 0)
         sched__drain_obj_added(s, o, worker); /* a copy on a draining worker: copied away */

@@ -29,7 +29,7 @@
 #define PUSH_WINDOW 8
 
 typedef struct push_plan {
-    const sched_task *t; /* the key */
+    sched_task *t; /* the key */
     uint32_t worker;
     uint64_t rank; /* the order plans were made in: moves for a lower rank go first */
     UT_hash_handle hh;
@@ -121,14 +121,6 @@ static void target_free(struct sched_push *p, push_target *pt)
     spw_free(pt);
 }
 
-static bool has_loc(const sched_obj *o, uint32_t worker)
-{
-    for (uint32_t i = 0; i < o->nlocs; i++)
-        if (o->locs[i] == worker)
-            return true;
-    return false;
-}
-
 /* Whether d is a reduce its inputs may be moved for: waiting, not bound to a worker, taking at
  * least PUSH_MIN_ARGS objects. */
 static bool is_reduce(const sched_task *d)
@@ -142,12 +134,13 @@ static bool is_reduce(const sched_task *d)
     return objects >= PUSH_MIN_ARGS;
 }
 
-/* Whether w may be planned on for d: its store can spill (pieces for its later reduces can wait
- * on its disk, never holding memory its running task needs), and it takes d's function. */
-static bool plan_ok(const sched_worker *w, sched_task *d)
+/* Whether w may be planned on for a reduce of function f: its store can spill (pieces for its
+ * later reduces can wait on its disk, never holding memory its running task needs), and it runs
+ * f. */
+static bool plan_ok(const sched_worker *w, sched_fn *f)
 {
     return !w->drain && !proto_conn_is_closing(w->conn) && w->stats[PROTO_STAT_SPILLS] != 0 &&
-           (w->runs_uploads || !sched__fn_uploaded(d->fn));
+           (w->runs_uploads || !sched__fn_uploaded(f));
 }
 
 /* d's plan, made now on the worker with the fewest plans per slot when it has none, or when
@@ -159,7 +152,7 @@ static push_plan *plan_for(sched *s, sched_task *d)
     if (d->planned) {
         HASH_FIND(hh, p->plans, &d, sizeof d, pl);
         sched_worker *w = pl != NULL ? sched__worker_by_id(s, pl->worker) : NULL;
-        if (w != NULL && plan_ok(w, d))
+        if (w != NULL && plan_ok(w, d->fn))
             return pl;
         sched__push_unplan(s, d);
     }
@@ -167,7 +160,7 @@ static push_plan *plan_for(sched *s, sched_task *d)
     double best_load = 0;
     for (uint32_t k = 0; k < s->nworkers; k++) {
         sched_worker *w = s->workers[(p->rr + k) % s->nworkers];
-        if (!plan_ok(w, d))
+        if (!plan_ok(w, d->fn))
             continue;
         const push_target *pt = target_find(p, w->id);
         double load = (double)(pt != NULL ? pt->planned : 0) / (double)(w->slots ? w->slots : 1);
@@ -195,7 +188,7 @@ sched_worker *sched__push_plan_worker(sched *s, const sched_task *t)
     if (s->push != NULL)
         HASH_FIND(hh, s->push->plans, &t, sizeof t, pl);
     sched_worker *w = pl != NULL ? sched__worker_by_id(s, pl->worker) : NULL;
-    return w != NULL && plan_ok(w, (sched_task *)(uintptr_t)t) ? w : NULL;
+    return w != NULL && plan_ok(w, t->fn) ? w : NULL;
 }
 
 /* The one consumer of o when it is still to run on worker `to` (waiting, ready, or assigned
@@ -215,7 +208,8 @@ static const sched_task *sole_consumer(const sched_obj *o, uint32_t to)
 static bool move_wanted(const sched_obj *o, uint32_t from, uint32_t to)
 {
     return o != NULL && o->state == OBJ_READY && !o->has_inline && o->copies_want <= 1 &&
-           has_loc(o, from) && !has_loc(o, to) && sole_consumer(o, to) != NULL;
+           sched__obj_has_loc(o, from) && !sched__obj_has_loc(o, to) &&
+           sole_consumer(o, to) != NULL;
 }
 
 /* Starts the moves waiting for pt's window, the lowest rank first. */
@@ -229,8 +223,13 @@ static void pump(sched *s, push_target *pt)
         }
         push_move m = heap_pop(pt);
         const sched_obj *o = sched__obj_find(s, m.id);
-        if (move_wanted(o, m.from, pt->worker) && sched__copies_move(s, o, to, m.from))
-            pt->inflight++;
+        if (!move_wanted(o, m.from, pt->worker))
+            continue;
+        /* Counted first: a copy that ends at once (its REPLICATE not sent) is answered inside
+         * sched__copies_move, which takes its count back. */
+        pt->inflight++;
+        if (!sched__copies_move(s, o, to, m.from))
+            pt->inflight--;
     }
 }
 
@@ -264,8 +263,8 @@ void sched__push_moved(sched *s, spw_id id, uint32_t to, uint32_t from, bool ok)
     if (pt != NULL && pt->inflight > 0)
         pt->inflight--;
     sched_obj *o = sched__obj_find(s, id);
-    if (ok && o != NULL && o->state == OBJ_READY && has_loc(o, to) && has_loc(o, from) &&
-        sole_consumer(o, to) != NULL) {
+    if (ok && o != NULL && o->state == OBJ_READY && sched__obj_has_loc(o, to) &&
+        sched__obj_has_loc(o, from) && sole_consumer(o, to) != NULL) {
         sched_worker *fw = sched__worker_by_id(s, from);
         if (fw != NULL)
             sched__worker_delete(fw, id);
@@ -295,10 +294,8 @@ void sched__push_unplan(sched *s, sched_task *t)
 void sched__push_worker_gone(sched *s, sched_worker *w)
 {
     push_target *pt = s->push != NULL ? target_find(s->push, w->id) : NULL;
-    if (pt != NULL) {
+    if (pt != NULL)
         pt->nq = 0; /* its plans stay: the next piece made for them plans them anew */
-        pt->inflight = 0;
-    }
 }
 
 void sched__push_free_all(sched *s)
@@ -310,7 +307,7 @@ void sched__push_free_all(sched *s)
     push_plan *pl, *ptmp;
     HASH_ITER(hh, p->plans, pl, ptmp)
     {
-        ((sched_task *)(uintptr_t)pl->t)->planned = 0;
+        pl->t->planned = 0;
         HASH_DEL(p->plans, pl);
         spw_free(pl);
     }

@@ -712,6 +712,8 @@ static inline const uint8_t *sched__obj_inline(const sched_obj *o)
 }
 void sched__obj_add_loc(sched *s, sched_obj *o, uint32_t worker);
 void sched__obj_drop_loc(sched *s, sched_obj *o, uint32_t worker);
+/* Whether worker `worker` holds a copy of o. */
+bool sched__obj_has_loc(const sched_obj *o, uint32_t worker);
 /* Forgets every copy of o (the caller tells the workers). */
 void sched__obj_clear_locs(sched *s, sched_obj *o);
 /* The ids of the objects w holds or receives (its objs), *n of them (heap, for the caller to
