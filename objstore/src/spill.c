@@ -1395,7 +1395,7 @@ int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, u
         return SPW_ENOTSEALED;
     if (off > o->size || len > o->size - off || len == 0)
         return SPW_EINVAL;
-    if (o->blk != NULL || o->restoring || !o->on_disk)
+    if (!o->on_disk)
         return SPW_EAGAIN;
     if (s->spill == NULL || s->spill->quiescing)
         return SPW_ESHUTDOWN;
@@ -1408,6 +1408,20 @@ int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, u
     o->disk_reads++;
     enqueue(s, j);
     return 0;
+}
+
+void ost_obj_hold_spilled(ost_store *s, ost_obj *o)
+{
+    (void)s;
+    o->disk_reads++;
+}
+
+void ost_obj_release_spilled(ost_store *s, ost_obj *o)
+{
+    SPW_ASSERT(o->disk_reads > 0);
+    o->disk_reads--;
+    if (o->deleted && o->pins == 0)
+        ost__obj_free_deleted(s, o);
 }
 
 void ost__restore_start(ost_store *s, ost_obj *o)

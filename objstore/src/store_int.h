@@ -22,7 +22,8 @@ struct ost_obj {
     bool deleted;           /* removed from the table; freed when the last user lets go */
     bool aborted;           /* its write failed while followers still send from its memory */
     bool calling;           /* its getters are being called: not freed until they return */
-    uint32_t disk_reads;    /* reads of its spilled copy under way (ost_obj_read_spilled) */
+    uint32_t disk_reads;    /* reads of its spilled copy under way or held (ost_obj_read_spilled,
+                               ost_obj_hold_spilled) */
     uint64_t spare_until;   /* to be read or released soon (ost_obj_spare): until then spilled
                                only for an allocation that waits, not for headroom; 0 once
                                pinned */

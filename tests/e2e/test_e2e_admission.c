@@ -149,9 +149,9 @@ enum { MAP_CHUNKS = 6, MAP_CHUNK = 12u << 20 };
 /* map_blocks over chunks of three quarters of a 16 MiB store, each task making a stored output
  * (one bucket of its chunk's values): a worker takes the next task's chunk in only once the
  * running one is done with its own, so no fetch or restore of a chunk waits for room that
- * nothing will free until --alloc-wait gives up. A chunk spilled on the other worker is restored
- * there to be sent, after that worker's running task lets its own go: a wait as long as a task,
- * which the default --alloc-wait covers on any machine (a shorter one would time the task). */
+ * nothing will free until --alloc-wait gives up. A chunk spilled on the other worker is sent
+ * from its spilled copy, needing no room there: the two workers, each with the room for a chunk
+ * taken by the fetch of the other's, never wait for each other. */
 static void map_blocks_of_three_quarters_of_the_store_never_give_up(void)
 {
     h_cluster *c = cluster_two("16M", "30000");

@@ -404,26 +404,32 @@ static bool one_spilled(void *arg)
            (!a->alone || e2e_copies(a->c, a->r, NULL) == 1);
 }
 
-/* A task on w1 reads a 2 MiB object that w0 has only on disk: w0 sends it from its spilled copy
- * without restoring it (its restore count stays, its copy stays spilled), and the task sees
- * every byte. */
-static void a_peer_reads_a_spilled_object_without_a_restore(void)
+/* A task on w1 reads an object of `size` bytes that w0 has only on disk: w0 sends it from its
+ * spilled copy without restoring it (its restore count stays, its copy stays spilled), and the
+ * task sees every byte. With `pinned`, w0's store is pinned full by views meanwhile, so that a
+ * restore could not get room before --alloc-wait gave up. */
+static void peer_reads_spilled(uint64_t size, bool pinned)
 {
     h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/spill", c->dir);
-    const char *const a0[] = {"--slots", "1",         "--store-capacity", "16M", "--name",
-                              "w0",      "--spill-dir", dir,              NULL};
+    const char *const a0[] = {"--slots", "1",           "--store-capacity", "16M", "--name",
+                              "w0",      "--spill-dir", dir,                "--alloc-wait", "2000",
+                              NULL};
     const char *const a1[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w1", NULL};
     h_worker_start(c, a0);
     h_worker_start(c, a1);
     spillway *cl = e2e_connect(c);
-    const uint64_t size = 2u << 20;
     spillway_ref x = e2e_fill_on(cl, "w0", size, "spilled"), more[4];
     for (int i = 0; i < 4; i++)
         more[i] = e2e_fill_on(cl, "w0", 4u << 20, "more"); /* x, the oldest, is spilled for them */
     spilled_arg sa = {c, x, true};
     assert_true(h_eventually(one_spilled, &sa, 30000));
+    spillway_view views[3];
+    for (int i = 0; pinned && i < 3; i++) {
+        assert_int_equal(spillway_get_view(cl, more[i], 10000, &views[i]), 0);
+        assert_int_equal(views[i].zero_copy, 1);
+    }
     uint64_t restores = e2e_worker_figure(c, "w0", true, "restore_count");
 
     spillway_graph *g = spillway_graph_new(cl);
@@ -441,10 +447,24 @@ static void a_peer_reads_a_spilled_object_without_a_restore(void)
     sa.alone = false; /* w1 keeps the copy it fetched */
     assert_true(one_spilled(&sa));
 
+    for (int i = 0; pinned && i < 3; i++)
+        spillway_view_release(cl, &views[i]);
     assert_int_equal(spillway_release(cl, sum), 0);
     assert_int_equal(spillway_release(cl, x), 0);
     assert_int_equal(spillway_release_many(cl, more, 4), 0);
     E2E_STOP(c, cl);
+}
+
+static void a_peer_reads_a_spilled_object_without_a_restore(void)
+{
+    peer_reads_spilled(2u << 20, false);
+}
+
+/* 12 MiB, read in pieces, from a store whose other 12 MiB are pinned: two workers fetching from
+ * each other into full stores would otherwise each wait for the room the other holds. */
+static void a_peer_reads_a_large_spilled_object_from_a_pinned_full_store(void)
+{
+    peer_reads_spilled(12u << 20, true);
 }
 
 static const struct CMUnitTest tests[] = {
@@ -455,6 +475,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(full_spill_map_fails_cleanly_nothing_lost),
     H_CASE(killed_worker_leaves_no_spill_files),
     H_CASE(a_peer_reads_a_spilled_object_without_a_restore),
+    H_CASE(a_peer_reads_a_large_spilled_object_from_a_pinned_full_store),
 };
 
 SPW_TEST_MAIN(tests)

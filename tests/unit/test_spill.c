@@ -1014,13 +1014,11 @@ static void one_large_object_takes_every_lane(void **state)
     gone_from_disk(s);
 }
 
-/* Reads [off, off + len) of spilled object n (filled as fill_obj) from its spilled copy and
- * checks the bytes; the store's memory is not touched. */
-static void read_spilled_range(ost_store *s, uint64_t n, size_t size, bool compressible,
-                               uint64_t off, uint64_t len)
+/* Reads [off, off + len) of spilled object o, number n (filled as fill_obj), from its spilled
+ * copy and checks the bytes; the store's memory is not touched. */
+static void read_spilled_piece(ost_store *s, ost_obj *o, uint64_t n, size_t size,
+                               bool compressible, uint64_t off, uint64_t len)
 {
-    ost_obj *o = ost_obj_find(s, id(n));
-    assert_non_null(o);
     uint64_t used = stats(s).used;
     uint8_t *buf = malloc(len), *want = malloc(size);
     got g = {0};
@@ -1033,15 +1031,27 @@ static void read_spilled_range(ost_store *s, uint64_t n, size_t size, bool compr
     fill_obj(want, size, n, compressible);
     assert_memory_equal(buf, want + off, len);
     assert_int_equal(stats(s).used, used);
-    assert_int_equal(ost_obj_where(o), OST_ON_DISK);
     free(buf);
     free(want);
 }
 
+/* As read_spilled_piece, of object n found by its id, which is `where` (OST_IN_MEMORY,
+ * OST_ON_DISK) before and after. */
+static void read_spilled_range(ost_store *s, uint64_t n, size_t size, bool compressible,
+                               uint64_t off, uint64_t len, unsigned where)
+{
+    ost_obj *o = ost_obj_find(s, id(n));
+    assert_non_null(o);
+    assert_int_equal(ost_obj_where(o), where);
+    read_spilled_piece(s, o, n, size, compressible, off, len);
+    assert_int_equal(ost_obj_where(o), where);
+}
+
 /* Ranges of spilled objects read straight from their records: inside one chunk, across
- * chunks, the whole object, of records compressed and raw; the store neither restores nor
- * allocates. An object in memory is refused (EAGAIN), as is a range outside it. An object
- * deleted while its read waits keeps its records until the read is answered, then they go. */
+ * chunks, the whole object, of records compressed and raw, and of one restored since; the
+ * store neither restores nor allocates. An object never spilled is refused (EAGAIN), as is a
+ * range outside one. An object deleted while its read waits, or while it is held between two
+ * reads, keeps its records until the read is answered or the hold released, then they go. */
 static void spilled_ranges_are_read_without_a_restore(void **state)
 {
     (void)state;
@@ -1052,12 +1062,13 @@ static void spilled_ranges_are_read_without_a_restore(void **state)
     assert_int_equal(ost_store_spill_all(s), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(stats(s).used, 0);
-    read_spilled_range(s, 1, big, true, 100, 4000);                    /* inside chunk 0 */
-    read_spilled_range(s, 1, big, true, (4u << 20) - 8, 16);           /* across 0 and 1 */
-    read_spilled_range(s, 1, big, true, (4u << 20) - 1, (4u << 20) + 2); /* 0, 1 whole, 2 */
-    read_spilled_range(s, 1, big, true, 8u << 20, big - (8u << 20));  /* the last, whole */
-    read_spilled_range(s, 1, big, true, 0, big);
-    read_spilled_range(s, 2, rnd, false, 12345, 3u << 20);
+    /* Inside chunk 0; across 0 and 1; 0, 1 whole and 2; the last, whole. */
+    read_spilled_range(s, 1, big, true, 100, 4000, OST_ON_DISK);
+    read_spilled_range(s, 1, big, true, (4u << 20) - 8, 16, OST_ON_DISK);
+    read_spilled_range(s, 1, big, true, (4u << 20) - 1, (4u << 20) + 2, OST_ON_DISK);
+    read_spilled_range(s, 1, big, true, 8u << 20, big - (8u << 20), OST_ON_DISK);
+    read_spilled_range(s, 1, big, true, 0, big, OST_ON_DISK);
+    read_spilled_range(s, 2, rnd, false, 12345, 3u << 20, OST_ON_DISK);
     assert_int_equal(stats(s).restore_count, 0);
     assert_int_equal(stats(s).disk_read_bytes,
                      4000 + 16 + (4u << 20) + 2 + big - (8u << 20) + big + (3u << 20));
@@ -1067,9 +1078,25 @@ static void spilled_ranges_are_read_without_a_restore(void **state)
     got g = {0};
     assert_int_equal(ost_obj_read_spilled(s, o, rnd - 4, 8, small, got_cb, &g), SPW_EINVAL);
     assert_int_equal(ost_obj_read_spilled(s, o, 0, 0, small, got_cb, &g), SPW_EINVAL);
-    check(s, 2, rnd, false); /* restored: in memory now */
-    assert_int_equal(ost_obj_read_spilled(s, o, 0, 8, small, got_cb, &g), SPW_EAGAIN);
+    check(s, 2, rnd, false); /* restored: in memory now, its spilled copy kept */
+    read_spilled_range(s, 2, rnd, false, 4096, 1u << 20, OST_IN_MEMORY | OST_ON_DISK);
+    put(s, 3, 4096, true); /* never spilled: no copy to read */
+    assert_int_equal(ost_obj_read_spilled(s, ost_obj_find(s, id(3)), 0, 8, small, got_cb, &g),
+                     SPW_EAGAIN);
     assert_int_equal(g.calls, 0);
+    ost_obj_delete(s, id(3));
+
+    /* Held between two pieces of a read, deleted: the next piece still reads, and the records
+     * go only at the release. */
+    o = ost_obj_find(s, id(2));
+    ost_obj_hold_spilled(s, o);
+    assert_int_equal(ost_obj_delete(s, id(2)), 0);
+    read_spilled_piece(s, o, 2, rnd, false, rnd - 100, 100);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 2);
+    ost_obj_release_spilled(s, o);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).objs_disk, 1);
 
     /* Deleted with a read queued: the read still gets every byte, then the records go. */
     o = ost_obj_find(s, id(1));

@@ -4,11 +4,13 @@
  * Peers (clients putting or getting, workers fetching) send OBJ_WRITE chunks, which become a
  * store object sealed at the last chunk, and OBJ_READ requests, answered by OBJ_DATA chunks sent
  * straight from the arena (borrowed buffers, the object pinned until the kernel has them) at the
- * pace the connection drains. A small read of an object that is only spilled is read from the
- * spilled copy into a buffer and sent from there: restoring it would take store room, spilling
- * others, for bytes that only pass through. An upload that must wait for room pauses its
- * connection: TCP carries the back-pressure to the sender. Reads of an object still arriving (a
- * broadcast chain) follow it as it comes, whether by upload here or by a fetch (fetch.c).
+ * pace the connection drains. A read of an object that is only spilled is read from the spilled
+ * copy into a buffer, a piece at a time, and sent from there: restoring it would take store room,
+ * spilling others, for bytes that only pass through, and could wait for room that the reader's
+ * own worker holds for the very object it asks for (two workers fetching from each other into
+ * full stores). An upload that must wait for room pauses its connection: TCP carries the
+ * back-pressure to the sender. Reads of an object still arriving (a broadcast chain) follow it
+ * as it comes, whether by upload here or by a fetch (fetch.c).
  * Invariant: a wsrv lives until its connection closed and srv->refs (pending allocations and
  * reads with chunks in flight) is 0.
  */
@@ -268,13 +270,16 @@ static void read_finish(wread *rd)
     if (rd->pinned)
         ost_obj_unpin(srv->w->store, rd->obj);
     if (rd->heap != NULL) {
-        srv->w->disk_read_bytes -= rd->end - rd->off;
+        srv->w->disk_read_bytes -= rd->hcap;
         spw_free(rd->heap);
+        ost_obj_release_spilled(srv->w->store, rd->obj);
     }
     spw_free(rd);
     srv->refs--;
     srv_maybe_free(srv);
 }
+
+static void piece_next(wread *rd);
 
 static void chunk_sent(void *arg)
 {
@@ -282,6 +287,10 @@ static void chunk_sent(void *arg)
     rd->outstanding--;
     if (rd->outstanding == 0 && (rd->pos == rd->end || rd->srv->closed))
         read_finish(rd);
+    else if (rd->outstanding == 0 && rd->heap != NULL && rd->pos == rd->hend) {
+        DL_DELETE(rd->srv->reads, rd); /* back on it once the next piece is in */
+        piece_next(rd);
+    }
 }
 
 static void reads_pump(wsrv *srv)
@@ -295,12 +304,14 @@ static void reads_pump(wsrv *srv)
         /* A follower sends only what has arrived. Its pin keeps the memory even if the
          * object is aborted; without one (it could not be taken) it sends copies. */
         uint64_t limit = rd->avail != NULL && *rd->avail < rd->end ? *rd->avail : rd->end;
+        if (rd->heap != NULL)
+            limit = rd->hend; /* the piece in its buffer */
         uint64_t step = rd->chain && FOLLOW_CHUNK < w->chunk ? FOLLOW_CHUNK : w->chunk;
         while (rd->pos < limit && proto_conn_writable(srv->conn)) {
             uint64_t n = limit - rd->pos;
             if (n > step)
                 n = step;
-            const uint8_t *at = rd->heap != NULL ? rd->heap + (rd->pos - rd->off) : base + rd->pos;
+            const uint8_t *at = rd->heap != NULL ? rd->heap + (rd->pos - rd->hoff) : base + rd->pos;
             proto_obj_data_msg d = {.id = rd->id,
                                     .total = total,
                                     .off = rd->pos,
@@ -322,6 +333,9 @@ static void reads_pump(wsrv *srv)
             DL_DELETE(srv->reads, rd);
             if (rd->outstanding == 0)
                 read_finish(rd);
+        } else if (rd->heap != NULL && rd->pos == rd->hend && rd->outstanding == 0) {
+            DL_DELETE(srv->reads, rd);
+            piece_next(rd);
         }
         if (!proto_conn_writable(srv->conn))
             return;
@@ -536,14 +550,26 @@ static void read_got(void *arg, int status, ost_obj *o)
     reads_pump(srv);
 }
 
-/* The bytes of a read from a spilled copy are in its buffer (or could not be read). */
+static void disk_read_done(void *arg, int status, ost_obj *o);
+
+/* Reads the next piece of rd's range from its object's spilled copy into its buffer
+ * (disk_read_done). Returns 0, or an error when the read cannot start. */
+static int piece_read(wread *rd)
+{
+    uint64_t n = rd->end - rd->hend < rd->hcap ? rd->end - rd->hend : rd->hcap;
+    rd->hoff = rd->hend;
+    return ost_obj_read_spilled(rd->srv->w->store, rd->obj, rd->hoff, n, rd->heap,
+                                disk_read_done, rd);
+}
+
+/* The bytes of a piece of a read from a spilled copy are in its buffer (or could not be read). */
 static void disk_read_done(void *arg, int status, ost_obj *o)
 {
     (void)o;
     wread *rd = arg;
     wsrv *srv = rd->srv;
-    if (srv->read_waits-- == READS_WAITING_MAX)
-        srv_flow(srv);
+    if (rd->hoff == rd->off && srv->read_waits-- == READS_WAITING_MAX)
+        srv_flow(srv); /* the first piece answers the request */
     if (srv->closed || status != 0) {
         if (status != 0 && !srv->closed) {
             char hex[33];
@@ -553,33 +579,53 @@ static void disk_read_done(void *arg, int status, ost_obj *o)
         read_finish(rd);
         return;
     }
+    rd->hend = rd->hoff + (rd->end - rd->hoff < rd->hcap ? rd->end - rd->hoff : rd->hcap);
     DL_APPEND(srv->reads, rd);
     reads_pump(srv);
 }
 
-/* Starts reading [off, off + len) of o from its spilled copy when o is only spilled and the
- * read is small enough (WRK_DISK_READ_MAX, WRK_DISK_READS_MAX); false when it is not (o is then
- * read from memory, restored first if need be). */
+/* The last piece was sent and written out: the buffer is free for the next one. */
+static void piece_next(wread *rd)
+{
+    wsrv *srv = rd->srv;
+    int rc = srv->closed ? SPW_ESHUTDOWN : piece_read(rd);
+    if (rc == 0)
+        return;
+    if (!srv->closed) {
+        /* Its first bytes went out: the peer hears the rest will not come. */
+        char hex[33];
+        proto_conn_error(srv->conn, rd->req, rc, "obj=%s: %s", spw_id_hex(rd->id, hex),
+                         spw_strerror(rc));
+    }
+    read_finish(rd);
+}
+
+/* Starts reading [off, off + len) of o from its spilled copy, a piece at a time, when o is only
+ * spilled and a buffer fits the worker's bound (WRK_DISK_READ_MAX, WRK_DISK_READS_MAX); false
+ * when it does not (o is then read from memory, restored first if need be). */
 static bool disk_read_start(wsrv *srv, ost_obj *o, uint64_t req, uint64_t off, uint64_t len)
 {
     wrk *w = srv->w;
-    if (ost_obj_where(o) != OST_ON_DISK || len > WRK_DISK_READ_MAX ||
-        w->disk_read_bytes + len > WRK_DISK_READS_MAX)
+    uint64_t cap = len < WRK_DISK_READ_MAX ? len : WRK_DISK_READ_MAX;
+    if (ost_obj_where(o) != OST_ON_DISK || w->disk_read_bytes + cap > WRK_DISK_READS_MAX)
         return false;
     wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
-    rd->heap = spw_malloc(SPW_MOD_WORKER, len);
-    if (ost_obj_read_spilled(w->store, o, off, len, rd->heap, disk_read_done, rd) != 0) {
+    rd->heap = spw_malloc(SPW_MOD_WORKER, cap);
+    rd->hcap = cap;
+    rd->obj = o;
+    rd->id = ost_obj_id(o);
+    rd->req = req;
+    rd->off = rd->pos = rd->hoff = rd->hend = off;
+    rd->end = off + len;
+    rd->total = ost_obj_size(o);
+    rd->srv = srv;
+    if (piece_read(rd) != 0) {
         spw_free(rd->heap);
         spw_free(rd);
         return false;
     }
-    w->disk_read_bytes += len;
-    rd->id = ost_obj_id(o);
-    rd->req = req;
-    rd->off = rd->pos = off;
-    rd->end = off + len;
-    rd->total = ost_obj_size(o);
-    rd->srv = srv;
+    ost_obj_hold_spilled(w->store, o);
+    w->disk_read_bytes += cap;
     srv->refs++;
     srv->read_waits++;
     if (srv->read_waits >= READS_WAITING_MAX)

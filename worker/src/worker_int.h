@@ -57,10 +57,10 @@
 /* An output expected from what a function made before is taken as that plus 1/this. */
 #define WRK_ADMIT_OUT_SLACK 8
 
-/* A peer's read of a spilled object of at most WRK_DISK_READ_MAX bytes is read from the spilled
- * copy into a buffer of the worker's heap and sent from there (peer.c), not restored into the
- * store, while such buffers total at most WRK_DISK_READS_MAX; past either, the object is
- * restored to be read. */
+/* A peer's read of an object that is only spilled is read from the spilled copy into a buffer
+ * of the worker's heap, at most WRK_DISK_READ_MAX bytes at a time, and sent from there (peer.c),
+ * not restored into the store, while such buffers total at most WRK_DISK_READS_MAX; past that,
+ * the object is restored to be read. */
 #define WRK_DISK_READ_MAX (4ULL << 20)
 #define WRK_DISK_READS_MAX (32ULL << 20)
 
@@ -288,8 +288,10 @@ typedef struct wread {
     uint64_t off, end, pos;
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
     bool pinned;          /* holds a pin on obj (sends borrow its memory) */
-    uint8_t *heap;        /* or the bytes [off, end) read from obj's spilled copy (sends borrow
-                             them; freed with the read) */
+    uint8_t *heap;        /* or bytes [hoff, hend) read from obj's spilled copy, one piece of
+                             hcap at most at a time (sends borrow them; freed with the read,
+                             which holds the copy: ost_obj_hold_spilled) */
+    uint64_t hoff, hend, hcap;
     uint64_t total;       /* the object's size */
     bool chain;           /* a broadcast hop: sent in FOLLOW_CHUNK pieces */
     const uint64_t *avail; /* while obj is still arriving: how much has (a fetch's or an

@@ -202,15 +202,22 @@ int ost_obj_unpin(ost_store *s, ost_obj *o);
 /** Brings a spilled object back into memory and pins it; cb runs exactly once (possibly
  * before this returns, when it is already in memory). */
 int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg);
-/** Reads bytes [off, off + len) of a sealed object that is only spilled (not in memory, not
- * being restored) from its spilled copy into dst, the caller's len bytes, on the spill lanes:
- * nothing of the store's memory is taken or evicted for it. cb runs exactly once on the loop
- * thread, later, with 0 or an error (its object argument is NULL). o, even deleted meanwhile,
- * keeps its spilled copy until then. @return 0 (cb will run), or SPW_EAGAIN when o is in
- * memory or on its way there (read it there), SPW_ENOTSEALED, SPW_EINVAL for a range outside
- * it, SPW_ESHUTDOWN (cb will not run). */
+/** Reads bytes [off, off + len) of a sealed object from its spilled copy into dst, the caller's
+ * len bytes, on the spill lanes: nothing of the store's memory is taken or evicted for it, and a
+ * restore of o waiting for room does not hold it up (an object also in memory is better read
+ * there). cb runs exactly once on the loop thread, later, with 0 or an error (its object
+ * argument is NULL). o, even deleted meanwhile, keeps its spilled copy until then. @return 0 (cb
+ * will run), or SPW_EAGAIN when o has no spilled copy, SPW_ENOTSEALED, SPW_EINVAL for a range
+ * outside it, SPW_ESHUTDOWN (cb will not run). */
 int ost_obj_read_spilled(ost_store *s, ost_obj *o, uint64_t off, uint64_t len, uint8_t *dst,
                          ost_cb cb, void *arg);
+
+/** Keeps o, even deleted, and its spilled copy until ost_obj_release_spilled: for a reader that
+ * reads the copy piece by piece with ost_obj_read_spilled, with no read under way between two
+ * pieces. */
+void ost_obj_hold_spilled(ost_store *s, ost_obj *o);
+/** Drops a hold of ost_obj_hold_spilled (a deleted object goes at the last one). */
+void ost_obj_release_spilled(ost_store *s, ost_obj *o);
 
 /** Calls fn for every object in the table (not those deleted while in use). fn must not
  * create or delete objects. For listings (spillway-ctl memory), not for figures. */
