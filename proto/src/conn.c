@@ -439,6 +439,11 @@ bool proto_conn_writable(const proto_conn *c)
     return !c->above_hwm && c->state != ST_CLOSED && c->state != ST_CLOSING;
 }
 
+void proto_conn_flush(proto_conn *c)
+{
+    conn__flush(c);
+}
+
 void proto_conn_pause(proto_conn *c)
 {
     if (c->paused || c->state == ST_CLOSED || c->state == ST_CLOSING)

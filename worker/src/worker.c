@@ -267,6 +267,10 @@ static void sched_ready(proto_conn *c, const proto_welcome *wel)
     held_report(w);
     if (!w->registered_once) {
         w->registered_once = true;
+        /* Ready means the scheduler can plan with this worker: its first report (what its
+         * store is, whether it spills) leaves before anyone hears it, not at the end of this
+         * loop iteration, after a client told of it may have submitted. */
+        proto_conn_flush(c);
         if (w->ready != NULL)
             w->ready(w->ready_arg, 0);
     }

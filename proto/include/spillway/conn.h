@@ -278,6 +278,9 @@ size_t proto_conn_queued(const proto_conn *c);
 /** False once queued output passed the high-water mark, until on_drain. Producers of bulk data
  * stop sending while it is false. */
 bool proto_conn_writable(const proto_conn *c);
+/** Starts writing what is queued now rather than at the end of the loop iteration: for output
+ * that must be on its way before something outside the connection happens. */
+void proto_conn_flush(proto_conn *c);
 /** Stops delivering messages (and reading) until proto_conn_resume; for back-pressure. */
 void proto_conn_pause(proto_conn *c);
 /** Resumes delivery; messages already buffered are delivered from the loop, not from inside
