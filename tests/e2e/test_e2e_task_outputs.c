@@ -245,10 +245,11 @@ typedef struct moved_arg {
     h_cluster *c;
     const spillway_ref *pieces; /* maps x parts, map-major */
     uint32_t maps, parts;
+    const char *avoid; /* a worker no piece may be on (then two j may share one), or NULL */
 } moved_arg;
 
 /* Whether piece j of every map in a->pieces has one copy, on one worker for each j, a different
- * worker for each j. */
+ * worker for each j (with a->avoid: any worker but that one). */
 static bool pieces_moved(void *arg)
 {
     const moved_arg *a = arg;
@@ -262,10 +263,11 @@ static bool pieces_moved(void *arg)
                                       spillway_ref_hex(a->pieces[m * a->parts + j], hex));
             json_t *locs = json_object_get(o, "locations");
             const char *n = json_string_value(json_object_get(json_array_get(locs, 0), "node"));
-            ok = json_array_size(locs) == 1 && n != NULL && (m == 0 || strcmp(n, node[j]) == 0);
+            ok = json_array_size(locs) == 1 && n != NULL && (m == 0 || strcmp(n, node[j]) == 0) &&
+                 (a->avoid == NULL || strcmp(n, a->avoid) != 0);
             node[j] = m == 0 ? n : node[j];
         }
-        for (uint32_t k = 0; ok && k < j; k++)
+        for (uint32_t k = 0; ok && a->avoid == NULL && k < j; k++)
             ok = strcmp(node[k], node[j]) != 0;
     }
     json_decref(doc);
@@ -296,8 +298,9 @@ typedef struct held_shuffle {
 static const uint64_t held_sizes[HELD_P] = {256u << 10, 300u << 10, 200u << 10};
 
 /* Submits it and waits until the pieces of the maps done have moved: each piece j alone (its
- * copy where it was made dropped) on one worker, a different one for each reduce. */
-static void held_shuffle_start(h_cluster *c, spillway *cl, held_shuffle *h)
+ * copy where it was made dropped) on one worker, a different one for each reduce or, with avoid,
+ * any worker but that one. */
+static void held_shuffle_start(h_cluster *c, spillway *cl, held_shuffle *h, const char *avoid)
 {
     snprintf(h->go_map, sizeof h->go_map, "%s/go-map", c->dir);
     snprintf(h->go_reduce, sizeof h->go_reduce, "%s/go-reduce", c->dir);
@@ -327,7 +330,7 @@ static void held_shuffle_start(h_cluster *c, spillway *cl, held_shuffle *h)
     }
     E2E_SUBMIT(g);
     assert_int_equal(spillway_wait(cl, h->pieces[0], (HELD_MAPS - 1) * HELD_P, 60000), 0);
-    moved_arg ma = {c, h->pieces[0], HELD_MAPS - 1, HELD_P};
+    moved_arg ma = {c, h->pieces[0], HELD_MAPS - 1, HELD_P, avoid};
     assert_true(h_eventually(pieces_moved, &ma, 60000));
 }
 
@@ -361,7 +364,7 @@ static void pieces_move_to_their_reduce_before_it_can_run(void)
     h_cluster *c = held_cluster();
     spillway *cl = e2e_connect(c);
     held_shuffle h;
-    held_shuffle_start(c, cl, &h);
+    held_shuffle_start(c, cl, &h, NULL);
     held_shuffle_finish(cl, &h);
     struct stat st;
     assert_int_equal(stat(h.count, &st), 0);
@@ -376,12 +379,32 @@ static void moved_pieces_lost_with_their_worker_are_made_again(void)
     h_cluster *c = held_cluster();
     spillway *cl = e2e_connect(c);
     held_shuffle h;
-    held_shuffle_start(c, cl, &h);
+    held_shuffle_start(c, cl, &h, NULL);
     h_worker_kill(c, 0, SIGKILL);
     held_shuffle_finish(cl, &h);
     struct stat st;
     assert_int_equal(stat(h.count, &st), 0);
     assert_true(st.st_size > HELD_MAPS); /* some ran again */
+    E2E_STOP(c, cl);
+}
+
+/* A worker without a spill directory is never planned on for a reduce (pieces for its later
+ * reduces would wait in memory its running tasks need): the pieces of the maps done move only
+ * to the two workers that spill, those made on it leave it, and the shuffle completes. */
+static void no_piece_moves_to_a_worker_that_cannot_spill(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    static const char *const nospill[] = {"--slots",     "2",       "--store-capacity", "64M",
+                                          "--plugin",    SPW_TEST_PLUGIN,    "--plugin",
+                                          SPW_TEST_PLUGIN_V2,                "--spill-dir",
+                                          "none",        "--name",  "nospill", NULL};
+    h_worker_start(c, nospill);
+    for (int i = 0; i < 2; i++)
+        h_worker_start(c, worker_args);
+    spillway *cl = e2e_connect(c);
+    held_shuffle h;
+    held_shuffle_start(c, cl, &h, "nospill");
+    held_shuffle_finish(cl, &h);
     E2E_STOP(c, cl);
 }
 
@@ -393,6 +416,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(lost_output_is_remade_by_running_its_task_again),
     H_CASE(pieces_move_to_their_reduce_before_it_can_run),
     H_CASE(moved_pieces_lost_with_their_worker_are_made_again),
+    H_CASE(no_piece_moves_to_a_worker_that_cannot_spill),
 };
 
 SPW_TEST_MAIN(tests)
