@@ -467,6 +467,66 @@ static void a_peer_reads_a_large_spilled_object_from_a_pinned_full_store(void)
     peer_reads_spilled(12u << 20, true);
 }
 
+/* Five 4 MiB objects that w0 has only on disk, fetched at once by one task on w1, are more than
+ * w0's buffers for reads from spilled copies: the read past them waits for a buffer to be freed,
+ * with no restore (w0's store is pinned full by views, so a restore would give up). */
+static void peer_reads_past_the_buffers_wait_for_one(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/spill", c->dir);
+    const char *const a0[] = {"--slots", "1",           "--store-capacity", "16M", "--name",
+                              "w0",      "--spill-dir", dir,                "--alloc-wait", "2000",
+                              NULL};
+    const char *const a1[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w1", NULL};
+    h_worker_start(c, a0);
+    h_worker_start(c, a1);
+    spillway *cl = e2e_connect(c);
+    enum { N = 5 };
+    const uint64_t size = 4u << 20;
+    spillway_ref x[N], more[3];
+    for (int i = 0; i < N; i++)
+        x[i] = e2e_fill_on(cl, "w0", size, "spilled");
+    for (int i = 0; i < 3; i++)
+        more[i] = e2e_fill_on(cl, "w0", 5u << 20, "more");
+    for (int i = 0; i < N; i++) {
+        spilled_arg sa = {c, x[i], true};
+        assert_true(h_eventually(one_spilled, &sa, 30000));
+    }
+    spillway_view views[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(spillway_get_view(cl, more[i], 10000, &views[i]), 0);
+        assert_int_equal(views[i].zero_copy, 1);
+    }
+    uint64_t restores = e2e_worker_figure(c, "w0", true, "restore_count");
+
+    spillway_graph *g = spillway_graph_new(cl);
+    assert_int_equal(spillway_graph_place(g, "w1"), 0);
+    spillway_arg xa[N];
+    for (int i = 0; i < N; i++)
+        xa[i] = spillway_arg_ref(x[i]);
+    spillway_ref all, sum;
+    assert_int_equal(spillway_task(g, "concat", xa, N, 0, &all), 0);
+    spillway_arg aa = spillway_arg_ref(all);
+    assert_int_equal(spillway_task(g, "checksum", &aa, 1, SPILLWAY_KEEP, &sum), 0);
+    E2E_SUBMIT(g);
+    uint8_t *want = malloc(N * size);
+    for (uint64_t i = 0; i < N * size; i++)
+        want[i] = (uint8_t)"spilled"[(i % size) % 7];
+    assert_int_equal(e2e_get_u64(cl, sum), XXH3_64bits(want, N * size));
+    free(want);
+    assert_int_equal(e2e_worker_figure(c, "w0", true, "restore_count"), restores);
+    /* Every fetch went through the first time. */
+    assert_int_equal(h_log_count(&c->workers[1], "fetch from"), 0);
+
+    for (int i = 0; i < 3; i++)
+        spillway_view_release(cl, &views[i]);
+    assert_int_equal(spillway_release(cl, sum), 0);
+    assert_int_equal(spillway_release_many(cl, x, N), 0);
+    assert_int_equal(spillway_release_many(cl, more, 3), 0);
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(job_ten_times_capacity_completes_with_flat_memory),
     H_CASE(larger_than_any_store_fails_clearly),
@@ -476,6 +536,7 @@ static const struct CMUnitTest tests[] = {
     H_CASE(killed_worker_leaves_no_spill_files),
     H_CASE(a_peer_reads_a_spilled_object_without_a_restore),
     H_CASE(a_peer_reads_a_large_spilled_object_from_a_pinned_full_store),
+    H_CASE(peer_reads_past_the_buffers_wait_for_one),
 };
 
 SPW_TEST_MAIN(tests)

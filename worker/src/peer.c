@@ -262,6 +262,8 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
     upload_apply(srv, u, off, m->f[F_WRITE_FLAGS].u, data->bin.ptr, data->bin.len, m->req);
 }
 
+static void disk_waits_pump(wrk *w);
+
 static void read_finish(wread *rd)
 {
     wsrv *srv = rd->srv;
@@ -269,14 +271,20 @@ static void read_finish(wread *rd)
         DL_DELETE2(*rd->flist, rd, fprev, fnext);
     if (rd->pinned)
         ost_obj_unpin(srv->w->store, rd->obj);
-    if (rd->heap != NULL) {
+    bool freed = rd->heap != NULL;
+    if (freed) {
         srv->w->disk_read_bytes -= rd->hcap;
+        srv->disk_bytes -= rd->hcap;
         spw_free(rd->heap);
-        ost_obj_release_spilled(srv->w->store, rd->obj);
     }
+    if (rd->disk_held)
+        ost_obj_release_spilled(srv->w->store, rd->obj);
+    wrk *w = srv->w;
     spw_free(rd);
     srv->refs--;
     srv_maybe_free(srv);
+    if (freed)
+        disk_waits_pump(w);
 }
 
 static void piece_next(wread *rd);
@@ -600,18 +608,72 @@ static void piece_next(wread *rd)
     read_finish(rd);
 }
 
-/* Starts reading [off, off + len) of o from its spilled copy, a piece at a time, when o is only
- * spilled and a buffer fits the worker's bound (WRK_DISK_READ_MAX, WRK_DISK_READS_MAX); false
- * when it does not (o is then read from memory, restored first if need be). */
+/* Gives rd its buffer and reads its first piece; false (the read finished, with an error to
+ * the peer) when that cannot start. */
+static bool disk_read_begin(wread *rd)
+{
+    wsrv *srv = rd->srv;
+    int rc = SPW_ESHUTDOWN;
+    if (!srv->closed) {
+        rd->heap = spw_try_malloc(SPW_MOD_WORKER, rd->hcap);
+        rc = rd->heap == NULL ? SPW_ENOMEM : 0;
+    }
+    if (rc == 0) {
+        srv->w->disk_read_bytes += rd->hcap;
+        srv->disk_bytes += rd->hcap;
+        rc = piece_read(rd);
+        if (rc != 0) { /* freed here: read_finish would start the next waiter within this one */
+            srv->w->disk_read_bytes -= rd->hcap;
+            srv->disk_bytes -= rd->hcap;
+            spw_free(rd->heap);
+            rd->heap = NULL;
+        }
+    }
+    if (rc == 0)
+        return true;
+    if (srv->read_waits-- == READS_WAITING_MAX && !srv->closed)
+        srv_flow(srv); /* it will not answer through disk_read_done */
+    if (!srv->closed) {
+        char hex[33];
+        proto_conn_error(srv->conn, rd->req, rc, "obj=%s: %s", spw_id_hex(rd->id, hex),
+                         spw_strerror(rc));
+    }
+    read_finish(rd);
+    return false;
+}
+
+/* Whether a buffer for rd fits the worker's bound and its connection's share of it. */
+static bool disk_read_fits(const wread *rd)
+{
+    return rd->srv->w->disk_read_bytes + rd->hcap <= WRK_DISK_READS_MAX &&
+           rd->srv->disk_bytes + rd->hcap <= WRK_DISK_READS_MAX / 2;
+}
+
+/* Buffer room was freed: the reads waiting for it that now fit start, first come first. */
+static void disk_waits_pump(wrk *w)
+{
+    wread *rd, *tmp;
+    DL_FOREACH_SAFE2(w->disk_waits, rd, tmp, fnext)
+    {
+        if (!rd->srv->closed && !disk_read_fits(rd))
+            continue;
+        DL_DELETE2(w->disk_waits, rd, fprev, fnext);
+        rd->flist = NULL;
+        disk_read_begin(rd); /* frees no buffer of another waiter: tmp stays on the list */
+    }
+}
+
+/* Reads [off, off + len) of o from its spilled copy, a piece at a time, when o is only spilled:
+ * once a buffer fits the worker's bound (WRK_DISK_READ_MAX, WRK_DISK_READS_MAX, half of it per
+ * connection), after the reads that waited before it (no restore, so serving a peer never waits
+ * for room in the store); false when o is in memory (it is read from there). */
 static bool disk_read_start(wsrv *srv, ost_obj *o, uint64_t req, uint64_t off, uint64_t len)
 {
     wrk *w = srv->w;
-    uint64_t cap = len < WRK_DISK_READ_MAX ? len : WRK_DISK_READ_MAX;
-    if (ost_obj_where(o) != OST_ON_DISK || w->disk_read_bytes + cap > WRK_DISK_READS_MAX)
+    if (ost_obj_where(o) != OST_ON_DISK)
         return false;
     wread *rd = spw_calloc(SPW_MOD_WORKER, 1, sizeof *rd);
-    rd->heap = spw_malloc(SPW_MOD_WORKER, cap);
-    rd->hcap = cap;
+    rd->hcap = len < WRK_DISK_READ_MAX ? len : WRK_DISK_READ_MAX;
     rd->obj = o;
     rd->id = ost_obj_id(o);
     rd->req = req;
@@ -619,17 +681,15 @@ static bool disk_read_start(wsrv *srv, ost_obj *o, uint64_t req, uint64_t off, u
     rd->end = off + len;
     rd->total = ost_obj_size(o);
     rd->srv = srv;
-    if (piece_read(rd) != 0) {
-        spw_free(rd->heap);
-        spw_free(rd);
-        return false;
-    }
-    ost_obj_hold_spilled(w->store, o);
-    w->disk_read_bytes += cap;
+    rd->disk_held = true;
+    ost_obj_hold_spilled(w->store, o); /* its copy stays while the read waits or runs */
     srv->refs++;
-    srv->read_waits++;
+    srv->read_waits++; /* until its first piece is in (disk_read_done) */
     if (srv->read_waits >= READS_WAITING_MAX)
         proto_conn_pause(srv->conn);
+    rd->flist = &w->disk_waits;
+    DL_APPEND2(w->disk_waits, rd, fprev, fnext);
+    disk_waits_pump(w);
     return true;
 }
 
@@ -1008,6 +1068,11 @@ static void peer_close(proto_conn *c, int status)
         DL_DELETE(srv->reads, rd);
         if (rd->outstanding == 0)
             read_finish(rd);
+    }
+    DL_FOREACH_SAFE2(srv->w->disk_waits, rd, tmp, fnext)
+    {
+        if (rd->srv == srv)
+            read_finish(rd); /* off the list with it */
     }
     /* A local client that went away (or died) no longer reads what it pinned. */
     wpin *p, *ptmp;

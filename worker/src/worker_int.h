@@ -58,11 +58,12 @@
 #define WRK_ADMIT_OUT_SLACK 8
 
 /* A peer's read of an object that is only spilled is read from the spilled copy into a buffer
- * of the worker's heap, at most WRK_DISK_READ_MAX bytes at a time, and sent from there (peer.c),
- * not restored into the store, while such buffers total at most WRK_DISK_READS_MAX; past that,
- * the object is restored to be read. */
+ * of the worker's heap, at most WRK_DISK_READ_MAX bytes (a spill record) at a time, and sent
+ * from there (peer.c), never restored into the store; such buffers total at most
+ * WRK_DISK_READS_MAX, one connection's at most half of it (a peer that stops reading its answers
+ * holds no more), and a read that would pass either waits for one to be freed. */
 #define WRK_DISK_READ_MAX (4ULL << 20)
-#define WRK_DISK_READS_MAX (32ULL << 20)
+#define WRK_DISK_READS_MAX (16ULL << 20)
 
 /* How long the store spares from spilling for headroom (ost_obj_spare) a copy fetched for a task
  * waiting for admission (about as long as the task before it runs), and the inputs of a task
@@ -298,9 +299,11 @@ typedef struct wread {
                               upload's counter); NULL once it is sealed */
     struct wread **flist; /* the followers list it is on */
     uint64_t park_deadline_ns; /* parked: waiting for the object to start arriving */
+    bool disk_held;       /* holds obj's spilled copy (ost_obj_hold_spilled): read from it */
     struct wsrv *srv;
     struct wread *prev, *next;
-    struct wread *fprev, *fnext; /* on *flist, or on w->parked */
+    struct wread *fprev, *fnext; /* on *flist (a followers list, or w->disk_waits), or on
+                                    w->parked */
 } wread;
 
 /* Objects a local client has pinned for zero-copy views. */
@@ -323,6 +326,7 @@ typedef struct wsrv {
     uint32_t pin_waits;   /* OBJ_PINs waiting for their object (the connection is paused) */
     uint32_t read_waits;  /* OBJ_READs waiting for their object's restore (paused at a cap) */
     uint32_t refs;        /* reads with chunks in flight keep this alive after close */
+    uint64_t disk_bytes;  /* its reads' buffers of spilled copies (at most half the worker's) */
     ost_obj *sink_obj;    /* pinned while a chunk is received straight into it */
 } wsrv;
 
@@ -382,6 +386,7 @@ struct wrk {
     wfetch *fetches;       /* by id */
     wupload *uploads;      /* uploads under way on any connection, by id (hh_all) */
     struct wread *parked;  /* FOLLOW reads of objects not here yet */
+    struct wread *disk_waits; /* reads from spilled copies waiting for buffer room (peer.c) */
     wpeer *peers;          /* by address */
     uint32_t nranged;      /* fetches of views under way (fetch.c) */
     uint64_t disk_read_bytes; /* buffers of peers' reads from spilled copies (peer.c) */
