@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "spillway/conn.h"
 #include "spillway/daemon.h"
@@ -21,7 +22,8 @@ typedef struct app {
     uv_loop_t loop;
     sched *s;
     spw_http *http;
-    uv_signal_t sigterm, sigint;
+    int sigfd;         /* SIGTERM and SIGINT (spw_signalfd) */
+    uv_poll_t sigpoll; /* on sigfd */
 } app;
 
 static void closed(uv_handle_t *h)
@@ -33,17 +35,20 @@ static void sched_done(void *arg)
 {
     app *a = arg;
     a->s = NULL;
-    uv_close((uv_handle_t *)&a->sigterm, closed);
-    uv_close((uv_handle_t *)&a->sigint, closed);
+    uv_close((uv_handle_t *)&a->sigpoll, closed);
 }
 
-static void on_signal(uv_signal_t *h, int sig)
+static void on_signals(uv_poll_t *h, int status, int events)
 {
+    (void)status;
+    (void)events;
     app *a = h->data;
-    spw_log(SPW_LOG_NOTICE, "signal %d: shutting down", sig);
-    spw_sd_notify("STOPPING=1");
-    if (a->s != NULL)
+    int sig;
+    while (a->s != NULL && (sig = spw_signalfd_next(a->sigfd)) != 0) {
+        spw_log(SPW_LOG_NOTICE, "signal %d: shutting down", sig);
+        spw_sd_notify("STOPPING=1");
         sched_close(a->s, sched_done, a);
+    }
 }
 
 /* The heartbeat interval of workers (wrk_opts.heartbeat_ms); a worker is declared dead only
@@ -58,6 +63,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     rc = 2;
+    int sigfd = -1;
     const spw_opt_val *v = po.val;
     spw_log_init("spillway-scheduler", (int)v[SOPT_LOG_LEVEL].u + SPW_LOG_ERR);
     /* A peer that hangs up mid-write is an error on that connection, not a reason to die. */
@@ -157,8 +163,17 @@ int main(int argc, char **argv)
         so.secret = secret;
         so.secret_len = secret_len;
     }
+    static const int sigs[] = {SIGTERM, SIGINT, 0};
+    sigfd = spw_signalfd(sigs); /* before the endpoint or the scheduler starts a thread */
+    if (sigfd < 0) {
+        fprintf(stderr, "spillway-scheduler: cannot watch signals: %s\n", spw_strerror(sigfd));
+        spw_free(secret);
+        rc = 1;
+        goto out;
+    }
     app a;
     memset(&a, 0, sizeof a);
+    a.sigfd = sigfd;
     uv_loop_init(&a.loop);
     char bound[64];
     rc = sched_new(&a.loop, &so, &a.s, bound, sizeof bound);
@@ -227,11 +242,9 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    uv_signal_init(&a.loop, &a.sigterm);
-    uv_signal_init(&a.loop, &a.sigint);
-    a.sigterm.data = a.sigint.data = &a;
-    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&a.sigint, on_signal, SIGINT);
+    uv_poll_init(&a.loop, &a.sigpoll, sigfd);
+    a.sigpoll.data = &a;
+    uv_poll_start(&a.sigpoll, UV_READABLE, on_signals);
     spw_log(SPW_LOG_NOTICE, "listening on %s", bound);
     char status[128];
     snprintf(status, sizeof status, "listening on %s", bound);
@@ -244,6 +257,8 @@ int main(int argc, char **argv)
     if (rc != 0)
         spw_log(SPW_LOG_ERR, "loop still had handles at exit");
 out:
+    if (sigfd >= 0)
+        close(sigfd);
     spw_opts_free(&po);
     return rc;
 }

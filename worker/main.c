@@ -43,7 +43,8 @@ typedef struct app {
     wrk *w;
     uint32_t drain_timeout_ms; /* --drain-timeout */
     bool draining;             /* a first signal started a drain */
-    uv_signal_t sigterm, sigint, sighup;
+    int sigfd;          /* SIGTERM, SIGINT and SIGHUP (spw_signalfd) */
+    uv_poll_t sigpoll;  /* on sigfd */
     const char *port_file;
     const char *bound;
     int exit_status;
@@ -60,9 +61,7 @@ static void wrk_done(void *arg, int status)
     if (status != 0 && a->exit_status == 0)
         a->exit_status = 1;
     a->w = NULL;
-    uv_close((uv_handle_t *)&a->sigterm, closed);
-    uv_close((uv_handle_t *)&a->sigint, closed);
-    uv_close((uv_handle_t *)&a->sighup, closed);
+    uv_close((uv_handle_t *)&a->sigpoll, closed);
 }
 
 static void stop(app *a)
@@ -79,9 +78,8 @@ static void drained(void *arg, int status)
 
 /* The first SIGTERM or SIGINT drains the worker first (its sole copies go to other workers,
  * within --drain-timeout), then stops it; a second one stops it at once. */
-static void on_signal(uv_signal_t *h, int sig)
+static void on_signal(app *a, int sig)
 {
-    app *a = h->data;
     spw_log(SPW_LOG_NOTICE, "signal %d: shutting down", sig);
     spw_sd_notify("STOPPING=1");
     if (!a->draining && a->w != NULL && a->drain_timeout_ms > 0) {
@@ -92,13 +90,19 @@ static void on_signal(uv_signal_t *h, int sig)
     stop(a);
 }
 
-/* SIGHUP (systemctl reload): read the --plugin files again. */
-static void on_sighup(uv_signal_t *h, int sig)
+/* The signals that came, one by one; SIGHUP (systemctl reload) reads the --plugin files again. */
+static void on_signals(uv_poll_t *h, int status, int events)
 {
-    (void)sig;
+    (void)status;
+    (void)events;
     app *a = h->data;
-    if (a->w != NULL)
-        wrk_reload(a->w);
+    int sig;
+    while (a->w != NULL && (sig = spw_signalfd_next(a->sigfd)) != 0) {
+        if (sig == SIGHUP)
+            wrk_reload(a->w);
+        else
+            on_signal(a, sig);
+    }
 }
 
 static void on_ready(void *arg, int status)
@@ -186,6 +190,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     app a;
     memset(&a, 0, sizeof a);
+    a.sigfd = -1;
     wrk_opts wo;
     wrk_opts_default(&wo);
     wo.scheduler = v[WOPT_SCHEDULER].str;
@@ -309,6 +314,14 @@ int main(int argc, char **argv)
     char pool[16];
     snprintf(pool, sizeof pool, "%u", ost_spill_lanes(&wo.store) + 3);
     setenv("UV_THREADPOOL_SIZE", pool, 0);
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, 0};
+    a.sigfd = spw_signalfd(sigs); /* before wrk_new starts any thread */
+    if (a.sigfd < 0) {
+        fprintf(stderr, "spillway-worker: cannot watch signals: %s\n", spw_strerror(a.sigfd));
+        spw_free(secret);
+        rc = 1;
+        goto out;
+    }
     uv_loop_init(&a.loop);
     char bound[64];
     a.bound = bound;
@@ -321,13 +334,9 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    uv_signal_init(&a.loop, &a.sigterm);
-    uv_signal_init(&a.loop, &a.sigint);
-    uv_signal_init(&a.loop, &a.sighup);
-    a.sigterm.data = a.sigint.data = a.sighup.data = &a;
-    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&a.sigint, on_signal, SIGINT);
-    uv_signal_start(&a.sighup, on_sighup, SIGHUP);
+    uv_poll_init(&a.loop, &a.sigpoll, a.sigfd);
+    a.sigpoll.data = &a;
+    uv_poll_start(&a.sigpoll, UV_READABLE, on_signals);
     uv_run(&a.loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&a.loop) != 0) {
         spw_log(SPW_LOG_ERR, "loop still had handles at exit");
@@ -335,6 +344,8 @@ int main(int argc, char **argv)
     }
     rc = a.exit_status;
 out:
+    if (a.sigfd >= 0)
+        close(a.sigfd);
     spw_opts_free(&po);
     return rc;
 }

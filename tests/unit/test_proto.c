@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -556,6 +557,24 @@ static void sizes_and_addresses_parse(void **state)
     assert_string_equal(host, "localhost");
     assert_int_equal(spw_addr_split("nocolon", host, &port), SPW_EINVAL);
     assert_int_equal(spw_addr_split("h:70000", host, &port), SPW_EINVAL);
+}
+
+/* A signal for a daemon's signalfd stays pending, unhandled, until the loop reads it, once. */
+static void signals_wait_on_their_descriptor(void **state)
+{
+    (void)state;
+    static const int sigs[] = {SIGUSR2, 0};
+    int fd = spw_signalfd(sigs);
+    assert_true(fd >= 0);
+    assert_int_equal(spw_signalfd_next(fd), 0);
+    raise(SIGUSR2); /* blocked: its default action (exit) does not happen */
+    assert_int_equal(spw_signalfd_next(fd), SIGUSR2);
+    assert_int_equal(spw_signalfd_next(fd), 0);
+    close(fd);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
 static void addresses_with_names_and_ipv6_parse(void **state)
@@ -1187,6 +1206,7 @@ static void plugin_names_derive_from_the_bytes(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(plugin_names_derive_from_the_bytes),
+    cmocka_unit_test(signals_wait_on_their_descriptor),
     cmocka_unit_test(every_type_round_trips),
     cmocka_unit_test(fields_survive_round_trip),
     cmocka_unit_test(batch_marks_a_bad_record_and_keeps_the_rest),

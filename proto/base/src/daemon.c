@@ -8,12 +8,14 @@
 #include "spillway/daemon.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "spillway/base.h"
@@ -93,4 +95,27 @@ uint64_t spw_raise_nofile(void)
             rl.rlim_cur = rl.rlim_max;
     }
     return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
+int spw_signalfd(const int *sigs)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    for (; *sigs != 0; sigs++)
+        sigaddset(&set, *sigs);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (rc != 0)
+        return -rc;
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int spw_signalfd_next(int fd)
+{
+    struct signalfd_siginfo si;
+    ssize_t n;
+    do
+        n = read(fd, &si, sizeof si);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
 }

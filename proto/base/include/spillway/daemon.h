@@ -26,6 +26,16 @@ void spw_sd_notify(const char *state);
  * @return the soft limit now in force. */
 uint64_t spw_raise_nofile(void);
 
+/** Blocks the signals of sigs (0-terminated) in the calling thread, so in every thread it starts
+ * after, and returns a non-blocking, close-on-exec signalfd that reports them, or -errno. A
+ * daemon calls it before its first thread starts and reads its stop and reload signals from the
+ * descriptor on its loop: no handler runs asynchronously (one that interrupts a sanitizer's
+ * runtime inside its own locks can hang it), and a signal sent while the daemon starts waits
+ * for the loop. Children spawned through libuv start with an empty signal mask. */
+int spw_signalfd(const int *sigs);
+/** The next signal pending on a descriptor of spw_signalfd, or 0 when none is. */
+int spw_signalfd_next(int fd);
+
 /** Parses "N%" of physical memory or a byte size ("64M"). @return 0 or SPW_EINVAL. */
 int spw_capacity_parse(const char *s, uint64_t *out);
 
