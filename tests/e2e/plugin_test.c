@@ -166,6 +166,27 @@ static int wait_file(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs
     return 0;
 }
 
+/* wait_make(path, max_ms, mark, n): wait_file(path, max_ms, mark), then an output of n bytes,
+ * byte i being i % 251: a task that asks for its output only when the test lets it. */
+static int wait_make(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
+{
+    uint64_t n;
+    if (nargs != 4 || u64_arg(&args[3], &n) != 0) {
+        spw_task_fail(ctx, "wait_make takes a path, a u64 of milliseconds, a mark path and a u64 "
+                           "byte count");
+        return -1;
+    }
+    int rc = wait_file(ctx, args, 3);
+    if (rc != 0)
+        return rc;
+    uint8_t *out = spw_task_output(ctx, n);
+    if (out == NULL)
+        return spw_task_output_error(ctx);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = (uint8_t)(i % 251);
+    return 0;
+}
+
 /* Fails with an errno-style value and no text of its own. */
 static int fail_bare(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
 {
@@ -226,7 +247,7 @@ static const spw_plugin_fn fns[] = {
     {"reverse", reverse},     {"xor_key", xor_key},          {"hog", hog},
     {"leak", leak},           {"mark_sleep", mark_sleep},    {"fail_bare", fail_bare},
     {"wait_file", wait_file}, {"count_return", count_return}, {"file_size", file_size},
-    {"ignore_output", ignore_output}};
+    {"ignore_output", ignore_output}, {"wait_make", wait_make}};
 static const spw_plugin plugin = {1 /* task ABI version 1: no output_at */, "e2e-test", fns,
                                   sizeof fns / sizeof fns[0]};
 

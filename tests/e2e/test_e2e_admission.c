@@ -402,12 +402,80 @@ static void a_task_queued_on_a_busy_worker_runs_on_one_gone_idle(void)
     E2E_STOP(c, cl);
 }
 
+static bool pins_four_mib(void *arg)
+{
+    return e2e_worker_figure(arg, "w0", true, "pinned") >= (4u << 20);
+}
+
+/* A task runs with a small expected output (its function made 1 MiB before) and asks for 13 MiB
+ * only once a task queued behind it was admitted and took room for its own output (4.5 MiB of
+ * the 16 MiB store, pinned). The room set aside for the queued task is given back to the one
+ * running, which gets its output at once rather than waiting for room only its own end would
+ * free (and giving up after --alloc-wait); then the queued one runs and takes its room again. */
+static void room_set_aside_for_a_queued_task_goes_to_the_running_one(void)
+{
+    h_cluster *c = h_cluster_start(false, NULL);
+    char spill[512];
+    snprintf(spill, sizeof spill, "%s/spill0", c->dir);
+    const char *const a0[] = {"--slots", "1",      "--store-capacity", "16M", "--name",
+                              "w0",      "--spill-dir", spill,         "--alloc-wait", "2000",
+                              "--plugin", SPW_TEST_PLUGIN, "--log-level", "info", NULL};
+    h_worker_start(c, a0);
+    spillway *cl = e2e_connect(c);
+    char go[512], mark[512], mark0[512];
+    case_file(c, "go", false, go, sizeof go);
+    case_file(c, "started", false, mark, sizeof mark);
+    case_file(c, "started0", false, mark0, sizeof mark0);
+
+    /* What each function makes, learned by the worker: 1 MiB and 4 MiB. */
+    spillway_graph *g = spillway_graph_new(cl);
+    spillway_arg small[4] = {spillway_arg_bytes(mark0, strlen(mark0)), spillway_arg_u64(1000),
+                             spillway_arg_bytes(mark0, strlen(mark0)),
+                             spillway_arg_u64(1u << 20)};
+    spillway_arg four[2] = {spillway_arg_u64(4u << 20), spillway_arg_u64(1)};
+    spillway_ref learn[2];
+    assert_int_equal(spillway_task(g, "wait_make", small, 4, SPILLWAY_KEEP, &learn[0]), 0);
+    assert_int_equal(spillway_task(g, "random", four, 2, SPILLWAY_KEEP, &learn[1]), 0);
+    E2E_SUBMIT(g);
+    assert_int_equal(spillway_wait(cl, learn, 2, 60000), 0);
+    assert_int_equal(spillway_release_many(cl, learn, 2), 0);
+
+    g = spillway_graph_new(cl);
+    spillway_arg big[4] = {spillway_arg_bytes(go, strlen(go)), spillway_arg_u64(120000),
+                           spillway_arg_bytes(mark, strlen(mark)), spillway_arg_u64(13u << 20)};
+    spillway_ref run, queued;
+    assert_int_equal(spillway_task(g, "wait_make", big, 4, SPILLWAY_KEEP, &run), 0);
+    E2E_SUBMIT(g);
+    assert_true(h_eventually(file_exists, mark, 30000));
+    g = spillway_graph_new(cl);
+    four[1] = spillway_arg_u64(2);
+    assert_int_equal(spillway_task(g, "random", four, 2, SPILLWAY_KEEP, &queued), 0);
+    E2E_SUBMIT(g);
+    assert_true(h_eventually(pins_four_mib, c, 30000)); /* the queued task's room is taken */
+
+    case_file(c, "go", true, go, sizeof go);
+    spillway_ref both[2] = {run, queued};
+    assert_int_equal(spillway_wait(cl, both, 2, 60000), 0);
+    void *data;
+    size_t len;
+    assert_int_equal(spillway_get(cl, run, 60000, &data, &len), 0);
+    assert_int_equal(len, 13u << 20);
+    for (size_t i = 0; i < len; i += 4093)
+        assert_int_equal(((uint8_t *)data)[i], (uint8_t)(i % 251));
+    spillway_free(data);
+    assert_true(h_log_count(&c->workers[0], "gave back") >= 1);
+    assert_false(a_worker_gave_up(c));
+    assert_int_equal(spillway_release_many(cl, both, 2), 0);
+    E2E_STOP(c, cl);
+}
+
 static const struct CMUnitTest tests[] = {
     H_CASE(sort_four_times_the_stores_completes),
     H_CASE(map_blocks_of_three_quarters_of_the_store_never_give_up),
     H_CASE(a_task_that_cannot_fit_fails_at_once),
     H_CASE(a_queued_task_fetches_its_inputs_while_it_waits),
     H_CASE(a_task_queued_on_a_busy_worker_runs_on_one_gone_idle),
+    H_CASE(room_set_aside_for_a_queued_task_goes_to_the_running_one),
 };
 
 SPW_TEST_MAIN(tests)

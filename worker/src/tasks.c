@@ -384,6 +384,14 @@ static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uin
             a->len = a->objsize = ost_obj_size(o);
         } else {
             a->len = a->objsize = ost_obj_size(o);
+            if (!d->admitted) {
+                /* It skipped admission (every input it waited for was to be made here, and its
+                 * function was not known to store), but it pins a stored output now: it holds
+                 * a reservation from here on, so that what is admitted next leaves it room. */
+                uint64_t in, out;
+                wrk__admit_cost(w, d, &in, &out);
+                wrk__admit_take(w, d, out);
+            }
             input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
             *r = todo[k];
             ost_obj_get_async(w->store, o, input_done, r);
@@ -1344,6 +1352,40 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     ost_store_hold_spills(w->store, false);
 }
 
+/* The output of run, a running task, needs size bytes that only pinned objects hold: the room
+ * taken at admission for tasks that are not running (their t->pre) is given back until it
+ * fits. They ask for it again when they run, served first then; no room set aside for a task
+ * waiting its turn can hold up the one running. */
+static void pres_yield(wrk *w, const wtask *run, uint64_t size)
+{
+    ost_stats st;
+    ost_stats_get(w->store, &st);
+    if (st.capacity - st.pinned >= size)
+        return; /* spilling or freeing what is not pinned makes the room */
+    uint64_t freed = 0;
+    uint32_t n = 0;
+    wtask *t, *tmp;
+    HASH_ITER(hh, w->tasks, t, tmp)
+    {
+        if (t == run || t->pre == NULL || (t->ex != NULL && t->ex->head == t))
+            continue;
+        freed += ost_obj_size(t->pre);
+        n++;
+        ost_obj_abort(w->store, t->pre);
+        t->pre = NULL;
+        ost_stats_get(w->store, &st);
+        if (st.capacity - st.pinned >= size)
+            break;
+    }
+    if (n > 0) {
+        char hex[33];
+        spw_log(SPW_LOG_INFO,
+                "task=%s needs %llu bytes for an output: gave back %llu bytes of room set aside "
+                "for %u tasks not running yet",
+                spw_id_hex(run->id, hex), (unsigned long long)size, (unsigned long long)freed, n);
+    }
+}
+
 void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
 {
     wrk *w = ex->w;
@@ -1382,6 +1424,7 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
         } else {
             if (pre != NULL)
                 ost_obj_abort(w->store, pre); /* larger than expected: asked afresh */
+            pres_yield(w, t, size);
             /* Ahead of other waiting allocations: its pinned inputs go when it ends. */
             ost_obj_create_first(w->store, spw_id_output(t->id, (uint32_t)index), size,
                                  exec_alloc_done, r);
