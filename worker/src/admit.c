@@ -177,6 +177,15 @@ void wrk__admit_take(wrk *w, wtask *t, uint64_t out_est)
     w->adm_tasks++;
 }
 
+void wrk__admit_late(wrk *w, wtask *t)
+{
+    if (t->admitted)
+        return;
+    uint64_t in, out;
+    wrk__admit_cost(w, t, &in, &out);
+    wrk__admit_take(w, t, out);
+}
+
 void wrk__admit_release(wrk *w, wtask *t)
 {
     if (!t->admitted)

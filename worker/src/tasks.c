@@ -384,14 +384,7 @@ static void ahead_settle(wrk *w, spw_id id, int status, uint64_t size, const uin
             a->len = a->objsize = ost_obj_size(o);
         } else {
             a->len = a->objsize = ost_obj_size(o);
-            if (!d->admitted) {
-                /* It skipped admission (every input it waited for was to be made here, and its
-                 * function was not known to store), but it pins a stored output now: it holds
-                 * a reservation from here on, so that what is admitted next leaves it room. */
-                uint64_t in, out;
-                wrk__admit_cost(w, d, &in, &out);
-                wrk__admit_take(w, d, out);
-            }
+            wrk__admit_late(w, d);
             input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
             *r = todo[k];
             ost_obj_get_async(w->store, o, input_done, r);
@@ -589,6 +582,7 @@ static void prev_fallback(wrk *w, wtask *t)
         a->prev = 0;
         if (a->kind == PROTO_ARG_INLINE || a->local)
             continue; /* a kept result, or its producer is here again */
+        wrk__admit_late(w, t);
         input_req *r = spw_malloc(SPW_MOD_WORKER, sizeof *r);
         *r = (input_req){w, t->id, i};
         ost_obj_get_async(w->store, ost_obj_find(w->store, a->id), input_done, r);
@@ -1352,38 +1346,45 @@ static void exec_done(wrk *w, wrk_exec *ex, const proto_val *f)
     ost_store_hold_spills(w->store, false);
 }
 
-/* The output of run, a running task, needs size bytes that only pinned objects hold: the room
- * taken at admission for tasks that are not running (their t->pre) is given back until it
- * fits. They ask for it again when they run, served first then; no room set aside for a task
- * waiting its turn can hold up the one running. */
+/* The output of run, a running task, waits for size bytes that only pinned objects hold: the
+ * room taken at admission for tasks that are not running (their t->pre) is given back until it
+ * would fit, and run's allocation, first in line, takes it. They ask for theirs again when they
+ * run, served first then: no room set aside for a task waiting its turn holds up the one running.
+ * The rooms are chosen first and aborted after, since an abort serves waiting allocations at
+ * once, whose callbacks may end tasks. */
 static void pres_yield(wrk *w, const wtask *run, uint64_t size)
 {
     ost_stats st;
     ost_stats_get(w->store, &st);
     if (st.capacity - st.pinned >= size)
         return; /* spilling or freeing what is not pinned makes the room */
-    uint64_t freed = 0;
-    uint32_t n = 0;
+    uint64_t need = size - (st.capacity - st.pinned), freed = 0;
+    spw_buf give = {0};
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp)
     {
+        if (freed >= need)
+            break;
         if (t == run || t->pre == NULL || (t->ex != NULL && t->ex->head == t))
             continue;
         freed += ost_obj_size(t->pre);
-        n++;
-        ost_obj_abort(w->store, t->pre);
+        spw_buf_append(&give, &t->pre, sizeof t->pre);
         t->pre = NULL;
-        ost_stats_get(w->store, &st);
-        if (st.capacity - st.pinned >= size)
-            break;
     }
-    if (n > 0) {
-        char hex[33];
+    uint32_t n = (uint32_t)(give.len / sizeof(ost_obj *));
+    char hex[33];
+    spw_id_hex(run->id, hex); /* run may end in the aborts' callbacks */
+    for (uint32_t i = 0; i < n; i++) {
+        ost_obj *o;
+        memcpy(&o, give.data + i * sizeof o, sizeof o);
+        ost_obj_abort(w->store, o);
+    }
+    spw_buf_release(&give);
+    if (n > 0)
         spw_log(SPW_LOG_INFO,
                 "task=%s needs %llu bytes for an output: gave back %llu bytes of room set aside "
                 "for %u tasks not running yet",
-                spw_id_hex(run->id, hex), (unsigned long long)size, (unsigned long long)freed, n);
-    }
+                hex, (unsigned long long)size, (unsigned long long)freed, n);
 }
 
 void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
@@ -1424,10 +1425,14 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
         } else {
             if (pre != NULL)
                 ost_obj_abort(w->store, pre); /* larger than expected: asked afresh */
-            pres_yield(w, t, size);
             /* Ahead of other waiting allocations: its pinned inputs go when it ends. */
-            ost_obj_create_first(w->store, spw_id_output(t->id, (uint32_t)index), size,
+            spw_id id = t->id;
+            ost_obj_create_first(w->store, spw_id_output(id, (uint32_t)index), size,
                                  exec_alloc_done, r);
+            HASH_FIND(hh, w->tasks, &id, sizeof id, t);
+            if (t != NULL && t->state == WT_SENT &&
+                (index == 0 ? t->out : t->outx[index - 1]) == NULL)
+                pres_yield(w, t, size); /* it waits: first in line for what is freed */
         }
         wrk__mem_check(w);
         return;

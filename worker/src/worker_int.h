@@ -548,6 +548,10 @@ bool wrk__admit_fn_stores(const wrk *w, const char *fn);
 uint64_t wrk__admit_cost(const wrk *w, const wtask *t, uint64_t *in_bytes, uint64_t *out_est);
 /** Admits t: references its inputs' and output's reservations (out_est bytes for the output). */
 void wrk__admit_take(wrk *w, wtask *t, uint64_t out_est);
+/** A task that skipped admission (what it waited for was to be made here, its function not known
+ * to store) is about to pin a result stored here: it takes its reservation now, whatever the
+ * limit, so that what is admitted next leaves it room. No-op for one admitted. */
+void wrk__admit_late(wrk *w, wtask *t);
 /** Drops t's reservation (nothing if it holds none). */
 void wrk__admit_release(wrk *w, wtask *t);
 /** The bytes of t's pinned inputs, each object once. */
