@@ -404,11 +404,9 @@ static bool one_spilled(void *arg)
            (!a->alone || e2e_copies(a->c, a->r, NULL) == 1);
 }
 
-/* A task on w1 reads an object of `size` bytes that w0 has only on disk: w0 sends it from its
- * spilled copy without restoring it (its restore count stays, its copy stays spilled), and the
- * task sees every byte. With `pinned`, w0's store is pinned full by views meanwhile, so that a
- * restore could not get room before --alloc-wait gave up. */
-static void peer_reads_spilled(uint64_t size, bool pinned)
+/* A scheduler, w0 (16 MiB store, a spill directory, allocations giving up after 2 s) and w1 (a
+ * store of `store1`, spilling where workers do by default). */
+static h_cluster *spilling_and_reading(const char *store1)
 {
     h_cluster *c = h_cluster_start(false, NULL);
     char dir[512];
@@ -416,9 +414,19 @@ static void peer_reads_spilled(uint64_t size, bool pinned)
     const char *const a0[] = {"--slots", "1",           "--store-capacity", "16M", "--name",
                               "w0",      "--spill-dir", dir,                "--alloc-wait", "2000",
                               NULL};
-    const char *const a1[] = {"--slots", "1", "--store-capacity", "16M", "--name", "w1", NULL};
+    const char *const a1[] = {"--slots", "1", "--store-capacity", store1, "--name", "w1", NULL};
     h_worker_start(c, a0);
     h_worker_start(c, a1);
+    return c;
+}
+
+/* A task on w1 reads an object of `size` bytes that w0 has only on disk: w0 sends it from its
+ * spilled copy without restoring it (its restore count stays, its copy stays spilled), and the
+ * task sees every byte. With `pinned`, w0's store is pinned full by views meanwhile, so that a
+ * restore could not get room before --alloc-wait gave up. */
+static void peer_reads_spilled(uint64_t size, bool pinned)
+{
+    h_cluster *c = spilling_and_reading("16M");
     spillway *cl = e2e_connect(c);
     spillway_ref x = e2e_fill_on(cl, "w0", size, "spilled"), more[4];
     for (int i = 0; i < 4; i++)
@@ -472,15 +480,7 @@ static void a_peer_reads_a_large_spilled_object_from_a_pinned_full_store(void)
  * with no restore (w0's store is pinned full by views, so a restore would give up). */
 static void peer_reads_past_the_buffers_wait_for_one(void)
 {
-    h_cluster *c = h_cluster_start(false, NULL);
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/spill", c->dir);
-    const char *const a0[] = {"--slots", "1",           "--store-capacity", "16M", "--name",
-                              "w0",      "--spill-dir", dir,                "--alloc-wait", "2000",
-                              NULL};
-    const char *const a1[] = {"--slots", "1", "--store-capacity", "64M", "--name", "w1", NULL};
-    h_worker_start(c, a0);
-    h_worker_start(c, a1);
+    h_cluster *c = spilling_and_reading("64M");
     spillway *cl = e2e_connect(c);
     enum { N = 5 };
     const uint64_t size = 4u << 20;
