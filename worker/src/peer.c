@@ -642,20 +642,17 @@ static bool disk_read_begin(wread *rd)
     return false;
 }
 
-/* Whether a buffer for rd fits the worker's bound and its connection's share of it. */
-static bool disk_read_fits(const wread *rd)
-{
-    return rd->srv->w->disk_read_bytes + rd->hcap <= WRK_DISK_READS_MAX &&
-           rd->srv->disk_bytes + rd->hcap <= WRK_DISK_READS_MAX / 2;
-}
-
-/* Buffer room was freed: the reads waiting for it that now fit start, first come first. */
+/* Buffer room was freed: the reads waiting for it start, first come first; one whose connection
+ * holds its share already lets those behind it by, one that the worker's bound stops stops them
+ * too (a large read is not starved by small ones). */
 static void disk_waits_pump(wrk *w)
 {
     wread *rd, *tmp;
     DL_FOREACH_SAFE2(w->disk_waits, rd, tmp, fnext)
     {
-        if (!rd->srv->closed && !disk_read_fits(rd))
+        if (!rd->srv->closed && w->disk_read_bytes + rd->hcap > WRK_DISK_READS_MAX)
+            break;
+        if (!rd->srv->closed && rd->srv->disk_bytes + rd->hcap > WRK_DISK_READS_MAX / 2)
             continue;
         DL_DELETE2(w->disk_waits, rd, fprev, fnext);
         rd->flist = NULL;
