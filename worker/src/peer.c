@@ -264,6 +264,15 @@ static void upload_chunk(wsrv *srv, const proto_msg *m)
 
 static void disk_waits_pump(wrk *w);
 
+/* Gives back rd's buffer of a spilled copy's piece. */
+static void disk_buf_free(wread *rd)
+{
+    rd->srv->w->disk_read_bytes -= rd->hcap;
+    rd->srv->disk_bytes -= rd->hcap;
+    spw_free(rd->heap);
+    rd->heap = NULL;
+}
+
 static void read_finish(wread *rd)
 {
     wsrv *srv = rd->srv;
@@ -272,12 +281,9 @@ static void read_finish(wread *rd)
     if (rd->pinned)
         ost_obj_unpin(srv->w->store, rd->obj);
     bool freed = rd->heap != NULL;
-    if (freed) {
-        srv->w->disk_read_bytes -= rd->hcap;
-        srv->disk_bytes -= rd->hcap;
-        spw_free(rd->heap);
-    }
-    if (rd->disk_held)
+    if (freed)
+        disk_buf_free(rd);
+    if (rd->hcap != 0) /* a read from the spilled copy, which it holds */
         ost_obj_release_spilled(srv->w->store, rd->obj);
     wrk *w = srv->w;
     spw_free(rd);
@@ -566,6 +572,7 @@ static int piece_read(wread *rd)
 {
     uint64_t n = rd->end - rd->hend < rd->hcap ? rd->end - rd->hend : rd->hcap;
     rd->hoff = rd->hend;
+    rd->hend += n; /* not read from until disk_read_done puts rd back on srv->reads */
     return ost_obj_read_spilled(rd->srv->w->store, rd->obj, rd->hoff, n, rd->heap,
                                 disk_read_done, rd);
 }
@@ -587,7 +594,6 @@ static void disk_read_done(void *arg, int status, ost_obj *o)
         read_finish(rd);
         return;
     }
-    rd->hend = rd->hoff + (rd->end - rd->hoff < rd->hcap ? rd->end - rd->hoff : rd->hcap);
     DL_APPEND(srv->reads, rd);
     reads_pump(srv);
 }
@@ -622,12 +628,8 @@ static bool disk_read_begin(wread *rd)
         srv->w->disk_read_bytes += rd->hcap;
         srv->disk_bytes += rd->hcap;
         rc = piece_read(rd);
-        if (rc != 0) { /* freed here: read_finish would start the next waiter within this one */
-            srv->w->disk_read_bytes -= rd->hcap;
-            srv->disk_bytes -= rd->hcap;
-            spw_free(rd->heap);
-            rd->heap = NULL;
-        }
+        if (rc != 0)
+            disk_buf_free(rd); /* here: read_finish would start the next waiter within this one */
     }
     if (rc == 0)
         return true;
@@ -678,7 +680,6 @@ static bool disk_read_start(wsrv *srv, ost_obj *o, uint64_t req, uint64_t off, u
     rd->end = off + len;
     rd->total = ost_obj_size(o);
     rd->srv = srv;
-    rd->disk_held = true;
     ost_obj_hold_spilled(w->store, o); /* its copy stays while the read waits or runs */
     srv->refs++;
     srv->read_waits++; /* until its first piece is in (disk_read_done) */

@@ -290,8 +290,8 @@ typedef struct wread {
     uint32_t outstanding; /* chunks queued on the connection, not yet written */
     bool pinned;          /* holds a pin on obj (sends borrow its memory) */
     uint8_t *heap;        /* or bytes [hoff, hend) read from obj's spilled copy, one piece of
-                             hcap at most at a time (sends borrow them; freed with the read,
-                             which holds the copy: ost_obj_hold_spilled) */
+                             hcap at most at a time (sends borrow them); hcap != 0 for any read
+                             from the copy, which it holds (ost_obj_hold_spilled) until freed */
     uint64_t hoff, hend, hcap;
     uint64_t total;       /* the object's size */
     bool chain;           /* a broadcast hop: sent in FOLLOW_CHUNK pieces */
@@ -299,7 +299,6 @@ typedef struct wread {
                               upload's counter); NULL once it is sealed */
     struct wread **flist; /* the followers list it is on */
     uint64_t park_deadline_ns; /* parked: waiting for the object to start arriving */
-    bool disk_held;       /* holds obj's spilled copy (ost_obj_hold_spilled): read from it */
     struct wsrv *srv;
     struct wread *prev, *next;
     struct wread *fprev, *fnext; /* on *flist (a followers list, or w->disk_waits), or on
