@@ -217,15 +217,34 @@ uint64_t e2e_arena_resident(int pid)
     return e2e_fd_blocks(pid, "/memfd:spillway-worker");
 }
 
+/* A process's share of the anonymous pages it maps, in bytes: a page shared copy-on-write with
+ * a child forked but not yet exec'd (an executor being spawned) counts half in each, so the sum
+ * over a worker and its children counts it once, where RssAnon would count it in both. */
+static uint64_t anon_share(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f != NULL && kib < 0 && fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, "Pss_Anon:", 9) == 0)
+            kib = strtol(line + 9, NULL, 10);
+    if (f != NULL)
+        fclose(f);
+    if (kib < 0) /* a kernel without Pss_Anon */
+        kib = e2e_status_kib(pid, "RssAnon");
+    return (uint64_t)kib * 1024;
+}
+
 uint64_t e2e_node_memory(int pid)
 {
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
+    uint64_t v = anon_share(pid) + e2e_arena_resident(pid);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
     FILE *f = fopen(path, "r");
     int child;
     while (f != NULL && fscanf(f, "%d", &child) == 1)
-        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
+        v += anon_share(child);
     if (f != NULL)
         fclose(f);
     return v;

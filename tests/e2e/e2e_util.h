@@ -78,8 +78,9 @@ int e2e_dir_entries(const char *path);
 /* Blocks allocated to the files behind a process's descriptors whose link contains `what`
  * (the arena's memfd, the spill environment's unlinked data.mdb), counted once per file. */
 uint64_t e2e_fd_blocks(int pid, const char *what);
-/* A node's memory: the private memory of worker pid and of its executors plus the pages its
- * arena holds. */
+/* A node's memory: the anonymous memory of worker pid and of its executors (pages a child
+ * shares copy-on-write with the worker counted once) plus the pages its arena holds (the spill
+ * files' pages in the page cache are the kernel's to reclaim). */
 uint64_t e2e_node_memory(int pid);
 /* A "Name:  N kB" field of /proc/PID/status, in KiB; 0 if the process or field is gone. */
 long e2e_status_kib(int pid, const char *field);

@@ -77,21 +77,6 @@ static void shuffle_merges_early_when_partitions_have_many_pieces(void)
     E2E_FINISH(c, cl);
 }
 
-/* A worker's memory: its and its executors' private resident memory, and the pages its arena
- * holds (the spill files' pages in the page cache are the kernel's to reclaim). */
-static uint64_t worker_memory(int pid)
-{
-    uint64_t v = (uint64_t)e2e_status_kib(pid, "RssAnon") * 1024 + e2e_arena_resident(pid);
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
-    FILE *f = fopen(path, "r");
-    for (int child; f != NULL && fscanf(f, "%d", &child) == 1;)
-        v += (uint64_t)e2e_status_kib(child, "RssAnon") * 1024;
-    if (f != NULL)
-        fclose(f);
-    return v;
-}
-
 typedef struct peaks {
     h_cluster *c;
     uint64_t bytes[H_MAX_WORKERS];
@@ -101,7 +86,7 @@ static void sample_peaks(void *arg)
 {
     peaks *pk = arg;
     for (int i = 0; i < pk->c->nworkers; i++) {
-        uint64_t m = worker_memory(pk->c->workers[i].pid);
+        uint64_t m = e2e_node_memory(pk->c->workers[i].pid);
         if (m > pk->bytes[i])
             pk->bytes[i] = m;
     }
