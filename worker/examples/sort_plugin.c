@@ -177,15 +177,19 @@ static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
     return 0;
 }
 
-/* The sort is a radix sort that goes most significant digit first: a pass deals the values into
- * up to 2^DIGIT_BITS buckets by their highest bits that differ, and each bucket is sorted the
- * same way on the bits below until it holds at most SMALL_VALUES, which insertion sorts. With
- * spread data the first pass leaves buckets that fit the cache and the second buckets of a few
- * values, so the data cross memory about twice. A pass moves the values between the output and
- * a scratch array, and the insertion that ends a bucket writes it where it belongs, so nothing is
- * copied back. */
-#define DIGIT_BITS 11
-#define SMALL_VALUES 16 /* at most this many are sorted by insertion */
+/* The sort is a radix sort that goes most significant digit first. The first pass deals the
+ * values, as it reads them from the arguments, into up to 2^FIRST_BITS buckets of the output by
+ * their highest bits that differ. Each bucket is then sorted in the cache: a pass deals it into a
+ * scratch array by a digit wide enough that a sub-bucket holds about one value, and one
+ * insertion pass carries it back, ordering the values that share a sub-bucket (a sub-bucket of
+ * more than SMALL_VALUES, as skewed data make, is sorted the same way first).
+ * So spread data cross memory about twice. The pass that looks for the highest bit that differs
+ * also counts the values by their top TOP_BITS bits, which gives the first digit's counts
+ * whenever that digit lies among them. */
+#define FIRST_BITS 11   /* a bucket of spread data then fits the cache */
+#define BUCKET_BITS 12  /* the widest digit a bucket is dealt by */
+#define TOP_BITS 16
+#define SMALL_VALUES 16 /* at most this many are sorted by insertion alone */
 
 /* Sorts src[0..n) into dst by insertion (src and dst may be the same array). */
 static void insertion_sort(const uint64_t *src, uint64_t *dst, uint64_t n)
@@ -198,19 +202,16 @@ static void insertion_sort(const uint64_t *src, uint64_t *dst, uint64_t n)
     }
 }
 
-/* The digit a pass over n values deals by: the bits below `bits`, DIGIT_BITS of them, or fewer
- * when n is small, so that buckets hold two to four values. */
+/* A digit: the `width` bits below bit `bits` of a value. */
 typedef struct digit {
     int shift;
     uint64_t mask;
 } digit;
 
-static digit digit_below(int bits, uint64_t n)
+static digit digit_below(int bits, int width)
 {
-    int d = n < 4 ? 1 : 62 - __builtin_clzll(n);
-    d = d > DIGIT_BITS ? DIGIT_BITS : d;
-    d = bits < d ? bits : d;
-    return (digit){bits - d, ((uint64_t)1 << d) - 1};
+    width = bits < width ? bits : width;
+    return (digit){bits - width, ((uint64_t)1 << width) - 1};
 }
 
 static uint64_t digit_of(uint64_t v, digit g)
@@ -218,42 +219,35 @@ static uint64_t digit_of(uint64_t v, digit g)
     return (v >> g.shift) & g.mask;
 }
 
-/* Turns count into each bucket's first position. */
-static void positions(uint64_t *count, uint64_t *pos, digit g)
+/* Sorts a[0..n), values that differ only in their low `bits`, in place, with b as large as
+ * scratch. */
+static void sort_bucket(uint64_t *restrict a, uint64_t *restrict b, uint64_t n, int bits)
 {
-    uint64_t sum = 0;
-    for (uint64_t k = 0; k <= g.mask; k++) {
-        pos[k] = sum;
-        sum += count[k];
-    }
-}
-
-/* Sorts the n values of a, which differ only in their low `bits`, with b as large: the result
- * ends in b when to_b, else in a; the other is scratch. */
-static void radix_sort(uint64_t *restrict a, uint64_t *restrict b, uint64_t n, int bits, int to_b)
-{
-    uint64_t count[1u << DIGIT_BITS], pos[1u << DIGIT_BITS];
+    uint64_t end[1u << BUCKET_BITS];
     digit g;
     do {
         if (n <= SMALL_VALUES || bits == 0) {
-            insertion_sort(a, to_b ? b : a, n);
+            insertion_sort(a, a, n);
             return;
         }
-        g = digit_below(bits, n);
-        memset(count, 0, (g.mask + 1) * sizeof *count);
+        int width = 64 - __builtin_clzll(n); /* 2^width > n */
+        g = digit_below(bits, width < BUCKET_BITS ? width : BUCKET_BITS);
+        memset(end, 0, (g.mask + 1) * sizeof *end);
         for (uint64_t i = 0; i < n; i++)
-            count[digit_of(a[i], g)]++;
+            end[digit_of(a[i], g)]++;
         bits = g.shift; /* a digit the same in every value moves nothing: the next one down */
-    } while (count[digit_of(a[0], g)] == n);
-    positions(count, pos, g);
-    for (uint64_t i = 0; i < n; i++)
-        b[pos[digit_of(a[i], g)]++] = a[i];
-    for (uint64_t k = 0, at = 0; k <= g.mask; at += count[k++]) {
-        if (count[k] <= SMALL_VALUES)
-            insertion_sort(b + at, to_b ? b + at : a + at, count[k]);
-        else
-            radix_sort(b + at, a + at, count[k], g.shift, !to_b);
+    } while (end[digit_of(a[0], g)] == n);
+    for (uint64_t k = 0, sum = 0; k <= g.mask; k++) {
+        uint64_t c = end[k];
+        end[k] = sum; /* the sub-bucket's first position; its end once dealt */
+        sum += c;
     }
+    for (uint64_t i = 0; i < n; i++)
+        b[end[digit_of(a[i], g)]++] = a[i];
+    for (uint64_t k = 0, at = 0; k <= g.mask; at = end[k++])
+        if (end[k] - at > SMALL_VALUES)
+            sort_bucket(b + at, a + at, end[k] - at, g.shift);
+    insertion_sort(b, a, n); /* back to a; only values that share a small sub-bucket move */
 }
 
 /* The arguments are dealt by their first digit straight into the output (as the machine reads
@@ -270,38 +264,60 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
         }
         total += args[i].len;
     }
-    uint64_t n = total / 8, first = 0, differ = 0;
+    uint64_t n = total / 8, first = 0, differ = 0, most = 1;
+    uint64_t *top = calloc((size_t)1 << TOP_BITS, sizeof *top);
+    uint64_t *count = calloc((size_t)1 << FIRST_BITS, sizeof *count);
+    uint64_t *pos = malloc(((size_t)1 << FIRST_BITS) * sizeof *pos);
+    if (top == NULL || count == NULL || pos == NULL) {
+        free(top);
+        free(count);
+        free(pos);
+        spw_task_fail(ctx, "sort: no memory for its counts");
+        return -1;
+    }
     for (uint32_t i = 0, seen = 0; i < nargs; i++) {
         const uint8_t *p = args[i].data;
         if (!seen && args[i].len > 0) {
             first = load(p);
             seen = 1;
         }
-        for (uint64_t j = 0; j < args[i].len / 8; j++)
-            differ |= load(p + 8 * j) ^ first;
+        for (uint64_t j = 0; j < args[i].len / 8; j++) {
+            uint64_t v = load(p + 8 * j);
+            differ |= v ^ first;
+            top[v >> (64 - TOP_BITS)]++;
+        }
     }
     /* The highest bit that differs lies in the first digit, so that digit splits the values. */
-    digit g = digit_below(differ != 0 ? 64 - __builtin_clzll(differ) : 0, n);
-    uint64_t count[1u << DIGIT_BITS] = {0}, pos[1u << DIGIT_BITS], most = 1;
-    for (uint32_t i = 0; i < nargs; i++) {
-        const uint8_t *p = args[i].data;
-        for (uint64_t j = 0; j < args[i].len / 8; j++)
-            count[digit_of(load(p + 8 * j), g)]++;
+    int bits = differ != 0 ? 64 - __builtin_clzll(differ) : 0;
+    int width = n < 4 ? 1 : 63 - __builtin_clzll(n); /* buckets of one or two values */
+    digit g = digit_below(bits, width < FIRST_BITS ? width : FIRST_BITS);
+    if (g.shift >= 64 - TOP_BITS) {
+        for (uint64_t k = 0; k < (uint64_t)1 << TOP_BITS; k++)
+            count[digit_of(k << (64 - TOP_BITS), g)] += top[k];
+    } else {
+        for (uint32_t i = 0; i < nargs; i++) {
+            const uint8_t *p = args[i].data;
+            for (uint64_t j = 0; j < args[i].len / 8; j++)
+                count[digit_of(load(p + 8 * j), g)]++;
+        }
     }
-    for (uint64_t k = 0; k <= g.mask; k++)
+    free(top);
+    for (uint64_t k = 0, sum = 0; k <= g.mask; k++) {
+        pos[k] = sum;
+        sum += count[k];
         most = count[k] > most ? count[k] : most;
-    uint64_t *b = malloc(most * sizeof *b);
-    if (b == NULL) {
-        spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)most);
-        return -1;
     }
-    uint8_t *out = spw_task_output(ctx, total);
+    uint64_t *b = malloc(most * sizeof *b);
+    uint8_t *out = b != NULL ? spw_task_output(ctx, total) : NULL;
     if (out == NULL) {
         free(b);
-        return spw_task_output_error(ctx);
+        free(count);
+        free(pos);
+        if (b == NULL)
+            spw_task_fail(ctx, "sort: no memory for %llu values", (unsigned long long)most);
+        return b == NULL ? -1 : spw_task_output_error(ctx);
     }
     uint64_t *a = (uint64_t *)(void *)out; /* an output is aligned for any type */
-    positions(count, pos, g);
     for (uint32_t i = 0; i < nargs; i++) {
         const uint8_t *p = args[i].data;
         for (uint64_t j = 0; j < args[i].len / 8; j++) {
@@ -309,17 +325,15 @@ static int sort(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
             a[pos[digit_of(v, g)]++] = v;
         }
     }
-    for (uint64_t k = 0, at = 0; k <= g.mask; at += count[k++]) {
-        if (count[k] <= SMALL_VALUES)
-            insertion_sort(a + at, a + at, count[k]);
-        else
-            radix_sort(a + at, b, count[k], g.shift, 0);
-    }
+    for (uint64_t k = 0, at = 0; k <= g.mask; at += count[k++])
+        sort_bucket(a + at, b, count[k], g.shift);
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     for (uint64_t k = 0; k < n; k++)
         store(out + 8 * k, a[k]); /* back to little-endian */
 #endif
     free(b);
+    free(count);
+    free(pos);
     return 0;
 }
 
