@@ -121,6 +121,7 @@ struct ost_spill {
     bool compacting;            /* a compaction job is queued or running */
     bool reset_keeps_full;      /* a failed spill left records: the reset keeps its `full` */
     bool deleted;               /* a deletion finished since the last compaction check */
+    uint64_t deleted_ns;        /* when the last deletion finished */
     uint64_t compact_floor;     /* disk bytes after the last compaction (or failed try) */
     uint32_t deletes_queued;    /* JOB_DELETE in `work`, not yet started */
     char full_why[512];         /* why `full`, for error texts */
@@ -1033,6 +1034,7 @@ static void job_after(uv_work_t *req, int status)
         break;
     default:
         sp->deleted = true;
+        sp->deleted_ns = spw_now_ns();
         if (j->status != 0)
             spw_log(SPW_LOG_WARN, "store=%s deleting a spilled copy failed: %s", s->name,
                     j->mdb_rc ? mdb_strerror(j->mdb_rc) : spw_strerror(j->status));
@@ -1115,8 +1117,10 @@ static void maybe_hand_back(ost_store *s)
         sp->resetting = true;
         sp->work = r;
     } else if (sp->deleted && sp->deletes_queued == 0 && !sp->resetting && !sp->compacting &&
-               s->st.spill_entries > 0 && !s->closing) {
-        /* Live copies remain but most of the file is freed pages: compact. */
+               s->st.spill_entries > 0 && !s->closing &&
+               spw_now_ns() - sp->deleted_ns >= (uint64_t)s->opts.compact_quiet_ms * 1000000ULL) {
+        /* Live copies remain, none went for compact_quiet_ms (ost__spill_maintain looks again
+         * until then), and most of the file may be freed pages: compact. */
         sp->deleted = false;
         uint64_t disk = env_disk_bytes(sp->env);
         if (disk > COMPACT_FACTOR * s->st.spilled_stored + COMPACT_SLACK &&
@@ -1373,6 +1377,8 @@ void ost__spill_maintain(ost_store *s)
     /* Spared objects go only for room an allocation waits for, not for headroom. */
     if (need > 0 && s->waiting_bytes > 0)
         spill_some(s, need < s->waiting_bytes ? need : s->waiting_bytes, true);
+    if (sp->deleted)
+        lane_next(s); /* a compaction the quiet wait held back */
 }
 
 /* A job of `kind` reading o's spilled copy (a restore or a read). */

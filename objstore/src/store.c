@@ -49,6 +49,7 @@ void ost_opts_default(ost_opts *o)
     o->compression_level = 1;
     o->alloc_wait_ms = 30000;
     o->spill_retry_ms = 5000;
+    o->compact_quiet_ms = 1000;
     o->name = "store";
 }
 

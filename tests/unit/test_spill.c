@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -20,6 +21,7 @@ static char dir[256];
 
 static uint32_t lanes;    /* spill_threads of the next mk (0: the default) */
 static uint32_t retry_ms; /* spill_retry_ms of the next mk (0: the default) */
+static uint32_t quiet_ms; /* compact_quiet_ms of the next mk (the cases compact at once) */
 
 static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uint32_t wait_ms)
 {
@@ -37,6 +39,7 @@ static ost_store *mk(uint64_t capacity, uint64_t map_size, uint64_t map_max, uin
     o.spill_threads = lanes;
     if (retry_ms != 0)
         o.spill_retry_ms = retry_ms;
+    o.compact_quiet_ms = quiet_ms;
     ost_store *s = NULL;
     assert_int_equal(ost_store_new(&loop, &o, &s), 0);
     return s;
@@ -456,6 +459,41 @@ static void spill_file_is_compacted_once_per_need(void **state)
     uv_run(&loop, UV_RUN_DEFAULT);
     spw_log_set_sink(NULL, SPW_LOG_WARN);
     assert_int_equal(compactions, 1);
+    for (uint64_t i = 0; i < n; i += keep)
+        check(s, i, 4u << 20, false);
+    done(s);
+}
+
+/* While spilled copies are still being deleted the file is not compacted (the live records it
+ * would copy may go next, as a job consumes what it spilled); once none went for
+ * compact_quiet_ms, the next maintenance compacts it. */
+static void spill_file_is_compacted_once_deletions_settle(void **state)
+{
+    (void)state;
+    const uint64_t n = 48, keep = 8;
+    quiet_ms = 300;
+    ost_store *s = mk(16u << 20, 0, 0, 30000);
+    quiet_ms = 0;
+    spill_random(s, n);
+    uint64_t before = spill_disk();
+    compactions = 0;
+    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
+    for (uint64_t i = 0; i < n; i++)
+        if (i % keep != 0)
+            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_store_maintain(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(compactions, 0); /* the last deletion was just now */
+    assert_true(spill_disk() >= before / 2);
+    /* The rule is one of time: wait it out. */
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ost_store_maintain(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    spw_log_set_sink(NULL, SPW_LOG_WARN);
+    assert_int_equal(compactions, 1);
+    assert_true(spill_disk() < before / 2);
     for (uint64_t i = 0; i < n; i += keep)
         check(s, i, 4u << 20, false);
     done(s);
@@ -1369,6 +1407,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(spill_file_is_compacted_once_per_need),
+    cmocka_unit_test(spill_file_is_compacted_once_deletions_settle),
     cmocka_unit_test(parallel_lanes_keep_order_and_accounting),
     cmocka_unit_test(one_large_object_takes_every_lane),
     cmocka_unit_test(record_version_1_is_still_read),

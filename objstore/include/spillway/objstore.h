@@ -52,6 +52,10 @@ typedef struct ost_opts {
     uint32_t alloc_wait_ms;   /* how long an allocation waits under back-pressure (30000) */
     uint32_t spill_retry_ms;  /* after a failed spill (disk or map full), spilling is tried
                                  again this long after, at the next ost_store_maintain (5000) */
+    uint32_t compact_quiet_ms; /* a compaction waits until no spilled copy was deleted for
+                                  this long, at an ost_store_maintain (1000): while a job still
+                                  consumes what it spilled, the live records it would copy are
+                                  about to go too */
     uint32_t spill_threads;   /* spill/restore jobs run at once (libuv threadpool); 0 =
                                  min(cores, 4). The pool must have at least this many threads. */
     const char *name;         /* used in log lines and the memfd name */
