@@ -8,16 +8,22 @@
  * run, not only after the last one, and a map's worker does not spill pieces about to leave it.
  * A consumer is planned when its first such input is made, on the worker with the fewest
  * planned consumers per slot; placement later finds its inputs there (most local bytes). Moves
- * to one worker run PUSH_WINDOW at a time, those for the consumer planned first first, so that
- * the consumers there become ready one after the other and run while later pieces still cross
- * the network. A move whose copy fails leaves the piece where it was (its consumer fetches it
+ * to one worker run PUSH_WINDOW at a time. The workers sending to it take turns for the window
+ * (a move waiting from each in a ring), so that a map's worker whose pieces were made later is
+ * not kept off every target's window by the others' earlier ones while its own link stands
+ * idle; from one worker, the moves for the consumer planned first go first, so that the
+ * consumers there become ready one after the other and run while later pieces still cross the
+ * network. A move whose copy fails leaves the piece where it was (its consumer fetches it
  * then); a piece lost with the worker it moved to is made again by lineage, like any output.
  * Owns: s->push (NULL until something is planned).
  * Invariants: a task has `planned` iff a plan names it, and it is then waiting or ready; a
- * target's `planned` counts the plans naming its worker, `inflight` its moves under way.
+ * target's `planned` counts the plans naming its worker, `inflight` its moves under way; a
+ * pair is in its target's ring iff moves wait in it (an empty pair is freed).
  */
 #include <stdio.h>
 #include <string.h>
+
+#include <utlist.h>
 
 #include "sched_int.h"
 
@@ -38,53 +44,62 @@ typedef struct push_plan {
 typedef struct push_move {
     spw_id id;
     uint64_t rank;
-    uint32_t from;
 } push_move;
+
+/* The moves waiting from one worker to another: a binary heap, the lowest rank first. */
+typedef struct push_pair {
+    uint64_t key; /* the target's worker << 32 | from */
+    uint32_t from;
+    push_move *q;
+    uint32_t nq, capq;
+    struct push_pair *prev, *next; /* its target's ring */
+    UT_hash_handle hh;
+} push_pair;
 
 typedef struct push_target {
     uint32_t worker; /* the key */
     uint32_t planned;
     uint32_t inflight;
-    push_move *q; /* moves waiting for the window: a binary heap, the lowest rank first */
-    uint32_t nq, capq;
+    push_pair *ring; /* the pairs with moves waiting for the window, served in turn */
     UT_hash_handle hh;
 } push_target;
 
-static void heap_push(push_target *pt, push_move m)
+static void heap_push(push_pair *pr, push_move m)
 {
-    if (pt->nq == pt->capq) {
-        pt->capq = pt->capq ? pt->capq * 2 : 16;
-        pt->q = spw_realloc(SPW_MOD_SCHED, pt->q, pt->capq * sizeof *pt->q);
+    if (pr->nq == pr->capq) {
+        pr->capq = pr->capq ? pr->capq * 2 : 16;
+        pr->q = spw_realloc(SPW_MOD_SCHED, pr->q, pr->capq * sizeof *pr->q);
     }
-    uint32_t i = pt->nq++;
-    for (; i > 0 && pt->q[(i - 1) / 2].rank > m.rank; i = (i - 1) / 2)
-        pt->q[i] = pt->q[(i - 1) / 2];
-    pt->q[i] = m;
+    uint32_t i = pr->nq++;
+    for (; i > 0 && pr->q[(i - 1) / 2].rank > m.rank; i = (i - 1) / 2)
+        pr->q[i] = pr->q[(i - 1) / 2];
+    pr->q[i] = m;
 }
 
-static push_move heap_pop(push_target *pt)
+static push_move heap_pop(push_pair *pr)
 {
-    push_move top = pt->q[0], last = pt->q[--pt->nq];
+    push_move top = pr->q[0], last = pr->q[--pr->nq];
     uint32_t i = 0;
     for (;;) {
         uint32_t c = 2 * i + 1;
-        if (c >= pt->nq)
+        if (c >= pr->nq)
             break;
-        if (c + 1 < pt->nq && pt->q[c + 1].rank < pt->q[c].rank)
+        if (c + 1 < pr->nq && pr->q[c + 1].rank < pr->q[c].rank)
             c++;
-        if (pt->q[c].rank >= last.rank)
+        if (pr->q[c].rank >= last.rank)
             break;
-        pt->q[i] = pt->q[c];
+        pr->q[i] = pr->q[c];
         i = c;
     }
-    if (pt->nq > 0)
-        pt->q[i] = last;
+    if (pr->nq > 0)
+        pr->q[i] = last;
     return top;
 }
 
 struct sched_push {
     push_plan *plans;
     push_target *targets;
+    push_pair *pairs;
     uint64_t rank;
     uint32_t rr; /* where the search for a worker to plan on starts */
 };
@@ -114,10 +129,42 @@ static push_target *target_get(struct sched_push *p, uint32_t worker)
     return pt;
 }
 
+/* Takes pr out of pt's ring and frees it. */
+static void pair_free(struct sched_push *p, push_target *pt, push_pair *pr)
+{
+    DL_DELETE(pt->ring, pr);
+    HASH_DEL(p->pairs, pr);
+    spw_free(pr->q);
+    spw_free(pr);
+}
+
+/* Queues move m from worker `from` to pt's worker. */
+static void pair_queue(struct sched_push *p, push_target *pt, uint32_t from, push_move m)
+{
+    uint64_t key = (uint64_t)pt->worker << 32 | from;
+    push_pair *pr = NULL;
+    HASH_FIND(hh, p->pairs, &key, sizeof key, pr);
+    if (pr == NULL) {
+        pr = spw_calloc(SPW_MOD_SCHED, 1, sizeof *pr);
+        pr->key = key;
+        pr->from = from;
+        HASH_ADD(hh, p->pairs, key, sizeof pr->key, pr);
+        DL_APPEND(pt->ring, pr);
+    }
+    heap_push(pr, m);
+}
+
+/* Drops every move waiting for pt's window. */
+static void target_drop_queued(struct sched_push *p, push_target *pt)
+{
+    while (pt->ring != NULL)
+        pair_free(p, pt, pt->ring);
+}
+
 static void target_free(struct sched_push *p, push_target *pt)
 {
+    target_drop_queued(p, pt);
     HASH_DEL(p->targets, pt);
-    spw_free(pt->q);
     spw_free(pt);
 }
 
@@ -212,23 +259,33 @@ static bool move_wanted(const sched_obj *o, uint32_t from, uint32_t to)
            sole_consumer(o, to) != NULL;
 }
 
-/* Starts the moves waiting for pt's window, the lowest rank first. */
+/* Starts the moves waiting for pt's window: one from each sending worker in turn, from each the
+ * lowest rank first. */
 static void pump(sched *s, push_target *pt)
 {
+    struct sched_push *p = s->push;
     sched_worker *to = sched__worker_by_id(s, pt->worker);
-    while (pt->inflight < PUSH_WINDOW && pt->nq > 0) {
+    while (pt->inflight < PUSH_WINDOW && pt->ring != NULL) {
         if (to == NULL || proto_conn_is_closing(to->conn)) {
-            pt->nq = 0;
+            target_drop_queued(p, pt);
             return;
         }
-        push_move m = heap_pop(pt);
+        push_pair *pr = pt->ring;
+        uint32_t from = pr->from;
+        push_move m = heap_pop(pr);
+        if (pr->nq == 0) {
+            pair_free(p, pt, pr);
+        } else {
+            DL_DELETE(pt->ring, pr); /* the next sender's turn */
+            DL_APPEND(pt->ring, pr);
+        }
         const sched_obj *o = sched__obj_find(s, m.id);
-        if (!move_wanted(o, m.from, pt->worker))
+        if (!move_wanted(o, from, pt->worker))
             continue;
         /* Counted first: a copy that ends at once (its REPLICATE not sent) is answered inside
          * sched__copies_move, which takes its count back. */
         pt->inflight++;
-        if (!sched__copies_move(s, o, to, m.from))
+        if (!sched__copies_move(s, o, to, from))
             pt->inflight--;
     }
 }
@@ -250,7 +307,7 @@ void sched__push_outputs(sched *s, sched_task *t, sched_worker *w)
         if (pl == NULL || pl->worker == w->id)
             continue;
         push_target *pt = target_get(s->push, pl->worker);
-        heap_push(pt, (push_move){o->id, pl->rank, w->id});
+        pair_queue(s->push, pt, w->id, (push_move){o->id, pl->rank});
         pump(s, pt);
     }
 }
@@ -295,7 +352,8 @@ void sched__push_worker_gone(sched *s, sched_worker *w)
 {
     push_target *pt = s->push != NULL ? target_find(s->push, w->id) : NULL;
     if (pt != NULL)
-        pt->nq = 0; /* its plans stay: the next piece made for them plans them anew */
+        target_drop_queued(s->push, pt); /* its plans stay: the next piece made for them plans
+                                            them anew */
 }
 
 void sched__push_free_all(sched *s)
@@ -321,9 +379,21 @@ const char *sched__push_check(const sched *s)
     const struct sched_push *p = s->push;
     if (p == NULL)
         return NULL;
-    uint64_t planned = 0;
+    uint64_t planned = 0, ringed = 0;
     const push_target *pt, *ttmp;
-    HASH_ITER(hh, p->targets, pt, ttmp) planned += pt->planned;
+    HASH_ITER(hh, p->targets, pt, ttmp)
+    {
+        planned += pt->planned;
+        const push_pair *pr;
+        DL_FOREACH(pt->ring, pr)
+        {
+            if (pr->nq == 0 || pr->key >> 32 != pt->worker)
+                return "a target's ring holds an empty pair or one of another target";
+            ringed++;
+        }
+    }
+    if (ringed != HASH_COUNT(p->pairs))
+        return "a pair of moves is in no target's ring";
     uint64_t live = 0;
     const push_plan *pl, *ptmp;
     HASH_ITER(hh, p->plans, pl, ptmp)

@@ -100,6 +100,9 @@ static void log_rx(peer *p, uint32_t type, const proto_val *f)
     case PROTO_ERROR:
         r->code = f[F_ERROR_CODE].i;
         break;
+    case PROTO_REPLICATE:
+        r->id = f[F_REPL_ID].id;
+        break;
     case PROTO_OBJ_DELETE:
     case PROTO_TASK_CANCEL:
         for (uint32_t i = 0; i < f[0].arr.n && r->nids < 16; i++)
@@ -1870,6 +1873,117 @@ static void outputs_nobody_reads_go_when_their_task_ends(void **state)
     STEP_UNTIL(e, e->s->objects.n == 1); /* only the kept result */
 }
 
+/* A task record of SUBMIT with its worker name (placed there, or "") and its output count. */
+static void put_task_at(proto_enc *en, uint64_t id, const uint64_t *args, uint32_t nargs,
+                        uint32_t flags, const char *worker, uint32_t nouts)
+{
+    proto_put_arr(en, 7);
+    proto_put_id(en, tid(id));
+    proto_put_str(en, "fn");
+    proto_put_arr(en, nargs);
+    for (uint32_t a = 0; a < nargs; a++) {
+        proto_put_arr(en, 5);
+        proto_put_u(en, PROTO_ARG_OBJ);
+        proto_put_nil(en);
+        proto_put_id(en, tid(args[a]));
+        proto_put_u(en, 0);
+        proto_put_u(en, 0);
+    }
+    proto_put_u(en, flags);
+    proto_put_str(en, "test_sched.c:1");
+    proto_put_str(en, worker);
+    proto_put_u(en, nouts);
+}
+
+/* TASK_DONE of a task of two stored outputs of `size` bytes each. */
+static void done_two(peer *w, uint64_t id, uint64_t size)
+{
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(w->conn), PROTO_TASK_DONE, 0, 7);
+    proto_put_id(&en, tid(id));
+    proto_put_i(&en, 0);
+    proto_put_u(&en, size);
+    proto_put_nil(&en);
+    proto_put_str(&en, "");
+    proto_put_u(&en, 100);
+    proto_put_arr(&en, 1);
+    proto_put_arr(&en, 2);
+    proto_put_u(&en, size);
+    proto_put_nil(&en);
+    assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+/* The REPLICATE requests p got whose object is an output of task id. */
+static uint32_t replicates_of(const peer *p, uint64_t id)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n; i++)
+        n += p->log[i].type == PROTO_REPLICATE &&
+             spw_id_eq(spw_id_output_task(p->log[i].id), tid(id));
+    return n;
+}
+
+/* The workers sending pieces to the worker their reduces are planned on take turns for its
+ * window of moves. Ten maps on w1 and two on w2, of two outputs of 100 KiB each, feed two
+ * reduces, w1's maps the first and w2's the second, both planned on w3 (the only worker whose
+ * store spills). w1 makes its ten: eight of its twenty pieces move at once, twelve wait. Then w2
+ * makes one: as soon as two moves end, one of w2's pieces is moving, though w1's waited longer
+ * and are for the reduce planned first. */
+static void senders_to_a_reduce_take_turns(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *w3 = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    uint64_t v[PROTO_STAT_COUNT] = {0};
+    v[PROTO_STAT_SPILLS] = 1;
+    assert_int_equal(
+        proto_send_heartbeat(w3->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
+        0);
+    STEP_UNTIL(e, sched__worker_by_id(e->s, w3->session)->stats[PROTO_STAT_SPILLS] == 1);
+    enum { MAPS = 12, SIZE = 100 << 10 };
+    uint64_t pieces[2 * MAPS];
+    proto_enc en;
+    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
+    proto_put_u(&en, 1);
+    proto_put_u(&en, PROTO_SUBMIT_END);
+    proto_put_u(&en, 0);
+    proto_put_u(&en, 0);
+    proto_put_arr(&en, MAPS + 2);
+    for (uint64_t m = 0; m < MAPS; m++) {
+        put_task_at(&en, (m + 1) << 12, NULL, 0, 0, m < 10 ? "w1" : "w2", 2);
+        pieces[2 * m] = (m + 1) << 12;
+        pieces[2 * m + 1] = ((m + 1) << 12) | 1;
+    }
+    put_task_at(&en, 0x100000, pieces, 20, PROTO_TASK_KEEP, "", 1);
+    put_task_at(&en, 0x200000, pieces + 20, 4, PROTO_TASK_KEEP, "", 1);
+    proto_put_str(&en, "test_sched.c:2");
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+    for (uint64_t m = 0; m < 10; m++) {
+        STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid((m + 1) << 12)));
+        done_two(w1, (m + 1) << 12, SIZE);
+        STEP_UNTIL(e, tstate(e, (m + 1) << 12) == T_DONE);
+    }
+    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == 8);
+    settle(e);
+    assert_int_equal(count(w3, PROTO_REPLICATE), 8);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(11 << 12)));
+    done_two(w2, 11 << 12, SIZE);
+    STEP_UNTIL(e, tstate(e, 11 << 12) == T_DONE);
+    settle(e);
+    assert_int_equal(count(w3, PROTO_REPLICATE), 8);
+    /* Two moves end: w3 sealed its copies. */
+    for (uint32_t i = 0, ended = 0; i < w3->n && ended < 2; i++) {
+        if (w3->log[i].type == PROTO_REPLICATE) {
+            obj_added(w3, w3->log[i].id.lo, SIZE);
+            ended++;
+        }
+    }
+    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == 10);
+    assert_int_equal(replicates_of(w3, 11 << 12), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -1884,6 +1998,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
     cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
+    cmocka_unit_test_setup_teardown(senders_to_a_reduce_take_turns, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
     cmocka_unit_test_setup_teardown(outputs_nobody_reads_go_when_their_task_ends, setup, teardown),
