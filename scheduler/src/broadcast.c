@@ -45,6 +45,8 @@ typedef struct bcast {
     uint32_t move_from; /* a move: the worker whose copy goes once `only` has one */
     uint32_t rot;       /* where the search for targets starts among the workers */
     uint32_t copies0;   /* copies when it started */
+    uint64_t bytes;     /* a move: the object's size, and when it started */
+    uint64_t started_ns;
     struct bcast *next;
 } bcast;
 
@@ -59,6 +61,8 @@ static void done(sched *s, bcast *b)
     bool internal = b->internal, ok = b->failed == 0 && b->copies > b->copies0;
     uint32_t drainer = b->drainer, only = b->only, from = b->move_from;
     spw_id id = b->obj;
+    if (internal && from != 0 && ok)
+        sched__copy_rate_seen(s, b->bytes, spw_now_ns() - b->started_ns);
     spw_free(b->targets);
     spw_free(b);
     if (internal && drainer != 0)
@@ -369,6 +373,8 @@ static bool copy_start(sched *s, const sched_obj *o, uint32_t want, uint32_t dra
     b->drainer = drainer;
     b->only = only != NULL ? only->id : 0;
     b->move_from = move_from;
+    b->bytes = o->size;
+    b->started_ns = spw_now_ns();
     b->rot = s->copy_rr++;
     LL_PREPEND(s->bcasts, b);
     start(s, b, o);

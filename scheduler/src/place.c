@@ -410,22 +410,51 @@ bool sched__task_unqueue(sched *s, sched_task *t)
     return taking;
 }
 
-/* The last queued long task on v that has not started and is not being taken back, or NULL. */
-static sched_task *queued_on(sched_worker *v)
+/* Moves smaller than this say more about latency than about the network's rate. */
+#define COPY_RATE_MIN_BYTES (1u << 20)
+
+void sched__copy_rate_seen(sched *s, uint64_t bytes, uint64_t took_ns)
+{
+    if (bytes < COPY_RATE_MIN_BYTES)
+        return;
+    double rate = (double)bytes * 1000.0 / (double)(took_ns > 1000 ? took_ns : 1000);
+    s->copy_rate = s->copy_rate == 0 ? rate : s->copy_rate * 0.9 + rate * 0.1;
+}
+
+/* Whether t, queued on v, runs sooner where it is than on a worker its inputs on v must cross
+ * the network to: moving them would take longer than it runs. The move's time is their bytes
+ * at the rate moves have taken (each among the others under way: a busy network gives a slow
+ * rate), before any at COPY_RATE_GUESS bytes per microsecond; the run's time is its function's
+ * moving average, none for a function not run yet, so that bytes never move for a gain nobody
+ * has seen. */
+#define COPY_RATE_GUESS 100.0
+static bool stays_with_inputs(const sched *s, const sched_task *t, const sched_worker *v)
+{
+    uint64_t local = local_bytes(t, v->id);
+    if (local == 0)
+        return false;
+    double rate = s->copy_rate > 0 ? s->copy_rate : COPY_RATE_GUESS;
+    return (double)local / rate > (t->fn->runs > 0 ? t->fn->ewma_us : 0.0);
+}
+
+/* The last queued long task on v that has not started, is not being taken back and would not
+ * rather wait with its inputs, or NULL. */
+static sched_task *queued_on(const sched *s, sched_worker *v)
 {
     sched_task *last = NULL;
     if (v->assigned <= v->slots)
         return NULL;
     for (sched_task *t = v->tasks; t != NULL; t = t->wnext)
-        if (t->queued && !t->taking && t->state == T_ASSIGNED)
+        if (t->queued && !t->taking && t->state == T_ASSIGNED && !stays_with_inputs(s, t, v))
             last = t;
     return last;
 }
 
 /* Nothing is ready and a worker has a free slot: long tasks queued on busy workers (the last
- * queued first) are taken back, one per free slot. The worker answers SPW_ECANCELED for one it
- * has not started (tasks.c requeues it, marked taken: it then goes only to a free slot) and
- * runs one it has. Scans the workers only while some has a free slot and tasks are queued. */
+ * queued first, none that would rather wait with its inputs) are taken back, one per free slot.
+ * The worker answers SPW_ECANCELED for one it has not started (tasks.c requeues it, marked taken:
+ * it then goes only to a free slot) and runs one it has. Scans the workers only while some has a
+ * free slot and tasks are queued. */
 static void take_back(sched *s)
 {
     if (s->nqueued <= s->ntaking || s->nready > 0 || s->closing)
@@ -442,7 +471,7 @@ static void take_back(sched *s)
     }
     for (uint32_t k = 0; k < s->nworkers && s->ntaking < free_slots; k++) {
         sched_worker *v = s->workers[k];
-        sched_task *t = queued_on(v);
+        sched_task *t = queued_on(s, v);
         if (t == NULL || proto_conn_is_closing(v->conn))
             continue;
         t->taking = 1;

@@ -536,6 +536,8 @@ struct sched {
     uint64_t latency_sum_us;
     uint32_t ndraining;       /* workers draining or drained (drain.c) */
     uint32_t copy_rr;         /* where the next copy's search for a target starts */
+    double copy_rate;         /* bytes per microsecond one move of an object took, a moving
+                                 average over the moves seen (0: none yet) */
     uint32_t lineage_mark;    /* the last lineage pass (sched_task.mark) */
     uint64_t lineage_reruns;  /* tasks run again to re-make lost outputs */
     uint64_t objects_lost;    /* objects lost with no task to re-make them */
@@ -855,6 +857,8 @@ void sched__kick(sched *s);
 bool sched__task_unqueue(sched *s, sched_task *t);
 /* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
 bool sched__graph_admits(const sched_graph *g, const sched_task *t);
+/* A move of `bytes` took took_ns: the rate take-backs weigh a move by follows it. */
+void sched__copy_rate_seen(sched *s, uint64_t bytes, uint64_t took_ns);
 /* Whether f is a function of an uploaded plugin (only workers that run uploads take it). */
 bool sched__fn_uploaded(sched_fn *f);
 /* Puts t's TASK_RUNS record, with flags, into w's open batch. Returns 0; SPW_EFRAMESIZE when the

@@ -321,8 +321,9 @@ static void send_ids(peer *p, uint32_t type, const uint64_t *ids, uint32_t n)
 }
 
 /* TASK_DONE from a fake worker: inline (the value's bytes travel, at most 48 KiB) or stored
- * (size only). */
-static void done(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl)
+ * (size only), after a run of run_us. */
+static void done_after(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl,
+                       uint64_t run_us)
 {
     static const uint8_t zeros[48 * 1024];
     assert_true(!inl || size <= sizeof zeros);
@@ -336,8 +337,14 @@ static void done(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl)
     else
         proto_put_nil(&en);
     proto_put_str(&en, status == 0 ? "" : "failed in test");
-    proto_put_u(&en, 100);
+    proto_put_u(&en, run_us);
     assert_int_equal(proto_conn_send(w->conn, &en), 0);
+}
+
+/* The same after a short run (100 us). */
+static void done(peer *w, uint64_t id, int64_t status, uint64_t size, bool inl)
+{
+    done_after(w, id, status, size, inl, 100);
 }
 
 static void put_place(peer *c, uint64_t id, uint64_t size)
@@ -759,6 +766,44 @@ static void tasks_go_to_the_least_loaded(void **state)
     STEP_UNTIL(e, got(w[1], PROTO_TASK_RUN, tid(4)));
     for (uint32_t i = 0; i < e->s->nworkers; i++)
         assert_int_equal(e->s->workers[i]->assigned, 1);
+}
+
+/* Whether a task queued on w1 behind a running one, over an input of `size` bytes that w1 made,
+ * is taken back when w2 goes idle. The function runs 100 ms; no move was seen yet, so moving
+ * the input counts at the guessed rate (100 MB/s). */
+static bool queued_over_input_taken_back(env *e, uint64_t size)
+{
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec a = {.id = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, &a, 1);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(1)));
+    done_after(w1, 1, 0, size, false, 100000);
+    STEP_UNTIL(e, tstate(e, 1) == T_DONE);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    tspec busy[] = {{.id = 2, .flags = PROTO_TASK_KEEP}, {.id = 3, .flags = PROTO_TASK_KEEP}};
+    submit(c, 2, 0, 0, busy, 2);
+    STEP_UNTIL(e, count(w1, PROTO_TASK_RUN) == 2 && count(w2, PROTO_TASK_RUN) == 1);
+    tspec over = {.id = 4, .args = {1}, .nargs = 1, .flags = PROTO_TASK_KEEP};
+    submit(c, 3, 0, 0, &over, 1);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(4)));
+    done_after(w2, nth_run(w2, 0), 0, 8, true, 100000);
+    STEP_UNTIL(e, tstate(e, nth_run(w2, 0)) == T_DONE);
+    settle(e);
+    return got(w1, PROTO_TASK_CANCEL, tid(4));
+}
+
+/* A task queued on a busy worker whose input there would take longer to move than the task
+ * runs (64 MiB at 100 MB/s: 0.67 s, against 100 ms) waits there when another worker goes idle;
+ * one over 1 MiB (10 ms) is taken back for the idle worker. */
+static void queued_task_stays_with_a_large_input(void **state)
+{
+    assert_false(queued_over_input_taken_back(*state, 64u << 20));
+}
+
+static void queued_task_over_a_small_input_is_taken_back(void **state)
+{
+    assert_true(queued_over_input_taken_back(*state, 1u << 20));
 }
 
 /* A chain of inline results stays on the worker that ran its first task while that worker has a
@@ -1998,6 +2043,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
     cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
+    cmocka_unit_test_setup_teardown(queued_task_stays_with_a_large_input, setup, teardown),
+    cmocka_unit_test_setup_teardown(queued_task_over_a_small_input_is_taken_back, setup, teardown),
     cmocka_unit_test_setup_teardown(senders_to_a_reduce_take_turns, setup, teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
