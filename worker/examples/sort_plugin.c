@@ -186,8 +186,8 @@ static int split(spw_task_ctx *ctx, const spw_task_arg *args, uint32_t nargs)
  * So spread data cross memory about twice. The pass that looks for the highest bit that differs
  * also counts the values by their top TOP_BITS bits, which gives the first digit's counts
  * whenever that digit lies among them. */
-#define FIRST_BITS 11   /* a bucket of spread data then fits the cache */
-#define BUCKET_BITS 12  /* the widest digit a bucket is dealt by */
+#define FIRST_BITS 11  /* a bucket of spread data then fits the cache */
+#define BUCKET_BITS 12 /* the widest digit a bucket is dealt by */
 #define TOP_BITS 16
 #define SMALL_VALUES 16 /* at most this many are sorted by insertion alone */
 
