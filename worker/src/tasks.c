@@ -1135,6 +1135,8 @@ static void exec_alloc_done(void *arg, int status, ost_obj *o)
     wrk *w = r->w;
     wtask *t;
     HASH_FIND(hh, w->tasks, &r->task, sizeof r->task, t);
+    if (t != NULL)
+        t->alloc_wait = 0;
     uint64_t req = r->req;
     uint64_t size = r->size;
     uint32_t index = r->index;
@@ -1356,9 +1358,13 @@ static void pres_yield(wrk *w, const wtask *run, uint64_t size)
 {
     ost_stats st;
     ost_stats_get(w->store, &st);
-    if (st.capacity - st.pinned >= size)
+    /* Enough bytes beside the pinned ones, but cut into smaller holes by them, with nothing left
+     * to spill and nothing being spilled: only unpinning makes the room, all of it may be needed
+     * (which rooms border which holes is not known). */
+    bool cut = st.capacity - st.pinned >= size && st.used == st.pinned && st.spilling_bytes == 0;
+    if (st.capacity - st.pinned >= size && !cut)
         return; /* spilling or freeing what is not pinned makes the room */
-    uint64_t need = size - (st.capacity - st.pinned), freed = 0;
+    uint64_t need = cut ? UINT64_MAX : size - (st.capacity - st.pinned), freed = 0;
     spw_buf give = {0};
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp)
@@ -1385,6 +1391,27 @@ static void pres_yield(wrk *w, const wtask *run, uint64_t size)
                 "task=%s needs %llu bytes for an output: gave back %llu bytes of room set aside "
                 "for %u tasks not running yet",
                 hex, (unsigned long long)size, (unsigned long long)freed, n);
+}
+
+void wrk__pres_recheck(wrk *w)
+{
+    /* Ids first: pres_yield's aborts serve waiting allocations, whose callbacks may end tasks. */
+    spw_buf ids = {0};
+    wtask *t, *tmp;
+    HASH_ITER(hh, w->tasks, t, tmp)
+    {
+        if (t->alloc_wait != 0)
+            spw_buf_append(&ids, &t->id, sizeof t->id);
+    }
+    for (size_t off = 0; off < ids.len; off += sizeof(spw_id)) {
+        spw_id id;
+        memcpy(&id, ids.data + off, sizeof id);
+        HASH_FIND(hh, w->tasks, &id, sizeof id, t);
+        if (t != NULL && t->alloc_wait != 0 && t->state == WT_SENT && t->ex != NULL &&
+            t->ex->head == t)
+            pres_yield(w, t, t->alloc_wait);
+    }
+    spw_buf_release(&ids);
 }
 
 void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
@@ -1427,6 +1454,7 @@ void wrk__exec_msg(wrk_exec *ex, const proto_msg *m)
                 ost_obj_abort(w->store, pre); /* larger than expected: asked afresh */
             /* Ahead of other waiting allocations: its pinned inputs go when it ends. */
             spw_id id = t->id;
+            t->alloc_wait = size;
             ost_obj_create_first(w->store, spw_id_output(id, (uint32_t)index), size,
                                  exec_alloc_done, r);
             HASH_FIND(hh, w->tasks, &id, sizeof id, t);

@@ -187,8 +187,10 @@ void wrk__mem_check(wrk *w)
 static void store_freed(void *arg)
 {
     wrk *w = arg;
-    if (!w->closing)
+    if (!w->closing) {
         wrk__mem_check(w);
+        wrk__pres_recheck(w);
+    }
 }
 
 /* Memory came back inside one of our own store calls (a task freed, an upload aborted): the
@@ -227,6 +229,7 @@ static void timer_cb(uv_timer_t *t)
     wrk__peers_check(w);
     wrk__uploads_check(w);
     wrk__mem_check(w);
+    wrk__pres_recheck(w);
     wrk__exec_maintain(w);
     wrk__plugins_watch(w);
     wrk__plugins_report(w, false);

@@ -167,6 +167,7 @@ struct wtask {
     uint8_t out_reserved; /* its output's entry in w->adm_res is referenced by it */
     uint8_t adm_listed;   /* on w->adm_head (waiting for admission) */
     uint8_t pre_wait;     /* admitted, its output's room (pre) being allocated */
+    uint64_t alloc_wait;  /* running: bytes of an output allocation it waits for, else 0 */
     uint8_t prefetched;   /* its inputs from elsewhere were fetched ahead of its admission */
     wtask *adm_prev, *adm_next; /* w->adm_head, while in state WT_ADMIT */
     wtask *next;          /* ready queue, or the executor's FIFO */
@@ -551,6 +552,9 @@ void wrk__admit_take(wrk *w, wtask *t, uint64_t out_est);
  * to store) is about to pin a result stored here: it takes its reservation now, whatever the
  * limit, so that what is admitted next leaves it room. No-op for one admitted. */
 void wrk__admit_late(wrk *w, wtask *t);
+/* Running tasks whose output allocation still waits get the rooms of tasks not running yet when
+ * only unpinning could make their room (tasks.c, pres_yield); on the tick and after a spill. */
+void wrk__pres_recheck(wrk *w);
 /** Drops t's reservation (nothing if it holds none). */
 void wrk__admit_release(wrk *w, wtask *t);
 /** The bytes of t's pinned inputs, each object once. */
