@@ -36,6 +36,7 @@ sched_graph *sched__graph_new(sched *s, sched_session *ss, uint64_t gid)
 static void graph_free(sched *s, sched_graph *g)
 {
     DL_DELETE2(s->graphs, g, gprev, gnext);
+    sched__spread_free(g);
     spw_free(g->plugins);
     spw_free(g->site);
     spw_free(g);

@@ -13,6 +13,9 @@
  * more per slot may wait on a worker (queued), which then fetches its inputs while the task
  * before it runs; a worker that goes idle while such a task (or one of a function not run yet)
  * waits elsewhere and nothing is ready takes it back (take_back).
+ * Big sources (pick_spread) are dealt evenly over the workers instead of to whichever frees a
+ * slot first: what they make is where the rest of the job works on it, and in a shuffle every
+ * worker's share of it crosses that worker's link.
  * The rest of a task's life (intake, dependencies, sending ahead, completion) is in tasks.c.
  */
 #include <stdio.h>
@@ -147,6 +150,105 @@ static bool needs_upload_worker(const sched *s, const sched_task *t)
     return sched__fn_uploaded(t->fn) && s->upload_workers < s->nworkers;
 }
 
+/* Sources whose outputs in their graph average at least this are dealt evenly. */
+#define SPREAD_MIN_BYTES (1u << 20)
+
+/* Whether t may be a big source: a task of its graph's first level that reads values only (no
+ * stored object, whose place would matter) and whose function's last output was stored. The
+ * deal counts these from the first, before any has made its output. */
+static bool source_maybe_big(const sched_task *t)
+{
+    if (t->depth != 0 || t->fn->inline_out)
+        return false;
+    const sched_arg *a = sched__task_args(t);
+    for (uint32_t i = 0; i < t->nargs; i++, a = sched__arg_next(a))
+        if (a->obj != NULL && !a->obj->has_inline)
+            return false;
+    return true;
+}
+
+/* Whether t is a big source: one in a graph whose sources make stored outputs of
+ * SPREAD_MIN_BYTES or more on average. */
+static bool spreads(const sched_task *t)
+{
+    return t->graph->avg_src_out >= SPREAD_MIN_BYTES && source_maybe_big(t);
+}
+
+static uint32_t spread_count(const sched_graph *g, uint32_t worker)
+{
+    sched_spread *e = NULL;
+    HASH_FIND(hh, g->spread, &worker, sizeof worker, e);
+    return e != NULL ? e->n : 0;
+}
+
+static void spread_add(sched_graph *g, uint32_t worker)
+{
+    sched_spread *e = NULL;
+    HASH_FIND(hh, g->spread, &worker, sizeof worker, e);
+    if (e == NULL) {
+        e = spw_calloc(SPW_MOD_SCHED, 1, sizeof *e);
+        e->worker = worker;
+        HASH_ADD(hh, g->spread, worker, sizeof e->worker, e);
+    }
+    e->n++;
+}
+
+void sched__spread_free(sched_graph *g)
+{
+    sched_spread *e, *tmp;
+    HASH_ITER(hh, g->spread, e, tmp)
+    {
+        HASH_DEL(g->spread, e);
+        spw_free(e);
+    }
+}
+
+/* A big source's worker: the one with a free place (within depth) that was given the fewest of
+ * its graph's big sources per slot, when no worker in the deal was given fewer; else NULL with
+ * *held set when it waits for its turn (a worker behind in the deal is busy). In the deal are
+ * the workers that may run it and were given one, or have a free place now: one busy with other
+ * work from the start does not hold the others up, and joins when it frees a slot. */
+static sched_worker *pick_spread(sched *s, const sched_task *t, uint32_t depth, bool *held)
+{
+    sched_graph *g = t->graph;
+    if (g->spread_held == s->pass) {
+        *held = true; /* nothing freed since, in this pass */
+        return NULL;
+    }
+    bool upload = needs_upload_worker(s, t);
+    sched_worker *best = NULL, *least = NULL;
+    uint64_t best_n = 0, least_n = 0;
+    for (uint32_t k = 0; k < s->nworkers; k++) {
+        sched_worker *w = s->workers[(s->rr + k) % s->nworkers];
+        if (sched__worker_paused(w) || proto_conn_is_closing(w->conn) ||
+            (upload && !w->runs_uploads))
+            continue;
+        uint64_t n = spread_count(g, w->id);
+        bool takes = worker_takes(w, depth);
+        if (n == 0 && !takes)
+            continue;
+        uint32_t slots = w->slots ? w->slots : 1;
+        /* Per slot, exactly: n / slots < least_n / least->slots. */
+        if (least == NULL || n * least->slots < least_n * slots) {
+            least = w;
+            least_n = n;
+        }
+        if (takes && (best == NULL || n * best->slots < best_n * slots)) {
+            best = w;
+            best_n = n;
+        }
+    }
+    if (best == NULL)
+        return NULL; /* no free place anywhere */
+    if (best_n * least->slots > least_n * best->slots) {
+        g->spread_held = s->pass;
+        *held = true;
+        return NULL;
+    }
+    s->rr++;
+    return best;
+}
+
 /* Placement. Locality first: a task goes to the worker that computed its (largest) input when
  * that worker has a free slot, as Ray does for chains, so a dependent chain stays on one warm
  * worker whatever the cluster's size and its inline results never move. Otherwise the worker
@@ -198,9 +300,17 @@ static bool may_queue(const sched *s, const sched_task *t, uint32_t depth)
     return depth == 1 && !t->taken && s->opts.max_depth >= LONG_QUEUE_DEPTH;
 }
 
-static sched_worker *pick_worker(sched *s, const sched_task *t)
+/* The worker t goes to now, or NULL: *held is set when it waits for its turn in a deal of big
+ * sources while others have room. */
+static sched_worker *pick_worker(sched *s, const sched_task *t, bool *held)
 {
     uint32_t depth = depth_for(s, t->fn);
+    if (!t->placed && !t->planned && spreads(t)) {
+        sched_worker *w = pick_spread(s, t, depth, held);
+        if (w == NULL && !*held && may_queue(s, t, depth))
+            w = pick_spread(s, t, LONG_QUEUE_DEPTH, held);
+        return w;
+    }
     sched_worker *p = t->planned ? sched__push_plan_worker(s, t) : NULL;
     if (p != NULL) {
         /* Its inputs are being moved there (push.c): it waits for that worker. */
@@ -301,6 +411,8 @@ static bool assign(sched *s, sched_task *t, sched_worker *w)
         sched__task_fail(s, t, rc, msg);
         return false;
     }
+    if (source_maybe_big(t))
+        spread_add(t->graph, w->id);
     sched__task_set_state(s, t, T_ASSIGNED);
     t->worker = w;
     t->graph->inflight++;
@@ -487,6 +599,7 @@ static void take_back(sched *s)
 static void dispatch(uv_idle_t *h)
 {
     sched *s = h->data;
+    s->pass++;
     /* Deepest first: a task that consumes outputs goes before one that makes more, so a job's
      * live data stays near its width instead of its size. Within a depth, FIFO among the tasks
      * that can go. Tasks held by their graph's caps or bound to a busy worker are stepped over,
@@ -514,14 +627,16 @@ static void dispatch(uv_idle_t *h)
                 t = next;
                 continue;
             }
-            sched_worker *w = pick_worker(s, t);
+            bool held = false;
+            sched_worker *w = pick_worker(s, t, &held);
             if (w == NULL) {
                 bool upload = needs_upload_worker(s, t);
-                if (!t->placed && !upload && !t->planned) {
+                if (!t->placed && !upload && !t->planned && !held) {
                     full = true; /* no capacity anywhere: later tasks would not fit either */
                     break;
                 }
-                if (!t->planned && (t->placed ? place_expired(s, t) : upload_expired(s, t))) {
+                if (!t->planned && !held &&
+                    (t->placed ? place_expired(s, t) : upload_expired(s, t))) {
                     t = s->ready[d]; /* failing may cascade: rescan this depth */
                     last = t != NULL ? t->qprev : NULL;
                     continue;

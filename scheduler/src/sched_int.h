@@ -153,6 +153,13 @@ static inline const uint8_t *sched__arg_kept_value(const sched_arg *a, uint64_t 
 }
 
 /* A submitted graph: its caps and what it has in flight. Freed with its last task. */
+/* How many of a graph's big sources one worker was given (place.c deals them evenly). */
+typedef struct sched_spread {
+    uint32_t worker; /* the key */
+    uint32_t n;
+    UT_hash_handle hh;
+} sched_spread;
+
 typedef struct sched_graph {
     uint64_t session;    /* submitter */
     uint64_t gid;        /* the client's graph id */
@@ -164,6 +171,8 @@ typedef struct sched_graph {
     uint64_t peak_live;
     double avg_src_out;  /* mean output size of its source tasks (depth 0), bytes */
     uint64_t src_runs;
+    sched_spread *spread; /* its big sources given to each worker (place.c), or NULL */
+    uint64_t spread_held; /* the dispatch pass that last held one back for its turn */
     uint64_t ntasks;     /* task records alive (+1 while it is being submitted) */
     /* Progress, for GRAPHS (spillway-ctl jobs, spillway_graph_status, the dashboard). */
     uint64_t counts[PROTO_TSTATE_COUNT]; /* its tasks by state; a freed task keeps its last */
@@ -492,6 +501,7 @@ struct sched {
     uv_idle_t kick;     /* runs dispatch when there is ready work */
     uv_timer_t timer;   /* heartbeats, LOCATE deadlines */
     bool closing;
+    uint64_t pass; /* dispatch passes so far (place.c) */
     int handles;
     void (*done)(void *);
     void *done_arg;
@@ -857,6 +867,8 @@ void sched__kick(sched *s);
 bool sched__task_unqueue(sched *s, sched_task *t);
 /* Whether t's graph g lets it start now (its caps on tasks in flight and live bytes). */
 bool sched__graph_admits(const sched_graph *g, const sched_task *t);
+/* Frees g's counts of big sources per worker. */
+void sched__spread_free(sched_graph *g);
 /* A move of `bytes` took took_ns: the rate take-backs weigh a move by follows it. */
 void sched__copy_rate_seen(sched *s, uint64_t bytes, uint64_t took_ns);
 /* Whether f is a function of an uploaded plugin (only workers that run uploads take it). */

@@ -768,6 +768,40 @@ static void tasks_go_to_the_least_loaded(void **state)
         assert_int_equal(e->s->workers[i]->assigned, 1);
 }
 
+/* Sources that make big stored outputs are dealt evenly. Three 1-slot workers get two each of
+ * twelve (a function not run yet queues two deep). w1 finishes its first with 4 MiB after
+ * 100 ms (the function is long now: one queued per slot) and gets one more, and when it
+ * finishes its second it gets none while w2 and w3, behind it in the deal, are busy; w2
+ * finishes one and takes the next. */
+static void big_sources_are_dealt_evenly(void **state)
+{
+    env *e = *state;
+    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
+                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[12];
+    for (uint64_t i = 0; i < 12; i++)
+        ts[i] = (tspec){.id = 1 + i, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, ts, 12);
+    STEP_UNTIL(e, count(w[0], PROTO_TASK_RUN) + count(w[1], PROTO_TASK_RUN) +
+                          count(w[2], PROTO_TASK_RUN) ==
+                      6);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(count(w[i], PROTO_TASK_RUN), 2);
+    done_after(w[0], nth_run(w[0], 0), 0, 4u << 20, false, 100000);
+    STEP_UNTIL(e, count(w[0], PROTO_TASK_RUN) == 3);
+    done_after(w[0], nth_run(w[0], 1), 0, 4u << 20, false, 100000);
+    STEP_UNTIL(e, tstate(e, nth_run(w[0], 1)) == T_DONE);
+    settle(e);
+    assert_int_equal(count(w[0], PROTO_TASK_RUN), 3);
+    done_after(w[1], nth_run(w[1], 0), 0, 4u << 20, false, 100000);
+    STEP_UNTIL(e, count(w[1], PROTO_TASK_RUN) == 3);
+    settle(e);
+    assert_int_equal(count(w[0], PROTO_TASK_RUN), 3);
+    assert_int_equal(count(w[2], PROTO_TASK_RUN), 2);
+}
+
 /* Whether a task queued on w1 behind a running one, over an input of `size` bytes that w1 made,
  * is taken back when w2 goes idle. The function runs 100 ms; no move was seen yet, so moving
  * the input counts at the guessed rate (100 MB/s). */
@@ -2043,6 +2077,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_placed_where_its_input_is, setup, teardown),
     cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
+    cmocka_unit_test_setup_teardown(big_sources_are_dealt_evenly, setup, teardown),
     cmocka_unit_test_setup_teardown(queued_task_stays_with_a_large_input, setup, teardown),
     cmocka_unit_test_setup_teardown(queued_task_over_a_small_input_is_taken_back, setup, teardown),
     cmocka_unit_test_setup_teardown(senders_to_a_reduce_take_turns, setup, teardown),
