@@ -263,17 +263,24 @@ typedef struct tspec {
     uint32_t flags;
 } tspec;
 
+/* Begins a SUBMIT frame of graph (the last one of it if end) of n task records. */
+static void submit_begin(proto_enc *en, peer *c, uint64_t graph, bool end, uint64_t max_tasks,
+                         uint64_t max_bytes, uint32_t n)
+{
+    proto_enc_begin(en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
+    proto_put_u(en, graph);
+    proto_put_u(en, end ? PROTO_SUBMIT_END : 0);
+    proto_put_u(en, max_tasks);
+    proto_put_u(en, max_bytes);
+    proto_put_arr(en, n);
+}
+
 /* One SUBMIT frame of graph; the last one of it if end. */
 static void submit_frame(peer *c, uint64_t graph, bool end, uint64_t max_tasks, uint64_t max_bytes,
                          const tspec *ts, uint32_t n)
 {
     proto_enc en;
-    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
-    proto_put_u(&en, graph);
-    proto_put_u(&en, end ? PROTO_SUBMIT_END : 0);
-    proto_put_u(&en, max_tasks);
-    proto_put_u(&en, max_bytes);
-    proto_put_arr(&en, n);
+    submit_begin(&en, c, graph, end, max_tasks, max_bytes, n);
     for (uint32_t i = 0; i < n; i++) {
         proto_put_arr(&en, 5);
         proto_put_id(&en, tid(ts[i].id));
@@ -739,22 +746,34 @@ static void task_placed_where_its_input_is(void **state)
     assert_ptr_equal(sched__obj_producer(obj(e, 2))->worker, e->s->workers[0]);
 }
 
+/* Three 1-slot workers w1, w2, w3 into w. */
+static void three_workers(env *e, peer *w[3])
+{
+    w[0] = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    w[1] = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    w[2] = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+}
+
+/* TASK_RUN messages the three workers got together. */
+static uint32_t runs_of_three(peer *const w[3])
+{
+    return count(w[0], PROTO_TASK_RUN) + count(w[1], PROTO_TASK_RUN) +
+           count(w[2], PROTO_TASK_RUN);
+}
+
 /* Independent tasks go to the least loaded workers (the load heap, workers.c): three 1-slot
  * workers get one task each; the next task goes to the one that finished. */
 static void tasks_go_to_the_least_loaded(void **state)
 {
     env *e = *state;
-    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *w[3];
+    three_workers(e, w);
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
     tspec ts[] = {{.id = 1, .flags = PROTO_TASK_KEEP},
                   {.id = 2, .flags = PROTO_TASK_KEEP},
                   {.id = 3, .flags = PROTO_TASK_KEEP}};
     submit(c, 1, 0, 0, ts, 3);
-    STEP_UNTIL(e, count(w[0], PROTO_TASK_RUN) + count(w[1], PROTO_TASK_RUN) +
-                          count(w[2], PROTO_TASK_RUN) ==
-                      3);
+    STEP_UNTIL(e, runs_of_three(w) == 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(count(w[i], PROTO_TASK_RUN), 1);
     /* w2 finishes: the next task goes to it (load 0), not to a worker with load 1. */
@@ -776,17 +795,14 @@ static void tasks_go_to_the_least_loaded(void **state)
 static void big_sources_are_dealt_evenly(void **state)
 {
     env *e = *state;
-    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *w[3];
+    three_workers(e, w);
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
     tspec ts[12];
     for (uint64_t i = 0; i < 12; i++)
         ts[i] = (tspec){.id = 1 + i, .flags = PROTO_TASK_KEEP};
     submit(c, 1, 0, 0, ts, 12);
-    STEP_UNTIL(e, count(w[0], PROTO_TASK_RUN) + count(w[1], PROTO_TASK_RUN) +
-                          count(w[2], PROTO_TASK_RUN) ==
-                      6);
+    STEP_UNTIL(e, runs_of_three(w) == 6);
     for (int i = 0; i < 3; i++)
         assert_int_equal(count(w[i], PROTO_TASK_RUN), 2);
     done_after(w[0], nth_run(w[0], 0), 0, 4u << 20, false, 100000);
@@ -845,9 +861,8 @@ static void queued_task_over_a_small_input_is_taken_back(void **state)
 static void chain_stays_on_its_worker(void **state)
 {
     env *e = *state;
-    peer *w[3] = {peer_connect(e, PROTO_ROLE_WORKER, "w1", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w2", 1),
-                  peer_connect(e, PROTO_ROLE_WORKER, "w3", 1)};
+    peer *w[3];
+    three_workers(e, w);
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
     tspec chain[] = {{.id = 1},
                      {.id = 2, .args = {1}, .nargs = 1},
@@ -1888,12 +1903,7 @@ static void outputs_nobody_reads_go_when_their_task_ends(void **state)
     peer *w = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
     proto_enc en;
-    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
-    proto_put_u(&en, 1);
-    proto_put_u(&en, PROTO_SUBMIT_END);
-    proto_put_u(&en, 0);
-    proto_put_u(&en, 0);
-    proto_put_arr(&en, 2);
+    submit_begin(&en, c, 1, true, 0, 0, 2);
     proto_put_arr(&en, 7); /* with worker "" and nouts */
     proto_put_id(&en, tid(0x1000));
     proto_put_str(&en, "fn");
@@ -2024,12 +2034,7 @@ static void senders_to_a_reduce_take_turns(void **state)
     enum { MAPS = 12, SIZE = 100 << 10 };
     uint64_t pieces[2 * MAPS];
     proto_enc en;
-    proto_enc_begin(&en, proto_conn_out(c->conn), PROTO_SUBMIT, 7, 6);
-    proto_put_u(&en, 1);
-    proto_put_u(&en, PROTO_SUBMIT_END);
-    proto_put_u(&en, 0);
-    proto_put_u(&en, 0);
-    proto_put_arr(&en, MAPS + 2);
+    submit_begin(&en, c, 1, true, 0, 0, MAPS + 2);
     for (uint64_t m = 0; m < MAPS; m++) {
         put_task_at(&en, (m + 1) << 12, NULL, 0, 0, m < 10 ? "w1" : "w2", 2);
         pieces[2 * m] = (m + 1) << 12;

@@ -441,6 +441,16 @@ static void count_compactions(int level, const char *msg)
         compactions++;
 }
 
+/* Deletes objects 0..n-1 but every keep-th, counting the compactions logged from now on. */
+static void delete_all_but_every(ost_store *s, uint64_t n, uint64_t keep)
+{
+    compactions = 0;
+    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
+    for (uint64_t i = 0; i < n; i++)
+        if (i % keep != 0)
+            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+}
+
 /* Deletions that finish while a compaction waits for the lanes to drain find the file as
  * large as before: they must not queue another copy of the same live records. */
 static void spill_file_is_compacted_once_per_need(void **state)
@@ -451,11 +461,7 @@ static void spill_file_is_compacted_once_per_need(void **state)
     ost_store *s = mk(16u << 20, 0, 0, 30000);
     lanes = 0;
     spill_random(s, n);
-    compactions = 0;
-    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
-    for (uint64_t i = 0; i < n; i++)
-        if (i % keep != 0)
-            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    delete_all_but_every(s, n, keep);
     uv_run(&loop, UV_RUN_DEFAULT);
     spw_log_set_sink(NULL, SPW_LOG_WARN);
     assert_int_equal(compactions, 1);
@@ -476,11 +482,7 @@ static void spill_file_is_compacted_once_deletions_settle(void **state)
     quiet_ms = 0;
     spill_random(s, n);
     uint64_t before = spill_disk();
-    compactions = 0;
-    spw_log_set_sink(count_compactions, SPW_LOG_INFO);
-    for (uint64_t i = 0; i < n; i++)
-        if (i % keep != 0)
-            assert_int_equal(ost_obj_delete(s, id(i)), 0);
+    delete_all_but_every(s, n, keep);
     uv_run(&loop, UV_RUN_DEFAULT);
     ost_store_maintain(s);
     uv_run(&loop, UV_RUN_DEFAULT);
