@@ -193,6 +193,15 @@ static void spread_add(sched_graph *g, uint32_t worker)
     e->n++;
 }
 
+void sched__spread_undo(const sched_task *t, uint32_t worker)
+{
+    sched_spread *e = NULL;
+    if (source_maybe_big(t))
+        HASH_FIND(hh, t->graph->spread, &worker, sizeof worker, e);
+    if (e != NULL && e->n > 0)
+        e->n--;
+}
+
 void sched__spread_free(sched_graph *g)
 {
     sched_spread *e, *tmp;
@@ -207,7 +216,9 @@ void sched__spread_free(sched_graph *g)
  * its graph's big sources per slot, when no worker in the deal was given fewer; else NULL with
  * *held set when it waits for its turn (a worker behind in the deal is busy). In the deal are
  * the workers that may run it and were given one, or have a free place now: one busy with other
- * work from the start does not hold the others up, and joins when it frees a slot. */
+ * work from the start does not hold the others up, and joins when it frees a slot. A paused
+ * worker is left out (its store may stay full for long); one taken back from a worker stops
+ * counting there (sched__spread_undo). */
 static sched_worker *pick_spread(sched *s, const sched_task *t, uint32_t depth, bool *held)
 {
     sched_graph *g = t->graph;

@@ -869,6 +869,8 @@ bool sched__task_unqueue(sched *s, sched_task *t);
 bool sched__graph_admits(const sched_graph *g, const sched_task *t);
 /* Frees g's counts of big sources per worker. */
 void sched__spread_free(sched_graph *g);
+/* t, given to worker `worker`, was taken back before it ran: it no longer counts in the deal. */
+void sched__spread_undo(const sched_task *t, uint32_t worker);
 /* A move of `bytes` took took_ns: the rate take-backs weigh a move by follows it. */
 void sched__copy_rate_seen(sched *s, uint64_t bytes, uint64_t took_ns);
 /* Whether f is a function of an uploaded plugin (only workers that run uploads take it). */

@@ -881,6 +881,7 @@ static void task_done_rec(sched *s, sched_worker *w, uint64_t req, const proto_v
              * counted); one taken for an idle worker goes only to a free slot. */
             t->flags &= ~PROTO_TASK_AHEAD;
             t->taken = taken;
+            sched__spread_undo(t, w->id);
             ready_push(s, t);
             return;
         }

@@ -818,6 +818,42 @@ static void big_sources_are_dealt_evenly(void **state)
     assert_int_equal(count(w[2], PROTO_TASK_RUN), 2);
 }
 
+/* How many of its graph's big sources task id's graph gave worker p. */
+static uint32_t dealt_to(env *e, uint64_t id, const peer *p)
+{
+    sched_spread *d = NULL;
+    uint32_t worker = (uint32_t)p->session;
+    HASH_FIND(hh, sched__obj_producer(obj(e, id))->graph->spread, &worker, sizeof worker, d);
+    return d != NULL ? d->n : 0;
+}
+
+/* A big source taken back from the worker it was queued on no longer counts there. Two 1-slot
+ * workers get two each of five sources; w1 finishes one (4 MiB, 100 ms) and gets the fifth,
+ * queued; w2 finishes both of its own and, with nothing ready, takes the fifth back: the deal
+ * then counts two for w1 and three for w2, as they ran. */
+static void big_source_taken_back_leaves_the_deal(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    tspec ts[5];
+    for (uint64_t i = 0; i < 5; i++)
+        ts[i] = (tspec){.id = 1 + i, .flags = PROTO_TASK_KEEP};
+    submit(c, 1, 0, 0, ts, 5);
+    STEP_UNTIL(e, count(w1, PROTO_TASK_RUN) == 2 && count(w2, PROTO_TASK_RUN) == 2);
+    done_after(w1, nth_run(w1, 0), 0, 4u << 20, false, 100000);
+    STEP_UNTIL(e, count(w1, PROTO_TASK_RUN) == 3);
+    uint64_t fifth = nth_run(w1, 2);
+    done_after(w2, nth_run(w2, 0), 0, 4u << 20, false, 100000);
+    done_after(w2, nth_run(w2, 1), 0, 4u << 20, false, 100000);
+    STEP_UNTIL(e, got(w1, PROTO_TASK_CANCEL, tid(fifth)));
+    done(w1, fifth, SPW_ECANCELED, 0, false);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(fifth)));
+    assert_int_equal(dealt_to(e, fifth, w1), 2);
+    assert_int_equal(dealt_to(e, fifth, w2), 3);
+}
+
 /* Whether a task queued on w1 behind a running one, over an input of `size` bytes that w1 made,
  * is taken back when w2 goes idle. The function runs 100 ms; no move was seen yet, so moving
  * the input counts at the guessed rate (100 MB/s). */
@@ -2083,6 +2119,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(chain_stays_on_its_worker, setup, teardown),
     cmocka_unit_test_setup_teardown(tasks_go_to_the_least_loaded, setup, teardown),
     cmocka_unit_test_setup_teardown(big_sources_are_dealt_evenly, setup, teardown),
+    cmocka_unit_test_setup_teardown(big_source_taken_back_leaves_the_deal, setup, teardown),
     cmocka_unit_test_setup_teardown(queued_task_stays_with_a_large_input, setup, teardown),
     cmocka_unit_test_setup_teardown(queued_task_over_a_small_input_is_taken_back, setup, teardown),
     cmocka_unit_test_setup_teardown(senders_to_a_reduce_take_turns, setup, teardown),
