@@ -1358,13 +1358,14 @@ static void pres_yield(wrk *w, const wtask *run, uint64_t size)
 {
     ost_stats st;
     ost_stats_get(w->store, &st);
-    /* Enough bytes beside the pinned ones, but cut into smaller holes by them, with nothing left
-     * to spill and nothing being spilled: only unpinning makes the room, all of it may be needed
-     * (which rooms border which holes is not known). */
-    bool cut = st.capacity - st.pinned >= size && st.used == st.pinned && st.spilling_bytes == 0;
-    if (st.capacity - st.pinned >= size && !cut)
+    uint64_t beside = st.capacity - st.pinned;
+    /* Enough bytes beside the pinned ones but cut into smaller holes by them, with nothing left
+     * to spill and nothing being spilled: only unpinning makes the room, and all of it may be
+     * needed (which rooms border which holes is not known). */
+    bool cut = st.used == st.pinned && st.spilling_bytes == 0;
+    if (beside >= size && !cut)
         return; /* spilling or freeing what is not pinned makes the room */
-    uint64_t need = cut ? UINT64_MAX : size - (st.capacity - st.pinned), freed = 0;
+    uint64_t need = beside >= size ? UINT64_MAX : size - beside, freed = 0;
     spw_buf give = {0};
     wtask *t, *tmp;
     HASH_ITER(hh, w->tasks, t, tmp)

@@ -167,8 +167,8 @@ struct wtask {
     uint8_t out_reserved; /* its output's entry in w->adm_res is referenced by it */
     uint8_t adm_listed;   /* on w->adm_head (waiting for admission) */
     uint8_t pre_wait;     /* admitted, its output's room (pre) being allocated */
-    uint64_t alloc_wait;  /* running: bytes of an output allocation it waits for, else 0 */
     uint8_t prefetched;   /* its inputs from elsewhere were fetched ahead of its admission */
+    uint64_t alloc_wait;  /* running: bytes of an output allocation it waits for, else 0 */
     wtask *adm_prev, *adm_next; /* w->adm_head, while in state WT_ADMIT */
     wtask *next;          /* ready queue, or the executor's FIFO */
     wtask *aprev, *anext; /* w->ahead */
