@@ -119,6 +119,42 @@ static void test_sort_refuses_a_ragged_argument(void **state)
     dlclose(dl);
 }
 
+/* check fails a bucket that is out of order, or holds a value of another bucket, naming the
+ * first value at fault; a bucket in order passes. */
+static void test_check_names_the_value_at_fault(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    void *dl;
+    spw_task_fn check = local_plugin_fn(plugin_table(&dl), "check");
+    uint64_t v[N], j = 2, p = 4, step = (UINT64_MAX / 4) / N;
+    for (uint64_t i = 0; i < N; i++)
+        v[i] = j * (UINT64_MAX / 4 + 1) + i * step; /* ascending, all in bucket 2 of 4 */
+    spw_task_arg args[3] = {{v, sizeof v}, {&j, 8}, {&p, 8}};
+    void *out;
+    uint64_t len;
+    char err[256];
+    assert_int_equal(local_run_fn(check, args, 3, 1, &out, &len, err), 0);
+    assert_int_equal(len, 24);
+    free(out);
+
+    uint64_t keep = v[500];
+    v[500] = v[499] - 1; /* one value smaller than the one before it */
+    assert_int_not_equal(local_run_fn(check, args, 3, 1, &out, &len, err), 0);
+    assert_non_null(strstr(err, "value 500 is smaller than the one before it"));
+    v[500] = keep;
+
+    v[N - 1] = 3 * (UINT64_MAX / 4 + 1); /* the last value in bucket 3: still ascending */
+    assert_int_not_equal(local_run_fn(check, args, 3, 1, &out, &len, err), 0);
+    assert_non_null(strstr(err, "value 999 is not in bucket 2 of 4"));
+    v[N - 1] = v[N - 2] + step;
+
+    v[0] = 0; /* the first value in bucket 0 */
+    assert_int_not_equal(local_run_fn(check, args, 3, 1, &out, &len, err), 0);
+    assert_non_null(strstr(err, "value 0 is not in bucket 2 of 4"));
+    dlclose(dl);
+}
+
 /* gen makes two blocks, split deals each into P, sort makes each bucket and check returns its
  * count, xor and sum, which must be those of the generated values in that bucket. */
 static void test_gen_split_sort_check(void **state)
@@ -176,6 +212,7 @@ int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sort_matches_qsort),
     cmocka_unit_test(test_sort_refuses_a_ragged_argument),
+    cmocka_unit_test(test_check_names_the_value_at_fault),
     cmocka_unit_test(test_gen_split_sort_check),
 };
 SPW_TEST_MAIN(tests)
