@@ -323,7 +323,7 @@ uint64_t e2e_worker_figure(h_cluster *c, const char *name, bool mem, const char 
     return v;
 }
 
-size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state)
+size_t e2e_copies_on(h_cluster *c, spillway_ref r, const char *node, const char *state)
 {
     char hex[33];
     json_t *doc = e2e_ctl_json(c, "memory");
@@ -333,10 +333,17 @@ size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state)
     json_array_foreach(json_object_get(o, "locations"), i, loc)
     {
         const char *s = json_string_value(json_object_get(loc, "state"));
-        n += state == NULL || (s != NULL && strcmp(s, state) == 0);
+        const char *on = json_string_value(json_object_get(loc, "node"));
+        n += (state == NULL || (s != NULL && strcmp(s, state) == 0)) &&
+             (node == NULL || (on != NULL && strcmp(on, node) == 0));
     }
     json_decref(doc);
     return n;
+}
+
+size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state)
+{
+    return e2e_copies_on(c, r, NULL, state);
 }
 
 spillway_ref e2e_fill_on(spillway *cl, const char *worker, uint64_t size, const char *pattern)

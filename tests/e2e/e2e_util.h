@@ -51,6 +51,8 @@ uint64_t e2e_memory_sum(h_cluster *c, const char *field);
 /* Copies of object r in a fresh `spillway-ctl memory` whose state is `state` ("memory",
  * "spilled"...), or all of them for NULL; 0 when r is not listed. */
 size_t e2e_copies(h_cluster *c, spillway_ref r, const char *state);
+/* The same, counting only the copies on the worker named `node` (every worker for NULL). */
+size_t e2e_copies_on(h_cluster *c, spillway_ref r, const char *node, const char *state);
 /* Field `field` of the worker named `name` in a fresh `spillway-ctl status` (of its memory
  * object when mem); 0 when it is not listed. */
 uint64_t e2e_worker_figure(h_cluster *c, const char *name, bool mem, const char *field);
