@@ -351,9 +351,9 @@ void sched__push_unplan(sched *s, sched_task *t)
 void sched__push_worker_gone(sched *s, sched_worker *w)
 {
     push_target *pt = s->push != NULL ? target_find(s->push, w->id) : NULL;
+    /* Its plans stay: the next piece made for them plans them anew. */
     if (pt != NULL)
-        target_drop_queued(s->push, pt); /* its plans stay: the next piece made for them plans
-                                            them anew */
+        target_drop_queued(s->push, pt);
 }
 
 void sched__push_free_all(sched *s)

@@ -152,7 +152,6 @@ static inline const uint8_t *sched__arg_kept_value(const sched_arg *a, uint64_t 
     return a->kept_small;
 }
 
-/* A submitted graph: its caps and what it has in flight. Freed with its last task. */
 /* How many of a graph's big sources one worker was given (place.c deals them evenly). */
 typedef struct sched_spread {
     uint32_t worker; /* the key */
@@ -160,6 +159,7 @@ typedef struct sched_spread {
     UT_hash_handle hh;
 } sched_spread;
 
+/* A submitted graph: its caps and what it has in flight. Freed with its last task. */
 typedef struct sched_graph {
     uint64_t session;    /* submitter */
     uint64_t gid;        /* the client's graph id */

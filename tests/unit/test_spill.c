@@ -451,6 +451,17 @@ static void delete_all_but_every(ost_store *s, uint64_t n, uint64_t keep)
             assert_int_equal(ost_obj_delete(s, id(i)), 0);
 }
 
+/* The end of a case of delete_all_but_every: the store logged one compaction, and the kept
+ * objects read back whole; then the store goes. */
+static void compacted_once_kept_readable(ost_store *s, uint64_t n, uint64_t keep)
+{
+    spw_log_set_sink(NULL, SPW_LOG_WARN);
+    assert_int_equal(compactions, 1);
+    for (uint64_t i = 0; i < n; i += keep)
+        check(s, i, 4u << 20, false);
+    done(s);
+}
+
 /* Deletions that finish while a compaction waits for the lanes to drain find the file as
  * large as before: they must not queue another copy of the same live records. */
 static void spill_file_is_compacted_once_per_need(void **state)
@@ -463,11 +474,7 @@ static void spill_file_is_compacted_once_per_need(void **state)
     spill_random(s, n);
     delete_all_but_every(s, n, keep);
     uv_run(&loop, UV_RUN_DEFAULT);
-    spw_log_set_sink(NULL, SPW_LOG_WARN);
-    assert_int_equal(compactions, 1);
-    for (uint64_t i = 0; i < n; i += keep)
-        check(s, i, 4u << 20, false);
-    done(s);
+    compacted_once_kept_readable(s, n, keep);
 }
 
 /* While spilled copies are still being deleted the file is not compacted (the live records it
@@ -493,12 +500,8 @@ static void spill_file_is_compacted_once_deletions_settle(void **state)
     nanosleep(&ts, NULL);
     ost_store_maintain(s);
     uv_run(&loop, UV_RUN_DEFAULT);
-    spw_log_set_sink(NULL, SPW_LOG_WARN);
-    assert_int_equal(compactions, 1);
     assert_true(spill_disk() < before / 2);
-    for (uint64_t i = 0; i < n; i += keep)
-        check(s, i, 4u << 20, false);
-    done(s);
+    compacted_once_kept_readable(s, n, keep);
 }
 
 /* Most spilled copies released, a few kept: the file is compacted while they stay readable. */

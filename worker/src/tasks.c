@@ -1396,12 +1396,14 @@ static void pres_yield(wrk *w, const wtask *run, uint64_t size)
 
 void wrk__pres_recheck(wrk *w)
 {
-    /* Ids first: pres_yield's aborts serve waiting allocations, whose callbacks may end tasks. */
+    /* Only an executor's running task waits for an output's room: their ids first, since
+     * pres_yield's aborts serve waiting allocations, whose callbacks may end tasks. Called on
+     * every free, so it looks at the executors, not at every task. */
     spw_buf ids = {0};
-    wtask *t, *tmp;
-    HASH_ITER(hh, w->tasks, t, tmp)
-    {
-        if (t->alloc_wait != 0)
+    wtask *t;
+    for (uint32_t i = 0; i < w->nexec; i++) {
+        t = w->execs[i].head;
+        if (t != NULL && t->alloc_wait != 0)
             spw_buf_append(&ids, &t->id, sizeof t->id);
     }
     for (size_t off = 0; off < ids.len; off += sizeof(spw_id)) {
