@@ -35,6 +35,7 @@ struct ost_block {
     ost_block *phys_next; /* the block starting at off + size; NULL for the last block */
     ost_block *free_prev; /* free-list links; both NULL while the block is allocated */
     ost_block *free_next;
+    void *owner; /* what the allocated block holds (ost_block_set_owner); NULL while free */
     bool is_free;
 };
 
@@ -222,6 +223,7 @@ int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out)
         a->nfree--;
     }
     b->is_free = false;
+    b->owner = NULL;
     a->used += bytes;
     a->nalloc++;
     *out = b;
@@ -247,6 +249,7 @@ void ost_alloc_put(ost_alloc *a, ost_block *b)
     a->nalloc--;
     a->nfree++;
     b->is_free = true;
+    b->owner = NULL;
     ost_block *prev = b->phys_prev;
     if (prev != NULL && prev->is_free) {
         list_remove(a, prev);
@@ -270,6 +273,19 @@ bool ost_alloc_fits(const ost_alloc *a, uint64_t size)
         return false;
     uint64_t bytes = (size + a->granule - 1) & ~(a->granule - 1);
     return find_fit(a, granules(a, bytes)) != NULL;
+}
+
+void ost_block_set_owner(ost_block *b, void *owner)
+{
+    b->owner = owner;
+}
+
+void ost_alloc_foreach_block(const ost_alloc *a,
+                             void (*fn)(void *arg, uint64_t size, bool is_free, void *owner),
+                             void *arg)
+{
+    for (const ost_block *b = a->first; b != NULL; b = b->phys_next)
+        fn(arg, b->size, b->is_free, b->is_free ? NULL : b->owner);
 }
 
 uint64_t ost_block_off(const ost_block *b)

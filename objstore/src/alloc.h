@@ -51,6 +51,13 @@ void ost_alloc_put(ost_alloc *a, ost_block *b);
 bool ost_alloc_fits(const ost_alloc *a, uint64_t size);
 
 uint64_t ost_block_off(const ost_block *b);
+/** Records what an allocated block holds, for ost_alloc_foreach_block; cleared when it is freed. */
+void ost_block_set_owner(ost_block *b, void *owner);
+/** Calls fn(arg, size, is_free, owner) for every block, free or not, in address order (owner
+ * NULL for a free block or one whose owner was never set). fn must not allocate or free. */
+void ost_alloc_foreach_block(const ost_alloc *a,
+                             void (*fn)(void *arg, uint64_t size, bool is_free, void *owner),
+                             void *arg);
 /** The rounded size of the block. */
 uint64_t ost_block_size(const ost_block *b);
 

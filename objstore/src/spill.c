@@ -1299,51 +1299,139 @@ void ost__spill_forget(ost_store *s, ost_obj *o)
     enqueue(s, j);
 }
 
+/* Makes o, an object on the LRU list, leave memory: freed at once when its spilled copy is
+ * valid (*evicted set), else a spill is queued. Returns false when neither can be done (the
+ * spill storage is full and o has no copy there). */
+static bool spill_one(ost_store *s, ost_obj *o, bool *evicted)
+{
+    struct ost_spill *sp = s->spill;
+    if (o->on_disk) {
+        /* Already on disk and unchanged (objects are immutable): free, no write. */
+        ost__obj_release_memory(s, o);
+        ost__lru_update(s, o);
+        s->st.evictions++;
+        *evicted = true;
+        return true;
+    }
+    if (sp->full)
+        return false;
+    o->spilling = true;
+    ost__lru_update(s, o);
+    sp->spilling_bytes += o->size;
+    spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
+    j->s = s;
+    j->kind = JOB_SPILL;
+    j->o = o;
+    j->id = o->id;
+    j->copy = o->copy = ++sp->copies;
+    j->size = o->size;
+    j->src = ost_obj_data(o);
+    enqueue(s, j);
+    return true;
+}
+
 /* Frees memory of objects whose spilled copy is valid, and queues spills of others, oldest
  * use first, until `need` bytes are on their way out; spared objects only with `spared_too`.
  * Returns what is still needed. */
 static uint64_t spill_some(ost_store *s, uint64_t need, bool spared_too)
 {
-    struct ost_spill *sp = s->spill;
     ost_obj *o = s->lru, *next;
     bool evicted = false;
     uint64_t now = spared_too ? 0 : spw_now_ns();
     while (o != NULL && need > 0) {
         next = o->lru_next;
-        if (!spared_too && o->spare_until > now) {
-            o = next;
-            continue;
-        }
         uint64_t bsize = o->size + (s->granule - o->size % s->granule) % s->granule;
-        if (o->on_disk) {
-            /* Already on disk and unchanged (objects are immutable): free, no write. */
-            ost__obj_release_memory(s, o);
-            ost__lru_update(s, o);
-            s->st.evictions++;
-            evicted = true;
-        } else if (!sp->full) {
-            o->spilling = true;
-            ost__lru_update(s, o);
-            sp->spilling_bytes += o->size;
-            spill_job *j = spw_calloc(SPW_MOD_OBJSTORE, 1, sizeof *j);
-            j->s = s;
-            j->kind = JOB_SPILL;
-            j->o = o;
-            j->id = o->id;
-            j->copy = o->copy = ++sp->copies;
-            j->size = o->size;
-            j->src = ost_obj_data(o);
-            enqueue(s, j);
-        } else {
-            o = next;
-            continue;
-        }
-        need = need > bsize ? need - bsize : 0;
+        if ((spared_too || o->spare_until <= now) && spill_one(s, o, &evicted))
+            need = need > bsize ? need - bsize : 0;
         o = next;
     }
     if (evicted)
         ost__room_freed(s);
     return need;
+}
+
+/* The arena's blocks in address order, each with what emptying it costs (window_room). */
+typedef struct window_block {
+    uint64_t size;
+    uint64_t cost; /* WINDOW_NEVER: it cannot be emptied now */
+    ost_obj *o;    /* NULL for a free block */
+} window_block;
+
+typedef struct window_walk {
+    window_block *b;
+    size_t n, cap;
+    uint64_t now, oldest; /* the least recently used object's last use */
+} window_walk;
+
+#define WINDOW_NEVER UINT64_MAX
+
+static void window_add(void *arg, uint64_t size, bool is_free, void *owner)
+{
+    window_walk *w = arg;
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->b = spw_realloc(SPW_MOD_OBJSTORE, w->b, w->cap * sizeof *w->b);
+    }
+    ost_obj *o = is_free ? NULL : owner;
+    uint64_t cost = 0;
+    if (!is_free && (o == NULL || !o->on_lru)) {
+        /* Unknown, or pinned, being written, restored or deleted while in use; one already
+         * being spilled costs nothing more (its memory comes back when it is written). */
+        cost = o != NULL && o->spilling ? 0 : WINDOW_NEVER;
+    } else if (o != NULL) {
+        /* A write for one with no valid copy on disk; an eviction is cheaper, but it may have
+         * to be read back. Up to twice that for the most recently used (LRU's bet: used again
+         * sooner than the older ones), and once more for one spared for a task about to read
+         * it. */
+        uint64_t base = o->on_disk ? size / 4 : size;
+        uint64_t since = o->last_use_ns > w->oldest ? o->last_use_ns - w->oldest : 0;
+        double recent = (double)since / (double)(w->now - w->oldest + 1);
+        cost = base + (uint64_t)((double)base * recent);
+        if (o->spare_until > w->now)
+            cost += size;
+    }
+    w->b[w->n++] = (window_block){size, cost, cost == 0 ? NULL : o};
+}
+
+/* Room for an allocation of `size` bytes that no free block can take although the store may
+ * hold that much free in pieces: spilling in LRU order frees bytes scattered over the arena,
+ * which may take most of the store before two holes meet. This finds the contiguous range of
+ * at least `size` bytes that is cheapest to empty (bytes to write, evictions, spared objects;
+ * none pinned or being written) and makes its objects leave. Returns false when no such range
+ * exists (every one holds an object that cannot leave now), nothing done. A range already
+ * being emptied costs nothing, so the next call finds it again and queues nothing more.
+ * *evicted: memory was freed at once (the caller tells the waiters, after its own use of them). */
+static bool window_room(ost_store *s, uint64_t size, bool *evicted)
+{
+    window_walk w = {.now = spw_now_ns()};
+    w.oldest = s->lru != NULL && s->lru->last_use_ns < w.now ? s->lru->last_use_ns : w.now;
+    ost_alloc_foreach_block(s->alloc, window_add, &w);
+    uint64_t best = WINDOW_NEVER, len = 0, cost = 0;
+    size_t bi = 0, bj = 0, i = 0;
+    for (size_t j = 0; j < w.n; j++) {
+        if (w.b[j].cost == WINDOW_NEVER) {
+            i = j + 1;
+            len = cost = 0;
+            continue;
+        }
+        len += w.b[j].size;
+        cost += w.b[j].cost;
+        for (; i < j && len - w.b[i].size >= size; i++) {
+            len -= w.b[i].size;
+            cost -= w.b[i].cost;
+        }
+        if (len >= size && cost < best) {
+            best = cost;
+            bi = i;
+            bj = j;
+        }
+    }
+    bool found = best != WINDOW_NEVER;
+    for (size_t k = bi; found && k <= bj; k++)
+        if (w.b[k].o != NULL)
+            (void)spill_one(s, w.b[k].o, evicted);
+    spw_free(w.b);
+    return found;
 }
 
 void ost__spill_maintain(ost_store *s)
@@ -1368,15 +1456,25 @@ void ost__spill_maintain(ost_store *s)
         sp->active = false;
     if (!sp->active)
         to_free = 0;
-    uint64_t need = to_free + s->waiting_bytes;
+    /* The first waiter is served first; when it waits only because the free bytes lie in
+     * pieces, a range emptied for it does better than LRU order (window_room). */
+    uint64_t waiting = s->waiting_bytes;
+    const ost_waiter *head = s->waiters;
+    bool evicted = false;
+    if (head != NULL && !sp->full && !sp->retrying && !ost_alloc_fits(s->alloc, head->size) &&
+        window_room(s, head->size, &evicted))
+        waiting -= head->size;
+    uint64_t need = to_free + waiting;
     need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
     if (sp->retrying && need > 0) /* one object at a time until a spill succeeds again */
         need = sp->spilling_bytes > 0 ? 0 : 1;
     if (need > 0)
         need = spill_some(s, need, false);
     /* Spared objects go only for room an allocation waits for, not for headroom. */
-    if (need > 0 && s->waiting_bytes > 0)
-        spill_some(s, need < s->waiting_bytes ? need : s->waiting_bytes, true);
+    if (need > 0 && waiting > 0)
+        spill_some(s, need < waiting ? need : waiting, true);
+    if (evicted)
+        ost__room_freed(s);
     if (sp->deleted)
         lane_next(s); /* a compaction the quiet wait held back */
 }

@@ -266,6 +266,7 @@ static int obj_alloc(ost_store *s, ost_obj *o, bool limited)
     if (rc != 0)
         return rc;
     uint64_t bsize = ost_block_size(o->blk);
+    ost_block_set_owner(o->blk, o);
     ARENA_UNPOISON(s->base + ost_block_off(o->blk), o->size);
     s->st.used += bsize;
     s->st.allocs++;

@@ -767,6 +767,56 @@ static void alloc_random_stress_against_reference_model(void **state)
     stress_run(4, 64, 37, 4000);
 }
 
+typedef struct walked {
+    uint64_t size[8];
+    bool is_free[8];
+    void *owner[8];
+    int n;
+} walked;
+
+static void walk_one(void *arg, uint64_t size, bool is_free, void *owner)
+{
+    walked *w = arg;
+    assert_true(w->n < 8);
+    w->size[w->n] = size;
+    w->is_free[w->n] = is_free;
+    w->owner[w->n++] = owner;
+}
+
+/* The walk over every block gives them in address order, free ones with no owner; a block's
+ * owner is what was recorded for it, and none once it is freed and handed out again. */
+static void alloc_walk_gives_blocks_in_order_with_owners(void **state)
+{
+    (void)state;
+    ost_alloc *a = NULL;
+    assert_int_equal(ost_alloc_new(8 * G, G, &a), 0);
+    int x, y;
+    ost_block *b0 = get_ok(a, G), *b1 = get_ok(a, 2 * G), *b2 = get_ok(a, G);
+    ost_block_set_owner(b0, &x);
+    ost_block_set_owner(b2, &y);
+    put_ok(a, b1);
+    walked w = {0};
+    ost_alloc_foreach_block(a, walk_one, &w);
+    assert_int_equal(w.n, 4);
+    const uint64_t sizes[] = {G, 2 * G, G, 4 * G};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(w.size[i], sizes[i]);
+        assert_int_equal(w.is_free[i], i == 1 || i == 3);
+    }
+    assert_ptr_equal(w.owner[0], &x);
+    assert_null(w.owner[1]);
+    assert_ptr_equal(w.owner[2], &y);
+    put_ok(a, b0);
+    ost_block *again = get_ok(a, G);
+    w.n = 0;
+    ost_alloc_foreach_block(a, walk_one, &w);
+    assert_false(w.is_free[0]);
+    assert_null(w.owner[0]); /* handed out again: no owner until one is recorded */
+    put_ok(a, again);
+    put_ok(a, b2);
+    ost_alloc_free(a);
+}
+
 static void alloc_fits_agrees_with_get(void **state)
 {
     (void)state;
@@ -836,6 +886,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(alloc_check_detects_foreign_block),
     cmocka_unit_test(alloc_random_stress_against_reference_model),
     cmocka_unit_test(alloc_fits_agrees_with_get),
+    cmocka_unit_test(alloc_walk_gives_blocks_in_order_with_owners),
 };
 
 SPW_TEST_MAIN(tests)

@@ -1240,6 +1240,40 @@ static void spared_objects_are_spilled_only_for_waiting_room(void **state)
     gone_from_disk(s);
 }
 
+/* Twelve 1 MiB objects, at offsets 0 to 11 MiB, the even ones up to 10 deleted: 9 MiB free,
+ * but in five 1 MiB holes and a 4 MiB tail. A 7 MiB allocation waits. Spilling in LRU order
+ * would queue the oldest objects until 7 MiB were on their way out, scattered between the
+ * holes; the store empties the cheapest 7 MiB range instead (the hole of 10, objects 11 and
+ * 12, the tail): two writes, and the oldest objects stay. */
+static void a_fragmented_store_empties_one_range_for_a_large_allocation(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
+    for (uint64_t i = 1; i <= 12; i++)
+        put(s, i, 1u << 20, false);
+    for (uint64_t i = 2; i <= 10; i += 2)
+        ost_obj_delete(s, id(i));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_count, 0); /* 7 MiB used: under the threshold */
+    got g = {0};
+    ost_obj_create_async(s, id(20), 7u << 20, got_cb, &g);
+    while (g.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(g.status, 0);
+    assert_int_equal(stats(s).spill_count, 2);
+    for (uint64_t i = 1; i <= 12; i += i < 10 ? 2 : 1)
+        if (i != 10)
+            assert_int_equal(ost_obj_where(ost_obj_find(s, id(i))),
+                             i >= 11 ? OST_ON_DISK : OST_IN_MEMORY);
+    ost_obj_abort(s, g.o);
+    check(s, 11, 1u << 20, false);
+    check(s, 12, 1u << 20, false);
+    for (uint64_t i = 1; i <= 12; i += i < 10 ? 2 : 1)
+        if (i != 10)
+            ost_obj_delete(s, id(i));
+    gone_from_disk(s);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1434,6 +1468,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spilled_ranges_are_read_without_a_restore),
     cmocka_unit_test(held_spills_start_at_release_and_deleted_ones_are_not_written),
     cmocka_unit_test(spared_objects_are_spilled_only_for_waiting_room),
+    cmocka_unit_test(a_fragmented_store_empties_one_range_for_a_large_allocation),
 };
 
 SPW_TEST_MAIN(tests)
