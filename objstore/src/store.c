@@ -339,7 +339,9 @@ static int create_async(ost_store *s, spw_id id, uint64_t size, bool first, ost_
      * executor, would wrap waiting_bytes) and wait up to alloc_wait_ms for its error. */
     int rc = create_check(s, id, size);
     if (rc == 0)
-        rc = s->waiters == NULL || first ? ost_obj_create(s, id, size, &o) : SPW_ENOMEM;
+        rc = s->waiters == NULL || first || ost__waiters_pinned_only(s)
+                 ? ost_obj_create(s, id, size, &o)
+                 : SPW_ENOMEM;
     if (rc == 0)
         s->full_gave_up = false;
     else if (rc == SPW_ENOMEM && full_for_now(s))
@@ -414,6 +416,11 @@ void ost__room_freed(ost_store *s)
         ost__waiters_retry(s);
 }
 
+bool ost__waiters_pinned_only(const ost_store *s)
+{
+    return s->lru == NULL && !ost__spill_pending(s);
+}
+
 void ost__waiters_retry(ost_store *s)
 {
     /* A waiter's callback freed memory: the loop below sees it. Closing: ost_store_free fails
@@ -434,12 +441,16 @@ void ost__waiters_retry(ost_store *s)
         } else {
             rc = create_now(s, w->id, w->size, &o);
         }
-        /* First come, first served: a big request is not starved by small ones. Past its
+        /* First come, first served: a big request is not starved by small ones, unless only
+         * pinned memory holds it back, which those behind it may be what lets go. Past its
          * deadline it still waits for the spills under way, whose outcome says whether room is
          * coming or the spill storage is full (they end: nothing is spilled twice). */
         bool together = rc == SPW_ENOMEM && full_for_now(s);
-        if (rc == SPW_ENOMEM && !together && (now < w->deadline_ns || ost__spill_pending(s)))
+        if (rc == SPW_ENOMEM && !together && (now < w->deadline_ns || ost__spill_pending(s))) {
+            if (ost__waiters_pinned_only(s))
+                continue;
             break;
+        }
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
         if (rc == 0) {
@@ -449,11 +460,16 @@ void ost__waiters_retry(ost_store *s)
             failed_together++;
         } else if (rc == SPW_ENOMEM) {
             bool full = ost__spill_full(s);
+            ost_alloc_stats as;
+            ost_alloc_stats_get(s->alloc, &as);
+            /* largest_free under the size with free bytes over it: the room was there, in
+             * pieces that pinned objects keep apart. */
             spw_log(SPW_LOG_WARN,
                     "store=%s allocation of %llu bytes gave up after %u ms: used=%llu "
-                    "pinned=%llu%s",
+                    "pinned=%llu largest_free=%llu%s",
                     s->name, (unsigned long long)w->size, s->opts.alloc_wait_ms,
                     (unsigned long long)s->st.used, (unsigned long long)s->st.pinned,
+                    (unsigned long long)as.largest_free,
                     full ? " and the spill storage is full" : "");
             rc = full ? SPW_ESPILLFULL : SPW_EBACKPRESSURE;
             if (full && !ost__spill_pending(s))

@@ -112,6 +112,11 @@ void ost__restore_fail(ost_store *s, ost_obj *o, int status);
 bool ost__spill_full(const ost_store *s);
 /* Spills queued or running. */
 bool ost__spill_pending(const ost_store *s);
+/* Whether the waiting allocations wait only for pinned memory to be let go: nothing in memory
+ * can be spilled or evicted and no spill is under way. Waiting in line then helps none of them,
+ * and one behind the first that fits is served (the first may be waiting for the very task
+ * whose remaining inputs queue behind it). */
+bool ost__waiters_pinned_only(const ost_store *s);
 uint64_t ost__spilling_bytes(const ost_store *s);
 /* For tests: the most lanes held at once so far (never more than the lanes). */
 uint32_t ost__spill_peak_lanes(ost_store *s);

@@ -1274,6 +1274,41 @@ static void a_fragmented_store_empties_one_range_for_a_large_allocation(void **s
     gone_from_disk(s);
 }
 
+/* Every object in memory pinned, the free bytes cut into holes by them: a 6 MiB allocation
+ * waits for pins to go, which nothing in the store can hasten. A 1 MiB allocation behind it is
+ * served at once (the task it is for may be what holds the pins, waiting for it); the first is
+ * served once the pins go and the store can spill again. */
+static void waiting_only_for_pins_serves_those_behind_that_fit(void **state)
+{
+    (void)state;
+    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
+    for (uint64_t i = 1; i <= 12; i++)
+        put(s, i, 1u << 20, false);
+    for (uint64_t i = 1; i <= 11; i += 2)
+        assert_int_equal(ost_obj_pin(s, ost_obj_find(s, id(i))), 0);
+    for (uint64_t i = 2; i <= 12; i += 2)
+        ost_obj_delete(s, id(i)); /* holes of 1 MiB, and 5 MiB at the end */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    got big = {0}, small = {0};
+    ost_obj_create_async(s, id(20), 6u << 20, got_cb, &big);
+    assert_int_equal(big.calls, 0);
+    ost_obj_create_async(s, id(21), 1u << 20, got_cb, &small);
+    assert_int_equal(small.calls, 1);
+    assert_int_equal(small.status, 0);
+    assert_int_equal(big.calls, 0);
+    ost_obj_abort(s, small.o);
+    for (uint64_t i = 1; i <= 11; i += 2)
+        assert_int_equal(ost_obj_unpin(s, ost_obj_find(s, id(i))), 0);
+    ost_store_maintain(s);
+    while (big.calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(big.status, 0);
+    ost_obj_abort(s, big.o);
+    for (uint64_t i = 1; i <= 11; i += 2)
+        ost_obj_delete(s, id(i));
+    gone_from_disk(s);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1469,6 +1504,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(held_spills_start_at_release_and_deleted_ones_are_not_written),
     cmocka_unit_test(spared_objects_are_spilled_only_for_waiting_room),
     cmocka_unit_test(a_fragmented_store_empties_one_range_for_a_large_allocation),
+    cmocka_unit_test(waiting_only_for_pins_serves_those_behind_that_fit),
 };
 
 SPW_TEST_MAIN(tests)
