@@ -1240,55 +1240,63 @@ static void spared_objects_are_spilled_only_for_waiting_room(void **state)
     gone_from_disk(s);
 }
 
-/* Twelve 1 MiB objects, at offsets 0 to 11 MiB, the even ones up to 10 deleted: 9 MiB free,
- * but in five 1 MiB holes and a 4 MiB tail. A 7 MiB allocation waits. Spilling in LRU order
- * would queue the oldest objects until 7 MiB were on their way out, scattered between the
- * holes; the store empties the cheapest 7 MiB range instead (the hole of 10, objects 11 and
+/* A 16 MiB store holding objects 1..12 of 1 MiB at offsets 0 to 11 MiB, the odd ones pinned
+ * when `pin`, the even ones up to `last` deleted: holes of 1 MiB between them. */
+static ost_store *twelve_with_holes(uint64_t last, bool pin)
+{
+    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
+    for (uint64_t i = 1; i <= 12; i++)
+        put(s, i, 1u << 20, false);
+    for (uint64_t i = 1; pin && i <= 11; i += 2)
+        assert_int_equal(ost_obj_pin(s, ost_obj_find(s, id(i))), 0);
+    for (uint64_t i = 2; i <= last; i += 2)
+        ost_obj_delete(s, id(i));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(stats(s).spill_count, 0); /* at most 10 MiB used: under the threshold */
+    return s;
+}
+
+/* Deletes what twelve_with_holes(last, ...) left, pinned no more, and checks the spill is empty. */
+static void twelve_gone(ost_store *s, uint64_t last)
+{
+    for (uint64_t i = 1; i <= 12; i++)
+        if (i % 2 == 1 || i > last)
+            ost_obj_delete(s, id(i));
+    gone_from_disk(s);
+}
+
+/* 9 MiB free, but in five 1 MiB holes and a 4 MiB tail. A 7 MiB allocation waits. Spilling in
+ * LRU order would queue the oldest objects until 7 MiB were on their way out, scattered between
+ * the holes; the store empties the cheapest 7 MiB range instead (the hole of 10, objects 11 and
  * 12, the tail): two writes, and the oldest objects stay. */
 static void a_fragmented_store_empties_one_range_for_a_large_allocation(void **state)
 {
     (void)state;
-    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
-    for (uint64_t i = 1; i <= 12; i++)
-        put(s, i, 1u << 20, false);
-    for (uint64_t i = 2; i <= 10; i += 2)
-        ost_obj_delete(s, id(i));
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(stats(s).spill_count, 0); /* 7 MiB used: under the threshold */
+    ost_store *s = twelve_with_holes(10, false);
     got g = {0};
     ost_obj_create_async(s, id(20), 7u << 20, got_cb, &g);
     while (g.calls == 0)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(g.status, 0);
     assert_int_equal(stats(s).spill_count, 2);
-    for (uint64_t i = 1; i <= 12; i += i < 10 ? 2 : 1)
-        if (i != 10)
+    for (uint64_t i = 1; i <= 12; i++)
+        if (i % 2 == 1 || i > 10)
             assert_int_equal(ost_obj_where(ost_obj_find(s, id(i))),
                              i >= 11 ? OST_ON_DISK : OST_IN_MEMORY);
     ost_obj_abort(s, g.o);
     check(s, 11, 1u << 20, false);
     check(s, 12, 1u << 20, false);
-    for (uint64_t i = 1; i <= 12; i += i < 10 ? 2 : 1)
-        if (i != 10)
-            ost_obj_delete(s, id(i));
-    gone_from_disk(s);
+    twelve_gone(s, 10);
 }
 
-/* Every object in memory pinned, the free bytes cut into holes by them: a 6 MiB allocation
- * waits for pins to go, which nothing in the store can hasten. A 1 MiB allocation behind it is
- * served at once (the task it is for may be what holds the pins, waiting for it); the first is
- * served once the pins go and the store can spill again. */
+/* Every object in memory pinned, the free bytes cut into holes by them (and 5 MiB at the end):
+ * a 6 MiB allocation waits for pins to go, which nothing in the store can hasten. A 1 MiB
+ * allocation behind it is served at once (the task it is for may be what holds the pins,
+ * waiting for it); the first is served once the pins go and the store can spill again. */
 static void waiting_only_for_pins_serves_those_behind_that_fit(void **state)
 {
     (void)state;
-    ost_store *s = mk(16u << 20, 64u << 20, 0, 30000);
-    for (uint64_t i = 1; i <= 12; i++)
-        put(s, i, 1u << 20, false);
-    for (uint64_t i = 1; i <= 11; i += 2)
-        assert_int_equal(ost_obj_pin(s, ost_obj_find(s, id(i))), 0);
-    for (uint64_t i = 2; i <= 12; i += 2)
-        ost_obj_delete(s, id(i)); /* holes of 1 MiB, and 5 MiB at the end */
-    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_store *s = twelve_with_holes(12, true);
     got big = {0}, small = {0};
     ost_obj_create_async(s, id(20), 6u << 20, got_cb, &big);
     assert_int_equal(big.calls, 0);
@@ -1304,9 +1312,7 @@ static void waiting_only_for_pins_serves_those_behind_that_fit(void **state)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(big.status, 0);
     ost_obj_abort(s, big.o);
-    for (uint64_t i = 1; i <= 11; i += 2)
-        ost_obj_delete(s, id(i));
-    gone_from_disk(s);
+    twelve_gone(s, 12);
 }
 
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
