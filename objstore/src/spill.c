@@ -1457,12 +1457,14 @@ void ost__spill_maintain(ost_store *s)
     if (!sp->active)
         to_free = 0;
     /* The first waiter is served first; when it waits only because the free bytes lie in
-     * pieces, a range emptied for it does better than LRU order (window_room). */
+     * pieces, a range emptied for it does better than LRU order (window_room). With nothing on
+     * the LRU list no object could leave for it: the walk is not made (maintenance runs on
+     * every free while a waiter is held back by pins). */
     uint64_t waiting = s->waiting_bytes;
     const ost_waiter *head = s->waiters;
     bool evicted = false;
-    if (head != NULL && !sp->full && !sp->retrying && !ost_alloc_fits(s->alloc, head->size) &&
-        window_room(s, head->size, &evicted))
+    if (head != NULL && s->lru != NULL && !sp->full && !sp->retrying &&
+        !ost_alloc_fits(s->alloc, head->size) && window_room(s, head->size, &evicted))
         waiting -= head->size;
     uint64_t need = to_free + waiting;
     need = need > sp->spilling_bytes ? need - sp->spilling_bytes : 0;
