@@ -8,7 +8,7 @@
  * run, not only after the last one, and a map's worker does not spill pieces about to leave it.
  * A consumer is planned when its first such input is made, on the worker with the fewest
  * planned consumers per slot; placement later finds its inputs there (most local bytes). Moves
- * to one worker run PUSH_WINDOW at a time. The workers sending to it take turns for the window
+ * to one worker run SCHED_PUSH_WINDOW at a time. The workers sending to it take turns for the window
  * (a move waiting from each in a ring), so that a map's worker whose pieces were made later is
  * not kept off every target's window by the others' earlier ones while its own link stands
  * idle; from one worker, the moves for the consumer planned first go first, so that the
@@ -31,8 +31,6 @@
  * move of its own. */
 #define PUSH_MIN_ARGS 4
 #define PUSH_MIN_BYTES (64u << 10)
-/* Moves to one worker under way at once: enough to keep its link busy. */
-#define PUSH_WINDOW 8
 
 typedef struct push_plan {
     sched_task *t; /* the key */
@@ -265,7 +263,7 @@ static void pump(sched *s, push_target *pt)
 {
     struct sched_push *p = s->push;
     sched_worker *to = sched__worker_by_id(s, pt->worker);
-    while (pt->inflight < PUSH_WINDOW && pt->ring != NULL) {
+    while (pt->inflight < SCHED_PUSH_WINDOW && pt->ring != NULL) {
         if (to == NULL || proto_conn_is_closing(to->conn)) {
             target_drop_queued(p, pt);
             return;

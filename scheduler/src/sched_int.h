@@ -931,6 +931,12 @@ bool sched__copies_start(sched *s, const sched_obj *o, uint32_t want, uint32_t d
 bool sched__copies_move(sched *s, const sched_obj *o, sched_worker *to, uint32_t from);
 
 /* push.c */
+/* Moves to one worker under way at once. A move holds its place from its REPLICATE on, while
+ * the receiver makes room for the piece and the sender reads it (perhaps from its spilled copy),
+ * not only while bytes cross: a window sized for the bytes alone leaves a sender's link to this
+ * worker idle between pieces, and the senders' links, shared by every worker they send to, then
+ * serve this one unevenly. */
+#define SCHED_PUSH_WINDOW 24
 /* Task t (on w) is done and its outputs ready: those its consumers are planned elsewhere for
  * start moving there. */
 void sched__push_outputs(sched *s, sched_task *t, sched_worker *w);

@@ -2049,11 +2049,11 @@ static uint32_t replicates_of(const peer *p, uint64_t id)
 }
 
 /* The workers sending pieces to the worker their reduces are planned on take turns for its
- * window of moves. Ten maps on w1 and two on w2, of two outputs of 100 KiB each, feed two
- * reduces, w1's maps the first and w2's the second, both planned on w3 (the only worker whose
- * store spills). w1 makes its ten: eight of its twenty pieces move at once, twelve wait. Then w2
- * makes one: as soon as two moves end, one of w2's pieces is moving, though w1's waited longer
- * and are for the reduce planned first. */
+ * window of moves. Maps on w1 (two more than half a window) and two on w2, of two outputs of
+ * 100 KiB each, feed two reduces, w1's maps the first and w2's the second, both planned on w3
+ * (the only worker whose store spills). w1 makes its maps' pieces: a window of them moves at
+ * once, four wait. Then w2 makes one map's: as soon as two moves end, one of w2's pieces is
+ * moving, though w1's waited longer and are for the reduce planned first. */
 static void senders_to_a_reduce_take_turns(void **state)
 {
     env *e = *state;
@@ -2067,32 +2067,32 @@ static void senders_to_a_reduce_take_turns(void **state)
         proto_send_heartbeat(w3->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
         0);
     STEP_UNTIL(e, sched__worker_by_id(e->s, w3->session)->stats[PROTO_STAT_SPILLS] == 1);
-    enum { MAPS = 12, SIZE = 100 << 10 };
+    enum { W1 = SCHED_PUSH_WINDOW / 2 + 2, MAPS = W1 + 2, SIZE = 100 << 10 };
     uint64_t pieces[2 * MAPS];
     proto_enc en;
     submit_begin(&en, c, 1, true, 0, 0, MAPS + 2);
     for (uint64_t m = 0; m < MAPS; m++) {
-        put_task_at(&en, (m + 1) << 12, NULL, 0, 0, m < 10 ? "w1" : "w2", 2);
+        put_task_at(&en, (m + 1) << 12, NULL, 0, 0, m < W1 ? "w1" : "w2", 2);
         pieces[2 * m] = (m + 1) << 12;
         pieces[2 * m + 1] = ((m + 1) << 12) | 1;
     }
-    put_task_at(&en, 0x100000, pieces, 20, PROTO_TASK_KEEP, "", 1);
-    put_task_at(&en, 0x200000, pieces + 20, 4, PROTO_TASK_KEEP, "", 1);
+    put_task_at(&en, 0x100000, pieces, 2 * W1, PROTO_TASK_KEEP, "", 1);
+    put_task_at(&en, 0x200000, pieces + 2 * W1, 4, PROTO_TASK_KEEP, "", 1);
     proto_put_str(&en, "test_sched.c:2");
     assert_int_equal(proto_conn_send(c->conn, &en), 0);
-    for (uint64_t m = 0; m < 10; m++) {
+    for (uint64_t m = 0; m < W1; m++) {
         STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid((m + 1) << 12)));
         done_two(w1, (m + 1) << 12, SIZE);
         STEP_UNTIL(e, tstate(e, (m + 1) << 12) == T_DONE);
     }
-    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == 8);
+    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == SCHED_PUSH_WINDOW);
     settle(e);
-    assert_int_equal(count(w3, PROTO_REPLICATE), 8);
-    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid(11 << 12)));
-    done_two(w2, 11 << 12, SIZE);
-    STEP_UNTIL(e, tstate(e, 11 << 12) == T_DONE);
+    assert_int_equal(count(w3, PROTO_REPLICATE), SCHED_PUSH_WINDOW);
+    STEP_UNTIL(e, got(w2, PROTO_TASK_RUN, tid((W1 + 1) << 12)));
+    done_two(w2, (W1 + 1) << 12, SIZE);
+    STEP_UNTIL(e, tstate(e, (W1 + 1) << 12) == T_DONE);
     settle(e);
-    assert_int_equal(count(w3, PROTO_REPLICATE), 8);
+    assert_int_equal(count(w3, PROTO_REPLICATE), SCHED_PUSH_WINDOW);
     /* Two moves end: w3 sealed its copies. */
     for (uint32_t i = 0, ended = 0; i < w3->n && ended < 2; i++) {
         if (w3->log[i].type == PROTO_REPLICATE) {
@@ -2100,8 +2100,8 @@ static void senders_to_a_reduce_take_turns(void **state)
             ended++;
         }
     }
-    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == 10);
-    assert_int_equal(replicates_of(w3, 11 << 12), 1);
+    STEP_UNTIL(e, count(w3, PROTO_REPLICATE) == SCHED_PUSH_WINDOW + 2);
+    assert_int_equal(replicates_of(w3, (W1 + 1) << 12), 1);
 }
 
 static const struct CMUnitTest tests[] = {
