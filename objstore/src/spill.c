@@ -66,6 +66,7 @@ typedef struct spill_job {
     _Atomic uint32_t next_chunk; /* SPILL, RESTORE: chunks claimed by parts */
     _Atomic uint32_t active;     /* parts inside their work function (or about to be) */
     bool left_behind;    /* SPILL: a failed spill's take-back did not commit (last part) */
+    bool took_back;      /* SPILL: the last part saw the failure and took back the chunks */
     uint32_t nparts;     /* parts started whose after-work callback has not run (loop) */
     struct spill_job *next; /* in a queue, or in `running` */
 } spill_job;
@@ -520,6 +521,7 @@ static void spill_work(spill_job *j, spill_part *p)
     if (atomic_fetch_sub(&j->active, 1) != 1 || j->status == 0)
         return;
     MDB_txn *txn;
+    j->took_back = true;
     j->left_behind = true;
     if (mdb_txn_begin(sp->env, NULL, 0, &txn) == 0) {
         for (uint32_t c = 0; c < nchunks(j->size); c++) {
@@ -842,6 +844,18 @@ static void spill_done(ost_store *s, spill_job *j)
          * what drops them. */
         sp->written = true;
         j->left_behind = false;
+    }
+    /* Cancelled (its object deleted) after its last part had written the last chunk: a
+     * complete copy, dropped below like any deleted object's. */
+    if (j->status == SPW_ECANCELED && !j->took_back)
+        j->status = 0;
+    if (j->status == SPW_ECANCELED) {
+        /* Its object was deleted while it was written: the parts stopped at their next chunk
+         * and the last took back what was committed. Nothing failed. */
+        if (o->pins == 0)
+            ost__obj_free_deleted(s, o);
+        spw_free(j);
+        return;
     }
     if (j->status != 0) {
         if (j->status == SPW_ESPILLFULL && (sp->map_max == 0 || sp->map_size < sp->map_max) &&
@@ -1269,8 +1283,19 @@ bool ost__spill_cancel(ost_store *s, ost_obj *o)
         if (j->kind == JOB_SPILL && j->o == o)
             break;
     }
-    if (j == NULL)
-        return false; /* running: it finishes, and the object goes after */
+    if (j == NULL) {
+        /* Running: its parts stop at their next chunk (claim_chunk) and the last takes back
+         * what was committed, so the memory goes after at most one chunk per lane, not after
+         * the whole object is written for nobody. */
+        LL_FOREACH(sp->running, j)
+        {
+            if (j->kind == JOB_SPILL && j->o == o) {
+                job_fail(j, SPW_ECANCELED, 0);
+                break;
+            }
+        }
+        return false;
+    }
     LL_DELETE(sp->work, j);
     sp->spilling_bytes -= j->size;
     o->spilling = false;

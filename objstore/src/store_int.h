@@ -98,8 +98,9 @@ int ost__spill_open(ost_store *s, const char *dir);
 void ost__spill_close(ost_store *s);
 /* The object is going away: its spilled copy is deleted (in the background). */
 void ost__spill_forget(ost_store *s, ost_obj *o);
-/* A deleted object's spill that has not started is dropped (nobody will read what it would
- * write). Returns whether it was: o is then not spilling. */
+/* A deleted object's spill is dropped (nobody will read what it would write): at once when it
+ * has not started, else at the next chunk of each part. Returns whether it was dropped at once:
+ * o is then not spilling. */
 bool ost__spill_cancel(ost_store *s, ost_obj *o);
 /* Spills or evicts LRU objects while use is above the threshold or allocations wait (an
  * allocation that must wait adds its size to s->waiting_bytes first, then calls this). */

@@ -565,6 +565,26 @@ static void gone_from_disk(ost_store *s)
     done(s);
 }
 
+/* An object deleted while its spill runs stops it: the lane stops at its next chunk and what
+ * was committed is taken back, so its memory comes back without the whole object written for
+ * nobody. Written to the end, the spill would count once in spill_count. */
+static void deleted_object_stops_its_running_spill(void **state)
+{
+    (void)state;
+    lanes = 1;
+    const size_t big = 8 * (size_t)OST_SPILL_CHUNK;
+    ost_store *s = mk(2 * big, 0, 0, 30000);
+    put(s, 1, big, false);
+    assert_int_equal(ost_store_spill_all(s), 0);
+    assert_int_equal(ost_obj_delete(s, id(1)), 0); /* its spill is on the lane now */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ost_stats st = stats(s);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.spill_count, 0);
+    assert_int_equal(st.spill_bytes, 0);
+    gone_from_disk(s);
+}
+
 /* A spilled object deleted while a reader pins it, written again under the same id and spilled:
  * the old copy's deletion, queued at the reader's unpin, must not take the new copy with it. */
 static void late_deletion_of_an_old_copy_keeps_the_new_one(void **state)
@@ -1484,6 +1504,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(failed_spill_is_tried_again),
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
+    cmocka_unit_test(deleted_object_stops_its_running_spill),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(spill_file_is_compacted_once_per_need),
     cmocka_unit_test(spill_file_is_compacted_once_deletions_settle),
