@@ -6,7 +6,9 @@
  * holding the exact sizes 1..15 granules and fl >= 1 holding [16 << (fl-1), 32 << (fl-1))
  * granules in 16 equal steps. Get rounds the request up to the next class boundary, so the head of
  * any non-empty class at or above it fits (O(1) through the two bitmaps); only if that finds
- * nothing does it scan the request's own class. Put coalesces with free physical neighbours.
+ * nothing does it scan the request's own class. get_low instead walks the blocks in address
+ * order for the first free one that holds the request. Put coalesces with free physical
+ * neighbours.
  * Invariants (ost_alloc_check): the physical chain from offset 0 tiles [0, capacity) with no gap
  * or overlap; no two free blocks are adjacent; used, nalloc and nfree equal what the chain says;
  * each free block is on exactly the list of its class, allocated blocks on none; sl_bitmap[fl]
@@ -191,20 +193,22 @@ void ost_alloc_free(ost_alloc *a)
     spw_free(a);
 }
 
-int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out)
+/* Validates a request of size bytes: 0 and *bytes (rounded up to the granule), or an error. */
+static int request_bytes(const ost_alloc *a, uint64_t size, uint64_t *bytes)
 {
-    SPW_ASSERT(a != NULL && out != NULL);
     if (size == 0)
         return SPW_EINVAL;
     /* capacity is a granule multiple, so the rounded size exceeds it iff size does; checking
      * first also keeps the rounding below from overflowing. */
     if (size > a->capacity)
         return SPW_ETOOBIG;
-    uint64_t bytes = (size + a->granule - 1) & ~(a->granule - 1);
-    ost_block *b = find_fit(a, granules(a, bytes));
-    if (b == NULL)
-        return SPW_ENOMEM;
+    *bytes = (size + a->granule - 1) & ~(a->granule - 1);
+    return 0;
+}
 
+/* Allocates the first `bytes` of free block b; the rest stays free. */
+static void take(ost_alloc *a, ost_block *b, uint64_t bytes)
+{
     list_remove(a, b);
     if (b->size > bytes) {
         /* The remainder is at least one granule: both sizes are granule multiples. */
@@ -226,8 +230,39 @@ int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out)
     b->owner = NULL;
     a->used += bytes;
     a->nalloc++;
+}
+
+int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out)
+{
+    SPW_ASSERT(a != NULL && out != NULL);
+    uint64_t bytes;
+    int rc = request_bytes(a, size, &bytes);
+    if (rc != 0)
+        return rc;
+    ost_block *b = find_fit(a, granules(a, bytes));
+    if (b == NULL)
+        return SPW_ENOMEM;
+    take(a, b, bytes);
     *out = b;
     return 0;
+}
+
+int ost_alloc_get_low(ost_alloc *a, uint64_t size, uint32_t max_scan, ost_block **out)
+{
+    SPW_ASSERT(a != NULL && out != NULL);
+    uint64_t bytes;
+    int rc = request_bytes(a, size, &bytes);
+    if (rc != 0)
+        return rc;
+    uint32_t n = 0;
+    for (ost_block *b = a->first; b != NULL && n < max_scan; b = b->phys_next, n++) {
+        if (b->is_free && b->size >= bytes) {
+            take(a, b, bytes);
+            *out = b;
+            return 0;
+        }
+    }
+    return ost_alloc_get(a, size, out);
 }
 
 /* Absorbs next (free, not on a list, physically after b) into b and frees its descriptor. */

@@ -44,6 +44,11 @@ void ost_alloc_free(ost_alloc *a);
  * @return 0 and *out; SPW_EINVAL if size is 0; SPW_ETOOBIG if the rounded size exceeds the
  *         capacity; SPW_ENOMEM if no free block is large enough (nothing changed). */
 int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out);
+/** As ost_alloc_get, but from the free block of lowest address that holds it (address-ordered
+ * first fit), found among the first max_scan blocks of the arena; past those, as
+ * ost_alloc_get. Packs allocations at the arena's start, leaving the free space above them to
+ * coalesce. */
+int ost_alloc_get_low(ost_alloc *a, uint64_t size, uint32_t max_scan, ost_block **out);
 /** Frees a block from ost_alloc_get and merges it with free neighbours. The block pointer is
  * invalid afterwards. Freeing a block twice is a programming error (SPW_ASSERT). */
 void ost_alloc_put(ost_alloc *a, ost_block *b);

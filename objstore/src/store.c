@@ -262,7 +262,15 @@ static int obj_alloc(ost_store *s, ost_obj *o, bool limited)
 {
     if (limited && s->limit != 0 && s->st.used + o->size > limit_of(s))
         return SPW_ENOMEM;
-    int rc = ost_alloc_get(s->alloc, o->size, &o->blk);
+    /* While a larger allocation waits (for a contiguous block: waiting, it did not fit), this
+     * one is packed at the lowest address that holds it. A good fit would place it in whatever
+     * hole its size class finds, and allocations that come and go while the large one waits
+     * (fetches in flight, restores) would keep the free space cut into holes indefinitely,
+     * however little of the store they use; packed low, they leave the rest to coalesce into
+     * the range the waiter needs. */
+    bool low = s->waiters != NULL && s->waiters->size > o->size;
+    int rc = low ? ost_alloc_get_low(s->alloc, o->size, OST_LOW_SCAN, &o->blk)
+                 : ost_alloc_get(s->alloc, o->size, &o->blk);
     if (rc != 0)
         return rc;
     uint64_t bsize = ost_block_size(o->blk);

@@ -7,6 +7,11 @@
 #include "spillway/objstore.h"
 #include "alloc.h"
 
+/* Blocks looked at, from the arena's start, for an allocation packed low while a larger one
+ * waits (obj_alloc): past them it takes a good fit, so a store of many small objects pays a
+ * bounded walk. */
+#define OST_LOW_SCAN 4096
+
 struct ost_obj {
     spw_id id;
     UT_hash_handle hh;

@@ -817,6 +817,40 @@ static void alloc_walk_gives_blocks_in_order_with_owners(void **state)
     ost_alloc_free(a);
 }
 
+/* get_low takes the free block of lowest address that holds the request, however well another
+ * fits; past max_scan blocks it takes the good fit instead. Holes of 3 granules at 0 and of 1
+ * granule at 4: one granule goes at 0 from get_low, at 4 from get (and from a get_low that may
+ * look at no block at all). */
+static void alloc_low_takes_the_lowest_block_that_holds_it(void **state)
+{
+    (void)state;
+    ost_alloc *a = NULL;
+    assert_int_equal(ost_alloc_new(8 * G, G, &a), 0);
+    ost_block *h0 = get_ok(a, 3 * G), *p0 = get_ok(a, G), *h1 = get_ok(a, G), *p1 = get_ok(a, 3 * G);
+    put_ok(a, h0);
+    put_ok(a, h1);
+    ost_block *low, *fit, *none;
+    assert_int_equal(ost_alloc_get_low(a, G, 64, &low), 0);
+    assert_int_equal(ost_block_off(low), 0);
+    assert_int_equal(ost_alloc_get(a, G, &fit), 0);
+    assert_int_equal(ost_block_off(fit), 4 * G);
+    put_ok(a, fit);
+    assert_int_equal(ost_alloc_get_low(a, G, 0, &none), 0);
+    assert_int_equal(ost_block_off(none), 4 * G);
+    assert_int_equal(ost_alloc_get_low(a, 2 * G, 64, &fit), 0);
+    assert_int_equal(ost_block_off(fit), G);
+    assert_int_equal(ost_alloc_get_low(a, G, 64, &h0), SPW_ENOMEM);
+    assert_int_equal(ost_alloc_get_low(a, 9 * G, 64, &h0), SPW_ETOOBIG);
+    assert_int_equal(ost_alloc_get_low(a, 0, 64, &h0), SPW_EINVAL);
+    assert_int_equal(ost_alloc_check(a), 0);
+    put_ok(a, low);
+    put_ok(a, none);
+    put_ok(a, fit);
+    put_ok(a, p0);
+    put_ok(a, p1);
+    ost_alloc_free(a);
+}
+
 static void alloc_fits_agrees_with_get(void **state)
 {
     (void)state;
@@ -887,6 +921,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(alloc_random_stress_against_reference_model),
     cmocka_unit_test(alloc_fits_agrees_with_get),
     cmocka_unit_test(alloc_walk_gives_blocks_in_order_with_owners),
+    cmocka_unit_test(alloc_low_takes_the_lowest_block_that_holds_it),
 };
 
 SPW_TEST_MAIN(tests)

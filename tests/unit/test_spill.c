@@ -1260,6 +1260,44 @@ static void spared_objects_are_spilled_only_for_waiting_room(void **state)
     gone_from_disk(s);
 }
 
+/* While an allocation waits, a smaller one goes to the lowest free address that holds it, not
+ * to the hole its size fits best: allocations that come and go meanwhile (fetches in flight)
+ * then gather at the arena's start and the free space above them coalesces, where a good fit
+ * scatters them over whatever holes there are. A 32 MiB store holds objects being written
+ * (pinned) at [4, 8), [8, 28) and [30, 32) MiB, free holes at [0, 4) and [28, 30), and an
+ * allocation of 8 MiB waiting: 1 MiB asked now goes at 0, where a good fit takes the 2 MiB
+ * hole at 28. */
+static void a_waiting_allocation_packs_smaller_ones_low(void **state)
+{
+    (void)state;
+    enum { MIB = 1u << 20 };
+    ost_store *s = mk(32u * MIB, 64u * MIB, 0, 30000);
+    const uint64_t sizes[5] = {4, 4, 20, 2, 2}, offs[5] = {0, 4, 8, 28, 30};
+    ost_obj *o[5];
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(ost_obj_create(s, id(10 + (uint64_t)i), sizes[i] * MIB, &o[i]), 0);
+        assert_int_equal(ost_block_off(o[i]->blk), offs[i] * MIB);
+    }
+    ost_obj_abort(s, o[0]);
+    ost_obj_abort(s, o[3]);
+    got g = {0};
+    assert_int_equal(ost_obj_create_async(s, id(1), 8u * MIB, got_cb, &g), 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g.calls, 0);
+    ost_obj *low;
+    assert_int_equal(ost_obj_create(s, id(2), MIB, &low), 0);
+    assert_int_equal(ost_block_off(low->blk), 0);
+    ost_obj_abort(s, o[2]); /* 20 MiB back: the waiter is served */
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.status, 0);
+    ost_obj_abort(s, g.o);
+    ost_obj_abort(s, low);
+    ost_obj_abort(s, o[1]);
+    ost_obj_abort(s, o[4]);
+    gone_from_disk(s);
+}
+
 /* A 16 MiB store holding objects 1..12 of 1 MiB at offsets 0 to 11 MiB, the odd ones pinned
  * when `pin`, the even ones up to `last` deleted: holes of 1 MiB between them. */
 static ost_store *twelve_with_holes(uint64_t last, bool pin)
@@ -1505,6 +1543,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(map_grows_when_allowed),
     cmocka_unit_test(delete_during_spill_is_safe),
     cmocka_unit_test(deleted_object_stops_its_running_spill),
+    cmocka_unit_test(a_waiting_allocation_packs_smaller_ones_low),
     cmocka_unit_test(spill_file_is_compacted_when_mostly_free),
     cmocka_unit_test(spill_file_is_compacted_once_per_need),
     cmocka_unit_test(spill_file_is_compacted_once_deletions_settle),
