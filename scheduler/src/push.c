@@ -1,20 +1,20 @@
 /*
  * Pushing a shuffle's pieces to the worker that will reduce them.
  *
- * An output of a task of several outputs (a map of a shuffle) whose one consumer still waits
- * for other inputs and takes at least PUSH_MIN_ARGS objects (a reduce) is moved, once made, to
- * the worker that consumer is planned on: copied there (sched__copies_move: a REPLICATE) and
- * then dropped where it was made. The network then carries the shuffle while the maps still
- * run, not only after the last one, and a map's worker does not spill pieces about to leave it.
- * A consumer is planned when its first such input is made, on the worker with the fewest
- * planned consumers per slot; placement later finds its inputs there (most local bytes). Moves
- * to one worker run SCHED_PUSH_WINDOW at a time. The workers sending to it take turns for the window
- * (a move waiting from each in a ring), so that a map's worker whose pieces were made later is
- * not kept off every target's window by the others' earlier ones while its own link stands
- * idle; from one worker, the moves for the consumer planned first go first, so that the
- * consumers there become ready one after the other and run while later pieces still cross the
- * network. A move whose copy fails leaves the piece where it was (its consumer fetches it
- * then); a piece lost with the worker it moved to is made again by lineage, like any output.
+ * An output of a task of several outputs (a map of a shuffle) whose one consumer still waits for
+ * other inputs and takes at least PUSH_MIN_ARGS objects (a reduce) is moved, once made, to the
+ * worker that consumer is planned on: copied there (sched__copies_move: a REPLICATE) and then
+ * dropped where it was made. The network then carries the shuffle while the maps still run, not
+ * only after the last one, and a map's worker does not spill pieces about to leave it. A consumer
+ * is planned when its first such input is made, on the worker with the fewest planned consumers
+ * per slot; placement later finds its inputs there (most local bytes). Moves to one worker run
+ * SCHED_PUSH_WINDOW at a time. The workers sending to it take turns for the window (a move waiting
+ * from each in a ring), so that a map's worker whose pieces were made later is not kept off every
+ * target's window by the others' earlier ones while its own link stands idle; from one worker, the
+ * moves for the consumer planned first go first, so that the consumers there become ready one
+ * after the other and run while later pieces still cross the network. A move whose copy fails
+ * leaves the piece where it was (its consumer fetches it then); a piece lost with the worker it
+ * moved to is made again by lineage, like any output.
  * Owns: s->push (NULL until something is planned).
  * Invariants: a task has `planned` iff a plan names it, and it is then waiting or ready; a
  * target's `planned` counts the plans naming its worker, `inflight` its moves under way; a

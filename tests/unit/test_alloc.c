@@ -826,7 +826,8 @@ static void alloc_low_takes_the_lowest_block_that_holds_it(void **state)
     (void)state;
     ost_alloc *a = NULL;
     assert_int_equal(ost_alloc_new(8 * G, G, &a), 0);
-    ost_block *h0 = get_ok(a, 3 * G), *p0 = get_ok(a, G), *h1 = get_ok(a, G), *p1 = get_ok(a, 3 * G);
+    ost_block *h0 = get_ok(a, 3 * G), *p0 = get_ok(a, G);
+    ost_block *h1 = get_ok(a, G), *p1 = get_ok(a, 3 * G);
     put_ok(a, h0);
     put_ok(a, h1);
     ost_block *low, *fit, *none;
