@@ -234,17 +234,7 @@ static void take(ost_alloc *a, ost_block *b, uint64_t bytes)
 
 int ost_alloc_get(ost_alloc *a, uint64_t size, ost_block **out)
 {
-    SPW_ASSERT(a != NULL && out != NULL);
-    uint64_t bytes;
-    int rc = request_bytes(a, size, &bytes);
-    if (rc != 0)
-        return rc;
-    ost_block *b = find_fit(a, granules(a, bytes));
-    if (b == NULL)
-        return SPW_ENOMEM;
-    take(a, b, bytes);
-    *out = b;
-    return 0;
+    return ost_alloc_get_low(a, size, 0, out);
 }
 
 int ost_alloc_get_low(ost_alloc *a, uint64_t size, uint32_t max_scan, ost_block **out)
@@ -254,15 +244,17 @@ int ost_alloc_get_low(ost_alloc *a, uint64_t size, uint32_t max_scan, ost_block 
     int rc = request_bytes(a, size, &bytes);
     if (rc != 0)
         return rc;
+    ost_block *b = a->first;
     uint32_t n = 0;
-    for (ost_block *b = a->first; b != NULL && n < max_scan; b = b->phys_next, n++) {
-        if (b->is_free && b->size >= bytes) {
-            take(a, b, bytes);
-            *out = b;
-            return 0;
-        }
-    }
-    return ost_alloc_get(a, size, out);
+    for (; b != NULL && n < max_scan && !(b->is_free && b->size >= bytes); n++)
+        b = b->phys_next;
+    if (b == NULL || n == max_scan) /* none in reach: a good fit */
+        b = find_fit(a, granules(a, bytes));
+    if (b == NULL)
+        return SPW_ENOMEM;
+    take(a, b, bytes);
+    *out = b;
+    return 0;
 }
 
 /* Absorbs next (free, not on a list, physically after b) into b and frees its descriptor. */

@@ -1272,28 +1272,30 @@ void ost_store_hold_spills(ost_store *s, bool hold)
         ost__spill_maintain(s);
 }
 
+/* The spill job of o in `list`, or NULL. */
+static spill_job *spill_job_of(spill_job *list, const ost_obj *o)
+{
+    spill_job *j;
+    LL_FOREACH(list, j)
+    {
+        if (j->kind == JOB_SPILL && j->o == o)
+            break;
+    }
+    return j;
+}
+
 bool ost__spill_cancel(ost_store *s, ost_obj *o)
 {
     struct ost_spill *sp = s->spill;
     if (sp == NULL || !o->spilling)
         return false;
-    spill_job *j;
-    LL_FOREACH(sp->work, j)
-    {
-        if (j->kind == JOB_SPILL && j->o == o)
-            break;
-    }
+    spill_job *j = spill_job_of(sp->work, o);
     if (j == NULL) {
         /* Running: its parts stop at their next chunk (claim_chunk) and the last takes back
          * what was committed, so the memory goes after at most one chunk per lane, not after
          * the whole object is written for nobody. */
-        LL_FOREACH(sp->running, j)
-        {
-            if (j->kind == JOB_SPILL && j->o == o) {
-                job_fail(j, SPW_ECANCELED, 0);
-                break;
-            }
-        }
+        if ((j = spill_job_of(sp->running, o)) != NULL)
+            job_fail(j, SPW_ECANCELED, 0);
         return false;
     }
     LL_DELETE(sp->work, j);
