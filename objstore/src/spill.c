@@ -1593,7 +1593,10 @@ int ost_obj_get_async(ost_store *s, ost_obj *o, ost_cb cb, void *arg)
     if (o->restoring)
         return 0; /* joins the restore under way */
     o->restoring = true;
-    int rc = s->waiters == NULL || ost__waiters_pinned_only(s) ? ost__obj_alloc(s, o) : SPW_ENOMEM;
+    bool passes;
+    int rc = ost__goes_ahead(s, o->size, &passes) ? ost__obj_alloc(s, o) : SPW_ENOMEM;
+    if (rc == 0 && passes)
+        ost__passed(s, o->size);
     if (rc == 0) {
         ost__restore_start(s, o);
         return 0;

@@ -346,10 +346,12 @@ static int create_async(ost_store *s, spw_id id, uint64_t size, bool first, ost_
      * of it: queued, it would count its size as bytes to make room for (a huge size, from an
      * executor, would wrap waiting_bytes) and wait up to alloc_wait_ms for its error. */
     int rc = create_check(s, id, size);
+    bool passes = false;
     if (rc == 0)
-        rc = s->waiters == NULL || first || ost__waiters_pinned_only(s)
-                 ? ost_obj_create(s, id, size, &o)
-                 : SPW_ENOMEM;
+        rc = first || ost__goes_ahead(s, size, &passes) ? ost_obj_create(s, id, size, &o)
+                                                         : SPW_ENOMEM;
+    if (rc == 0 && passes)
+        ost__passed(s, size);
     if (rc == 0)
         s->full_gave_up = false;
     else if (rc == SPW_ENOMEM && full_for_now(s))
@@ -429,6 +431,34 @@ bool ost__waiters_pinned_only(const ost_store *s)
     return s->lru == NULL && !ost__spill_pending(s);
 }
 
+/* A small allocation passes the first waiter: a fetch of one piece then does not wait seconds
+ * behind the room for a large output that spills are making, with the network link that feeds
+ * this store idle meanwhile. The large one still gets its room: those passing it are packed low
+ * (obj_alloc), away from the range emptied for it (window_room), and together no larger than
+ * itself. */
+static bool may_pass(ost_store *s, uint64_t size)
+{
+    const ost_waiter *h = s->waiters;
+    if (h != s->passed_head) {
+        s->passed_head = h;
+        s->passed_bytes = 0;
+    }
+    return size <= h->size / OST_PASS_DIV && s->passed_bytes + size <= h->size;
+}
+
+bool ost__goes_ahead(ost_store *s, uint64_t size, bool *passes)
+{
+    *passes = false;
+    if (s->waiters == NULL || ost__waiters_pinned_only(s))
+        return true;
+    return *passes = may_pass(s, size);
+}
+
+void ost__passed(ost_store *s, uint64_t size)
+{
+    s->passed_bytes += size;
+}
+
 void ost__waiters_retry(ost_store *s)
 {
     /* A waiter's callback freed memory: the loop below sees it. Closing: ost_store_free fails
@@ -439,10 +469,13 @@ void ost__waiters_retry(ost_store *s)
     ost_waiter *w, *tmp;
     uint64_t now = spw_now_ns();
     uint64_t failed_together = 0;
+    bool passing = false; /* the first cannot be served: only small ones behind it may be */
     DL_FOREACH_SAFE(s->waiters, w, tmp)
     {
         ost_obj *o = NULL;
         int rc;
+        if (passing && !may_pass(s, w->size))
+            continue;
         if (w->restore != NULL) {
             o = w->restore;
             rc = o->deleted ? SPW_ENOOBJ : ost__obj_alloc(s, o);
@@ -450,15 +483,19 @@ void ost__waiters_retry(ost_store *s)
             rc = create_now(s, w->id, w->size, &o);
         }
         /* First come, first served: a big request is not starved by small ones, unless only
-         * pinned memory holds it back, which those behind it may be what lets go. Past its
-         * deadline it still waits for the spills under way, whose outcome says whether room is
-         * coming or the spill storage is full (they end: nothing is spilled twice). */
+         * pinned memory holds it back, which those behind it may be what lets go; small ones
+         * may pass it within a budget (may_pass). Past its deadline it still waits for the
+         * spills under way, whose outcome says whether room is coming or the spill storage is
+         * full (they end: nothing is spilled twice). */
         bool together = rc == SPW_ENOMEM && full_for_now(s);
         if (rc == SPW_ENOMEM && !together && (now < w->deadline_ns || ost__spill_pending(s))) {
             if (ost__waiters_pinned_only(s))
                 continue;
-            break;
+            passing = true;
+            continue;
         }
+        if (passing && rc == 0)
+            ost__passed(s, w->size);
         DL_DELETE(s->waiters, w);
         s->waiting_bytes -= w->size;
         if (rc == 0) {

@@ -12,6 +12,10 @@
  * bounded walk. */
 #define OST_LOW_SCAN 4096
 
+/* An allocation at most 1/OST_PASS_DIV of the first waiting one's size may be served ahead of
+ * it (ost__goes_ahead). */
+#define OST_PASS_DIV 8
+
 struct ost_obj {
     spw_id id;
     UT_hash_handle hh;
@@ -76,6 +80,10 @@ struct ost_store {
     ost_obj *zombies;   /* deleted while in use */
     ost_waiter *waiters;
     uint64_t waiting_bytes;
+    /* Bytes served ahead of the first waiter while it waits (ost__goes_ahead), and which waiter
+     * that is (compared, never followed). */
+    const ost_waiter *passed_head;
+    uint64_t passed_bytes;
     bool retrying;
     /* An allocation gave up with the spill storage full and nothing spilling: until an
      * allocation succeeds or the storage takes spills again, those that cannot be met at once
@@ -123,6 +131,12 @@ bool ost__spill_pending(const ost_store *s);
  * and one behind the first that fits is served (the first may be waiting for the very task
  * whose remaining inputs queue behind it). */
 bool ost__waiters_pinned_only(const ost_store *s);
+/* Whether an allocation of `size` bytes is tried now rather than queued behind the waiting ones:
+ * none wait, they wait only for pins, or it is small beside the first of them and what went
+ * ahead of that one stays within its size (*passes then: count it with ost__passed once
+ * served). */
+bool ost__goes_ahead(ost_store *s, uint64_t size, bool *passes);
+void ost__passed(ost_store *s, uint64_t size);
 uint64_t ost__spilling_bytes(const ost_store *s);
 /* For tests: the most lanes held at once so far (never more than the lanes). */
 uint32_t ost__spill_peak_lanes(ost_store *s);

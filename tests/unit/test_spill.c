@@ -1374,6 +1374,40 @@ static void waiting_only_for_pins_serves_those_behind_that_fit(void **state)
     twelve_gone(s, 12);
 }
 
+/* 10 MiB free in holes of 1 MiB and 5 MiB at the end, every object spillable: a 6 MiB allocation
+ * waits for the range the store empties for it. Requests of 512 KiB (at most an eighth of it)
+ * that fit are served ahead of it, placed low, until they add up to its size: the next waits
+ * behind it although it would fit. Once the small ones go, the large one is served, then the
+ * one behind it. */
+static void small_allocations_pass_a_large_waiter_within_its_size(void **state)
+{
+    (void)state;
+    enum { KIB = 1u << 10, MIB = 1u << 20, N = 12 };
+    ost_store *s = twelve_with_holes(12, false);
+    got big = {0}, small[N + 1] = {{0}};
+    ost_obj_create_async(s, id(20), 6u * MIB, got_cb, &big);
+    assert_int_equal(big.calls, 0);
+    for (uint64_t i = 0; i <= N; i++)
+        ost_obj_create_async(s, id(30 + i), 512u * KIB, got_cb, &small[i]);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(small[i].calls, 1);
+        assert_int_equal(small[i].status, 0);
+        assert_true(ost_block_off(small[i].o->blk) < 12u * MIB);
+    }
+    assert_int_equal(small[N].calls, 0);
+    assert_int_equal(big.calls, 0);
+    for (int i = 0; i < N; i++)
+        ost_obj_abort(s, small[i].o);
+    while (small[N].calls == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(big.calls, 1);
+    assert_int_equal(big.status, 0);
+    assert_int_equal(small[N].status, 0);
+    ost_obj_abort(s, small[N].o);
+    ost_obj_abort(s, big.o);
+    twelve_gone(s, 12);
+}
+
 /* A spill of many chunks on four lanes that the map cannot hold: the parts stop, what they
  * wrote is taken back, the map grows and the spill is tried again until the map is at its
  * limit; the object stays in memory, whole, and nothing is counted on disk. */
@@ -1572,6 +1606,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spared_objects_are_spilled_only_for_waiting_room),
     cmocka_unit_test(a_fragmented_store_empties_one_range_for_a_large_allocation),
     cmocka_unit_test(waiting_only_for_pins_serves_those_behind_that_fit),
+    cmocka_unit_test(small_allocations_pass_a_large_waiter_within_its_size),
 };
 
 SPW_TEST_MAIN(tests)
