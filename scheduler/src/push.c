@@ -2,8 +2,9 @@
  * Pushing a shuffle's pieces to the worker that will reduce them.
  *
  * An output of a task of several outputs (a map of a shuffle) whose one consumer still waits for
- * other inputs and takes at least PUSH_MIN_ARGS objects (a reduce) is moved, once made, to the
- * worker that consumer is planned on: copied there (sched__copies_move: a REPLICATE) and then
+ * other inputs and takes at least PUSH_MIN_ARGS objects (a reduce), or is such a planned reduce
+ * that the outputs of this very map made ready and that waits for a slot, is moved, once made, to
+ * the worker that consumer is planned on: copied there (sched__copies_move: a REPLICATE) and then
  * dropped where it was made. The network then carries the shuffle while the maps still run, not
  * only after the last one, and a map's worker does not spill pieces about to leave it. A consumer
  * is planned when its first such input is made, on the worker with the fewest planned consumers
@@ -179,6 +180,14 @@ static bool is_reduce(const sched_task *d)
     return objects >= PUSH_MIN_ARGS;
 }
 
+/* Whether d is a planned reduce that the outputs being pushed made ready (the last map's) and
+ * that still waits for a slot: its pieces from that map move like the others, in their turn,
+ * rather than when it starts, after the rest of the shuffle has crossed the network. */
+static bool made_ready(const sched_task *d)
+{
+    return d->planned && d->state == T_READY && d->worker == NULL && !d->placed;
+}
+
 /* Whether w may be planned on for a reduce of function f: its store can spill (pieces for its
  * later reduces can wait on its disk, never holding memory its running task needs), and it runs
  * f. */
@@ -299,7 +308,7 @@ void sched__push_outputs(sched *s, sched_task *t, sched_worker *w)
             o->consumers->cnext != NULL)
             continue;
         sched_task *d = sched__arg_task(o->consumers);
-        if (!is_reduce(d))
+        if (!is_reduce(d) && !made_ready(d))
             continue;
         push_plan *pl = plan_for(s, d);
         if (pl == NULL || pl->worker == w->id)

@@ -2104,6 +2104,44 @@ static void senders_to_a_reduce_take_turns(void **state)
     assert_int_equal(replicates_of(w3, (W1 + 1) << 12), 1);
 }
 
+/* The last map's pieces move too, although making them makes their reduce ready: a reduce that
+ * waits for its planned worker's slot would otherwise fetch that map's pieces only once it
+ * starts, after the rest of the shuffle has crossed the network. Two maps on w1 of two outputs
+ * of 100 KiB feed one reduce, planned on w3 (the only worker whose store spills), which runs a
+ * task of its own meanwhile: all four pieces are moved. */
+static void last_maps_pieces_move_to_a_reduce_made_ready(void **state)
+{
+    env *e = *state;
+    peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
+    peer *w3 = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+    peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
+    uint64_t v[PROTO_STAT_COUNT] = {0};
+    v[PROTO_STAT_SPILLS] = 1;
+    assert_int_equal(
+        proto_send_heartbeat(w3->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
+        0);
+    STEP_UNTIL(e, sched__worker_by_id(e->s, w3->session)->stats[PROTO_STAT_SPILLS] == 1);
+    enum { SIZE = 100 << 10 };
+    const uint64_t pieces[4] = {1 << 12, (1 << 12) | 1, 2 << 12, (2 << 12) | 1};
+    proto_enc en;
+    submit_begin(&en, c, 1, true, 0, 0, 4);
+    put_task_at(&en, 0x300000, NULL, 0, PROTO_TASK_KEEP, "w3", 1);
+    put_task_at(&en, 1 << 12, NULL, 0, 0, "w1", 2);
+    put_task_at(&en, 2 << 12, NULL, 0, 0, "w1", 2);
+    put_task_at(&en, 0x100000, pieces, 4, PROTO_TASK_KEEP, "", 1);
+    proto_put_str(&en, "test_sched.c:2");
+    assert_int_equal(proto_conn_send(c->conn, &en), 0);
+    STEP_UNTIL(e, got(w3, PROTO_TASK_RUN, tid(0x300000)));
+    for (uint64_t m = 1; m <= 2; m++) {
+        STEP_UNTIL(e, got(w1, PROTO_TASK_RUN, tid(m << 12)));
+        done_two(w1, m << 12, SIZE);
+        STEP_UNTIL(e, tstate(e, m << 12) == T_DONE);
+    }
+    assert_int_equal(tstate(e, 0x100000), T_READY);
+    STEP_UNTIL(e, replicates_of(w3, 2 << 12) == 2);
+    assert_int_equal(replicates_of(w3, 1 << 12), 2);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(task_moves_through_its_states, setup, teardown),
     cmocka_unit_test_setup_teardown(batch_with_bad_records_answers_them_and_takes_the_rest, setup,
@@ -2123,6 +2161,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(queued_task_stays_with_a_large_input, setup, teardown),
     cmocka_unit_test_setup_teardown(queued_task_over_a_small_input_is_taken_back, setup, teardown),
     cmocka_unit_test_setup_teardown(senders_to_a_reduce_take_turns, setup, teardown),
+    cmocka_unit_test_setup_teardown(last_maps_pieces_move_to_a_reduce_made_ready, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(client_disconnect_cancels_its_tasks, setup, teardown),
     cmocka_unit_test_setup_teardown(worker_death_requeues_and_recomputes, setup, teardown),
     cmocka_unit_test_setup_teardown(outputs_nobody_reads_go_when_their_task_ends, setup, teardown),
