@@ -349,7 +349,7 @@ static int create_async(ost_store *s, spw_id id, uint64_t size, bool first, ost_
     bool passes = false;
     if (rc == 0)
         rc = first || ost__goes_ahead(s, size, &passes) ? ost_obj_create(s, id, size, &o)
-                                                         : SPW_ENOMEM;
+                                                        : SPW_ENOMEM;
     if (rc == 0 && passes)
         ost__passed(s, size);
     if (rc == 0)

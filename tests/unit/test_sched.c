@@ -2048,6 +2048,20 @@ static uint32_t replicates_of(const peer *p, uint64_t id)
     return n;
 }
 
+/* A worker of one slot whose store spills (a heartbeat says so), the only kind a reduce is
+ * planned on. */
+static peer *spilling_worker(env *e, const char *name)
+{
+    peer *w = peer_connect(e, PROTO_ROLE_WORKER, name, 1);
+    uint64_t v[PROTO_STAT_COUNT] = {0};
+    v[PROTO_STAT_SPILLS] = 1;
+    assert_int_equal(
+        proto_send_heartbeat(w->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
+        0);
+    STEP_UNTIL(e, sched__worker_by_id(e->s, w->session)->stats[PROTO_STAT_SPILLS] == 1);
+    return w;
+}
+
 /* The workers sending pieces to the worker their reduces are planned on take turns for its
  * window of moves. Maps on w1 (two more than half a window) and two on w2, of two outputs of
  * 100 KiB each, feed two reduces, w1's maps the first and w2's the second, both planned on w3
@@ -2059,14 +2073,8 @@ static void senders_to_a_reduce_take_turns(void **state)
     env *e = *state;
     peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
     peer *w2 = peer_connect(e, PROTO_ROLE_WORKER, "w2", 1);
-    peer *w3 = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+    peer *w3 = spilling_worker(e, "w3");
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    uint64_t v[PROTO_STAT_COUNT] = {0};
-    v[PROTO_STAT_SPILLS] = 1;
-    assert_int_equal(
-        proto_send_heartbeat(w3->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
-        0);
-    STEP_UNTIL(e, sched__worker_by_id(e->s, w3->session)->stats[PROTO_STAT_SPILLS] == 1);
     enum { W1 = SCHED_PUSH_WINDOW / 2 + 2, MAPS = W1 + 2, SIZE = 100 << 10 };
     uint64_t pieces[2 * MAPS];
     proto_enc en;
@@ -2113,14 +2121,8 @@ static void last_maps_pieces_move_to_a_reduce_made_ready(void **state)
 {
     env *e = *state;
     peer *w1 = peer_connect(e, PROTO_ROLE_WORKER, "w1", 1);
-    peer *w3 = peer_connect(e, PROTO_ROLE_WORKER, "w3", 1);
+    peer *w3 = spilling_worker(e, "w3");
     peer *c = peer_connect(e, PROTO_ROLE_CLIENT, "client", 0);
-    uint64_t v[PROTO_STAT_COUNT] = {0};
-    v[PROTO_STAT_SPILLS] = 1;
-    assert_int_equal(
-        proto_send_heartbeat(w3->conn, 0, &(proto_heartbeat_msg){.stats = {v, PROTO_STAT_COUNT}}),
-        0);
-    STEP_UNTIL(e, sched__worker_by_id(e->s, w3->session)->stats[PROTO_STAT_SPILLS] == 1);
     enum { SIZE = 100 << 10 };
     const uint64_t pieces[4] = {1 << 12, (1 << 12) | 1, 2 << 12, (2 << 12) | 1};
     proto_enc en;
